@@ -1,0 +1,86 @@
+//! Test fixtures shared by Caret's crates: temporary directories and git repositories.
+//!
+//! Dev-only: this crate is a dev-dependency everywhere and never ships in the binary.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A temporary directory, removed on drop, with helpers to lay out files.
+pub struct TempDir {
+    dir: tempfile::TempDir,
+}
+
+impl Default for TempDir {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TempDir {
+    /// A fresh empty directory.
+    pub fn new() -> Self {
+        TempDir { dir: tempfile::tempdir().expect("creating a temporary directory") }
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The absolute path of `rel` inside it.
+    pub fn join(&self, rel: impl AsRef<Path>) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// Writes a text file, creating parent directories; returns its path.
+    pub fn write(&self, rel: impl AsRef<Path>, text: &str) -> PathBuf {
+        self.write_bytes(rel, text.as_bytes())
+    }
+
+    /// Writes a file with the given bytes, creating parent directories; returns its path.
+    pub fn write_bytes(&self, rel: impl AsRef<Path>, bytes: &[u8]) -> PathBuf {
+        let path = self.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    /// Creates a directory and its parents.
+    pub fn mkdir(&self, rel: impl AsRef<Path>) -> PathBuf {
+        let path = self.join(rel);
+        std::fs::create_dir_all(&path).unwrap();
+        path
+    }
+
+    /// Creates a symbolic link at `rel` pointing to `target` (taken as is).
+    pub fn symlink(&self, target: impl AsRef<Path>, rel: impl AsRef<Path>) -> PathBuf {
+        let path = self.join(rel);
+        std::os::unix::fs::symlink(target, &path).unwrap();
+        path
+    }
+
+    /// Removes a file.
+    pub fn remove(&self, rel: impl AsRef<Path>) {
+        std::fs::remove_file(self.join(rel)).unwrap();
+    }
+
+    /// Runs `git init` in it, isolated from the user's git configuration.
+    pub fn git_init(&self) {
+        self.git(&["init", "-q", "-b", "main"]);
+    }
+
+    /// Runs a git command in it, isolated from the user's git configuration.
+    pub fn git(&self, args: &[&str]) {
+        let status = Command::new("git")
+            .args(args)
+            .current_dir(self.path())
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .status()
+            .expect("running git");
+        assert!(status.success(), "git {args:?} failed");
+    }
+}

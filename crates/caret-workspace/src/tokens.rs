@@ -1,0 +1,280 @@
+//! Counting text in tokens of the embedding model, so chunks fit its context.
+//!
+//! BERT-family sentence-embedding models (the default all-MiniLM-L6-v2 among them) split text
+//! on whitespace and punctuation, then into WordPiece sub-words. [`WordPiece`] reproduces that
+//! count exactly from the model's own `tokenizer.json` or `vocab.txt`; [`Estimate`] is a
+//! conservative stand-in used before a model is installed. Both are additive over whitespace,
+//! so the chunker counts each line once and sums.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use unicode_normalization::UnicodeNormalization;
+
+use crate::{Error, Result};
+
+/// Counts tokens of the embedding model in a piece of text.
+pub trait TokenCounter: Send + Sync {
+    /// The number of tokens `text` becomes, special tokens excluded.
+    fn count(&self, text: &str) -> usize;
+    /// Tokens the model adds around every input (e.g. `[CLS]` and `[SEP]`).
+    fn special_tokens(&self) -> usize;
+    /// A stable name, part of the stat cache's fingerprint (a change re-chunks everything).
+    fn id(&self) -> String;
+}
+
+/// Splits text the way BERT's basic tokenizer does and calls `word` for each piece: runs of
+/// letters and digits, single punctuation characters and single CJK characters.
+fn for_each_word(text: &str, mut word: impl FnMut(&str)) {
+    let mut start = None;
+    for (i, ch) in text.char_indices() {
+        let standalone = is_punctuation(ch) || is_cjk(ch);
+        if ch.is_whitespace() || ch.is_control() || standalone {
+            if let Some(s) = start.take() {
+                word(&text[s..i]);
+            }
+            if standalone {
+                word(&text[i..i + ch.len_utf8()]);
+            }
+        } else if start.is_none() {
+            start = Some(i);
+        }
+    }
+    if let Some(s) = start {
+        word(&text[s..]);
+    }
+}
+
+fn is_punctuation(ch: char) -> bool {
+    if ch.is_ascii() {
+        return ch.is_ascii_punctuation();
+    }
+    // Outside ASCII, anything that is neither a letter, a digit, a mark nor whitespace is
+    // treated as punctuation: close to BERT's Unicode `P*` check without a category table.
+    !(ch.is_alphanumeric() || ch.is_whitespace() || is_mark(ch))
+}
+
+fn is_mark(ch: char) -> bool {
+    unicode_normalization::char::is_combining_mark(ch)
+}
+
+fn is_cjk(ch: char) -> bool {
+    matches!(ch as u32,
+        0x4E00..=0x9FFF | 0x3400..=0x4DBF | 0x20000..=0x2A6DF | 0x2A700..=0x2B73F
+        | 0x2B740..=0x2B81F | 0x2B820..=0x2CEAF | 0xF900..=0xFAFF | 0x2F800..=0x2FA1F)
+}
+
+/// A conservative estimate for when no tokenizer is installed: about one token per three
+/// characters of a word, one per punctuation or CJK character. It over-counts ordinary code a
+/// little, so chunks sized with it also fit the real model.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Estimate;
+
+impl TokenCounter for Estimate {
+    fn count(&self, text: &str) -> usize {
+        let mut n = 0;
+        for_each_word(text, |w| n += w.chars().count().div_ceil(3).max(1));
+        n
+    }
+
+    fn special_tokens(&self) -> usize {
+        2
+    }
+
+    fn id(&self) -> String {
+        "estimate-v1".to_owned()
+    }
+}
+
+/// An exact WordPiece counter built from a BERT-family model's vocabulary.
+#[derive(Debug, Clone)]
+pub struct WordPiece {
+    /// Whole-word and word-initial pieces.
+    initial: HashSet<Box<str>>,
+    /// Continuation pieces, stored without their prefix (`##`).
+    continuation: HashSet<Box<str>>,
+    lowercase: bool,
+    strip_accents: bool,
+    max_chars_per_word: usize,
+    digest: String,
+}
+
+impl WordPiece {
+    /// Builds a counter from vocabulary entries.
+    pub fn new<'a>(
+        vocab: impl IntoIterator<Item = &'a str>,
+        continuing_prefix: &str,
+        lowercase: bool,
+    ) -> Self {
+        let mut initial = HashSet::new();
+        let mut continuation = HashSet::new();
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(&[u8::from(lowercase)]);
+        for piece in vocab {
+            hasher.update(piece.as_bytes());
+            hasher.update(b"\n");
+            match piece.strip_prefix(continuing_prefix) {
+                Some(rest) if !continuing_prefix.is_empty() => {
+                    continuation.insert(rest.into());
+                }
+                _ => {
+                    initial.insert(piece.into());
+                }
+            }
+        }
+        let digest = hasher.finalize().to_hex()[..16].to_owned();
+        WordPiece {
+            initial,
+            continuation,
+            lowercase,
+            strip_accents: lowercase,
+            max_chars_per_word: 100,
+            digest,
+        }
+    }
+
+    /// Loads the tokenizer of a model directory: `tokenizer.json` if present, else
+    /// `vocab.txt` (lowercasing as for uncased BERT).
+    pub fn from_model_dir(dir: &Path) -> Result<Self> {
+        let json = dir.join("tokenizer.json");
+        if json.exists() {
+            return Self::from_tokenizer_json(&json);
+        }
+        let vocab = dir.join("vocab.txt");
+        let text = std::fs::read_to_string(&vocab).map_err(|e| Error::io("reading", &vocab, e))?;
+        Ok(Self::new(text.lines(), "##", true))
+    }
+
+    /// Loads a Hugging Face `tokenizer.json` whose model is WordPiece.
+    pub fn from_tokenizer_json(path: &Path) -> Result<Self> {
+        let bad = |reason: String| Error::Tokenizer { path: path.to_path_buf(), reason };
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io("reading", path, e))?;
+        let json: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| bad(format!("invalid JSON: {e}")))?;
+        let model = &json["model"];
+        let kind = model["type"].as_str().unwrap_or("<missing>");
+        if kind != "WordPiece" {
+            return Err(bad(format!("model type {kind} is not supported, only WordPiece")));
+        }
+        let vocab = model["vocab"]
+            .as_object()
+            .ok_or_else(|| bad("model.vocab is not an object".to_owned()))?;
+        let prefix = model["continuing_subword_prefix"].as_str().unwrap_or("##");
+        let normalizer = &json["normalizer"];
+        let lowercase = normalizer["lowercase"].as_bool().unwrap_or(false);
+        let mut counter = Self::new(vocab.keys().map(String::as_str), prefix, lowercase);
+        counter.strip_accents = normalizer["strip_accents"].as_bool().unwrap_or(lowercase);
+        if let Some(max) = model["max_input_chars_per_word"].as_u64() {
+            counter.max_chars_per_word = usize::try_from(max).unwrap_or(usize::MAX);
+        }
+        Ok(counter)
+    }
+
+    fn count_word(&self, word: &str) -> usize {
+        if word.chars().count() > self.max_chars_per_word {
+            return 1; // the unknown token
+        }
+        let mut count = 0;
+        let mut start = 0;
+        while start < word.len() {
+            let set = if start == 0 { &self.initial } else { &self.continuation };
+            let rest = &word[start..];
+            // Greedy longest match, shrinking one character at a time.
+            let found = rest
+                .char_indices()
+                .map(|(i, c)| i + c.len_utf8())
+                .rev()
+                .find(|end| set.contains(&rest[..*end]));
+            match found {
+                Some(end) => {
+                    count += 1;
+                    start += end;
+                }
+                None => return 1, // the whole word becomes the unknown token
+            }
+        }
+        count
+    }
+}
+
+impl TokenCounter for WordPiece {
+    fn count(&self, text: &str) -> usize {
+        let mut n = 0;
+        let needs_normalising = self.lowercase || self.strip_accents;
+        for_each_word(text, |w| {
+            if needs_normalising && !(w.is_ascii() && !w.bytes().any(|b| b.is_ascii_uppercase())) {
+                let mut norm = String::with_capacity(w.len());
+                let lowered: String =
+                    if self.lowercase { w.to_lowercase() } else { w.to_owned() };
+                if self.strip_accents {
+                    norm.extend(lowered.nfd().filter(|c| !is_mark(*c)));
+                } else {
+                    norm = lowered;
+                }
+                // Normalisation can expose new word boundaries; count each.
+                for_each_word(&norm, |w2| n += self.count_word(w2));
+            } else {
+                n += self.count_word(w);
+            }
+        });
+        n
+    }
+
+    fn special_tokens(&self) -> usize {
+        2
+    }
+
+    fn id(&self) -> String {
+        format!("wordpiece-{}", self.digest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vocab() -> WordPiece {
+        WordPiece::new(
+            ["[UNK]", "fn", "get", "user", "##user", "##by", "##id", "by", "id", "(", ")", "{", "}", "_", "cafe", "的"],
+            "##",
+            true,
+        )
+    }
+
+    #[test]
+    fn wordpiece_counts_subwords_punctuation_and_unknowns() {
+        let wp = vocab();
+        assert_eq!(wp.count("fn get_user_by_id() {}"), 12);
+        assert_eq!(wp.count("getUserById"), 4, "lowercased, then get ##user ##by ##id");
+        assert_eq!(wp.count("zzz"), 1, "an unknown word is one [UNK]");
+        assert_eq!(wp.count(&"a".repeat(150)), 1, "an over-long word is one [UNK]");
+        assert_eq!(wp.count("Café"), 1, "accents stripped before lookup");
+        assert_eq!(wp.count("的的"), 2, "CJK characters stand alone");
+    }
+
+    #[test]
+    fn counts_are_additive_over_lines() {
+        let wp = vocab();
+        let a = "fn get_user() {";
+        let b = "    by_id(id) }";
+        assert_eq!(wp.count(&format!("{a}\n{b}")), wp.count(a) + wp.count(b));
+        let e = Estimate;
+        assert_eq!(e.count(&format!("{a}\n{b}")), e.count(a) + e.count(b));
+    }
+
+    #[test]
+    fn loads_tokenizer_json() {
+        let dir = caret_test_support::TempDir::new();
+        let path = dir.write(
+            "tokenizer.json",
+            r###"{"normalizer":{"type":"BertNormalizer","lowercase":true},
+                 "model":{"type":"WordPiece","unk_token":"[UNK]","continuing_subword_prefix":"##",
+                          "max_input_chars_per_word":100,"vocab":{"[UNK]":0,"get":1,"##user":2}}}"###,
+        );
+        let wp = WordPiece::from_tokenizer_json(&path).unwrap();
+        assert_eq!(wp.count("GetUser"), 2);
+        let bad = dir.write("bpe.json", r#"{"model":{"type":"BPE","vocab":{}}}"#);
+        let err = WordPiece::from_tokenizer_json(&bad).unwrap_err().to_string();
+        assert!(err.contains("model type BPE is not supported"), "{err}");
+    }
+}
