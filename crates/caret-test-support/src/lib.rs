@@ -84,3 +84,23 @@ impl TempDir {
         assert!(status.success(), "git {args:?} failed");
     }
 }
+
+impl TempDir {
+    /// Sets the modification time of every file below the directory to `secs` seconds ago,
+    /// so a stat cache trusts them (files modified just now are re-read, by design).
+    pub fn backdate(&self, secs: u64) {
+        let when = std::time::SystemTime::now() - std::time::Duration::from_secs(secs);
+        fn visit(dir: &Path, when: std::time::SystemTime) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let entry = entry.unwrap();
+                let kind = entry.file_type().unwrap();
+                if kind.is_dir() {
+                    visit(&entry.path(), when);
+                } else if kind.is_file() {
+                    std::fs::File::options().write(true).open(entry.path()).unwrap().set_modified(when).unwrap();
+                }
+            }
+        }
+        visit(self.path(), when);
+    }
+}

@@ -1,1 +1,344 @@
-//! placeholder
+//! The Merkle tree of a workspace: leaf = a file's content hash, directory = the hash of its
+//! sorted `(name, kind, child hash)` entries. Equal hashes mean equal subtrees, so [`diff`]
+//! descends only into directories whose hashes differ.
+
+use std::collections::BTreeMap;
+
+use crate::{ContentHash, RelPath};
+
+/// A node of the tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Node {
+    /// A file, by content hash.
+    File(ContentHash),
+    /// A directory, with the hash of its entries.
+    Dir {
+        /// The directory's hash.
+        hash: ContentHash,
+        /// Entries by name (raw bytes, sorted).
+        children: BTreeMap<Vec<u8>, Node>,
+    },
+}
+
+impl Node {
+    /// The node's hash.
+    pub fn hash(&self) -> ContentHash {
+        match self {
+            Node::File(h) | Node::Dir { hash: h, .. } => *h,
+        }
+    }
+
+    fn empty_dir() -> Node {
+        Node::Dir { hash: ContentHash::default(), children: BTreeMap::new() }
+    }
+
+    /// Recomputes directory hashes below and at this node.
+    fn rehash(&mut self) {
+        if let Node::Dir { hash, children } = self {
+            let mut hasher = blake3::Hasher::new();
+            hasher.update(b"caret-merkle-dir-v1\0");
+            for (name, child) in children.iter_mut() {
+                child.rehash();
+                hasher.update(&[u8::from(matches!(child, Node::Dir { .. }))]);
+                hasher.update(&u32::try_from(name.len()).unwrap_or(u32::MAX).to_le_bytes());
+                hasher.update(name);
+                hasher.update(&child.hash().0);
+            }
+            *hash = hasher.finalize().into();
+        }
+    }
+}
+
+/// A Merkle tree over a workspace's indexed files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MerkleTree {
+    root: Node,
+    files: usize,
+}
+
+impl Default for MerkleTree {
+    fn default() -> Self {
+        Self::from_files(std::iter::empty())
+    }
+}
+
+impl MerkleTree {
+    /// Builds a tree from `(path, content hash)` pairs.
+    pub fn from_files(files: impl IntoIterator<Item = (RelPath, ContentHash)>) -> Self {
+        let mut root = Node::empty_dir();
+        for (path, hash) in files {
+            insert(&mut root, &path, hash);
+        }
+        root.rehash();
+        let files = count_files(&root);
+        MerkleTree { root, files }
+    }
+
+    /// The root hash.
+    pub fn root_hash(&self) -> ContentHash {
+        self.root.hash()
+    }
+
+    /// The root node.
+    pub fn root(&self) -> &Node {
+        &self.root
+    }
+
+    /// Number of files.
+    pub fn len(&self) -> usize {
+        self.files
+    }
+
+    /// Whether the tree has no files.
+    pub fn is_empty(&self) -> bool {
+        self.files == 0
+    }
+
+    /// The node at `path`, if any.
+    pub fn get(&self, path: &RelPath) -> Option<&Node> {
+        let mut node = &self.root;
+        for segment in path.segments() {
+            match node {
+                Node::Dir { children, .. } => node = children.get(segment)?,
+                Node::File(_) => return None,
+            }
+        }
+        Some(node)
+    }
+
+    /// Every file with its hash, in path order.
+    pub fn files(&self) -> Vec<(RelPath, ContentHash)> {
+        let mut out = Vec::with_capacity(self.files);
+        collect(&self.root, &RelPath::root(), &mut out);
+        out
+    }
+}
+
+fn count_files(node: &Node) -> usize {
+    match node {
+        Node::File(_) => 1,
+        Node::Dir { children, .. } => children.values().map(count_files).sum(),
+    }
+}
+
+/// Inserts a file. A file replaces a directory of the same name and the other way round (the
+/// newer fact wins).
+fn insert(root: &mut Node, path: &RelPath, hash: ContentHash) {
+    let segments: Vec<&[u8]> = path.segments().collect();
+    let Some((last, dirs)) = segments.split_last() else { return };
+    let mut node = root;
+    for segment in dirs {
+        if !matches!(node, Node::Dir { .. }) {
+            *node = Node::empty_dir();
+        }
+        let Node::Dir { children, .. } = node else { return };
+        node = children.entry(segment.to_vec()).or_insert_with(Node::empty_dir);
+    }
+    if !matches!(node, Node::Dir { .. }) {
+        *node = Node::empty_dir();
+    }
+    let Node::Dir { children, .. } = node else { return };
+    children.insert(last.to_vec(), Node::File(hash));
+}
+
+fn collect(node: &Node, at: &RelPath, out: &mut Vec<(RelPath, ContentHash)>) {
+    match node {
+        Node::File(h) => out.push((at.clone(), *h)),
+        Node::Dir { children, .. } => {
+            for (name, child) in children {
+                collect(child, &RelPath::from_bytes(join(at, name)), out);
+            }
+        }
+    }
+}
+
+fn join(at: &RelPath, name: &[u8]) -> Vec<u8> {
+    let mut bytes = at.as_bytes().to_vec();
+    if !bytes.is_empty() {
+        bytes.push(b'/');
+    }
+    bytes.extend_from_slice(name);
+    bytes
+}
+
+/// What changed between two trees.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TreeDiff {
+    /// Files only in the new tree, with their hashes.
+    pub added: Vec<(RelPath, ContentHash)>,
+    /// Files in both whose hashes differ, with their new hashes.
+    pub modified: Vec<(RelPath, ContentHash)>,
+    /// Files only in the old tree.
+    pub deleted: Vec<RelPath>,
+    /// Nodes compared: a measure of the work done, proportional to what changed.
+    pub visited: usize,
+}
+
+impl TreeDiff {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.modified.is_empty() && self.deleted.is_empty()
+    }
+
+    /// Applies this diff to `old`, giving the new tree.
+    pub fn apply(&self, old: &MerkleTree) -> MerkleTree {
+        let mut files: BTreeMap<RelPath, ContentHash> = old.files().into_iter().collect();
+        for path in &self.deleted {
+            files.remove(path);
+        }
+        for (path, hash) in self.added.iter().chain(&self.modified) {
+            files.insert(path.clone(), *hash);
+        }
+        MerkleTree::from_files(files)
+    }
+}
+
+/// Compares two trees, visiting only subtrees whose hashes differ. Paths come out sorted.
+pub fn diff(old: &MerkleTree, new: &MerkleTree) -> TreeDiff {
+    let mut out = TreeDiff::default();
+    diff_node(Some(&old.root), Some(&new.root), &RelPath::root(), &mut out);
+    out
+}
+
+fn diff_node(old: Option<&Node>, new: Option<&Node>, at: &RelPath, out: &mut TreeDiff) {
+    out.visited += 1;
+    match (old, new) {
+        (Some(o), Some(n)) if o.hash() == n.hash() && o_kind(o) == o_kind(n) => {}
+        (Some(Node::File(_)), Some(Node::File(h))) => out.modified.push((at.clone(), *h)),
+        (Some(Node::Dir { children: oc, .. }), Some(Node::Dir { children: nc, .. })) => {
+            let mut o_iter = oc.iter().peekable();
+            let mut n_iter = nc.iter().peekable();
+            loop {
+                let (name, o, n) = match (o_iter.peek(), n_iter.peek()) {
+                    (None, None) => break,
+                    (Some((on, _)), Some((nn, _))) if on == nn => {
+                        let (name, o) = o_iter.next().unzip_pair();
+                        let (_, n) = n_iter.next().unzip_pair();
+                        (name, o, n)
+                    }
+                    (Some((on, _)), Some((nn, _))) if on < nn => {
+                        let (name, o) = o_iter.next().unzip_pair();
+                        (name, o, None)
+                    }
+                    (Some(_), None) => {
+                        let (name, o) = o_iter.next().unzip_pair();
+                        (name, o, None)
+                    }
+                    _ => {
+                        let (name, n) = n_iter.next().unzip_pair();
+                        (name, None, n)
+                    }
+                };
+                diff_node(o, n, &RelPath::from_bytes(join(at, name)), out);
+            }
+        }
+        (old, new) => {
+            // One side is missing, or a file became a directory (or back): all of the old
+            // subtree is deleted and all of the new one added.
+            if let Some(o) = old {
+                let mut gone = Vec::new();
+                collect(o, at, &mut gone);
+                out.deleted.extend(gone.into_iter().map(|(p, _)| p));
+            }
+            if let Some(n) = new {
+                collect(n, at, &mut out.added);
+            }
+        }
+    }
+}
+
+fn o_kind(n: &Node) -> bool {
+    matches!(n, Node::Dir { .. })
+}
+
+trait UnzipPair<'a> {
+    fn unzip_pair(self) -> (&'a [u8], Option<&'a Node>);
+}
+
+impl<'a> UnzipPair<'a> for Option<(&'a Vec<u8>, &'a Node)> {
+    fn unzip_pair(self) -> (&'a [u8], Option<&'a Node>) {
+        match self {
+            Some((name, node)) => (name.as_slice(), Some(node)),
+            None => (&[], None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(s: &str) -> ContentHash {
+        ContentHash::of(s.as_bytes())
+    }
+
+    fn tree(files: &[(&str, &str)]) -> MerkleTree {
+        MerkleTree::from_files(files.iter().map(|(p, c)| (RelPath::from_bytes(*p), h(c))))
+    }
+
+    fn random_tree(rng: &mut fastrand::Rng) -> MerkleTree {
+        let n = rng.usize(0..60);
+        let files = (0..n).map(|_| {
+            let depth = rng.usize(1..4);
+            let path: Vec<String> = (0..depth).map(|_| format!("{}", rng.u8(0..4))).collect();
+            (RelPath::from_bytes(path.join("/")), h(&rng.u8(0..3).to_string()))
+        });
+        MerkleTree::from_files(files)
+    }
+
+    #[test]
+    fn root_hash_depends_on_names_contents_and_shape() {
+        let a = tree(&[("src/a.rs", "1"), ("src/b.rs", "2")]);
+        assert_eq!(a.root_hash(), tree(&[("src/b.rs", "2"), ("src/a.rs", "1")]).root_hash(), "order-free");
+        assert_ne!(a.root_hash(), tree(&[("src/a.rs", "1"), ("src/b.rs", "3")]).root_hash());
+        assert_ne!(a.root_hash(), tree(&[("src/a.rs", "1"), ("src/c.rs", "2")]).root_hash());
+        assert_ne!(a.root_hash(), tree(&[("src/a.rs", "1"), ("b.rs", "2")]).root_hash());
+        assert_eq!(a.len(), 2);
+    }
+
+    #[test]
+    fn diff_reports_added_modified_deleted() {
+        let old = tree(&[("a", "1"), ("d/x", "1"), ("d/y", "1"), ("gone/z", "1"), ("f", "1")]);
+        let new = tree(&[("a", "1"), ("d/x", "2"), ("d/y", "1"), ("new/w", "1"), ("f/inner", "1")]);
+        let d = diff(&old, &new);
+        let names = |v: &[(RelPath, ContentHash)]| v.iter().map(|(p, _)| p.to_string()).collect::<Vec<_>>();
+        assert_eq!(names(&d.added), ["f/inner", "new/w"]);
+        assert_eq!(names(&d.modified), ["d/x"]);
+        assert_eq!(d.deleted.iter().map(ToString::to_string).collect::<Vec<_>>(), ["f", "gone/z"]);
+    }
+
+    #[test]
+    fn diff_visits_only_mismatched_subtrees() {
+        let mut files: Vec<(String, String)> = Vec::new();
+        for d in 0..50 {
+            for f in 0..50 {
+                files.push((format!("dir{d}/file{f}"), format!("{d}-{f}")));
+            }
+        }
+        let as_tree = |files: &[(String, String)]| {
+            MerkleTree::from_files(files.iter().map(|(p, c)| (RelPath::from_bytes(p.as_str()), h(c))))
+        };
+        let old = as_tree(&files);
+        files[1234].1 = "changed".to_owned();
+        let new = as_tree(&files);
+        let d = diff(&old, &new);
+        assert_eq!(d.modified.len(), 1);
+        // The root, its 50 directories, then the 50 files of the one changed directory.
+        assert_eq!(d.visited, 1 + 50 + 50);
+    }
+
+    #[test]
+    fn diff_properties_on_random_trees() {
+        let mut rng = fastrand::Rng::with_seed(42);
+        for _ in 0..300 {
+            let old = random_tree(&mut rng);
+            let new = random_tree(&mut rng);
+            assert!(diff(&old, &old).is_empty(), "a tree differs from itself");
+            assert_eq!(diff(&old, &old).visited, 1, "equal roots stop at once");
+            let d = diff(&old, &new);
+            assert_eq!(d.apply(&old), new, "applying the diff gives the new tree");
+            assert_eq!(d.apply(&old).root_hash(), new.root_hash());
+            assert_eq!(d.is_empty(), old.root_hash() == new.root_hash());
+        }
+    }
+}

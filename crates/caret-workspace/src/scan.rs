@@ -1,1 +1,352 @@
-//! placeholder
+//! A scan: walk the workspace, read what changed, classify, hash, chunk and check for secrets,
+//! then build the Merkle tree and compare it with the previous scan's.
+//!
+//! Unchanged files (equal `stat`, see [`crate::statcache`]) are not opened. Files are read
+//! once, checked again with `fstat` after reading, and re-read when they changed meanwhile.
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use rayon::prelude::*;
+use regex::bytes::Regex;
+
+use crate::chunk::{Chunk, Chunker};
+use crate::merkle::{self, MerkleTree, TreeDiff};
+use crate::secrets::{Finding, SecretScanner};
+use crate::statcache::{Entry, Outcome, StatCache};
+use crate::walk::{self, DefaultRule, FileStat, SkipReason, Skipped, WalkConfig, WalkedFile};
+use crate::{ContentHash, Error, RelPath, Result};
+
+/// How much work a scan does per changed file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Depth {
+    /// Hash, chunk and check for secrets.
+    Full,
+    /// Hash only: enough for the Merkle tree (benchmarks; nothing is cached).
+    HashOnly,
+}
+
+/// An indexed file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScannedFile {
+    /// Path relative to the root.
+    pub path: RelPath,
+    /// Size in bytes.
+    pub size: u64,
+    /// Content hash (the Merkle leaf).
+    pub hash: ContentHash,
+    /// Chunks produced (0 under [`Depth::HashOnly`]).
+    pub chunks: u32,
+    /// Chunks withheld because they contain a secret.
+    pub withheld: u32,
+    /// Secret findings: rule and line.
+    pub findings: Vec<(String, u32)>,
+}
+
+/// Counters of a scan.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScanStats {
+    /// Files served from the stat cache without being opened.
+    pub cache_hits: usize,
+    /// Files read.
+    pub files_read: usize,
+    /// Bytes read.
+    pub bytes_read: u64,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+/// The result of a scan.
+#[derive(Debug)]
+pub struct ScanReport {
+    /// The canonical root.
+    pub root: PathBuf,
+    /// Indexed files, sorted by path.
+    pub files: Vec<ScannedFile>,
+    /// Skipped paths with reasons, sorted by path.
+    pub skipped: Vec<Skipped>,
+    /// The Merkle tree of the indexed files.
+    pub tree: MerkleTree,
+    /// Changes since the previous scan recorded in the cache (`None` on a first scan).
+    pub changes: Option<TreeDiff>,
+    /// Counters.
+    pub stats: ScanStats,
+}
+
+impl ScanReport {
+    /// Total bytes of indexed files.
+    pub fn bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.size).sum()
+    }
+
+    /// Total chunks that would be indexed (withheld ones excluded).
+    pub fn chunks(&self) -> u64 {
+        self.files.iter().map(|f| u64::from(f.chunks - f.withheld)).sum()
+    }
+
+    /// Chunks withheld for secrets.
+    pub fn withheld(&self) -> u64 {
+        self.files.iter().map(|f| u64::from(f.withheld)).sum()
+    }
+
+    /// Files with at least one secret finding.
+    pub fn files_with_secrets(&self) -> usize {
+        self.files.iter().filter(|f| !f.findings.is_empty()).count()
+    }
+}
+
+/// Scans workspaces.
+#[derive(Debug)]
+pub struct Scanner {
+    walk: WalkConfig,
+    chunker: Chunker,
+    secrets: SecretScanner,
+    depth: Depth,
+    generated: Regex,
+}
+
+enum Processed {
+    Indexed(ScannedFile, Entry),
+    Skipped(Skipped, Option<Entry>),
+}
+
+impl Scanner {
+    /// A scanner with the given walk options and chunker.
+    #[allow(clippy::expect_used)]
+    pub fn new(walk: WalkConfig, chunker: Chunker, depth: Depth) -> Self {
+        let generated = Regex::new(r"(?i-u)(@generated\b|code generated .{0,80}do not edit|auto-?generated .{0,80}do not (edit|modify))")
+            .expect("the generated-file marker is a valid regex (every scan test builds it)");
+        Scanner { walk, chunker, secrets: SecretScanner::new(), depth, generated }
+    }
+
+    /// What decides cached chunk facts: a change makes the next scan re-read every file.
+    pub fn fingerprint(&self) -> String {
+        format!("{}/secrets-v1/maxsize-{}", self.chunker.fingerprint(), self.walk.max_file_size)
+    }
+
+    /// The chunker in use.
+    pub fn chunker(&self) -> &Chunker {
+        &self.chunker
+    }
+
+    /// Scans `root`, reusing and updating `cache`.
+    pub fn scan(&self, root: &Path, cache: &mut StatCache) -> Result<ScanReport> {
+        let started = Instant::now();
+        let walked = walk::walk(root, &self.walk)?;
+        let root = std::fs::canonicalize(root).map_err(|e| Error::io("opening workspace root", root, e))?;
+
+        let previous = (!cache.entries.is_empty()).then(|| {
+            MerkleTree::from_files(cache.entries.iter().filter_map(|(p, e)| match &e.outcome {
+                Outcome::Indexed { hash, .. } => Some((p.clone(), *hash)),
+                _ => None,
+            }))
+        });
+        let trusted = cache.fingerprint == self.fingerprint() && self.depth == Depth::Full;
+
+        let results: Vec<(Processed, bool, u64)> = walked
+            .files
+            .par_iter()
+            .map(|file| {
+                if trusted
+                    && let Some(entry) = cache.entries.get(&file.path)
+                    && entry.is_fresh(&file.stat)
+                {
+                    return (from_cache(file, entry.clone()), true, 0);
+                }
+                let size = file.stat.size;
+                (self.process(&root, file), false, size)
+            })
+            .collect();
+
+        let mut stats = ScanStats::default();
+        let mut files = Vec::with_capacity(results.len());
+        let mut skipped = walked.skipped;
+        let mut entries = std::collections::HashMap::with_capacity(results.len());
+        for (processed, hit, bytes) in results {
+            if hit {
+                stats.cache_hits += 1;
+            } else {
+                stats.files_read += 1;
+                stats.bytes_read += bytes;
+            }
+            match processed {
+                Processed::Indexed(file, entry) => {
+                    entries.insert(file.path.clone(), entry);
+                    files.push(file);
+                }
+                Processed::Skipped(skip, entry) => {
+                    if let Some(entry) = entry {
+                        entries.insert(skip.path.clone(), entry);
+                    }
+                    skipped.push(skip);
+                }
+            }
+        }
+        skipped.sort_by(|a, b| a.path.cmp(&b.path));
+        let tree = MerkleTree::from_files(files.iter().map(|f| (f.path.clone(), f.hash)));
+        let changes = previous.map(|old| merkle::diff(&old, &tree));
+        if self.depth == Depth::Full {
+            cache.fingerprint = self.fingerprint();
+            cache.entries = entries;
+        }
+        stats.elapsed = started.elapsed();
+        Ok(ScanReport { root, files, skipped, tree, changes, stats })
+    }
+
+    /// Reads, classifies, hashes and (at full depth) chunks one file.
+    fn process(&self, root: &Path, file: &WalkedFile) -> Processed {
+        let abs = file.path.under(root);
+        let read_at_ns = now_ns();
+        let skip = |reason| Processed::Skipped(Skipped { path: file.path.clone(), is_dir: false, reason }, None);
+        let (bytes, stat) = match read_stable(&abs, &file.stat, self.walk.max_file_size) {
+            Ok(Read::Stable(bytes, stat)) => (bytes, stat),
+            Ok(Read::Changing) => return skip(SkipReason::Changing),
+            Ok(Read::Grew(size)) => {
+                return skip(SkipReason::TooLarge { size, limit: self.walk.max_file_size });
+            }
+            Err(e) => return skip(SkipReason::Unreadable { error: e.to_string() }),
+        };
+        let cached_skip = |reason: SkipReason, outcome| {
+            let entry = Entry { stat, read_at_ns, outcome };
+            Processed::Skipped(Skipped { path: file.path.clone(), is_dir: false, reason }, Some(entry))
+        };
+        let sniff = &bytes[..bytes.len().min(8000)];
+        if memchr::memchr(0, sniff).is_some() {
+            let detail = "NUL byte";
+            return cached_skip(SkipReason::Binary { detail }, Outcome::Binary { detail: detail.to_owned() });
+        }
+        let Ok(text) = std::str::from_utf8(&bytes) else {
+            let detail = "not UTF-8";
+            return cached_skip(SkipReason::Binary { detail }, Outcome::Binary { detail: detail.to_owned() });
+        };
+        if let Some(marker) = self.generated_marker(text) {
+            let reason = SkipReason::Excluded { rule: DefaultRule::Generated, pattern: format!("marker \"{marker}\"") };
+            return cached_skip(reason, Outcome::Generated { marker });
+        }
+        let hash = ContentHash::of(&bytes);
+        let (chunks, withheld, findings) = match self.depth {
+            Depth::HashOnly => (0, 0, Vec::new()),
+            Depth::Full => {
+                let (chunks, findings) = self.chunk_text(&file.path, text);
+                let withheld = chunks.iter().filter(|c| overlaps_any(c, &findings)).count();
+                let findings = findings.into_iter().map(|f| (f.rule.to_owned(), f.line)).collect();
+                (to_u32(chunks.len()), to_u32(withheld), findings)
+            }
+        };
+        let scanned = ScannedFile { path: file.path.clone(), size: stat.size, hash, chunks, withheld, findings };
+        let outcome = Outcome::Indexed {
+            hash,
+            chunks: scanned.chunks,
+            withheld: scanned.withheld,
+            findings: scanned.findings.clone(),
+        };
+        Processed::Indexed(scanned, Entry { stat, read_at_ns, outcome })
+    }
+
+    /// Chunks a file's text and finds its secrets. Chunks that overlap a finding must not be
+    /// indexed (see [`chunk_is_withheld`]).
+    pub fn chunk_text(&self, path: &RelPath, text: &str) -> (Vec<Chunk>, Vec<Finding>) {
+        (self.chunker.chunk(path, text), self.secrets.scan(text))
+    }
+
+    fn generated_marker(&self, text: &str) -> Option<String> {
+        // Only the head of a file: the marker is a header comment.
+        let head_end = text.char_indices().filter(|(_, c)| *c == '\n').nth(4).map_or(text.len(), |(i, _)| i);
+        let head = &text.as_bytes()[..head_end.min(1024)];
+        self.generated.find(head).map(|m| String::from_utf8_lossy(m.as_bytes()).into_owned())
+    }
+}
+
+/// Whether a chunk contains (part of) a secret and so must not leave the machine.
+pub fn chunk_is_withheld(chunk: &Chunk, findings: &[Finding]) -> bool {
+    overlaps_any(chunk, findings)
+}
+
+fn overlaps_any(chunk: &Chunk, findings: &[Finding]) -> bool {
+    findings.iter().any(|f| f.span.start < chunk.bytes.end && chunk.bytes.start < f.span.end)
+}
+
+fn from_cache(file: &WalkedFile, entry: Entry) -> Processed {
+    let path = file.path.clone();
+    match &entry.outcome {
+        Outcome::Indexed { hash, chunks, withheld, findings } => {
+            let scanned = ScannedFile {
+                path,
+                size: file.stat.size,
+                hash: *hash,
+                chunks: *chunks,
+                withheld: *withheld,
+                findings: findings.clone(),
+            };
+            Processed::Indexed(scanned, entry)
+        }
+        Outcome::Binary { detail } => {
+            let detail = if detail == "NUL byte" { "NUL byte" } else { "not UTF-8" };
+            Processed::Skipped(Skipped { path, is_dir: false, reason: SkipReason::Binary { detail } }, Some(entry))
+        }
+        Outcome::Generated { marker } => {
+            let reason = SkipReason::Excluded { rule: DefaultRule::Generated, pattern: format!("marker \"{marker}\"") };
+            Processed::Skipped(Skipped { path, is_dir: false, reason }, Some(entry))
+        }
+    }
+}
+
+enum Read {
+    Stable(Vec<u8>, FileStat),
+    Changing,
+    Grew(u64),
+}
+
+/// Reads a file whole, retrying while it changes under us.
+fn read_stable(path: &Path, walked: &FileStat, max_size: u64) -> std::io::Result<Read> {
+    let mut expected = *walked;
+    for _ in 0..3 {
+        let mut f = std::fs::File::open(path)?;
+        let before = FileStat::from(&f.metadata()?);
+        if !before.is_regular() {
+            return Err(std::io::Error::other("no longer a regular file"));
+        }
+        if before.size > max_size {
+            return Ok(Read::Grew(before.size));
+        }
+        let mut bytes = Vec::with_capacity(usize::try_from(before.size).unwrap_or(0) + 1);
+        (&mut f).take(max_size + 1).read_to_end(&mut bytes)?;
+        let after = FileStat::from(&f.metadata()?);
+        let unchanged = before.same_content_stat(&after) && after.size == bytes.len() as u64;
+        if unchanged {
+            if !expected.same_content_stat(&after) {
+                tracing::debug!(path = %path.display(), "file changed between walk and read");
+            }
+            return Ok(Read::Stable(bytes, after));
+        }
+        if bytes.len() as u64 > max_size {
+            return Ok(Read::Grew(bytes.len() as u64));
+        }
+        expected = after;
+    }
+    Ok(Read::Changing)
+}
+
+impl FileStat {
+    fn same_content_stat(&self, other: &FileStat) -> bool {
+        self.size == other.size && self.mtime_ns == other.mtime_ns && self.ino == other.ino
+    }
+
+    fn is_regular(&self) -> bool {
+        self.mode & 0o170000 == 0o100000
+    }
+}
+
+fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+fn to_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests;
