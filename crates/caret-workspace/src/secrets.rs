@@ -107,7 +107,7 @@ fn patterns() -> Vec<(&'static str, String, usize, fn(&Captures<'_>) -> bool)> {
         (
             "generic-secret",
             format!(
-                r#"(?i)\b([a-z0-9_.-]*{KEY_WORDS}[a-z0-9_.-]*)["']?\s*(?::=|=>|=|:)\s*(?:[a-z]?["'`])([^"'`\s\\]{{10,200}})["'`]"#
+                r#"(?i)\b([a-z0-9_.-]*{KEY_WORDS}[a-z0-9_.-]*)\\?["']?\s*(?::=|=>|=|:)\s*(?:[a-z]?\\?["'`])([^"'`\s\\]{{10,200}})\\?["'`]"#
             ),
             2,
             |c| key_name_is_secret(&c[1]) && is_random(&c[2], 3.0, 2) && !is_placeholder(&c[2]),

@@ -1,1 +1,59 @@
-fn main() {}
+//! `caret`: the command-line entry point. Thin glue: it parses arguments, loads the
+//! configuration, sets up tracing and calls the library crates.
+
+mod bench;
+mod config;
+mod scan;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::Config;
+
+/// Caret: a self-hostable AI coding platform.
+#[derive(Debug, Parser)]
+#[command(name = "caret", version, about, propagate_version = true)]
+struct Cli {
+    /// Configuration file (default: $CARET_HOME/config.toml when it exists).
+    #[arg(long, global = true, env = "CARET_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show what would be indexed in a workspace, and why the rest would not.
+    Scan(scan::ScanArgs),
+    /// Measure a capability and print its figures.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    match run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("caret: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let config = Config::load(cli.config.as_deref())?;
+    match cli.command {
+        Command::Scan(args) => scan::run(&config, args),
+        Command::Bench(cmd) => bench::run(&config, cmd),
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+}

@@ -80,6 +80,11 @@ fn every_rule_has_a_true_positive_and_a_near_miss() {
     );
     check(
         "generic-secret",
+        "let body = \"{\\\"client_secret\\\": \\\"hK8mP2vL9qR4xT7w\\\"}\";\n",
+        "let body = \"{\\\"client_secret\\\": \\\"${CLIENT_SECRET}\\\"}\";\n",
+    );
+    check(
+        "generic-secret",
         "export SECRET_TOKEN=9f8a7b6c5d4e3f2a1b0c9d8e\n",
         "export SECRET_TOKEN=$(vault read -field=token secret/app)\n",
     );

@@ -1,0 +1,201 @@
+//! `caret bench …`: measurements that print figures. They never assert a timing.
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use caret_workspace::scan::{Depth, ScanReport, Scanner};
+use caret_workspace::statcache::StatCache;
+
+use crate::config::Config;
+use crate::scan::{human_bytes, thousands};
+
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchCommand {
+    /// Cold and warm scans of a tree, raw hashing speed, and `git status` on the same tree.
+    Scan {
+        /// The tree to scan (a large real one, e.g. ~/.cargo/registry/src).
+        path: PathBuf,
+        /// Repetitions of each warm measurement (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+    },
+}
+
+pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        BenchCommand::Scan { path, runs } => bench_scan(config, &path, runs.max(1)),
+    }
+}
+
+/// Peak resident memory since the last reset, in bytes (Linux).
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Resets the peak resident memory counter to the current size (Linux 4.0+).
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+struct Row {
+    name: String,
+    time: Duration,
+    files: usize,
+    bytes: u64,
+    peak: Option<u64>,
+    note: String,
+}
+
+fn print_rows(rows: &[Row]) {
+    println!(
+        "{:<30} {:>10} {:>12} {:>12} {:>11} {:>10}  note",
+        "measurement", "time", "files/s", "MB/s", "files", "peak RSS"
+    );
+    for r in rows {
+        let secs = r.time.as_secs_f64().max(1e-9);
+        let fps = if r.files > 0 { thousands((r.files as f64 / secs) as u64) } else { "-".to_owned() };
+        let mbs = if r.bytes > 0 { format!("{:.1}", r.bytes as f64 / secs / 1e6) } else { "-".to_owned() };
+        println!(
+            "{:<30} {:>8.1}ms {:>12} {:>12} {:>11} {:>10}  {}",
+            r.name,
+            secs * 1000.0,
+            fps,
+            mbs,
+            thousands(r.files as u64),
+            r.peak.map(human_bytes).unwrap_or_else(|| "-".to_owned()),
+            r.note
+        );
+    }
+}
+
+fn bench_scan(config: &Config, path: &Path, runs: usize) -> anyhow::Result<ExitCode> {
+    let root = std::fs::canonicalize(path).with_context(|| format!("opening {}", path.display()))?;
+    let full = Scanner::new(config.walk_config(), config.chunker()?, Depth::Full);
+    let hash_only = Scanner::new(config.walk_config(), config.chunker()?, Depth::HashOnly);
+    println!("caret bench scan {}", root.display());
+    println!(
+        "threads: {}; chunker: {:?}; page cache warmed by a first pass; 'cold' = empty stat cache",
+        rayon::current_num_threads(),
+        full.chunker()
+    );
+    let mut rows = Vec::new();
+    let measure = |name: &str, scanner: &Scanner, cache: &mut StatCache| -> anyhow::Result<(Row, ScanReport)> {
+        reset_peak_rss();
+        let t = Instant::now();
+        let report = scanner.scan(&root, cache)?;
+        let time = t.elapsed();
+        let row = Row {
+            name: name.to_owned(),
+            time,
+            files: report.files.len() + report.skipped.len(),
+            bytes: report.stats.bytes_read,
+            peak: peak_rss(),
+            note: format!("{} read, {} cached", thousands(report.stats.files_read as u64), thousands(report.stats.cache_hits as u64)),
+        };
+        Ok((row, report))
+    };
+
+    // Warm the page cache so "cold" measures our work, not the disk.
+    hash_only.scan(&root, &mut StatCache::default())?;
+
+    let (row, _) = measure("cold scan, hash only", &hash_only, &mut StatCache::default())?;
+    rows.push(row);
+    let mut cache = StatCache::default();
+    let (row, report) = measure("cold scan, hash+chunk+secrets", &full, &mut cache)?;
+    rows.push(row);
+
+    let mut warm_times = Vec::new();
+    let mut warm_row = None;
+    for _ in 0..runs {
+        let (row, _) = measure("warm scan (no change)", &full, &mut cache)?;
+        warm_times.push(row.time);
+        warm_row = Some(row);
+    }
+    if let Some(mut row) = warm_row {
+        row.time = median(warm_times);
+        row.bytes = 0;
+        row.note = format!("median of {runs}; {}", row.note);
+        rows.push(row);
+    }
+
+    rows.push(hash_large_files(&root, &report)?);
+
+    if root.join(".git").exists() {
+        let mut times = Vec::new();
+        git_status(&root)?; // first run refreshes git's own index stat data
+        for _ in 0..runs {
+            let t = Instant::now();
+            git_status(&root)?;
+            times.push(t.elapsed());
+        }
+        let files = report.files.len();
+        rows.push(Row {
+            name: "git status --porcelain".to_owned(),
+            time: median(times),
+            files: 0,
+            bytes: 0,
+            peak: None,
+            note: format!("median of {runs}; same tree ({} files indexed by caret)", thousands(files as u64)),
+        });
+    } else {
+        println!("(not a git repository: no git status comparison)");
+    }
+    print_rows(&rows);
+    println!(
+        "tree: {} files indexed, {}, {} chunks, root {}",
+        thousands(report.files.len() as u64),
+        human_bytes(report.bytes()),
+        thousands(report.chunks()),
+        report.tree.root_hash()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Reads and hashes the largest indexed files on one thread: BLAKE3 throughput on one core.
+fn hash_large_files(root: &Path, report: &ScanReport) -> anyhow::Result<Row> {
+    let mut large: Vec<_> = report.files.iter().filter(|f| f.size >= 64 * 1024).collect();
+    large.sort_by_key(|f| std::cmp::Reverse(f.size));
+    large.truncate(200);
+    let mut buf = Vec::new();
+    reset_peak_rss();
+    let t = Instant::now();
+    let mut bytes = 0;
+    for f in &large {
+        buf.clear();
+        std::fs::File::open(f.path.under(root))?.read_to_end(&mut buf)?;
+        let hash = blake3::hash(&buf);
+        std::hint::black_box(hash);
+        bytes += buf.len() as u64;
+    }
+    Ok(Row {
+        name: "hash large files, 1 thread".to_owned(),
+        time: t.elapsed(),
+        files: large.len(),
+        bytes,
+        peak: peak_rss(),
+        note: "files >= 64 KiB, read + BLAKE3".to_owned(),
+    })
+}
+
+fn git_status(root: &Path) -> anyhow::Result<()> {
+    let status = Command::new("git")
+        .args(["status", "--porcelain"])
+        .current_dir(root)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .context("running git status")?;
+    anyhow::ensure!(status.success(), "git status failed in {}", root.display());
+    Ok(())
+}

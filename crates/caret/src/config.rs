@@ -1,0 +1,167 @@
+//! The one `Config`: a TOML file, then `CARET_*` environment overrides, then flags.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context as _, bail};
+use caret_workspace::chunk::{ChunkConfig, Chunker};
+use caret_workspace::tokens::{Estimate, TokenCounter, WordPiece};
+use caret_workspace::walk::WalkConfig;
+use serde::Deserialize;
+
+/// The default embedding model's directory name under `$CARET_HOME/models`.
+pub const DEFAULT_EMBEDDING_MODEL: &str = "all-minilm-l6-v2";
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Where Caret keeps its data; `CARET_HOME` overrides.
+    pub home: PathBuf,
+    pub scan: ScanSection,
+    pub chunk: ChunkSection,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ScanSection {
+    /// Files above this size are skipped: bytes, or with a K/M/G suffix.
+    pub max_file_size: Size,
+    /// Apply the built-in default excludes.
+    pub default_excludes: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChunkSection {
+    pub max_tokens: usize,
+    pub min_tokens: usize,
+    /// A `tokenizer.json` or model directory to count tokens with; default: the default
+    /// embedding model's when installed, else a conservative estimate.
+    pub tokenizer: Option<PathBuf>,
+}
+
+/// A byte size written as a number or a string with a K/M/G (KiB/MiB/GiB) suffix.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(try_from = "toml::Value")]
+pub struct Size(pub u64);
+
+impl TryFrom<toml::Value> for Size {
+    type Error = String;
+    fn try_from(v: toml::Value) -> Result<Self, String> {
+        match v {
+            toml::Value::Integer(n) => u64::try_from(n).map(Size).map_err(|_| format!("size {n} is negative")),
+            toml::Value::String(s) => parse_size(&s).map(Size).map_err(|e| e.to_string()),
+            other => Err(format!("expected a size, found {other}")),
+        }
+    }
+}
+
+/// Parses `1048576`, `512K`, `1M`, `1MiB`, `2G`.
+pub fn parse_size(s: &str) -> anyhow::Result<u64> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let n: u64 = num.parse().with_context(|| format!("invalid size {s:?}"))?;
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        other => bail!("invalid size {s:?}: unknown unit {other:?}"),
+    };
+    n.checked_mul(mult).with_context(|| format!("size {s:?} is too large"))
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config { home: default_home(), scan: ScanSection::default(), chunk: ChunkSection::default() }
+    }
+}
+
+impl Default for ScanSection {
+    fn default() -> Self {
+        ScanSection { max_file_size: Size(1 << 20), default_excludes: true }
+    }
+}
+
+impl Default for ChunkSection {
+    fn default() -> Self {
+        let d = ChunkConfig::default();
+        ChunkSection { max_tokens: d.max_tokens, min_tokens: d.min_tokens, tokenizer: None }
+    }
+}
+
+fn default_home() -> PathBuf {
+    dirs::data_dir().map(|d| d.join("caret")).unwrap_or_else(|| PathBuf::from(".caret"))
+}
+
+impl Config {
+    /// Loads the file (explicit, or `$CARET_HOME/config.toml` when present), then applies
+    /// environment overrides.
+    pub fn load(explicit: Option<&Path>) -> anyhow::Result<Config> {
+        let home = std::env::var_os("CARET_HOME").map(PathBuf::from).unwrap_or_else(default_home);
+        let path = explicit.map(Path::to_path_buf).or_else(|| Some(home.join("config.toml")).filter(|p| p.exists()));
+        let mut config = match &path {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).with_context(|| format!("reading config {}", p.display()))?;
+                toml::from_str(&text).with_context(|| format!("parsing config {}", p.display()))?
+            }
+            None => Config::default(),
+        };
+        config.home = home;
+        if let Some(v) = env("CARET_SCAN_MAX_FILE_SIZE") {
+            config.scan.max_file_size = Size(parse_size(&v).context("CARET_SCAN_MAX_FILE_SIZE")?);
+        }
+        if let Some(v) = env("CARET_CHUNK_MAX_TOKENS") {
+            config.chunk.max_tokens = v.parse().with_context(|| format!("CARET_CHUNK_MAX_TOKENS={v:?} is not a number"))?;
+        }
+        if let Some(v) = env("CARET_CHUNK_TOKENIZER") {
+            config.chunk.tokenizer = Some(PathBuf::from(v));
+        }
+        Ok(config)
+    }
+
+    pub fn walk_config(&self) -> WalkConfig {
+        WalkConfig {
+            max_file_size: self.scan.max_file_size.0,
+            default_excludes: self.scan.default_excludes,
+            ..WalkConfig::default()
+        }
+    }
+
+    /// The chunker, counting in tokens of the configured or installed embedding model.
+    pub fn chunker(&self) -> anyhow::Result<Chunker> {
+        let counter: Arc<dyn TokenCounter> = match &self.chunk.tokenizer {
+            Some(path) => Arc::new(load_tokenizer(path)?),
+            None => {
+                let dir = self.home.join("models").join(DEFAULT_EMBEDDING_MODEL);
+                match dir.exists().then(|| WordPiece::from_model_dir(&dir)) {
+                    Some(Ok(wp)) => Arc::new(wp),
+                    Some(Err(err)) => {
+                        tracing::warn!(error = %err, "the default embedding model's tokenizer is unusable; estimating tokens");
+                        Arc::new(Estimate)
+                    }
+                    None => Arc::new(Estimate),
+                }
+            }
+        };
+        let config = ChunkConfig { max_tokens: self.chunk.max_tokens, min_tokens: self.chunk.min_tokens };
+        Ok(Chunker::new(config, counter))
+    }
+
+    /// Per-workspace client state (stat cache) lives here.
+    pub fn workspace_state_dir(&self, canonical_root: &Path) -> PathBuf {
+        use std::os::unix::ffi::OsStrExt;
+        let id = caret_workspace::ContentHash::of(canonical_root.as_os_str().as_bytes()).to_hex();
+        self.home.join("workspaces").join(&id[..16])
+    }
+}
+
+fn load_tokenizer(path: &Path) -> anyhow::Result<WordPiece> {
+    let wp = if path.is_dir() { WordPiece::from_model_dir(path) } else { WordPiece::from_tokenizer_json(path) };
+    wp.with_context(|| format!("loading the tokenizer configured in chunk.tokenizer ({})", path.display()))
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}

@@ -1,0 +1,169 @@
+//! End-to-end tests of the `caret` binary on temporary repositories.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Command, Output};
+
+use caret_test_support::TempDir;
+use serde_json::Value;
+
+/// Runs `caret` with an isolated home, git configuration and global excludes.
+fn caret(home: &TempDir, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_caret"))
+        .args(args)
+        .env("CARET_HOME", home.join("caret-home"))
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env_remove("GIT_CONFIG_GLOBAL")
+        .env_remove("CARET_CONFIG")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("running caret")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+const KEY: &str = "AKIAQ3MZ7K2N4PVW5XYT";
+
+fn repo() -> TempDir {
+    let dir = TempDir::new();
+    dir.git_init();
+    dir.write(".gitignore", "build/\n*.log\n");
+    dir.write(".caretignore", "private/\n");
+    dir.write("src/main.rs", "fn main() {\n    println!(\"hello\");\n}\n");
+    dir.write("src/util.py", "def double(x):\n    return 2 * x\n");
+    dir.write("src/keys.py", &format!("AWS_KEY = \"{KEY}\"\n"));
+    dir.write("docs/guide.md", "# Guide\n\nUse it.\n");
+    dir.write("build/out.js", "x");
+    dir.write("app.log", "x");
+    dir.write("private/notes.txt", "x");
+    dir.write(".env", "TOKEN=x\n");
+    dir.write("big.txt", &"y".repeat(3000));
+    dir.write_bytes("image.bin2", b"\x89PNG\x00\x00");
+    dir.backdate(10);
+    dir
+}
+
+#[test]
+fn scan_json_reports_counts_hash_and_skips() {
+    let home = TempDir::new();
+    let dir = repo();
+    let out = caret(&home, &["scan", dir.path().to_str().unwrap(), "--json", "--max-file-size", "2K"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["files"], 6, "{v:#}");
+    assert_eq!(
+        v["skipped"],
+        serde_json::json!({"ignored": 5, "too-large": 1, "binary": 1, "secret": 1, "symlink": 0, "unreadable": 0}),
+        "{v:#}"
+    );
+    assert_eq!(v["withheld_chunks"], 1);
+    assert_eq!(v["root_hash"].as_str().unwrap().len(), 64);
+    assert_eq!(v["changes"], Value::Null, "first scan");
+    assert!(v.get("explain").is_none());
+}
+
+#[test]
+fn explain_lists_reasons_and_secret_locations_but_never_the_secret() {
+    let home = TempDir::new();
+    let dir = repo();
+    let out = caret(&home, &["scan", dir.path().to_str().unwrap(), "--explain", "--max-file-size", "2K"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for expected in [
+        "build/", "ignored by .gitignore: build/",
+        "app.log", "ignored by .gitignore: *.log",
+        "private/", "ignored by .caretignore: private/",
+        ".env", "default exclude (sensitive)",
+        ".git/", "default exclude (vcs)",
+        "big.txt", "too large: 3000 bytes > 2048",
+        "image.bin2", "binary: NUL byte",
+        "src/keys.py:1", "aws-access-key-id",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+    assert!(!text.contains(KEY), "the secret itself must never be printed");
+    let json = caret(&home, &["scan", dir.path().to_str().unwrap(), "--explain", "--json"]);
+    let v: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(v["explain"]["secrets"], serde_json::json!([{"path": "src/keys.py", "line": 1, "rule": "aws-access-key-id"}]));
+    assert!(!stdout(&json).contains(KEY));
+}
+
+#[test]
+fn second_scan_uses_the_stat_cache_and_reports_changes() {
+    let home = TempDir::new();
+    let dir = repo();
+    let path = dir.path().to_str().unwrap();
+    let first: Value = serde_json::from_slice(&caret(&home, &["scan", path, "--json"]).stdout).unwrap();
+    let second: Value = serde_json::from_slice(&caret(&home, &["scan", path, "--json"]).stdout).unwrap();
+    assert_eq!(second["cache"]["read"], 0, "{second:#}");
+    assert_eq!(second["root_hash"], first["root_hash"]);
+    assert_eq!(second["changes"], serde_json::json!({"added": 0, "modified": 0, "deleted": 0}));
+
+    dir.write("src/util.py", "def triple(x):\n    return 3 * x\n");
+    dir.write("src/new.rs", "fn new() {}\n");
+    dir.remove("docs/guide.md");
+    let third: Value = serde_json::from_slice(&caret(&home, &["scan", path, "--json"]).stdout).unwrap();
+    assert_eq!(third["changes"], serde_json::json!({"added": 1, "modified": 1, "deleted": 1}));
+    assert_ne!(third["root_hash"], first["root_hash"]);
+}
+
+#[test]
+fn global_git_excludes_are_found_like_git_finds_them() {
+    let home = TempDir::new();
+    home.write(".config/git/ignore", "*.orig\n");
+    let dir = repo();
+    dir.write("src/main.rs.orig", "x");
+    let out = caret(&home, &["scan", dir.path().to_str().unwrap(), "--explain"]);
+    assert!(stdout(&out).contains("main.rs.orig"), "{}", stdout(&out));
+    assert!(stdout(&out).contains("*.orig"), "{}", stdout(&out));
+}
+
+#[test]
+fn errors_are_one_line_with_exit_codes() {
+    let home = TempDir::new();
+    let missing = caret(&home, &["scan", "/definitely/not/here"]);
+    assert_eq!(missing.status.code(), Some(1));
+    let err = stderr(&missing);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.starts_with("caret: error: opening workspace /definitely/not/here"), "{err}");
+
+    let usage = caret(&home, &["scan", "--no-such-flag"]);
+    assert_eq!(usage.status.code(), Some(2));
+    let bad_size = caret(&home, &["scan", ".", "--max-file-size", "12 parsecs"]);
+    assert_eq!(bad_size.status.code(), Some(2));
+
+    let config = home.write("bad.toml", "[scan]\nmax_file_size = true\n");
+    let bad_config = caret(&home, &["--config", config.to_str().unwrap(), "scan", "."]);
+    assert_eq!(bad_config.status.code(), Some(1));
+    assert!(stderr(&bad_config).contains("parsing config"), "{}", stderr(&bad_config));
+}
+
+#[test]
+fn config_file_sets_the_size_cap() {
+    let home = TempDir::new();
+    let dir = repo();
+    let config = home.write("caret.toml", "[scan]\nmax_file_size = \"100K\"\n[chunk]\nmax_tokens = 128\n");
+    let out = caret(&home, &["--config", config.to_str().unwrap(), "scan", dir.path().to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["skipped"]["too-large"], 0, "big.txt fits under 100K");
+    assert_eq!(v["files"], 7);
+}
+
+#[test]
+fn bench_scan_prints_figures() {
+    let home = TempDir::new();
+    let dir = repo();
+    let out = caret(&home, &["bench", "scan", dir.path().to_str().unwrap(), "--runs", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for row in ["cold scan, hash only", "cold scan, hash+chunk+secrets", "warm scan (no change)", "hash large files", "git status --porcelain"] {
+        assert!(text.contains(row), "missing {row:?} in:\n{text}");
+    }
+}
