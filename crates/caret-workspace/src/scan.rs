@@ -115,8 +115,10 @@ impl Scanner {
     /// A scanner with the given walk options and chunker.
     #[allow(clippy::expect_used)]
     pub fn new(walk: WalkConfig, chunker: Chunker, depth: Depth) -> Self {
-        let generated = Regex::new(r"(?i-u)(@generated\b|code generated .{0,80}do not edit|auto-?generated .{0,80}do not (edit|modify))")
-            .expect("the generated-file marker is a valid regex (every scan test builds it)");
+        let generated = Regex::new(
+            r"(?i-u)(@generated\b|code generated .{0,80}do not edit|auto-?generated .{0,80}do not (edit|modify))",
+        )
+        .expect("the generated-file marker is a valid regex (every scan test builds it)");
         Scanner { walk, chunker, secrets: SecretScanner::new(), depth, generated }
     }
 

@@ -45,14 +45,16 @@ pub const RULES: &[(&str, &str)] = &[
     ("generic-secret", "password/secret/token/api_key assigned a high-entropy literal"),
 ];
 
-const KEY_WORDS: &str =
-    r"(?:password|passwd|passphrase|pwd|secret|token|api[_-]?key|apikey|access[_-]?key|auth[_-]?key|private[_-]?key|client[_-]?secret|credentials?)";
+const KEY_WORDS: &str = r"(?:password|passwd|passphrase|pwd|secret|token|api[_-]?key|apikey|access[_-]?key|auth[_-]?key|private[_-]?key|client[_-]?secret|credentials?)";
 
 fn always(_: &Captures<'_>) -> bool {
     true
 }
 
-fn patterns() -> Vec<(&'static str, String, usize, fn(&Captures<'_>) -> bool)> {
+/// A rule before compilation: id, pattern, capture group of the value, validation.
+type RuleSpec = (&'static str, String, usize, fn(&Captures<'_>) -> bool);
+
+fn patterns() -> Vec<RuleSpec> {
     vec![
         (
             "private-key",
@@ -160,9 +162,26 @@ fn is_random(value: &[u8], min_entropy: f64, min_classes: usize) -> bool {
 }
 
 const PLACEHOLDER_WORDS: &[&str] = &[
-    "example", "placeholder", "your", "xxxx", "****", "changeme", "change_me", "dummy", "redacted",
-    "sample", "replace", "insert", "todo", "fixme", "secret_here", "token_here", "notreal",
-    "fake", "test1234", "12345678",
+    "example",
+    "placeholder",
+    "your",
+    "xxxx",
+    "****",
+    "changeme",
+    "change_me",
+    "dummy",
+    "redacted",
+    "sample",
+    "replace",
+    "insert",
+    "todo",
+    "fixme",
+    "secret_here",
+    "token_here",
+    "notreal",
+    "fake",
+    "test1234",
+    "12345678",
 ];
 
 /// Whether a value is a template, an environment reference or an obvious stand-in.
@@ -190,11 +209,47 @@ fn is_stand_in_password(value: &[u8]) -> bool {
 fn key_name_is_secret(name: &[u8]) -> bool {
     let lower = name.to_ascii_lowercase();
     const NOT_SECRET: &[&str] = &[
-        "type", "name", "field", "path", "file", "url", "uri", "len", "length", "count", "size",
-        "prefix", "suffix", "format", "regex", "pattern", "label", "hint", "placeholder",
-        "input", "header", "env", "var", "param", "kind", "limit", "max", "min", "budget",
-        "tokenizer", "expires", "expiry", "ttl", "endpoint", "policy", "id_", "_id", "hash",
-        "salt", "digest", "version",
+        "type",
+        "name",
+        "field",
+        "path",
+        "file",
+        "url",
+        "uri",
+        "len",
+        "length",
+        "count",
+        "size",
+        "prefix",
+        "suffix",
+        "format",
+        "regex",
+        "pattern",
+        "label",
+        "hint",
+        "placeholder",
+        "input",
+        "header",
+        "env",
+        "var",
+        "param",
+        "kind",
+        "limit",
+        "max",
+        "min",
+        "budget",
+        "tokenizer",
+        "expires",
+        "expiry",
+        "ttl",
+        "endpoint",
+        "policy",
+        "id_",
+        "_id",
+        "hash",
+        "salt",
+        "digest",
+        "version",
     ];
     !NOT_SECRET.iter().any(|w| lower.windows(w.len()).any(|win| win == w.as_bytes()))
 }
@@ -240,7 +295,8 @@ impl SecretScanner {
             .into_iter()
             .map(|(id, pattern, group, validate)| Rule {
                 id,
-                regex: Regex::new(&format!("(?-u){pattern}")).expect("built-in secret rules are valid regexes (a unit test builds them)"),
+                regex: Regex::new(&format!("(?-u){pattern}"))
+                    .expect("built-in secret rules are valid regexes (a unit test builds them)"),
                 group,
                 validate,
             })

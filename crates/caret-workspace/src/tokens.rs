@@ -101,11 +101,7 @@ pub struct WordPiece {
 
 impl WordPiece {
     /// Builds a counter from vocabulary entries.
-    pub fn new<'a>(
-        vocab: impl IntoIterator<Item = &'a str>,
-        continuing_prefix: &str,
-        lowercase: bool,
-    ) -> Self {
+    pub fn new<'a>(vocab: impl IntoIterator<Item = &'a str>, continuing_prefix: &str, lowercase: bool) -> Self {
         let mut initial = HashSet::new();
         let mut continuation = HashSet::new();
         let mut hasher = blake3::Hasher::new();
@@ -123,14 +119,7 @@ impl WordPiece {
             }
         }
         let digest = hasher.finalize().to_hex()[..16].to_owned();
-        WordPiece {
-            initial,
-            continuation,
-            lowercase,
-            strip_accents: lowercase,
-            max_chars_per_word: 100,
-            digest,
-        }
+        WordPiece { initial, continuation, lowercase, strip_accents: lowercase, max_chars_per_word: 100, digest }
     }
 
     /// Loads the tokenizer of a model directory: `tokenizer.json` if present, else
@@ -149,16 +138,13 @@ impl WordPiece {
     pub fn from_tokenizer_json(path: &Path) -> Result<Self> {
         let bad = |reason: String| Error::Tokenizer { path: path.to_path_buf(), reason };
         let text = std::fs::read_to_string(path).map_err(|e| Error::io("reading", path, e))?;
-        let json: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| bad(format!("invalid JSON: {e}")))?;
+        let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(format!("invalid JSON: {e}")))?;
         let model = &json["model"];
         let kind = model["type"].as_str().unwrap_or("<missing>");
         if kind != "WordPiece" {
             return Err(bad(format!("model type {kind} is not supported, only WordPiece")));
         }
-        let vocab = model["vocab"]
-            .as_object()
-            .ok_or_else(|| bad("model.vocab is not an object".to_owned()))?;
+        let vocab = model["vocab"].as_object().ok_or_else(|| bad("model.vocab is not an object".to_owned()))?;
         let prefix = model["continuing_subword_prefix"].as_str().unwrap_or("##");
         let normalizer = &json["normalizer"];
         let lowercase = normalizer["lowercase"].as_bool().unwrap_or(false);
@@ -180,11 +166,8 @@ impl WordPiece {
             let set = if start == 0 { &self.initial } else { &self.continuation };
             let rest = &word[start..];
             // Greedy longest match, shrinking one character at a time.
-            let found = rest
-                .char_indices()
-                .map(|(i, c)| i + c.len_utf8())
-                .rev()
-                .find(|end| set.contains(&rest[..*end]));
+            let found =
+                rest.char_indices().map(|(i, c)| i + c.len_utf8()).rev().find(|end| set.contains(&rest[..*end]));
             match found {
                 Some(end) => {
                     count += 1;
@@ -202,10 +185,10 @@ impl TokenCounter for WordPiece {
         let mut n = 0;
         let needs_normalising = self.lowercase || self.strip_accents;
         for_each_word(text, |w| {
-            if needs_normalising && !(w.is_ascii() && !w.bytes().any(|b| b.is_ascii_uppercase())) {
+            let plain = w.is_ascii() && !w.bytes().any(|b| b.is_ascii_uppercase());
+            if needs_normalising && !plain {
                 let mut norm = String::with_capacity(w.len());
-                let lowered: String =
-                    if self.lowercase { w.to_lowercase() } else { w.to_owned() };
+                let lowered: String = if self.lowercase { w.to_lowercase() } else { w.to_owned() };
                 if self.strip_accents {
                     norm.extend(lowered.nfd().filter(|c| !is_mark(*c)));
                 } else {

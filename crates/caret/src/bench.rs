@@ -101,7 +101,11 @@ fn bench_scan(config: &Config, path: &Path, runs: usize) -> anyhow::Result<ExitC
             files: report.files.len() + report.skipped.len(),
             bytes: report.stats.bytes_read,
             peak: peak_rss(),
-            note: format!("{} read, {} cached", thousands(report.stats.files_read as u64), thousands(report.stats.cache_hits as u64)),
+            note: format!(
+                "{} read, {} cached",
+                thousands(report.stats.files_read as u64),
+                thousands(report.stats.cache_hits as u64)
+            ),
         };
         Ok((row, report))
     };

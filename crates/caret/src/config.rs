@@ -113,7 +113,8 @@ impl Config {
             config.scan.max_file_size = Size(parse_size(&v).context("CARET_SCAN_MAX_FILE_SIZE")?);
         }
         if let Some(v) = env("CARET_CHUNK_MAX_TOKENS") {
-            config.chunk.max_tokens = v.parse().with_context(|| format!("CARET_CHUNK_MAX_TOKENS={v:?} is not a number"))?;
+            config.chunk.max_tokens =
+                v.parse().with_context(|| format!("CARET_CHUNK_MAX_TOKENS={v:?} is not a number"))?;
         }
         if let Some(v) = env("CARET_CHUNK_TOKENIZER") {
             config.chunk.tokenizer = Some(PathBuf::from(v));

@@ -35,7 +35,8 @@ pub fn run(config: &Config, args: ScanArgs) -> anyhow::Result<ExitCode> {
     if let Some(size) = args.max_file_size {
         config.scan.max_file_size = Size(size);
     }
-    let root = std::fs::canonicalize(&args.path).with_context(|| format!("opening workspace {}", args.path.display()))?;
+    let root =
+        std::fs::canonicalize(&args.path).with_context(|| format!("opening workspace {}", args.path.display()))?;
     let scanner = Scanner::new(config.walk_config(), config.chunker()?, Depth::Full);
     let cache_path = config.workspace_state_dir(&root).join("scan-cache.bin");
     let mut cache = if args.no_cache { StatCache::default() } else { StatCache::load(&cache_path) };
@@ -105,19 +106,16 @@ fn print_human(report: &ScanReport, explain: bool) {
         .filter(|(_, n)| **n > 0)
         .map(|(k, n)| format!("{} {}", thousands(*n as u64), k.replace('-', " ")))
         .collect();
-    if report.withheld() > 0 {
-        if let Some(p) = parts.iter_mut().find(|p| p.ends_with(" secret")) {
-            p.push_str(&format!(" ({} chunks withheld)", report.withheld()));
-        }
+    if report.withheld() > 0
+        && let Some(p) = parts.iter_mut().find(|p| p.ends_with(" secret"))
+    {
+        p.push_str(&format!(" ({} chunks withheld)", report.withheld()));
     }
     println!("  skipped    {}", if parts.is_empty() { "nothing".to_owned() } else { parts.join(", ") });
     match &report.changes {
-        Some(c) => println!(
-            "  changes    +{} ~{} -{} since the last scan",
-            c.added.len(),
-            c.modified.len(),
-            c.deleted.len()
-        ),
+        Some(c) => {
+            println!("  changes    +{} ~{} -{} since the last scan", c.added.len(), c.modified.len(), c.deleted.len())
+        }
         None => println!("  changes    first scan"),
     }
     println!(
@@ -149,7 +147,7 @@ pub fn thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

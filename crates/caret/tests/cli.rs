@@ -76,21 +76,32 @@ fn explain_lists_reasons_and_secret_locations_but_never_the_secret() {
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
     for expected in [
-        "build/", "ignored by .gitignore: build/",
-        "app.log", "ignored by .gitignore: *.log",
-        "private/", "ignored by .caretignore: private/",
-        ".env", "default exclude (sensitive)",
-        ".git/", "default exclude (vcs)",
-        "big.txt", "too large: 3000 bytes > 2048",
-        "image.bin2", "binary: NUL byte",
-        "src/keys.py:1", "aws-access-key-id",
+        "build/",
+        "ignored by .gitignore: build/",
+        "app.log",
+        "ignored by .gitignore: *.log",
+        "private/",
+        "ignored by .caretignore: private/",
+        ".env",
+        "default exclude (sensitive)",
+        ".git/",
+        "default exclude (vcs)",
+        "big.txt",
+        "too large: 3000 bytes > 2048",
+        "image.bin2",
+        "binary: NUL byte",
+        "src/keys.py:1",
+        "aws-access-key-id",
     ] {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
     assert!(!text.contains(KEY), "the secret itself must never be printed");
     let json = caret(&home, &["scan", dir.path().to_str().unwrap(), "--explain", "--json"]);
     let v: Value = serde_json::from_slice(&json.stdout).unwrap();
-    assert_eq!(v["explain"]["secrets"], serde_json::json!([{"path": "src/keys.py", "line": 1, "rule": "aws-access-key-id"}]));
+    assert_eq!(
+        v["explain"]["secrets"],
+        serde_json::json!([{"path": "src/keys.py", "line": 1, "rule": "aws-access-key-id"}])
+    );
     assert!(!stdout(&json).contains(KEY));
 }
 
@@ -163,7 +174,13 @@ fn bench_scan_prints_figures() {
     let out = caret(&home, &["bench", "scan", dir.path().to_str().unwrap(), "--runs", "2"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
-    for row in ["cold scan, hash only", "cold scan, hash+chunk+secrets", "warm scan (no change)", "hash large files", "git status --porcelain"] {
+    for row in [
+        "cold scan, hash only",
+        "cold scan, hash+chunk+secrets",
+        "warm scan (no change)",
+        "hash large files",
+        "git status --porcelain",
+    ] {
         assert!(text.contains(row), "missing {row:?} in:\n{text}");
     }
 }

@@ -139,7 +139,8 @@ impl Chunker {
                     let normalized = text[r.bytes.clone()].split_whitespace().collect::<Vec<_>>().join(" ");
                     r.context.retain(|h| !contains_header(&normalized, h));
                 }
-                let (start_line, end_line) = (lines.row_of(r.bytes.start), lines.row_of(r.bytes.end.saturating_sub(1).max(r.bytes.start)));
+                let (start_line, end_line) =
+                    (lines.row_of(r.bytes.start), lines.row_of(r.bytes.end.saturating_sub(1).max(r.bytes.start)));
                 let context_tokens: usize = r.context.iter().map(|c| self.counter.count(c)).sum();
                 let body = &text[r.bytes.clone()];
                 let tokens = self.counter.count(body) + context_tokens + self.counter.special_tokens();
@@ -356,7 +357,13 @@ impl<'a, 't> Cx<'a, 't> {
             start = end_row + 1;
         }
         if start <= last {
-            segs.push(Seg { first: start, last, how: Descend::Lines, starts_definition: false, attaches_to_next: false });
+            segs.push(Seg {
+                first: start,
+                last,
+                how: Descend::Lines,
+                starts_definition: false,
+                attaches_to_next: false,
+            });
         }
         if segs.len() == 1 && matches!(segs[0].how, Descend::Node(n) if n.child_count() == 0) {
             segs[0].how = Descend::Lines;
@@ -531,7 +538,13 @@ impl<'a, 't> Cx<'a, 't> {
         let mut start = first;
         for row in first..=last {
             if row > start && self.lines.is_blank(row) && !self.lines.is_blank(row - 1) {
-                segs.push(Seg { first: start, last: row - 1, how: Descend::Lines, starts_definition: false, attaches_to_next: false });
+                segs.push(Seg {
+                    first: start,
+                    last: row - 1,
+                    how: Descend::Lines,
+                    starts_definition: false,
+                    attaches_to_next: false,
+                });
                 start = row;
             }
         }
@@ -650,7 +663,11 @@ fn merge_small(raw: Vec<Raw>, min: usize, budget: impl Fn(&Raw) -> usize, text: 
     for r in raw {
         if let Some(small) = pending_small.take() {
             if r.context.starts_with(&small.context) && small.tokens + r.tokens <= budget(&r) {
-                out.push(Raw { bytes: small.bytes.start..r.bytes.end, context: r.context, tokens: small.tokens + r.tokens });
+                out.push(Raw {
+                    bytes: small.bytes.start..r.bytes.end,
+                    context: r.context,
+                    tokens: small.tokens + r.tokens,
+                });
                 continue;
             }
             out.push(small);

@@ -584,7 +584,10 @@ fn chunks_record_metadata_and_stable_hashes() {
     let text = "fn a() {}\n";
     let c = chunker(64, 16).chunk(&RelPath::from_bytes("src/lib.rs"), text);
     assert_eq!(c.len(), 1);
-    assert_eq!((c[0].language, c[0].kind, c[0].bytes.clone(), c[0].start_line, c[0].end_line), (Language::Rust, FileKind::Code, 0..9, 1, 1));
+    assert_eq!(
+        (c[0].language, c[0].kind, c[0].bytes.clone(), c[0].start_line, c[0].end_line),
+        (Language::Rust, FileKind::Code, 0..9, 1, 1)
+    );
     let again = chunker(64, 16).chunk(&RelPath::from_bytes("other/place.rs"), text);
     assert_eq!(c[0].hash, again[0].hash, "the hash depends on content, not on the path");
     let t = chunker(64, 16).chunk(&RelPath::from_bytes("tests/it.rs"), text);

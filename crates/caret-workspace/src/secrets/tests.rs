@@ -38,11 +38,7 @@ fn every_rule_has_a_true_positive_and_a_near_miss() {
         "GITHUB = \"ghp_R4nd0mT0k3nV4lu3AbCdEfGhIjKlMnOpQrSt\"\n",
         "if token.starts_with(\"ghp_\") && token.len() == 40 { classic(token) }\n",
     );
-    check(
-        "gitlab-token",
-        "gitlab_token: glpat-Xy7Zq2Vb9Nm4Lk8Jh3Gf\n",
-        "const PREFIX: &str = \"glpat-\";\n",
-    );
+    check("gitlab-token", "gitlab_token: glpat-Xy7Zq2Vb9Nm4Lk8Jh3Gf\n", "const PREFIX: &str = \"glpat-\";\n");
     check(
         "slack-token",
         "let bot = \"xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx\";\n",
@@ -73,11 +69,7 @@ fn every_rule_has_a_true_positive_and_a_near_miss() {
         "DATABASE_URL = \"postgres://app:S3cr3tPa55w0rd@db.internal:5432/app\"\n",
         "DATABASE_URL = \"postgres://app:${DB_PASSWORD}@db.internal:5432/app\"\n",
     );
-    check(
-        "generic-secret",
-        "api_key = \"Zx9Qm2Lr7Tp4Vw8Ks3Nb\"\n",
-        "api_key = \"your-api-key-here-1234\"\n",
-    );
+    check("generic-secret", "api_key = \"Zx9Qm2Lr7Tp4Vw8Ks3Nb\"\n", "api_key = \"your-api-key-here-1234\"\n");
     check(
         "generic-secret",
         "let body = \"{\\\"client_secret\\\": \\\"hK8mP2vL9qR4xT7w\\\"}\";\n",

@@ -11,7 +11,8 @@ fn config() -> WalkConfig {
 
 /// Renders a walk as `+ kept` and `- skipped  reason` lines, sorted by path.
 fn render(out: &WalkOutput) -> String {
-    let mut lines: Vec<(String, String)> = out.files.iter().map(|f| (f.path.to_string(), format!("+ {}", f.path))).collect();
+    let mut lines: Vec<(String, String)> =
+        out.files.iter().map(|f| (f.path.to_string(), format!("+ {}", f.path))).collect();
     for s in &out.skipped {
         let slash = if s.is_dir { "/" } else { "" };
         lines.push((s.path.to_string(), format!("- {}{slash}  {}", s.path, s.reason)));
@@ -112,9 +113,20 @@ fn default_excludes_by_family() {
     let dir = TempDir::new();
     dir.git_init();
     for f in [
-        ".env", ".env.production", "deploy/id_rsa", "certs/server.pem", "package-lock.json", "Cargo.lock",
-        "static/app.min.js", "static/app.js.map", "api/service.pb.go", "api/service_pb2.py", "src/lib.rs",
-        "target/debug/build.rs", "logo.png", "terraform.tfstate",
+        ".env",
+        ".env.production",
+        "deploy/id_rsa",
+        "certs/server.pem",
+        "package-lock.json",
+        "Cargo.lock",
+        "static/app.min.js",
+        "static/app.js.map",
+        "api/service.pb.go",
+        "api/service_pb2.py",
+        "src/lib.rs",
+        "target/debug/build.rs",
+        "logo.png",
+        "terraform.tfstate",
     ] {
         dir.write(f, "x\n");
     }
