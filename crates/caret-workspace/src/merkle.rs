@@ -28,24 +28,17 @@ impl Node {
         }
     }
 
-    fn empty_dir() -> Node {
-        Node::Dir { hash: ContentHash::default(), children: BTreeMap::new() }
-    }
-
-    /// Recomputes directory hashes below and at this node.
-    fn rehash(&mut self) {
-        if let Node::Dir { hash, children } = self {
-            let mut hasher = blake3::Hasher::new();
-            hasher.update(b"caret-merkle-dir-v1\0");
-            for (name, child) in children.iter_mut() {
-                child.rehash();
-                hasher.update(&[u8::from(matches!(child, Node::Dir { .. }))]);
-                hasher.update(&u32::try_from(name.len()).unwrap_or(u32::MAX).to_le_bytes());
-                hasher.update(name);
-                hasher.update(&child.hash().0);
-            }
-            *hash = hasher.finalize().into();
+    /// A directory node with its hash computed from `children`.
+    fn dir(children: BTreeMap<Vec<u8>, Node>) -> Node {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(b"caret-merkle-dir-v1\0");
+        for (name, child) in &children {
+            hasher.update(&[u8::from(matches!(child, Node::Dir { .. }))]);
+            hasher.update(&u32::try_from(name.len()).unwrap_or(u32::MAX).to_le_bytes());
+            hasher.update(name);
+            hasher.update(&child.hash().0);
         }
+        Node::Dir { hash: hasher.finalize().into(), children }
     }
 }
 
@@ -58,20 +51,36 @@ pub struct MerkleTree {
 
 impl Default for MerkleTree {
     fn default() -> Self {
-        Self::from_files(std::iter::empty())
+        Self::from_files(std::iter::empty::<(RelPath, ContentHash)>())
     }
 }
 
 impl MerkleTree {
     /// Builds a tree from `(path, content hash)` pairs.
-    pub fn from_files(files: impl IntoIterator<Item = (RelPath, ContentHash)>) -> Self {
-        let mut root = Node::empty_dir();
-        for (path, hash) in files {
-            insert(&mut root, &path, hash);
+    ///
+    /// For a repeated path the last pair wins; where a path is both a file and a directory's
+    /// prefix (`a` and `a/b`), the directory wins.
+    pub fn from_files<P: std::borrow::Borrow<RelPath>>(files: impl IntoIterator<Item = (P, ContentHash)>) -> Self {
+        let mut items: Vec<(P, ContentHash)> = files.into_iter().collect();
+        // Path order is segment order, which keeps each directory's entries together; the
+        // stable sort keeps the last of equal paths last (and is linear on sorted input).
+        if !items.is_sorted_by(|a, b| a.0.borrow() <= b.0.borrow()) {
+            items.sort_by(|a, b| a.0.borrow().cmp(b.0.borrow()));
         }
-        root.rehash();
-        let files = count_files(&root);
-        MerkleTree { root, files }
+        let mut deduped: Vec<(&[u8], ContentHash)> = Vec::with_capacity(items.len());
+        for (path, hash) in &items {
+            let path: &RelPath = path.borrow();
+            if path.is_root() {
+                continue;
+            }
+            match deduped.last_mut() {
+                Some(last) if last.0 == path.as_bytes() => last.1 = *hash,
+                _ => deduped.push((path.as_bytes(), *hash)),
+            }
+        }
+        let mut count = 0;
+        let root = build(&deduped, 0, &mut count);
+        MerkleTree { root, files: count }
     }
 
     /// The root hash.
@@ -114,31 +123,32 @@ impl MerkleTree {
     }
 }
 
-fn count_files(node: &Node) -> usize {
-    match node {
-        Node::File(_) => 1,
-        Node::Dir { children, .. } => children.values().map(count_files).sum(),
+/// Builds the directory holding `items`, whose paths share their first `offset` bytes and
+/// are sorted by segments.
+fn build(items: &[(&[u8], ContentHash)], offset: usize, count: &mut usize) -> Node {
+    let mut children = Vec::new();
+    let mut i = 0;
+    while i < items.len() {
+        let rest = &items[i].0[offset..];
+        let seg = &rest[..memchr::memchr(b'/', rest).unwrap_or(rest.len())];
+        let in_group = |path: &[u8]| {
+            let r = &path[offset..];
+            r.starts_with(seg) && (r.len() == seg.len() || r[seg.len()] == b'/')
+        };
+        let end = i + items[i..].iter().take_while(|(p, _)| in_group(p)).count();
+        // Segment order puts a file `seg` before anything below `seg/`.
+        let leaf = (items[i].0.len() == offset + seg.len()).then_some(items[i].1);
+        let below = &items[i + usize::from(leaf.is_some())..end];
+        let node = if below.is_empty() {
+            *count += 1;
+            Node::File(leaf.unwrap_or_default())
+        } else {
+            build(below, offset + seg.len() + 1, count)
+        };
+        children.push((seg.to_vec(), node));
+        i = end;
     }
-}
-
-/// Inserts a file. A file replaces a directory of the same name and the other way round (the
-/// newer fact wins).
-fn insert(root: &mut Node, path: &RelPath, hash: ContentHash) {
-    let segments: Vec<&[u8]> = path.segments().collect();
-    let Some((last, dirs)) = segments.split_last() else { return };
-    let mut node = root;
-    for segment in dirs {
-        if !matches!(node, Node::Dir { .. }) {
-            *node = Node::empty_dir();
-        }
-        let Node::Dir { children, .. } = node else { return };
-        node = children.entry(segment.to_vec()).or_insert_with(Node::empty_dir);
-    }
-    if !matches!(node, Node::Dir { .. }) {
-        *node = Node::empty_dir();
-    }
-    let Node::Dir { children, .. } = node else { return };
-    children.insert(last.to_vec(), Node::File(hash));
+    Node::dir(children.into_iter().collect())
 }
 
 fn collect(node: &Node, at: &RelPath, out: &mut Vec<(RelPath, ContentHash)>) {
@@ -183,6 +193,7 @@ impl TreeDiff {
     /// Applies this diff to `old`, giving the new tree.
     pub fn apply(&self, old: &MerkleTree) -> MerkleTree {
         let mut files: BTreeMap<RelPath, ContentHash> = old.files().into_iter().collect();
+        // (BTreeMap iterates in path order, which is what from_files expects.)
         for path in &self.deleted {
             files.remove(path);
         }

@@ -7,8 +7,30 @@ use std::path::{Path, PathBuf};
 ///
 /// File names need not be UTF-8; [`fmt::Display`] renders them lossily, while the bytes are
 /// kept exactly for hashing, caching and, later, obfuscation.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+///
+/// Paths order as a tree does: segment by segment, so a directory's entries stay together
+/// (`a`, `a/b`, `a-b` rather than the byte order `a`, `a-b`, `a/b`).
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
 pub struct RelPath(Vec<u8>);
+
+impl Ord for RelPath {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        // Segment order is byte order with the separator below every other byte.
+        let key = |b: u8| if b == b'/' { 0 } else { b };
+        let (a, b) = (&self.0, &other.0);
+        let n = a.len().min(b.len());
+        match a[..n].iter().zip(&b[..n]).position(|(x, y)| x != y) {
+            Some(i) => key(a[i]).cmp(&key(b[i])),
+            None => a.len().cmp(&b.len()),
+        }
+    }
+}
+
+impl PartialOrd for RelPath {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
 
 impl RelPath {
     /// The root itself (the empty path).

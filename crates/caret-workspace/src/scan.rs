@@ -12,10 +12,10 @@ use rayon::prelude::*;
 use regex::bytes::Regex;
 
 use crate::chunk::{Chunk, Chunker};
-use crate::merkle::{self, MerkleTree, TreeDiff};
+use crate::merkle::{MerkleTree, TreeDiff};
 use crate::secrets::{Finding, SecretScanner};
 use crate::statcache::{Entry, Outcome, StatCache};
-use crate::walk::{self, DefaultRule, FileStat, SkipReason, Skipped, WalkConfig, WalkedFile};
+use crate::walk::{self, DefaultRule, FileStat, SkipReason, Skipped, WalkConfig, WalkOutput, WalkedFile};
 use crate::{ContentHash, Error, RelPath, Result};
 
 /// How much work a scan does per changed file.
@@ -55,6 +55,8 @@ pub struct ScanStats {
     pub bytes_read: u64,
     /// Wall time.
     pub elapsed: Duration,
+    /// Whether the stat cache changed (and so is worth saving).
+    pub cache_changed: bool,
 }
 
 /// The result of a scan.
@@ -106,9 +108,17 @@ pub struct Scanner {
     generated: Regex,
 }
 
-enum Processed {
-    Indexed(ScannedFile, Entry),
-    Skipped(Skipped, Option<Entry>),
+/// A file's outcome.
+enum Found {
+    File(ScannedFile),
+    Skip(Skipped),
+}
+
+/// A file read in this scan: its outcome and the cache entry to record (none for a file that
+/// could not be read, whose stale entry is dropped).
+struct Processed {
+    found: Found,
+    entry: Option<Entry>,
 }
 
 impl Scanner {
@@ -136,61 +146,91 @@ impl Scanner {
     pub fn scan(&self, root: &Path, cache: &mut StatCache) -> Result<ScanReport> {
         let started = Instant::now();
         let walked = walk::walk(root, &self.walk)?;
+        self.finish(started, root, walked, cache)
+    }
+
+    /// Scans `root` while `load` produces the stat cache (loading it from disk overlaps the
+    /// walk); returns the report and the updated cache.
+    pub fn scan_loading(
+        &self,
+        root: &Path,
+        load: impl FnOnce() -> StatCache + Send,
+    ) -> Result<(ScanReport, StatCache)> {
+        let started = Instant::now();
+        let (walked, mut cache) = rayon::join(|| walk::walk(root, &self.walk), load);
+        let report = self.finish(started, root, walked?, &mut cache)?;
+        Ok((report, cache))
+    }
+
+    fn finish(&self, started: Instant, root: &Path, walked: WalkOutput, cache: &mut StatCache) -> Result<ScanReport> {
+        tracing::debug!(elapsed_ms = started.elapsed().as_millis(), files = walked.files.len(), "walked");
         let root = std::fs::canonicalize(root).map_err(|e| Error::io("opening workspace root", root, e))?;
 
-        let previous = (!cache.entries.is_empty()).then(|| {
-            MerkleTree::from_files(cache.entries.iter().filter_map(|(p, e)| match &e.outcome {
-                Outcome::Indexed { hash, .. } => Some((p.clone(), *hash)),
-                _ => None,
-            }))
-        });
+        let first_scan = cache.entries.is_empty();
         let trusted = cache.fingerprint == self.fingerprint() && self.depth == Depth::Full;
 
-        let results: Vec<(Processed, bool, u64)> = walked
+        // Cache hits borrow their entry; only misses produce a new one.
+        let results: Vec<Option<Processed>> = walked
             .files
             .par_iter()
-            .map(|file| {
-                if trusted
-                    && let Some(entry) = cache.entries.get(&file.path)
-                    && entry.is_fresh(&file.stat)
-                {
-                    return (from_cache(file, entry.clone()), true, 0);
-                }
-                let size = file.stat.size;
-                (self.process(&root, file), false, size)
+            .map(|file| match cache.entries.get(&file.path) {
+                Some(entry) if trusted && entry.is_fresh(&file.stat) => None,
+                _ => Some(self.process(&root, file)),
             })
             .collect();
+        tracing::debug!(elapsed_ms = started.elapsed().as_millis(), "files processed");
 
         let mut stats = ScanStats::default();
         let mut files = Vec::with_capacity(results.len());
         let mut skipped = walked.skipped;
-        let mut entries = std::collections::HashMap::with_capacity(results.len());
-        for (processed, hit, bytes) in results {
-            if hit {
-                stats.cache_hits += 1;
-            } else {
-                stats.files_read += 1;
-                stats.bytes_read += bytes;
-            }
-            match processed {
-                Processed::Indexed(file, entry) => {
-                    entries.insert(file.path.clone(), entry);
-                    files.push(file);
-                }
-                Processed::Skipped(skip, entry) => {
-                    if let Some(entry) = entry {
-                        entries.insert(skip.path.clone(), entry);
+        let mut updates = Vec::new();
+        let walked_count = walked.files.len();
+        for (WalkedFile { path, stat }, result) in walked.files.into_iter().zip(results) {
+            let found = match result {
+                None => {
+                    stats.cache_hits += 1;
+                    match cache.entries.get(&path) {
+                        Some(entry) => from_cache(path, stat.size, entry),
+                        None => continue,
                     }
-                    skipped.push(skip);
                 }
+                Some(Processed { found, entry }) => {
+                    stats.files_read += 1;
+                    stats.bytes_read += stat.size;
+                    updates.push((path, entry));
+                    found
+                }
+            };
+            match found {
+                Found::File(f) => files.push(f),
+                Found::Skip(s) => skipped.push(s),
             }
         }
         skipped.sort_by(|a, b| a.path.cmp(&b.path));
-        let tree = MerkleTree::from_files(files.iter().map(|f| (f.path.clone(), f.hash)));
-        let changes = previous.map(|old| merkle::diff(&old, &tree));
+        tracing::debug!(elapsed_ms = started.elapsed().as_millis(), "gathered");
+        let changes = (!first_scan).then(|| changes_since(cache, &files));
+        tracing::debug!(elapsed_ms = started.elapsed().as_millis(), "changes");
+        let tree = MerkleTree::from_files(files.iter().map(|f| (&f.path, f.hash)));
+        tracing::debug!(elapsed_ms = started.elapsed().as_millis(), "tree built");
+
         if self.depth == Depth::Full {
-            cache.fingerprint = self.fingerprint();
-            cache.entries = entries;
+            if !trusted {
+                cache.entries.clear();
+                cache.fingerprint = self.fingerprint();
+            }
+            stats.cache_changed = !updates.is_empty() || !trusted;
+            for (path, entry) in updates {
+                match entry {
+                    Some(e) => cache.entries.insert(path, e),
+                    None => cache.entries.remove(&path),
+                };
+            }
+            if cache.entries.len() > walked_count {
+                let present: std::collections::HashSet<&RelPath> =
+                    files.iter().map(|f| &f.path).chain(skipped.iter().map(|s| &s.path)).collect();
+                cache.entries.retain(|p, _| present.contains(p));
+                stats.cache_changed = true;
+            }
         }
         stats.elapsed = started.elapsed();
         Ok(ScanReport { root, files, skipped, tree, changes, stats })
@@ -200,7 +240,10 @@ impl Scanner {
     fn process(&self, root: &Path, file: &WalkedFile) -> Processed {
         let abs = file.path.under(root);
         let read_at_ns = now_ns();
-        let skip = |reason| Processed::Skipped(Skipped { path: file.path.clone(), is_dir: false, reason }, None);
+        let skip = |reason| Processed {
+            found: Found::Skip(Skipped { path: file.path.clone(), is_dir: false, reason }),
+            entry: None,
+        };
         let (bytes, stat) = match read_stable(&abs, &file.stat, self.walk.max_file_size) {
             Ok(Read::Stable(bytes, stat)) => (bytes, stat),
             Ok(Read::Changing) => return skip(SkipReason::Changing),
@@ -211,7 +254,10 @@ impl Scanner {
         };
         let cached_skip = |reason: SkipReason, outcome| {
             let entry = Entry { stat, read_at_ns, outcome };
-            Processed::Skipped(Skipped { path: file.path.clone(), is_dir: false, reason }, Some(entry))
+            Processed {
+                found: Found::Skip(Skipped { path: file.path.clone(), is_dir: false, reason }),
+                entry: Some(entry),
+            }
         };
         let sniff = &bytes[..bytes.len().min(8000)];
         if memchr::memchr(0, sniff).is_some() {
@@ -243,7 +289,7 @@ impl Scanner {
             withheld: scanned.withheld,
             findings: scanned.findings.clone(),
         };
-        Processed::Indexed(scanned, Entry { stat, read_at_ns, outcome })
+        Processed { found: Found::File(scanned), entry: Some(Entry { stat, read_at_ns, outcome }) }
     }
 
     /// Chunks a file's text and finds its secrets. Chunks that overlap a finding must not be
@@ -269,29 +315,56 @@ fn overlaps_any(chunk: &Chunk, findings: &[Finding]) -> bool {
     findings.iter().any(|f| f.span.start < chunk.bytes.end && chunk.bytes.start < f.span.end)
 }
 
-fn from_cache(file: &WalkedFile, entry: Entry) -> Processed {
-    let path = file.path.clone();
+fn from_cache(path: RelPath, size: u64, entry: &Entry) -> Found {
     match &entry.outcome {
-        Outcome::Indexed { hash, chunks, withheld, findings } => {
-            let scanned = ScannedFile {
-                path,
-                size: file.stat.size,
-                hash: *hash,
-                chunks: *chunks,
-                withheld: *withheld,
-                findings: findings.clone(),
-            };
-            Processed::Indexed(scanned, entry)
-        }
+        Outcome::Indexed { hash, chunks, withheld, findings } => Found::File(ScannedFile {
+            path,
+            size,
+            hash: *hash,
+            chunks: *chunks,
+            withheld: *withheld,
+            findings: findings.clone(),
+        }),
         Outcome::Binary { detail } => {
             let detail = if detail == "NUL byte" { "NUL byte" } else { "not UTF-8" };
-            Processed::Skipped(Skipped { path, is_dir: false, reason: SkipReason::Binary { detail } }, Some(entry))
+            Found::Skip(Skipped { path, is_dir: false, reason: SkipReason::Binary { detail } })
         }
         Outcome::Generated { marker } => {
             let reason = SkipReason::Excluded { rule: DefaultRule::Generated, pattern: format!("marker \"{marker}\"") };
-            Processed::Skipped(Skipped { path, is_dir: false, reason }, Some(entry))
+            Found::Skip(Skipped { path, is_dir: false, reason })
         }
     }
+}
+
+/// Changes between the files recorded in the cache and `files` (sorted by path), by a flat
+/// comparison: cheaper than building the previous tree when both sides are at hand.
+fn changes_since(cache: &StatCache, files: &[ScannedFile]) -> TreeDiff {
+    let mut diff = TreeDiff::default();
+    let mut matched = 0;
+    for f in files {
+        match cache.entries.get(&f.path).map(|e| &e.outcome) {
+            Some(Outcome::Indexed { hash, .. }) => {
+                matched += 1;
+                if *hash != f.hash {
+                    diff.modified.push((f.path.clone(), f.hash));
+                }
+            }
+            _ => diff.added.push((f.path.clone(), f.hash)),
+        }
+        diff.visited += 1;
+    }
+    let indexed_before = cache.entries.values().filter(|e| matches!(e.outcome, Outcome::Indexed { .. })).count();
+    if indexed_before > matched {
+        let now: std::collections::HashSet<&RelPath> = files.iter().map(|f| &f.path).collect();
+        diff.deleted = cache
+            .entries
+            .iter()
+            .filter(|(p, e)| matches!(e.outcome, Outcome::Indexed { .. }) && !now.contains(p))
+            .map(|(p, _)| p.clone())
+            .collect();
+        diff.deleted.sort();
+    }
+    diff
 }
 
 enum Read {

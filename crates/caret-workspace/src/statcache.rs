@@ -6,7 +6,6 @@
 //! The file format is a small versioned binary with a BLAKE3 checksum; a cache that fails to
 //! load for any reason is discarded with a warning and rebuilt, never trusted in part.
 
-use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::Path;
 
@@ -63,6 +62,9 @@ impl Entry {
     }
 }
 
+/// A map keyed by path with a fast hasher (paths are not attacker-chosen here).
+pub type PathMap<V> = std::collections::HashMap<RelPath, V, rustc_hash::FxBuildHasher>;
+
 /// The cache of one workspace.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StatCache {
@@ -70,7 +72,7 @@ pub struct StatCache {
     /// another fingerprint keep their hashes but are not trusted for chunk facts.
     pub fingerprint: String,
     /// Entries by path.
-    pub entries: HashMap<RelPath, Entry>,
+    pub entries: PathMap<Entry>,
 }
 
 impl StatCache {
@@ -199,7 +201,7 @@ fn decode(bytes: &[u8]) -> Option<StatCache> {
     let mut r = Reader(&body[MAGIC.len()..]);
     let fingerprint = r.string()?;
     let count = r.u64()?;
-    let mut entries = HashMap::with_capacity(usize::try_from(count.min(1 << 24)).ok()?);
+    let mut entries = PathMap::with_capacity_and_hasher(usize::try_from(count.min(1 << 24)).ok()?, Default::default());
     for _ in 0..count {
         let path = RelPath::from_bytes(r.bytes()?);
         let stat = FileStat {
@@ -237,7 +239,7 @@ mod tests {
     use super::*;
 
     fn sample() -> StatCache {
-        let mut entries = HashMap::new();
+        let mut entries = PathMap::default();
         let stat = FileStat { size: 10, mtime_ns: 1_000, ctime_ns: 2_000, ino: 3, dev: 4, mode: 0o100644 };
         entries.insert(
             RelPath::from_bytes("src/a.rs"),

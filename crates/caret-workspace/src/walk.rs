@@ -321,94 +321,109 @@ const DEFAULTS: &[(DefaultRule, &[&str])] = &[
 ];
 
 /// Extensions of formats that are never text; skipped without being opened.
+/// Sorted (looked up by binary search).
 const BINARY_EXTENSIONS: &[&str] = &[
-    "png",
-    "jpg",
-    "jpeg",
-    "gif",
-    "bmp",
-    "ico",
-    "icns",
-    "webp",
-    "tif",
-    "tiff",
-    "psd",
-    "heic",
-    "avif",
-    "pdf",
-    "zip",
-    "gz",
-    "tgz",
-    "bz2",
-    "xz",
-    "zst",
     "7z",
-    "rar",
-    "tar",
-    "jar",
-    "war",
-    "ear",
-    "whl",
-    "so",
-    "dylib",
-    "dll",
-    "exe",
-    "o",
     "a",
-    "lib",
-    "obj",
-    "class",
-    "pyc",
-    "pyo",
-    "wasm",
-    "rlib",
-    "rmeta",
+    "arrow",
+    "avi",
+    "avif",
     "bin",
+    "bmp",
+    "bz2",
+    "class",
     "dat",
     "db",
-    "sqlite",
-    "sqlite3",
-    "woff",
-    "woff2",
-    "ttf",
-    "otf",
+    "deb",
+    "dll",
+    "dmg",
+    "doc",
+    "docx",
+    "dylib",
+    "ear",
     "eot",
+    "exe",
+    "flac",
+    "gguf",
+    "gif",
+    "gz",
+    "heic",
+    "icns",
+    "ico",
+    "iso",
+    "jar",
+    "jpeg",
+    "jpg",
+    "lib",
+    "m4a",
+    "mkv",
+    "mov",
     "mp3",
     "mp4",
-    "m4a",
-    "wav",
-    "flac",
-    "ogg",
-    "avi",
-    "mov",
-    "mkv",
-    "webm",
-    "iso",
-    "dmg",
-    "deb",
-    "rpm",
     "npy",
     "npz",
+    "o",
+    "obj",
+    "odt",
+    "ogg",
+    "onnx",
+    "otf",
+    "parquet",
+    "pdf",
+    "pkl",
+    "png",
+    "ppt",
+    "pptx",
+    "psd",
     "pt",
     "pth",
-    "onnx",
+    "pyc",
+    "pyo",
+    "rar",
+    "rlib",
+    "rmeta",
+    "rpm",
     "safetensors",
-    "gguf",
-    "parquet",
-    "arrow",
-    "pkl",
-    "xlsx",
-    "docx",
-    "pptx",
+    "so",
+    "sqlite",
+    "sqlite3",
+    "tar",
+    "tgz",
+    "tif",
+    "tiff",
+    "ttf",
+    "war",
+    "wasm",
+    "wav",
+    "webm",
+    "webp",
+    "whl",
+    "woff",
+    "woff2",
     "xls",
-    "doc",
-    "ppt",
-    "odt",
+    "xlsx",
+    "xz",
+    "zip",
+    "zst",
 ];
 
 /// Whether a file name's extension marks a binary format.
 pub fn has_binary_extension(path: &RelPath) -> bool {
-    path.extension().is_some_and(|e| BINARY_EXTENSIONS.contains(&e.as_str()))
+    let name = path.file_name();
+    match name.iter().rposition(|b| *b == b'.') {
+        Some(dot) if dot > 0 => {
+            let ext = &name[dot + 1..];
+            let mut lower = [0u8; 16];
+            if ext.len() > lower.len() {
+                return false;
+            }
+            for (l, b) in lower.iter_mut().zip(ext) {
+                *l = b.to_ascii_lowercase();
+            }
+            BINARY_EXTENSIONS.binary_search_by(|e| e.as_bytes().cmp(&lower[..ext.len()])).is_ok()
+        }
+        _ => false,
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -424,7 +439,22 @@ const IGNORE_FILES: &[(&str, Tier)] =
 /// Ignore files of one directory, linked to those of its ancestors.
 struct Level {
     matchers: Vec<(Tier, Gitignore)>,
+    /// Levels above the walked root match absolute paths; the others, root-relative ones.
+    absolute: bool,
     parent: Option<Arc<Level>>,
+}
+
+/// A path to match, relative to the walked root, with its absolute form made on demand.
+struct Candidate<'p> {
+    rel: &'p Path,
+    root: &'p Path,
+    abs: std::cell::OnceCell<PathBuf>,
+}
+
+impl Candidate<'_> {
+    fn abs(&self) -> &Path {
+        self.abs.get_or_init(|| self.root.join(self.rel))
+    }
 }
 
 enum Verdict {
@@ -447,13 +477,15 @@ fn decision(m: Match<&ignore::gitignore::Glob>, root: &Path) -> Option<Verdict> 
 }
 
 impl Level {
-    fn matched(&self, tier: Tier, path: &Path, is_dir: bool, root: &Path) -> Option<Verdict> {
+    fn matched(&self, tier: Tier, path: &Candidate<'_>, is_dir: bool) -> Option<Verdict> {
         let mut level = Some(self);
         while let Some(l) = level {
             for (t, gi) in &l.matchers {
-                if *t == tier
-                    && let Some(v) = decision(gi.matched(path, is_dir), root)
-                {
+                if *t != tier {
+                    continue;
+                }
+                let p = if l.absolute { path.abs() } else { path.rel };
+                if let Some(v) = decision(gi.matched(p, is_dir), path.root) {
                     return Some(v);
                 }
             }
@@ -476,19 +508,63 @@ fn build_ignore(dir: &Path, files: &[PathBuf]) -> Gitignore {
     })
 }
 
-fn level_for(dir: &Path, present: impl Fn(&str) -> bool, parent: Option<Arc<Level>>) -> Option<Arc<Level>> {
+/// The ignore files present in `dir`, as matchers rooted at `match_root` (the directory as
+/// paths given to the matchers spell it).
+fn level_for(
+    dir: &Path,
+    match_root: &Path,
+    absolute: bool,
+    present: impl Fn(&str) -> bool,
+    parent: Option<Arc<Level>>,
+) -> Option<Arc<Level>> {
     let matchers: Vec<(Tier, Gitignore)> = IGNORE_FILES
         .iter()
         .filter(|(name, _)| present(name))
-        .map(|(name, tier)| (*tier, build_ignore(dir, &[dir.join(name)])))
+        .map(|(name, tier)| (*tier, build_ignore(match_root, &[dir.join(name)])))
         .collect();
-    if matchers.is_empty() { parent } else { Some(Arc::new(Level { matchers, parent })) }
+    if matchers.is_empty() { parent } else { Some(Arc::new(Level { matchers, absolute, parent })) }
+}
+
+/// All default excludes in one matcher, with each pattern's family.
+struct Defaults {
+    matcher: Gitignore,
+    families: std::collections::HashMap<&'static str, DefaultRule>,
+}
+
+impl Defaults {
+    fn new() -> Defaults {
+        let mut builder = GitignoreBuilder::new("");
+        let mut families = std::collections::HashMap::new();
+        for (rule, patterns) in DEFAULTS {
+            for p in *patterns {
+                if let Err(err) = builder.add_line(None, p) {
+                    tracing::warn!(pattern = p, error = %err, "bad default exclude");
+                }
+                families.insert(*p, *rule);
+            }
+        }
+        let matcher = builder.build().unwrap_or_else(|err| {
+            tracing::error!(error = %err, "default excludes could not be built");
+            Gitignore::empty()
+        });
+        Defaults { matcher, families }
+    }
+
+    fn matched(&self, rel: &Path, is_dir: bool) -> Option<SkipReason> {
+        match self.matcher.matched(rel, is_dir) {
+            Match::Ignore(glob) => {
+                let rule = self.families.get(glob.original()).copied().unwrap_or(DefaultRule::Vendor);
+                Some(SkipReason::Excluded { rule, pattern: glob.original().to_owned() })
+            }
+            _ => None,
+        }
+    }
 }
 
 struct Walker<'a> {
     root: &'a Path,
     config: &'a WalkConfig,
-    defaults: Vec<(DefaultRule, Gitignore)>,
+    defaults: Option<Defaults>,
     /// `.git/info/exclude` and the global excludes, in that order.
     repo_excludes: Vec<Gitignore>,
     files: Mutex<Vec<WalkedFile>>,
@@ -503,22 +579,7 @@ pub fn walk(root: &Path, config: &WalkConfig) -> Result<WalkOutput> {
     }
     fs::read_dir(&root).map_err(|e| Error::io("reading directory", &root, e))?;
 
-    let defaults = if config.default_excludes {
-        DEFAULTS
-            .iter()
-            .map(|(rule, patterns)| {
-                let mut b = GitignoreBuilder::new(&root);
-                for p in *patterns {
-                    if let Err(err) = b.add_line(None, p) {
-                        tracing::warn!(pattern = p, error = %err, "bad default exclude");
-                    }
-                }
-                (*rule, b.build().unwrap_or_else(|_| Gitignore::empty()))
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let defaults = config.default_excludes.then(Defaults::new);
 
     let (parents, repo_excludes) = repository_context(&root, config.global_excludes.as_deref());
     let walker = Walker {
@@ -547,7 +608,7 @@ fn repository_context(root: &Path, global: Option<&Path>) -> (Option<Arc<Level>>
         let mut above: Vec<&Path> = root.ancestors().skip(1).take_while(|d| d.starts_with(top)).collect();
         above.reverse();
         for dir in above {
-            parents = level_for(dir, |name| dir.join(name).is_file(), parents);
+            parents = level_for(dir, dir, true, |name| dir.join(name).is_file(), parents);
         }
     }
     let base = top.unwrap_or(root);
@@ -584,10 +645,13 @@ impl<'a> Walker<'a> {
 
     fn walk_dir<'s>(&'s self, scope: &rayon::Scope<'s>, abs: PathBuf, rel: RelPath, level: Option<Arc<Level>>) {
         let mut skipped = Vec::new();
-        let entries: Vec<DirEntry> = match fs::read_dir(&abs) {
+        let entries: Vec<(DirEntry, std::ffi::OsString)> = match fs::read_dir(&abs) {
             Ok(rd) => rd
                 .filter_map(|e| match e {
-                    Ok(e) => Some(e),
+                    Ok(e) => {
+                        let name = e.file_name();
+                        Some((e, name))
+                    }
                     Err(err) => {
                         tracing::warn!(dir = %rel, error = %err, "reading a directory entry");
                         None
@@ -600,7 +664,7 @@ impl<'a> Walker<'a> {
                 return;
             }
         };
-        let has = |name: &str| entries.iter().any(|e| e.file_name() == name);
+        let has = |name: &str| entries.iter().any(|(_, n)| n == name);
         if !rel.is_root() && self.config.default_excludes && has("CACHEDIR.TAG") {
             let reason = SkipReason::Excluded { rule: DefaultRule::CacheDir, pattern: "CACHEDIR.TAG".to_owned() };
             self.skip(&mut skipped, rel, true, reason);
@@ -609,15 +673,15 @@ impl<'a> Walker<'a> {
         }
         let level = level_for(
             &abs,
-            |name| entries.iter().any(|e| e.file_name() == name && e.file_type().is_ok_and(|t| t.is_file())),
+            rel.as_path(),
+            false,
+            |name| entries.iter().any(|(e, n)| n == name && e.file_type().is_ok_and(|t| t.is_file())),
             level,
         );
 
         let mut files = Vec::new();
-        for entry in entries {
-            let name = entry.file_name();
+        for (entry, name) in entries {
             let child_rel = rel.join(&name);
-            let child_abs = entry.path();
             let file_type = match entry.file_type() {
                 Ok(t) => t,
                 Err(err) => {
@@ -626,7 +690,7 @@ impl<'a> Walker<'a> {
                 }
             };
             if file_type.is_symlink() {
-                let target = match fs::canonicalize(&child_abs) {
+                let target = match fs::canonicalize(entry.path()) {
                     Ok(t) if t.starts_with(self.root) => LinkTarget::Inside,
                     Ok(_) => LinkTarget::Outside,
                     Err(_) => LinkTarget::Broken,
@@ -641,12 +705,13 @@ impl<'a> Walker<'a> {
                 self.skip(&mut skipped, child_rel, true, reason);
                 continue;
             }
-            if let Verdict::Skip(reason) = self.verdict(&child_abs, is_dir, level.as_deref()) {
+            if let Verdict::Skip(reason) = self.verdict(&child_rel, is_dir, level.as_deref()) {
                 self.skip(&mut skipped, child_rel, is_dir, reason);
                 continue;
             }
             if is_dir {
                 let level = level.clone();
+                let child_abs = entry.path();
                 scope.spawn(move |s| self.walk_dir(s, child_abs, child_rel, level));
                 continue;
             }
@@ -681,22 +746,22 @@ impl<'a> Walker<'a> {
         }
     }
 
-    fn verdict(&self, path: &Path, is_dir: bool, level: Option<&Level>) -> Verdict {
+    /// Decides on a path relative to the root. Matchers above the root see it absolute.
+    fn verdict(&self, rel: &RelPath, is_dir: bool, level: Option<&Level>) -> Verdict {
+        let path = Candidate { rel: rel.as_path(), root: self.root, abs: std::cell::OnceCell::new() };
         for tier in [Tier::Caret, Tier::Cursor] {
-            if let Some(v) = level.and_then(|l| l.matched(tier, path, is_dir, self.root)) {
+            if let Some(v) = level.and_then(|l| l.matched(tier, &path, is_dir)) {
                 return v;
             }
         }
-        for (rule, gi) in &self.defaults {
-            if let Match::Ignore(glob) = gi.matched(path, is_dir) {
-                return Verdict::Skip(SkipReason::Excluded { rule: *rule, pattern: glob.original().to_owned() });
-            }
+        if let Some(reason) = self.defaults.as_ref().and_then(|d| d.matched(path.rel, is_dir)) {
+            return Verdict::Skip(reason);
         }
-        if let Some(v) = level.and_then(|l| l.matched(Tier::Git, path, is_dir, self.root)) {
+        if let Some(v) = level.and_then(|l| l.matched(Tier::Git, &path, is_dir)) {
             return v;
         }
         for gi in &self.repo_excludes {
-            if let Some(v) = decision(gi.matched(path, is_dir), self.root) {
+            if let Some(v) = decision(gi.matched(path.abs(), is_dir), self.root) {
                 return v;
             }
         }

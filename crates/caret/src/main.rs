@@ -12,6 +12,10 @@ use clap::{Parser, Subcommand};
 
 use crate::config::Config;
 
+// Scans allocate many small paths; mimalloc cuts the warm scan's user time markedly.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Caret: a self-hostable AI coding platform.
 #[derive(Debug, Parser)]
 #[command(name = "caret", version, about, propagate_version = true)]

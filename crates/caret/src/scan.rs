@@ -39,9 +39,9 @@ pub fn run(config: &Config, args: ScanArgs) -> anyhow::Result<ExitCode> {
         std::fs::canonicalize(&args.path).with_context(|| format!("opening workspace {}", args.path.display()))?;
     let scanner = Scanner::new(config.walk_config(), config.chunker()?, Depth::Full);
     let cache_path = config.workspace_state_dir(&root).join("scan-cache.bin");
-    let mut cache = if args.no_cache { StatCache::default() } else { StatCache::load(&cache_path) };
-    let report = scanner.scan(&root, &mut cache).with_context(|| format!("scanning {}", root.display()))?;
-    if !args.no_cache {
+    let load = || if args.no_cache { StatCache::default() } else { StatCache::load(&cache_path) };
+    let (report, cache) = scanner.scan_loading(&root, load).with_context(|| format!("scanning {}", root.display()))?;
+    if !args.no_cache && report.stats.cache_changed {
         cache.save(&cache_path).with_context(|| format!("saving the stat cache for {}", root.display()))?;
     }
     if args.json {
