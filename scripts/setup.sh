@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Sets Caret up on a fresh Debian machine and runs the main job on a sample workspace.
+#
+#   ./scripts/setup.sh [WORKSPACE]
+#
+# Installs the system packages the build needs, builds the release binary, installs it to
+# $CARET_BIN_DIR (default ~/.local/bin), then runs `caret scan --explain` on WORKSPACE
+# (default: this repository, a real workspace whose test fixtures hold fake secrets).
+# Idempotent: safe to run again.
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+workspace="${1:-$repo}"
+bin_dir="${CARET_BIN_DIR:-$HOME/.local/bin}"
+
+need=()
+command -v cc >/dev/null 2>&1 || need+=(build-essential)
+command -v git >/dev/null 2>&1 || need+=(git)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing system packages: ${need[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  $sudo_cmd apt-get install -y -qq "${need[@]}"
+fi
+command -v cargo >/dev/null 2>&1 || { echo "cargo not found: install Rust (rustup) first" >&2; exit 1; }
+
+echo "building the release binary"
+cargo build --release --locked --manifest-path "$repo/Cargo.toml" -p caret
+target_dir="$(cargo metadata --format-version 1 --no-deps --manifest-path "$repo/Cargo.toml" | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+mkdir -p "$bin_dir"
+install -m 0755 "$target_dir/release/caret" "$bin_dir/caret"
+echo "installed $bin_dir/caret"
+case ":$PATH:" in *":$bin_dir:"*) ;; *) echo "note: add $bin_dir to your PATH";; esac
+
+echo
+"$bin_dir/caret" scan --explain "$workspace"
