@@ -66,13 +66,14 @@ fn patterns() -> Vec<RuleSpec> {
             "aws-access-key-id",
             r"\b(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}\b".to_owned(),
             0,
-            always,
+            // AWS's documentation keys (AKIAIOSFODNN7EXAMPLE and kin) are public stand-ins.
+            |c| !c[0].ends_with(b"EXAMPLE"),
         ),
         (
             "aws-secret-access-key",
             r#"(?i)aws[a-z0-9_.-]{0,20}(?:secret|sk)[a-z0-9_.-]{0,20}["']?\s*(?::=|=>|=|:)\s*["']?([A-Za-z0-9/+]{40})(?:[^A-Za-z0-9/+=]|$)"#.to_owned(),
             1,
-            |c| is_random(&c[1], 4.0, 3),
+            |c| is_random(&c[1], 4.0, 3) && !is_placeholder(&c[1]),
         ),
         (
             "github-token",
@@ -102,9 +103,17 @@ fn patterns() -> Vec<RuleSpec> {
         ),
         (
             "connection-string-password",
-            r#"(?i)\b(?:jdbc:)?(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|rediss?|amqps?|mssql|sqlserver|oracle|clickhouse|cockroachdb|ftps?|sftp|smtps?|ldaps?)://([^:/?#\s@'"`]+):([^@/?#\s'"`]+)@[^\s'"`]+"#.to_owned(),
+            r#"(?i)\b(?:jdbc:)?(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|rediss?|amqps?|mssql|sqlserver|oracle|clickhouse|cockroachdb|ftps?|sftp|smtps?|ldaps?)://([^:/?#\s@'"`]+):([^@/?#\s'"`]+)@([^\s'"`/:?#]+)"#.to_owned(),
             2,
-            |c| !is_placeholder(&c[2]) && c[1] != c[2] && !is_stand_in_password(&c[2]),
+            |c| {
+                let (user, password, host) = (&c[1], &c[2], &c[3]);
+                password.len() >= 6
+                    && password.is_ascii()
+                    && user != password
+                    && !is_placeholder(password)
+                    && !is_stand_in_password(password)
+                    && !is_documentation_host(host)
+            },
         ),
         (
             "generic-secret",
@@ -112,13 +121,13 @@ fn patterns() -> Vec<RuleSpec> {
                 r#"(?i)\b([a-z0-9_.-]*{KEY_WORDS}[a-z0-9_.-]*)\\?["']?\s*(?::=|=>|=|:)\s*(?:[a-z]?\\?["'`])([^"'`\s\\]{{10,200}})\\?["'`]"#
             ),
             2,
-            |c| key_name_is_secret(&c[1]) && is_random(&c[2], 3.0, 2) && !is_placeholder(&c[2]),
+            |c| key_name_is_secret(&c[1]) && looks_like_secret_value(&c[2]),
         ),
         (
             "generic-secret",
             format!(r#"(?m)^[ \t]*(?:export[ \t]+)?([A-Z0-9_]*{}[A-Z0-9_]*)[ \t]*=[ \t]*([^\s"'#`]{{12,200}})[ \t\r]*$"#, KEY_WORDS.to_ascii_uppercase().replace("[_-]", "_")),
             2,
-            |c| key_name_is_secret(&c[1]) && is_random(&c[2], 3.0, 2) && !is_placeholder(&c[2]),
+            |c| key_name_is_secret(&c[1]) && looks_like_secret_value(&c[2]),
         ),
     ]
 }
@@ -199,10 +208,42 @@ fn is_placeholder(value: &[u8]) -> bool {
         || lower.iter().all(|b| *b == lower[0])
 }
 
+/// The value side of a generic `password = "…"` assignment: random-looking, and not a
+/// path, URL, markup, a name that spells out what it is (`CLIENT_TRAFFIC_SECRET_0`), or
+/// lowercase words (`secret_fish!!`).
+fn looks_like_secret_value(value: &[u8]) -> bool {
+    let lower = value.to_ascii_lowercase();
+    let has = |w: &[u8]| lower.windows(w.len()).any(|win| win == w);
+    let alnum_classes = [
+        value.iter().any(u8::is_ascii_lowercase),
+        value.iter().any(u8::is_ascii_uppercase),
+        value.iter().any(u8::is_ascii_digit),
+    ];
+    let path_like = [&b"/"[..], b"~", b"./", b"../"].iter().any(|p| value.starts_with(p)) || has(b"://");
+    let names_itself =
+        [&b"password"[..], b"passwd", b"secret", b"token", b"credential", b"apikey", b"api_key"].iter().any(|w| has(w));
+    alnum_classes.iter().filter(|c| **c).count() >= 2
+        && !path_like
+        && !names_itself
+        && !has(b"&quot;")
+        && !has(b"&amp;")
+        && is_random(value, 3.0, 2)
+        && !is_placeholder(value)
+}
+
+/// Hosts reserved for documentation and local examples.
+fn is_documentation_host(host: &[u8]) -> bool {
+    let lower = host.to_ascii_lowercase();
+    [&b"example.com"[..], b"example.org", b"example.net", b"example"]
+        .iter()
+        .any(|h| lower == *h || lower.ends_with(&[b".", *h].concat()))
+}
+
 /// Words that stand in for a password in documentation URLs (`user:password@host`).
 fn is_stand_in_password(value: &[u8]) -> bool {
     let lower = value.to_ascii_lowercase();
-    [&b"password"[..], b"passwd", b"pass", b"pwd", b"secret", b"pw"].contains(&lower.as_slice())
+    [&b"password"[..], b"passwd", b"pass", b"pwd", b"secret", b"pw", b"foo", b"bar", b"baz", b"test"]
+        .contains(&lower.as_slice())
 }
 
 /// Key names that mention a secret but name something else (a type, a field, a count…).
