@@ -173,6 +173,10 @@ fn bench_scan(config: &Config, path: &Path, runs: usize) -> anyhow::Result<ExitC
     }
     print_rows(&rows);
     println!(
+        "peak RSS: the process high-water mark since the row began; memory the allocator kept from \
+         earlier rows counts, so later rows over-state it (for one scan alone: /usr/bin/time -v caret scan PATH)"
+    );
+    println!(
         "tree: {} files indexed, {}, {} chunks, root {}",
         thousands(report.files.len() as u64),
         human_bytes(report.bytes()),

@@ -159,3 +159,47 @@ fn hash_only_depth_hashes_without_chunking_or_caching() {
     );
     assert!(cache.entries.is_empty());
 }
+
+#[test]
+fn a_file_that_vanishes_after_the_walk_is_reported_unreadable() {
+    let dir = workspace();
+    let s = scanner();
+    let walked = walk::walk(dir.path(), &WalkConfig { global_excludes: None, ..WalkConfig::default() }).unwrap();
+    let file = walked.files.iter().find(|f| f.path.to_string() == "src/lib.rs").unwrap();
+    dir.remove("src/lib.rs");
+    let root = dir.path().canonicalize().unwrap();
+    let Processed { found: Found::Skip(skip), entry: None } = s.process(&root, file) else {
+        panic!("a vanished file must be skipped without a cache entry");
+    };
+    assert_eq!(skip.reason.category(), "unreadable", "{}", skip.reason);
+}
+
+#[test]
+fn files_changing_during_the_scan_never_break_it() {
+    let dir = workspace();
+    let path = dir.join("src/growing.rs");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::fs::write(&path, format!("// {n}\n").repeat((n % 50) as usize + 1)).unwrap();
+                n += 1;
+            }
+        })
+    };
+    let s = scanner();
+    for _ in 0..20 {
+        let report = s.scan(dir.path(), &mut StatCache::default()).unwrap();
+        let indexed = report.files.iter().any(|f| f.path.to_string() == "src/growing.rs");
+        let skipped = report.skipped.iter().find(|k| k.path.to_string() == "src/growing.rs");
+        assert!(
+            indexed
+                || skipped.is_some_and(|k| matches!(k.reason, SkipReason::Changing | SkipReason::Unreadable { .. })),
+            "a changing file is indexed from a stable read or skipped as changing: {skipped:?}"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+}
