@@ -144,13 +144,7 @@ impl Chunker {
                 let context_tokens: usize = r.context.iter().map(|c| self.counter.count(c)).sum();
                 let body = &text[r.bytes.clone()];
                 let tokens = self.counter.count(body) + context_tokens + self.counter.special_tokens();
-                let mut hasher = blake3::Hasher::new();
-                for c in &r.context {
-                    hasher.update(c.as_bytes());
-                    hasher.update(b"\n");
-                }
-                hasher.update(b"\0");
-                hasher.update(body.as_bytes());
+                let hash = ContentHash(caret_crypto::chunk_content_hash(&r.context, body));
                 Chunk {
                     path: path.clone(),
                     language,
@@ -160,7 +154,7 @@ impl Chunker {
                     end_line: to_u32(end_line + 1),
                     context: r.context,
                     tokens: to_u32(tokens),
-                    hash: hasher.finalize().into(),
+                    hash,
                 }
             })
             .collect()

@@ -1,0 +1,164 @@
+//! Wire types shared by the client, the server and every front end. Data only: no logic, no
+//! heavy dependencies.
+//!
+//! Hashes and ids travel as lowercase hex; paths in sync messages are always obfuscated
+//! (`/`-separated segments of 26 base32 characters), never real file names.
+
+use serde::{Deserialize, Serialize};
+
+/// The header carrying the request's server key (see `caret-crypto`): the server derives chunk
+/// ids and token hashes from it in memory and never stores it.
+pub const SERVER_KEY_HEADER: &str = "x-caret-server-key";
+
+/// An error body: a stable code and a safe message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// A stable error code and a message safe to show.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    /// e.g. `not_found`, `unauthorized`, `rate_limited`, `bad_request`.
+    pub code: String,
+    /// Human-readable, never containing code or real paths.
+    pub message: String,
+}
+
+/// Creates a workspace, or confirms an existing one (idempotent).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateWorkspace {
+    /// The public id of the workspace key, to detect a client using another key.
+    pub key_id: String,
+}
+
+/// A workspace as the server knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkspaceInfo {
+    /// The workspace id (chosen by the client, 26 base32 characters).
+    pub id: String,
+    /// The public id of its key.
+    pub key_id: String,
+    /// Root hash of the server's tree (hex), empty tree included.
+    pub root_hash: String,
+    /// Files indexed.
+    pub files: u64,
+    /// Distinct chunks stored.
+    pub chunks: u64,
+}
+
+/// Lists of the workspace's tree: the directories asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TreeRequest {
+    /// Obfuscated directory paths (`""` is the root).
+    pub dirs: Vec<String>,
+}
+
+/// The server's view of the asked directories.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TreeResponse {
+    /// Root hash (hex).
+    pub root_hash: String,
+    /// One listing per asked directory, in order.
+    pub dirs: Vec<DirListing>,
+}
+
+/// One directory's entries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirListing {
+    /// The obfuscated path asked for.
+    pub path: String,
+    /// Whether it exists (as a directory) on the server.
+    pub exists: bool,
+    /// Its entries, sorted by name.
+    pub entries: Vec<TreeEntry>,
+}
+
+/// An entry of a directory listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TreeEntry {
+    /// Obfuscated name.
+    pub name: String,
+    /// Whether it is a directory.
+    pub dir: bool,
+    /// Its Merkle hash (hex): the file's leaf, or the directory's hash.
+    pub hash: String,
+}
+
+/// A file to index: obfuscated path, keyed leaf, and its chunks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileMeta {
+    /// Obfuscated path.
+    pub path: String,
+    /// The keyed Merkle leaf (hex).
+    pub leaf: String,
+    /// The file's chunks, in order (withheld chunks are absent).
+    pub chunks: Vec<ChunkMeta>,
+}
+
+/// A chunk's metadata: where it is, never what it says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkMeta {
+    /// Keyed chunk id (hex).
+    pub id: String,
+    /// First line, 1-based.
+    pub start_line: u32,
+    /// Last line, 1-based, inclusive.
+    pub end_line: u32,
+    /// Language name (e.g. `rust`).
+    pub language: String,
+    /// File kind: `code`, `test`, `docs` or `config`.
+    pub kind: String,
+}
+
+/// Which of these files' chunks does the server lack?
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanRequest {
+    /// The files about to be committed.
+    pub files: Vec<FileMeta>,
+}
+
+/// The chunk ids the server lacks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanResponse {
+    /// Missing chunk ids (hex), each once.
+    pub missing: Vec<String>,
+}
+
+/// A chunk's text, sent only when the server lacks it. Held in memory on the server while it
+/// is indexed, never stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkText {
+    /// Keyed chunk id (hex); the server checks it against the text.
+    pub id: String,
+    /// Context lines (enclosing scopes' headers).
+    pub context: Vec<String>,
+    /// The chunk's text.
+    pub text: String,
+}
+
+/// Commits files and deletions. Every chunk of every file must be stored already or sent
+/// here; a file's leaf is recorded only together with or after its chunks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitRequest {
+    /// Files to add or replace.
+    pub files: Vec<FileMeta>,
+    /// Obfuscated paths (files or directories) to remove.
+    pub deletes: Vec<String>,
+    /// Texts of the chunks the server lacked.
+    pub chunks: Vec<ChunkText>,
+}
+
+/// What a commit did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitResponse {
+    /// The new root hash (hex).
+    pub root_hash: String,
+    /// Files recorded.
+    pub files: u64,
+    /// Paths removed.
+    pub deleted: u64,
+    /// Chunks newly stored.
+    pub chunks_stored: u64,
+}
