@@ -1,1 +1,159 @@
-//! placeholder
+//! The Caret server: HTTP routes, authentication, tenancy, the metadata database and the
+//! wiring of services. Business logic lives in the service layer and the crates it calls;
+//! routes only translate HTTP.
+//!
+//! The server never writes plaintext code or real file names anywhere: it receives
+//! obfuscated paths, keyed hashes and, for chunks it lacks, texts that it holds in memory
+//! while computing their keyed terms.
+
+pub mod db;
+pub mod http;
+pub mod limit;
+pub mod metrics;
+pub mod service;
+
+mod error;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub use error::{Error, Result};
+use object_store::ObjectStore;
+
+use crate::db::Db;
+use crate::limit::{Limiter, RateLimit};
+use crate::service::Service;
+
+/// Where the server keeps its data.
+#[derive(Debug, Clone)]
+pub struct StorageConfig {
+    /// `sqlite://…` or `postgres://…`.
+    pub database_url: String,
+    /// A local directory, `s3://bucket/prefix`, or `memory://`.
+    pub object_store: String,
+}
+
+impl StorageConfig {
+    /// The embedded default under a data directory: a SQLite file and a local object store.
+    pub fn local(data_dir: &Path) -> Self {
+        StorageConfig {
+            database_url: format!("sqlite://{}?mode=rwc", data_dir.join("caret.db").display()),
+            object_store: data_dir.join("objects").display().to_string(),
+        }
+    }
+}
+
+/// Opens the object store named by a URL or path.
+pub fn open_object_store(spec: &str) -> Result<Arc<dyn ObjectStore>> {
+    if spec == "memory://" {
+        return Ok(Arc::new(object_store::memory::InMemory::new()));
+    }
+    if let Some(rest) = spec.strip_prefix("s3://") {
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        // Endpoint, region and credentials come from the environment (AWS_ENDPOINT,
+        // AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ALLOW_HTTP).
+        let s3 = object_store::aws::AmazonS3Builder::from_env()
+            .with_bucket_name(bucket)
+            .build()
+            .map_err(|e| Error::Internal(format!("configuring S3 bucket {bucket}: {e}")))?;
+        let store: Arc<dyn ObjectStore> =
+            if prefix.is_empty() { Arc::new(s3) } else { Arc::new(object_store::prefix::PrefixStore::new(s3, prefix)) };
+        return Ok(store);
+    }
+    let dir = PathBuf::from(spec.strip_prefix("file://").unwrap_or(spec));
+    std::fs::create_dir_all(&dir).map_err(|e| Error::Internal(format!("creating {}: {e}", dir.display())))?;
+    let local = object_store::local::LocalFileSystem::new_with_prefix(&dir)
+        .map_err(|e| Error::Internal(format!("opening object store {}: {e}", dir.display())))?;
+    Ok(Arc::new(local))
+}
+
+/// Opens the database and object store and returns the service.
+pub async fn open(storage: &StorageConfig) -> Result<Service> {
+    if let Some(path) = storage.database_url.strip_prefix("sqlite://") {
+        let file = path.split('?').next().unwrap_or(path);
+        if let Some(dir) = Path::new(file).parent() {
+            std::fs::create_dir_all(dir).map_err(|e| Error::Internal(format!("creating {}: {e}", dir.display())))?;
+        }
+    }
+    let db = Db::connect(&storage.database_url).await?;
+    Ok(Service::new(db, open_object_store(&storage.object_store)?))
+}
+
+/// How to serve.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Address to listen on.
+    pub addr: SocketAddr,
+    /// PEM certificate chain and private key for TLS.
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// Serve plaintext HTTP on a non-loopback address (code would cross the network in clear).
+    pub allow_insecure_http: bool,
+    /// Per-token rate limit.
+    pub rate_limit: RateLimit,
+    /// Largest request body in bytes.
+    pub body_limit: usize,
+}
+
+impl ServeConfig {
+    /// Refuses plaintext HTTP on a non-loopback address unless explicitly allowed.
+    pub fn check(&self) -> Result<()> {
+        if self.tls.is_none() && !self.addr.ip().is_loopback() && !self.allow_insecure_http {
+            return Err(Error::BadRequest(format!(
+                "refusing to serve plaintext HTTP on {}: code would cross the network unencrypted; \
+                 give --tls-cert and --tls-key, or --allow-insecure-http if a TLS proxy is in front",
+                self.addr
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Builds the router for a service.
+pub fn app(service: Arc<Service>, config: &ServeConfig) -> axum::Router {
+    let state = http::AppState {
+        service,
+        limiter: Arc::new(Limiter::new(config.rate_limit)),
+        metrics: Arc::new(metrics::Metrics::default()),
+    };
+    http::router(state, config.body_limit)
+}
+
+/// Serves until `shutdown` resolves, then drains in-flight requests.
+pub async fn serve(
+    service: Arc<Service>,
+    config: ServeConfig,
+    listener: std::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    config.check()?;
+    let app = app(service, &config);
+    listener.set_nonblocking(true).map_err(|e| Error::Internal(format!("configuring the listener: {e}")))?;
+    match &config.tls {
+        Some((cert, key)) => {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let tls = axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key)
+                .await
+                .map_err(|e| Error::BadRequest(format!("loading TLS certificate {}: {e}", cert.display())))?;
+            let handle = axum_server::Handle::new();
+            let h = handle.clone();
+            tokio::spawn(async move {
+                shutdown.await;
+                h.graceful_shutdown(Some(std::time::Duration::from_secs(30)));
+            });
+            axum_server::from_tcp_rustls(listener, tls)
+                .handle(handle)
+                .serve(app.into_make_service())
+                .await
+                .map_err(|e| Error::Internal(format!("serving: {e}")))
+        }
+        None => {
+            let listener = tokio::net::TcpListener::from_std(listener)
+                .map_err(|e| Error::Internal(format!("configuring the listener: {e}")))?;
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+                .map_err(|e| Error::Internal(format!("serving: {e}")))
+        }
+    }
+}

@@ -228,6 +228,16 @@ pub(crate) fn attaches_to_next(kind: &str) -> bool {
 }
 
 impl FileKind {
+    /// The lowercase name.
+    pub fn name(self) -> &'static str {
+        match self {
+            FileKind::Code => "code",
+            FileKind::Test => "test",
+            FileKind::Docs => "docs",
+            FileKind::Config => "config",
+        }
+    }
+
     /// Classifies a file by its path and language.
     pub fn detect(path: &RelPath, language: Language) -> FileKind {
         let name = String::from_utf8_lossy(path.file_name()).to_ascii_lowercase();

@@ -1,0 +1,221 @@
+//! How the client reaches a server: over HTTP, or in-process calling the same service the
+//! HTTP routes call. Both count the bytes that would cross the wire.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use caret_crypto::ServerKey;
+use caret_protocol::{
+    CommitRequest, CommitResponse, CreateWorkspace, ErrorBody, PlanRequest, PlanResponse, SERVER_KEY_HEADER,
+    TreeRequest, TreeResponse, WorkspaceInfo,
+};
+use caret_server::db::Tenant;
+use caret_server::service::Service;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::{Error, Result};
+
+/// Bytes sent and received.
+#[derive(Debug, Default)]
+pub struct WireCounter {
+    sent: AtomicU64,
+    received: AtomicU64,
+    requests: AtomicU64,
+}
+
+impl WireCounter {
+    /// `(sent, received, requests)` so far.
+    pub fn get(&self) -> (u64, u64, u64) {
+        (
+            self.sent.load(Ordering::Relaxed),
+            self.received.load(Ordering::Relaxed),
+            self.requests.load(Ordering::Relaxed),
+        )
+    }
+
+    fn add(&self, sent: usize, received: usize) {
+        self.sent.fetch_add(sent as u64, Ordering::Relaxed);
+        self.received.fetch_add(received as u64, Ordering::Relaxed);
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The server operations the sync engine needs.
+#[async_trait::async_trait]
+pub trait Transport: Send + Sync {
+    /// Creates the workspace or confirms it.
+    async fn create_workspace(&self, id: &str, req: &CreateWorkspace) -> Result<WorkspaceInfo>;
+    /// The workspace's state.
+    async fn workspace(&self, id: &str) -> Result<WorkspaceInfo>;
+    /// Directory listings.
+    async fn tree(&self, id: &str, req: &TreeRequest) -> Result<TreeResponse>;
+    /// Which chunks are missing.
+    async fn plan(&self, id: &str, req: &PlanRequest) -> Result<PlanResponse>;
+    /// Commits files, deletions and chunk texts.
+    async fn commit(&self, id: &str, key: &ServerKey, req: &CommitRequest) -> Result<CommitResponse>;
+    /// Bytes on the wire so far.
+    fn wire(&self) -> &WireCounter;
+    /// Where it goes, for messages.
+    fn describe(&self) -> String;
+}
+
+/// A `caret serve` over HTTP(S).
+#[derive(Debug)]
+pub struct HttpTransport {
+    base: String,
+    token: String,
+    client: reqwest::Client,
+    wire: WireCounter,
+}
+
+impl HttpTransport {
+    /// A transport to `base` (e.g. `https://caret.example.com`) authenticating with `token`.
+    pub fn new(base: &str, token: &str) -> Result<Self> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(300))
+            .build()
+            .map_err(|e| Error::Transport(format!("building the HTTP client: {e}")))?;
+        Ok(HttpTransport {
+            base: base.trim_end_matches('/').to_owned(),
+            token: token.to_owned(),
+            client,
+            wire: WireCounter::default(),
+        })
+    }
+
+    async fn call<B: Serialize, R: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&B>,
+        key: Option<&ServerKey>,
+    ) -> Result<R> {
+        let url = format!("{}{path}", self.base);
+        let mut req = self.client.request(method, &url).bearer_auth(&self.token);
+        let mut sent = path.len() + 64;
+        if let Some(b) = body {
+            let bytes = serde_json::to_vec(b).map_err(|e| Error::Transport(e.to_string()))?;
+            sent += bytes.len();
+            req = req.header(reqwest::header::CONTENT_TYPE, "application/json").body(bytes);
+        }
+        if let Some(k) = key {
+            req = req.header(SERVER_KEY_HEADER, k.encode());
+        }
+        // Rate limited: wait as told, a few times.
+        for attempt in 0..5 {
+            let Some(r) = req.try_clone() else { break };
+            let response = r.send().await.map_err(|e| Error::Transport(format!("{url}: {e}")))?;
+            let status = response.status();
+            let retry_after =
+                response.headers().get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+            let bytes = response.bytes().await.map_err(|e| Error::Transport(format!("{url}: {e}")))?;
+            self.wire.add(sent, bytes.len());
+            if status == reqwest::StatusCode::TOO_MANY_REQUESTS && attempt < 4 {
+                tokio::time::sleep(std::time::Duration::from_secs(retry_after.unwrap_or(1).min(30))).await;
+                continue;
+            }
+            if !status.is_success() {
+                let body: Option<ErrorBody> = serde_json::from_slice(&bytes).ok();
+                return Err(Error::Server {
+                    status: status.as_u16(),
+                    code: body.as_ref().map_or_else(|| "unknown".to_owned(), |b| b.error.code.clone()),
+                    message: body.map_or_else(|| String::from_utf8_lossy(&bytes).into_owned(), |b| b.error.message),
+                });
+            }
+            return serde_json::from_slice(&bytes)
+                .map_err(|e| Error::Transport(format!("{url}: unexpected response: {e}")));
+        }
+        Err(Error::Transport(format!("{url}: rate limited too many times")))
+    }
+}
+
+#[async_trait::async_trait]
+impl Transport for HttpTransport {
+    async fn create_workspace(&self, id: &str, req: &CreateWorkspace) -> Result<WorkspaceInfo> {
+        self.call(reqwest::Method::PUT, &format!("/v1/workspaces/{id}"), Some(req), None).await
+    }
+    async fn workspace(&self, id: &str) -> Result<WorkspaceInfo> {
+        self.call::<(), _>(reqwest::Method::GET, &format!("/v1/workspaces/{id}"), None, None).await
+    }
+    async fn tree(&self, id: &str, req: &TreeRequest) -> Result<TreeResponse> {
+        self.call(reqwest::Method::POST, &format!("/v1/workspaces/{id}/tree"), Some(req), None).await
+    }
+    async fn plan(&self, id: &str, req: &PlanRequest) -> Result<PlanResponse> {
+        self.call(reqwest::Method::POST, &format!("/v1/workspaces/{id}/plan"), Some(req), None).await
+    }
+    async fn commit(&self, id: &str, key: &ServerKey, req: &CommitRequest) -> Result<CommitResponse> {
+        self.call(reqwest::Method::POST, &format!("/v1/workspaces/{id}/commit"), Some(req), Some(key)).await
+    }
+    fn wire(&self) -> &WireCounter {
+        &self.wire
+    }
+    fn describe(&self) -> String {
+        self.base.clone()
+    }
+}
+
+/// The embedded server, called in-process: the same service as over HTTP, no daemon.
+#[derive(Debug)]
+pub struct LocalTransport {
+    service: Arc<Service>,
+    tenant: Tenant,
+    wire: WireCounter,
+    label: String,
+}
+
+impl LocalTransport {
+    /// A transport into `service` as `tenant`.
+    pub fn new(service: Arc<Service>, tenant: Tenant, label: &str) -> Self {
+        LocalTransport { service, tenant, wire: WireCounter::default(), label: label.to_owned() }
+    }
+
+    /// Counts the JSON sizes the request and response would have on the wire.
+    fn count<T: Serialize, R: Serialize>(&self, req: &T, resp: &R) {
+        let len = |v: Vec<u8>| v.len();
+        let sent = serde_json::to_vec(req).map_or(0, len);
+        let received = serde_json::to_vec(resp).map_or(0, len);
+        self.wire.add(sent, received);
+    }
+}
+
+fn server(e: caret_server::Error) -> Error {
+    let (status, code) = e.status();
+    Error::Server { status: status.as_u16(), code: code.to_owned(), message: e.to_string() }
+}
+
+#[async_trait::async_trait]
+impl Transport for LocalTransport {
+    async fn create_workspace(&self, id: &str, req: &CreateWorkspace) -> Result<WorkspaceInfo> {
+        let r = self.service.create_workspace(&self.tenant, id, req).await.map_err(server)?;
+        self.count(req, &r);
+        Ok(r)
+    }
+    async fn workspace(&self, id: &str) -> Result<WorkspaceInfo> {
+        let r = self.service.workspace_info(&self.tenant, id).await.map_err(server)?;
+        self.count(&(), &r);
+        Ok(r)
+    }
+    async fn tree(&self, id: &str, req: &TreeRequest) -> Result<TreeResponse> {
+        let r = self.service.tree(&self.tenant, id, req).await.map_err(server)?;
+        self.count(req, &r);
+        Ok(r)
+    }
+    async fn plan(&self, id: &str, req: &PlanRequest) -> Result<PlanResponse> {
+        let r = self.service.plan(&self.tenant, id, req).await.map_err(server)?;
+        self.count(req, &r);
+        Ok(r)
+    }
+    async fn commit(&self, id: &str, key: &ServerKey, req: &CommitRequest) -> Result<CommitResponse> {
+        let r = self.service.commit(&self.tenant, id, key, req.clone()).await.map_err(server)?;
+        self.count(req, &r);
+        Ok(r)
+    }
+    fn wire(&self) -> &WireCounter {
+        &self.wire
+    }
+    fn describe(&self) -> String {
+        self.label.clone()
+    }
+}

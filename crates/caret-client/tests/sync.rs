@@ -1,0 +1,100 @@
+//! End-to-end sync through the embedded server (the same service the HTTP routes call).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use caret_client::local::LocalWorkspace;
+use caret_client::sync::{SyncEngine, SyncOptions};
+use caret_client::transport::LocalTransport;
+use caret_server::StorageConfig;
+use caret_test_support::TempDir;
+use caret_workspace::chunk::{ChunkConfig, Chunker};
+use caret_workspace::scan::{Depth, Scanner};
+use caret_workspace::tokens::Estimate;
+use caret_workspace::walk::WalkConfig;
+
+struct Fixture {
+    _server_dir: TempDir,
+    state: TempDir,
+    transport: LocalTransport,
+    engine: SyncEngine,
+}
+
+async fn fixture(options: SyncOptions) -> Fixture {
+    let server_dir = TempDir::new();
+    let service = Arc::new(caret_server::open(&StorageConfig::local(server_dir.path())).await.unwrap());
+    let tenant = service.db().create_tenant("local").await.unwrap();
+    let transport = LocalTransport::new(service, tenant, "embedded");
+    let walk = WalkConfig { global_excludes: None, ..WalkConfig::default() };
+    let scanner = Scanner::new(walk, Chunker::new(ChunkConfig::default(), Arc::new(Estimate)), Depth::Full);
+    Fixture {
+        _server_dir: server_dir,
+        state: TempDir::new(),
+        transport,
+        engine: SyncEngine::new(Arc::new(scanner), options),
+    }
+}
+
+fn workspace() -> TempDir {
+    let dir = TempDir::new();
+    dir.write("src/lib.rs", "pub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n");
+    dir.write("src/util/strings.rs", "pub fn shout(s: &str) -> String {\n    s.to_uppercase()\n}\n");
+    dir.write("docs/guide.md", "# Guide\n\nHow to use it.\n");
+    dir.write("README.md", "# Demo\n");
+    dir.backdate(10);
+    dir
+}
+
+impl Fixture {
+    fn open(&self, dir: &TempDir) -> LocalWorkspace {
+        LocalWorkspace::open(dir.path(), &self.state.join("ws"), &self.state.join("keys")).unwrap()
+    }
+}
+
+#[tokio::test]
+async fn sync_converges_and_sends_only_changes() {
+    let f = fixture(SyncOptions::default()).await;
+    let dir = workspace();
+    let ws = f.open(&dir);
+
+    let first = f.engine.sync(&ws, &f.transport).await.unwrap();
+    assert_eq!((first.added, first.modified, first.deleted, first.unchanged), (4, 0, 0, 0));
+    assert_eq!(first.server_root, first.local_root, "converged");
+    assert!(first.chunks_sent >= 4);
+
+    let again = f.engine.sync(&ws, &f.transport).await.unwrap();
+    assert_eq!((again.added, again.modified, again.deleted, again.unchanged, again.chunks_sent), (0, 0, 0, 4, 0));
+    assert_eq!(again.requests, 2, "create + one tree request whose root matches");
+
+    dir.write("src/lib.rs", "pub fn add(a: i64, b: i64) -> i64 {\n    a + b\n}\n");
+    dir.remove("docs/guide.md");
+    dir.write("src/util/more.rs", "pub fn shout(s: &str) -> String {\n    s.to_uppercase()\n}\n");
+    dir.backdate(10);
+    let third = f.engine.sync(&ws, &f.transport).await.unwrap();
+    assert_eq!((third.added, third.modified, third.deleted), (1, 1, 1));
+    assert_eq!(third.chunks_reused, 1, "more.rs has the same chunk as strings.rs");
+    assert_eq!(third.chunks_sent, 1, "only the changed chunk of lib.rs");
+    assert_eq!(third.server_root, third.local_root);
+
+    let map = ws.load_path_map().unwrap();
+    assert_eq!(map.len(), 4);
+    assert!(map.iter().any(|(_, real)| real.to_string() == "src/util/more.rs"));
+    assert!(map.iter().all(|(obf, _)| !obf.contains("src") && !obf.contains(".rs")));
+}
+
+#[tokio::test]
+async fn small_batches_and_secrets() {
+    let f = fixture(SyncOptions { batch_bytes: 10, batch_files: 2, tree_batch: 1 }).await;
+    let dir = workspace();
+    dir.write("src/keys.py", "def k():\n    return \"AKIAQ3MZ7K2N4PVW5XYT\"\n");
+    for i in 0..9 {
+        dir.write(&format!("gen/f{i}.rs"), &format!("pub fn f{i}() -> u32 {{ {i} }}\n"));
+    }
+    dir.backdate(10);
+    let ws = f.open(&dir);
+    let r = f.engine.sync(&ws, &f.transport).await.unwrap();
+    assert_eq!(r.added, 14);
+    assert_eq!(r.chunks_withheld, 1);
+    assert_eq!(r.server_root, r.local_root);
+    assert!(r.requests > 7, "many small commits: {}", r.requests);
+}

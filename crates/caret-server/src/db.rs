@@ -1,0 +1,252 @@
+//! The metadata database: tenants, API tokens, workspaces and their roots. Nothing else lives
+//! here (index data is on object storage). One code path for SQLite and PostgreSQL through
+//! sqlx's `Any` driver with `$N` placeholders and portable types (TEXT, BIGINT).
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sqlx::any::{AnyPoolOptions, install_default_drivers};
+use sqlx::{AnyPool, Row as _};
+
+use crate::{Error, Result};
+
+/// Schema versions, applied in order, each once. Portable SQL only.
+const MIGRATIONS: &[(i64, &str)] = &[(
+    1,
+    "CREATE TABLE tenants (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        created_at BIGINT NOT NULL
+    );
+    CREATE TABLE api_tokens (
+        id TEXT PRIMARY KEY,
+        tenant_id TEXT NOT NULL REFERENCES tenants(id),
+        token_hash TEXT NOT NULL UNIQUE,
+        name TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        revoked_at BIGINT
+    );
+    CREATE TABLE workspaces (
+        tenant_id TEXT NOT NULL REFERENCES tenants(id),
+        id TEXT NOT NULL,
+        key_id TEXT NOT NULL,
+        root_hash TEXT NOT NULL,
+        files BIGINT NOT NULL,
+        chunks BIGINT NOT NULL,
+        created_at BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL,
+        PRIMARY KEY (tenant_id, id)
+    )",
+)];
+
+/// A tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenant {
+    /// Opaque id (used in object-store prefixes; never a name).
+    pub id: String,
+    /// Human name.
+    pub name: String,
+}
+
+/// A workspace row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkspaceRow {
+    /// Client-chosen id.
+    pub id: String,
+    /// The public id of its key.
+    pub key_id: String,
+    /// Root hash after the last commit.
+    pub root_hash: String,
+    /// Files after the last commit.
+    pub files: i64,
+    /// Chunks after the last commit.
+    pub chunks: i64,
+}
+
+/// The metadata database.
+#[derive(Debug, Clone)]
+pub struct Db {
+    pool: AnyPool,
+}
+
+fn now() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+impl Db {
+    /// Connects (creating a SQLite file if needed) and brings the schema up to date.
+    pub async fn connect(url: &str) -> Result<Db> {
+        install_default_drivers();
+        let pool = AnyPoolOptions::new()
+            .max_connections(if url.starts_with("sqlite:") { 1 } else { 8 })
+            .connect(url)
+            .await
+            .map_err(|e| Error::Database(format!("connecting to the database: {e}")))?;
+        let db = Db { pool };
+        db.migrate().await?;
+        Ok(db)
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        sqlx::query("CREATE TABLE IF NOT EXISTS caret_schema (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)")
+            .execute(&self.pool)
+            .await?;
+        for (version, sql) in MIGRATIONS {
+            let mut tx = self.pool.begin().await?;
+            let done: Option<i64> = sqlx::query("SELECT version FROM caret_schema WHERE version = $1")
+                .bind(*version)
+                .fetch_optional(&mut *tx)
+                .await?
+                .map(|r| r.get(0));
+            if done.is_some() {
+                continue;
+            }
+            for statement in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+                sqlx::query(statement).execute(&mut *tx).await?;
+            }
+            sqlx::query("INSERT INTO caret_schema (version, applied_at) VALUES ($1, $2)")
+                .bind(*version)
+                .bind(now())
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+        }
+        Ok(())
+    }
+
+    /// Whether the database answers.
+    pub async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    /// Creates a tenant; fails if the name is taken.
+    pub async fn create_tenant(&self, name: &str) -> Result<Tenant> {
+        let id = caret_crypto::random_id().map_err(|e| Error::Internal(e.to_string()))?;
+        sqlx::query("INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)")
+            .bind(&id)
+            .bind(name)
+            .bind(now())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| match e {
+                sqlx::Error::Database(d) if d.is_unique_violation() => Error::Conflict(format!("tenant {name} exists")),
+                e => e.into(),
+            })?;
+        Ok(Tenant { id, name: name.to_owned() })
+    }
+
+    /// A tenant by name.
+    pub async fn tenant_by_name(&self, name: &str) -> Result<Option<Tenant>> {
+        Ok(sqlx::query("SELECT id, name FROM tenants WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?
+            .map(|r| Tenant { id: r.get(0), name: r.get(1) }))
+    }
+
+    /// All tenants.
+    pub async fn tenants(&self) -> Result<Vec<Tenant>> {
+        Ok(sqlx::query("SELECT id, name FROM tenants ORDER BY name")
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .map(|r| Tenant { id: r.get(0), name: r.get(1) })
+            .collect())
+    }
+
+    /// Creates an API token for a tenant; returns the token, which is not stored.
+    pub async fn create_token(&self, tenant: &Tenant, name: &str) -> Result<String> {
+        let token = caret_crypto::new_api_token().map_err(|e| Error::Internal(e.to_string()))?;
+        let id = caret_crypto::random_id().map_err(|e| Error::Internal(e.to_string()))?;
+        sqlx::query("INSERT INTO api_tokens (id, tenant_id, token_hash, name, created_at) VALUES ($1, $2, $3, $4, $5)")
+            .bind(&id)
+            .bind(&tenant.id)
+            .bind(caret_crypto::hash_api_token(&token))
+            .bind(name)
+            .bind(now())
+            .execute(&self.pool)
+            .await?;
+        Ok(token)
+    }
+
+    /// The tenant and token id a token belongs to, if it is valid and not revoked.
+    pub async fn authenticate(&self, token: &str) -> Result<Option<(Tenant, String)>> {
+        Ok(sqlx::query(
+            "SELECT t.id, t.name, k.id FROM api_tokens k JOIN tenants t ON t.id = k.tenant_id \
+             WHERE k.token_hash = $1 AND k.revoked_at IS NULL",
+        )
+        .bind(caret_crypto::hash_api_token(token))
+        .fetch_optional(&self.pool)
+        .await?
+        .map(|r| (Tenant { id: r.get(0), name: r.get(1) }, r.get(2))))
+    }
+
+    /// A tenant's workspace.
+    pub async fn workspace(&self, tenant: &Tenant, id: &str) -> Result<Option<WorkspaceRow>> {
+        Ok(sqlx::query("SELECT id, key_id, root_hash, files, chunks FROM workspaces WHERE tenant_id = $1 AND id = $2")
+            .bind(&tenant.id)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .map(row_to_workspace))
+    }
+
+    /// A tenant's workspaces.
+    pub async fn workspaces(&self, tenant: &Tenant) -> Result<Vec<WorkspaceRow>> {
+        Ok(sqlx::query("SELECT id, key_id, root_hash, files, chunks FROM workspaces WHERE tenant_id = $1 ORDER BY id")
+            .bind(&tenant.id)
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .map(row_to_workspace)
+            .collect())
+    }
+
+    /// Creates a workspace if it does not exist (a concurrent creation is not an error).
+    pub async fn create_workspace(&self, tenant: &Tenant, id: &str, key_id: &str, empty_root: &str) -> Result<()> {
+        let result = sqlx::query(
+            "INSERT INTO workspaces (tenant_id, id, key_id, root_hash, files, chunks, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, 0, 0, $5, $5)",
+        )
+        .bind(&tenant.id)
+        .bind(id)
+        .bind(key_id)
+        .bind(empty_root)
+        .bind(now())
+        .execute(&self.pool)
+        .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(sqlx::Error::Database(d)) if d.is_unique_violation() => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Records a workspace's root after a commit.
+    pub async fn update_root(&self, tenant: &Tenant, id: &str, root: &str, files: u64, chunks: u64) -> Result<()> {
+        sqlx::query("UPDATE workspaces SET root_hash = $1, files = $2, chunks = $3, updated_at = $4 WHERE tenant_id = $5 AND id = $6")
+            .bind(root)
+            .bind(i64::try_from(files).unwrap_or(i64::MAX))
+            .bind(i64::try_from(chunks).unwrap_or(i64::MAX))
+            .bind(now())
+            .bind(&tenant.id)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes a workspace row.
+    pub async fn delete_workspace(&self, tenant: &Tenant, id: &str) -> Result<bool> {
+        let r = sqlx::query("DELETE FROM workspaces WHERE tenant_id = $1 AND id = $2")
+            .bind(&tenant.id)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(r.rows_affected() > 0)
+    }
+}
+
+fn row_to_workspace(r: sqlx::any::AnyRow) -> WorkspaceRow {
+    WorkspaceRow { id: r.get(0), key_id: r.get(1), root_hash: r.get(2), files: r.get(3), chunks: r.get(4) }
+}

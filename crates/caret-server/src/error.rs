@@ -1,0 +1,90 @@
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use caret_protocol::{ErrorBody, ErrorDetail};
+
+/// Errors of the server. Messages are safe to send: they never contain code or real paths.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Missing or invalid credentials.
+    #[error("missing or invalid API token")]
+    Unauthorized,
+    /// No such resource for this tenant (another tenant's looks exactly the same).
+    #[error("{0} not found")]
+    NotFound(String),
+    /// The request is malformed.
+    #[error("{0}")]
+    BadRequest(String),
+    /// The request conflicts with the current state.
+    #[error("{0}")]
+    Conflict(String),
+    /// A commit referenced chunks the server does not have.
+    #[error("{} chunks are neither stored nor sent; plan again", .0.len())]
+    MissingChunks(Vec<String>),
+    /// Too many requests.
+    #[error("rate limit exceeded; retry in {retry_after} s")]
+    RateLimited {
+        /// Seconds to wait.
+        retry_after: u64,
+    },
+    /// The metadata database failed.
+    #[error("database: {0}")]
+    Database(String),
+    /// Object storage failed.
+    #[error("storage: {0}")]
+    Store(#[from] caret_store::Error),
+    /// Anything else.
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl From<sqlx::Error> for Error {
+    fn from(e: sqlx::Error) -> Self {
+        Error::Database(e.to_string())
+    }
+}
+
+/// Result alias of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// The HTTP status and stable code.
+    pub fn status(&self) -> (StatusCode, &'static str) {
+        match self {
+            Error::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            Error::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            Error::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            Error::MissingChunks(_) => (StatusCode::CONFLICT, "missing_chunks"),
+            Error::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+            Error::Database(_) | Error::Store(_) | Error::Internal(_) => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "internal")
+            }
+        }
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status();
+        let message = if status.is_server_error() {
+            tracing::error!(error = %self, "request failed");
+            "internal error; see the server log".to_owned()
+        } else {
+            self.to_string()
+        };
+        let body = ErrorBody { error: ErrorDetail { code: code.to_owned(), message } };
+        let mut response = (status, axum::Json(body)).into_response();
+        match &self {
+            Error::RateLimited { retry_after } => {
+                if let Ok(v) = HeaderValue::from_str(&retry_after.to_string()) {
+                    response.headers_mut().insert(header::RETRY_AFTER, v);
+                }
+            }
+            Error::Unauthorized => {
+                response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            _ => {}
+        }
+        response
+    }
+}

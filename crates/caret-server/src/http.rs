@@ -1,0 +1,200 @@
+//! Routes: thin adapters from HTTP to [`Service`]. Every `/v1` request is authenticated and
+//! rate limited per token; request logs carry method, route template, status and latency,
+//! never bodies, ids of files or anything derived from code.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{DefaultBodyLimit, FromRequest, MatchedPath, Path, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Extension, Router};
+use caret_crypto::ServerKey;
+use caret_protocol::{CommitRequest, CreateWorkspace, PlanRequest, SERVER_KEY_HEADER, TreeRequest};
+
+use crate::db::Tenant;
+use crate::limit::Limiter;
+use crate::metrics::Metrics;
+use crate::service::Service;
+use crate::{Error, Result};
+
+/// Shared state of the routes.
+#[derive(Clone)]
+pub struct AppState {
+    /// The sync service.
+    pub service: Arc<Service>,
+    /// Per-token rate limits.
+    pub limiter: Arc<Limiter>,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+/// JSON bodies whose rejections (malformed, truncated, wrong type, too large) become our
+/// error body with a 4xx status.
+pub struct Json<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Json<T> {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(v)) => Ok(Json(v)),
+            Err(rejection) => {
+                let status = rejection.status();
+                let message = match &rejection {
+                    JsonRejection::JsonDataError(e) => format!("invalid request body: {}", e.body_text()),
+                    JsonRejection::JsonSyntaxError(e) => format!("malformed JSON: {}", e.body_text()),
+                    JsonRejection::MissingJsonContentType(_) => "expected Content-Type: application/json".to_owned(),
+                    other => other.body_text(),
+                };
+                let code = if status == StatusCode::PAYLOAD_TOO_LARGE { "too_large" } else { "bad_request" };
+                let body =
+                    caret_protocol::ErrorBody { error: caret_protocol::ErrorDetail { code: code.to_owned(), message } };
+                Err((status, axum::Json(body)).into_response())
+            }
+        }
+    }
+}
+
+/// The router. `body_limit` caps request bodies (413 beyond it).
+pub fn router(state: AppState, body_limit: usize) -> Router {
+    let v1 = Router::new()
+        .route("/v1/workspaces", get(list_workspaces))
+        .route("/v1/workspaces/{id}", put(create_workspace).get(workspace).delete(delete_workspace))
+        .route("/v1/workspaces/{id}/tree", post(tree))
+        .route("/v1/workspaces/{id}/plan", post(plan))
+        .route("/v1/workspaces/{id}/commit", post(commit))
+        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready))
+        .route("/metrics", get(metrics))
+        .merge(v1)
+        .fallback(|| async { Error::NotFound("route".into()) })
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn_with_state(state.clone(), observe))
+        .with_state(state)
+}
+
+/// Logs and counts every request (route template only).
+async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = req.method().to_string();
+    let route = req.extensions().get::<MatchedPath>().map_or("unmatched", |m| m.as_str()).to_owned();
+    if let Some(len) = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()) {
+        state.metrics.bytes_in.fetch_add(len, Ordering::Relaxed);
+    }
+    let response = next.run(req).await;
+    let secs = started.elapsed().as_secs_f64();
+    let status = response.status().as_u16();
+    state.metrics.request(&method, &route, status, secs);
+    tracing::info!(method, route, status, latency_ms = secs * 1000.0, "request");
+    response
+}
+
+/// Resolves the bearer token to a tenant, then applies the token's rate limit.
+async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let token = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty());
+    let Some(token) = token else { return Error::Unauthorized.into_response() };
+    let (tenant, token_id) = match state.service.db().authenticate(token).await {
+        Ok(Some(found)) => found,
+        Ok(None) => return Error::Unauthorized.into_response(),
+        Err(e) => return e.into_response(),
+    };
+    if let Err(retry_after) = state.limiter.check(&token_id, Instant::now()) {
+        return Error::RateLimited { retry_after }.into_response();
+    }
+    req.extensions_mut().insert(tenant);
+    next.run(req).await
+}
+
+async fn ready(State(state): State<AppState>) -> Response {
+    match (state.service.db().ping().await, state.service.ping_store().await) {
+        (Ok(()), Ok(())) => "ready".into_response(),
+        (db, store) => {
+            tracing::warn!(db_ok = db.is_ok(), store_ok = store.is_ok(), "not ready");
+            (StatusCode::SERVICE_UNAVAILABLE, "not ready").into_response()
+        }
+    }
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render()).into_response()
+}
+
+async fn list_workspaces(State(s): State<AppState>, Extension(t): Extension<Tenant>) -> Result<Response> {
+    Ok(axum::Json(s.service.list_workspaces(&t).await?).into_response())
+}
+
+async fn create_workspace(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    Path(id): Path<String>,
+    Json(req): Json<CreateWorkspace>,
+) -> Result<Response> {
+    Ok(axum::Json(s.service.create_workspace(&t, &id, &req).await?).into_response())
+}
+
+async fn workspace(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Response> {
+    Ok(axum::Json(s.service.workspace_info(&t, &id).await?).into_response())
+}
+
+async fn delete_workspace(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Response> {
+    s.service.delete_workspace(&t, &id).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn tree(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    Path(id): Path<String>,
+    Json(req): Json<TreeRequest>,
+) -> Result<Response> {
+    Ok(axum::Json(s.service.tree(&t, &id, &req).await?).into_response())
+}
+
+async fn plan(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    Path(id): Path<String>,
+    Json(req): Json<PlanRequest>,
+) -> Result<Response> {
+    Ok(axum::Json(s.service.plan(&t, &id, &req).await?).into_response())
+}
+
+async fn commit(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    Json(req): Json<CommitRequest>,
+) -> Result<Response> {
+    let key = headers
+        .get(SERVER_KEY_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| Error::BadRequest(format!("the {SERVER_KEY_HEADER} header is required to commit")))?;
+    let key = ServerKey::decode(key).map_err(|e| Error::BadRequest(e.to_string()))?;
+    let n_files = req.files.len() as u64;
+    let response = s.service.commit(&t, &id, &key, req).await?;
+    s.metrics.files_committed.fetch_add(n_files, Ordering::Relaxed);
+    s.metrics.chunks_stored.fetch_add(response.chunks_stored, Ordering::Relaxed);
+    Ok(axum::Json(response).into_response())
+}
