@@ -8,6 +8,7 @@
 pub mod local;
 pub mod sync;
 pub mod transport;
+pub mod watch;
 
 use std::path::PathBuf;
 

@@ -19,8 +19,78 @@ pub struct Config {
     pub home: PathBuf,
     pub scan: ScanSection,
     pub chunk: ChunkSection,
+    pub server: ServerSection,
+    pub sync: SyncSection,
 }
 
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerSection {
+    pub addr: String,
+    /// Default: `$CARET_HOME/server`.
+    pub data_dir: Option<PathBuf>,
+    /// Default: a SQLite file in the data directory.
+    pub database_url: Option<String>,
+    /// Default: `objects/` in the data directory; or `s3://bucket/prefix`.
+    pub object_store: Option<String>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub allow_insecure_http: bool,
+    pub rate_limit_per_second: f64,
+    pub rate_limit_burst: u32,
+    pub body_limit: Size,
+}
+
+impl Default for ServerSection {
+    fn default() -> Self {
+        let limit = caret_server::limit::RateLimit::default();
+        ServerSection {
+            addr: "127.0.0.1:7878".to_owned(),
+            data_dir: None,
+            database_url: None,
+            object_store: None,
+            tls_cert: None,
+            tls_key: None,
+            allow_insecure_http: false,
+            rate_limit_per_second: limit.per_second,
+            rate_limit_burst: limit.burst,
+            body_limit: Size(64 << 20),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SyncSection {
+    /// A `caret serve` URL; none: the embedded server under `$CARET_HOME/local`.
+    pub server: Option<String>,
+    /// API token for `server` (`CARET_TOKEN` overrides).
+    pub token: Option<String>,
+    /// How often `sync --watch` syncs without file events.
+    pub interval: String,
+}
+
+impl Default for SyncSection {
+    fn default() -> Self {
+        SyncSection { server: None, token: None, interval: "3m".to_owned() }
+    }
+}
+
+/// Parses `90s`, `3m`, `1h` or plain seconds.
+pub fn parse_duration(s: &str) -> anyhow::Result<std::time::Duration> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let n: u64 = num.parse().with_context(|| format!("invalid duration {s:?}"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        other => bail!("invalid duration {s:?}: unknown unit {other:?} (use s, m or h)"),
+    };
+    anyhow::ensure!(secs > 0, "invalid duration {s:?}: must be positive");
+    Ok(std::time::Duration::from_secs(secs))
+}
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ScanSection {
@@ -74,7 +144,13 @@ pub fn parse_size(s: &str) -> anyhow::Result<u64> {
 
 impl Default for Config {
     fn default() -> Self {
-        Config { home: default_home(), scan: ScanSection::default(), chunk: ChunkSection::default() }
+        Config {
+            home: default_home(),
+            scan: ScanSection::default(),
+            chunk: ChunkSection::default(),
+            server: ServerSection::default(),
+            sync: SyncSection::default(),
+        }
     }
 }
 
@@ -119,6 +195,18 @@ impl Config {
         if let Some(v) = env("CARET_CHUNK_TOKENIZER") {
             config.chunk.tokenizer = Some(PathBuf::from(v));
         }
+        if let Some(v) = env("CARET_SERVER") {
+            config.sync.server = Some(v);
+        }
+        if let Some(v) = env("CARET_TOKEN") {
+            config.sync.token = Some(v);
+        }
+        if let Some(v) = env("CARET_DATABASE_URL") {
+            config.server.database_url = Some(v);
+        }
+        if let Some(v) = env("CARET_OBJECT_STORE") {
+            config.server.object_store = Some(v);
+        }
         Ok(config)
     }
 
@@ -148,6 +236,28 @@ impl Config {
         };
         let config = ChunkConfig { max_tokens: self.chunk.max_tokens, min_tokens: self.chunk.min_tokens };
         Ok(Chunker::new(config, counter))
+    }
+
+    /// Workspace keys (mode 0600): `$CARET_HOME/keys` when `CARET_HOME` is set, else the
+    /// platform config directory.
+    pub fn keys_dir(&self) -> PathBuf {
+        if std::env::var_os("CARET_HOME").is_some() {
+            return self.home.join("keys");
+        }
+        dirs::config_dir().map_or_else(|| self.home.join("keys"), |d| d.join("caret").join("keys"))
+    }
+
+    /// The server's storage: flags and config over the data-directory defaults.
+    pub fn storage(&self) -> caret_server::StorageConfig {
+        let data_dir = self.server.data_dir.clone().unwrap_or_else(|| self.home.join("server"));
+        let mut storage = caret_server::StorageConfig::local(&data_dir);
+        if let Some(url) = &self.server.database_url {
+            storage.database_url = url.clone();
+        }
+        if let Some(store) = &self.server.object_store {
+            storage.object_store = store.clone();
+        }
+        storage
     }
 
     /// Per-workspace client state (stat cache) lives here.

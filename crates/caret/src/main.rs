@@ -4,6 +4,8 @@
 mod bench;
 mod config;
 mod scan;
+mod server;
+mod sync;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,6 +33,18 @@ struct Cli {
 enum Command {
     /// Show what would be indexed in a workspace, and why the rest would not.
     Scan(scan::ScanArgs),
+    /// Keep a server's copy of the workspace index in step (embedded server by default).
+    Sync(sync::SyncArgs),
+    /// Show the workspace's root hash here and on the server, and what is pending.
+    Status(sync::StatusArgs),
+    /// Export or import the workspace key (for sharing an index with a team).
+    #[command(subcommand)]
+    Key(sync::KeyCommand),
+    /// Run the multi-tenant server.
+    Serve(server::ServeArgs),
+    /// Administer the server's tenants and API tokens.
+    #[command(subcommand)]
+    Admin(server::AdminCommand),
     /// Measure a capability and print its figures.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -38,7 +52,8 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing();
+    // A server logs its requests by default; other commands only warn.
+    init_tracing(if matches!(cli.command, Command::Serve(_)) { "info" } else { "warn" });
     match run(cli) {
         Ok(code) => code,
         Err(err) => {
@@ -52,12 +67,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let config = Config::load(cli.config.as_deref())?;
     match cli.command {
         Command::Scan(args) => scan::run(&config, args),
+        Command::Sync(args) => sync::sync(&config, args),
+        Command::Status(args) => sync::status(&config, args),
+        Command::Key(cmd) => sync::key(&config, cmd),
+        Command::Serve(args) => server::serve(&config, args),
+        Command::Admin(cmd) => server::admin(&config, cmd),
         Command::Bench(cmd) => bench::run(&config, cmd),
     }
 }
 
-fn init_tracing() {
+fn init_tracing(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
 }

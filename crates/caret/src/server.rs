@@ -1,0 +1,194 @@
+//! `caret serve` and `caret admin`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use caret_server::limit::RateLimit;
+use caret_server::{ServeConfig, StorageConfig};
+
+use crate::config::{Config, parse_size};
+
+/// Where the server keeps its data (shared by `serve` and `admin`).
+#[derive(Debug, clap::Args)]
+pub struct StorageArgs {
+    /// Data directory (SQLite file and local objects by default); default $CARET_HOME/server.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// `sqlite://FILE` or `postgres://…` (env CARET_DATABASE_URL).
+    #[arg(long)]
+    database_url: Option<String>,
+    /// A directory, or `s3://bucket/prefix` with AWS_* settings from the environment
+    /// (env CARET_OBJECT_STORE).
+    #[arg(long)]
+    object_store: Option<String>,
+}
+
+impl StorageArgs {
+    fn apply(&self, config: &mut Config) {
+        if let Some(d) = &self.data_dir {
+            config.server.data_dir = Some(d.clone());
+        }
+        if let Some(u) = &self.database_url {
+            config.server.database_url = Some(u.clone());
+        }
+        if let Some(o) = &self.object_store {
+            config.server.object_store = Some(o.clone());
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long)]
+    addr: Option<String>,
+    #[command(flatten)]
+    storage: StorageArgs,
+    /// PEM certificate chain (enables TLS, with --tls-key).
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Serve plaintext HTTP on a non-loopback address (only behind a TLS-terminating proxy).
+    #[arg(long)]
+    allow_insecure_http: bool,
+    /// Requests per second allowed per API token.
+    #[arg(long)]
+    rate_limit: Option<f64>,
+    /// Largest request body (bytes, or with a K/M/G suffix).
+    #[arg(long, value_parser = parse_size)]
+    body_limit: Option<u64>,
+}
+
+pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let mut config = config.clone();
+    args.storage.apply(&mut config);
+    let addr = args.addr.unwrap_or_else(|| config.server.addr.clone());
+    let serve = ServeConfig {
+        addr: addr.parse().with_context(|| format!("invalid --addr {addr:?}"))?,
+        tls: match (args.tls_cert.or(config.server.tls_cert.clone()), args.tls_key.or(config.server.tls_key.clone())) {
+            (Some(c), Some(k)) => Some((c, k)),
+            _ => None,
+        },
+        allow_insecure_http: args.allow_insecure_http || config.server.allow_insecure_http,
+        rate_limit: RateLimit {
+            per_second: args.rate_limit.unwrap_or(config.server.rate_limit_per_second),
+            burst: config.server.rate_limit_burst,
+        },
+        body_limit: usize::try_from(args.body_limit.unwrap_or(config.server.body_limit.0)).unwrap_or(usize::MAX),
+    };
+    serve.check()?;
+    let storage = config.storage();
+    runtime()?.block_on(async move {
+        let service = Arc::new(caret_server::open(&storage).await.context("opening the server's storage")?);
+        let listener =
+            std::net::TcpListener::bind(serve.addr).with_context(|| format!("listening on {}", serve.addr))?;
+        let local = listener.local_addr()?;
+        let scheme = if serve.tls.is_some() { "https" } else { "http" };
+        // Printed for scripts and tests that ask for port 0.
+        println!("caret serve listening on {scheme}://{local}");
+        tracing::info!(addr = %local, tls = serve.tls.is_some(), "serving");
+        caret_server::serve(service, serve, listener, shutdown_signal()).await?;
+        tracing::info!("stopped");
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return std::future::pending().await,
+        };
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum AdminCommand {
+    /// Tenants.
+    #[command(subcommand)]
+    Tenant(TenantCommand),
+    /// API tokens.
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum TenantCommand {
+    /// Create a tenant.
+    Create {
+        /// Its name.
+        name: String,
+        #[command(flatten)]
+        storage: StorageArgs,
+    },
+    /// List tenants.
+    List {
+        #[command(flatten)]
+        storage: StorageArgs,
+    },
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum TokenCommand {
+    /// Create an API token for a tenant; it is printed once and only its hash is stored.
+    Create {
+        /// The tenant's name.
+        #[arg(long)]
+        tenant: String,
+        /// A label for the token.
+        #[arg(long, default_value = "default")]
+        name: String,
+        #[command(flatten)]
+        storage: StorageArgs,
+    },
+}
+
+pub fn admin(config: &Config, cmd: AdminCommand) -> anyhow::Result<ExitCode> {
+    let storage_of = |args: &StorageArgs| -> StorageConfig {
+        let mut c = config.clone();
+        args.apply(&mut c);
+        c.storage()
+    };
+    runtime()?.block_on(async {
+        match cmd {
+            AdminCommand::Tenant(TenantCommand::Create { name, storage }) => {
+                let service = caret_server::open(&storage_of(&storage)).await?;
+                let t = service.db().create_tenant(&name).await?;
+                println!("created tenant {} ({})", t.name, t.id);
+            }
+            AdminCommand::Tenant(TenantCommand::List { storage }) => {
+                let service = caret_server::open(&storage_of(&storage)).await?;
+                for t in service.db().tenants().await? {
+                    println!("{}\t{}", t.name, t.id);
+                }
+            }
+            AdminCommand::Token(TokenCommand::Create { tenant, name, storage }) => {
+                let service = caret_server::open(&storage_of(&storage)).await?;
+                let t =
+                    service.db().tenant_by_name(&tenant).await?.with_context(|| format!("no tenant named {tenant}"))?;
+                println!("{}", service.db().create_token(&t, &name).await?);
+                eprintln!("(shown once: only its hash is stored)");
+            }
+        }
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}

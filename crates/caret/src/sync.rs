@@ -1,0 +1,271 @@
+//! `caret sync`, `caret status` and `caret key`.
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use caret_client::local::LocalWorkspace;
+use caret_client::sync::{SyncEngine, SyncOptions, SyncReport};
+use caret_client::transport::{HttpTransport, LocalTransport, Transport};
+use caret_crypto::WorkspaceKey;
+use caret_workspace::scan::{Depth, Scanner};
+use serde_json::json;
+
+use crate::config::{Config, parse_duration};
+use crate::scan::{human_bytes, thousands};
+use crate::server::runtime;
+
+/// Which server to sync with.
+#[derive(Debug, clap::Args)]
+pub struct Remote {
+    /// A `caret serve` URL (env CARET_SERVER); without one, the embedded server in
+    /// $CARET_HOME/local is used in-process.
+    #[arg(long)]
+    server: Option<String>,
+    /// API token for --server (env CARET_TOKEN).
+    #[arg(long)]
+    token: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SyncArgs {
+    /// The workspace.
+    #[arg(default_value = ".")]
+    path: PathBuf,
+    #[command(flatten)]
+    remote: Remote,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Keep syncing: every --interval, or sooner when files change.
+    #[arg(long)]
+    watch: bool,
+    /// Interval for --watch (e.g. 90s, 3m, 1h).
+    #[arg(long)]
+    interval: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// The workspace.
+    #[arg(default_value = ".")]
+    path: PathBuf,
+    #[command(flatten)]
+    remote: Remote,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Opens the local state of the workspace at `path`.
+pub fn open_workspace(config: &Config, path: &Path) -> anyhow::Result<LocalWorkspace> {
+    let root = std::fs::canonicalize(path).with_context(|| format!("opening workspace {}", path.display()))?;
+    let state = config.workspace_state_dir(&root);
+    LocalWorkspace::open(&root, &state, &config.keys_dir())
+        .with_context(|| format!("opening the client state of {}", root.display()))
+}
+
+/// The transport for `remote`: HTTP, or the embedded server.
+async fn transport(config: &Config, remote: &Remote) -> anyhow::Result<Box<dyn Transport>> {
+    let server = remote.server.clone().or_else(|| config.sync.server.clone());
+    match server {
+        Some(url) => {
+            let token = remote.token.clone().or_else(|| config.sync.token.clone()).context(
+                "--server needs an API token: --token or CARET_TOKEN (create one with `caret admin token create`)",
+            )?;
+            Ok(Box::new(HttpTransport::new(&url, &token)?))
+        }
+        None => {
+            let dir = config.home.join("local");
+            let service = caret_server::open(&caret_server::StorageConfig::local(&dir))
+                .await
+                .with_context(|| format!("opening the embedded server in {}", dir.display()))?;
+            let tenant = match service.db().tenant_by_name("local").await? {
+                Some(t) => t,
+                None => service.db().create_tenant("local").await?,
+            };
+            Ok(Box::new(LocalTransport::new(Arc::new(service), tenant, &format!("embedded ({})", dir.display()))))
+        }
+    }
+}
+
+fn engine(config: &Config) -> anyhow::Result<SyncEngine> {
+    let scanner = Scanner::new(config.walk_config(), config.chunker()?, Depth::Full);
+    Ok(SyncEngine::new(Arc::new(scanner), SyncOptions::default()))
+}
+
+fn print_report(r: &SyncReport, ws: &LocalWorkspace, to: &str, json: bool) {
+    if json {
+        let mut v = serde_json::to_value(r).unwrap_or_default();
+        v["workspace"] = json!(ws.id);
+        v["server"] = json!(to);
+        v["in_step"] = json!(r.local_root == r.server_root);
+        println!("{v}");
+        return;
+    }
+    println!("caret sync {} → {to} (workspace {})", ws.root.display(), ws.id);
+    println!(
+        "  files      +{} ~{} -{}, {} unchanged{}",
+        r.added,
+        r.modified,
+        r.deleted,
+        thousands(r.unchanged),
+        if r.files_skipped > 0 { format!(", {} unreadable now (next sync)", r.files_skipped) } else { String::new() }
+    );
+    println!(
+        "  chunks     {} sent, {} reused, {} withheld (secrets)",
+        thousands(r.chunks_sent),
+        thousands(r.chunks_reused),
+        r.chunks_withheld
+    );
+    println!(
+        "  wire       {} sent, {} received, {} requests",
+        human_bytes(r.bytes_sent),
+        human_bytes(r.bytes_received),
+        r.requests
+    );
+    let state = if r.local_root == r.server_root { "in step" } else { "server differs: sync again" };
+    println!("  root       {} ({state})", r.local_root);
+    println!("  time       {:.3} s", r.seconds);
+}
+
+pub fn sync(config: &Config, args: SyncArgs) -> anyhow::Result<ExitCode> {
+    let ws = open_workspace(config, &args.path)?;
+    let engine = engine(config)?;
+    runtime()?.block_on(async {
+        let transport = transport(config, &args.remote).await?;
+        let to = transport.describe();
+        if args.watch {
+            let interval = parse_duration(args.interval.as_deref().unwrap_or(&config.sync.interval))?;
+            let json = args.json;
+            caret_client::watch::watch(
+                &engine,
+                &ws,
+                transport.as_ref(),
+                interval,
+                |result| match result {
+                    Ok(r) => print_report(&r, &ws, &to, json),
+                    Err(e) => eprintln!("caret: sync failed (retrying): {e}"),
+                },
+                crate::server::shutdown_signal(),
+            )
+            .await?;
+        } else {
+            let report = engine
+                .sync(&ws, transport.as_ref())
+                .await
+                .with_context(|| format!("syncing {} with {to}", ws.root.display()))?;
+            print_report(&report, &ws, &to, args.json);
+        }
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn status(config: &Config, args: StatusArgs) -> anyhow::Result<ExitCode> {
+    let ws = open_workspace(config, &args.path)?;
+    let engine = engine(config)?;
+    runtime()?.block_on(async {
+        let transport = transport(config, &args.remote).await?;
+        let to = transport.describe();
+        let local = engine.local_tree(&ws).await?;
+        let known = transport.workspace(&ws.id).await;
+        let pending = match &known {
+            Ok(_) => Some(engine.compare(&ws, &local, transport.as_ref()).await?),
+            Err(caret_client::Error::Server { status: 404, .. }) => None,
+            Err(e) => anyhow::bail!("asking {to} about workspace {}: {e}", ws.id),
+        };
+        let local_root = local.tree.root_hash().to_hex();
+        let (server_root, added, modified, deleted) = match &pending {
+            Some(p) => (p.server_root.clone(), p.added.len(), p.modified.len(), p.deletes.len()),
+            None => (String::new(), local.tree.len(), 0, 0),
+        };
+        if args.json {
+            println!(
+                "{}",
+                json!({
+                    "workspace": ws.id, "server": to, "local_root": local_root,
+                    "server_root": if server_root.is_empty() { serde_json::Value::Null } else { json!(server_root) },
+                    "files": local.tree.len(), "in_step": local_root == server_root,
+                    "pending": {"added": added, "modified": modified, "deleted": deleted},
+                })
+            );
+        } else {
+            println!("caret status {} ({to}, workspace {})", ws.root.display(), ws.id);
+            println!("  local      {local_root} ({} files)", thousands(local.tree.len() as u64));
+            if server_root.is_empty() {
+                println!("  server     never synced");
+            } else {
+                println!("  server     {server_root}");
+            }
+            if local_root == server_root {
+                println!("  pending    nothing: in step");
+            } else {
+                println!("  pending    +{added} ~{modified} -{deleted} (run caret sync)");
+            }
+        }
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum KeyCommand {
+    /// Print the workspace's key, to share with a team out of band.
+    Export {
+        /// The workspace.
+        #[arg(default_value = ".")]
+        path: PathBuf,
+    },
+    /// Use a shared key for this workspace (read from the argument or standard input).
+    Import {
+        /// The workspace.
+        #[arg(default_value = ".")]
+        path: PathBuf,
+        /// The key (caret-key-v1-…); read from standard input when absent.
+        #[arg(long)]
+        key: Option<String>,
+        /// Replace an existing, different key (the old one is kept as .key.old).
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+pub fn key(config: &Config, cmd: KeyCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        KeyCommand::Export { path } => {
+            let ws = open_workspace(config, &path)?;
+            println!("{}", ws.key.export());
+            eprintln!(
+                "(anyone with this key can read the workspace's index names and match its content; share it privately)"
+            );
+        }
+        KeyCommand::Import { path, key, force } => {
+            let text = match key {
+                Some(k) => k,
+                None => {
+                    let mut s = String::new();
+                    std::io::stdin().read_to_string(&mut s).context("reading the key from standard input")?;
+                    s
+                }
+            };
+            let key = WorkspaceKey::import(&text)?;
+            let mut ws = open_workspace(config, &path)?;
+            if ws.key == key {
+                println!("the workspace already uses this key ({})", key.key_id());
+            } else if !force {
+                anyhow::bail!(
+                    "the workspace {} already has a different key ({}); pass --force to replace it",
+                    ws.root.display(),
+                    ws.key.key_id()
+                );
+            } else {
+                ws.replace_key(key)?;
+                println!("imported key {} for {}", ws.key.key_id(), ws.root.display());
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
