@@ -16,6 +16,18 @@ use serde::de::DeserializeOwned;
 
 use crate::{Error, Result};
 
+/// An error with its sources, on one line (reqwest hides the cause in `source`).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
 /// Bytes sent and received.
 #[derive(Debug, Default)]
 pub struct WireCounter {
@@ -70,13 +82,17 @@ pub struct HttpTransport {
 }
 
 impl HttpTransport {
-    /// A transport to `base` (e.g. `https://caret.example.com`) authenticating with `token`.
-    pub fn new(base: &str, token: &str) -> Result<Self> {
+    /// A transport to `base` (e.g. `https://caret.example.com`) authenticating with `token`,
+    /// trusting `ca_pem` in addition to the public roots.
+    pub fn new(base: &str, token: &str, ca_pem: Option<&[u8]>) -> Result<Self> {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .timeout(std::time::Duration::from_secs(300))
-            .build()
-            .map_err(|e| Error::Transport(format!("building the HTTP client: {e}")))?;
+        let mut builder = reqwest::Client::builder().timeout(std::time::Duration::from_secs(300));
+        if let Some(pem) = ca_pem {
+            let cert = reqwest::Certificate::from_pem(pem)
+                .map_err(|e| Error::Transport(format!("reading the CA certificate: {e}")))?;
+            builder = builder.add_root_certificate(cert);
+        }
+        let client = builder.build().map_err(|e| Error::Transport(format!("building the HTTP client: {e}")))?;
         Ok(HttpTransport {
             base: base.trim_end_matches('/').to_owned(),
             token: token.to_owned(),
@@ -106,11 +122,11 @@ impl HttpTransport {
         // Rate limited: wait as told, a few times.
         for attempt in 0..5 {
             let Some(r) = req.try_clone() else { break };
-            let response = r.send().await.map_err(|e| Error::Transport(format!("{url}: {e}")))?;
+            let response = r.send().await.map_err(|e| Error::Transport(format!("{url}: {}", chain(&e))))?;
             let status = response.status();
             let retry_after =
                 response.headers().get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-            let bytes = response.bytes().await.map_err(|e| Error::Transport(format!("{url}: {e}")))?;
+            let bytes = response.bytes().await.map_err(|e| Error::Transport(format!("{url}: {}", chain(&e))))?;
             self.wire.add(sent, bytes.len());
             if status == reqwest::StatusCode::TOO_MANY_REQUESTS && attempt < 4 {
                 tokio::time::sleep(std::time::Duration::from_secs(retry_after.unwrap_or(1).min(30))).await;

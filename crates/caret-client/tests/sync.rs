@@ -98,3 +98,74 @@ async fn small_batches_and_secrets() {
     assert_eq!(r.server_root, r.local_root);
     assert!(r.requests > 7, "many small commits: {}", r.requests);
 }
+
+/// Records every request body, then forwards it.
+struct Recording {
+    inner: LocalTransport,
+    sent: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl caret_client::transport::Transport for Recording {
+    async fn create_workspace(
+        &self,
+        id: &str,
+        req: &caret_protocol::CreateWorkspace,
+    ) -> caret_client::Result<caret_protocol::WorkspaceInfo> {
+        self.sent.lock().unwrap().push(serde_json::to_string(req).unwrap());
+        self.inner.create_workspace(id, req).await
+    }
+    async fn workspace(&self, id: &str) -> caret_client::Result<caret_protocol::WorkspaceInfo> {
+        self.inner.workspace(id).await
+    }
+    async fn tree(
+        &self,
+        id: &str,
+        req: &caret_protocol::TreeRequest,
+    ) -> caret_client::Result<caret_protocol::TreeResponse> {
+        self.sent.lock().unwrap().push(serde_json::to_string(req).unwrap());
+        self.inner.tree(id, req).await
+    }
+    async fn plan(
+        &self,
+        id: &str,
+        req: &caret_protocol::PlanRequest,
+    ) -> caret_client::Result<caret_protocol::PlanResponse> {
+        self.sent.lock().unwrap().push(serde_json::to_string(req).unwrap());
+        self.inner.plan(id, req).await
+    }
+    async fn commit(
+        &self,
+        id: &str,
+        key: &caret_crypto::ServerKey,
+        req: &caret_protocol::CommitRequest,
+    ) -> caret_client::Result<caret_protocol::CommitResponse> {
+        self.sent.lock().unwrap().push(serde_json::to_string(req).unwrap());
+        self.inner.commit(id, key, req).await
+    }
+    fn wire(&self) -> &caret_client::transport::WireCounter {
+        self.inner.wire()
+    }
+    fn describe(&self) -> String {
+        "recording".into()
+    }
+}
+
+#[tokio::test]
+async fn secrets_and_real_names_are_never_sent() {
+    let f = fixture(SyncOptions::default()).await;
+    let dir = workspace();
+    dir.write("deploy/settings_prod.py", "import os\n\nAWS = \"AKIAQ3MZ7K2N4PVW5XYT\"\n");
+    dir.write("deploy/notes.md", "# Deploy\n\ntoken: ghp_R4nd0mT0k3nV4lu3AbCdEfGhIjKlMnOpQrSt\n\nThe rest is fine.\n");
+    dir.backdate(10);
+    let ws = f.open(&dir);
+    let recording = Recording { inner: f.transport, sent: std::sync::Mutex::new(Vec::new()) };
+    let r = f.engine.sync(&ws, &recording).await.unwrap();
+    assert_eq!(r.chunks_withheld, 2);
+    assert_eq!(r.server_root, r.local_root);
+    let sent = recording.sent.lock().unwrap().join("\n");
+    assert!(sent.contains("pub fn add"), "chunk texts of ordinary code are sent");
+    for never in ["AKIAQ3MZ7K2N4PVW5XYT", "ghp_R4nd0mT0k3nV4lu3", "settings_prod", "deploy", "strings.rs", "guide.md"] {
+        assert!(!sent.contains(never), "{never:?} was sent to the server");
+    }
+}

@@ -68,11 +68,16 @@ pub struct SyncSection {
     pub token: Option<String>,
     /// How often `sync --watch` syncs without file events.
     pub interval: String,
+    /// Files per commit (`CARET_SYNC_BATCH_FILES`).
+    pub batch_files: usize,
+    /// A PEM CA certificate to trust for `server` (a private CA or self-signed server).
+    pub ca_cert: Option<PathBuf>,
 }
 
 impl Default for SyncSection {
     fn default() -> Self {
-        SyncSection { server: None, token: None, interval: "3m".to_owned() }
+        let d = caret_client::sync::SyncOptions::default();
+        SyncSection { server: None, token: None, interval: "3m".to_owned(), batch_files: d.batch_files, ca_cert: None }
     }
 }
 
@@ -200,6 +205,13 @@ impl Config {
         }
         if let Some(v) = env("CARET_TOKEN") {
             config.sync.token = Some(v);
+        }
+        if let Some(v) = env("CARET_SYNC_BATCH_FILES") {
+            config.sync.batch_files =
+                v.parse().with_context(|| format!("CARET_SYNC_BATCH_FILES={v:?} is not a number"))?;
+        }
+        if let Some(v) = env("CARET_CA_CERT") {
+            config.sync.ca_cert = Some(PathBuf::from(v));
         }
         if let Some(v) = env("CARET_DATABASE_URL") {
             config.server.database_url = Some(v);

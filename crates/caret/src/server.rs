@@ -58,6 +58,9 @@ pub struct ServeArgs {
     /// Requests per second allowed per API token.
     #[arg(long)]
     rate_limit: Option<f64>,
+    /// Requests a token may make at once after a quiet period.
+    #[arg(long)]
+    rate_limit_burst: Option<u32>,
     /// Largest request body (bytes, or with a K/M/G suffix).
     #[arg(long, value_parser = parse_size)]
     body_limit: Option<u64>,
@@ -76,7 +79,7 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
         allow_insecure_http: args.allow_insecure_http || config.server.allow_insecure_http,
         rate_limit: RateLimit {
             per_second: args.rate_limit.unwrap_or(config.server.rate_limit_per_second),
-            burst: config.server.rate_limit_burst,
+            burst: args.rate_limit_burst.unwrap_or(config.server.rate_limit_burst),
         },
         body_limit: usize::try_from(args.body_limit.unwrap_or(config.server.body_limit.0)).unwrap_or(usize::MAX),
     };

@@ -75,7 +75,13 @@ async fn transport(config: &Config, remote: &Remote) -> anyhow::Result<Box<dyn T
             let token = remote.token.clone().or_else(|| config.sync.token.clone()).context(
                 "--server needs an API token: --token or CARET_TOKEN (create one with `caret admin token create`)",
             )?;
-            Ok(Box::new(HttpTransport::new(&url, &token)?))
+            let ca = match &config.sync.ca_cert {
+                Some(path) => {
+                    Some(std::fs::read(path).with_context(|| format!("reading CA certificate {}", path.display()))?)
+                }
+                None => None,
+            };
+            Ok(Box::new(HttpTransport::new(&url, &token, ca.as_deref())?))
         }
         None => {
             let dir = config.home.join("local");
@@ -93,7 +99,8 @@ async fn transport(config: &Config, remote: &Remote) -> anyhow::Result<Box<dyn T
 
 fn engine(config: &Config) -> anyhow::Result<SyncEngine> {
     let scanner = Scanner::new(config.walk_config(), config.chunker()?, Depth::Full);
-    Ok(SyncEngine::new(Arc::new(scanner), SyncOptions::default()))
+    let options = SyncOptions { batch_files: config.sync.batch_files.max(1), ..SyncOptions::default() };
+    Ok(SyncEngine::new(Arc::new(scanner), options))
 }
 
 fn print_report(r: &SyncReport, ws: &LocalWorkspace, to: &str, json: bool) {

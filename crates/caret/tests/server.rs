@@ -1,0 +1,580 @@
+//! End-to-end tests of `caret serve` with `caret sync` over HTTP: the privacy, tenancy and
+//! robustness invariants. Each runs against the embedded storage (SQLite + a local directory)
+//! and, when `CARET_TEST_DATABASE_URL` / `CARET_TEST_OBJECT_STORE` are set (CI starts
+//! PostgreSQL and an S3-compatible server), against those too.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use caret_test_support::TempDir;
+use serde_json::{Value, json};
+
+const CARET: &str = env!("CARGO_BIN_EXE_caret");
+
+/// Storage flags of one backend.
+fn backends() -> Vec<(String, Vec<String>)> {
+    let mut v = vec![("embedded".to_owned(), Vec::new())];
+    let db = std::env::var("CARET_TEST_DATABASE_URL").ok().filter(|s| !s.is_empty());
+    let store = std::env::var("CARET_TEST_OBJECT_STORE").ok().filter(|s| !s.is_empty());
+    if db.is_some() || store.is_some() {
+        let mut args = Vec::new();
+        if let Some(db) = db {
+            args.extend(["--database-url".to_owned(), db]);
+        }
+        if let Some(store) = store {
+            // A fresh prefix per server keeps runs apart in a shared bucket.
+            args.extend(["--object-store".to_owned(), format!("{store}/{}", fastrand::u64(..))]);
+        }
+        v.push(("scaled".to_owned(), args));
+    }
+    v
+}
+
+struct Server {
+    child: Child,
+    url: String,
+    data: TempDir,
+    storage: Vec<String>,
+    log: PathBuf,
+}
+
+impl Server {
+    fn start(storage: &[String], extra: &[&str]) -> Server {
+        let data = TempDir::new();
+        let log = data.join("server.log");
+        let mut args: Vec<String> = vec![
+            "serve".into(),
+            "--addr".into(),
+            "127.0.0.1:0".into(),
+            "--data-dir".into(),
+            data.join("srv").display().to_string(),
+        ];
+        args.extend(storage.iter().cloned());
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut child = Command::new(CARET)
+            .args(&args)
+            .env("CARET_HOME", data.join("home"))
+            .env("RUST_LOG", "debug")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let url = line.trim().rsplit(' ').next().unwrap_or_default().to_owned();
+        assert!(
+            url.starts_with("http"),
+            "server did not start: {line:?}\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        Server { child, url, data, storage: storage.to_vec(), log }
+    }
+
+    fn admin(&self, args: &[&str]) -> String {
+        let mut full: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        full.extend(["--data-dir".into(), self.data.join("srv").display().to_string()]);
+        full.extend(self.storage.iter().cloned());
+        let out = Command::new(CARET).args(&full).env("CARET_HOME", self.data.join("home")).output().unwrap();
+        assert!(out.status.success(), "admin {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+
+    /// A new tenant with a unique name, and a token for it.
+    fn tenant(&self, name: &str) -> String {
+        let name = format!("{name}-{}", fastrand::u32(..));
+        self.admin(&["admin", "tenant", "create", &name]);
+        self.admin(&["admin", "token", "create", "--tenant", &name])
+    }
+
+    fn stop(mut self) -> (TempDir, PathBuf) {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = self.child.wait();
+        (self.data, self.log)
+    }
+}
+
+/// A client with its own CARET_HOME (keys and state), talking to `url` with `token`.
+struct Client {
+    home: TempDir,
+}
+
+impl Client {
+    fn new() -> Client {
+        Client { home: TempDir::new() }
+    }
+
+    fn run(&self, args: &[&str], envs: &[(&str, &str)]) -> Output {
+        let mut cmd = Command::new(CARET);
+        cmd.args(args).env("CARET_HOME", self.home.join("home")).env("HOME", self.home.path()).env_remove("RUST_LOG");
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    }
+
+    fn sync(&self, dir: &Path, server: &Server, token: &str) -> Value {
+        let out = self.run(&["sync", dir.to_str().unwrap(), "--server", &server.url, "--token", token, "--json"], &[]);
+        assert!(out.status.success(), "sync failed: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    fn workspace_id(&self, dir: &Path) -> String {
+        let out = self.run(&["status", dir.to_str().unwrap(), "--json"], &[]);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["workspace"].as_str().unwrap().to_owned()
+    }
+}
+
+fn http() -> reqwest::blocking::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).build().unwrap()
+}
+
+/// Every byte of every file below `dir`.
+fn all_bytes(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else {
+                out.push((e.path(), std::fs::read(e.path()).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+fn contains(hay: &[u8], needle: &str) -> bool {
+    let n = needle.as_bytes();
+    hay.windows(n.len()).any(|w| w.eq_ignore_ascii_case(n))
+}
+
+const CANARIES: &[&str] = &[
+    "zqcanarystring7731",
+    "canary_filename_x8k2",
+    "secretproject_ww7k",
+    "quixotic_retry_helper",
+    "CanaryWidgetFactory",
+];
+const SECRET: &str = "AKIAQ3MZ7K2N4PVW5XYT";
+
+fn canary_workspace() -> TempDir {
+    let dir = TempDir::new();
+    dir.write(
+        "secretproject_ww7k/src/canary_filename_x8k2.rs",
+        "/// zqcanarystring7731: retries uploads.\npub fn quixotic_retry_helper(n: u32) -> u32 {\n    // zqcanarystring7731\n    n + 1\n}\n\npub struct CanaryWidgetFactory;\n",
+    );
+    dir.write(
+        "secretproject_ww7k/docs/zqcanarystring7731.md",
+        "# zqcanarystring7731\n\nThe CanaryWidgetFactory builds widgets.\n",
+    );
+    dir.write(
+        "secretproject_ww7k/config.py",
+        &format!("KEY = \"{SECRET}\"\n\ndef zqcanarystring7731():\n    return 1\n"),
+    );
+    for i in 0..30 {
+        dir.write(
+            &format!("secretproject_ww7k/pkg/canary_filename_x8k2_{i}.py"),
+            &format!("def quixotic_retry_helper_{i}():\n    return 'zqcanarystring7731 {i}'\n"),
+        );
+    }
+    dir.backdate(10);
+    dir
+}
+
+#[test]
+fn canaries_file_names_and_secrets_never_reach_the_server_disk_or_logs() {
+    for (name, storage) in backends() {
+        let server = Server::start(&storage, &[]);
+        let token = server.tenant("acme");
+        let client = Client::new();
+        let dir = canary_workspace();
+        let report = client.sync(dir.path(), &server, &token);
+        assert_eq!(report["added"], 33, "{name}: {report}");
+        assert_eq!(report["in_step"], true, "{name}: {report}");
+        assert_eq!(report["chunks_withheld"], 1, "{name}: the chunk with the key is not sent");
+        let (data, log) = server.stop();
+        let files = all_bytes(data.path());
+        assert!(
+            files.iter().any(|(p, _)| p.to_string_lossy().contains("/wal/")) || name != "embedded",
+            "{name}: objects were written"
+        );
+        assert!(std::fs::metadata(&log).unwrap().len() > 0, "the server logged its requests");
+        for (path, bytes) in &files {
+            for needle in CANARIES.iter().chain([&SECRET, &"config.py", &"guide", &".rs"]) {
+                assert!(!contains(bytes, needle), "{name}: {needle:?} found in {}", path.display());
+                assert!(
+                    !path.to_string_lossy().contains(needle),
+                    "{name}: {needle:?} in a file name {}",
+                    path.display()
+                );
+            }
+        }
+        if name == "scaled" {
+            check_scaled_storage(&storage);
+        }
+    }
+}
+
+/// For PostgreSQL and S3: dump what they hold and look for the canaries there too.
+fn check_scaled_storage(storage: &[String]) {
+    let mut dumps: Vec<(String, Vec<u8>)> = Vec::new();
+    if let Some(url) = storage.iter().position(|a| a == "--database-url").map(|i| &storage[i + 1]) {
+        let out = Command::new("pg_dump").arg("--data-only").arg(url).output().expect("pg_dump");
+        assert!(out.status.success(), "pg_dump: {}", String::from_utf8_lossy(&out.stderr));
+        dumps.push(("postgres".into(), out.stdout));
+    }
+    if let Some(store) = storage.iter().position(|a| a == "--object-store").map(|i| &storage[i + 1]) {
+        let out = Command::new("python3").args(["-c", S3_DUMP, store]).output().expect("python3 for the S3 dump");
+        assert!(out.status.success(), "S3 dump: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(!out.stdout.is_empty(), "S3 holds objects");
+        dumps.push(("s3".into(), out.stdout));
+    }
+    for (what, bytes) in dumps {
+        for needle in CANARIES.iter().chain([&SECRET]) {
+            assert!(!contains(&bytes, needle), "{needle:?} found in {what}");
+        }
+    }
+}
+
+/// Prints every key and object body under an s3://bucket/prefix (boto3, as moto ships it).
+const S3_DUMP: &str = r#"
+import os, sys, boto3
+bucket, _, prefix = sys.argv[1][len("s3://"):].partition("/")
+s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT"])
+for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+    for o in page.get("Contents", []):
+        sys.stdout.buffer.write(o["Key"].encode() + b"\n")
+        sys.stdout.buffer.write(s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read())
+"#;
+
+#[test]
+fn tenants_cannot_see_each_other() {
+    for (name, storage) in backends() {
+        let server = Server::start(&storage, &[]);
+        let (a, b) = (server.tenant("a"), server.tenant("b"));
+        let client = Client::new();
+        let dir = canary_workspace();
+        client.sync(dir.path(), &server, &a);
+        let ws = client.workspace_id(dir.path());
+        let h = http();
+        let url = |p: &str| format!("{}/v1/workspaces/{ws}{p}", server.url);
+        let own = h.get(url("")).bearer_auth(&a).send().unwrap();
+        assert_eq!(own.status(), 200, "{name}");
+        let missing = h.get(format!("{}/v1/workspaces/nosuchworkspace", server.url)).bearer_auth(&b).send().unwrap();
+        let (missing_status, missing_body) = (missing.status(), missing.text().unwrap());
+        for (method, path, body) in [
+            ("GET", "", None),
+            ("POST", "/tree", Some(json!({"dirs": [""]}))),
+            ("POST", "/plan", Some(json!({"files": []}))),
+            ("POST", "/commit", Some(json!({"files": [], "deletes": ["aaaa"], "chunks": []}))),
+            ("DELETE", "", None),
+        ] {
+            let mut req = h
+                .request(method.parse().unwrap(), url(path))
+                .bearer_auth(&b)
+                .header("x-caret-server-key", "a".repeat(52));
+            if let Some(body) = body {
+                req = req.json(&body);
+            }
+            let r = req.send().unwrap();
+            assert_eq!(r.status(), missing_status, "{name}: {method} {path} with another tenant's token");
+            assert_eq!(
+                r.text().unwrap(),
+                missing_body.replace("nosuchworkspace", &ws),
+                "{name}: indistinguishable from a missing workspace"
+            );
+        }
+        let listed: Value =
+            h.get(format!("{}/v1/workspaces", server.url)).bearer_auth(&b).send().unwrap().json().unwrap();
+        assert_eq!(listed, json!([]), "{name}");
+        // Still intact for its owner.
+        let status = client
+            .run(&["status", dir.path().to_str().unwrap(), "--server", &server.url, "--token", &a, "--json"], &[]);
+        let v: Value = serde_json::from_slice(&status.stdout).unwrap();
+        assert_eq!(v["in_step"], true, "{name}: {v}");
+        for token in ["", "caret_notarealtoken", &b[..b.len() - 1]] {
+            let r = h.get(url("")).bearer_auth(token).send().unwrap();
+            assert_eq!(r.status(), 401, "{name}: token {token:?}");
+        }
+        server.stop();
+    }
+}
+
+#[test]
+fn malformed_truncated_and_oversized_requests_get_clear_4xx() {
+    let server = Server::start(&[], &["--body-limit", "64K"]);
+    let token = server.tenant("m");
+    let h = http();
+    let put = h
+        .put(format!("{}/v1/workspaces/ws1", server.url))
+        .bearer_auth(&token)
+        .json(&json!({"key_id": "abc"}))
+        .send()
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    let post = |path: &str, body: &str| {
+        h.post(format!("{}/v1/workspaces/ws1{path}", server.url))
+            .bearer_auth(&token)
+            .header("content-type", "application/json")
+            .header("x-caret-server-key", "a".repeat(52))
+            .body(body.to_owned())
+            .send()
+            .unwrap()
+    };
+    let leaf = "0".repeat(64);
+    let cases: Vec<(&str, String, u16, &str)> = vec![
+        ("/tree", "{\"dirs\": [\"\"".into(), 400, "malformed JSON"),
+        ("/tree", "{\"dirs\": 7}".into(), 422, "invalid request body"),
+        ("/tree", "not json".into(), 400, "malformed JSON"),
+        ("/tree", "{\"dirs\": [\"src/lib.rs\"]}".into(), 400, "obfuscated"),
+        (
+            "/plan",
+            format!("{{\"files\": [{{\"path\": \"aa\", \"leaf\": \"xyz\", \"chunks\": []}}]}}"),
+            400,
+            "leaf must be 64 hex",
+        ),
+        (
+            "/commit",
+            format!(
+                "{{\"files\": [{{\"path\": \"aa\", \"leaf\": \"{leaf}\", \"chunks\": [{{\"id\": \"{leaf}\", \"start_line\": 1, \"end_line\": 1, \"language\": \"rust\", \"kind\": \"code\"}}]}}], \"deletes\": [], \"chunks\": []}}"
+            ),
+            409,
+            "plan again",
+        ),
+        (
+            "/commit",
+            format!(
+                "{{\"files\": [], \"deletes\": [], \"chunks\": [{{\"id\": \"{leaf}\", \"context\": [], \"text\": \"fn main() {{}}\"}}]}}"
+            ),
+            400,
+            "does not match its text",
+        ),
+        (
+            "/commit",
+            format!(
+                "{{\"files\": [], \"deletes\": [], \"chunks\": [{{\"id\": \"{leaf}\", \"context\": [], \"text\": \"{}\"}}]}}",
+                "x".repeat(100_000)
+            ),
+            413,
+            "",
+        ),
+    ];
+    for (path, body, status, message) in cases {
+        let r = post(path, &body);
+        let got = r.status().as_u16();
+        let text = r.text().unwrap();
+        assert_eq!(got, status, "{path} {}: {text}", &body[..body.len().min(80)]);
+        assert!(text.contains(message), "{path}: {text}");
+        assert!(!text.contains("fn main"), "errors never echo code: {text}");
+    }
+    let no_key = h
+        .post(format!("{}/v1/workspaces/ws1/commit", server.url))
+        .bearer_auth(&token)
+        .json(&json!({"files": [], "deletes": [], "chunks": []}))
+        .send()
+        .unwrap();
+    assert_eq!(no_key.status(), 400);
+    assert!(no_key.text().unwrap().contains("x-caret-server-key"));
+    assert_eq!(h.get(format!("{}/nope", server.url)).send().unwrap().status(), 404);
+    assert_eq!(
+        h.delete(format!("{}/v1/workspaces/ws1/tree", server.url)).bearer_auth(&token).send().unwrap().status(),
+        405
+    );
+    assert_eq!(
+        h.put(format!("{}/v1/workspaces/Bad!Id", server.url))
+            .bearer_auth(&token)
+            .json(&json!({"key_id": "a"}))
+            .send()
+            .unwrap()
+            .status(),
+        400
+    );
+    // Still serving, and nothing was a 500.
+    assert_eq!(h.get(format!("{}/healthz", server.url)).send().unwrap().status(), 200);
+    let metrics = h.get(format!("{}/metrics", server.url)).send().unwrap().text().unwrap();
+    assert!(!metrics.contains("status=\"500\""), "{metrics}");
+    server.stop();
+}
+
+#[test]
+fn rate_limits_answer_429_with_retry_after() {
+    let server = Server::start(&[], &["--rate-limit", "0.5", "--rate-limit-burst", "3"]);
+    let token = server.tenant("r");
+    let h = http();
+    let codes: Vec<u16> = (0..4)
+        .map(|_| h.get(format!("{}/v1/workspaces", server.url)).bearer_auth(&token).send().unwrap().status().as_u16())
+        .collect();
+    assert_eq!(codes, [200, 200, 200, 429]);
+    let r = h.get(format!("{}/v1/workspaces", server.url)).bearer_auth(&token).send().unwrap();
+    assert_eq!(r.status(), 429);
+    let retry: u64 = r.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=2).contains(&retry), "{retry}");
+    let other = server.tenant("r2");
+    assert_eq!(
+        h.get(format!("{}/v1/workspaces", server.url)).bearer_auth(&other).send().unwrap().status(),
+        200,
+        "limits are per token"
+    );
+    server.stop();
+}
+
+#[test]
+fn plaintext_is_refused_off_loopback_and_tls_works() {
+    let client = Client::new();
+    let out = client.run(&["serve", "--addr", "0.0.0.0:0"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("refusing to serve plaintext HTTP"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A private CA and a server certificate it signed (webpki rejects a CA as a server).
+    let certs = TempDir::new();
+    let (ca, ca_key, cert, key, csr) = (
+        certs.join("ca.pem"),
+        certs.join("ca.key"),
+        certs.join("cert.pem"),
+        certs.join("key.pem"),
+        certs.join("s.csr"),
+    );
+    let ext = certs.write("ext.cnf", "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n");
+    let openssl = |args: &[&std::ffi::OsStr]| {
+        let status = Command::new("openssl").args(args).stderr(Stdio::null()).stdout(Stdio::null()).status().unwrap();
+        assert!(status.success(), "openssl {args:?}");
+    };
+    let o = |s: &str| std::ffi::OsString::from(s);
+    openssl(&[
+        &o("req"),
+        &o("-x509"),
+        &o("-newkey"),
+        &o("rsa:2048"),
+        &o("-nodes"),
+        &o("-days"),
+        &o("1"),
+        &o("-subj"),
+        &o("/CN=caret-test-ca"),
+        &o("-keyout"),
+        ca_key.as_os_str(),
+        &o("-out"),
+        ca.as_os_str(),
+    ]);
+    openssl(&[
+        &o("req"),
+        &o("-newkey"),
+        &o("rsa:2048"),
+        &o("-nodes"),
+        &o("-subj"),
+        &o("/CN=localhost"),
+        &o("-keyout"),
+        key.as_os_str(),
+        &o("-out"),
+        csr.as_os_str(),
+    ]);
+    openssl(&[
+        &o("x509"),
+        &o("-req"),
+        &o("-in"),
+        csr.as_os_str(),
+        &o("-CA"),
+        ca.as_os_str(),
+        &o("-CAkey"),
+        ca_key.as_os_str(),
+        &o("-CAcreateserial"),
+        &o("-days"),
+        &o("1"),
+        &o("-extfile"),
+        ext.as_os_str(),
+        &o("-out"),
+        cert.as_os_str(),
+    ]);
+    let server = Server::start(&[], &["--tls-cert", cert.to_str().unwrap(), "--tls-key", key.to_str().unwrap()]);
+    assert!(server.url.starts_with("https://"), "{}", server.url);
+    let token = server.tenant("tls");
+    let dir = canary_workspace();
+    let untrusted =
+        client.run(&["sync", dir.path().to_str().unwrap(), "--server", &server.url, "--token", &token], &[]);
+    assert!(!untrusted.status.success(), "a self-signed certificate is not trusted by default");
+    let out = client.run(
+        &["sync", dir.path().to_str().unwrap(), "--server", &server.url, "--token", &token, "--json"],
+        &[("CARET_CA_CERT", ca.to_str().unwrap())],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["in_step"], true);
+    server.stop();
+}
+
+#[test]
+fn syncs_killed_at_random_points_converge() {
+    for (name, storage) in backends() {
+        let server = Server::start(&storage, &[]);
+        let token = server.tenant("k");
+        let client = Client::new();
+        let dir = TempDir::new();
+        for i in 0..1500 {
+            dir.write(
+                &format!("d{}/e{}/f{i}.rs", i % 7, i % 13),
+                &format!("pub fn f{i}(x: u64) -> u64 {{\n    x * {i} + {}\n}}\n", i * 7),
+            );
+        }
+        dir.backdate(10);
+        let mut rng = fastrand::Rng::with_seed(11);
+        let mut killed = 0;
+        for round in 0..6 {
+            if round % 2 == 1 {
+                // Change things between interrupted syncs: edits, deletions, additions.
+                for _ in 0..40 {
+                    let i = rng.usize(0..1500);
+                    let path = dir.join(format!("d{}/e{}/f{i}.rs", i % 7, i % 13));
+                    if rng.bool() {
+                        let _ = std::fs::remove_file(&path);
+                    } else {
+                        std::fs::write(&path, format!("pub fn g{i}() -> u32 {{ {round} }}\n")).unwrap();
+                    }
+                }
+                dir.write(&format!("new/round{round}.rs"), "pub fn fresh() {}\n");
+                dir.backdate(10);
+            }
+            let mut child = Command::new(CARET)
+                .args(["sync", dir.path().to_str().unwrap(), "--server", &server.url, "--token", &token])
+                .env("CARET_HOME", client.home.join("home"))
+                .env("CARET_SYNC_BATCH_FILES", "25")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(rng.u64(20..600)));
+            if child.try_wait().unwrap().is_none() {
+                let _ = Command::new("kill").arg("-KILL").arg(child.id().to_string()).status();
+                killed += 1;
+            }
+            let _ = child.wait();
+        }
+        assert!(killed >= 2, "{name}: the test must actually interrupt syncs ({killed})");
+        let last = client.sync(dir.path(), &server, &token);
+        assert_eq!(last["in_step"], true, "{name}: {last}");
+        let status = client
+            .run(&["status", dir.path().to_str().unwrap(), "--server", &server.url, "--token", &token, "--json"], &[]);
+        let v: Value = serde_json::from_slice(&status.stdout).unwrap();
+        assert_eq!(v["in_step"], true, "{name}: {v}");
+        assert_eq!(v["pending"], json!({"added": 0, "modified": 0, "deleted": 0}));
+        let ws = client.workspace_id(dir.path());
+        let info: Value = http()
+            .get(format!("{}/v1/workspaces/{ws}", server.url))
+            .bearer_auth(&token)
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        assert_eq!(info["files"], v["files"], "{name}: the server has exactly the client's files");
+        server.stop();
+    }
+}
