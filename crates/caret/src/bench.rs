@@ -22,11 +22,21 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 5)]
         runs: usize,
     },
+    /// Bytes on the wire and time for first sync, no-change sync, one changed file and a
+    /// 1,000-file change, against a `caret serve` on loopback (over a copy of the tree).
+    Sync {
+        /// The tree to copy and sync.
+        path: PathBuf,
+        /// Files changed in the large-change step.
+        #[arg(long, default_value_t = 1000)]
+        changes: usize,
+    },
 }
 
 pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         BenchCommand::Scan { path, runs } => bench_scan(config, &path, runs.max(1)),
+        BenchCommand::Sync { path, changes } => crate::bench_sync::run(config, &path, changes),
     }
 }
 
