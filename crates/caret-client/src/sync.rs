@@ -156,7 +156,8 @@ impl SyncEngine {
         while !level.is_empty() {
             let mut next = Vec::new();
             for batch in level.chunks(self.options.tree_batch) {
-                let resp = transport.tree(&ws.id, &TreeRequest { dirs: batch.to_vec() }).await?;
+                let known_root = pending.server_root.is_empty().then(|| local_root.clone());
+                let resp = transport.tree(&ws.id, &TreeRequest { dirs: batch.to_vec(), known_root }).await?;
                 if pending.server_root.is_empty() {
                     pending.server_root = resp.root_hash.clone();
                     if resp.root_hash == local_root {

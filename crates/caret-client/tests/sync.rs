@@ -65,6 +65,8 @@ async fn sync_converges_and_sends_only_changes() {
     let again = f.engine.sync(&ws, &f.transport).await.unwrap();
     assert_eq!((again.added, again.modified, again.deleted, again.unchanged, again.chunks_sent), (0, 0, 0, 4, 0));
     assert_eq!(again.requests, 2, "create + one tree request whose root matches");
+    let tree_only = again.bytes_sent + again.bytes_received;
+    assert!(tree_only < 1024, "a no-change sync costs a few hundred bytes, whatever the tree: {tree_only}");
 
     dir.write("src/lib.rs", "pub fn add(a: i64, b: i64) -> i64 {\n    a + b\n}\n");
     dir.remove("docs/guide.md");
@@ -88,7 +90,7 @@ async fn small_batches_and_secrets() {
     let dir = workspace();
     dir.write("src/keys.py", "def k():\n    return \"AKIAQ3MZ7K2N4PVW5XYT\"\n");
     for i in 0..9 {
-        dir.write(&format!("gen/f{i}.rs"), &format!("pub fn f{i}() -> u32 {{ {i} }}\n"));
+        dir.write(format!("gen/f{i}.rs"), &format!("pub fn f{i}() -> u32 {{ {i} }}\n"));
     }
     dir.backdate(10);
     let ws = f.open(&dir);

@@ -53,6 +53,10 @@ pub struct WorkspaceInfo {
 pub struct TreeRequest {
     /// Obfuscated directory paths (`""` is the root).
     pub dirs: Vec<String>,
+    /// The client's root hash: when the server's equals it, no listings are sent (a
+    /// no-change sync costs one small round trip).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub known_root: Option<String>,
 }
 
 /// The server's view of the asked directories.

@@ -6,10 +6,13 @@ use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// Request count and total seconds by (method, route template, status).
+type RequestStats = BTreeMap<(String, String, u16), (u64, f64)>;
+
 /// The server's metrics.
 #[derive(Debug, Default)]
 pub struct Metrics {
-    requests: Mutex<BTreeMap<(String, String, u16), (u64, f64)>>,
+    requests: Mutex<RequestStats>,
     /// Request body bytes received.
     pub bytes_in: AtomicU64,
     /// Chunks stored.

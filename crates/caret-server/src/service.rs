@@ -28,11 +28,14 @@ pub const MAX_DIRS: usize = 20_000;
 /// Largest chunk text.
 pub const MAX_CHUNK_BYTES: usize = 1 << 20;
 
+/// Loaded workspace states by (tenant id, workspace id), each behind its own lock.
+type Loaded = HashMap<(String, String), Arc<Mutex<State>>>;
+
 /// The service.
 pub struct Service {
     db: Db,
     store: Arc<dyn ObjectStore>,
-    loaded: std::sync::Mutex<HashMap<(String, String), Arc<Mutex<State>>>>,
+    loaded: std::sync::Mutex<Loaded>,
 }
 
 impl std::fmt::Debug for Service {
@@ -224,6 +227,10 @@ impl Service {
         }
         let cell = self.state(tenant, id).await?;
         let tree = cell.lock().await.tree();
+        let root_hash = tree.root_hash().to_hex();
+        if req.known_root.as_deref() == Some(root_hash.as_str()) {
+            return Ok(TreeResponse { root_hash, dirs: Vec::new() });
+        }
         let dirs = req
             .dirs
             .iter()
@@ -243,7 +250,7 @@ impl Service {
                 _ => DirListing { path: path.clone(), exists: false, entries: Vec::new() },
             })
             .collect();
-        Ok(TreeResponse { root_hash: tree.root_hash().to_hex(), dirs })
+        Ok(TreeResponse { root_hash, dirs })
     }
 
     /// The chunk ids of these files the server lacks.

@@ -184,3 +184,72 @@ fn bench_scan_prints_figures() {
         assert!(text.contains(row), "missing {row:?} in:\n{text}");
     }
 }
+
+#[test]
+fn key_export_and_import_share_a_key_between_clones() {
+    let home = TempDir::new();
+    let a = repo();
+    let b = repo();
+    let export = caret(&home, &["key", "export", a.path().to_str().unwrap()]);
+    assert!(export.status.success(), "{}", stderr(&export));
+    let key = stdout(&export).trim().to_owned();
+    assert!(key.starts_with("caret-key-v1-"), "{key}");
+
+    let refused = caret(&home, &["key", "import", b.path().to_str().unwrap(), "--key", &key]);
+    assert_eq!(refused.status.code(), Some(1), "b has its own key already");
+    assert!(stderr(&refused).contains("--force"), "{}", stderr(&refused));
+    let imported = caret(&home, &["key", "import", b.path().to_str().unwrap(), "--key", &key, "--force"]);
+    assert!(imported.status.success(), "{}", stderr(&imported));
+    let again = caret(&home, &["key", "export", b.path().to_str().unwrap()]);
+    assert_eq!(stdout(&again).trim(), key);
+    let bad = caret(&home, &["key", "import", b.path().to_str().unwrap(), "--key", "caret-key-v1-nonsense"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(stderr(&bad).contains("invalid workspace key"), "{}", stderr(&bad));
+
+    // Same key, same tree: the same obfuscated root on both clones.
+    let ra: Value =
+        serde_json::from_slice(&caret(&home, &["status", a.path().to_str().unwrap(), "--json"]).stdout).unwrap();
+    let rb: Value =
+        serde_json::from_slice(&caret(&home, &["status", b.path().to_str().unwrap(), "--json"]).stdout).unwrap();
+    assert_eq!(ra["local_root"], rb["local_root"]);
+    assert_ne!(ra["workspace"], rb["workspace"], "each clone is its own workspace");
+}
+
+#[test]
+fn sync_watch_syncs_again_when_a_file_changes() {
+    use std::io::{BufRead as _, BufReader};
+    let home = TempDir::new();
+    let dir = repo();
+    /// Kills the watcher even when an assertion fails.
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_caret"))
+            .args(["sync", dir.path().to_str().unwrap(), "--watch", "--interval", "1h", "--json"])
+            .env("CARET_HOME", home.join("caret-home"))
+            .env("HOME", home.path())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
+    let first: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(first["added"], 7, "{first}");
+    // Give the watcher a moment, then change a file; the next report comes well before 1 h.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    dir.write("src/new_module.rs", "pub fn fresh() {}\n");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(lines.next().map(|l| l.unwrap()));
+    });
+    let second = rx.recv_timeout(std::time::Duration::from_secs(30)).expect("a second sync after the change");
+    drop(child);
+    let second: Value = serde_json::from_str(&second.unwrap()).unwrap();
+    assert_eq!(second["added"], 1, "{second}");
+    assert_eq!(second["in_step"], true);
+}

@@ -89,10 +89,20 @@ impl Server {
         self.admin(&["admin", "token", "create", "--tenant", &name])
     }
 
+    /// Stops the server gracefully (SIGTERM) and hands back its data directory and log.
     fn stop(mut self) -> (TempDir, PathBuf) {
         let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
         let _ = self.child.wait();
-        (self.data, self.log)
+        let data = std::mem::replace(&mut self.data, TempDir::new());
+        (data, self.log.clone())
+    }
+}
+
+impl Drop for Server {
+    /// A failed assertion must not leave a server running.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -180,7 +190,7 @@ fn canary_workspace() -> TempDir {
     );
     for i in 0..30 {
         dir.write(
-            &format!("secretproject_ww7k/pkg/canary_filename_x8k2_{i}.py"),
+            format!("secretproject_ww7k/pkg/canary_filename_x8k2_{i}.py"),
             &format!("def quixotic_retry_helper_{i}():\n    return 'zqcanarystring7731 {i}'\n"),
         );
     }
@@ -336,7 +346,7 @@ fn malformed_truncated_and_oversized_requests_get_clear_4xx() {
         ("/tree", "{\"dirs\": [\"src/lib.rs\"]}".into(), 400, "obfuscated"),
         (
             "/plan",
-            format!("{{\"files\": [{{\"path\": \"aa\", \"leaf\": \"xyz\", \"chunks\": []}}]}}"),
+            "{\"files\": [{\"path\": \"aa\", \"leaf\": \"xyz\", \"chunks\": []}]}".to_string(),
             400,
             "leaf must be 64 hex",
         ),
@@ -521,7 +531,7 @@ fn syncs_killed_at_random_points_converge() {
         let dir = TempDir::new();
         for i in 0..1500 {
             dir.write(
-                &format!("d{}/e{}/f{i}.rs", i % 7, i % 13),
+                format!("d{}/e{}/f{i}.rs", i % 7, i % 13),
                 &format!("pub fn f{i}(x: u64) -> u64 {{\n    x * {i} + {}\n}}\n", i * 7),
             );
         }
@@ -540,7 +550,7 @@ fn syncs_killed_at_random_points_converge() {
                         std::fs::write(&path, format!("pub fn g{i}() -> u32 {{ {round} }}\n")).unwrap();
                     }
                 }
-                dir.write(&format!("new/round{round}.rs"), "pub fn fresh() {}\n");
+                dir.write(format!("new/round{round}.rs"), "pub fn fresh() {}\n");
                 dir.backdate(10);
             }
             let mut child = Command::new(CARET)
