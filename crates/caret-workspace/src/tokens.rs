@@ -6,7 +6,7 @@
 //! conservative stand-in used before a model is installed. Both are additive over whitespace,
 //! so the chunker counts each line once and sums.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::path::Path;
 
 use unicode_normalization::UnicodeNormalization;
@@ -86,40 +86,82 @@ impl TokenCounter for Estimate {
     }
 }
 
-/// An exact WordPiece counter built from a BERT-family model's vocabulary.
+/// An exact WordPiece tokenizer built from a BERT-family model's vocabulary: it counts
+/// tokens (for chunk sizes) and encodes text to ids (for the embedder).
 #[derive(Debug, Clone)]
 pub struct WordPiece {
-    /// Whole-word and word-initial pieces.
-    initial: HashSet<Box<str>>,
-    /// Continuation pieces, stored without their prefix (`##`).
-    continuation: HashSet<Box<str>>,
+    /// Whole-word and word-initial pieces, with their ids.
+    initial: HashMap<Box<str>, u32>,
+    /// Continuation pieces, stored without their prefix (`##`), with their ids.
+    continuation: HashMap<Box<str>, u32>,
     lowercase: bool,
     strip_accents: bool,
     max_chars_per_word: usize,
+    specials: Specials,
     digest: String,
 }
 
+/// Ids of the special tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Specials {
+    /// `[CLS]`, first of every input.
+    pub cls: u32,
+    /// `[SEP]`, last of every input.
+    pub sep: u32,
+    /// `[UNK]`, for words the vocabulary cannot spell.
+    pub unk: u32,
+    /// `[PAD]`, filling batches.
+    pub pad: u32,
+}
+
 impl WordPiece {
-    /// Builds a counter from vocabulary entries.
+    /// Builds a tokenizer from vocabulary entries in id order (as in `vocab.txt`).
     pub fn new<'a>(vocab: impl IntoIterator<Item = &'a str>, continuing_prefix: &str, lowercase: bool) -> Self {
-        let mut initial = HashSet::new();
-        let mut continuation = HashSet::new();
+        let with_ids = vocab.into_iter().enumerate().map(|(i, p)| (p, u32::try_from(i).unwrap_or(u32::MAX)));
+        Self::with_ids(with_ids, continuing_prefix, lowercase)
+    }
+
+    /// Builds a tokenizer from `(piece, id)` pairs.
+    pub fn with_ids<'a>(
+        vocab: impl IntoIterator<Item = (&'a str, u32)>,
+        continuing_prefix: &str,
+        lowercase: bool,
+    ) -> Self {
+        let mut initial = HashMap::new();
+        let mut continuation = HashMap::new();
+        let mut entries: Vec<(&str, u32)> = vocab.into_iter().collect();
+        entries.sort_unstable_by_key(|(_, id)| *id);
         let mut hasher = blake3::Hasher::new();
         hasher.update(&[u8::from(lowercase)]);
-        for piece in vocab {
+        for (piece, id) in entries {
             hasher.update(piece.as_bytes());
             hasher.update(b"\n");
             match piece.strip_prefix(continuing_prefix) {
                 Some(rest) if !continuing_prefix.is_empty() => {
-                    continuation.insert(rest.into());
+                    continuation.insert(rest.into(), id);
                 }
                 _ => {
-                    initial.insert(piece.into());
+                    initial.insert(piece.into(), id);
                 }
             }
         }
         let digest = hasher.finalize().to_hex()[..16].to_owned();
-        WordPiece { initial, continuation, lowercase, strip_accents: lowercase, max_chars_per_word: 100, digest }
+        let id_of = |t: &str, default: u32| initial.get(t).copied().unwrap_or(default);
+        let specials = Specials {
+            cls: id_of("[CLS]", 101),
+            sep: id_of("[SEP]", 102),
+            unk: id_of("[UNK]", 100),
+            pad: id_of("[PAD]", 0),
+        };
+        WordPiece {
+            initial,
+            continuation,
+            lowercase,
+            strip_accents: lowercase,
+            max_chars_per_word: 100,
+            specials,
+            digest,
+        }
     }
 
     /// Loads the tokenizer of a model directory: `tokenizer.json` if present, else
@@ -145,61 +187,127 @@ impl WordPiece {
             return Err(bad(format!("model type {kind} is not supported, only WordPiece")));
         }
         let vocab = model["vocab"].as_object().ok_or_else(|| bad("model.vocab is not an object".to_owned()))?;
+        let pairs = vocab
+            .iter()
+            .map(|(k, v)| {
+                let id = v
+                    .as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| bad(format!("the id of {k:?} is not a number")))?;
+                Ok((k.as_str(), id))
+            })
+            .collect::<Result<Vec<_>>>()?;
         let prefix = model["continuing_subword_prefix"].as_str().unwrap_or("##");
         let normalizer = &json["normalizer"];
         let lowercase = normalizer["lowercase"].as_bool().unwrap_or(false);
-        let mut counter = Self::new(vocab.keys().map(String::as_str), prefix, lowercase);
-        counter.strip_accents = normalizer["strip_accents"].as_bool().unwrap_or(lowercase);
+        let mut tokenizer = Self::with_ids(pairs, prefix, lowercase);
+        tokenizer.strip_accents = normalizer["strip_accents"].as_bool().unwrap_or(lowercase);
         if let Some(max) = model["max_input_chars_per_word"].as_u64() {
-            counter.max_chars_per_word = usize::try_from(max).unwrap_or(usize::MAX);
+            tokenizer.max_chars_per_word = usize::try_from(max).unwrap_or(usize::MAX);
         }
-        Ok(counter)
+        Ok(tokenizer)
     }
 
-    fn count_word(&self, word: &str) -> usize {
+    /// The special token ids.
+    pub fn specials(&self) -> Specials {
+        self.specials
+    }
+
+    /// Calls `piece` with the id of each piece of one pre-tokenized word; returns the count.
+    fn word_pieces(&self, word: &str, mut piece: impl FnMut(u32)) -> usize {
         if word.chars().count() > self.max_chars_per_word {
-            return 1; // the unknown token
+            piece(self.specials.unk);
+            return 1;
         }
-        let mut count = 0;
+        let mut ids = [0u32; 32];
+        let mut n = 0;
         let mut start = 0;
         while start < word.len() {
-            let set = if start == 0 { &self.initial } else { &self.continuation };
+            let map = if start == 0 { &self.initial } else { &self.continuation };
             let rest = &word[start..];
             // Greedy longest match, shrinking one character at a time.
-            let found =
-                rest.char_indices().map(|(i, c)| i + c.len_utf8()).rev().find(|end| set.contains(&rest[..*end]));
+            let found = rest
+                .char_indices()
+                .map(|(i, c)| i + c.len_utf8())
+                .rev()
+                .find_map(|end| map.get(&rest[..end]).map(|id| (end, *id)));
             match found {
-                Some(end) => {
-                    count += 1;
+                Some((end, id)) => {
+                    if n < ids.len() {
+                        ids[n] = id;
+                    }
+                    n += 1;
                     start += end;
                 }
-                None => return 1, // the whole word becomes the unknown token
+                None => {
+                    // The whole word becomes the unknown token.
+                    piece(self.specials.unk);
+                    return 1;
+                }
             }
         }
-        count
+        if n <= ids.len() {
+            ids[..n].iter().for_each(|id| piece(*id));
+        } else {
+            // A word of more than 32 pieces: spell it again, emitting as we go.
+            let mut start = 0;
+            while start < word.len() {
+                let map = if start == 0 { &self.initial } else { &self.continuation };
+                let rest = &word[start..];
+                let Some((end, id)) = rest
+                    .char_indices()
+                    .map(|(i, c)| i + c.len_utf8())
+                    .rev()
+                    .find_map(|end| map.get(&rest[..end]).map(|id| (end, *id)))
+                else {
+                    break;
+                };
+                piece(id);
+                start += end;
+            }
+        }
+        n
+    }
+
+    /// Calls `word` for each word of `text` after BERT's normalisation (lowercasing and accent
+    /// stripping as the model asks).
+    fn for_each_normalized_word(&self, text: &str, mut word: impl FnMut(&str)) {
+        let needs_normalising = self.lowercase || self.strip_accents;
+        for_each_word(text, |w| {
+            let plain = w.is_ascii() && !w.bytes().any(|b| b.is_ascii_uppercase());
+            if needs_normalising && !plain {
+                let lowered: String = if self.lowercase { w.to_lowercase() } else { w.to_owned() };
+                let norm: String =
+                    if self.strip_accents { lowered.nfd().filter(|c| !is_mark(*c)).collect() } else { lowered };
+                // Normalisation can expose new word boundaries.
+                for_each_word(&norm, &mut word);
+            } else {
+                word(w);
+            }
+        });
+    }
+
+    /// The model input for `text`: `[CLS]`, the pieces (truncated), `[SEP]`; at most
+    /// `max_tokens` ids.
+    pub fn encode(&self, text: &str, max_tokens: usize) -> Vec<u32> {
+        let room = max_tokens.saturating_sub(2);
+        let mut ids = Vec::with_capacity(room.min(text.len() / 2 + 2) + 2);
+        ids.push(self.specials.cls);
+        self.for_each_normalized_word(text, |w| {
+            if ids.len() <= room {
+                self.word_pieces(w, |id| ids.push(id));
+            }
+        });
+        ids.truncate(room + 1);
+        ids.push(self.specials.sep);
+        ids
     }
 }
 
 impl TokenCounter for WordPiece {
     fn count(&self, text: &str) -> usize {
         let mut n = 0;
-        let needs_normalising = self.lowercase || self.strip_accents;
-        for_each_word(text, |w| {
-            let plain = w.is_ascii() && !w.bytes().any(|b| b.is_ascii_uppercase());
-            if needs_normalising && !plain {
-                let mut norm = String::with_capacity(w.len());
-                let lowered: String = if self.lowercase { w.to_lowercase() } else { w.to_owned() };
-                if self.strip_accents {
-                    norm.extend(lowered.nfd().filter(|c| !is_mark(*c)));
-                } else {
-                    norm = lowered;
-                }
-                // Normalisation can expose new word boundaries; count each.
-                for_each_word(&norm, |w2| n += self.count_word(w2));
-            } else {
-                n += self.count_word(w);
-            }
-        });
+        self.for_each_normalized_word(text, |w| n += self.word_pieces(w, |_| {}));
         n
     }
 
@@ -233,6 +341,16 @@ mod tests {
         assert_eq!(wp.count(&"a".repeat(150)), 1, "an over-long word is one [UNK]");
         assert_eq!(wp.count("Café"), 1, "accents stripped before lookup");
         assert_eq!(wp.count("的的"), 2, "CJK characters stand alone");
+    }
+
+    #[test]
+    fn encodes_ids_with_specials_and_truncation() {
+        let wp = WordPiece::new(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "get", "##user", "(", ")"], "##", true);
+        assert_eq!(wp.specials(), Specials { cls: 2, sep: 3, unk: 1, pad: 0 });
+        assert_eq!(wp.encode("getUser()", 16), vec![2, 4, 5, 6, 7, 3]);
+        assert_eq!(wp.encode("getUser() zzz", 16), vec![2, 4, 5, 6, 7, 1, 3], "unknown word");
+        assert_eq!(wp.encode("getUser()", 4), vec![2, 4, 5, 3], "truncated to the window");
+        assert_eq!(wp.encode("getUser()", 16).len() - 2, wp.count("getUser()"), "count agrees with encode");
     }
 
     #[test]

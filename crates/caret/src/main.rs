@@ -4,6 +4,7 @@
 mod bench;
 mod bench_sync;
 mod config;
+mod models;
 mod scan;
 mod server;
 mod sync;
@@ -46,6 +47,9 @@ enum Command {
     /// Administer the server's tenants and API tokens.
     #[command(subcommand)]
     Admin(server::AdminCommand),
+    /// List or download model weight files.
+    #[command(subcommand)]
+    Models(models::ModelsCommand),
     /// Measure a capability and print its figures.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -73,6 +77,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Key(cmd) => sync::key(&config, cmd),
         Command::Serve(args) => server::serve(&config, args),
         Command::Admin(cmd) => server::admin(&config, cmd),
+        Command::Models(cmd) => models::run(&config, cmd),
         Command::Bench(cmd) => bench::run(&config, cmd),
     }
 }
