@@ -49,7 +49,7 @@ fn installs_verified_files_from_an_archive_and_refuses_tampering() {
     };
     let models = Models::new(&dir.join("models"), "http://127.0.0.1:1");
     assert!(models.installed(&entry).is_none());
-    models.install(&entry, &[archive.clone()]).unwrap();
+    models.install(&entry, std::slice::from_ref(&archive)).unwrap();
     let installed = models.installed(&entry).unwrap();
     assert_eq!(std::fs::read(installed.join("sub/w.bin")).unwrap(), b"weights");
 
