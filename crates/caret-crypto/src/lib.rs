@@ -258,6 +258,11 @@ impl ServerKey {
         ChunkIdKey { key: hkdf(&self.0, b"chunk-id") }
     }
 
+    /// The keyed rotation for vectors of dimension `dim`.
+    pub fn vectors(&self, dim: usize) -> VectorRotation {
+        VectorRotation::new(&hkdf(&self.0, b"vector"), dim)
+    }
+
     /// The key for lexical token hashes.
     pub fn tokens(&self) -> TokenHasher {
         let k = hkdf(&self.0, b"token");
@@ -295,6 +300,89 @@ impl TokenHasher {
         h.write(token.as_bytes());
         h.finish()
     }
+}
+
+/// A keyed orthogonal transform of vectors: stored vectors are `R·v`, not in the public
+/// model's space, while dot products (so cosine similarity of unit vectors) are exactly kept,
+/// as long as queries are rotated the same way.
+///
+/// `R` is three rounds of: flip signs, permute coordinates, then an orthonormal Walsh–Hadamard
+/// transform on each block of the largest power of two dividing the dimension (and, for a
+/// remainder, sign flips only). Every step is orthogonal, so `R` is.
+#[derive(Clone)]
+pub struct VectorRotation {
+    rounds: Vec<(Vec<f32>, Vec<usize>)>,
+    block: usize,
+}
+
+impl fmt::Debug for VectorRotation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "VectorRotation(dim {}, block {})", self.rounds.first().map_or(0, |r| r.0.len()), self.block)
+    }
+}
+
+impl VectorRotation {
+    fn new(key: &[u8; 32], dim: usize) -> Self {
+        // A deterministic stream of keyed bytes: HMAC(key, counter).
+        let mut counter = 0u64;
+        let mut pool: Vec<u8> = Vec::new();
+        let mut next = move || -> u64 {
+            if pool.len() < 8 {
+                pool.extend_from_slice(&hmac(key, &[b"vector-stream\0", &counter.to_le_bytes()]));
+                counter += 1;
+            }
+            let bytes: Vec<u8> = pool.drain(..8).collect();
+            u64::from_le_bytes(bytes.try_into().unwrap_or([0; 8]))
+        };
+        let rounds = (0..3)
+            .map(|_| {
+                let signs: Vec<f32> = (0..dim).map(|_| if next() & 1 == 0 { 1.0 } else { -1.0 }).collect();
+                // Fisher–Yates with keyed randomness.
+                let mut perm: Vec<usize> = (0..dim).collect();
+                for i in (1..dim).rev() {
+                    let j = (next() % (i as u64 + 1)) as usize;
+                    perm.swap(i, j);
+                }
+                (signs, perm)
+            })
+            .collect();
+        let block = if dim == 0 { 1 } else { 1usize << dim.trailing_zeros().min(12) };
+        VectorRotation { rounds, block }
+    }
+
+    /// `R·v`, in place. The length must be the dimension given at construction.
+    pub fn apply(&self, v: &mut [f32]) {
+        let mut tmp = vec![0.0f32; v.len()];
+        for (signs, perm) in &self.rounds {
+            for ((x, s), p) in v.iter_mut().zip(signs).zip(perm) {
+                tmp[*p] = *x * s;
+            }
+            v.copy_from_slice(&tmp);
+            if self.block > 1 {
+                for chunk in v.chunks_exact_mut(self.block) {
+                    hadamard(chunk);
+                }
+            }
+        }
+    }
+}
+
+/// In-place orthonormal fast Walsh–Hadamard transform (length a power of two).
+fn hadamard(v: &mut [f32]) {
+    let n = v.len();
+    let mut h = 1;
+    while h < n {
+        for i in (0..n).step_by(h * 2) {
+            for j in i..i + h {
+                let (a, b) = (v[j], v[j + h]);
+                v[j] = a + b;
+                v[j + h] = a - b;
+            }
+        }
+        h *= 2;
+    }
+    let scale = 1.0 / (n as f32).sqrt();
+    v.iter_mut().for_each(|x| *x *= scale);
 }
 
 /// A new API token (`caret_` and 52 base32 characters, 256 random bits). Shown once.

@@ -71,3 +71,29 @@ fn api_tokens_are_random_and_hashed() {
     assert_ne!(hash_api_token(&a), hash_api_token(&b));
     assert_eq!(random_id().unwrap().len(), 26);
 }
+
+#[test]
+fn vector_rotation_keeps_dot_products_and_hides_the_vectors() {
+    let mut rng = 12345u64;
+    let mut rand = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng % 2000) as f32 / 1000.0 - 1.0
+    };
+    for dim in [384usize, 768, 100, 7] {
+        let r = key(5).server_key().vectors(dim);
+        let a: Vec<f32> = (0..dim).map(|_| rand()).collect();
+        let b: Vec<f32> = (0..dim).map(|_| rand()).collect();
+        let (mut ra, mut rb) = (a.clone(), b.clone());
+        r.apply(&mut ra);
+        r.apply(&mut rb);
+        let dot = |x: &[f32], y: &[f32]| x.iter().zip(y).map(|(p, q)| p * q).sum::<f32>();
+        assert!((dot(&a, &b) - dot(&ra, &rb)).abs() < 1e-3, "dim {dim}: dot products kept");
+        assert!((dot(&a, &a) - dot(&ra, &ra)).abs() < 1e-3, "dim {dim}: norms kept");
+        assert!(dot(&a, &ra).abs() / dot(&a, &a) < 0.5, "dim {dim}: the rotated vector is not the vector");
+        let mut other = a.clone();
+        key(6).server_key().vectors(dim).apply(&mut other);
+        assert_ne!(other, ra, "another key, another rotation");
+    }
+}
