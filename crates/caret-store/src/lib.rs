@@ -14,6 +14,7 @@
 //! This crate knows nothing about HTTP.
 
 pub mod lexical;
+pub mod rank;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
