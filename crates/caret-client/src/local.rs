@@ -93,9 +93,9 @@ impl LocalWorkspace {
         Ok(())
     }
 
-    /// The stat cache file.
+    /// The stat cache file of sync (hash depth; `caret scan` keeps its own).
     pub fn cache_file(&self) -> PathBuf {
-        self.state_dir.join("scan-cache.bin")
+        self.state_dir.join("sync-cache.bin")
     }
 
     fn path_map_file(&self) -> PathBuf {

@@ -142,7 +142,7 @@ impl SyncEngine {
             if scan.stats.cache_changed {
                 cache.save(&cache_path)?;
             }
-            Ok(build_local_tree(scan, &paths, &leaves, &scanner.fingerprint()))
+            Ok(build_local_tree(scan, &paths, &leaves, &scanner.content_fingerprint()))
         })
         .await
         .map_err(|e| Error::Internal(format!("scan task: {e}")))?
@@ -286,11 +286,12 @@ impl SyncEngine {
             };
             let chunks: Vec<ChunkText> = missing.iter().filter_map(|id| texts.get(id).cloned()).collect();
             let total: u64 = files.iter().map(|f| f.chunks.len() as u64).sum();
+            let sent = chunks.len() as u64;
             let req = CommitRequest { files: files.clone(), deletes: deletes.clone(), chunks };
-            match transport.commit(&ws.id, key, &req).await {
+            match transport.commit(&ws.id, key, req).await {
                 Ok(r) => {
-                    report.chunks_sent += req.chunks.len() as u64;
-                    report.chunks_reused += total.saturating_sub(req.chunks.len() as u64);
+                    report.chunks_sent += sent;
+                    report.chunks_reused += total.saturating_sub(sent);
                     return Ok(r.root_hash);
                 }
                 Err(Error::Server { code, .. }) if code == "missing_chunks" && attempt == 0 => attempt += 1,
@@ -318,7 +319,7 @@ impl SyncEngine {
             .filter_map(|p| local.files.get(p.as_str()).map(|(real, _)| ((*p).clone(), real.clone())))
             .collect();
         tokio::task::spawn_blocking(move || {
-            let fingerprint = scanner.fingerprint();
+            let fingerprint = scanner.content_fingerprint();
             jobs.par_iter()
                 .map(|(obf, real)| {
                     let bytes = std::fs::read(real.under(&root)).ok()?;

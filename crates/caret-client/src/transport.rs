@@ -64,8 +64,8 @@ pub trait Transport: Send + Sync {
     async fn tree(&self, id: &str, req: &TreeRequest) -> Result<TreeResponse>;
     /// Which chunks are missing.
     async fn plan(&self, id: &str, req: &PlanRequest) -> Result<PlanResponse>;
-    /// Commits files, deletions and chunk texts.
-    async fn commit(&self, id: &str, key: &ServerKey, req: &CommitRequest) -> Result<CommitResponse>;
+    /// Commits files, deletions and chunk texts (taken by value: it can be megabytes).
+    async fn commit(&self, id: &str, key: &ServerKey, req: CommitRequest) -> Result<CommitResponse>;
     /// Bytes on the wire so far.
     fn wire(&self) -> &WireCounter;
     /// Where it goes, for messages.
@@ -161,8 +161,8 @@ impl Transport for HttpTransport {
     async fn plan(&self, id: &str, req: &PlanRequest) -> Result<PlanResponse> {
         self.call(reqwest::Method::POST, &format!("/v1/workspaces/{id}/plan"), Some(req), None).await
     }
-    async fn commit(&self, id: &str, key: &ServerKey, req: &CommitRequest) -> Result<CommitResponse> {
-        self.call(reqwest::Method::POST, &format!("/v1/workspaces/{id}/commit"), Some(req), Some(key)).await
+    async fn commit(&self, id: &str, key: &ServerKey, req: CommitRequest) -> Result<CommitResponse> {
+        self.call(reqwest::Method::POST, &format!("/v1/workspaces/{id}/commit"), Some(&req), Some(key)).await
     }
     fn wire(&self) -> &WireCounter {
         &self.wire
@@ -189,11 +189,25 @@ impl LocalTransport {
 
     /// Counts the JSON sizes the request and response would have on the wire.
     fn count<T: Serialize, R: Serialize>(&self, req: &T, resp: &R) {
-        let len = |v: Vec<u8>| v.len();
-        let sent = serde_json::to_vec(req).map_or(0, len);
-        let received = serde_json::to_vec(resp).map_or(0, len);
-        self.wire.add(sent, received);
+        self.wire.add(json_len(req), json_len(resp));
     }
+}
+
+/// The length of a value's JSON, measured without building it.
+fn json_len<T: Serialize>(value: &T) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Counter(0);
+    let _ = serde_json::to_writer(&mut c, value);
+    c.0
 }
 
 fn server(e: caret_server::Error) -> Error {
@@ -223,9 +237,10 @@ impl Transport for LocalTransport {
         self.count(req, &r);
         Ok(r)
     }
-    async fn commit(&self, id: &str, key: &ServerKey, req: &CommitRequest) -> Result<CommitResponse> {
-        let r = self.service.commit(&self.tenant, id, key, req.clone()).await.map_err(server)?;
-        self.count(req, &r);
+    async fn commit(&self, id: &str, key: &ServerKey, req: CommitRequest) -> Result<CommitResponse> {
+        let sent = json_len(&req);
+        let r = self.service.commit(&self.tenant, id, key, req).await.map_err(server)?;
+        self.wire.add(sent, json_len(&r));
         Ok(r)
     }
     fn wire(&self) -> &WireCounter {

@@ -26,7 +26,7 @@ async fn fixture(options: SyncOptions) -> Fixture {
     let tenant = service.db().create_tenant("local").await.unwrap();
     let transport = LocalTransport::new(service, tenant, "embedded");
     let walk = WalkConfig { global_excludes: None, ..WalkConfig::default() };
-    let scanner = Scanner::new(walk, Chunker::new(ChunkConfig::default(), Arc::new(Estimate)), Depth::Full);
+    let scanner = Scanner::new(walk, Chunker::new(ChunkConfig::default(), Arc::new(Estimate)), Depth::Hash);
     Fixture {
         _server_dir: server_dir,
         state: TempDir::new(),
@@ -140,9 +140,9 @@ impl caret_client::transport::Transport for Recording {
         &self,
         id: &str,
         key: &caret_crypto::ServerKey,
-        req: &caret_protocol::CommitRequest,
+        req: caret_protocol::CommitRequest,
     ) -> caret_client::Result<caret_protocol::CommitResponse> {
-        self.sent.lock().unwrap().push(serde_json::to_string(req).unwrap());
+        self.sent.lock().unwrap().push(serde_json::to_string(&req).unwrap());
         self.inner.commit(id, key, req).await
     }
     fn wire(&self) -> &caret_client::transport::WireCounter {

@@ -21,10 +21,11 @@ use crate::{ContentHash, Error, RelPath, Result};
 /// How much work a scan does per changed file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Depth {
-    /// Hash, chunk and check for secrets.
+    /// Hash, chunk and check for secrets (what `caret scan` reports).
     Full,
-    /// Hash only: enough for the Merkle tree (benchmarks; nothing is cached).
-    HashOnly,
+    /// Read, classify and hash only: enough for the Merkle tree. Sync uses it and chunks just
+    /// the files that changed, once.
+    Hash,
 }
 
 /// An indexed file.
@@ -36,7 +37,7 @@ pub struct ScannedFile {
     pub size: u64,
     /// Content hash (the Merkle leaf).
     pub hash: ContentHash,
-    /// Chunks produced (0 under [`Depth::HashOnly`]).
+    /// Chunks produced (0 under [`Depth::Hash`]).
     pub chunks: u32,
     /// Chunks withheld because they contain a secret.
     pub withheld: u32,
@@ -134,7 +135,16 @@ impl Scanner {
 
     /// What decides cached chunk facts: a change makes the next scan re-read every file.
     pub fn fingerprint(&self) -> String {
-        format!("{}/secrets-v1/maxsize-{}", self.chunker.fingerprint(), self.walk.max_file_size)
+        match self.depth {
+            Depth::Full => format!("full/{}/maxsize-{}", self.content_fingerprint(), self.walk.max_file_size),
+            Depth::Hash => format!("hash/maxsize-{}", self.walk.max_file_size),
+        }
+    }
+
+    /// What decides a file's chunks and which are withheld: chunker and secret rules. Sync
+    /// keys its leaves with it, so a change re-sends every file.
+    pub fn content_fingerprint(&self) -> String {
+        format!("{}/secrets-v1", self.chunker.fingerprint())
     }
 
     /// The chunker in use.
@@ -167,7 +177,7 @@ impl Scanner {
         let root = std::fs::canonicalize(root).map_err(|e| Error::io("opening workspace root", root, e))?;
 
         let first_scan = cache.entries.is_empty();
-        let trusted = cache.fingerprint == self.fingerprint() && self.depth == Depth::Full;
+        let trusted = cache.fingerprint == self.fingerprint();
 
         // Cache hits borrow their entry; only misses produce a new one.
         let results: Vec<Option<Processed>> = walked
@@ -213,7 +223,7 @@ impl Scanner {
         let tree = MerkleTree::from_files(files.iter().map(|f| (&f.path, f.hash)));
         tracing::debug!(elapsed_ms = started.elapsed().as_millis(), "tree built");
 
-        if self.depth == Depth::Full {
+        {
             if !trusted {
                 cache.entries.clear();
                 cache.fingerprint = self.fingerprint();
@@ -274,7 +284,7 @@ impl Scanner {
         }
         let hash = ContentHash::of(&bytes);
         let (chunks, withheld, findings) = match self.depth {
-            Depth::HashOnly => (0, 0, Vec::new()),
+            Depth::Hash => (0, 0, Vec::new()),
             Depth::Full => {
                 let (chunks, findings) = self.chunk_text(&file.path, text);
                 let withheld = chunks.iter().filter(|c| overlaps_any(c, &findings)).count();

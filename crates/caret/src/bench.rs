@@ -105,7 +105,7 @@ fn print_rows(rows: &[Row]) {
 fn bench_scan(config: &Config, path: &Path, runs: usize) -> anyhow::Result<ExitCode> {
     let root = std::fs::canonicalize(path).with_context(|| format!("opening {}", path.display()))?;
     let full = Scanner::new(config.walk_config(), config.chunker()?, Depth::Full);
-    let hash_only = Scanner::new(config.walk_config(), config.chunker()?, Depth::HashOnly);
+    let hash_only = Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash);
     println!("caret bench scan {}", root.display());
     println!(
         "threads: {}; chunker: {:?}; page cache warmed by a first pass; 'cold' = empty stat cache",

@@ -39,7 +39,7 @@ fn bench(config: &Config, path: &Path, changes: usize, scratch: &Path) -> anyhow
     }
     println!("caret bench sync {} ({} candidate files copied)", source.display(), thousands(walked.files.len() as u64));
 
-    let scanner = Arc::new(Scanner::new(config.walk_config(), config.chunker()?, Depth::Full));
+    let scanner = Arc::new(Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash));
     let engine = SyncEngine::new(scanner, SyncOptions::default());
     let ws = LocalWorkspace::open(&tree, &scratch.join("state"), &scratch.join("keys"))?;
     let rt = runtime()?;

@@ -98,7 +98,7 @@ async fn transport(config: &Config, remote: &Remote) -> anyhow::Result<Box<dyn T
 }
 
 fn engine(config: &Config) -> anyhow::Result<SyncEngine> {
-    let scanner = Scanner::new(config.walk_config(), config.chunker()?, Depth::Full);
+    let scanner = Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash);
     let options = SyncOptions { batch_files: config.sync.batch_files.max(1), ..SyncOptions::default() };
     Ok(SyncEngine::new(Arc::new(scanner), options))
 }

@@ -146,10 +146,10 @@ fn cache_survives_disk_and_corruption() {
 }
 
 #[test]
-fn hash_only_depth_hashes_without_chunking_or_caching() {
+fn hash_depth_hashes_and_caches_without_chunking() {
     let dir = workspace();
     let walk = WalkConfig { global_excludes: None, ..WalkConfig::default() };
-    let s = Scanner::new(walk, Chunker::new(ChunkConfig::default(), Arc::new(Estimate)), Depth::HashOnly);
+    let s = Scanner::new(walk, Chunker::new(ChunkConfig::default(), Arc::new(Estimate)), Depth::Hash);
     let mut cache = StatCache::default();
     let report = s.scan(dir.path(), &mut cache).unwrap();
     assert_eq!(report.chunks(), 0);
@@ -157,7 +157,11 @@ fn hash_only_depth_hashes_without_chunking_or_caching() {
         report.tree.root_hash(),
         scanner().scan(dir.path(), &mut StatCache::default()).unwrap().tree.root_hash()
     );
-    assert!(cache.entries.is_empty());
+    assert_eq!(s.scan(dir.path(), &mut cache).unwrap().stats.files_read, 0, "hash-depth entries are cached");
+    // A full scan does not trust hash-depth entries (they have no chunk facts).
+    let full = scanner().scan(dir.path(), &mut cache).unwrap();
+    assert_eq!(full.stats.files_read, 7);
+    assert_eq!(full.chunks(), 3);
 }
 
 #[test]
