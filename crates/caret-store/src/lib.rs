@@ -13,6 +13,7 @@
 //!
 //! This crate knows nothing about HTTP.
 
+pub mod ann;
 pub mod lexical;
 pub mod rank;
 

@@ -110,7 +110,21 @@ pub fn exact_top_k(vectors: &[f32], dim: usize, query: &[f32], k: usize) -> Vec<
     if dim == 0 || query.len() != dim {
         return Vec::new();
     }
-    top_k(vectors.chunks_exact(dim).enumerate().map(|(i, row)| (i, row.iter().zip(query).map(|(a, b)| a * b).sum())), k)
+    top_k(vectors.chunks_exact(dim).enumerate().map(|(i, row)| (i, dot(row, query))), k)
+}
+
+/// Dot product with eight independent accumulators, so the compiler can use SIMD lanes (a
+/// plain sum is one dependency chain: float addition is not associative).
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }
 
 /// Reciprocal-rank fusion: each list adds `weight / (c + rank)` (rank from 1) to a document's

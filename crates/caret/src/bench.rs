@@ -34,6 +34,21 @@ pub enum BenchCommand {
         #[arg(long)]
         threads: Option<usize>,
     },
+    /// Vector search on synthetic embeddings: exact scan vs the ANN index, with recall@10.
+    Vectors {
+        /// Vectors in the namespace.
+        #[arg(long, default_value_t = 100_000)]
+        n: usize,
+        /// Dimension.
+        #[arg(long, default_value_t = 384)]
+        dim: usize,
+        /// Queries timed.
+        #[arg(long, default_value_t = 200)]
+        queries: usize,
+        /// HNSW candidates per search (recall against latency).
+        #[arg(long, default_value_t = 96)]
+        ef: usize,
+    },
     /// Bytes on the wire and time for first sync, no-change sync, one changed file and a
     /// 1,000-file change, against a `caret serve` on loopback (over a copy of the tree).
     Sync {
@@ -50,6 +65,7 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Scan { path, runs } => bench_scan(config, &path, runs.max(1)),
         BenchCommand::Sync { path, changes } => crate::bench_sync::run(config, &path, changes),
         BenchCommand::Embed { path, chunks, threads } => bench_embed(config, &path, chunks, threads),
+        BenchCommand::Vectors { n, dim, queries, ef } => bench_vectors(n, dim, queries, ef),
     }
 }
 
@@ -321,5 +337,59 @@ fn bench_embed(config: &Config, path: &Path, n: usize, threads: Option<usize>) -
         single_time.as_secs_f64()
     );
     println!("largest difference between the two on the shared chunks: {max_diff:.2e}");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn bench_vectors(n: usize, dim: usize, queries: usize, ef: usize) -> anyhow::Result<ExitCode> {
+    use caret_store::ann::{AnnIndex, AnnParams, synthetic_embeddings};
+    use caret_store::rank::exact_top_k;
+    anyhow::ensure!(n > 0 && dim > 0 && queries > 0, "--n, --dim and --queries must be positive");
+    println!(
+        "caret bench vectors: {} synthetic embeddings × {dim} dims (32-d latent structure, like real ones), {queries} queries, k = 10, ef {ef}",
+        thousands(n as u64)
+    );
+    let t = Instant::now();
+    let vectors = synthetic_embeddings(n, dim, 1);
+    let qs = synthetic_embeddings(queries, dim, 2);
+    println!("generated in {:.1}s ({})", t.elapsed().as_secs_f64(), human_bytes((vectors.len() * 4) as u64));
+    let t = Instant::now();
+    let ann = AnnIndex::build(&vectors, dim, AnnParams { expansion_search: ef, ..AnnParams::default() })?;
+    let build = t.elapsed();
+    let (mut exact_times, mut ann_times) = (Vec::new(), Vec::new());
+    let mut found = 0;
+    for q in qs.chunks_exact(dim) {
+        let t = Instant::now();
+        let exact = exact_top_k(&vectors, dim, q, 10);
+        exact_times.push(t.elapsed());
+        let t = Instant::now();
+        let approx = ann.search(q, 10)?;
+        ann_times.push(t.elapsed());
+        found += approx.iter().filter(|h| exact.iter().any(|e| e.0 == h.0)).count();
+    }
+    exact_times.sort();
+    ann_times.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!("{:<26} {:>10} {:>10}", "search (one query, 1 thread)", "p50", "p99");
+    println!(
+        "{:<26} {:>8.2}ms {:>8.2}ms",
+        "exact scan",
+        ms(percentile(&exact_times, 0.5)),
+        ms(percentile(&exact_times, 0.99))
+    );
+    println!(
+        "{:<26} {:>8.2}ms {:>8.2}ms",
+        "ANN (HNSW, usearch)",
+        ms(percentile(&ann_times, 0.5)),
+        ms(percentile(&ann_times, 0.99))
+    );
+    println!(
+        "ANN build: {:.1}s; recall@10 against exact: {:.4}",
+        build.as_secs_f64(),
+        found as f64 / (10 * queries) as f64
+    );
     Ok(ExitCode::SUCCESS)
 }
