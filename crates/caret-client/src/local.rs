@@ -1,7 +1,6 @@
 //! The client's state for one workspace: its id, its key, and the reverse map from obfuscated
 //! to real paths. All of it stays on the client.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use caret_crypto::WorkspaceKey;
@@ -36,15 +35,9 @@ fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error
     move |source| Error::Io { action, path, source }
 }
 
-/// Writes a file atomically (temporary file, fsync, rename).
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    let mut f = std::fs::File::create(&tmp).map_err(io("writing", &tmp))?;
-    f.write_all(bytes).map_err(io("writing", &tmp))?;
-    f.sync_all().map_err(io("writing", &tmp))?;
-    std::fs::rename(&tmp, path).map_err(io("writing", path))
+/// Writes a client state file atomically.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    caret_workspace::statcache::write_atomic(path, bytes).map_err(io("writing", path))
 }
 
 impl LocalWorkspace {

@@ -92,23 +92,28 @@ impl StatCache {
         }
     }
 
-    /// Writes the cache atomically (temporary file, fsync, rename).
+    /// Writes the cache atomically (see [`write_atomic`]).
     pub fn save(&self, path: &Path) -> Result<()> {
-        let dir = path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(|e| Error::io("creating directory", dir, e))?;
-        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-        let bytes = encode(self);
-        let write = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, path)
-        };
-        write().map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            Error::io("writing stat cache", path, e)
-        })
+        write_atomic(path, &encode(self)).map_err(|e| Error::io("writing stat cache", path, e))
     }
+}
+
+/// Writes a file atomically: parents created, a temporary file beside it written and synced,
+/// then renamed over it. Readers see the old content or the new, never a torn file; a failed
+/// write leaves no temporary file behind.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
 }
 
 fn encode(cache: &StatCache) -> Vec<u8> {
