@@ -104,10 +104,6 @@ pub struct SyncEngine {
     options: SyncOptions,
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 fn join(dir: &str, name: &str) -> String {
     if dir.is_empty() { name.to_owned() } else { format!("{dir}/{name}") }
 }
@@ -335,7 +331,7 @@ impl SyncEngine {
                             withheld += 1;
                             continue;
                         }
-                        let id = hex(&ids.id(&c.hash.0));
+                        let id = ContentHash(ids.id(&c.hash.0)).to_hex();
                         metas.push(ChunkMeta {
                             id: id.clone(),
                             start_line: c.start_line,
@@ -345,7 +341,11 @@ impl SyncEngine {
                         });
                         texts.push(ChunkText { id, context: c.context.clone(), text: c.text(text).to_owned() });
                     }
-                    Some((FileMeta { path: obf.clone(), leaf: hex(&leaf), chunks: metas }, texts, withheld))
+                    Some((
+                        FileMeta { path: obf.clone(), leaf: ContentHash(leaf).to_hex(), chunks: metas },
+                        texts,
+                        withheld,
+                    ))
                 })
                 .collect()
         })

@@ -13,8 +13,8 @@ use caret_protocol::{
     TreeEntry, TreeRequest, TreeResponse, WorkspaceInfo,
 };
 use caret_store::{ChunkRecord, ChunkRef, FileRecord, Namespace, Record, State};
-use caret_workspace::RelPath;
 use caret_workspace::merkle::{MerkleTree, Node};
+use caret_workspace::{ContentHash, RelPath};
 use object_store::ObjectStore;
 use tokio::sync::Mutex;
 
@@ -80,10 +80,6 @@ fn hex32(s: &str, what: &str) -> Result<[u8; 32]> {
         out[i] = u8::from_str_radix(s, 16).map_err(|_| Error::BadRequest(format!("{what} is not hex")))?;
     }
     Ok(out)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn file_record(f: &FileMeta) -> Result<FileRecord> {
@@ -266,7 +262,7 @@ impl Service {
             .iter()
             .flat_map(|f| f.chunks.iter())
             .filter(|c| !state.chunks.contains_key(&c.id) && seen.insert(c.id))
-            .map(|c| hex(&c.id))
+            .map(|c| ContentHash(c.id).to_hex())
             .collect();
         Ok(PlanResponse { missing })
     }
@@ -314,7 +310,7 @@ impl Service {
             .iter()
             .flat_map(|f| f.chunks.iter())
             .filter(|c| !state.chunks.contains_key(&c.id) && !sent.contains(&c.id))
-            .map(|c| hex(&c.id))
+            .map(|c| ContentHash(c.id).to_hex())
             .collect();
         if !missing.is_empty() {
             missing.sort();

@@ -33,7 +33,7 @@ impl std::fmt::Debug for AnnIndex {
 }
 
 fn err(e: impl std::fmt::Display) -> crate::Error {
-    crate::Error::Encode(format!("ann index: {e}"))
+    crate::Error::Ann(e.to_string())
 }
 
 impl AnnIndex {

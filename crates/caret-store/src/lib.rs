@@ -44,6 +44,9 @@ pub enum Error {
     /// Encoding a batch failed.
     #[error("encoding a log batch: {0}")]
     Encode(String),
+    /// Building or searching an ANN index failed.
+    #[error("ann index: {0}")]
+    Ann(String),
 }
 
 /// Result alias of this crate.

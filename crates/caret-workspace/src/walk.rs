@@ -102,6 +102,21 @@ pub enum DefaultRule {
     Sensitive,
 }
 
+impl DefaultRule {
+    /// The kebab-case name (as serialised).
+    pub fn name(self) -> &'static str {
+        match self {
+            DefaultRule::Vcs => "vcs",
+            DefaultRule::Vendor => "vendor",
+            DefaultRule::CacheDir => "cache-dir",
+            DefaultRule::Lockfile => "lockfile",
+            DefaultRule::Minified => "minified",
+            DefaultRule::Generated => "generated",
+            DefaultRule::Sensitive => "sensitive",
+        }
+    }
+}
+
 /// Where a symbolic link points.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -176,10 +191,7 @@ impl std::fmt::Display for SkipReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SkipReason::Ignored { source, pattern } => write!(f, "ignored by {source}: {pattern}"),
-            SkipReason::Excluded { rule, pattern } => {
-                let family = serde_json::to_value(rule).ok().and_then(|v| v.as_str().map(str::to_owned));
-                write!(f, "default exclude ({}): {pattern}", family.unwrap_or_default())
-            }
+            SkipReason::Excluded { rule, pattern } => write!(f, "default exclude ({}): {pattern}", rule.name()),
             SkipReason::TooLarge { size, limit } => write!(f, "too large: {size} bytes > {limit}"),
             SkipReason::Binary { detail } => write!(f, "binary: {detail}"),
             SkipReason::Symlink { target: LinkTarget::Inside } => {

@@ -84,7 +84,7 @@ fn reset_peak_rss() {
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
-    v[v.len() / 2]
+    percentile(&v, 0.5)
 }
 
 struct Row {

@@ -71,7 +71,7 @@ pub fn run(config: &Config, cmd: ModelsCommand) -> anyhow::Result<ExitCode> {
                 };
                 let dir =
                     runtime()?.block_on(models.pull(entry, &progress)).with_context(|| format!("pulling {name}"))?;
-                if tty_newline() {
+                if tty {
                     eprintln!();
                 }
                 println!("{name} installed in {} (digests verified)", dir.display());
@@ -79,8 +79,4 @@ pub fn run(config: &Config, cmd: ModelsCommand) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn tty_newline() -> bool {
-    std::io::stderr().is_terminal()
 }
