@@ -29,16 +29,23 @@ pub struct Remote {
     token: Option<String>,
 }
 
+/// The workspace, the server and the output format: what `sync` and `status` share.
 #[derive(Debug, clap::Args)]
-pub struct SyncArgs {
+pub struct Target {
     /// The workspace.
     #[arg(default_value = ".")]
     path: PathBuf,
     #[command(flatten)]
     remote: Remote,
-    /// Print the report as JSON.
+    /// Print JSON.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SyncArgs {
+    #[command(flatten)]
+    target: Target,
     /// Keep syncing: every --interval, or sooner when files change.
     #[arg(long)]
     watch: bool,
@@ -49,14 +56,8 @@ pub struct SyncArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
-    /// The workspace.
-    #[arg(default_value = ".")]
-    path: PathBuf,
     #[command(flatten)]
-    remote: Remote,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
+    target: Target,
 }
 
 /// Opens the local state of the workspace at `path`.
@@ -139,14 +140,14 @@ fn print_report(r: &SyncReport, ws: &LocalWorkspace, to: &str, json: bool) {
 }
 
 pub fn sync(config: &Config, args: SyncArgs) -> anyhow::Result<ExitCode> {
-    let ws = open_workspace(config, &args.path)?;
+    let ws = open_workspace(config, &args.target.path)?;
     let engine = engine(config)?;
     runtime()?.block_on(async {
-        let transport = transport(config, &args.remote).await?;
+        let transport = transport(config, &args.target.remote).await?;
         let to = transport.describe();
         if args.watch {
             let interval = parse_duration(args.interval.as_deref().unwrap_or(&config.sync.interval))?;
-            let json = args.json;
+            let json = args.target.json;
             caret_client::watch::watch(
                 &engine,
                 &ws,
@@ -164,14 +165,14 @@ pub fn sync(config: &Config, args: SyncArgs) -> anyhow::Result<ExitCode> {
                 .sync(&ws, transport.as_ref())
                 .await
                 .with_context(|| format!("syncing {} with {to}", ws.root.display()))?;
-            print_report(&report, &ws, &to, args.json);
+            print_report(&report, &ws, &to, args.target.json);
         }
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn status(config: &Config, args: StatusArgs) -> anyhow::Result<ExitCode> {
+pub fn status(config: &Config, StatusArgs { target: args }: StatusArgs) -> anyhow::Result<ExitCode> {
     let ws = open_workspace(config, &args.path)?;
     let engine = engine(config)?;
     runtime()?.block_on(async {
