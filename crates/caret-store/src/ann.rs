@@ -36,20 +36,23 @@ fn err(e: impl std::fmt::Display) -> crate::Error {
     crate::Error::Ann(e.to_string())
 }
 
+fn options(dim: usize, params: AnnParams) -> usearch::IndexOptions {
+    usearch::IndexOptions {
+        dimensions: dim,
+        metric: usearch::MetricKind::IP,
+        quantization: usearch::ScalarKind::F32,
+        connectivity: params.connectivity,
+        expansion_add: params.expansion_add,
+        expansion_search: params.expansion_search,
+        multi: false,
+    }
+}
+
 impl AnnIndex {
     /// Builds the index over `vectors` (row-major, `dim` wide), inserting in parallel.
     pub fn build(vectors: &[f32], dim: usize, params: AnnParams) -> crate::Result<Self> {
         use rayon::prelude::*;
-        let options = usearch::IndexOptions {
-            dimensions: dim,
-            metric: usearch::MetricKind::IP,
-            quantization: usearch::ScalarKind::F32,
-            connectivity: params.connectivity,
-            expansion_add: params.expansion_add,
-            expansion_search: params.expansion_search,
-            multi: false,
-        };
-        let index = usearch::Index::new(&options).map_err(err)?;
+        let index = usearch::Index::new(&options(dim, params)).map_err(err)?;
         let rows = vectors.len() / dim.max(1);
         index.reserve_capacity_and_threads(rows, rayon::current_num_threads()).map_err(err)?;
         vectors
@@ -66,6 +69,23 @@ impl AnnIndex {
         }
         let found = self.index.search(query, k).map_err(err)?;
         Ok(found.keys.iter().zip(&found.distances).map(|(key, d)| (*key as usize, 1.0 - d)).collect())
+    }
+
+    /// The graph as bytes, to store beside a segment.
+    pub fn to_bytes(&self) -> crate::Result<Vec<u8>> {
+        let mut buf = vec![0u8; self.index.serialized_length()];
+        self.index.save_to_buffer(&mut buf).map_err(err)?;
+        Ok(buf)
+    }
+
+    /// A graph saved by [`AnnIndex::to_bytes`] over `dim`-wide vectors.
+    pub fn from_bytes(bytes: &[u8], dim: usize, params: AnnParams) -> crate::Result<Self> {
+        let index = usearch::Index::new(&options(dim, params)).map_err(err)?;
+        index.load_from_buffer(bytes).map_err(err)?;
+        if index.dimensions() != dim {
+            return Err(crate::Error::Ann(format!("stored graph is {} wide, expected {dim}", index.dimensions())));
+        }
+        Ok(AnnIndex { index, dim })
     }
 
     /// Number of indexed rows.

@@ -1,21 +1,38 @@
-//! Per-workspace state on object storage.
+//! Per-workspace index data on object storage.
 //!
-//! A workspace is a namespace: a key prefix holding immutable objects. Every commit appends
-//! one write-ahead-log object `wal/<seq>` written with create-if-absent, so two writers cannot
-//! both take a sequence number and a commit is durable once its put returns. A snapshot
-//! `snap/<seq>` folds the state up to `seq` so loading does not replay everything. Readers
-//! take the newest readable snapshot, then replay the WAL after it in order.
+//! A workspace is a namespace: a key prefix holding immutable objects.
+//! - `wal/<seq>`: every commit appends one write-ahead-log object, written with
+//!   create-if-absent, so two writers cannot both take a sequence number and a commit is
+//!   durable once its put returns.
+//! - `seg/<name>`: compaction folds the state up to a sequence number into an immutable
+//!   segment (files, the chunk table with keyed terms, the vector block) and `seg/<name>.ann`
+//!   (the HNSW graph over the vectors, for large namespaces).
+//! - `manifest/<n>`: each compaction commits by writing the next numbered manifest with
+//!   create-if-absent, naming its segment and the sequence number it covers; of two
+//!   compactors racing, one wins and the other deletes its segment.
 //!
-//! Records hold obfuscated paths, keyed ids and keyed token hashes only: nothing here ever
-//! sees plaintext code or real file names. A corrupt WAL object is skipped with a logged error
-//! (its files then differ from the client's tree and are sent again); a corrupt snapshot is
-//! ignored and the WAL replayed instead.
+//! Readers take the newest manifest whose segment is readable, then apply the WAL after it
+//! (the tail, kept in memory and searched exactly). Compaction builds outside any lock and
+//! swaps in at the end, so readers never wait for it. A corrupt WAL object is skipped with a
+//! logged error (its files then differ from the client's tree and are sent again); a corrupt or
+//! missing segment is logged and the state rebuilt from an older manifest or the WAL; a
+//! corrupt ANN graph is rebuilt from the vector block.
 //!
-//! This crate knows nothing about HTTP.
+//! Records hold obfuscated paths, keyed ids, keyed token hashes and rotated vectors only:
+//! nothing here ever sees plaintext code or real file names. This crate knows nothing about
+//! HTTP.
 
 pub mod ann;
 pub mod lexical;
 pub mod rank;
+mod search;
+mod segment;
+
+pub use search::{Query, SearchHit, Weights};
+pub use segment::{CompactionPlan, Segment};
+
+use crate::ann::{AnnIndex, AnnParams};
+use crate::segment::{Manifest, SegmentData};
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -90,7 +107,7 @@ pub struct ChunkRecord {
 }
 
 /// One log record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Record {
     /// A chunk became available.
     Chunk(ChunkRecord),
@@ -98,6 +115,21 @@ pub enum Record {
     File(FileRecord),
     /// A file, or every file below a directory, was removed.
     Delete(String),
+    /// Embeddings of chunks (rotated by the workspace key).
+    Vectors(VectorBatch),
+}
+
+/// Embeddings of stored chunks by one model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VectorBatch {
+    /// The model's id.
+    pub model: String,
+    /// Vector width.
+    pub dim: u32,
+    /// Keyed chunk ids.
+    pub ids: Vec<[u8; 32]>,
+    /// Row-major vectors, one row of `dim` per id.
+    pub data: Vec<f32>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -106,16 +138,13 @@ struct Batch {
     records: Vec<Record>,
 }
 
-#[derive(Serialize, Deserialize)]
-struct Snapshot {
-    version: u32,
-    seq: u64,
-    files: Vec<FileRecord>,
-    chunks: Vec<([u8; 32], u32)>,
-}
-
 const FORMAT: u32 = 1;
-const SNAPSHOT_EVERY: u64 = 64;
+/// Tail records (chunks plus vectors) that make compaction worthwhile.
+pub const COMPACT_RECORDS: usize = 20_000;
+/// Tail log objects that make compaction worthwhile.
+pub const COMPACT_OBJECTS: u64 = 256;
+/// Vectors above which a segment carries an HNSW graph; below, exact search is as fast.
+pub const ANN_THRESHOLD: usize = 20_000;
 const APPEND_ATTEMPTS: u32 = 16;
 
 /// Serialises with postcard and appends a BLAKE3 checksum.
@@ -135,26 +164,79 @@ fn open<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Option<T> {
     postcard::from_bytes(body).ok()
 }
 
-/// The state of a workspace: its files and which chunks are stored.
-#[derive(Debug, Clone, Default)]
+/// Where a chunk's vector is.
+#[derive(Debug, Clone, Copy)]
+enum VecAt {
+    Segment(u32),
+    Tail(u32),
+}
+
+/// Records applied after the segment, kept in memory and searched exactly.
+#[derive(Debug, Default)]
+struct Tail {
+    chunks: Vec<(u64, ChunkRecord)>,
+    vector_ids: Vec<(u64, [u8; 32])>,
+    vectors: Vec<f32>,
+    /// Log objects applied since the segment.
+    objects: u64,
+}
+
+/// A stored chunk's place in a current file.
+#[derive(Debug, Clone)]
+pub(crate) struct Location {
+    pub path: Arc<str>,
+    pub start_line: u32,
+    pub end_line: u32,
+    pub kind: Arc<str>,
+}
+
+/// The state of a workspace: its files, its stored chunks and vectors, the segment and the
+/// tail after it.
+#[derive(Debug, Default)]
 pub struct State {
     /// The last applied log sequence number (0: none).
     pub seq: u64,
     /// Files by obfuscated path.
     pub files: BTreeMap<String, FileRecord>,
-    /// Stored chunks: id → length in tokens.
+    /// Stored chunks (with lexical data): id → length in tokens.
     pub chunks: HashMap<[u8; 32], u32>,
-    /// Log objects applied since the last snapshot.
-    since_snapshot: u64,
+    segment: Option<Arc<Segment>>,
+    tail: Tail,
+    /// The vectors' model and width.
+    model: Option<(String, usize)>,
+    vectors: HashMap<[u8; 32], VecAt>,
     tree: Option<Arc<MerkleTree>>,
+    pub(crate) locations: Option<Arc<HashMap<[u8; 32], Vec<Location>>>>,
+    pub(crate) tail_lexical: Option<Arc<(Vec<[u8; 32]>, rank::LexicalIndex)>>,
 }
 
 impl State {
-    fn apply(&mut self, records: Vec<Record>) {
+    fn from_segment(segment: Arc<Segment>, data: SegmentData) -> State {
+        let mut state = State {
+            seq: data.seq,
+            files: data.files.into_iter().map(|f| (f.path.clone(), f)).collect(),
+            chunks: segment.ids.iter().copied().zip(segment.lengths.iter().copied()).collect(),
+            model: segment.model.clone().map(|m| (m, segment.dim)),
+            ..State::default()
+        };
+        state.vectors = segment
+            .vector_ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (*id, VecAt::Segment(u32::try_from(i).unwrap_or(u32::MAX))))
+            .collect();
+        state.segment = Some(segment);
+        state
+    }
+
+    fn apply(&mut self, seq: u64, records: Vec<Record>) {
         for r in records {
             match r {
                 Record::Chunk(c) => {
-                    self.chunks.insert(c.id, c.length);
+                    if self.chunks.insert(c.id, c.length).is_none() {
+                        self.tail.chunks.push((seq, c));
+                        self.tail_lexical = None;
+                    }
                 }
                 Record::File(f) => {
                     self.files.insert(f.path.clone(), f);
@@ -172,21 +254,170 @@ impl State {
                         self.files.remove(&p);
                     }
                 }
+                Record::Vectors(b) => self.apply_vectors(seq, b),
             }
         }
         self.tree = None;
+        self.locations = None;
+    }
+
+    fn apply_vectors(&mut self, seq: u64, b: VectorBatch) {
+        let dim = b.dim as usize;
+        if dim == 0 || b.data.len() != b.ids.len() * dim {
+            tracing::error!(model = %b.model, "a vector batch has the wrong shape; ignoring it");
+            return;
+        }
+        if self.model.as_ref().is_some_and(|(m, d)| *m != b.model || *d != dim) {
+            // Another model now: the old vectors cannot be compared with the new ones.
+            tracing::info!(model = %b.model, "vectors of a new model; dropping the old ones");
+            self.vectors.clear();
+            self.tail.vector_ids.clear();
+            self.tail.vectors.clear();
+        }
+        self.model = Some((b.model, dim));
+        for (id, row) in b.ids.iter().zip(b.data.chunks_exact(dim)) {
+            if self.vectors.contains_key(id) {
+                continue;
+            }
+            let at = u32::try_from(self.tail.vector_ids.len()).unwrap_or(u32::MAX);
+            self.tail.vector_ids.push((seq, *id));
+            self.tail.vectors.extend_from_slice(row);
+            self.vectors.insert(*id, VecAt::Tail(at));
+        }
     }
 
     /// The Merkle tree over obfuscated paths and keyed leaves (cached until the next change).
+    /// A file with a chunk that is not stored (a skipped corrupt log object, a chunk dropped
+    /// by a racing compaction) gets a leaf no client has, so the next sync sends it again.
     pub fn tree(&mut self) -> Arc<MerkleTree> {
         if let Some(t) = &self.tree {
             return t.clone();
         }
-        let tree = Arc::new(MerkleTree::from_files(
-            self.files.values().map(|f| (RelPath::from_bytes(f.path.as_bytes()), ContentHash(f.leaf))),
-        ));
+        let chunks = &self.chunks;
+        let tree = Arc::new(MerkleTree::from_files(self.files.values().map(|f| {
+            let complete = f.chunks.iter().all(|c| chunks.contains_key(&c.id));
+            let leaf = if complete { f.leaf } else { [0; 32] };
+            (RelPath::from_bytes(f.path.as_bytes()), ContentHash(leaf))
+        })));
         self.tree = Some(tree.clone());
         tree
+    }
+
+    /// The vectors' model, if any vectors are stored.
+    pub fn model(&self) -> Option<&str> {
+        self.model.as_ref().map(|(m, _)| m.as_str())
+    }
+
+    /// The stored vector of a chunk by `model`.
+    pub fn vector(&self, id: &[u8; 32], model: &str) -> Option<&[f32]> {
+        let (m, dim) = self.model.as_ref()?;
+        if m != model {
+            return None;
+        }
+        match *self.vectors.get(id)? {
+            VecAt::Segment(row) => self.segment.as_ref().map(|s| s.vector(row as usize)),
+            VecAt::Tail(row) => self.tail.vectors.get(row as usize * dim..(row as usize + 1) * dim),
+        }
+    }
+
+    /// Chunks referenced by current files that have no vector by `model`, each once with one
+    /// obfuscated path that holds it, up to `limit`; and how many there are in all.
+    pub fn missing_vectors(&self, model: &str, limit: usize) -> (Vec<([u8; 32], String)>, usize) {
+        let same = self.model.as_ref().is_some_and(|(m, _)| m == model);
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        let mut total = 0;
+        for f in self.files.values() {
+            for c in &f.chunks {
+                if (same && self.vectors.contains_key(&c.id)) || !seen.insert(c.id) {
+                    continue;
+                }
+                total += 1;
+                if out.len() < limit {
+                    out.push((c.id, f.path.clone()));
+                }
+            }
+        }
+        (out, total)
+    }
+
+    /// Distinct chunks referenced by current files, and how many of them have a vector by
+    /// `model`.
+    pub fn vector_progress(&self, model: &str) -> (u64, u64) {
+        let same = self.model.as_ref().is_some_and(|(m, _)| m == model);
+        let mut seen = std::collections::HashSet::new();
+        let (mut total, mut with) = (0u64, 0u64);
+        for c in self.files.values().flat_map(|f| f.chunks.iter()) {
+            if seen.insert(c.id) {
+                total += 1;
+                if same && self.vectors.contains_key(&c.id) {
+                    with += 1;
+                }
+            }
+        }
+        (total, with)
+    }
+
+    /// The current segment, if any.
+    pub fn segment(&self) -> Option<&Arc<Segment>> {
+        self.segment.as_ref()
+    }
+
+    /// Whether the tail is long enough to compact.
+    pub fn needs_compaction(&self) -> bool {
+        self.tail.chunks.len() + self.tail.vector_ids.len() >= COMPACT_RECORDS || self.tail.objects >= COMPACT_OBJECTS
+    }
+
+    /// What a compaction of the current state would fold (cheap to take: the tail is
+    /// bounded, the old segment shared).
+    pub fn compaction_plan(&self) -> CompactionPlan {
+        CompactionPlan {
+            seq: self.seq,
+            files: self.files.values().cloned().collect(),
+            old: self.segment.clone(),
+            tail_chunks: self.tail.chunks.iter().map(|(_, c)| c.clone()).collect(),
+            model: self.model.clone(),
+            tail_vector_ids: self.tail.vector_ids.iter().map(|(_, id)| *id).collect(),
+            tail_vectors: self.tail.vectors.clone(),
+        }
+    }
+
+    /// Switches to a newly compacted segment, keeping the tail after it. A segment no newer
+    /// than the current one is ignored.
+    pub fn install(&mut self, segment: Arc<Segment>) {
+        if self.segment.as_ref().is_some_and(|s| s.seq >= segment.seq) || segment.seq > self.seq {
+            return;
+        }
+        let cut = segment.seq;
+        let dim = self.model.as_ref().map_or(0, |(_, d)| *d);
+        let old_tail = std::mem::take(&mut self.tail);
+        self.chunks = segment.ids.iter().copied().zip(segment.lengths.iter().copied()).collect();
+        self.vectors.clear();
+        if segment.model.is_some() && segment.model.as_deref() == self.model() && segment.dim == dim {
+            for (i, id) in segment.vector_ids.iter().enumerate() {
+                self.vectors.insert(*id, VecAt::Segment(u32::try_from(i).unwrap_or(u32::MAX)));
+            }
+        }
+        self.segment = Some(segment);
+        for (seq, c) in old_tail.chunks.into_iter().filter(|(s, _)| *s > cut) {
+            if self.chunks.insert(c.id, c.length).is_none() {
+                self.tail.chunks.push((seq, c));
+            }
+        }
+        if dim > 0 {
+            for ((seq, id), row) in old_tail.vector_ids.into_iter().zip(old_tail.vectors.chunks_exact(dim)) {
+                if seq > cut && !self.vectors.contains_key(&id) {
+                    let at = u32::try_from(self.tail.vector_ids.len()).unwrap_or(u32::MAX);
+                    self.tail.vector_ids.push((seq, id));
+                    self.tail.vectors.extend_from_slice(row);
+                    self.vectors.insert(id, VecAt::Tail(at));
+                }
+            }
+        }
+        self.tail.objects = self.seq - cut;
+        self.tree = None;
+        self.locations = None;
+        self.tail_lexical = None;
     }
 }
 
@@ -201,6 +432,10 @@ fn seq_name(seq: u64) -> String {
     format!("{seq:020}")
 }
 
+fn create() -> PutOptions {
+    PutOptions { mode: PutMode::Create, ..PutOptions::default() }
+}
+
 impl Namespace {
     /// The namespace under `prefix` (e.g. `tenants/<t>/workspaces/<w>`).
     pub fn new(store: Arc<dyn ObjectStore>, prefix: &str) -> Self {
@@ -211,25 +446,79 @@ impl Namespace {
         self.prefix.child("wal")
     }
 
-    fn snap(&self) -> ObjPath {
-        self.prefix.child("snap")
+    fn manifests(&self) -> ObjPath {
+        self.prefix.child("manifest")
     }
 
-    /// Loads the state: newest readable snapshot, then the log after it.
+    fn seg(&self, name: &str) -> ObjPath {
+        self.prefix.child("seg").child(name)
+    }
+
+    fn ann(&self, name: &str) -> ObjPath {
+        self.prefix.child("seg").child(format!("{name}.ann"))
+    }
+
+    async fn get(&self, path: &ObjPath) -> Result<bytes::Bytes> {
+        Ok(self.store.get(path).await?.bytes().await?)
+    }
+
+    /// Manifest numbers and paths, newest first.
+    async fn list_manifests(&self) -> Result<Vec<(u64, ObjPath)>> {
+        let mut found: Vec<(u64, ObjPath)> = self
+            .store
+            .list(Some(&self.manifests()))
+            .map_ok(|m| m.location)
+            .try_collect::<Vec<_>>()
+            .await?
+            .into_iter()
+            .filter_map(|p| p.filename().and_then(|n| n.parse::<u64>().ok()).map(|n| (n, p)))
+            .collect();
+        found.sort_by(|a, b| b.0.cmp(&a.0));
+        Ok(found)
+    }
+
+    /// Reads a manifest's segment and builds its indexes; `None` (logged) when anything of it
+    /// is unreadable, so the caller falls back to an older one or the log.
+    async fn open_segment(&self, manifest: &ObjPath) -> Result<Option<(Arc<Segment>, SegmentData)>> {
+        let Some(m) = self.get(manifest).await.ok().and_then(|b| open::<Manifest>(&b)).filter(|m| m.version == FORMAT)
+        else {
+            tracing::error!(object = %manifest, "manifest is corrupt; trying an older one");
+            return Ok(None);
+        };
+        let data = match self.get(&self.seg(&m.segment)).await {
+            Ok(bytes) => open::<SegmentData>(&bytes).filter(|d| d.version == FORMAT && d.seq == m.seq),
+            Err(Error::ObjectStore(object_store::Error::NotFound { .. })) => None,
+            Err(e) => return Err(e),
+        };
+        let Some(data) = data else {
+            tracing::error!(segment = %m.segment, "segment is corrupt or missing; rebuilding from an older one and the log");
+            return Ok(None);
+        };
+        let dim = data.dim as usize;
+        let mut ann = None;
+        if m.ann {
+            match self.get(&self.ann(&m.segment)).await {
+                Ok(bytes) => match AnnIndex::from_bytes(&bytes, dim, AnnParams::default()) {
+                    Ok(a) => ann = Some(a),
+                    Err(e) => tracing::error!(segment = %m.segment, "ANN graph is unreadable ({e}); rebuilding it"),
+                },
+                Err(e) => tracing::error!(segment = %m.segment, "ANN graph is missing ({e}); rebuilding it"),
+            }
+        }
+        let name = m.segment.clone();
+        let built = tokio::task::spawn_blocking(move || Segment::from_data(name, &data, ann).map(|s| (s, data)))
+            .await
+            .map_err(|e| Error::Encode(format!("segment task: {e}")))??;
+        Ok(Some((Arc::new(built.0), built.1)))
+    }
+
+    /// Loads the state: the newest readable segment, then the log after it.
     pub async fn load(&self) -> Result<State> {
-        let mut snaps: Vec<ObjPath> = self.store.list(Some(&self.snap())).map_ok(|m| m.location).try_collect().await?;
-        snaps.sort();
         let mut state = State::default();
-        for path in snaps.iter().rev() {
-            let bytes = self.store.get(path).await?.bytes().await?;
-            match open::<Snapshot>(&bytes).filter(|s| s.version == FORMAT) {
-                Some(s) => {
-                    state.seq = s.seq;
-                    state.files = s.files.into_iter().map(|f| (f.path.clone(), f)).collect();
-                    state.chunks = s.chunks.into_iter().collect();
-                    break;
-                }
-                None => tracing::error!(object = %path, "snapshot is corrupt; ignoring it and replaying the log"),
+        for (_, path) in self.list_manifests().await? {
+            if let Some((segment, data)) = self.open_segment(&path).await? {
+                state = State::from_segment(segment, data);
+                break;
             }
         }
         self.refresh(&mut state).await?;
@@ -251,36 +540,32 @@ impl Namespace {
             .collect();
         newer.sort();
         for (seq, path) in newer {
-            let bytes = self.store.get(&path).await?.bytes().await?;
+            let bytes = self.get(&path).await?;
             match open::<Batch>(&bytes).filter(|b| b.version == FORMAT) {
-                Some(batch) => state.apply(batch.records),
+                Some(batch) => state.apply(seq, batch.records),
                 None => {
                     tracing::error!(object = %path, "log object is corrupt; skipping it (its files will be synced again)")
                 }
             }
             state.seq = seq;
-            state.since_snapshot += 1;
+            state.tail.objects += 1;
         }
         Ok(())
     }
 
     /// Appends a batch as the next log object; on a race for the sequence number, catches up
-    /// and tries the next one. Applies the batch to `state`, and snapshots now and then.
+    /// and tries the next one. Applies the batch to `state`.
     pub async fn append(&self, state: &mut State, records: Vec<Record>) -> Result<u64> {
         let bytes = bytes::Bytes::from(seal(&Batch { version: FORMAT, records: records.clone() })?);
         for _ in 0..APPEND_ATTEMPTS {
             self.refresh(state).await?;
             let seq = state.seq + 1;
             let path = self.wal().child(seq_name(seq));
-            let opts = PutOptions { mode: PutMode::Create, ..PutOptions::default() };
-            match self.store.put_opts(&path, PutPayload::from_bytes(bytes.clone()), opts).await {
+            match self.store.put_opts(&path, PutPayload::from_bytes(bytes.clone()), create()).await {
                 Ok(_) => {
-                    state.apply(records);
+                    state.apply(seq, records);
                     state.seq = seq;
-                    state.since_snapshot += 1;
-                    if state.since_snapshot >= SNAPSHOT_EVERY {
-                        self.snapshot(state).await?;
-                    }
+                    state.tail.objects += 1;
                     return Ok(seq);
                 }
                 Err(object_store::Error::AlreadyExists { .. }) => continue,
@@ -290,23 +575,62 @@ impl Namespace {
         Err(Error::Contention { namespace: self.prefix.to_string(), attempts: APPEND_ATTEMPTS })
     }
 
-    /// Writes a snapshot of `state` (an optimisation: losing one costs only replay time).
-    pub async fn snapshot(&self, state: &mut State) -> Result<()> {
-        let snap = Snapshot {
-            version: FORMAT,
-            seq: state.seq,
-            files: state.files.values().cloned().collect(),
-            chunks: state.chunks.iter().map(|(k, v)| (*k, *v)).collect(),
+    /// Folds a plan into a new segment and commits it with the next manifest. Runs without
+    /// any lock on the state: install the result with [`State::install`]. `Ok(None)` when
+    /// another compactor committed first (its segment wins; ours is deleted).
+    pub async fn compact(&self, plan: CompactionPlan) -> Result<Option<Arc<Segment>>> {
+        let old_chunks = match &plan.old {
+            Some(old) => {
+                let bytes = self.get(&self.seg(&old.name)).await?;
+                open::<SegmentData>(&bytes)
+                    .ok_or_else(|| Error::Encode(format!("segment {} became unreadable", old.name)))?
+                    .chunks
+            }
+            None => Vec::new(),
         };
-        let path = self.snap().child(seq_name(state.seq));
-        let opts = PutOptions { mode: PutMode::Create, ..PutOptions::default() };
-        match self.store.put_opts(&path, PutPayload::from(seal(&snap)?), opts).await {
-            Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => {
-                state.since_snapshot = 0;
-                Ok(())
+        let name = format!("{}-{}", seq_name(plan.seq), &blake3::hash(&nonce()).to_hex()[..16]);
+        let (segment, data) = {
+            let name = name.clone();
+            tokio::task::spawn_blocking(move || {
+                let data = plan.fold(old_chunks);
+                Segment::from_data(name, &data, None).map(|s| (s, data))
+            })
+            .await
+            .map_err(|e| Error::Encode(format!("compaction task: {e}")))??
+        };
+        let sealed = seal(&data)?;
+        drop(data);
+        self.store.put_opts(&self.seg(&name), PutPayload::from(sealed), create()).await?;
+        if let Some(ann) = &segment.ann {
+            self.store.put_opts(&self.ann(&name), PutPayload::from(ann.to_bytes()?), create()).await?;
+        }
+        let manifests = self.list_manifests().await?;
+        let next = manifests.first().map_or(1, |(n, _)| n + 1);
+        if let Some((_, newest)) = manifests.first() {
+            let covered = self.get(newest).await.ok().and_then(|b| open::<Manifest>(&b)).map(|m| m.seq);
+            if covered.is_some_and(|seq| seq >= segment.seq) {
+                tracing::info!(namespace = %self.prefix, "a newer compaction committed first; discarding ours");
+                self.discard(&name).await;
+                return Ok(None);
+            }
+        }
+        let manifest = Manifest { version: FORMAT, seq: segment.seq, segment: name.clone(), ann: segment.ann.is_some() };
+        let path = self.manifests().child(seq_name(next));
+        match self.store.put_opts(&path, PutPayload::from(seal(&manifest)?), create()).await {
+            Ok(_) => Ok(Some(Arc::new(segment))),
+            Err(object_store::Error::AlreadyExists { .. }) => {
+                tracing::info!(namespace = %self.prefix, "another compaction committed first; discarding ours");
+                self.discard(&name).await;
+                Ok(None)
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Deletes a segment no manifest names (best effort: an orphan is only wasted space).
+    async fn discard(&self, name: &str) {
+        let _ = self.store.delete(&self.seg(name)).await;
+        let _ = self.store.delete(&self.ann(name)).await;
     }
 
     /// Removes every object of the namespace.
@@ -317,6 +641,17 @@ impl Namespace {
         }
         Ok(())
     }
+}
+
+/// A value unique to this call (segment names must not collide between compactors).
+fn nonce() -> Vec<u8> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let mut v = now.to_le_bytes().to_vec();
+    v.extend_from_slice(&std::process::id().to_le_bytes());
+    v.extend_from_slice(&COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    v
 }
 
 #[cfg(test)]

@@ -53,23 +53,59 @@ impl LexicalIndex {
 
     /// The `k` best documents for the query terms (repeats count once), by BM25.
     pub fn search(&self, query: &[u64], k: usize, p: Bm25) -> Vec<Hit> {
-        let n = self.lengths.len() as f32;
+        self.search_with(query, k, p, &Corpus::of(&[self], query))
+    }
+
+    /// Documents in the index.
+    pub fn len(&self) -> usize {
+        self.lengths.len()
+    }
+
+    /// Whether the index is empty.
+    pub fn is_empty(&self) -> bool {
+        self.lengths.is_empty()
+    }
+
+    /// Like [`LexicalIndex::search`], with document frequencies and lengths of a corpus this
+    /// index is one part of, so scores from the parts are comparable.
+    pub fn search_with(&self, query: &[u64], k: usize, p: Bm25, corpus: &Corpus) -> Vec<Hit> {
         let mut terms = query.to_vec();
         terms.sort_unstable();
         terms.dedup();
         let mut scores: HashMap<u32, f32> = HashMap::new();
         for t in terms {
             let Some(list) = self.postings.get(&t) else { continue };
-            let df = list.len() as f32;
-            let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+            let df = corpus.df.get(&t).copied().unwrap_or(list.len()) as f32;
+            let idf = ((corpus.docs - df + 0.5) / (df + 0.5) + 1.0).ln();
             for (doc, tf) in list {
                 let len = self.lengths[*doc as usize] as f32;
                 let tf = *tf as f32;
-                let norm = tf * (p.k1 + 1.0) / (tf + p.k1 * (1.0 - p.b + p.b * len / self.avg_len.max(1.0)));
+                let norm = tf * (p.k1 + 1.0) / (tf + p.k1 * (1.0 - p.b + p.b * len / corpus.avg_len.max(1.0)));
                 *scores.entry(*doc).or_default() += idf * norm;
             }
         }
         top_k(scores.into_iter().map(|(d, s)| (d as usize, s)), k)
+    }
+}
+
+/// Statistics of a corpus split over several indexes, for the terms of one query.
+#[derive(Debug, Clone, Default)]
+pub struct Corpus {
+    docs: f32,
+    avg_len: f32,
+    df: HashMap<u64, usize>,
+}
+
+impl Corpus {
+    /// The statistics of `parts` together, for `query`'s terms.
+    pub fn of(parts: &[&LexicalIndex], query: &[u64]) -> Self {
+        let docs: usize = parts.iter().map(|p| p.lengths.len()).sum();
+        let total: f32 = parts.iter().map(|p| p.avg_len * p.lengths.len() as f32).sum();
+        let mut df = HashMap::new();
+        for t in query {
+            df.entry(*t).or_insert_with(|| parts.iter().filter_map(|p| p.postings.get(t)).map(Vec::len).sum());
+        }
+        Corpus { docs: docs as f32, avg_len: if docs == 0 { 0.0 } else { total / docs as f32 }, df }
     }
 }
 

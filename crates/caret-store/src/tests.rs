@@ -52,29 +52,185 @@ async fn concurrent_writers_never_share_a_sequence_number() {
     assert_eq!(loaded.files.len(), 2);
 }
 
+/// A toy keyed hash for fixtures.
+fn h(t: &str) -> u64 {
+    t.bytes().fold(1469598103934665603u64, |h, b| (h ^ u64::from(b)).wrapping_mul(1099511628211))
+}
+
+/// A chunk record with the terms of `text`.
+fn text_chunk(id: u8, text: &str) -> Record {
+    let (terms, length) = lexical::hashed_terms(text, h);
+    Record::Chunk(ChunkRecord { id: [id; 32], length, terms })
+}
+
+/// A unit vector in 4 dimensions pointing mostly along `axis`.
+fn unit(axis: usize, tilt: f32) -> Vec<f32> {
+    let mut v = vec![tilt; 4];
+    v[axis] = 1.0;
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    v.iter().map(|x| x / n).collect()
+}
+
+fn vectors(rows: &[(u8, Vec<f32>)]) -> Record {
+    Record::Vectors(VectorBatch {
+        model: "m".into(),
+        dim: 4,
+        ids: rows.iter().map(|(id, _)| [*id; 32]).collect(),
+        data: rows.iter().flat_map(|(_, v)| v.clone()).collect(),
+    })
+}
+
+fn query(text: &str, vector: Option<Vec<f32>>, k: usize) -> Query {
+    let mut terms = Vec::new();
+    lexical::terms(text, |t| terms.push(h(t)));
+    Query { terms, vector: vector.map(|v| ("m".to_owned(), v)), k, candidates: 50, weights: Weights::default() }
+}
+
+fn paths(hits: &[SearchHit]) -> Vec<&str> {
+    hits.iter().map(|h| h.path.as_str()).collect()
+}
+
+/// Six files about different things, with vectors on four axes.
+async fn corpus(ns: &Namespace) -> State {
+    let mut state = ns.load().await.unwrap();
+    let docs = [
+        (1, "upload", "fn retry_upload(attempts) { for attempt in attempts { send_chunk(); backoff(attempt) } }", 0),
+        (2, "parse", "fn parse_config(text) { toml::from_str(text) }", 1),
+        (3, "render", "fn render_table(rows) { for row in rows { print_cell(row) } }", 2),
+        (4, "auth", "fn check_token(token) { verify_signature(token) }", 3),
+        (5, "readme", "Uploads are retried with exponential backoff when they fail.", 0),
+        (6, "cache", "fn evict_oldest(cache) { cache.pop_lru() }", 1),
+    ];
+    for (id, path, text, axis) in docs {
+        let mut f = file(path, id, id);
+        if let Record::File(f) = &mut f {
+            f.chunks[0].kind = if path == "readme" { "docs".into() } else { "code".into() };
+        }
+        ns.append(&mut state, vec![text_chunk(id, text), f]).await.unwrap();
+        ns.append(&mut state, vec![vectors(&[(id, unit(axis, 0.1 * f32::from(id)))])]).await.unwrap();
+    }
+    state
+}
+
 #[tokio::test]
-async fn snapshots_bound_replay_and_corruption_is_survived() {
+async fn hybrid_search_fuses_terms_and_vectors() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let ns = Namespace::new(store, "t/w");
+    let mut state = corpus(&ns).await;
+    // Lexical only: the rare term decides.
+    assert_eq!(paths(&state.search(&query("parse_config", None, 1))), ["parse"]);
+    // Vector only (no shared terms): nearest on axis 3.
+    assert_eq!(paths(&state.search(&query("zzz", Some(unit(3, 0.0)), 1))), ["auth"]);
+    // Both agree on "upload": code ranks over the docs that say the same.
+    let both = state.search(&query("retry upload backoff", Some(unit(0, 0.0)), 3));
+    assert_eq!(paths(&both)[..2], ["upload", "readme"]);
+    assert!(both[0].lexical_rank.is_some() && both[0].vector_rank.is_some());
+    // Deleted files never come back, even though their chunk is still stored.
+    ns.append(&mut state, vec![Record::Delete("upload".into())]).await.unwrap();
+    let after = state.search(&query("retry upload backoff", Some(unit(0, 0.0)), 6));
+    assert!(!paths(&after).contains(&"upload"));
+    assert_eq!(after[0].path, "readme");
+}
+
+#[tokio::test]
+async fn compaction_keeps_answers_and_survives_corruption() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let ns = Namespace::new(store.clone(), "t/w");
+    let mut state = corpus(&ns).await;
+    let q = query("retry upload render table token", Some(unit(2, 0.0)), 6);
+    let before = state.search(&q);
+    let segment = ns.compact(state.compaction_plan()).await.unwrap().unwrap();
+    assert_eq!((segment.seq(), segment.chunks(), segment.vectors()), (12, 6, 6));
+    state.install(segment);
+    assert_eq!(state.search(&q), before, "the same answers from the segment as from the log");
+
+    // More writes after the segment: a loaded state is segment + tail.
+    ns.append(&mut state, vec![text_chunk(7, "fn render_chart() {}"), file("chart", 7, 7)]).await.unwrap();
+    let q2 = query("render", None, 2);
+    let expected = state.search(&q2);
+    let mut loaded = ns.load().await.unwrap();
+    assert_eq!(loaded.segment().map(|s| s.seq()), Some(12));
+    assert_eq!(loaded.search(&q2), expected);
+    assert_eq!(loaded.tree().root_hash(), state.tree().root_hash());
+
+    // A corrupt segment: logged, and the state rebuilt from the log alone.
+    let segs: Vec<_> = store.list(Some(&ObjPath::from("t/w/seg"))).try_collect().await.unwrap();
+    assert_eq!(segs.len(), 1, "no ANN graph below the threshold");
+    store.put(&segs[0].location, PutPayload::from_static(b"garbage")).await.unwrap();
+    let mut rebuilt = ns.load().await.unwrap();
+    assert!(rebuilt.segment().is_none());
+    assert_eq!(rebuilt.search(&q2), expected);
+    assert_eq!(rebuilt.search(&q), state.search(&q));
+}
+
+#[tokio::test]
+async fn a_compaction_that_dies_before_its_manifest_changes_nothing() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let ns = Namespace::new(store.clone(), "t/w");
+    let mut state = corpus(&ns).await;
+    let q = query("retry upload", Some(unit(0, 0.0)), 6);
+    let before = state.search(&q);
+    ns.compact(state.compaction_plan()).await.unwrap().unwrap();
+    // Simulate the crash: the segment was written, the manifest never was.
+    store.delete(&ObjPath::from("t/w/manifest/00000000000000000001")).await.unwrap();
+    let mut loaded = ns.load().await.unwrap();
+    assert!(loaded.segment().is_none(), "an orphan segment is ignored");
+    assert_eq!(loaded.search(&q), before);
+}
+
+#[tokio::test]
+async fn racing_compactors_one_wins_and_queries_never_wait() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let ns = Namespace::new(store.clone(), "t/w");
+    let state = Arc::new(tokio::sync::Mutex::new(corpus(&ns).await));
+    let q = query("retry upload render", Some(unit(0, 0.0)), 6);
+    let expected = state.lock().await.search(&q);
+    let plan = state.lock().await.compaction_plan();
+    let (a, b) = (ns.clone(), ns.clone());
+    let (pa, pb) = (plan.clone(), plan);
+    let ca = tokio::spawn(async move { a.compact(pa).await });
+    let cb = tokio::spawn(async move { b.compact(pb).await });
+    // Queries run while the compactions do, and see the same answers.
+    for _ in 0..20 {
+        assert_eq!(state.lock().await.search(&q), expected);
+        tokio::task::yield_now().await;
+    }
+    let (ra, rb) = (ca.await.unwrap().unwrap(), cb.await.unwrap().unwrap());
+    assert_eq!(usize::from(ra.is_some()) + usize::from(rb.is_some()), 1, "exactly one manifest is written");
+    let winner = ra.or(rb).unwrap();
+    state.lock().await.install(winner);
+    assert_eq!(state.lock().await.search(&q), expected);
+    let segs: Vec<_> = store.list(Some(&ObjPath::from("t/w/seg"))).try_collect().await.unwrap();
+    assert_eq!(segs.len(), 1, "the loser deleted its segment");
+}
+
+#[tokio::test]
+async fn files_with_unstored_chunks_get_a_leaf_no_client_has() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let ns = Namespace::new(store.clone(), "t/w");
     let mut state = ns.load().await.unwrap();
-    for i in 0..70u8 {
-        ns.append(&mut state, vec![chunk(i), file(&format!("f{i}"), i, i)]).await.unwrap();
-    }
-    let snaps: Vec<_> = store.list(Some(&ObjPath::from("t/w/snap"))).try_collect().await.unwrap();
-    assert_eq!(snaps.len(), 1, "one snapshot after 64 log objects");
-    let loaded = ns.load().await.unwrap();
-    assert_eq!((loaded.seq, loaded.files.len(), loaded.chunks.len()), (70, 70, 70));
+    ns.append(&mut state, vec![chunk(1), file("a", 1, 1)]).await.unwrap();
+    let good = state.tree().root_hash();
+    // A log object the chunk was in is lost: the file must look changed to its client.
+    store.put(&ObjPath::from("t/w/wal/00000000000000000001"), PutPayload::from_static(b"garbage!")).await.unwrap();
+    ns.append(&mut state, vec![file("a", 1, 1)]).await.unwrap();
+    let mut loaded = ns.load().await.unwrap();
+    assert_eq!(loaded.files.len(), 1);
+    assert_ne!(loaded.tree().root_hash(), good);
+    let (missing, total) = loaded.missing_vectors("m", 10);
+    assert_eq!((missing.len(), total), (1, 1));
+}
 
-    // A corrupt snapshot: ignored, the log replayed from the start.
-    store.put(&snaps[0].location, PutPayload::from_static(b"garbage")).await.unwrap();
-    let from_log = ns.load().await.unwrap();
-    assert_eq!((from_log.seq, from_log.files.len()), (70, 70));
-
-    // A corrupt log object: skipped, the rest applied.
-    store.put(&ObjPath::from("t/w/wal/00000000000000000070"), PutPayload::from_static(b"garbage!")).await.unwrap();
-    let partial = ns.load().await.unwrap();
-    assert_eq!(partial.seq, 70);
-    assert_eq!(partial.files.len(), 69, "the corrupt object's file is missing, to be synced again");
+#[test]
+fn ann_graphs_round_trip_through_bytes() {
+    let dim = 16;
+    let data = ann::synthetic_embeddings(500, dim, 7);
+    let index = AnnIndex::build(&data, dim, AnnParams::default()).unwrap();
+    let bytes = index.to_bytes().unwrap();
+    let back = AnnIndex::from_bytes(&bytes, dim, AnnParams::default()).unwrap();
+    let q = &data[dim * 3..dim * 4];
+    assert_eq!(back.search(q, 5).unwrap(), index.search(q, 5).unwrap());
+    assert!(AnnIndex::from_bytes(&bytes, dim + 1, AnnParams::default()).is_err());
 }
 
 #[tokio::test]

@@ -1,0 +1,215 @@
+//! Hybrid search over a state: BM25 over keyed terms and nearest neighbours over rotated
+//! vectors, each over the segment and the tail, fused by reciprocal rank, then expanded to
+//! every place a chunk occurs and weighted by the kind of file.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::rank::{self, Bm25, Corpus, Hit, LexicalIndex};
+use crate::{Location, State};
+
+/// Fusion weights and boosts by file kind.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Weights {
+    /// Weight of the BM25 ranking in the fusion.
+    pub lexical: f32,
+    /// Weight of the vector ranking in the fusion.
+    pub vector: f32,
+    /// The reciprocal-rank constant (larger flattens the head of each list).
+    pub rrf_c: f32,
+    /// Multiplier for chunks of source files.
+    pub code: f32,
+    /// Multiplier for chunks of tests.
+    pub test: f32,
+    /// Multiplier for chunks of documentation.
+    pub docs: f32,
+    /// Multiplier for chunks of configuration files.
+    pub config: f32,
+}
+
+impl Default for Weights {
+    fn default() -> Self {
+        Weights { lexical: 1.0, vector: 1.0, rrf_c: 60.0, code: 1.0, test: 0.9, docs: 0.9, config: 0.8 }
+    }
+}
+
+impl Weights {
+    fn boost(&self, kind: &str) -> f32 {
+        match kind {
+            "code" => self.code,
+            "test" => self.test,
+            "docs" => self.docs,
+            "config" => self.config,
+            _ => 1.0,
+        }
+    }
+}
+
+/// A query, already keyed: term hashes and a rotated vector.
+#[derive(Debug, Clone, Default)]
+pub struct Query {
+    /// Keyed hashes of the query's terms.
+    pub terms: Vec<u64>,
+    /// The model and the rotated query vector, when an embedder is available.
+    pub vector: Option<(String, Vec<f32>)>,
+    /// Hits wanted.
+    pub k: usize,
+    /// Candidates taken from each ranking before fusion.
+    pub candidates: usize,
+    /// Fusion weights.
+    pub weights: Weights,
+}
+
+/// A hit: a chunk at one place in one file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SearchHit {
+    /// Obfuscated path.
+    pub path: String,
+    /// First line, 1-based.
+    pub start_line: u32,
+    /// Last line, 1-based, inclusive.
+    pub end_line: u32,
+    /// Keyed chunk id.
+    pub id: [u8; 32],
+    /// File kind.
+    pub kind: String,
+    /// Fused score (higher is better).
+    pub score: f32,
+    /// Rank in the BM25 list (0 is best), if there.
+    pub lexical_rank: Option<u32>,
+    /// Rank in the vector list (0 is best), if there.
+    pub vector_rank: Option<u32>,
+}
+
+type Locations = HashMap<[u8; 32], Vec<Location>>;
+
+/// Merges ranked `(id, score)` lists by score, keeping each live id once, best first.
+fn merge(lists: Vec<Vec<([u8; 32], f32)>>, live: &Locations, n: usize) -> Vec<([u8; 32], f32)> {
+    let mut all: Vec<([u8; 32], f32)> = lists.into_iter().flatten().filter(|(id, _)| live.contains_key(id)).collect();
+    all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut seen = std::collections::HashSet::new();
+    all.retain(|(id, _)| seen.insert(*id));
+    all.truncate(n);
+    all
+}
+
+impl State {
+    /// Where every stored chunk occurs in current files (cached until the next change).
+    fn locations(&mut self) -> Arc<Locations> {
+        if let Some(l) = &self.locations {
+            return l.clone();
+        }
+        let mut map: Locations = HashMap::new();
+        let kinds: HashMap<&str, Arc<str>> =
+            ["code", "test", "docs", "config"].into_iter().map(|k| (k, Arc::from(k))).collect();
+        for f in self.files.values() {
+            let path: Arc<str> = Arc::from(f.path.as_str());
+            for c in f.chunks.iter().filter(|c| self.chunks.contains_key(&c.id)) {
+                let kind = kinds.get(c.kind.as_str()).cloned().unwrap_or_else(|| Arc::from(c.kind.as_str()));
+                map.entry(c.id).or_default().push(Location {
+                    path: path.clone(),
+                    start_line: c.start_line,
+                    end_line: c.end_line,
+                    kind,
+                });
+            }
+        }
+        let map = Arc::new(map);
+        self.locations = Some(map.clone());
+        map
+    }
+
+    fn tail_lexical(&mut self) -> Arc<(Vec<[u8; 32]>, LexicalIndex)> {
+        if let Some(t) = &self.tail_lexical {
+            return t.clone();
+        }
+        let ids = self.tail.chunks.iter().map(|(_, c)| c.id).collect();
+        let index = LexicalIndex::build(self.tail.chunks.iter().map(|(_, c)| (c.terms.as_slice(), c.length)));
+        let t = Arc::new((ids, index));
+        self.tail_lexical = Some(t.clone());
+        t
+    }
+
+    fn lexical_candidates(&mut self, terms: &[u64], n: usize, live: &Locations) -> Vec<([u8; 32], f32)> {
+        if terms.is_empty() {
+            return Vec::new();
+        }
+        let params = Bm25::default();
+        let tail = self.tail_lexical();
+        let mut parts = vec![&tail.1];
+        if let Some(seg) = &self.segment {
+            parts.push(&seg.lexical);
+        }
+        let corpus = Corpus::of(&parts, terms);
+        let mut lists = Vec::new();
+        if let Some(seg) = &self.segment {
+            let hits = seg.lexical.search_with(terms, n * 2, params, &corpus);
+            lists.push(hits.into_iter().map(|(i, s)| (seg.ids[i], s)).collect());
+        }
+        let hits = tail.1.search_with(terms, n * 2, params, &corpus);
+        lists.push(hits.into_iter().map(|(i, s)| (tail.0[i], s)).collect());
+        merge(lists, live, n)
+    }
+
+    fn vector_candidates(&self, model: &str, query: &[f32], n: usize, live: &Locations) -> Vec<([u8; 32], f32)> {
+        let Some((m, dim)) = &self.model else { return Vec::new() };
+        if m != model || query.len() != *dim {
+            return Vec::new();
+        }
+        let mut lists = Vec::new();
+        if let Some(seg) = self.segment.as_ref().filter(|s| s.model.as_deref() == Some(model) && s.dim == *dim) {
+            let hits: Vec<Hit> = match &seg.ann {
+                Some(ann) => ann.search(query, n * 2).unwrap_or_else(|e| {
+                    tracing::error!("ANN search failed ({e}); scanning exactly");
+                    rank::exact_top_k(&seg.vectors, seg.dim, query, n * 2)
+                }),
+                None => rank::exact_top_k(&seg.vectors, seg.dim, query, n * 2),
+            };
+            lists.push(hits.into_iter().filter_map(|(i, s)| seg.vector_ids.get(i).map(|id| (*id, s))).collect());
+        }
+        let tail = rank::exact_top_k(&self.tail.vectors, *dim, query, n * 2);
+        lists.push(tail.into_iter().map(|(i, s)| (self.tail.vector_ids[i].1, s)).collect());
+        merge(lists, live, n)
+    }
+
+    /// The best `q.k` places for a query, best first.
+    pub fn search(&mut self, q: &Query) -> Vec<SearchHit> {
+        let live = self.locations();
+        let n = q.candidates.max(q.k).max(1);
+        let lexical = self.lexical_candidates(&q.terms, n, &live);
+        let vector = match &q.vector {
+            Some((model, v)) => self.vector_candidates(model, v, n, &live),
+            None => Vec::new(),
+        };
+        let w = q.weights;
+        let mut fused: HashMap<[u8; 32], (f32, Option<u32>, Option<u32>)> = HashMap::new();
+        for (rank, (id, _)) in lexical.iter().enumerate() {
+            let e = fused.entry(*id).or_default();
+            e.0 += w.lexical / (w.rrf_c + rank as f32 + 1.0);
+            e.1 = Some(u32::try_from(rank).unwrap_or(u32::MAX));
+        }
+        for (rank, (id, _)) in vector.iter().enumerate() {
+            let e = fused.entry(*id).or_default();
+            e.0 += w.vector / (w.rrf_c + rank as f32 + 1.0);
+            e.2 = Some(u32::try_from(rank).unwrap_or(u32::MAX));
+        }
+        let mut hits: Vec<SearchHit> = fused
+            .into_iter()
+            .flat_map(|(id, (score, lr, vr))| {
+                live.get(&id).into_iter().flatten().map(move |loc| SearchHit {
+                    path: loc.path.to_string(),
+                    start_line: loc.start_line,
+                    end_line: loc.end_line,
+                    id,
+                    kind: loc.kind.to_string(),
+                    score: score * w.boost(&loc.kind),
+                    lexical_rank: lr,
+                    vector_rank: vr,
+                })
+            })
+            .collect();
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| (&a.path, a.start_line).cmp(&(&b.path, b.start_line))));
+        hits.truncate(q.k);
+        hits
+    }
+}

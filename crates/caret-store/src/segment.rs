@@ -1,0 +1,179 @@
+//! Immutable segments: the state folded up to a sequence number, as stored and as searched.
+
+use std::collections::HashSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ann::{AnnIndex, AnnParams};
+use crate::rank::LexicalIndex;
+use crate::{ANN_THRESHOLD, ChunkRecord, FileRecord};
+
+/// A segment as stored (`seg/<name>`, sealed).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct SegmentData {
+    pub version: u32,
+    /// The last log sequence number folded in.
+    pub seq: u64,
+    pub files: Vec<FileRecord>,
+    /// The chunk table: every stored chunk referenced by a file, with its keyed terms.
+    pub chunks: Vec<ChunkRecord>,
+    /// The model of the vectors, if any.
+    pub model: Option<String>,
+    pub dim: u32,
+    pub vector_ids: Vec<[u8; 32]>,
+    /// Row-major, `dim` wide.
+    pub vectors: Vec<f32>,
+}
+
+/// A manifest (`manifest/<n>`, sealed): which segment is current.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Manifest {
+    pub version: u32,
+    pub seq: u64,
+    pub segment: String,
+    pub ann: bool,
+}
+
+/// A loaded segment, ready to search: BM25 postings over the chunk table, the vector block and,
+/// above [`ANN_THRESHOLD`] vectors, an HNSW graph over it.
+pub struct Segment {
+    pub(crate) name: String,
+    pub(crate) seq: u64,
+    pub(crate) ids: Vec<[u8; 32]>,
+    pub(crate) lengths: Vec<u32>,
+    pub(crate) lexical: LexicalIndex,
+    pub(crate) model: Option<String>,
+    pub(crate) dim: usize,
+    pub(crate) vector_ids: Vec<[u8; 32]>,
+    pub(crate) vectors: Vec<f32>,
+    pub(crate) ann: Option<AnnIndex>,
+}
+
+impl std::fmt::Debug for Segment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segment")
+            .field("name", &self.name)
+            .field("seq", &self.seq)
+            .field("chunks", &self.ids.len())
+            .field("vectors", &self.vector_ids.len())
+            .field("ann", &self.ann.is_some())
+            .finish()
+    }
+}
+
+impl Segment {
+    /// Builds the in-memory indexes of stored segment data. `ann` is the stored graph, when
+    /// it loaded; a missing one is rebuilt when the segment is large enough to need it.
+    pub(crate) fn from_data(name: String, data: &SegmentData, ann: Option<AnnIndex>) -> crate::Result<Segment> {
+        let lexical = LexicalIndex::build(data.chunks.iter().map(|c| (c.terms.as_slice(), c.length)));
+        let dim = data.dim as usize;
+        let ann = match ann {
+            Some(a) if a.len() == data.vector_ids.len() => Some(a),
+            _ if data.vector_ids.len() >= ANN_THRESHOLD => {
+                Some(AnnIndex::build(&data.vectors, dim, AnnParams::default())?)
+            }
+            _ => None,
+        };
+        Ok(Segment {
+            name,
+            seq: data.seq,
+            ids: data.chunks.iter().map(|c| c.id).collect(),
+            lengths: data.chunks.iter().map(|c| c.length).collect(),
+            lexical,
+            model: data.model.clone(),
+            dim,
+            vector_ids: data.vector_ids.clone(),
+            vectors: data.vectors.clone(),
+            ann,
+        })
+    }
+
+    /// The sequence number this segment covers.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Chunks in the segment.
+    pub fn chunks(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Vectors in the segment.
+    pub fn vectors(&self) -> usize {
+        self.vector_ids.len()
+    }
+
+    /// Whether the segment searches vectors through an HNSW graph.
+    pub fn has_ann(&self) -> bool {
+        self.ann.is_some()
+    }
+
+    /// The vector of row `row`.
+    pub(crate) fn vector(&self, row: usize) -> &[f32] {
+        &self.vectors[row * self.dim..(row + 1) * self.dim]
+    }
+}
+
+/// What a compaction folds: the files at `seq`, the old segment, and the tail up to `seq`.
+#[derive(Debug, Clone)]
+pub struct CompactionPlan {
+    pub(crate) seq: u64,
+    pub(crate) files: Vec<FileRecord>,
+    pub(crate) old: Option<std::sync::Arc<Segment>>,
+    pub(crate) tail_chunks: Vec<ChunkRecord>,
+    pub(crate) model: Option<(String, usize)>,
+    pub(crate) tail_vector_ids: Vec<[u8; 32]>,
+    pub(crate) tail_vectors: Vec<f32>,
+}
+
+impl CompactionPlan {
+    /// The sequence number the compaction will cover.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Builds the new segment's data; `old_chunks` is the old segment's chunk table, re-read
+    /// from storage. Chunks no file references any more are dropped.
+    pub(crate) fn fold(self, old_chunks: Vec<ChunkRecord>) -> SegmentData {
+        let live: HashSet<[u8; 32]> = self.files.iter().flat_map(|f| f.chunks.iter().map(|c| c.id)).collect();
+        let mut seen = HashSet::new();
+        let chunks: Vec<ChunkRecord> = old_chunks
+            .into_iter()
+            .chain(self.tail_chunks)
+            .filter(|c| live.contains(&c.id) && seen.insert(c.id))
+            .collect();
+        let (model, dim) = match &self.model {
+            Some((m, d)) => (Some(m.clone()), *d),
+            None => (None, 0),
+        };
+        let mut vector_ids = Vec::new();
+        let mut vectors = Vec::new();
+        let mut seen = HashSet::new();
+        if let Some(old) = self.old.as_ref().filter(|o| o.model == model && o.dim == dim) {
+            for (row, id) in old.vector_ids.iter().enumerate() {
+                if live.contains(id) && seen.insert(*id) {
+                    vector_ids.push(*id);
+                    vectors.extend_from_slice(old.vector(row));
+                }
+            }
+        }
+        if dim > 0 {
+            for (id, row) in self.tail_vector_ids.iter().zip(self.tail_vectors.chunks_exact(dim)) {
+                if live.contains(id) && seen.insert(*id) {
+                    vector_ids.push(*id);
+                    vectors.extend_from_slice(row);
+                }
+            }
+        }
+        SegmentData {
+            version: crate::FORMAT,
+            seq: self.seq,
+            files: self.files,
+            chunks,
+            model,
+            dim: u32::try_from(dim).unwrap_or(0),
+            vector_ids,
+            vectors,
+        }
+    }
+}
