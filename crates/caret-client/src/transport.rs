@@ -6,8 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use caret_crypto::ServerKey;
 use caret_protocol::{
-    CommitRequest, CommitResponse, CreateWorkspace, ErrorBody, PlanRequest, PlanResponse, SERVER_KEY_HEADER,
-    TreeRequest, TreeResponse, WorkspaceInfo,
+    CommitRequest, CommitResponse, CreateWorkspace, EmbedRequest, EmbedResponse, ErrorBody, MissingVectors,
+    PlanRequest, PlanResponse, SERVER_KEY_HEADER, SearchRequest, SearchResponse, TreeRequest, TreeResponse,
+    WorkspaceInfo,
 };
 use caret_server::db::Tenant;
 use caret_server::service::Service;
@@ -66,6 +67,15 @@ pub trait Transport: Send + Sync {
     async fn plan(&self, id: &str, req: &PlanRequest) -> Result<PlanResponse>;
     /// Commits files, deletions and chunk texts (taken by value: it can be megabytes).
     async fn commit(&self, id: &str, key: &ServerKey, req: CommitRequest) -> Result<CommitResponse>;
+    /// Chunks that lack vectors (up to `limit`).
+    async fn missing_vectors(&self, id: &str, limit: usize) -> Result<MissingVectors>;
+    /// Sends chunk texts to embed.
+    async fn embed(&self, id: &str, key: &ServerKey, req: EmbedRequest) -> Result<EmbedResponse>;
+    /// Searches.
+    async fn search(&self, id: &str, key: &ServerKey, req: &SearchRequest) -> Result<SearchResponse>;
+    /// After a burst of writes: lets an in-process server fold its log tail into a segment
+    /// before the process exits (a remote server does this in the background).
+    async fn settle(&self, id: &str) -> Result<()>;
     /// Bytes on the wire so far.
     fn wire(&self) -> &WireCounter;
     /// Where it goes, for messages.
@@ -164,6 +174,19 @@ impl Transport for HttpTransport {
     async fn commit(&self, id: &str, key: &ServerKey, req: CommitRequest) -> Result<CommitResponse> {
         self.call(reqwest::Method::POST, &format!("/v1/workspaces/{id}/commit"), Some(&req), Some(key)).await
     }
+    async fn missing_vectors(&self, id: &str, limit: usize) -> Result<MissingVectors> {
+        let path = format!("/v1/workspaces/{id}/vectors/missing?limit={limit}");
+        self.call::<(), _>(reqwest::Method::GET, &path, None, None).await
+    }
+    async fn embed(&self, id: &str, key: &ServerKey, req: EmbedRequest) -> Result<EmbedResponse> {
+        self.call(reqwest::Method::POST, &format!("/v1/workspaces/{id}/embed"), Some(&req), Some(key)).await
+    }
+    async fn search(&self, id: &str, key: &ServerKey, req: &SearchRequest) -> Result<SearchResponse> {
+        self.call(reqwest::Method::POST, &format!("/v1/workspaces/{id}/search"), Some(req), Some(key)).await
+    }
+    async fn settle(&self, _id: &str) -> Result<()> {
+        Ok(())
+    }
     fn wire(&self) -> &WireCounter {
         &self.wire
     }
@@ -242,6 +265,27 @@ impl Transport for LocalTransport {
         let r = self.service.commit(&self.tenant, id, key, req).await.map_err(server)?;
         self.wire.add(sent, json_len(&r));
         Ok(r)
+    }
+    async fn missing_vectors(&self, id: &str, limit: usize) -> Result<MissingVectors> {
+        let r = self.service.missing_vectors(&self.tenant, id, limit).await.map_err(server)?;
+        self.count(&limit, &r);
+        Ok(r)
+    }
+    async fn embed(&self, id: &str, key: &ServerKey, req: EmbedRequest) -> Result<EmbedResponse> {
+        let sent = json_len(&req);
+        let r = self.service.embed(&self.tenant, id, key, req).await.map_err(server)?;
+        self.wire.add(sent, json_len(&r));
+        Ok(r)
+    }
+    async fn search(&self, id: &str, key: &ServerKey, req: &SearchRequest) -> Result<SearchResponse> {
+        let r = self.service.search(&self.tenant, id, key, req).await.map_err(server)?;
+        self.count(req, &r);
+        Ok(r)
+    }
+    async fn settle(&self, id: &str) -> Result<()> {
+        // Any tail at all: the next process then loads one segment instead of replaying.
+        self.service.compact(&self.tenant, id, 1).await.map_err(server)?;
+        Ok(())
     }
     fn wire(&self) -> &WireCounter {
         &self.wire

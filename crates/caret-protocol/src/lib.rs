@@ -46,6 +46,15 @@ pub struct WorkspaceInfo {
     pub files: u64,
     /// Distinct chunks stored.
     pub chunks: u64,
+    /// Distinct chunks of current files that could have a vector (absent from listings).
+    #[serde(default)]
+    pub embeddable: u64,
+    /// How many of them have a vector by the server's embedding model.
+    #[serde(default)]
+    pub embedded: u64,
+    /// The server's embedding model, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// Lists of the workspace's tree: the directories asked for.
@@ -165,4 +174,103 @@ pub struct CommitResponse {
     pub deleted: u64,
     /// Chunks newly stored.
     pub chunks_stored: u64,
+}
+
+/// Chunks of current files that still lack a vector by the server's model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MissingVectors {
+    /// The server's embedding model (`None`: the server cannot embed; search is lexical).
+    pub model: Option<String>,
+    /// Distinct chunks of current files.
+    pub total: u64,
+    /// How many lack a vector.
+    pub missing_total: u64,
+    /// Up to the asked limit of them, each with one obfuscated path of a file that holds it.
+    pub missing: Vec<MissingVector>,
+}
+
+/// A chunk that lacks a vector, and where to find it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MissingVector {
+    /// Keyed chunk id (hex).
+    pub id: String,
+    /// Obfuscated path of a file holding it.
+    pub path: String,
+}
+
+/// Texts of stored chunks to embed. Held in memory while embedded, never stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EmbedRequest {
+    /// The chunks; each id is checked against its text.
+    pub chunks: Vec<ChunkText>,
+}
+
+/// What an embed request did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EmbedResponse {
+    /// Chunks run through the model.
+    pub embedded: u64,
+    /// Chunks skipped because they already had a vector.
+    pub skipped: u64,
+}
+
+/// A search.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SearchRequest {
+    /// The question or keywords, in plain text (held in memory only).
+    pub query: String,
+    /// Hits wanted (1-1000).
+    pub k: u32,
+    /// Which rankings take part.
+    #[serde(default)]
+    pub mode: SearchMode,
+}
+
+/// Which rankings a search uses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SearchMode {
+    /// BM25 and vectors, fused (the default).
+    #[default]
+    Hybrid,
+    /// BM25 over keyed terms only.
+    Lexical,
+    /// Vectors only.
+    Semantic,
+}
+
+/// Hits, best first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchResponse {
+    /// The hits.
+    pub hits: Vec<SearchHit>,
+    /// Whether vectors took part (false: lexical only, no model or no vectors yet).
+    pub semantic: bool,
+    /// Distinct chunks of current files, and how many have vectors.
+    pub embeddable: u64,
+    /// How many of them have vectors.
+    pub embedded: u64,
+}
+
+/// A chunk at a place in a file, by obfuscated path.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchHit {
+    /// Obfuscated path.
+    pub path: String,
+    /// First line, 1-based.
+    pub start_line: u32,
+    /// Last line, 1-based, inclusive.
+    pub end_line: u32,
+    /// Keyed chunk id (hex), for the client to check the file still holds it.
+    pub id: String,
+    /// File kind.
+    pub kind: String,
+    /// Fused score, higher is better.
+    pub score: f32,
+    /// Rank in the lexical list (0 is best), if there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lexical_rank: Option<u32>,
+    /// Rank in the vector list (0 is best), if there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vector_rank: Option<u32>,
 }

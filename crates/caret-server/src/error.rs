@@ -26,6 +26,9 @@ pub enum Error {
         /// Seconds to wait.
         retry_after: u64,
     },
+    /// A capability this server lacks (no embedding model, say).
+    #[error("{0}")]
+    Unavailable(String),
     /// The metadata database failed.
     #[error("database: {0}")]
     Database(String),
@@ -56,6 +59,7 @@ impl Error {
             Error::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             Error::MissingChunks(_) => (StatusCode::CONFLICT, "missing_chunks"),
             Error::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+            Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Error::Database(_) | Error::Store(_) | Error::Internal(_) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal")
             }

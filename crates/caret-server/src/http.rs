@@ -14,7 +14,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Extension, Router};
 use caret_crypto::ServerKey;
-use caret_protocol::{CommitRequest, CreateWorkspace, PlanRequest, SERVER_KEY_HEADER, TreeRequest};
+use caret_protocol::{
+    CommitRequest, CreateWorkspace, EmbedRequest, PlanRequest, SERVER_KEY_HEADER, SearchRequest, TreeRequest,
+};
 
 use crate::db::Tenant;
 use crate::limit::Limiter;
@@ -68,6 +70,9 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
         .route("/v1/workspaces/{id}/tree", post(tree))
         .route("/v1/workspaces/{id}/plan", post(plan))
         .route("/v1/workspaces/{id}/commit", post(commit))
+        .route("/v1/workspaces/{id}/vectors/missing", get(missing_vectors))
+        .route("/v1/workspaces/{id}/embed", post(embed))
+        .route("/v1/workspaces/{id}/search", post(search))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -187,14 +192,56 @@ async fn commit(
     headers: HeaderMap,
     Json(req): Json<CommitRequest>,
 ) -> Result<Response> {
-    let key = headers
-        .get(SERVER_KEY_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .ok_or_else(|| Error::BadRequest(format!("the {SERVER_KEY_HEADER} header is required to commit")))?;
-    let key = ServerKey::decode(key).map_err(|e| Error::BadRequest(e.to_string()))?;
+    let key = server_key(&headers, "commit")?;
     let n_files = req.files.len() as u64;
     let response = s.service.commit(&t, &id, &key, req).await?;
     s.metrics.files_committed.fetch_add(n_files, Ordering::Relaxed);
     s.metrics.chunks_stored.fetch_add(response.chunks_stored, Ordering::Relaxed);
     Ok(axum::Json(response).into_response())
+}
+
+/// The request's server key (never stored, never logged).
+fn server_key(headers: &HeaderMap, action: &str) -> Result<ServerKey> {
+    let key = headers
+        .get(SERVER_KEY_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| Error::BadRequest(format!("the {SERVER_KEY_HEADER} header is required to {action}")))?;
+    ServerKey::decode(key).map_err(|e| Error::BadRequest(e.to_string()))
+}
+
+/// `?limit=N` of the missing-vectors listing.
+#[derive(Debug, serde::Deserialize)]
+struct Limit {
+    limit: Option<usize>,
+}
+
+async fn missing_vectors(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    Path(id): Path<String>,
+    axum::extract::Query(q): axum::extract::Query<Limit>,
+) -> Result<Response> {
+    Ok(axum::Json(s.service.missing_vectors(&t, &id, q.limit.unwrap_or(1000)).await?).into_response())
+}
+
+async fn embed(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    Json(req): Json<EmbedRequest>,
+) -> Result<Response> {
+    let key = server_key(&headers, "embed")?;
+    Ok(axum::Json(s.service.embed(&t, &id, &key, req).await?).into_response())
+}
+
+async fn search(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    Json(req): Json<SearchRequest>,
+) -> Result<Response> {
+    let key = server_key(&headers, "search")?;
+    Ok(axum::Json(s.service.search(&t, &id, &key, &req).await?).into_response())
 }

@@ -1,18 +1,21 @@
 //! The sync service: what the HTTP routes and the in-process transport both call, so embedded
 //! and remote use share one code path.
 //!
-//! Chunk texts are held in memory only while their ids are checked and their keyed terms
-//! computed; nothing here writes or logs them.
+//! Chunk texts and queries are held in memory only while their ids are checked and their
+//! keyed terms and vectors computed; nothing here writes or logs them.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use caret_crypto::ServerKey;
+use caret_embed::Embedder;
 use caret_protocol::{
-    ChunkMeta, CommitRequest, CommitResponse, CreateWorkspace, DirListing, FileMeta, PlanRequest, PlanResponse,
+    ChunkMeta, ChunkText, CommitRequest, CommitResponse, CreateWorkspace, DirListing, EmbedRequest, EmbedResponse,
+    FileMeta, MissingVector, MissingVectors, PlanRequest, PlanResponse, SearchMode, SearchRequest, SearchResponse,
     TreeEntry, TreeRequest, TreeResponse, WorkspaceInfo,
 };
-use caret_store::{ChunkRecord, ChunkRef, FileRecord, Namespace, Record, State};
+use caret_store::{ChunkRecord, ChunkRef, FileRecord, Namespace, Query, Record, State, VectorBatch, Weights};
 use caret_workspace::merkle::{MerkleTree, Node};
 use caret_workspace::{ContentHash, RelPath};
 use object_store::ObjectStore;
@@ -28,14 +31,104 @@ pub const MAX_DIRS: usize = 20_000;
 /// Largest chunk text.
 pub const MAX_CHUNK_BYTES: usize = 1 << 20;
 
-/// Loaded workspace states by (tenant id, workspace id), each behind its own lock.
-type Loaded = HashMap<(String, String), Arc<Mutex<State>>>;
+/// Largest number of chunks in one embed request.
+pub const MAX_EMBED_CHUNKS: usize = 1024;
+/// Longest search query in bytes.
+pub const MAX_QUERY_BYTES: usize = 4096;
+
+/// A loaded workspace: its state behind a lock, and whether a compaction is running.
+#[derive(Debug, Default)]
+struct Loaded {
+    state: Mutex<State>,
+    compacting: AtomicBool,
+}
+
+/// Loaded workspaces by (tenant id, workspace id).
+type LoadedMap = HashMap<(String, String), Arc<Loaded>>;
+
+type Loader = Box<dyn Fn() -> std::result::Result<Arc<dyn Embedder>, String> + Send + Sync>;
+
+/// The server's embedding model, loaded on first use (a server that only syncs never pays
+/// for it).
+pub struct EmbeddingModel {
+    id: String,
+    load: Loader,
+    loaded: OnceLock<std::result::Result<Arc<dyn Embedder>, String>>,
+}
+
+impl std::fmt::Debug for EmbeddingModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddingModel").field("id", &self.id).finish()
+    }
+}
+
+impl EmbeddingModel {
+    /// A model with id `id` (as its embedder will report it), loaded by `load` when first used.
+    pub fn lazy(
+        id: impl Into<String>,
+        load: impl Fn() -> std::result::Result<Arc<dyn Embedder>, String> + Send + Sync + 'static,
+    ) -> Self {
+        EmbeddingModel { id: id.into(), load: Box::new(load), loaded: OnceLock::new() }
+    }
+
+    /// A model already loaded.
+    pub fn ready(embedder: Arc<dyn Embedder>) -> Self {
+        let id = embedder.model_id().to_owned();
+        let loaded = OnceLock::new();
+        let _ = loaded.set(Ok(embedder));
+        EmbeddingModel { id, load: Box::new(|| Err("unreachable".into())), loaded }
+    }
+
+    /// The model's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The embedder, loading it now if needed (blocking).
+    fn get(&self) -> Result<Arc<dyn Embedder>> {
+        self.loaded
+            .get_or_init(|| (self.load)())
+            .clone()
+            .map_err(|e| Error::Unavailable(format!("the embedding model could not be loaded: {e}")))
+    }
+
+    /// Embeds texts on a blocking thread (loading the model there first if needed); returns
+    /// the vectors and their width.
+    async fn embed(self: &Arc<Self>, texts: Vec<String>) -> Result<(Vec<Vec<f32>>, usize)> {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let embedder = this.get()?;
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let vectors = embedder.embed(&refs).map_err(|e| Error::Internal(e.to_string()))?;
+            Ok((vectors, embedder.dim()))
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("embedding task: {e}")))?
+    }
+}
+
+/// When to fold a workspace's log tail into a new segment.
+#[derive(Debug, Clone, Copy)]
+pub struct CompactionPolicy {
+    /// Tail records (chunks plus vectors).
+    pub records: usize,
+    /// Tail log objects.
+    pub objects: u64,
+}
+
+impl Default for CompactionPolicy {
+    fn default() -> Self {
+        CompactionPolicy { records: caret_store::COMPACT_RECORDS, objects: caret_store::COMPACT_OBJECTS }
+    }
+}
 
 /// The service.
 pub struct Service {
     db: Db,
     store: Arc<dyn ObjectStore>,
-    loaded: std::sync::Mutex<Loaded>,
+    loaded: std::sync::Mutex<LoadedMap>,
+    embedding: Option<Arc<EmbeddingModel>>,
+    compaction: CompactionPolicy,
 }
 
 impl std::fmt::Debug for Service {
@@ -106,7 +199,30 @@ fn file_record(f: &FileMeta) -> Result<FileRecord> {
 impl Service {
     /// A service over a database and an object store.
     pub fn new(db: Db, store: Arc<dyn ObjectStore>) -> Self {
-        Service { db, store, loaded: std::sync::Mutex::new(HashMap::new()) }
+        Service {
+            db,
+            store,
+            loaded: std::sync::Mutex::new(HashMap::new()),
+            embedding: None,
+            compaction: CompactionPolicy::default(),
+        }
+    }
+
+    /// The service with an embedding model: chunks get vectors and search is hybrid.
+    pub fn with_embedding(mut self, model: EmbeddingModel) -> Self {
+        self.embedding = Some(Arc::new(model));
+        self
+    }
+
+    /// The service with another compaction policy.
+    pub fn with_compaction(mut self, policy: CompactionPolicy) -> Self {
+        self.compaction = policy;
+        self
+    }
+
+    /// The embedding model's id, if the service has one.
+    pub fn model_id(&self) -> Option<&str> {
+        self.embedding.as_deref().map(EmbeddingModel::id)
     }
 
     /// The metadata database.
@@ -129,7 +245,7 @@ impl Service {
     }
 
     /// The loaded state of a workspace that exists for this tenant, brought up to date.
-    async fn state(&self, tenant: &Tenant, id: &str) -> Result<Arc<Mutex<State>>> {
+    async fn state(&self, tenant: &Tenant, id: &str) -> Result<Arc<Loaded>> {
         check_id(id)?;
         if self.db.workspace(tenant, id).await?.is_none() {
             return Err(Error::NotFound("workspace".into()));
@@ -138,27 +254,78 @@ impl Service {
         let existing = self.loaded.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
         let cell = match existing {
             Some(cell) => {
-                let mut state = cell.lock().await;
+                let mut state = cell.state.lock().await;
                 self.namespace(tenant, id).refresh(&mut state).await?;
                 drop(state);
                 cell
             }
             None => {
                 let state = self.namespace(tenant, id).load().await?;
-                let cell = Arc::new(Mutex::new(state));
+                let cell = Arc::new(Loaded { state: Mutex::new(state), compacting: AtomicBool::new(false) });
                 self.loaded.lock().unwrap_or_else(|p| p.into_inner()).entry(key).or_insert(cell).clone()
             }
         };
         Ok(cell)
     }
 
-    fn info(id: &str, key_id: &str, state: &mut State) -> WorkspaceInfo {
+    /// Starts a background compaction when the tail is long enough and none is running.
+    /// Readers and writers go on meanwhile; the new segment is swapped in when it is done.
+    fn maybe_compact(&self, tenant: &Tenant, id: &str, cell: &Arc<Loaded>, state: &State) {
+        let (records, objects) = state.tail_size();
+        if records < self.compaction.records && objects < self.compaction.objects {
+            return;
+        }
+        if cell.compacting.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let plan = state.compaction_plan();
+        let ns = self.namespace(tenant, id);
+        let cell = cell.clone();
+        tokio::spawn(async move {
+            match ns.compact(plan).await {
+                Ok(Some(segment)) => cell.state.lock().await.install(segment),
+                Ok(None) => {}
+                Err(e) => tracing::error!("compaction failed (the log still holds everything): {e}"),
+            }
+            cell.compacting.store(false, Ordering::Release);
+        });
+    }
+
+    /// Compacts now and waits, if the tail holds at least `min_records` records or any log
+    /// object at all with `min_records == 0`. Returns whether a segment was installed.
+    pub async fn compact(&self, tenant: &Tenant, id: &str, min_records: usize) -> Result<bool> {
+        let cell = self.state(tenant, id).await?;
+        let plan = {
+            let state = cell.state.lock().await;
+            let (records, objects) = state.tail_size();
+            if objects == 0 || records < min_records || cell.compacting.swap(true, Ordering::AcqRel) {
+                return Ok(false);
+            }
+            state.compaction_plan()
+        };
+        let result = self.namespace(tenant, id).compact(plan).await;
+        cell.compacting.store(false, Ordering::Release);
+        match result? {
+            Some(segment) => {
+                cell.state.lock().await.install(segment);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn info(&self, id: &str, key_id: &str, state: &mut State) -> WorkspaceInfo {
+        let model = self.model_id();
+        let (embeddable, embedded) = state.vector_progress(model.unwrap_or(""));
         WorkspaceInfo {
             id: id.to_owned(),
             key_id: key_id.to_owned(),
             root_hash: state.tree().root_hash().to_hex(),
             files: state.files.len() as u64,
             chunks: state.chunks.len() as u64,
+            embeddable,
+            embedded,
+            model: model.map(str::to_owned),
         }
     }
 
@@ -181,8 +348,8 @@ impl Service {
     pub async fn workspace_info(&self, tenant: &Tenant, id: &str) -> Result<WorkspaceInfo> {
         let row = self.db.workspace(tenant, id).await?.ok_or_else(|| Error::NotFound("workspace".into()))?;
         let cell = self.state(tenant, id).await?;
-        let mut state = cell.lock().await;
-        Ok(Self::info(id, &row.key_id, &mut state))
+        let mut state = cell.state.lock().await;
+        Ok(self.info(id, &row.key_id, &mut state))
     }
 
     /// A tenant's workspaces, as recorded after their last commits.
@@ -198,6 +365,9 @@ impl Service {
                 root_hash: w.root_hash,
                 files: u64::try_from(w.files).unwrap_or(0),
                 chunks: u64::try_from(w.chunks).unwrap_or(0),
+                embeddable: 0,
+                embedded: 0,
+                model: None,
             })
             .collect())
     }
@@ -222,7 +392,7 @@ impl Service {
             check_path(d, true)?;
         }
         let cell = self.state(tenant, id).await?;
-        let tree = cell.lock().await.tree();
+        let tree = cell.state.lock().await.tree();
         let root_hash = tree.root_hash().to_hex();
         if req.known_root.as_deref() == Some(root_hash.as_str()) {
             return Ok(TreeResponse { root_hash, dirs: Vec::new() });
@@ -256,7 +426,7 @@ impl Service {
         }
         let records = req.files.iter().map(file_record).collect::<Result<Vec<_>>>()?;
         let cell = self.state(tenant, id).await?;
-        let state = cell.lock().await;
+        let state = cell.state.lock().await;
         let mut seen = HashSet::new();
         let missing = records
             .iter()
@@ -283,26 +453,15 @@ impl Service {
             check_path(d, false)?;
         }
         // Check every sent chunk against its id and compute its keyed terms, in memory.
-        let ids = key.chunk_ids();
         let hasher = key.tokens();
         let mut chunk_records = Vec::with_capacity(req.chunks.len());
-        for c in req.chunks {
-            let claimed = hex32(&c.id, "chunk id")?;
-            if c.text.len() > MAX_CHUNK_BYTES {
-                return Err(Error::BadRequest(format!("a chunk is larger than {MAX_CHUNK_BYTES} bytes")));
-            }
-            if ids.id(&caret_crypto::chunk_content_hash(&c.context, &c.text)) != claimed {
-                return Err(Error::BadRequest("a chunk's id does not match its text (wrong key?)".into()));
-            }
-            let mut text = c.context.join("\n");
-            text.push('\n');
-            text.push_str(&c.text);
+        for (claimed, text) in checked_texts(key, req.chunks)? {
             let (terms, length) = caret_store::lexical::hashed_terms(&text, |t| hasher.hash(t));
             chunk_records.push(ChunkRecord { id: claimed, length, terms });
         }
 
         let cell = self.state(tenant, id).await?;
-        let mut state = cell.lock().await;
+        let mut state = cell.state.lock().await;
         let ns = self.namespace(tenant, id);
         ns.refresh(&mut state).await?;
         let sent: HashSet<[u8; 32]> = chunk_records.iter().map(|c| c.id).collect();
@@ -328,9 +487,207 @@ impl Service {
             .collect();
         if !records.is_empty() {
             ns.append(&mut state, records).await?;
+            self.maybe_compact(tenant, id, &cell, &state);
         }
         let root = state.tree().root_hash().to_hex();
         self.db.update_root(tenant, id, &root, state.files.len() as u64, state.chunks.len() as u64).await?;
         Ok(CommitResponse { root_hash: root, files: n_files, deleted: n_deletes, chunks_stored: new_chunks })
     }
+}
+
+impl Service {
+    /// Chunks of current files without a vector by the service's model, up to `limit`.
+    /// Vectors that a sibling workspace (same tenant, same key) already has are copied first:
+    /// the embedding cache is keyed by (key, model, chunk id), so clones, branches and
+    /// teammates sharing a key embed each chunk once.
+    pub async fn missing_vectors(&self, tenant: &Tenant, id: &str, limit: usize) -> Result<MissingVectors> {
+        let cell = self.state(tenant, id).await?;
+        let Some(model) = self.model_id().map(str::to_owned) else {
+            let state = cell.state.lock().await;
+            let (total, _) = state.vector_progress("");
+            return Ok(MissingVectors { model: None, total, missing_total: 0, missing: Vec::new() });
+        };
+        let (wanted, _) = cell.state.lock().await.missing_vectors(&model, usize::MAX);
+        if !wanted.is_empty() {
+            self.copy_from_siblings(tenant, id, &cell, &model, wanted.into_iter().map(|(c, _)| c).collect()).await?;
+        }
+        let state = cell.state.lock().await;
+        let (missing, missing_total) = state.missing_vectors(&model, limit.min(100_000));
+        let (total, _) = state.vector_progress(&model);
+        Ok(MissingVectors {
+            model: Some(model),
+            total,
+            missing_total: missing_total as u64,
+            missing: missing
+                .into_iter()
+                .map(|(c, path)| MissingVector { id: caret_workspace::ContentHash(c).to_hex(), path })
+                .collect(),
+        })
+    }
+
+    async fn copy_from_siblings(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+        cell: &Arc<Loaded>,
+        model: &str,
+        mut wanted: HashSet<[u8; 32]>,
+    ) -> Result<()> {
+        let Some(me) = self.db.workspace(tenant, id).await? else { return Ok(()) };
+        let mut batch = VectorBatch { model: model.to_owned(), dim: 0, ids: Vec::new(), data: Vec::new() };
+        for sibling in self.db.workspaces(tenant).await?.into_iter().filter(|w| w.key_id == me.key_id && w.id != id) {
+            let other = self.state(tenant, &sibling.id).await?;
+            let state = other.state.lock().await;
+            wanted.retain(|c| match state.vector(c, model) {
+                Some(v) => {
+                    batch.dim = u32::try_from(v.len()).unwrap_or(0);
+                    batch.ids.push(*c);
+                    batch.data.extend_from_slice(v);
+                    false
+                }
+                None => true,
+            });
+        }
+        if batch.ids.is_empty() {
+            return Ok(());
+        }
+        tracing::info!(reused = batch.ids.len(), "vectors reused from workspaces sharing the key");
+        let mut state = cell.state.lock().await;
+        self.namespace(tenant, id).append(&mut state, vec![Record::Vectors(batch)]).await?;
+        self.maybe_compact(tenant, id, cell, &state);
+        Ok(())
+    }
+
+    /// Embeds sent texts of stored chunks that lack vectors, and records the vectors rotated
+    /// by the request's key.
+    pub async fn embed(&self, tenant: &Tenant, id: &str, key: &ServerKey, req: EmbedRequest) -> Result<EmbedResponse> {
+        let model = self
+            .embedding
+            .clone()
+            .ok_or_else(|| Error::Unavailable("this server has no embedding model; search is lexical only".into()))?;
+        if req.chunks.len() > MAX_EMBED_CHUNKS {
+            return Err(Error::BadRequest(format!("at most {MAX_EMBED_CHUNKS} chunks per request")));
+        }
+        let sent = req.chunks.len() as u64;
+        let texts = checked_texts(key, req.chunks)?;
+        let cell = self.state(tenant, id).await?;
+        let todo: Vec<([u8; 32], String)> = {
+            let state = cell.state.lock().await;
+            let mut seen = HashSet::new();
+            texts
+                .into_iter()
+                .filter(|(c, _)| {
+                    state.chunks.contains_key(c) && state.vector(c, model.id()).is_none() && seen.insert(*c)
+                })
+                .collect()
+        };
+        if todo.is_empty() {
+            return Ok(EmbedResponse { embedded: 0, skipped: sent });
+        }
+        let (ids, texts): (Vec<[u8; 32]>, Vec<String>) = todo.into_iter().unzip();
+        let (vectors, dim) = model.embed(texts).await?;
+        let rotation = key.vectors(dim);
+        let mut data = Vec::with_capacity(ids.len() * dim);
+        for mut v in vectors {
+            if v.len() != dim {
+                return Err(Error::Internal(format!("the model returned a vector of {} values, not {dim}", v.len())));
+            }
+            rotation.apply(&mut v);
+            data.extend_from_slice(&v);
+        }
+        let embedded = ids.len() as u64;
+        let batch = VectorBatch { model: model.id().to_owned(), dim: u32::try_from(dim).unwrap_or(0), ids, data };
+        let mut state = cell.state.lock().await;
+        self.namespace(tenant, id).append(&mut state, vec![Record::Vectors(batch)]).await?;
+        self.maybe_compact(tenant, id, &cell, &state);
+        Ok(EmbedResponse { embedded, skipped: sent - embedded })
+    }
+
+    /// Hybrid search: the query's keyed terms against BM25, its rotated embedding against the
+    /// vectors (when the workspace has any by this model), fused.
+    pub async fn search(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+        key: &ServerKey,
+        req: &SearchRequest,
+    ) -> Result<SearchResponse> {
+        if req.query.trim().is_empty() || req.query.len() > MAX_QUERY_BYTES {
+            return Err(Error::BadRequest(format!("a query is 1-{MAX_QUERY_BYTES} bytes of text")));
+        }
+        if !(1..=1000).contains(&req.k) {
+            return Err(Error::BadRequest("k must be 1-1000".into()));
+        }
+        let hasher = key.tokens();
+        let mut terms = Vec::new();
+        caret_store::lexical::terms(&req.query, |t| terms.push(hasher.hash(t)));
+        let cell = self.state(tenant, id).await?;
+        let model = self.embedding.clone();
+        let mut has_vectors = {
+            let state = cell.state.lock().await;
+            model.as_ref().is_some_and(|m| state.model() == Some(m.id()))
+        };
+        if req.mode == SearchMode::Lexical {
+            has_vectors = false;
+        }
+        if req.mode == SearchMode::Semantic {
+            terms.clear();
+        }
+        let vector = match (&model, has_vectors) {
+            (Some(m), true) => {
+                let (mut v, dim) = m.embed(vec![req.query.clone()]).await?;
+                let mut v =
+                    v.pop().filter(|v| v.len() == dim).ok_or_else(|| Error::Internal("empty embedding".into()))?;
+                key.vectors(dim).apply(&mut v);
+                Some((m.id().to_owned(), v))
+            }
+            _ => None,
+        };
+        let semantic = vector.is_some();
+        let k = req.k as usize;
+        let query = Query { terms, vector, k, candidates: (k * 4).max(100), weights: Weights::default() };
+        let mut state = cell.state.lock().await;
+        let hits = state.search(&query);
+        let (embeddable, embedded) = state.vector_progress(model.as_ref().map_or("", |m| m.id()));
+        Ok(SearchResponse {
+            hits: hits
+                .into_iter()
+                .map(|h| caret_protocol::SearchHit {
+                    path: h.path,
+                    start_line: h.start_line,
+                    end_line: h.end_line,
+                    id: caret_workspace::ContentHash(h.id).to_hex(),
+                    kind: h.kind,
+                    score: h.score,
+                    lexical_rank: h.lexical_rank,
+                    vector_rank: h.vector_rank,
+                })
+                .collect(),
+            semantic,
+            embeddable,
+            embedded,
+        })
+    }
+}
+
+/// Checks each sent chunk against its claimed id (keyed hash of its context and text) and
+/// returns `(id, context + text)` pairs: the text that is indexed and embedded.
+fn checked_texts(key: &ServerKey, chunks: Vec<ChunkText>) -> Result<Vec<([u8; 32], String)>> {
+    let ids = key.chunk_ids();
+    chunks
+        .into_iter()
+        .map(|c| {
+            let claimed = hex32(&c.id, "chunk id")?;
+            if c.text.len() > MAX_CHUNK_BYTES {
+                return Err(Error::BadRequest(format!("a chunk is larger than {MAX_CHUNK_BYTES} bytes")));
+            }
+            if ids.id(&caret_crypto::chunk_content_hash(&c.context, &c.text)) != claimed {
+                return Err(Error::BadRequest("a chunk's id does not match its text (wrong key?)".into()));
+            }
+            let mut text = c.context.join("\n");
+            text.push('\n');
+            text.push_str(&c.text);
+            Ok((claimed, text))
+        })
+        .collect()
 }

@@ -363,9 +363,9 @@ impl State {
         self.segment.as_ref()
     }
 
-    /// Whether the tail is long enough to compact.
-    pub fn needs_compaction(&self) -> bool {
-        self.tail.chunks.len() + self.tail.vector_ids.len() >= COMPACT_RECORDS || self.tail.objects >= COMPACT_OBJECTS
+    /// The tail's size: records (chunks plus vectors) and log objects since the segment.
+    pub fn tail_size(&self) -> (usize, u64) {
+        (self.tail.chunks.len() + self.tail.vector_ids.len(), self.tail.objects)
     }
 
     /// What a compaction of the current state would fold (cheap to take: the tail is
@@ -614,7 +614,8 @@ impl Namespace {
                 return Ok(None);
             }
         }
-        let manifest = Manifest { version: FORMAT, seq: segment.seq, segment: name.clone(), ann: segment.ann.is_some() };
+        let manifest =
+            Manifest { version: FORMAT, seq: segment.seq, segment: name.clone(), ann: segment.ann.is_some() };
         let path = self.manifests().child(seq_name(next));
         match self.store.put_opts(&path, PutPayload::from(seal(&manifest)?), create()).await {
             Ok(_) => Ok(Some(Arc::new(segment))),

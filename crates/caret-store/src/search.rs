@@ -208,7 +208,9 @@ impl State {
                 })
             })
             .collect();
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| (&a.path, a.start_line).cmp(&(&b.path, b.start_line))));
+        hits.sort_by(|a, b| {
+            b.score.total_cmp(&a.score).then_with(|| (&a.path, a.start_line).cmp(&(&b.path, b.start_line)))
+        });
         hits.truncate(q.k);
         hits
     }

@@ -58,12 +58,26 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 1000)]
         changes: usize,
     },
+    /// Index a real project with the embedded server and model (time to lexical-ready and to
+    /// fully embedded), then answer a question set: R@5 and MRR@10 for BM25, vectors and the
+    /// fusion, and hybrid search latency p50/p99.
+    Search {
+        /// The project to index (it is only read).
+        path: PathBuf,
+        /// A question set (e.g. eval/search/pytest-8.3.4.json).
+        #[arg(long)]
+        questions: Option<PathBuf>,
+        /// Extra passes over the questions for the latency figures.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
 }
 
 pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         BenchCommand::Scan { path, runs } => bench_scan(config, &path, runs.max(1)),
         BenchCommand::Sync { path, changes } => crate::bench_sync::run(config, &path, changes),
+        BenchCommand::Search { path, questions, runs } => crate::bench_search::run(config, &path, questions, runs),
         BenchCommand::Embed { path, chunks, threads } => bench_embed(config, &path, chunks, threads),
         BenchCommand::Vectors { n, dim, queries, ef } => bench_vectors(n, dim, queries, ef),
     }

@@ -21,6 +21,40 @@ pub struct Config {
     pub chunk: ChunkSection,
     pub server: ServerSection,
     pub sync: SyncSection,
+    pub embed: EmbedSection,
+}
+
+/// The embedding model of the embedded server and of `caret serve`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EmbedSection {
+    /// A model name under `$CARET_HOME/models`, or a model directory (Hugging Face layout);
+    /// with `url`, the remote model's name. `CARET_EMBED_MODEL` overrides.
+    pub model: String,
+    /// An OpenAI-compatible server (`…/v1/embeddings`); none: the local model.
+    /// `CARET_EMBED_URL` overrides.
+    pub url: Option<String>,
+    /// API key for `url` (`CARET_EMBED_API_KEY` overrides).
+    pub api_key: Option<String>,
+    /// Vector width of the remote model.
+    pub dim: usize,
+    /// Threads for the local model (default: all cores).
+    pub threads: Option<usize>,
+    /// Turn embedding off: search is lexical only.
+    pub disabled: bool,
+}
+
+impl Default for EmbedSection {
+    fn default() -> Self {
+        EmbedSection {
+            model: DEFAULT_EMBEDDING_MODEL.to_owned(),
+            url: None,
+            api_key: None,
+            dim: 384,
+            threads: None,
+            disabled: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -155,6 +189,7 @@ impl Default for Config {
             chunk: ChunkSection::default(),
             server: ServerSection::default(),
             sync: SyncSection::default(),
+            embed: EmbedSection::default(),
         }
     }
 }
@@ -219,6 +254,15 @@ impl Config {
         if let Some(v) = env("CARET_OBJECT_STORE") {
             config.server.object_store = Some(v);
         }
+        if let Some(v) = env("CARET_EMBED_MODEL") {
+            config.embed.model = v;
+        }
+        if let Some(v) = env("CARET_EMBED_URL") {
+            config.embed.url = Some(v);
+        }
+        if let Some(v) = env("CARET_EMBED_API_KEY") {
+            config.embed.api_key = Some(v);
+        }
         Ok(config)
     }
 
@@ -270,6 +314,39 @@ impl Config {
             storage.object_store = store.clone();
         }
         storage
+    }
+
+    /// The embedding model, loaded on first use; `None` (search is lexical only) when it is
+    /// turned off or not installed.
+    pub fn embedding_model(&self) -> anyhow::Result<Option<caret_server::service::EmbeddingModel>> {
+        use caret_embed::{Embedder, LocalBert, LocalBertConfig, OpenAiEmbedder};
+        use caret_server::service::EmbeddingModel;
+        let e = &self.embed;
+        if e.disabled {
+            return Ok(None);
+        }
+        if let Some(url) = &e.url {
+            let remote: Arc<dyn Embedder> = Arc::new(OpenAiEmbedder::new(url, e.api_key.clone(), &e.model, e.dim)?);
+            return Ok(Some(EmbeddingModel::ready(remote)));
+        }
+        let given = PathBuf::from(&e.model);
+        let dir = if given.is_absolute() || given.components().count() > 1 {
+            given
+        } else {
+            self.home.join("models").join(&e.model)
+        };
+        if !dir.join("model.safetensors").exists() {
+            tracing::warn!("no embedding model in {} (run `caret models pull`); search is lexical only", dir.display());
+            return Ok(None);
+        }
+        let name = dir.file_name().map_or_else(|| "bert".to_owned(), |n| n.to_string_lossy().into_owned());
+        let mut settings = LocalBertConfig::default();
+        if let Some(t) = e.threads {
+            settings.threads = t.max(1);
+        }
+        Ok(Some(EmbeddingModel::lazy(format!("local:{name}"), move || {
+            LocalBert::load(&dir, settings).map(|m| Arc::new(m) as Arc<dyn Embedder>).map_err(|e| e.to_string())
+        })))
     }
 
     /// Per-workspace client state (stat cache) lives here.

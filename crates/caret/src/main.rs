@@ -2,8 +2,10 @@
 //! configuration, sets up tracing and calls the library crates.
 
 mod bench;
+mod bench_search;
 mod bench_sync;
 mod config;
+mod index;
 mod models;
 mod scan;
 mod server;
@@ -37,6 +39,10 @@ enum Command {
     Scan(scan::ScanArgs),
     /// Keep a server's copy of the workspace index in step (embedded server by default).
     Sync(sync::SyncArgs),
+    /// Sync the workspace, then embed what lacks vectors (progress on a terminal).
+    Index(index::IndexArgs),
+    /// Search the workspace: semantic and lexical, fused.
+    Search(index::SearchArgs),
     /// Show the workspace's root hash here and on the server, and what is pending.
     Status(sync::StatusArgs),
     /// Export or import the workspace key (for sharing an index with a team).
@@ -74,6 +80,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Scan(args) => scan::run(&config, args),
         Command::Sync(args) => sync::sync(&config, args),
         Command::Status(args) => sync::status(&config, args),
+        Command::Index(args) => index::index(&config, args),
+        Command::Search(args) => index::run_search(&config, args),
         Command::Key(cmd) => sync::key(&config, cmd),
         Command::Serve(args) => server::serve(&config, args),
         Command::Admin(cmd) => server::admin(&config, cmd),

@@ -86,7 +86,19 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
     serve.check()?;
     let storage = config.storage();
     runtime()?.block_on(async move {
-        let service = Arc::new(caret_server::open(&storage).await.context("opening the server's storage")?);
+        let mut service = caret_server::open(&storage).await.context("opening the server's storage")?;
+        match config.embedding_model()? {
+            Some(model) => {
+                tracing::info!(model = model.id(), "embedding model (loaded on first use)");
+                service = service.with_embedding(model);
+            }
+            None => tracing::warn!("no embedding model: search is lexical only"),
+        }
+        if let Some(records) = std::env::var("CARET_COMPACT_RECORDS").ok().and_then(|v| v.parse().ok()) {
+            let policy = caret_server::service::CompactionPolicy { records, ..Default::default() };
+            service = service.with_compaction(policy);
+        }
+        let service = Arc::new(service);
         let listener =
             std::net::TcpListener::bind(serve.addr).with_context(|| format!("listening on {}", serve.addr))?;
         let local = listener.local_addr()?;

@@ -34,12 +34,12 @@ pub struct Remote {
 pub struct Target {
     /// The workspace.
     #[arg(default_value = ".")]
-    path: PathBuf,
+    pub path: PathBuf,
     #[command(flatten)]
-    remote: Remote,
+    pub remote: Remote,
     /// Print JSON.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -69,7 +69,7 @@ pub fn open_workspace(config: &Config, path: &Path) -> anyhow::Result<LocalWorks
 }
 
 /// The transport for `remote`: HTTP, or the embedded server.
-async fn transport(config: &Config, remote: &Remote) -> anyhow::Result<Box<dyn Transport>> {
+pub async fn transport(config: &Config, remote: &Remote) -> anyhow::Result<Box<dyn Transport>> {
     let server = remote.server.clone().or_else(|| config.sync.server.clone());
     match server {
         Some(url) => {
@@ -86,9 +86,12 @@ async fn transport(config: &Config, remote: &Remote) -> anyhow::Result<Box<dyn T
         }
         None => {
             let dir = config.home.join("local");
-            let service = caret_server::open(&caret_server::StorageConfig::local(&dir))
+            let mut service = caret_server::open(&caret_server::StorageConfig::local(&dir))
                 .await
                 .with_context(|| format!("opening the embedded server in {}", dir.display()))?;
+            if let Some(model) = config.embedding_model()? {
+                service = service.with_embedding(model);
+            }
             let tenant = match service.db().tenant_by_name("local").await? {
                 Some(t) => t,
                 None => service.db().create_tenant("local").await?,
@@ -98,7 +101,7 @@ async fn transport(config: &Config, remote: &Remote) -> anyhow::Result<Box<dyn T
     }
 }
 
-fn engine(config: &Config) -> anyhow::Result<SyncEngine> {
+pub fn engine(config: &Config) -> anyhow::Result<SyncEngine> {
     let scanner = Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash);
     let options = SyncOptions { batch_files: config.sync.batch_files.max(1), ..SyncOptions::default() };
     Ok(SyncEngine::new(Arc::new(scanner), options))
@@ -198,6 +201,9 @@ pub fn status(config: &Config, StatusArgs { target: args }: StatusArgs) -> anyho
                     "server_root": if server_root.is_empty() { serde_json::Value::Null } else { json!(server_root) },
                     "files": local.tree.len(), "in_step": local_root == server_root,
                     "pending": {"added": added, "modified": modified, "deleted": deleted},
+                    "vectors": known.as_ref().ok().map(|i| json!({
+                        "model": i.model, "embedded": i.embedded, "embeddable": i.embeddable,
+                    })),
                 })
             );
         } else {
@@ -212,6 +218,24 @@ pub fn status(config: &Config, StatusArgs { target: args }: StatusArgs) -> anyho
                 println!("  pending    nothing: in step");
             } else {
                 println!("  pending    +{added} ~{modified} -{deleted} (run caret sync)");
+            }
+            if let Ok(info) = &known {
+                match &info.model {
+                    Some(model) => {
+                        let pct = if info.embeddable == 0 {
+                            100.0
+                        } else {
+                            100.0 * info.embedded as f64 / info.embeddable as f64
+                        };
+                        let hint = if info.embedded < info.embeddable { " (run caret index)" } else { "" };
+                        println!(
+                            "  vectors    {} of {} chunks ({pct:.0}%), {model}{hint}",
+                            thousands(info.embedded),
+                            thousands(info.embeddable)
+                        );
+                    }
+                    None => println!("  vectors    none: no embedding model (search is lexical only)"),
+                }
             }
         }
         anyhow::Ok(())

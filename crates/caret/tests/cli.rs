@@ -253,3 +253,105 @@ fn sync_watch_syncs_again_when_a_file_changes() {
     assert_eq!(second["added"], 1, "{second}");
     assert_eq!(second["in_step"], true);
 }
+
+/// A small project with distinct responsibilities, for search.
+fn search_repo() -> TempDir {
+    let dir = TempDir::new();
+    dir.write(
+        "src/upload.py",
+        "import time\n\n\ndef upload_with_retries(client, blob, attempts=5):\n    \"\"\"Send a blob, retrying failed uploads with exponential backoff.\"\"\"\n    for attempt in range(attempts):\n        try:\n            return client.put(blob)\n        except ConnectionError:\n            time.sleep(2 ** attempt)\n    raise RuntimeError(\"upload failed\")\n",
+    );
+    dir.write(
+        "src/table.py",
+        "def render_table(rows, widths):\n    \"\"\"Draw rows as an ASCII table with padded columns.\"\"\"\n    lines = []\n    for row in rows:\n        cells = [str(c).ljust(w) for c, w in zip(row, widths)]\n        lines.append(\" | \".join(cells))\n    return \"\\n\".join(lines)\n",
+    );
+    dir.write(
+        "src/auth.py",
+        "import hmac\n\n\ndef verify_session_token(token, secret):\n    \"\"\"Check the signature of a login session token.\"\"\"\n    body, sig = token.rsplit(\".\", 1)\n    expected = hmac.new(secret, body.encode(), \"sha256\").hexdigest()\n    return hmac.compare_digest(sig, expected)\n",
+    );
+    dir.write("docs/overview.md", "# Overview\n\nThis project uploads files and renders reports.\n");
+    dir.backdate(10);
+    dir
+}
+
+/// Runs caret with the test model (when CARET_TEST_MODEL_DIR names one) as the embedding model.
+fn caret_model(home: &TempDir, args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_caret"));
+    cmd.args(args)
+        .env("CARET_HOME", home.join("caret-home"))
+        .env("HOME", home.path())
+        .env_remove("CARET_CONFIG")
+        .env_remove("RUST_LOG");
+    match std::env::var("CARET_TEST_MODEL_DIR") {
+        Ok(dir) => cmd.env("CARET_EMBED_MODEL", dir),
+        Err(_) => cmd.env("CARET_EMBED_MODEL", home.join("no-model")),
+    };
+    cmd.output().expect("running caret")
+}
+
+#[test]
+fn index_then_search_finds_the_right_function_and_drops_stale_hits() {
+    let home = TempDir::new();
+    let dir = search_repo();
+    let root = dir.path().to_str().unwrap();
+    let semantic = std::env::var_os("CARET_TEST_MODEL_DIR").is_some();
+
+    // Before indexing: a clear error, not an empty answer.
+    let out = caret_model(&home, &["search", "-C", root, "retry"]);
+    assert!(!out.status.success());
+
+    let out = caret_model(&home, &["index", root, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["sync"]["added"], 4, "{report}");
+    if semantic {
+        assert_eq!(report["embed"]["progress"]["done"], report["embed"]["progress"]["total"], "{report}");
+        assert!(report["embed"]["progress"]["embedded"].as_u64().unwrap() >= 4, "{report}");
+    }
+
+    // A question in words the code does not use (semantic), and keywords (lexical).
+    let queries: &[(&str, &str)] = if semantic {
+        &[
+            ("where do we try sending again after a network error", "src/upload.py"),
+            ("check that a login is authentic", "src/auth.py"),
+            ("render_table", "src/table.py"),
+        ]
+    } else {
+        &[("render_table", "src/table.py"), ("retrying failed uploads", "src/upload.py")]
+    };
+    for (query, want) in queries {
+        let out = caret_model(&home, &["search", "-C", root, "-k", "3", "--json", query]);
+        assert!(out.status.success(), "{query}: {}", stderr(&out));
+        let hits: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let hits = hits.as_array().unwrap();
+        assert!(!hits.is_empty() && hits.len() <= 3, "{query}: {hits:?}");
+        assert_eq!(hits[0]["path"], *want, "{query}: {hits:?}");
+        for h in hits {
+            assert!(h["start_line"].as_u64().unwrap() <= h["end_line"].as_u64().unwrap());
+            assert!(h["snippet"].as_str().is_some_and(|s| !s.is_empty()));
+        }
+        let scores: Vec<f64> = hits.iter().map(|h| h["score"].as_f64().unwrap()).collect();
+        assert!(scores.windows(2).all(|w| w[0] >= w[1]), "best first: {scores:?}");
+    }
+    let out = caret_model(&home, &["search", "-C", root, "-k", "1", "--json", "render_table"]);
+    let hits: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(hits[0]["snippet"].as_str().unwrap().contains("def render_table(rows, widths):"), "{hits}");
+
+    // The file changes and is not synced: its old chunk is not shown with wrong text.
+    dir.write("src/table.py", "def draw_grid():\n    pass\n");
+    let out = caret_model(&home, &["search", "-C", root, "--json", "render_table"]);
+    let hits: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    assert!(
+        hits.as_array().is_none_or(|h| h.iter().all(|h| h["path"] != "src/table.py")),
+        "a stale hit was shown: {hits}"
+    );
+
+    // Status reports vector progress.
+    let out = caret_model(&home, &["status", root, "--json"]);
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    if semantic {
+        assert_eq!(status["vectors"]["embedded"], status["vectors"]["embeddable"], "{status}");
+    } else {
+        assert!(status["vectors"]["model"].is_null(), "{status}");
+    }
+}

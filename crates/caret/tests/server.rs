@@ -58,6 +58,12 @@ impl Server {
             .args(&args)
             .env("CARET_HOME", data.join("home"))
             .env("RUST_LOG", "debug")
+            // Compact after every write, to exercise segments in every test.
+            .env("CARET_COMPACT_RECORDS", "1")
+            .env(
+                "CARET_EMBED_MODEL",
+                std::env::var("CARET_TEST_MODEL_DIR").unwrap_or_else(|_| data.join("no-model").display().to_string()),
+            )
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
@@ -209,6 +215,34 @@ fn canaries_file_names_and_secrets_never_reach_the_server_disk_or_logs() {
         assert_eq!(report["added"], 33, "{name}: {report}");
         assert_eq!(report["in_step"], true, "{name}: {report}");
         assert_eq!(report["chunks_withheld"], 1, "{name}: the chunk with the key is not sent");
+
+        // Index (vectors when the test model is there) and search over HTTP.
+        let remote = ["--server", server.url.as_str(), "--token", token.as_str()];
+        let out = client.run(&[&["index", dir.path().to_str().unwrap(), "--json"][..], &remote[..]].concat(), &[]);
+        assert!(out.status.success(), "{name}: index: {}", String::from_utf8_lossy(&out.stderr));
+        let query = ["search", "-C", dir.path().to_str().unwrap(), "--json", "-k", "3", "CanaryWidgetFactory"];
+        let out = client.run(&[&query[..], &remote[..]].concat(), &[]);
+        assert!(out.status.success(), "{name}: search: {}", String::from_utf8_lossy(&out.stderr));
+        let hits: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(hits[0]["path"].as_str().unwrap().ends_with(".rs"), "{name}: {hits}");
+        assert!(hits[0]["snippet"].as_str().unwrap().contains("pub struct CanaryWidgetFactory"), "{name}: {hits}");
+        // Search needs the key: without it, a clear 400 (and nothing from the index).
+        let ws = client.workspace_id(dir.path());
+        let r = http()
+            .post(format!("{}/v1/workspaces/{ws}/search", server.url))
+            .bearer_auth(&token)
+            .json(&serde_json::json!({"query": "quixotic", "k": 3}))
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), 400, "{name}");
+        // Compaction runs in the background after each write; wait for a segment.
+        if name == "embedded" {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while !all_bytes(server.data.path()).iter().any(|(p, _)| p.to_string_lossy().contains("/seg/")) {
+                assert!(std::time::Instant::now() < deadline, "no segment was written");
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        }
         let (data, log) = server.stop();
         let files = all_bytes(data.path());
         assert!(

@@ -1,0 +1,240 @@
+//! Embedding and searching from the client side.
+//!
+//! [`embed_missing`] asks the server which chunks of current files lack vectors, reads and
+//! chunks those files again (the server keeps no text), and sends the texts in batches,
+//! reporting progress. [`search`] sends the query, then maps the obfuscated hits back to real
+//! paths with the client's path map, re-chunks each file to check the chunk is still there
+//! (a stale hit is dropped, never shown with wrong lines), and returns current snippets.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use caret_crypto::ServerKey;
+use caret_protocol::{ChunkText, EmbedRequest, SearchMode, SearchRequest};
+use caret_workspace::scan::{Scanner, chunk_is_withheld};
+use caret_workspace::{ContentHash, RelPath};
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::local::LocalWorkspace;
+use crate::transport::Transport;
+use crate::{Error, Result};
+
+/// A chunk of a file as it is on disk now.
+#[derive(Debug, Clone)]
+pub struct CurrentChunk {
+    /// Keyed chunk id (hex).
+    pub id: String,
+    /// First line, 1-based.
+    pub start_line: u32,
+    /// Last line, 1-based, inclusive.
+    pub end_line: u32,
+    /// Context lines and text, as sent for indexing.
+    pub text: ChunkText,
+}
+
+/// Reads and chunks a file, keying each chunk id; chunks with secrets are left out. `None`
+/// when the file cannot be read as text now.
+pub fn current_chunks(
+    scanner: &Scanner,
+    root: &std::path::Path,
+    real: &RelPath,
+    key: &ServerKey,
+) -> Option<Vec<CurrentChunk>> {
+    let bytes = std::fs::read(real.under(root)).ok()?;
+    let text = std::str::from_utf8(&bytes).ok()?;
+    let ids = key.chunk_ids();
+    let (chunks, findings) = scanner.chunk_text(real, text);
+    Some(
+        chunks
+            .iter()
+            .filter(|c| !chunk_is_withheld(c, &findings))
+            .map(|c| {
+                let id = ContentHash(ids.id(&c.hash.0)).to_hex();
+                CurrentChunk {
+                    id: id.clone(),
+                    start_line: c.start_line,
+                    end_line: c.end_line,
+                    text: ChunkText { id, context: c.context.clone(), text: c.text(text).to_owned() },
+                }
+            })
+            .collect(),
+    )
+}
+
+/// Progress of [`embed_missing`].
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct EmbedProgress {
+    /// Distinct chunks of current files.
+    pub total: u64,
+    /// Chunks with vectors.
+    pub done: u64,
+    /// Chunks embedded by this run.
+    pub embedded: u64,
+    /// Chunks that could not be sent (their file changed or vanished since the sync).
+    pub stale: u64,
+}
+
+/// What [`embed_missing`] did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct EmbedReport {
+    /// The server's model (`None`: it has none; search is lexical only).
+    pub model: Option<String>,
+    /// The final progress.
+    pub progress: EmbedProgress,
+    /// Seconds spent.
+    pub seconds: f64,
+}
+
+/// Chunks per embed request: a few seconds of work for a CPU model.
+pub const EMBED_BATCH: usize = 64;
+
+/// Sends the texts of every chunk that lacks a vector, in batches, calling `progress` after
+/// each.
+pub async fn embed_missing(
+    scanner: Arc<Scanner>,
+    ws: &LocalWorkspace,
+    transport: &dyn Transport,
+    mut progress: impl FnMut(&EmbedProgress),
+) -> Result<EmbedReport> {
+    let started = std::time::Instant::now();
+    let key = ws.key.server_key();
+    let paths: HashMap<String, RelPath> = ws.load_path_map()?.into_iter().collect();
+    let mut report = EmbedReport::default();
+    let mut tried: HashSet<String> = HashSet::new();
+    loop {
+        let missing = transport.missing_vectors(&ws.id, 2_000).await?;
+        report.model = missing.model.clone();
+        report.progress.total = missing.total;
+        report.progress.done = missing.total - missing.missing_total;
+        progress(&report.progress);
+        if missing.model.is_none() {
+            break;
+        }
+        let fresh: Vec<_> = missing.missing.into_iter().filter(|m| !tried.contains(&m.id)).collect();
+        if fresh.is_empty() {
+            break;
+        }
+        // Read and chunk the files that hold them, in parallel off the runtime.
+        let wanted: HashSet<String> = fresh.iter().map(|m| m.id.clone()).collect();
+        tried.extend(wanted.iter().cloned());
+        let mut files: Vec<RelPath> = fresh.iter().filter_map(|m| paths.get(&m.path).cloned()).collect();
+        files.sort();
+        files.dedup();
+        let (root, scanner2, key2, wanted2) = (ws.root.clone(), scanner.clone(), key.clone(), wanted.clone());
+        let mut texts: Vec<ChunkText> = tokio::task::spawn_blocking(move || {
+            let mut seen = HashSet::new();
+            files
+                .par_iter()
+                .filter_map(|real| current_chunks(&scanner2, &root, real, &key2))
+                .collect::<Vec<_>>()
+                .into_iter()
+                .flatten()
+                .filter(|c| wanted2.contains(&c.id) && seen.insert(c.id.clone()))
+                .map(|c| c.text)
+                .collect()
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("chunking task: {e}")))?;
+        report.progress.stale += (wanted.len() - texts.len()) as u64;
+        // Similar lengths together: the server pads each batch to its longest text.
+        texts.sort_by_key(|t| t.text.len() + t.context.iter().map(String::len).sum::<usize>());
+        while !texts.is_empty() {
+            let rest = texts.split_off(texts.len().min(EMBED_BATCH));
+            let batch = std::mem::replace(&mut texts, rest);
+            let r = transport.embed(&ws.id, &key, EmbedRequest { chunks: batch }).await?;
+            report.progress.embedded += r.embedded;
+            report.progress.done += r.embedded;
+            progress(&report.progress);
+        }
+    }
+    transport.settle(&ws.id).await?;
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// A search hit on the client: real path and current text.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Hit {
+    /// Path relative to the workspace root, `/`-separated.
+    pub path: String,
+    /// First line, 1-based.
+    pub start_line: u32,
+    /// Last line, 1-based, inclusive.
+    pub end_line: u32,
+    /// Fused score, higher is better.
+    pub score: f32,
+    /// The chunk's current text.
+    pub snippet: String,
+}
+
+/// What a search found.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SearchOutcome {
+    /// Hits, best first.
+    pub hits: Vec<Hit>,
+    /// Whether vectors took part.
+    pub semantic: bool,
+    /// Distinct chunks of current files on the server.
+    pub embeddable: u64,
+    /// How many have vectors.
+    pub embedded: u64,
+    /// Hits dropped because the file changed since the last sync.
+    pub stale: u64,
+}
+
+/// Searches the workspace and maps the hits back to current code.
+pub async fn search(
+    scanner: Arc<Scanner>,
+    ws: &LocalWorkspace,
+    transport: &dyn Transport,
+    query: &str,
+    k: usize,
+    mode: SearchMode,
+) -> Result<SearchOutcome> {
+    let key = ws.key.server_key();
+    // Ask for more than k: some hits may be stale.
+    let asked = u32::try_from((k * 2 + 10).min(1000)).unwrap_or(1000);
+    let response = transport.search(&ws.id, &key, &SearchRequest { query: query.to_owned(), k: asked, mode }).await?;
+    let paths: HashMap<String, RelPath> = ws.load_path_map()?.into_iter().collect();
+    let mut files: Vec<RelPath> = response.hits.iter().filter_map(|h| paths.get(&h.path).cloned()).collect();
+    files.sort();
+    files.dedup();
+    let root = ws.root.clone();
+    let current: HashMap<RelPath, Vec<CurrentChunk>> = tokio::task::spawn_blocking(move || {
+        files.par_iter().filter_map(|real| Some((real.clone(), current_chunks(&scanner, &root, real, &key)?))).collect()
+    })
+    .await
+    .map_err(|e| Error::Internal(format!("chunking task: {e}")))?;
+    let mut outcome = SearchOutcome {
+        semantic: response.semantic,
+        embeddable: response.embeddable,
+        embedded: response.embedded,
+        ..SearchOutcome::default()
+    };
+    for h in response.hits {
+        if outcome.hits.len() == k {
+            break;
+        }
+        let found = paths.get(&h.path).and_then(|real| {
+            // The same chunk, preferably where the server saw it; if it moved, where it is now.
+            let chunks = current.get(real)?;
+            let chunk = chunks
+                .iter()
+                .find(|c| c.id == h.id && c.start_line == h.start_line)
+                .or_else(|| chunks.iter().find(|c| c.id == h.id))?;
+            Some((real, chunk))
+        });
+        match found {
+            Some((real, chunk)) => outcome.hits.push(Hit {
+                path: String::from_utf8_lossy(real.as_bytes()).into_owned(),
+                start_line: chunk.start_line,
+                end_line: chunk.end_line,
+                score: h.score,
+                snippet: chunk.text.text.clone(),
+            }),
+            None => outcome.stale += 1,
+        }
+    }
+    Ok(outcome)
+}

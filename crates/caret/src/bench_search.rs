@@ -1,0 +1,150 @@
+//! `caret bench search`: index a real project, then measure answer quality on a question set
+//! (R@5 and MRR@10 at file level, for BM25 alone, vectors alone and the fusion) and search
+//! latency, in one run.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use caret_client::index::{embed_missing, search};
+use caret_client::local::LocalWorkspace;
+use caret_client::sync::{SyncEngine, SyncOptions};
+use caret_client::transport::LocalTransport;
+use caret_protocol::SearchMode;
+use caret_server::StorageConfig;
+use caret_workspace::scan::{Depth, Scanner};
+use serde::Deserialize;
+
+use crate::config::Config;
+use crate::scan::thousands;
+use crate::server::runtime;
+
+/// A question set: questions and the files that answer them (paths relative to the tree).
+#[derive(Debug, Deserialize)]
+struct QuestionSet {
+    project: String,
+    questions: Vec<Question>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Question {
+    q: String,
+    answers: Vec<String>,
+}
+
+/// File-level rank (1-based) of the first answer among the distinct files of `paths`, within
+/// the first 10.
+fn answer_rank(paths: &[String], answers: &[String]) -> Option<usize> {
+    let mut seen = HashSet::new();
+    paths.iter().filter(|p| seen.insert(p.as_str())).take(10).position(|p| answers.contains(p)).map(|i| i + 1)
+}
+
+pub fn run(config: &Config, path: &Path, questions: Option<PathBuf>, runs: usize) -> anyhow::Result<ExitCode> {
+    let scratch = config.home.join("bench").join(format!("search-{}", std::process::id()));
+    let result = bench(config, path, questions.as_deref(), runs.max(1), &scratch);
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn bench(
+    config: &Config,
+    path: &Path,
+    questions: Option<&Path>,
+    runs: usize,
+    scratch: &Path,
+) -> anyhow::Result<ExitCode> {
+    let set: Option<QuestionSet> = match questions {
+        Some(q) => Some(
+            serde_json::from_slice(&std::fs::read(q).with_context(|| format!("reading {}", q.display()))?)
+                .with_context(|| format!("parsing {}", q.display()))?,
+        ),
+        None => None,
+    };
+    let model = config.embedding_model()?.context("no embedding model installed: run `caret models pull`")?;
+    let model_id = model.id().to_owned();
+    let scanner = Arc::new(Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash));
+    let engine = SyncEngine::new(scanner.clone(), SyncOptions::default());
+    let ws = LocalWorkspace::open(path, &scratch.join("state"), &scratch.join("keys"))?;
+    println!("caret bench search {} (model {model_id})", ws.root.display());
+    runtime()?.block_on(async {
+        let service = caret_server::open(&StorageConfig::local(&scratch.join("server"))).await?.with_embedding(model);
+        let service = Arc::new(service);
+        let tenant = service.db().create_tenant("bench").await?;
+        let transport = LocalTransport::new(service.clone(), tenant, "embedded");
+
+        let started = Instant::now();
+        let sync = engine.sync(&ws, &transport).await?;
+        let sync_secs = started.elapsed().as_secs_f64();
+        let embed = embed_missing(scanner.clone(), &ws, &transport, |_| {}).await?;
+        let total_secs = started.elapsed().as_secs_f64();
+        let files = sync.added + sync.modified + sync.unchanged;
+        println!(
+            "index: {} files, {} chunks sent; sync (lexical ready) {:.1} s; embedding {} chunks {:.1} s ({:.1} chunks/s); total {:.1} s",
+            thousands(files),
+            thousands(sync.chunks_sent),
+            sync_secs,
+            thousands(embed.progress.embedded),
+            embed.seconds,
+            embed.progress.embedded as f64 / embed.seconds.max(1e-9),
+            total_secs
+        );
+
+        let Some(set) = set else { return anyhow::Ok(()) };
+        println!("questions: {} on {}", set.questions.len(), set.project);
+        println!("{:<10} {:>6} {:>8} {:>8}", "mode", "R@5", "MRR@10", "misses");
+        let mut latencies = Vec::new();
+        for (name, mode) in [("lexical", SearchMode::Lexical), ("semantic", SearchMode::Semantic), ("hybrid", SearchMode::Hybrid)] {
+            let (mut hits5, mut rr, mut misses) = (0usize, 0.0f64, Vec::new());
+            for q in &set.questions {
+                let t = Instant::now();
+                let outcome = search(scanner.clone(), &ws, &transport, &q.q, 30, mode).await?;
+                if mode == SearchMode::Hybrid {
+                    latencies.push(t.elapsed().as_secs_f64() * 1000.0);
+                }
+                let paths: Vec<String> = outcome.hits.iter().map(|h| h.path.clone()).collect();
+                let rank = answer_rank(&paths, &q.answers);
+                if rank.is_some_and(|r| r <= 5) {
+                    hits5 += 1;
+                } else {
+                    let mut seen = HashSet::new();
+                    let top: Vec<&str> = paths.iter().filter(|p| seen.insert(p.as_str())).take(3).map(String::as_str).collect();
+                    misses.push(format!("  {name} miss (rank {rank:?}): {:?} → {:?}", q.q, top));
+                }
+                rr += rank.map_or(0.0, |r| 1.0 / r as f64);
+            }
+            let n = set.questions.len().max(1) as f64;
+            println!("{name:<10} {:>6.3} {:>8.3} {:>8}", hits5 as f64 / n, rr / n, misses.len());
+            if mode == SearchMode::Hybrid {
+                for m in misses {
+                    println!("{m}");
+                }
+            }
+        }
+        for _ in 1..runs {
+            for q in &set.questions {
+                let t = Instant::now();
+                search(scanner.clone(), &ws, &transport, &q.q, 10, SearchMode::Hybrid).await?;
+                latencies.push(t.elapsed().as_secs_f64() * 1000.0);
+            }
+        }
+        latencies.sort_by(f64::total_cmp);
+        println!(
+            "search latency (hybrid, query embedding + server search + client check, {} queries): p50 {:.1} ms, p99 {:.1} ms",
+            latencies.len(),
+            percentile(&latencies, 0.5),
+            percentile(&latencies, 0.99)
+        );
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
