@@ -43,23 +43,41 @@ pub fn current_chunks(
 ) -> Option<Vec<CurrentChunk>> {
     let bytes = std::fs::read(real.under(root)).ok()?;
     let text = std::str::from_utf8(&bytes).ok()?;
+    Some(current_chunks_of(scanner, real, text, key))
+}
+
+/// Chunks `text` (the contents of `real`) and keys each chunk id; chunks with secrets are
+/// left out.
+pub fn current_chunks_of(scanner: &Scanner, real: &RelPath, text: &str, key: &ServerKey) -> Vec<CurrentChunk> {
     let ids = key.chunk_ids();
     let (chunks, findings) = scanner.chunk_text(real, text);
-    Some(
-        chunks
-            .iter()
-            .filter(|c| !chunk_is_withheld(c, &findings))
-            .map(|c| {
-                let id = ContentHash(ids.id(&c.hash.0)).to_hex();
-                CurrentChunk {
-                    id: id.clone(),
-                    start_line: c.start_line,
-                    end_line: c.end_line,
-                    text: ChunkText { id, context: c.context.clone(), text: c.text(text).to_owned() },
-                }
-            })
-            .collect(),
-    )
+    chunks
+        .iter()
+        .filter(|c| !chunk_is_withheld(c, &findings))
+        .map(|c| {
+            let id = ContentHash(ids.id(&c.hash.0)).to_hex();
+            CurrentChunk {
+                id: id.clone(),
+                start_line: c.start_line,
+                end_line: c.end_line,
+                text: ChunkText { id, context: c.context.clone(), text: c.text(text).to_owned() },
+            }
+        })
+        .collect()
+}
+
+/// A file read for a search: its text, its keyed leaf, and its chunks once needed.
+struct OnDisk {
+    text: String,
+    leaf: String,
+    chunks: Option<Vec<CurrentChunk>>,
+}
+
+/// Lines `start..=end` (1-based) of `text`, without the final newline.
+fn lines(text: &str, start: u32, end: u32) -> String {
+    let skip = start.saturating_sub(1) as usize;
+    let take = (end.saturating_sub(start) + 1) as usize;
+    text.lines().skip(skip).take(take).collect::<Vec<_>>().join("\n")
 }
 
 /// Progress of [`embed_missing`].
@@ -197,44 +215,66 @@ pub async fn search(
     let asked = u32::try_from((k * 2 + 10).min(1000)).unwrap_or(1000);
     let response = transport.search(&ws.id, &key, &SearchRequest { query: query.to_owned(), k: asked, mode }).await?;
     let paths: HashMap<String, RelPath> = ws.load_path_map()?.into_iter().collect();
-    let mut files: Vec<RelPath> = response.hits.iter().filter_map(|h| paths.get(&h.path).cloned()).collect();
-    files.sort();
-    files.dedup();
-    let root = ws.root.clone();
-    let current: HashMap<RelPath, Vec<CurrentChunk>> = tokio::task::spawn_blocking(move || {
-        files.par_iter().filter_map(|real| Some((real.clone(), current_chunks(&scanner, &root, real, &key)?))).collect()
-    })
-    .await
-    .map_err(|e| Error::Internal(format!("chunking task: {e}")))?;
     let mut outcome = SearchOutcome {
         semantic: response.semantic,
         embeddable: response.embeddable,
         embedded: response.embedded,
         ..SearchOutcome::default()
     };
-    for h in response.hits {
-        if outcome.hits.len() == k {
-            break;
+    let root = ws.root.clone();
+    let leaves = ws.key.leaves();
+    let (hits, stale) = tokio::task::spawn_blocking(move || {
+        let fingerprint = scanner.content_fingerprint();
+        let mut files: HashMap<RelPath, Option<OnDisk>> = HashMap::new();
+        let mut out = Vec::new();
+        let mut stale = 0u64;
+        for h in response.hits {
+            if out.len() == k {
+                break;
+            }
+            let Some(real) = paths.get(&h.path) else {
+                stale += 1;
+                continue;
+            };
+            let file = files.entry(real.clone()).or_insert_with(|| {
+                let bytes = std::fs::read(real.under(&root)).ok()?;
+                let text = String::from_utf8(bytes).ok()?;
+                let leaf = ContentHash(leaves.leaf(&ContentHash::of(text.as_bytes()).0, &fingerprint)).to_hex();
+                Some(OnDisk { text, leaf, chunks: None })
+            });
+            let Some(file) = file.as_mut() else {
+                stale += 1;
+                continue;
+            };
+            let found = if file.leaf == h.leaf {
+                // The file is exactly as indexed: the server's lines are right.
+                Some((h.start_line, h.end_line, lines(&file.text, h.start_line, h.end_line)))
+            } else {
+                // It changed since the sync: keep the hit only if the chunk is still there.
+                let text = &file.text;
+                let chunks = file.chunks.get_or_insert_with(|| current_chunks_of(&scanner, real, text, &key));
+                chunks
+                    .iter()
+                    .find(|c| c.id == h.id && c.start_line == h.start_line)
+                    .or_else(|| chunks.iter().find(|c| c.id == h.id))
+                    .map(|c| (c.start_line, c.end_line, c.text.text.clone()))
+            };
+            match found {
+                Some((start_line, end_line, snippet)) => out.push(Hit {
+                    path: String::from_utf8_lossy(real.as_bytes()).into_owned(),
+                    start_line,
+                    end_line,
+                    score: h.score,
+                    snippet,
+                }),
+                None => stale += 1,
+            }
         }
-        let found = paths.get(&h.path).and_then(|real| {
-            // The same chunk, preferably where the server saw it; if it moved, where it is now.
-            let chunks = current.get(real)?;
-            let chunk = chunks
-                .iter()
-                .find(|c| c.id == h.id && c.start_line == h.start_line)
-                .or_else(|| chunks.iter().find(|c| c.id == h.id))?;
-            Some((real, chunk))
-        });
-        match found {
-            Some((real, chunk)) => outcome.hits.push(Hit {
-                path: String::from_utf8_lossy(real.as_bytes()).into_owned(),
-                start_line: chunk.start_line,
-                end_line: chunk.end_line,
-                score: h.score,
-                snippet: chunk.text.text.clone(),
-            }),
-            None => outcome.stale += 1,
-        }
-    }
+        (out, stale)
+    })
+    .await
+    .map_err(|e| Error::Internal(format!("search task: {e}")))?;
+    outcome.hits = hits;
+    outcome.stale = stale;
     Ok(outcome)
 }

@@ -263,6 +263,9 @@ pub struct SearchHit {
     pub end_line: u32,
     /// Keyed chunk id (hex), for the client to check the file still holds it.
     pub id: String,
+    /// The file's keyed leaf (hex) as indexed: when the client's file still has this leaf,
+    /// the line range is exact without re-chunking.
+    pub leaf: String,
     /// File kind.
     pub kind: String,
     /// Fused score, higher is better.

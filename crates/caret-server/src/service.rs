@@ -255,7 +255,12 @@ impl Service {
         let cell = match existing {
             Some(cell) => {
                 let mut state = cell.state.lock().await;
-                self.namespace(tenant, id).refresh(&mut state).await?;
+                let ns = self.namespace(tenant, id);
+                match ns.refresh(&mut state).await {
+                    // Another replica compacted past this copy: load it afresh.
+                    Err(caret_store::Error::Gap(_)) => *state = ns.load().await?,
+                    other => other?,
+                }
                 drop(state);
                 cell
             }
@@ -653,6 +658,11 @@ impl Service {
             hits: hits
                 .into_iter()
                 .map(|h| caret_protocol::SearchHit {
+                    leaf: state
+                        .files
+                        .get(&h.path)
+                        .map(|f| caret_workspace::ContentHash(f.leaf).to_hex())
+                        .unwrap_or_default(),
                     path: h.path,
                     start_line: h.start_line,
                     end_line: h.end_line,

@@ -61,6 +61,9 @@ pub enum Error {
     /// Encoding a batch failed.
     #[error("encoding a log batch: {0}")]
     Encode(String),
+    /// Log objects this state needs were removed by compaction (it is too old): load again.
+    #[error("the log of {0} was compacted past this state; reload it")]
+    Gap(String),
     /// Building or searching an ANN index failed.
     #[error("ann index: {0}")]
     Ann(String),
@@ -512,22 +515,34 @@ impl Namespace {
         Ok(Some((Arc::new(built.0), built.1)))
     }
 
-    /// Loads the state: the newest readable segment, then the log after it.
+    /// Loads the state: the newest readable segment, then the log after it. If compaction
+    /// removes log objects meanwhile, it starts over; if no readable segment and log are left
+    /// at all (both kept generations damaged), it logs an error and starts empty at the end
+    /// of the log, so clients send everything again.
     pub async fn load(&self) -> Result<State> {
-        let mut state = State::default();
-        for (_, path) in self.list_manifests().await? {
-            if let Some((segment, data)) = self.open_segment(&path).await? {
-                state = State::from_segment(segment, data);
-                break;
+        for _ in 0..3 {
+            let mut state = State::default();
+            for (_, path) in self.list_manifests().await? {
+                if let Some((segment, data)) = self.open_segment(&path).await? {
+                    state = State::from_segment(segment, data);
+                    break;
+                }
+            }
+            match self.refresh(&mut state).await {
+                Ok(()) => return Ok(state),
+                Err(Error::Gap(_)) => continue,
+                Err(e) => return Err(e),
             }
         }
-        self.refresh(&mut state).await?;
+        tracing::error!(namespace = %self.prefix, "no readable segment covers the kept log; starting empty (clients will resend)");
+        let mut state = State::default();
+        state.seq = self.wal_seqs(0).await?.last().map_or(0, |(s, _)| *s);
         Ok(state)
     }
 
-    /// Applies log objects newer than `state.seq`, in order.
-    pub async fn refresh(&self, state: &mut State) -> Result<()> {
-        let offset = self.wal().child(seq_name(state.seq));
+    /// Log objects after `after`, in order.
+    async fn wal_seqs(&self, after: u64) -> Result<Vec<(u64, ObjPath)>> {
+        let offset = self.wal().child(seq_name(after));
         let mut newer: Vec<(u64, ObjPath)> = self
             .store
             .list_with_offset(Some(&self.wal()), &offset)
@@ -536,11 +551,27 @@ impl Namespace {
             .await?
             .into_iter()
             .filter_map(|p| p.filename().and_then(|n| n.parse::<u64>().ok()).map(|s| (s, p)))
-            .filter(|(s, _)| *s > state.seq)
+            .filter(|(s, _)| *s > after)
             .collect();
         newer.sort();
+        Ok(newer)
+    }
+
+    /// Applies log objects newer than `state.seq`, in order. [`Error::Gap`] when the next
+    /// one was removed by compaction (the state must be loaded again).
+    pub async fn refresh(&self, state: &mut State) -> Result<()> {
+        let newer = self.wal_seqs(state.seq).await?;
+        if newer.first().is_some_and(|(s, _)| *s != state.seq + 1) {
+            return Err(Error::Gap(self.prefix.to_string()));
+        }
         for (seq, path) in newer {
-            let bytes = self.get(&path).await?;
+            let bytes = match self.get(&path).await {
+                Ok(b) => b,
+                Err(Error::ObjectStore(object_store::Error::NotFound { .. })) => {
+                    return Err(Error::Gap(self.prefix.to_string()));
+                }
+                Err(e) => return Err(e),
+            };
             match open::<Batch>(&bytes).filter(|b| b.version == FORMAT) {
                 Some(batch) => state.apply(seq, batch.records),
                 None => {
@@ -549,6 +580,27 @@ impl Namespace {
             }
             state.seq = seq;
             state.tail.objects += 1;
+        }
+        Ok(())
+    }
+
+    /// After manifest `current` committed: removes what two kept generations no longer need —
+    /// manifests and segments older than the previous one, and log objects the previous
+    /// segment covers (so a corrupt current segment can still be rebuilt from the previous
+    /// one plus the log). Best effort: leftovers only cost space.
+    async fn collect_garbage(&self, current: u64) -> Result<()> {
+        let manifests = self.list_manifests().await?;
+        let Some((prev_n, prev_path)) = manifests.iter().find(|(n, _)| *n < current) else { return Ok(()) };
+        let Some(prev) = open::<Manifest>(&self.get(prev_path).await?) else { return Ok(()) };
+        for (n, path) in manifests.iter().filter(|(n, _)| n < prev_n) {
+            if let Some(m) = self.get(path).await.ok().and_then(|b| open::<Manifest>(&b)) {
+                self.discard(&m.segment).await;
+            }
+            let _ = self.store.delete(path).await;
+            tracing::debug!(manifest = n, "removed an old generation");
+        }
+        for (_, path) in self.wal_seqs(0).await?.into_iter().take_while(|(s, _)| *s <= prev.seq) {
+            let _ = self.store.delete(&path).await;
         }
         Ok(())
     }
@@ -618,7 +670,12 @@ impl Namespace {
             Manifest { version: FORMAT, seq: segment.seq, segment: name.clone(), ann: segment.ann.is_some() };
         let path = self.manifests().child(seq_name(next));
         match self.store.put_opts(&path, PutPayload::from(seal(&manifest)?), create()).await {
-            Ok(_) => Ok(Some(Arc::new(segment))),
+            Ok(_) => {
+                if let Err(e) = self.collect_garbage(next).await {
+                    tracing::warn!(namespace = %self.prefix, "removing old generations failed: {e}");
+                }
+                Ok(Some(Arc::new(segment)))
+            }
             Err(object_store::Error::AlreadyExists { .. }) => {
                 tracing::info!(namespace = %self.prefix, "another compaction committed first; discarding ours");
                 self.discard(&name).await;

@@ -247,3 +247,42 @@ async fn works_on_the_local_file_system() {
     ns.destroy().await.unwrap();
     assert!(ns.load().await.unwrap().files.is_empty());
 }
+
+#[tokio::test]
+async fn old_generations_are_collected_and_stale_readers_reload() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let ns = Namespace::new(store.clone(), "t/w");
+    let mut state = corpus(&ns).await;
+    let mut stale = ns.load().await.unwrap();
+    let q = query("retry upload render", Some(unit(0, 0.0)), 6);
+    for round in 0..3u8 {
+        ns.append(
+            &mut state,
+            vec![text_chunk(20 + round, "fn extra() {}"), file(&format!("x{round}"), 20 + round, 20 + round)],
+        )
+        .await
+        .unwrap();
+        let seg = ns.compact(state.compaction_plan()).await.unwrap().unwrap();
+        state.install(seg);
+    }
+    let count = |dir: &'static str| {
+        let store = store.clone();
+        async move { store.list(Some(&ObjPath::from(dir))).try_collect::<Vec<_>>().await.unwrap().len() }
+    };
+    assert_eq!(count("t/w/manifest").await, 2, "two generations are kept");
+    assert_eq!(count("t/w/seg").await, 2);
+    // The log the previous generation covers is gone; the rest is kept.
+    assert_eq!(count("t/w/wal").await, 1);
+    let mut loaded = ns.load().await.unwrap();
+    assert_eq!(loaded.search(&q), state.search(&q));
+    assert_eq!(loaded.files.len(), state.files.len());
+    // A reader that slept through the compactions is told to reload.
+    assert!(matches!(ns.refresh(&mut stale).await, Err(Error::Gap(_))));
+    // With the current segment corrupt, the previous one plus the kept log still answer.
+    let m = ns.list_manifests().await.unwrap();
+    let newest = open::<segment::Manifest>(&ns.get(&m[0].1).await.unwrap()).unwrap();
+    store.put(&ns.seg(&newest.segment), PutPayload::from_static(b"garbage")).await.unwrap();
+    let mut fallback = ns.load().await.unwrap();
+    assert_eq!(fallback.files.len(), state.files.len());
+    assert_eq!(fallback.search(&q), state.search(&q));
+}

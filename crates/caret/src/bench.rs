@@ -70,6 +70,9 @@ pub enum BenchCommand {
         /// Extra passes over the questions for the latency figures.
         #[arg(long, default_value_t = 3)]
         runs: usize,
+        /// Keep the index in DIR (and reuse it on the next run) instead of a scratch directory.
+        #[arg(long)]
+        keep: Option<PathBuf>,
     },
 }
 
@@ -77,7 +80,9 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         BenchCommand::Scan { path, runs } => bench_scan(config, &path, runs.max(1)),
         BenchCommand::Sync { path, changes } => crate::bench_sync::run(config, &path, changes),
-        BenchCommand::Search { path, questions, runs } => crate::bench_search::run(config, &path, questions, runs),
+        BenchCommand::Search { path, questions, runs, keep } => {
+            crate::bench_search::run(config, &path, questions, runs, keep)
+        }
         BenchCommand::Embed { path, chunks, threads } => bench_embed(config, &path, chunks, threads),
         BenchCommand::Vectors { n, dim, queries, ef } => bench_vectors(n, dim, queries, ef),
     }

@@ -42,7 +42,17 @@ fn answer_rank(paths: &[String], answers: &[String]) -> Option<usize> {
     paths.iter().filter(|p| seen.insert(p.as_str())).take(10).position(|p| answers.contains(p)).map(|i| i + 1)
 }
 
-pub fn run(config: &Config, path: &Path, questions: Option<PathBuf>, runs: usize) -> anyhow::Result<ExitCode> {
+pub fn run(
+    config: &Config,
+    path: &Path,
+    questions: Option<PathBuf>,
+    runs: usize,
+    keep: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    if let Some(dir) = keep {
+        // A kept index is reused: the next run only embeds what changed.
+        return bench(config, path, questions.as_deref(), runs.max(1), &dir);
+    }
     let scratch = config.home.join("bench").join(format!("search-{}", std::process::id()));
     let result = bench(config, path, questions.as_deref(), runs.max(1), &scratch);
     let _ = std::fs::remove_dir_all(&scratch);
@@ -79,7 +89,10 @@ fn bench(
     runtime()?.block_on(async {
         let service = caret_server::open(&StorageConfig::local(&scratch.join("server"))).await?.with_embedding(model);
         let service = Arc::new(service);
-        let tenant = service.db().create_tenant("bench").await?;
+        let tenant = match service.db().tenant_by_name("bench").await? {
+            Some(t) => t,
+            None => service.db().create_tenant("bench").await?,
+        };
         let transport = LocalTransport::new(service.clone(), tenant, "embedded");
 
         let started = Instant::now();
