@@ -145,6 +145,30 @@ impl caret_client::transport::Transport for Recording {
         self.sent.lock().unwrap().push(serde_json::to_string(&req).unwrap());
         self.inner.commit(id, key, req).await
     }
+    async fn missing_vectors(&self, id: &str, limit: usize) -> caret_client::Result<caret_protocol::MissingVectors> {
+        self.inner.missing_vectors(id, limit).await
+    }
+    async fn embed(
+        &self,
+        id: &str,
+        key: &caret_crypto::ServerKey,
+        req: caret_protocol::EmbedRequest,
+    ) -> caret_client::Result<caret_protocol::EmbedResponse> {
+        self.sent.lock().unwrap().push(serde_json::to_string(&req).unwrap());
+        self.inner.embed(id, key, req).await
+    }
+    async fn search(
+        &self,
+        id: &str,
+        key: &caret_crypto::ServerKey,
+        req: &caret_protocol::SearchRequest,
+    ) -> caret_client::Result<caret_protocol::SearchResponse> {
+        self.sent.lock().unwrap().push(serde_json::to_string(req).unwrap());
+        self.inner.search(id, key, req).await
+    }
+    async fn settle(&self, id: &str) -> caret_client::Result<()> {
+        self.inner.settle(id).await
+    }
     fn wire(&self) -> &caret_client::transport::WireCounter {
         self.inner.wire()
     }

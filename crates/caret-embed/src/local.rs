@@ -23,7 +23,7 @@ impl Default for LocalBertConfig {
         LocalBertConfig {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             max_tokens: 256,
-            batch_tokens: 8192,
+            batch_tokens: 2048,
         }
     }
 }
@@ -135,23 +135,35 @@ impl Embedder for LocalBert {
         // Length bucketing: similar lengths share a batch, so little compute goes to padding.
         let mut order: Vec<usize> = (0..texts.len()).collect();
         order.sort_by_key(|i| encoded[*i].len());
-        let mut out: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
-        self.pool.install(|| -> Result<()> {
-            let mut start = 0;
-            while start < order.len() {
-                // Sorted ascending, so the last member of a batch is its longest.
-                let mut end = start + 1;
-                while end < order.len() && (end + 1 - start) * encoded[order[end]].len() <= self.config.batch_tokens {
-                    end += 1;
-                }
-                let batch: Vec<&[u32]> = order[start..end].iter().map(|i| encoded[*i].as_slice()).collect();
-                for (slot, v) in order[start..end].iter().zip(self.forward(&batch)?) {
-                    out[*slot] = v;
-                }
-                start = end;
+        let mut batches: Vec<&[usize]> = Vec::new();
+        let mut start = 0;
+        while start < order.len() {
+            // Sorted ascending, so the last member of a batch is its longest.
+            let mut end = start + 1;
+            while end < order.len() && (end + 1 - start) * encoded[order[end]].len() <= self.config.batch_tokens {
+                end += 1;
             }
-            Ok(())
+            batches.push(&order[start..end]);
+            start = end;
+        }
+        // Batches run side by side: much of a forward pass (softmax, GELU, layer norm) is
+        // single-threaded in candle, so one batch at a time leaves cores idle.
+        let results: Vec<Vec<Vec<f32>>> = self.pool.install(|| {
+            use rayon::prelude::*;
+            batches
+                .par_iter()
+                .map(|members| {
+                    let batch: Vec<&[u32]> = members.iter().map(|i| encoded[*i].as_slice()).collect();
+                    self.forward(&batch)
+                })
+                .collect::<Result<_>>()
         })?;
+        let mut out: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
+        for (members, vectors) in batches.iter().zip(results) {
+            for (slot, v) in members.iter().zip(vectors) {
+                out[*slot] = v;
+            }
+        }
         Ok(out)
     }
 }

@@ -129,6 +129,7 @@ pub struct Service {
     loaded: std::sync::Mutex<LoadedMap>,
     embedding: Option<Arc<EmbeddingModel>>,
     compaction: CompactionPolicy,
+    weights: Weights,
 }
 
 impl std::fmt::Debug for Service {
@@ -205,6 +206,7 @@ impl Service {
             loaded: std::sync::Mutex::new(HashMap::new()),
             embedding: None,
             compaction: CompactionPolicy::default(),
+            weights: Weights::default(),
         }
     }
 
@@ -217,6 +219,12 @@ impl Service {
     /// The service with another compaction policy.
     pub fn with_compaction(mut self, policy: CompactionPolicy) -> Self {
         self.compaction = policy;
+        self
+    }
+
+    /// The service with other fusion weights and kind boosts.
+    pub fn with_weights(mut self, weights: Weights) -> Self {
+        self.weights = weights;
         self
     }
 
@@ -650,7 +658,7 @@ impl Service {
         };
         let semantic = vector.is_some();
         let k = req.k as usize;
-        let query = Query { terms, vector, k, candidates: (k * 4).max(100), weights: Weights::default() };
+        let query = Query { terms, vector, k, candidates: (k * 4).max(100), weights: self.weights };
         let mut state = cell.state.lock().await;
         let hits = state.search(&query);
         let (embeddable, embedded) = state.vector_progress(model.as_ref().map_or("", |m| m.id()));

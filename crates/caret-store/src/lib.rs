@@ -476,7 +476,7 @@ impl Namespace {
             .into_iter()
             .filter_map(|p| p.filename().and_then(|n| n.parse::<u64>().ok()).map(|n| (n, p)))
             .collect();
-        found.sort_by(|a, b| b.0.cmp(&a.0));
+        found.sort_by_key(|f| std::cmp::Reverse(f.0));
         Ok(found)
     }
 
@@ -535,9 +535,7 @@ impl Namespace {
             }
         }
         tracing::error!(namespace = %self.prefix, "no readable segment covers the kept log; starting empty (clients will resend)");
-        let mut state = State::default();
-        state.seq = self.wal_seqs(0).await?.last().map_or(0, |(s, _)| *s);
-        Ok(state)
+        Ok(State { seq: self.wal_seqs(0).await?.last().map_or(0, |(s, _)| *s), ..State::default() })
     }
 
     /// Log objects after `after`, in order.

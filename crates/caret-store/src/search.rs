@@ -29,7 +29,7 @@ pub struct Weights {
 
 impl Default for Weights {
     fn default() -> Self {
-        Weights { lexical: 1.0, vector: 1.0, rrf_c: 60.0, code: 1.0, test: 0.9, docs: 0.9, config: 0.8 }
+        Weights { lexical: 1.0, vector: 1.0, rrf_c: 60.0, code: 1.0, test: 0.7, docs: 0.7, config: 0.7 }
     }
 }
 

@@ -65,7 +65,7 @@ fn text_chunk(id: u8, text: &str) -> Record {
 
 /// A unit vector in 4 dimensions pointing mostly along `axis`.
 fn unit(axis: usize, tilt: f32) -> Vec<f32> {
-    let mut v = vec![tilt; 4];
+    let mut v = [tilt; 4];
     v[axis] = 1.0;
     let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
     v.iter().map(|x| x / n).collect()

@@ -87,7 +87,9 @@ fn bench(
     let ws = LocalWorkspace::open(path, &scratch.join("state"), &scratch.join("keys"))?;
     println!("caret bench search {} (model {model_id})", ws.root.display());
     runtime()?.block_on(async {
-        let service = caret_server::open(&StorageConfig::local(&scratch.join("server"))).await?.with_embedding(model);
+        let service = caret_server::open(&StorageConfig::local(&scratch.join("server"))).await?
+            .with_embedding(model)
+            .with_weights(config.search_weights()?);
         let service = Arc::new(service);
         let tenant = match service.db().tenant_by_name("bench").await? {
             Some(t) => t,

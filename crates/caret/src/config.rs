@@ -349,6 +349,31 @@ impl Config {
         })))
     }
 
+    /// Fusion weights and kind boosts: the defaults, with `CARET_SEARCH_WEIGHTS` overrides
+    /// such as `lexical=1,vector=1,c=60,code=1,test=0.9,docs=0.9,config=0.8`.
+    pub fn search_weights(&self) -> anyhow::Result<caret_store::Weights> {
+        let mut w = caret_store::Weights::default();
+        let Some(spec) = env("CARET_SEARCH_WEIGHTS") else { return Ok(w) };
+        for part in spec.split(',').filter(|p| !p.trim().is_empty()) {
+            let (name, value) =
+                part.split_once('=').with_context(|| format!("CARET_SEARCH_WEIGHTS: {part:?} is not name=value"))?;
+            let value: f32 =
+                value.trim().parse().with_context(|| format!("CARET_SEARCH_WEIGHTS: {value:?} is not a number"))?;
+            let slot = match name.trim() {
+                "lexical" => &mut w.lexical,
+                "vector" => &mut w.vector,
+                "c" => &mut w.rrf_c,
+                "code" => &mut w.code,
+                "test" => &mut w.test,
+                "docs" => &mut w.docs,
+                "config" => &mut w.config,
+                other => bail!("CARET_SEARCH_WEIGHTS: unknown weight {other:?}"),
+            };
+            *slot = value;
+        }
+        Ok(w)
+    }
+
     /// Per-workspace client state (stat cache) lives here.
     pub fn workspace_state_dir(&self, canonical_root: &Path) -> PathBuf {
         use std::os::unix::ffi::OsStrExt;

@@ -98,7 +98,7 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
             let policy = caret_server::service::CompactionPolicy { records, ..Default::default() };
             service = service.with_compaction(policy);
         }
-        let service = Arc::new(service);
+        let service = Arc::new(service.with_weights(config.search_weights()?));
         let listener =
             std::net::TcpListener::bind(serve.addr).with_context(|| format!("listening on {}", serve.addr))?;
         let local = listener.local_addr()?;

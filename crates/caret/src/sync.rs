@@ -92,6 +92,7 @@ pub async fn transport(config: &Config, remote: &Remote) -> anyhow::Result<Box<d
             if let Some(model) = config.embedding_model()? {
                 service = service.with_embedding(model);
             }
+            let service = service.with_weights(config.search_weights()?);
             let tenant = match service.db().tenant_by_name("local").await? {
                 Some(t) => t,
                 None => service.db().create_tenant("local").await?,

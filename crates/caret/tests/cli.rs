@@ -355,3 +355,30 @@ fn index_then_search_finds_the_right_function_and_drops_stale_hits() {
         assert!(status["vectors"]["model"].is_null(), "{status}");
     }
 }
+
+/// The embedding cache: a clone that shares the key reuses the first clone's vectors.
+#[test]
+fn clones_sharing_a_key_embed_each_chunk_once() {
+    let Some(_) = std::env::var_os("CARET_TEST_MODEL_DIR") else {
+        eprintln!("skipped: CARET_TEST_MODEL_DIR is not set (CI sets it)");
+        return;
+    };
+    let home = TempDir::new();
+    let (a, b) = (search_repo(), search_repo());
+    let (ra, rb) = (a.path().to_str().unwrap(), b.path().to_str().unwrap());
+    let key = stdout(&caret_model(&home, &["key", "export", ra])).trim().to_owned();
+    let out = caret_model(&home, &["key", "import", rb, "--key", &key, "--force"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let first: Value = serde_json::from_slice(&caret_model(&home, &["index", ra, "--json"]).stdout).unwrap();
+    let embedded = first["embed"]["progress"]["embedded"].as_u64().unwrap();
+    assert!(embedded >= 4, "{first}");
+    let second: Value = serde_json::from_slice(&caret_model(&home, &["index", rb, "--json"]).stdout).unwrap();
+    assert_eq!(second["embed"]["progress"]["embedded"], 0, "reused, not embedded again: {second}");
+    assert_eq!(second["embed"]["progress"]["done"], second["embed"]["progress"]["total"], "{second}");
+    let out = caret_model(
+        &home,
+        &["search", "-C", rb, "-k", "1", "--json", "--mode", "semantic", "check that a login is authentic"],
+    );
+    let hits: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(hits[0]["path"], "src/auth.py", "{hits}");
+}
