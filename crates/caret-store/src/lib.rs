@@ -23,6 +23,7 @@
 //! HTTP.
 
 pub mod ann;
+pub mod bm25;
 pub mod lexical;
 pub mod rank;
 mod search;
@@ -32,7 +33,8 @@ pub use search::{Query, SearchHit, Weights};
 pub use segment::{CompactionPlan, Segment};
 
 use crate::ann::{AnnIndex, AnnParams};
-use crate::segment::{Manifest, SegmentData};
+use crate::bm25::Bm25Index;
+use crate::segment::{Manifest, SegmentData, Stored};
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -461,6 +463,10 @@ impl Namespace {
         self.prefix.child("seg").child(format!("{name}.ann"))
     }
 
+    fn bm25(&self, name: &str) -> ObjPath {
+        self.prefix.child("seg").child(format!("{name}.bm25"))
+    }
+
     async fn get(&self, path: &ObjPath) -> Result<bytes::Bytes> {
         Ok(self.store.get(path).await?.bytes().await?)
     }
@@ -498,18 +504,25 @@ impl Namespace {
             return Ok(None);
         };
         let dim = data.dim as usize;
-        let mut ann = None;
+        let mut stored = Stored::default();
         if m.ann {
             match self.get(&self.ann(&m.segment)).await {
                 Ok(bytes) => match AnnIndex::from_bytes(&bytes, dim, AnnParams::default()) {
-                    Ok(a) => ann = Some(a),
+                    Ok(a) => stored.ann = Some(a),
                     Err(e) => tracing::error!(segment = %m.segment, "ANN graph is unreadable ({e}); rebuilding it"),
                 },
                 Err(e) => tracing::error!(segment = %m.segment, "ANN graph is missing ({e}); rebuilding it"),
             }
         }
+        match self.get(&self.bm25(&m.segment)).await {
+            Ok(bytes) => match Bm25Index::from_bytes(&bytes) {
+                Ok(b) => stored.bm25 = Some(b),
+                Err(e) => tracing::error!(segment = %m.segment, "BM25 index is unreadable ({e}); rebuilding it"),
+            },
+            Err(e) => tracing::error!(segment = %m.segment, "BM25 index is missing ({e}); rebuilding it"),
+        }
         let name = m.segment.clone();
-        let built = tokio::task::spawn_blocking(move || Segment::from_data(name, &data, ann).map(|s| (s, data)))
+        let built = tokio::task::spawn_blocking(move || Segment::from_data(name, &data, stored).map(|s| (s, data)))
             .await
             .map_err(|e| Error::Encode(format!("segment task: {e}")))??;
         Ok(Some((Arc::new(built.0), built.1)))
@@ -643,7 +656,7 @@ impl Namespace {
             let name = name.clone();
             tokio::task::spawn_blocking(move || {
                 let data = plan.fold(old_chunks);
-                Segment::from_data(name, &data, None).map(|s| (s, data))
+                Segment::from_data(name, &data, Stored::default()).map(|s| (s, data))
             })
             .await
             .map_err(|e| Error::Encode(format!("compaction task: {e}")))??
@@ -651,6 +664,7 @@ impl Namespace {
         let sealed = seal(&data)?;
         drop(data);
         self.store.put_opts(&self.seg(&name), PutPayload::from(sealed), create()).await?;
+        self.store.put_opts(&self.bm25(&name), PutPayload::from(segment.bm25.to_bytes()?), create()).await?;
         if let Some(ann) = &segment.ann {
             self.store.put_opts(&self.ann(&name), PutPayload::from(ann.to_bytes()?), create()).await?;
         }
@@ -687,6 +701,7 @@ impl Namespace {
     async fn discard(&self, name: &str) {
         let _ = self.store.delete(&self.seg(name)).await;
         let _ = self.store.delete(&self.ann(name)).await;
+        let _ = self.store.delete(&self.bm25(name)).await;
     }
 
     /// Removes every object of the namespace.

@@ -97,6 +97,22 @@ pub struct Corpus {
 }
 
 impl Corpus {
+    /// Statistics given directly: documents, tokens, and document frequency by term.
+    pub fn new(docs: u64, tokens: u64, df: HashMap<u64, u64>) -> Self {
+        let avg_len = if docs == 0 { 0.0 } else { tokens as f32 / docs as f32 };
+        Corpus { docs: docs as f32, avg_len, df: df.into_iter().map(|(t, d)| (t, d as usize)).collect() }
+    }
+
+    /// Tokens in the corpus.
+    pub fn total_tokens(&self) -> u64 {
+        (self.avg_len * self.docs).round() as u64
+    }
+
+    /// Documents holding `term` (0 if the term was not asked about).
+    pub fn df(&self, term: u64) -> u64 {
+        self.df.get(&term).copied().unwrap_or(0) as u64
+    }
+
     /// The statistics of `parts` together, for `query`'s terms.
     pub fn of(parts: &[&LexicalIndex], query: &[u64]) -> Self {
         let docs: usize = parts.iter().map(|p| p.lengths.len()).sum();

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::bm25::Stats;
 use crate::rank::{self, Bm25, Corpus, Hit, LexicalIndex};
 use crate::{Location, State};
 
@@ -136,15 +137,28 @@ impl State {
         }
         let params = Bm25::default();
         let tail = self.tail_lexical();
-        let mut parts = vec![&tail.1];
+        // Statistics of the whole namespace, so segment and tail scores compare.
+        let tail_corpus = Corpus::of(&[&tail.1], terms);
+        let mut stats = Stats {
+            docs: tail.1.len() as u64,
+            tokens: tail_corpus.total_tokens(),
+            df: terms.iter().map(|t| (*t, tail_corpus.df(*t))).collect(),
+        };
         if let Some(seg) = &self.segment {
-            parts.push(&seg.lexical);
+            stats.docs += seg.bm25.docs();
+            stats.tokens += seg.bm25.tokens();
+            for (t, df) in stats.df.iter_mut() {
+                *df += seg.bm25.doc_freq(*t);
+            }
         }
-        let corpus = Corpus::of(&parts, terms);
+        let corpus = Corpus::new(stats.docs, stats.tokens, stats.df.clone());
         let mut lists = Vec::new();
         if let Some(seg) = &self.segment {
-            let hits = seg.lexical.search_with(terms, n * 2, params, &corpus);
-            lists.push(hits.into_iter().map(|(i, s)| (seg.ids[i], s)).collect());
+            let hits = seg.bm25.search(terms, n * 2, &stats).unwrap_or_else(|e| {
+                tracing::error!("segment BM25 search failed: {e}");
+                Vec::new()
+            });
+            lists.push(hits.into_iter().filter_map(|(i, s)| seg.ids.get(i).map(|id| (*id, s))).collect());
         }
         let hits = tail.1.search_with(terms, n * 2, params, &corpus);
         lists.push(hits.into_iter().map(|(i, s)| (tail.0[i], s)).collect());

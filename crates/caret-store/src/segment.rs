@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use serde::{Deserialize, Serialize};
 
 use crate::ann::{AnnIndex, AnnParams};
-use crate::rank::LexicalIndex;
+use crate::bm25::Bm25Index;
 use crate::{ANN_THRESHOLD, ChunkRecord, FileRecord};
 
 /// A segment as stored (`seg/<name>`, sealed).
@@ -34,14 +34,21 @@ pub(crate) struct Manifest {
     pub ann: bool,
 }
 
-/// A loaded segment, ready to search: BM25 postings over the chunk table, the vector block and,
-/// above [`ANN_THRESHOLD`] vectors, an HNSW graph over it.
+/// What was read from storage beside a segment's data; missing parts are rebuilt.
+#[derive(Default)]
+pub(crate) struct Stored {
+    pub ann: Option<AnnIndex>,
+    pub bm25: Option<Bm25Index>,
+}
+
+/// A loaded segment, ready to search: a tantivy BM25 index over the chunk table's keyed
+/// terms, the vector block and, above [`ANN_THRESHOLD`] vectors, an HNSW graph over it.
 pub struct Segment {
     pub(crate) name: String,
     pub(crate) seq: u64,
     pub(crate) ids: Vec<[u8; 32]>,
     pub(crate) lengths: Vec<u32>,
-    pub(crate) lexical: LexicalIndex,
+    pub(crate) bm25: Bm25Index,
     pub(crate) model: Option<String>,
     pub(crate) dim: usize,
     pub(crate) vector_ids: Vec<[u8; 32]>,
@@ -62,12 +69,16 @@ impl std::fmt::Debug for Segment {
 }
 
 impl Segment {
-    /// Builds the in-memory indexes of stored segment data. `ann` is the stored graph, when
-    /// it loaded; a missing one is rebuilt when the segment is large enough to need it.
-    pub(crate) fn from_data(name: String, data: &SegmentData, ann: Option<AnnIndex>) -> crate::Result<Segment> {
-        let lexical = LexicalIndex::build(data.chunks.iter().map(|c| (c.terms.as_slice(), c.length)));
+    /// Builds the in-memory indexes of stored segment data. `stored` holds the BM25 index and
+    /// graph read from storage, when they loaded; missing ones are rebuilt (the graph only when
+    /// the segment is large enough to need it).
+    pub(crate) fn from_data(name: String, data: &SegmentData, stored: Stored) -> crate::Result<Segment> {
+        let bm25 = match stored.bm25 {
+            Some(b) if b.docs() == data.chunks.len() as u64 => b,
+            _ => Bm25Index::build(&data.chunks)?,
+        };
         let dim = data.dim as usize;
-        let ann = match ann {
+        let ann = match stored.ann {
             Some(a) if a.len() == data.vector_ids.len() => Some(a),
             _ if data.vector_ids.len() >= ANN_THRESHOLD => {
                 Some(AnnIndex::build(&data.vectors, dim, AnnParams::default())?)
@@ -79,7 +90,7 @@ impl Segment {
             seq: data.seq,
             ids: data.chunks.iter().map(|c| c.id).collect(),
             lengths: data.chunks.iter().map(|c| c.length).collect(),
-            lexical,
+            bm25,
             model: data.model.clone(),
             dim,
             vector_ids: data.vector_ids.clone(),
