@@ -212,6 +212,7 @@ pub struct State {
     vectors: HashMap<[u8; 32], VecAt>,
     tree: Option<Arc<MerkleTree>>,
     pub(crate) locations: Option<Arc<HashMap<[u8; 32], Vec<Location>>>>,
+    progress: std::sync::Mutex<Option<(String, u64, u64)>>,
     pub(crate) tail_lexical: Option<Arc<(Vec<[u8; 32]>, rank::LexicalIndex)>>,
 }
 
@@ -264,6 +265,7 @@ impl State {
         }
         self.tree = None;
         self.locations = None;
+        *self.progress.get_mut().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     fn apply_vectors(&mut self, seq: u64, b: VectorBatch) {
@@ -349,6 +351,16 @@ impl State {
     /// Distinct chunks referenced by current files, and how many of them have a vector by
     /// `model`.
     pub fn vector_progress(&self, model: &str) -> (u64, u64) {
+        let mut cached = self.progress.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, total, with)) = cached.as_ref().filter(|(m, _, _)| m == model) {
+            return (*total, *with);
+        }
+        let counts = self.count_vectors(model);
+        *cached = Some((model.to_owned(), counts.0, counts.1));
+        counts
+    }
+
+    fn count_vectors(&self, model: &str) -> (u64, u64) {
         let same = self.model.as_ref().is_some_and(|(m, _)| m == model);
         let mut seen = std::collections::HashSet::new();
         let (mut total, mut with) = (0u64, 0u64);
@@ -422,6 +434,7 @@ impl State {
         self.tail.objects = self.seq - cut;
         self.tree = None;
         self.locations = None;
+        *self.progress.get_mut().unwrap_or_else(|p| p.into_inner()) = None;
         self.tail_lexical = None;
     }
 }

@@ -33,6 +33,9 @@ pub enum BenchCommand {
         /// Threads for the model.
         #[arg(long)]
         threads: Option<usize>,
+        /// Write the texts and their vectors as JSON here, for scripts/embed-reference.py.
+        #[arg(long)]
+        dump: Option<PathBuf>,
     },
     /// Vector search on synthetic embeddings: exact scan vs the ANN index, with recall@10.
     Vectors {
@@ -89,7 +92,7 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Search { path, questions, runs, keep, embed_chunks, synthetic } => {
             // Everything the search capability is measured by, printed in one run.
             if embed_chunks > 0 {
-                bench_embed(config, &path, embed_chunks, None)?;
+                bench_embed(config, &path, embed_chunks, None, None)?;
             }
             let code = crate::bench_search::run(config, &path, questions, runs, keep)?;
             for n in synthetic.into_iter().filter(|n| *n > 0) {
@@ -97,7 +100,9 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
             }
             Ok(code)
         }
-        BenchCommand::Embed { path, chunks, threads } => bench_embed(config, &path, chunks, threads),
+        BenchCommand::Embed { path, chunks, threads, dump } => {
+            bench_embed(config, &path, chunks, threads, dump.as_deref())
+        }
         BenchCommand::Vectors { n, dim, queries, ef } => bench_vectors(n, dim, queries, ef),
     }
 }
@@ -303,7 +308,13 @@ fn git_status(root: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn bench_embed(config: &Config, path: &Path, n: usize, threads: Option<usize>) -> anyhow::Result<ExitCode> {
+pub fn bench_embed(
+    config: &Config,
+    path: &Path,
+    n: usize,
+    threads: Option<usize>,
+    dump: Option<&Path>,
+) -> anyhow::Result<ExitCode> {
     use caret_embed::{Embedder as _, LocalBert, LocalBertConfig};
     use caret_workspace::tokens::TokenCounter as _;
     let dir = config.home.join("models").join(crate::config::DEFAULT_EMBEDDING_MODEL);
@@ -343,6 +354,10 @@ pub fn bench_embed(config: &Config, path: &Path, n: usize, threads: Option<usize
     let t = Instant::now();
     let batched = model.embed(&refs)?;
     let batched_time = t.elapsed();
+    if let Some(out) = dump {
+        let json = serde_json::json!({ "model": model.model_id(), "texts": refs, "vectors": batched });
+        std::fs::write(out, serde_json::to_vec(&json)?).with_context(|| format!("writing {}", out.display()))?;
+    }
     let sample = refs.len().min(200);
     let t = Instant::now();
     let single = model.embed_unbatched(&refs[..sample])?;
