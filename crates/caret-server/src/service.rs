@@ -74,9 +74,7 @@ impl EmbeddingModel {
     /// A model already loaded.
     pub fn ready(embedder: Arc<dyn Embedder>) -> Self {
         let id = embedder.model_id().to_owned();
-        let loaded = OnceLock::new();
-        let _ = loaded.set(Ok(embedder));
-        EmbeddingModel { id, load: Box::new(|| Err("unreachable".into())), loaded }
+        EmbeddingModel::lazy(id, move || Ok(embedder.clone()))
     }
 
     /// The model's id.
