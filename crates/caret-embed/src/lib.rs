@@ -1,7 +1,8 @@
 //! Embedders: text in, unit vectors out.
 //!
 //! [`LocalBert`] runs a BERT-family sentence-embedding model (the Hugging Face layout:
-//! `config.json`, `tokenizer.json`, `model.safetensors`) on the CPU with candle: mean pooling
+//! `config.json`, `tokenizer.json`, and `model.onnx` for ONNX Runtime or `model.safetensors`
+//! for candle) on the CPU: mean pooling
 //! over the attention mask, L2 normalisation, batches formed by length so little is padded,
 //! and a thread pool of its own so it does not oversubscribe the machine.
 //! [`OpenAiEmbedder`] calls an OpenAI-compatible `/v1/embeddings` endpoint (TEI, vLLM,
@@ -10,9 +11,11 @@
 //! This crate knows nothing about storage; callers cache by chunk id.
 
 mod local;
+mod onnx;
 mod remote;
 
 pub use local::{LocalBert, LocalBertConfig};
+pub use onnx::RUNTIME_LIBRARY;
 pub use remote::OpenAiEmbedder;
 
 /// Errors of embedders.
@@ -43,6 +46,11 @@ impl From<candle_core::Error> for Error {
     fn from(e: candle_core::Error) -> Self {
         Error::Model(e.to_string())
     }
+}
+
+/// Whether `dir` holds a model [`LocalBert`] can load (`model.onnx` or `model.safetensors`).
+pub fn is_local_model(dir: &std::path::Path) -> bool {
+    dir.join("model.onnx").is_file() || dir.join("model.safetensors").is_file()
 }
 
 /// Result alias of this crate.

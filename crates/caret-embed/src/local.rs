@@ -1,10 +1,11 @@
 use std::path::Path;
 
-use candle_core::{D, DType, Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
 use caret_workspace::tokens::WordPiece;
 
+use crate::onnx::OnnxEncoder;
 use crate::{Embedder, Error, Result, normalize};
 
 /// Settings of the local model.
@@ -23,14 +24,23 @@ impl Default for LocalBertConfig {
         LocalBertConfig {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             max_tokens: 256,
-            batch_tokens: 2048,
+            batch_tokens: 512,
         }
     }
 }
 
-/// A BERT-family sentence-embedding model on the CPU.
+/// What runs the encoder.
+enum Runtime {
+    /// `model.safetensors` (f32) with candle.
+    Candle(Box<BertModel>),
+    /// `model.onnx` with ONNX Runtime.
+    Onnx(OnnxEncoder),
+}
+
+/// A BERT-family sentence-embedding model on the CPU: a Hugging Face directory with
+/// `model.onnx` runs on ONNX Runtime, one with `model.safetensors` on candle.
 pub struct LocalBert {
-    model: BertModel,
+    runtime: Runtime,
     tokenizer: WordPiece,
     dim: usize,
     config: LocalBertConfig,
@@ -60,18 +70,22 @@ impl LocalBert {
             .and_then(|n| usize::try_from(n).ok())
             .ok_or_else(|| fail("config.json has no hidden_size".to_owned()))?;
         let tokenizer = WordPiece::from_model_dir(dir).map_err(|e| fail(e.to_string()))?;
-        let weights =
-            std::fs::read(dir.join("model.safetensors")).map_err(|e| fail(format!("model.safetensors: {e}")))?;
-        let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &Device::Cpu)
-            .map_err(|e| fail(e.to_string()))?;
-        let model = BertModel::load(vb, &bert).map_err(|e| fail(e.to_string()))?;
+        let runtime = if dir.join("model.onnx").exists() {
+            Runtime::Onnx(OnnxEncoder::load(dir, config.threads.max(1)).map_err(fail)?)
+        } else {
+            let weights =
+                std::fs::read(dir.join("model.safetensors")).map_err(|e| fail(format!("model.safetensors: {e}")))?;
+            let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &Device::Cpu)
+                .map_err(|e| fail(e.to_string()))?;
+            Runtime::Candle(Box::new(BertModel::load(vb, &bert).map_err(|e| fail(e.to_string()))?))
+        };
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(config.threads.max(1))
             .thread_name(|i| format!("caret-embed-{i}"))
             .build()
             .map_err(|e| fail(format!("starting the thread pool: {e}")))?;
         let name = dir.file_name().map_or_else(|| "bert".to_owned(), |n| n.to_string_lossy().into_owned());
-        Ok(LocalBert { model, tokenizer, dim, config, pool, model_id: format!("local:{name}") })
+        Ok(LocalBert { runtime, tokenizer, dim, config, pool, model_id: format!("local:{name}") })
     }
 
     /// Runs one padded batch; returns unit vectors in batch order.
@@ -86,20 +100,21 @@ impl LocalBert {
             mask.extend(std::iter::repeat_n(1u32, seq.len()));
             mask.extend(std::iter::repeat_n(0u32, len - seq.len()));
         }
-        let device = Device::Cpu;
-        let shape = (batch.len(), len);
-        let input = Tensor::from_vec(ids, shape, &device)?;
-        let mask = Tensor::from_vec(mask, shape, &device)?;
-        let types = input.zeros_like()?;
-        let hidden = self.model.forward(&input, &types, Some(&mask))?;
-        // Mean over the real tokens: sum(hidden × mask) / sum(mask).
-        let mask = mask.to_dtype(DType::F32)?.unsqueeze(D::Minus1)?;
-        let summed = hidden.broadcast_mul(&mask)?.sum(1)?;
-        let counts = mask.sum(1)?;
-        let mean = summed.broadcast_div(&counts)?;
-        let mut out = mean.to_vec2::<f32>()?;
-        out.iter_mut().for_each(|v| normalize(v));
-        Ok(out)
+        let rows = batch.len();
+        if len == 0 {
+            return Ok(vec![vec![0.0; self.dim]; rows]);
+        }
+        let hidden = match &self.runtime {
+            Runtime::Candle(model) => {
+                let shape = (rows, len);
+                let input = Tensor::from_vec(ids, shape, &Device::Cpu)?;
+                let types = input.zeros_like()?;
+                let mask = Tensor::from_vec(mask.clone(), shape, &Device::Cpu)?;
+                model.forward(&input, &types, Some(&mask))?.flatten_all()?.to_vec1::<f32>()?
+            }
+            Runtime::Onnx(encoder) => encoder.hidden(&ids, &mask, rows, len, self.dim).map_err(Error::Model)?,
+        };
+        Ok(mean_pool(&hidden, &mask, len, self.dim))
     }
 
     /// Embeds texts one at a time, no batching: the baseline the benchmark compares with.
@@ -166,4 +181,22 @@ impl Embedder for LocalBert {
         }
         Ok(out)
     }
+}
+
+/// Unit-length means of the hidden states (`rows × len × dim`) over the real tokens of each
+/// row (`mask`, `rows × len`).
+fn mean_pool(hidden: &[f32], mask: &[u32], len: usize, dim: usize) -> Vec<Vec<f32>> {
+    hidden
+        .chunks_exact(len * dim)
+        .zip(mask.chunks_exact(len))
+        .map(|(states, row_mask)| {
+            let mut sum = vec![0f32; dim];
+            for (state, _) in states.chunks_exact(dim).zip(row_mask).filter(|(_, m)| **m != 0) {
+                sum.iter_mut().zip(state).for_each(|(s, x)| *s += x);
+            }
+            // The norm is what counts: dividing by the token count would not change the direction.
+            normalize(&mut sum);
+            sum
+        })
+        .collect()
 }

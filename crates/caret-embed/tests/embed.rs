@@ -1,54 +1,109 @@
-//! Embedders end to end. The local model tests need the real model: set
-//! `CARET_TEST_MODEL_DIR` to an installed all-minilm-l6-v2 (`caret models pull`; CI does).
+//! Embedders end to end. The local model tests need the real models: set
+//! `CARET_TEST_MODEL_DIR` to an installed all-minilm-l6-v2-int8 (ONNX Runtime) and
+//! `CARET_TEST_F32_MODEL_DIR` to an installed all-minilm-l6-v2 (candle) — `caret models pull`;
+//! CI does. Each test runs on every model given and says so when none is.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::path::PathBuf;
 
 use caret_embed::{Embedder, LocalBert, LocalBertConfig, OpenAiEmbedder, cosine};
 
-fn model() -> Option<LocalBert> {
-    let Some(dir) = std::env::var_os("CARET_TEST_MODEL_DIR") else {
-        eprintln!("CARET_TEST_MODEL_DIR is not set: skipping the local model test");
-        return None;
-    };
-    Some(
-        LocalBert::load(std::path::Path::new(&dir), LocalBertConfig { threads: 2, ..LocalBertConfig::default() })
-            .unwrap(),
-    )
+const MODEL_VARS: [&str; 2] = ["CARET_TEST_MODEL_DIR", "CARET_TEST_F32_MODEL_DIR"];
+
+fn model_dirs() -> Vec<PathBuf> {
+    let dirs: Vec<PathBuf> = MODEL_VARS.iter().filter_map(std::env::var_os).map(PathBuf::from).collect();
+    if dirs.is_empty() {
+        eprintln!("neither {MODEL_VARS:?} is set: skipping the local model test");
+    }
+    dirs
+}
+
+fn models() -> Vec<LocalBert> {
+    model_dirs()
+        .iter()
+        .map(|dir| LocalBert::load(dir, LocalBertConfig { threads: 2, ..LocalBertConfig::default() }).unwrap())
+        .collect()
 }
 
 #[test]
 fn local_model_gives_unit_vectors_that_rank_by_meaning() {
-    let Some(m) = model() else { return };
-    assert_eq!(m.dim(), 384);
-    let texts = [
-        "retry failed uploads with exponential backoff",
-        "fn upload_with_retry(&self, attempts: u32) { for i in 0..attempts { if self.put().is_ok() { return; } sleep(backoff(i)); } }",
-        "the cat sat on the warm windowsill in the sun",
-        "def parse_config(path): return toml.load(open(path))",
-    ];
-    let v = m.embed(&texts).unwrap();
-    for x in &v {
-        assert_eq!(x.len(), 384);
-        assert!((x.iter().map(|a| a * a).sum::<f32>() - 1.0).abs() < 1e-4);
+    for m in models() {
+        assert_eq!(m.dim(), 384);
+        let texts = [
+            "retry failed uploads with exponential backoff",
+            "fn upload_with_retry(&self, attempts: u32) { for i in 0..attempts { if self.put().is_ok() { return; } sleep(backoff(i)); } }",
+            "the cat sat on the warm windowsill in the sun",
+            "def parse_config(path): return toml.load(open(path))",
+        ];
+        let v = m.embed(&texts).unwrap();
+        for x in &v {
+            assert_eq!(x.len(), 384);
+            assert!((x.iter().map(|a| a * a).sum::<f32>() - 1.0).abs() < 1e-4);
+        }
+        let q = &v[0];
+        assert!(cosine(q, &v[1]) > cosine(q, &v[2]), "code about retries is closer than a cat");
+        assert!(cosine(q, &v[1]) > cosine(q, &v[3]), "and closer than config parsing");
     }
-    let q = &v[0];
-    assert!(cosine(q, &v[1]) > cosine(q, &v[2]), "code about retries is closer than a cat");
-    assert!(cosine(q, &v[1]) > cosine(q, &v[3]), "and closer than config parsing");
 }
 
 #[test]
 fn batching_and_padding_do_not_change_vectors() {
-    let Some(m) = model() else { return };
-    let long = "token ".repeat(400);
-    let texts = ["short", "a somewhat longer sentence about parsing files", long.as_str(), "fn main() {}", "short"];
-    let batched = m.embed(&texts).unwrap();
-    let single = m.embed_unbatched(&texts).unwrap();
-    for (b, s) in batched.iter().zip(&single) {
-        let diff = b.iter().zip(s).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
-        assert!(diff < 1e-4, "max difference {diff}");
+    for m in models() {
+        let long = "token ".repeat(400);
+        let texts = ["short", "a somewhat longer sentence about parsing files", long.as_str(), "fn main() {}", "short"];
+        let batched = m.embed(&texts).unwrap();
+        let single = m.embed_unbatched(&texts).unwrap();
+        for (b, s) in batched.iter().zip(&single) {
+            let diff = b.iter().zip(s).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+            assert!(diff < 1e-4, "max difference {diff}");
+        }
+        assert_eq!(batched[0], batched[4], "same text, same vector");
     }
-    assert_eq!(batched[0], batched[4], "same text, same vector");
+}
+
+#[test]
+fn int8_onnx_and_f32_candle_agree() {
+    let models = models();
+    let [int8, f32] = models.as_slice() else {
+        eprintln!("needs both {MODEL_VARS:?}: skipping");
+        return;
+    };
+    assert_ne!(int8.model_id(), f32.model_id(), "vectors of the two are never mixed");
+    let long = "fn retry(attempts: u32) -> Result<()> { backoff(attempts) }\n".repeat(30);
+    let texts = ["where do we retry failed uploads", "def parse_config(path): ...", long.as_str(), "x"];
+    let (a, b) = (int8.embed(&texts).unwrap(), f32.embed(&texts).unwrap());
+    for (text, (x, y)) in texts.iter().zip(a.iter().zip(&b)) {
+        let c = cosine(x, y);
+        assert!(c > 0.99, "cosine {c} for {text:?}");
+    }
+}
+
+#[test]
+fn onnx_model_problems_are_clear_errors() {
+    let Some(real) = std::env::var_os("CARET_TEST_MODEL_DIR").map(PathBuf::from) else {
+        eprintln!("CARET_TEST_MODEL_DIR is not set: skipping");
+        return;
+    };
+    if !real.join(caret_embed::RUNTIME_LIBRARY).exists() {
+        eprintln!("CARET_TEST_MODEL_DIR is not an ONNX model: skipping");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("caret-bad-onnx-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["config.json", "tokenizer.json"] {
+        std::fs::copy(real.join(f), dir.join(f)).unwrap();
+    }
+    std::fs::write(dir.join("model.onnx"), b"not a model").unwrap();
+    if std::env::var_os("ORT_DYLIB_PATH").is_none() {
+        let err = LocalBert::load(&dir, LocalBertConfig::default()).unwrap_err().to_string();
+        assert!(err.contains("no ONNX Runtime library"), "{err}");
+    }
+    std::fs::copy(real.join(caret_embed::RUNTIME_LIBRARY), dir.join(caret_embed::RUNTIME_LIBRARY)).unwrap();
+    let err = LocalBert::load(&dir, LocalBertConfig::default()).unwrap_err().to_string();
+    assert!(err.contains("model.onnx"), "a corrupt model names its file: {err}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

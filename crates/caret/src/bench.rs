@@ -36,6 +36,9 @@ pub enum BenchCommand {
         /// Write the texts and their vectors as JSON here, for scripts/embed-reference.py.
         #[arg(long)]
         dump: Option<PathBuf>,
+        /// The model: a name under `$CARET_HOME/models` or a directory (default: `[embed] model`).
+        #[arg(long)]
+        model: Option<String>,
     },
     /// Vector search on synthetic embeddings: exact scan vs the ANN index, with recall@10.
     Vectors {
@@ -79,7 +82,7 @@ pub enum BenchCommand {
         /// Chunks of the project for the embedding throughput comparison (0: skip it).
         #[arg(long, default_value_t = 300)]
         embed_chunks: usize,
-        /// Sizes of synthetic namespaces for ANN vs exact search (e.g. 100000,1000000; empty: skip).
+        /// Sizes of synthetic namespaces for ANN vs exact search (e.g. 100000,1000000; 0: skip).
         #[arg(long, value_delimiter = ',', default_value = "100000")]
         synthetic: Vec<usize>,
     },
@@ -100,8 +103,12 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
             }
             Ok(code)
         }
-        BenchCommand::Embed { path, chunks, threads, dump } => {
-            bench_embed(config, &path, chunks, threads, dump.as_deref())
+        BenchCommand::Embed { path, chunks, threads, dump, model } => {
+            let mut config = config.clone();
+            if let Some(m) = model {
+                config.embed.model = m;
+            }
+            bench_embed(&config, &path, chunks, threads, dump.as_deref())
         }
         BenchCommand::Vectors { n, dim, queries, ef } => bench_vectors(n, dim, queries, ef),
     }
@@ -317,10 +324,11 @@ pub fn bench_embed(
 ) -> anyhow::Result<ExitCode> {
     use caret_embed::{Embedder as _, LocalBert, LocalBertConfig};
     use caret_workspace::tokens::TokenCounter as _;
-    let dir = config.home.join("models").join(crate::config::DEFAULT_EMBEDDING_MODEL);
+    let dir = config.local_model_dir();
     anyhow::ensure!(
-        dir.join("model.safetensors").exists(),
-        "the default embedding model is not installed: run `caret models pull`"
+        caret_embed::is_local_model(&dir),
+        "no embedding model in {} (`caret models pull`, or `--model NAME|DIR`)",
+        dir.display()
     );
     let mut settings = LocalBertConfig::default();
     if let Some(t) = threads {

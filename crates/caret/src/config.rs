@@ -9,8 +9,16 @@ use caret_workspace::tokens::{Estimate, TokenCounter, WordPiece};
 use caret_workspace::walk::WalkConfig;
 use serde::Deserialize;
 
+/// The default embedding model's directory name under `$CARET_HOME/models`: all-MiniLM-L6-v2
+/// with int8 weights on ONNX Runtime where the catalog packages the runtime (x86-64).
+#[cfg(target_arch = "x86_64")]
+pub const DEFAULT_EMBEDDING_MODEL: &str = "all-minilm-l6-v2-int8";
 /// The default embedding model's directory name under `$CARET_HOME/models`.
-pub const DEFAULT_EMBEDDING_MODEL: &str = "all-minilm-l6-v2";
+#[cfg(not(target_arch = "x86_64"))]
+pub const DEFAULT_EMBEDDING_MODEL: &str = FALLBACK_EMBEDDING_MODEL;
+
+/// The same model in f32 on candle: used by default when only it is installed.
+pub const FALLBACK_EMBEDDING_MODEL: &str = "all-minilm-l6-v2";
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -279,7 +287,7 @@ impl Config {
         let counter: Arc<dyn TokenCounter> = match &self.chunk.tokenizer {
             Some(path) => Arc::new(load_tokenizer(path)?),
             None => {
-                let dir = self.home.join("models").join(DEFAULT_EMBEDDING_MODEL);
+                let dir = self.local_model_dir();
                 match dir.exists().then(|| WordPiece::from_model_dir(&dir)) {
                     Some(Ok(wp)) => Arc::new(wp),
                     Some(Err(err)) => {
@@ -316,6 +324,25 @@ impl Config {
         storage
     }
 
+    /// The local embedding model's directory: `[embed] model` as a name under
+    /// `$CARET_HOME/models` or as a path. The default falls back to the f32 model when only
+    /// that one is installed.
+    pub fn local_model_dir(&self) -> PathBuf {
+        let given = PathBuf::from(&self.embed.model);
+        if given.is_absolute() || given.components().count() > 1 {
+            return given;
+        }
+        let models = self.home.join("models");
+        let dir = models.join(&self.embed.model);
+        if self.embed.model == DEFAULT_EMBEDDING_MODEL && !caret_embed::is_local_model(&dir) {
+            let fallback = models.join(FALLBACK_EMBEDDING_MODEL);
+            if caret_embed::is_local_model(&fallback) {
+                return fallback;
+            }
+        }
+        dir
+    }
+
     /// The embedding model, loaded on first use; `None` (search is lexical only) when it is
     /// turned off or not installed.
     pub fn embedding_model(&self) -> anyhow::Result<Option<caret_server::service::EmbeddingModel>> {
@@ -329,13 +356,8 @@ impl Config {
             let remote: Arc<dyn Embedder> = Arc::new(OpenAiEmbedder::new(url, e.api_key.clone(), &e.model, e.dim)?);
             return Ok(Some(EmbeddingModel::ready(remote)));
         }
-        let given = PathBuf::from(&e.model);
-        let dir = if given.is_absolute() || given.components().count() > 1 {
-            given
-        } else {
-            self.home.join("models").join(&e.model)
-        };
-        if !dir.join("model.safetensors").exists() {
+        let dir = self.local_model_dir();
+        if !caret_embed::is_local_model(&dir) {
             tracing::warn!("no embedding model in {} (run `caret models pull`); search is lexical only", dir.display());
             return Ok(None);
         }
