@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod llm;
+
 /// The header carrying the request's server key (see `caret-crypto`): the server derives chunk
 /// ids and token hashes from it in memory and never stores it.
 pub const SERVER_KEY_HEADER: &str = "x-caret-server-key";

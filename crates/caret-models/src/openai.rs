@@ -1,0 +1,199 @@
+//! A provider for OpenAI-compatible servers: OpenAI itself, vLLM, llama.cpp's server, TEI,
+//! Ollama. Always streams from the upstream; the gateway collects for non-streaming clients.
+
+use std::time::Duration;
+
+use caret_protocol::llm::{
+    ChatChunk, ChatRequest, CompletionRequest, CompletionResponse, EmbeddingsRequest, EmbeddingsResponse, StreamOptions,
+};
+use futures::StreamExt as _;
+
+use crate::provider::{Event, EventStream, Provider};
+use crate::sse::events;
+use crate::{Error, Result};
+
+/// An OpenAI-compatible endpoint.
+#[derive(Debug, Clone)]
+pub struct OpenAiProvider {
+    base: String,
+    api_key: Option<String>,
+    client: reqwest::Client,
+}
+
+impl OpenAiProvider {
+    /// A provider for the server at `url` (with or without the trailing `/v1`).
+    pub fn new(url: &str, api_key: Option<String>) -> Result<Self> {
+        let base = url.trim_end_matches('/').trim_end_matches("/v1").to_owned();
+        Ok(OpenAiProvider { base, api_key, client: http_client()? })
+    }
+
+    async fn post(&self, path: &str, body: &impl serde::Serialize) -> Result<reqwest::Response> {
+        let mut req = self.client.post(format!("{}{path}", self.base)).json(body);
+        if let Some(key) = &self.api_key {
+            req = req.bearer_auth(key);
+        }
+        checked(&self.base, req.send().await).await
+    }
+}
+
+/// The HTTP client providers share settings with: connect timeout only (deadlines are the
+/// gateway's), rustls.
+pub(crate) fn http_client() -> Result<reqwest::Client> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .pool_idle_timeout(Duration::from_secs(60))
+        .build()
+        .map_err(|e| Error::Upstream { upstream: "http client".into(), status: None, message: e.to_string() })
+}
+
+/// Classifies a response: 2xx passes, 429 is rate limiting, 5xx a retryable failure, other
+/// 4xx a rejection; transport errors are retryable failures.
+pub(crate) async fn checked(
+    upstream: &str,
+    sent: std::result::Result<reqwest::Response, reqwest::Error>,
+) -> Result<reqwest::Response> {
+    let resp = sent.map_err(|e| transport(upstream, &e))?;
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(resp);
+    }
+    let retry_after = resp
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64);
+    let body = resp.text().await.unwrap_or_default();
+    let message = error_message(&body).unwrap_or_else(|| status.canonical_reason().unwrap_or("error").to_owned());
+    let upstream = upstream.to_owned();
+    Err(match status.as_u16() {
+        429 => Error::RateLimited { upstream, retry_after },
+        s @ 500..=599 => Error::Upstream { upstream, status: Some(s), message },
+        s => Error::Rejected { upstream, status: s, message },
+    })
+}
+
+/// The message of an error body in OpenAI's or Anthropic's shape.
+fn error_message(body: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    let m = v["error"]["message"].as_str().or_else(|| v["message"].as_str())?;
+    Some(m.chars().take(500).collect())
+}
+
+pub(crate) fn transport(upstream: &str, e: &reqwest::Error) -> Error {
+    Error::Upstream { upstream: upstream.to_owned(), status: None, message: e.to_string() }
+}
+
+/// Server-sent `data:` payloads of a response, up to `[DONE]`.
+pub(crate) fn data_events(
+    upstream: String,
+    resp: reqwest::Response,
+) -> futures::stream::BoxStream<'static, Result<String>> {
+    events(resp.bytes_stream())
+        .map(move |e| e.map(|e| e.data).map_err(|e| transport(&upstream, &e)))
+        .take_while(|d| futures::future::ready(!matches!(d, Ok(d) if d == "[DONE]")))
+        .boxed()
+}
+
+fn parse<T: serde::de::DeserializeOwned>(upstream: &str, data: &str) -> Result<T> {
+    serde_json::from_str(data).map_err(|e| Error::Upstream {
+        upstream: upstream.to_owned(),
+        status: None,
+        message: format!("unreadable event: {e}"),
+    })
+}
+
+fn chat_events(chunk: ChatChunk) -> Vec<Event> {
+    let mut out = Vec::new();
+    for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
+        if let Some(t) = choice.delta.content.filter(|t| !t.is_empty()) {
+            out.push(Event::Text(t));
+        }
+        for call in choice.delta.tool_calls {
+            out.push(Event::ToolCall {
+                index: call.index,
+                id: call.id,
+                name: call.function.name,
+                arguments: call.function.arguments.unwrap_or_default(),
+            });
+        }
+        if let Some(f) = choice.finish_reason {
+            out.push(Event::Finish(f));
+        }
+    }
+    if let Some(u) = chunk.usage {
+        out.push(Event::Usage(u));
+    }
+    out
+}
+
+fn completion_events(chunk: CompletionResponse) -> Vec<Event> {
+    let mut out = Vec::new();
+    for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
+        if !choice.text.is_empty() {
+            out.push(Event::Text(choice.text));
+        }
+        if let Some(f) = choice.finish_reason {
+            out.push(Event::Finish(f));
+        }
+    }
+    if let Some(u) = chunk.usage {
+        out.push(Event::Usage(u));
+    }
+    out
+}
+
+/// Flattens parsed payloads into events.
+fn event_stream<T, F>(upstream: String, resp: reqwest::Response, to_events: F) -> EventStream
+where
+    T: serde::de::DeserializeOwned,
+    F: Fn(T) -> Vec<Event> + Send + 'static,
+{
+    let name = upstream.clone();
+    data_events(upstream, resp)
+        .flat_map(move |data| {
+            let items: Vec<Result<Event>> = match data.and_then(|d| parse::<T>(&name, &d)) {
+                Ok(chunk) => to_events(chunk).into_iter().map(Ok).collect(),
+                Err(e) => vec![Err(e)],
+            };
+            futures::stream::iter(items)
+        })
+        .boxed()
+}
+
+#[async_trait::async_trait]
+impl Provider for OpenAiProvider {
+    fn describe(&self) -> String {
+        format!("openai {}", self.base)
+    }
+
+    async fn chat(&self, mut req: ChatRequest) -> Result<EventStream> {
+        req.stream = true;
+        req.stream_options = Some(StreamOptions { include_usage: true });
+        let resp = self.post("/v1/chat/completions", &req).await?;
+        Ok(event_stream(self.base.clone(), resp, chat_events))
+    }
+
+    async fn complete(&self, mut req: CompletionRequest) -> Result<EventStream> {
+        req.stream = true;
+        req.stream_options = Some(StreamOptions { include_usage: true });
+        let resp = self.post("/v1/completions", &req).await?;
+        Ok(event_stream(self.base.clone(), resp, completion_events))
+    }
+
+    async fn embed(&self, req: EmbeddingsRequest) -> Result<EmbeddingsResponse> {
+        let resp = self.post("/v1/embeddings", &req).await?;
+        let text = resp.text().await.map_err(|e| transport(&self.base, &e))?;
+        parse(&self.base, &text)
+    }
+
+    async fn health(&self) -> Result<()> {
+        let mut req = self.client.get(format!("{}/v1/models", self.base));
+        if let Some(key) = &self.api_key {
+            req = req.bearer_auth(key);
+        }
+        checked(&self.base, req.send().await).await.map(|_| ())
+    }
+}
