@@ -569,14 +569,20 @@ impl Gateway {
         let now = Instant::now();
         let mut queue: Option<(usize, Duration, &Arc<Deployment>)> = None;
         let mut cooling: Option<Duration> = None;
+        // Avoid the deployment that just failed while any other is healthy.
+        let avoid = avoid.filter(|name| {
+            deps.iter().any(|d| {
+                d.name != *name && {
+                    let mut st = d.lock();
+                    d.healthy(&mut st, now)
+                }
+            })
+        });
         let mut order_groups: Vec<u32> = deps.iter().map(|d| d.order).collect();
         order_groups.dedup();
         for order in order_groups {
-            let group: Vec<&Arc<Deployment>> = deps.iter().filter(|d| d.order == order).collect();
-            // Avoid the deployment that just failed when the group has another.
-            let others = group.iter().filter(|d| Some(d.name.as_str()) != avoid).count();
             let mut ready: Vec<&Arc<Deployment>> = Vec::new();
-            for d in group.into_iter().filter(|d| others == 0 || Some(d.name.as_str()) != avoid) {
+            for d in deps.iter().filter(|d| d.order == order && Some(d.name.as_str()) != avoid) {
                 let mut st = d.lock();
                 if !d.healthy(&mut st, now) {
                     let until =
@@ -749,15 +755,19 @@ impl Gateway {
             permit.fail(&err);
             drop(permit);
             tracing::warn!(deployment = %d.name, attempt, kind = err.kind(), "model call failed");
-            if !err.retryable() || attempt + 1 >= retry.max_attempts || !self.may_retry() {
+            if !err.retryable() || attempt + 1 >= retry.max_attempts {
                 return Err(err);
             }
-            // Another deployment at once; the same one after a jittered backoff.
+            // Another deployment at once, free; the same one after a jittered backoff, paid
+            // from the retry budget so a sick upstream is not hammered.
             let alone = deps.iter().filter(|x| x.name != d.name).all(|x| {
                 let mut st = x.lock();
                 !x.healthy(&mut st, Instant::now())
             });
             if alone {
+                if !self.may_retry() {
+                    return Err(err);
+                }
                 let cap = retry.backoff.saturating_mul(1 << attempt.min(16)).min(retry.max_backoff);
                 let mut pause = cap.mul_f64(fastrand::f64());
                 if let Some(after) = err.retry_after() {
@@ -870,6 +880,40 @@ async fn first_event(mut stream: EventStream) -> Result<EventStream> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A provider that is never called.
+    struct Idle;
+
+    #[async_trait::async_trait]
+    impl Provider for Idle {
+        fn describe(&self) -> String {
+            "idle".into()
+        }
+        async fn health(&self) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_recovered_deployment_ramps_its_concurrency_up() {
+        let limits = DeploymentLimits {
+            max_concurrency: 10,
+            slow_start: Duration::from_secs(10),
+            breaker_threshold: 1,
+            ..DeploymentLimits::default()
+        };
+        let d = Deployment::new("d", Arc::new(Idle), "m", 0, 1, limits);
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut st = d.lock();
+        assert_eq!(d.limit(&st, t0), 10, "never failed: full concurrency");
+        st.breaker.failure(t0);
+        st.breaker.probe_ok(t0 + s(1));
+        st.breaker.success(t0 + s(1));
+        assert_eq!(d.limit(&st, t0 + s(1)), 1, "just recovered: one at a time");
+        assert_eq!(d.limit(&st, t0 + s(6)), 5);
+        assert_eq!(d.limit(&st, t0 + s(11)), 10);
+    }
 
     #[test]
     fn recovery_admits_a_widening_stable_share_of_tenants() {

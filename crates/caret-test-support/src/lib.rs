@@ -1,7 +1,10 @@
-//! Test fixtures shared by Caret's crates: temporary directories and git repositories.
+//! Test fixtures shared by Caret's crates: temporary directories and git repositories, and a
+//! scripted OpenAI-compatible model server ([`scripted::ScriptedUpstream`]).
 //!
 //! Dev-only: this crate is a dev-dependency everywhere and never ships in the binary.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+pub mod scripted;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
