@@ -103,7 +103,7 @@ async fn verdict(s: &Script) -> Result<Behaviour, Response> {
     if let Some(status) = b.status {
         return Err(error(status, "scripted failure"));
     }
-    if b.fail_every.is_some_and(|every| n % every.max(1) == 0) {
+    if b.fail_every.is_some_and(|every| n.is_multiple_of(every.max(1))) {
         return Err(error(500, "scripted intermittent failure"));
     }
     Ok(b)
