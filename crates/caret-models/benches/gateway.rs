@@ -10,12 +10,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use caret_models::openai::OpenAiProvider;
-use caret_models::{CallContext, Class, Deployment, DeploymentLimits, Gateway, GatewaySettings, Provider, collect_chat};
+use caret_models::{
+    CallContext, Class, Deployment, DeploymentLimits, Gateway, GatewaySettings, Provider, collect_chat,
+};
 use caret_protocol::llm::ChatRequest;
 use caret_test_support::scripted::ScriptedUpstream;
 
 fn request() -> ChatRequest {
-    serde_json::from_value(serde_json::json!({"model": "chat", "messages": [{"role": "user", "content": "hi"}]})).unwrap()
+    serde_json::from_value(serde_json::json!({"model": "chat", "messages": [{"role": "user", "content": "hi"}]}))
+        .unwrap()
 }
 
 /// Fires `rate` requests a second for `seconds`, each on its own task, and returns the
@@ -72,11 +75,16 @@ fn main() {
         let limits = DeploymentLimits { max_concurrency: 512, max_queue: 4096, ..Default::default() };
         g.add_alias("chat", vec![Deployment::new("bench", provider.clone(), "m", 0, 1, limits)]);
         let g = Arc::new(g);
-        println!("caret-models bench gateway: {rate} streamed chat requests/s for {seconds} s against a scripted upstream");
+        println!(
+            "caret-models bench gateway: {rate} streamed chat requests/s for {seconds} s against a scripted upstream"
+        );
         // Warm the connection pools.
         for _ in 0..200 {
             let _ = collect_chat(provider.chat(request()).await.unwrap()).await;
-            let _ = collect_chat(g.chat(request(), CallContext::new(Class::Interactive, Duration::from_secs(5), "t")).await.unwrap()).await;
+            let _ = collect_chat(
+                g.chat(request(), CallContext::new(Class::Interactive, Duration::from_secs(5), "t")).await.unwrap(),
+            )
+            .await;
         }
         let mut rows = Vec::new();
         for round in 0..2 {

@@ -33,6 +33,8 @@ pub struct AppState {
     pub limiter: Arc<Limiter>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// The model gateway, when models are configured.
+    pub gateway: Option<Arc<caret_models::Gateway>>,
 }
 
 /// JSON bodies whose rejections (malformed, truncated, wrong type, too large) become our
@@ -73,6 +75,10 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
         .route("/v1/workspaces/{id}/vectors/missing", get(missing_vectors))
         .route("/v1/workspaces/{id}/embed", post(embed))
         .route("/v1/workspaces/{id}/search", post(search))
+        .route("/v1/chat/completions", post(crate::llm::chat_completions))
+        .route("/v1/completions", post(crate::llm::completions))
+        .route("/v1/embeddings", post(crate::llm::embeddings))
+        .route("/v1/models", get(crate::llm::models))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -134,7 +140,11 @@ async fn ready(State(state): State<AppState>) -> Response {
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render()).into_response()
+    let mut text = state.metrics.render();
+    if let Some(g) = &state.gateway {
+        text.push_str(&g.metrics_text());
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
 async fn list_workspaces(State(s): State<AppState>, Extension(t): Extension<Tenant>) -> Result<Response> {

@@ -9,6 +9,7 @@
 pub mod db;
 pub mod http;
 pub mod limit;
+pub mod llm;
 pub mod metrics;
 pub mod service;
 
@@ -93,6 +94,8 @@ pub struct ServeConfig {
     pub rate_limit: RateLimit,
     /// Largest request body in bytes.
     pub body_limit: usize,
+    /// The model gateway behind `/v1/chat/completions` and friends (none: those answer 503).
+    pub gateway: Option<Arc<caret_models::Gateway>>,
 }
 
 impl ServeConfig {
@@ -115,6 +118,7 @@ pub fn app(service: Arc<Service>, config: &ServeConfig) -> axum::Router {
         service,
         limiter: Arc::new(Limiter::new(config.rate_limit)),
         metrics: Arc::new(metrics::Metrics::default()),
+        gateway: config.gateway.clone(),
     };
     http::router(state, config.body_limit)
 }

@@ -30,6 +30,70 @@ pub struct Config {
     pub server: ServerSection,
     pub sync: SyncSection,
     pub embed: EmbedSection,
+    /// Model aliases of the gateway (`[[models]]`), each with its deployments.
+    pub models: Vec<ModelAlias>,
+    pub gateway: GatewaySection,
+}
+
+/// A model alias: the name clients ask for, and the deployments that serve it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelAlias {
+    pub alias: String,
+    pub deployments: Vec<DeploymentSection>,
+}
+
+/// Which API a deployment speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// OpenAI-compatible (`/v1/chat/completions`, …): OpenAI, vLLM, llama.cpp server, TEI, Ollama.
+    Openai,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+/// One upstream behind an alias.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeploymentSection {
+    /// Name in metrics and logs (default: the provider's URL host and model).
+    pub name: Option<String>,
+    pub provider: ProviderKind,
+    pub url: String,
+    /// The upstream's model name.
+    pub model: String,
+    /// An environment variable holding the API key (keys never go in the file).
+    pub api_key_env: Option<String>,
+    /// Lower first; equal orders share traffic by weight.
+    #[serde(default)]
+    pub order: u32,
+    #[serde(default = "one")]
+    pub weight: u32,
+    pub rpm: Option<u32>,
+    pub tpm: Option<u32>,
+    pub max_concurrency: Option<usize>,
+    pub max_queue: Option<usize>,
+    /// Longest wait for an attempt's first token, and longest silence mid-stream.
+    pub timeout_ms: Option<u64>,
+    /// Ramp-up after recovering, in seconds.
+    pub slow_start_s: Option<u64>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Gateway-wide limits.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GatewaySection {
+    /// Model requests a minute per tenant.
+    pub tenant_rpm: Option<u32>,
+    /// Model tokens a minute per tenant.
+    pub tenant_tpm: Option<u32>,
+    /// Attempts per request (first included).
+    pub max_attempts: Option<u32>,
 }
 
 /// The embedding model of the embedded server and of `caret serve`.
@@ -198,6 +262,8 @@ impl Default for Config {
             server: ServerSection::default(),
             sync: SyncSection::default(),
             embed: EmbedSection::default(),
+            models: Vec::new(),
+            gateway: GatewaySection::default(),
         }
     }
 }
@@ -322,6 +388,55 @@ impl Config {
             storage.object_store = store.clone();
         }
         storage
+    }
+
+    /// The model gateway for the configured `[[models]]`; `None` when there are none.
+    pub fn gateway(&self) -> anyhow::Result<Option<Arc<caret_models::Gateway>>> {
+        use caret_models::{Deployment, DeploymentLimits, Gateway, GatewaySettings, Provider};
+        if self.models.is_empty() {
+            return Ok(None);
+        }
+        let mut settings = GatewaySettings {
+            tenant_rpm: self.gateway.tenant_rpm,
+            tenant_tpm: self.gateway.tenant_tpm,
+            ..GatewaySettings::default()
+        };
+        if let Some(n) = self.gateway.max_attempts {
+            settings.retry.max_attempts = n.max(1);
+        }
+        let mut gateway = Gateway::new(settings);
+        for m in &self.models {
+            anyhow::ensure!(!m.deployments.is_empty(), "model alias {:?} has no deployments", m.alias);
+            let mut deployments = Vec::new();
+            for d in &m.deployments {
+                let api_key = match &d.api_key_env {
+                    Some(var) => Some(std::env::var(var).with_context(|| {
+                        format!("model alias {:?}: the API key variable {var} is not set", m.alias)
+                    })?),
+                    None => None,
+                };
+                let provider: Arc<dyn Provider> = match d.provider {
+                    ProviderKind::Openai => Arc::new(caret_models::openai::OpenAiProvider::new(&d.url, api_key)?),
+                    ProviderKind::Anthropic => {
+                        Arc::new(caret_models::anthropic::AnthropicProvider::new(&d.url, api_key)?)
+                    }
+                };
+                let defaults = DeploymentLimits::default();
+                let limits = DeploymentLimits {
+                    rpm: d.rpm,
+                    tpm: d.tpm,
+                    max_concurrency: d.max_concurrency.unwrap_or(defaults.max_concurrency),
+                    max_queue: d.max_queue.unwrap_or(defaults.max_queue),
+                    attempt_timeout: d.timeout_ms.map_or(defaults.attempt_timeout, std::time::Duration::from_millis),
+                    slow_start: d.slow_start_s.map_or(defaults.slow_start, std::time::Duration::from_secs),
+                    ..defaults
+                };
+                let name = d.name.clone().unwrap_or_else(|| format!("{}/{}", d.url, d.model));
+                deployments.push(Deployment::new(name, provider, &d.model, d.order, d.weight, limits));
+            }
+            gateway.add_alias(&m.alias, deployments);
+        }
+        Ok(Some(Arc::new(gateway)))
     }
 
     /// The local embedding model's directory: `[embed] model` as a name under

@@ -82,6 +82,7 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
             burst: args.rate_limit_burst.unwrap_or(config.server.rate_limit_burst),
         },
         body_limit: usize::try_from(args.body_limit.unwrap_or(config.server.body_limit.0)).unwrap_or(usize::MAX),
+        gateway: config.gateway()?,
     };
     serve.check()?;
     let storage = config.storage();
@@ -99,6 +100,10 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
             service = service.with_compaction(policy);
         }
         let service = Arc::new(service.with_weights(config.search_weights()?));
+        let _probes = serve.gateway.as_ref().map(|g| {
+            tracing::info!(aliases = ?g.aliases(), "model gateway");
+            g.spawn_health_probes(std::time::Duration::from_secs(5))
+        });
         let listener =
             std::net::TcpListener::bind(serve.addr).with_context(|| format!("listening on {}", serve.addr))?;
         let local = listener.local_addr()?;

@@ -43,7 +43,15 @@ struct Server {
 
 impl Server {
     fn start(storage: &[String], extra: &[&str]) -> Server {
+        Server::start_with_config(storage, extra, None)
+    }
+
+    /// Starts a server whose `$CARET_HOME/config.toml` is `config`.
+    fn start_with_config(storage: &[String], extra: &[&str], config: Option<&str>) -> Server {
         let data = TempDir::new();
+        if let Some(text) = config {
+            data.write("home/config.toml", text);
+        }
         let log = data.join("server.log");
         let mut args: Vec<String> = vec![
             "serve".into(),
@@ -620,5 +628,109 @@ fn syncs_killed_at_random_points_converge() {
             .unwrap();
         assert_eq!(info["files"], v["files"], "{name}: the server has exactly the client's files");
         server.stop();
+    }
+}
+
+/// The official OpenAI Python client against the gateway (CI installs `openai`).
+const OPENAI_CLIENT_SCRIPT: &str = r#"
+import sys
+from openai import OpenAI
+client = OpenAI(base_url=sys.argv[1] + "/v1", api_key=sys.argv[2])
+r = client.chat.completions.create(model="code", messages=[{"role": "user", "content": "hi"}])
+print("chat:", r.choices[0].message.content, r.usage.total_tokens)
+parts = [c.choices[0].delta.content or "" for c in client.chat.completions.create(
+    model="code", messages=[{"role": "user", "content": "hi"}], stream=True) if c.choices]
+print("stream:", "".join(parts))
+c = client.completions.create(model="code", prompt="def f(", suffix=")", max_tokens=8)
+print("fim:", c.choices[0].text)
+e = client.embeddings.create(model="code", input=["ab", "abcd"])
+print("embed:", len(e.data), e.data[1].embedding[0])
+print("models:", [m.id for m in client.models.list()])
+"#;
+
+#[test]
+fn the_gateway_serves_openai_compatible_endpoints_with_failover() {
+    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (bad, good) =
+        rt.block_on(async { (ScriptedUpstream::start("bad").await, ScriptedUpstream::start("good").await) });
+    bad.set(Behaviour { status: Some(503), ..Behaviour::default() });
+    let config = format!(
+        r#"
+[[models]]
+alias = "code"
+deployments = [
+  {{ name = "bad", provider = "openai", url = "{}", model = "m", order = 0 }},
+  {{ name = "good", provider = "openai", url = "{}", model = "m", order = 1 }},
+]
+"#,
+        bad.url, good.url
+    );
+    let server = Server::start_with_config(&[], &[], Some(&config));
+    let token = server.tenant("gw");
+    let c = http();
+    let post = |path: &str, body: Value, headers: &[(&str, &str)]| {
+        let mut r = c.post(format!("{}{path}", server.url)).bearer_auth(&token).json(&body);
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        r.send().unwrap()
+    };
+    let hi = json!([{"role": "user", "content": "hi"}]);
+
+    let models: Value = c.get(format!("{}/v1/models", server.url)).bearer_auth(&token).send().unwrap().json().unwrap();
+    assert_eq!(models["data"][0]["id"], "code");
+
+    let r: Value = post("/v1/chat/completions", json!({"model": "code", "messages": hi}), &[]).json().unwrap();
+    assert_eq!(r["choices"][0]["message"]["content"], "hello from good", "{r}");
+    assert_eq!(r["model"], "code");
+    assert_eq!(r["usage"]["total_tokens"], 13);
+
+    let body = post(
+        "/v1/chat/completions",
+        json!({"model": "code", "messages": hi, "stream": true, "stream_options": {"include_usage": true}}),
+        &[("x-caret-priority", "agent")],
+    )
+    .text()
+    .unwrap();
+    let payloads: Vec<&str> = body.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+    assert_eq!(payloads.last(), Some(&"[DONE]"), "{body}");
+    let chunks: Vec<Value> = payloads[..payloads.len() - 1].iter().map(|p| serde_json::from_str(p).unwrap()).collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    assert_eq!(text, "hello from good");
+    assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"], 3);
+
+    let r: Value =
+        post("/v1/completions", json!({"model": "code", "prompt": "fn f(", "suffix": ")"}), &[]).json().unwrap();
+    assert_eq!(r["choices"][0]["text"], "<fim good>");
+
+    // Errors in OpenAI's shape.
+    let r = post("/v1/chat/completions", json!({"model": "nope", "messages": hi}), &[]);
+    assert_eq!(r.status(), 404);
+    let e: Value = r.json().unwrap();
+    assert_eq!(e["error"]["type"], "invalid_request_error");
+    let r = post("/v1/chat/completions", json!({"model": "code", "messages": hi}), &[("x-caret-priority", "vip")]);
+    assert_eq!(r.status(), 400);
+    let r =
+        c.post(format!("{}/v1/chat/completions", server.url)).json(&json!({"model": "code", "messages": hi})).send();
+    assert_eq!(r.unwrap().status(), 401, "tokens are checked on model routes too");
+
+    let metrics = c.get(format!("{}/metrics", server.url)).send().unwrap().text().unwrap();
+    assert!(metrics.contains("caret_model_requests_total{deployment=\"good\",class=\"interactive\"}"), "{metrics}");
+    assert!(metrics.contains("caret_model_errors_total{deployment=\"bad\""), "{metrics}");
+
+    let python = Command::new("python3").args(["-c", "import openai"]).output();
+    if !python.is_ok_and(|o| o.status.success()) {
+        eprintln!("the openai Python package is not installed: skipping the official-client check (CI installs it)");
+        return;
+    }
+    let out = Command::new("python3").args(["-c", OPENAI_CLIENT_SCRIPT, &server.url, &token]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    for want in
+        ["chat: hello from good 13", "stream: hello from good", "fim: <fim good>", "embed: 2 4.0", "models: ['code']"]
+    {
+        assert!(stdout.contains(want), "{want:?} not in {stdout}");
     }
 }

@@ -1,0 +1,277 @@
+//! The model gateway's OpenAI-compatible endpoints: `/v1/chat/completions`,
+//! `/v1/completions`, `/v1/embeddings`, `/v1/models`. Authenticated like every `/v1` route;
+//! the tenant feeds the gateway's quotas and recovery admission. Optional headers:
+//! `x-caret-priority` (`interactive`, `agent`, `background`) and `x-caret-deadline-ms`.
+//! Errors use OpenAI's body shape, with `Retry-After` on 429 and 503.
+
+use std::convert::Infallible;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::Extension;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use caret_models::{CallContext, Class, Event, EventStream, Gateway, collect_chat};
+use caret_protocol::llm::{
+    ApiError, ApiErrorDetail, ChatChoice, ChatChunk, ChatDelta, ChatRequest, ChatResponse, ChunkChoice,
+    CompletionChoice, CompletionRequest, CompletionResponse, EmbeddingsRequest, FinishReason, FunctionCallDelta,
+    ModelCard, ModelList, Role, ToolCallDelta, Usage,
+};
+use futures::StreamExt as _;
+
+use crate::db::Tenant;
+use crate::http::{AppState, Json};
+
+/// Header naming the request's priority class.
+pub const PRIORITY_HEADER: &str = "x-caret-priority";
+/// Header giving the request's deadline in milliseconds from now.
+pub const DEADLINE_HEADER: &str = "x-caret-deadline-ms";
+
+fn api_error(status: u16, kind: &str, message: String, retry_after: Option<Duration>) -> Response {
+    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = ApiError { error: ApiErrorDetail { message, kind: kind.to_owned(), code: None } };
+    let mut r = (code, axum::Json(body)).into_response();
+    if let Some(after) = retry_after {
+        let secs = after.as_secs_f64().ceil().max(1.0) as u64;
+        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    r
+}
+
+fn gateway_error(e: &caret_models::Error) -> Response {
+    let status = e.status();
+    let kind = match status {
+        429 => "rate_limit_error",
+        400 | 404 => "invalid_request_error",
+        _ => "server_error",
+    };
+    if status >= 500 {
+        tracing::warn!(kind = e.kind(), error = %e, "model request failed");
+    }
+    api_error(status, kind, e.to_string(), e.retry_after())
+}
+
+fn gateway(s: &AppState) -> Result<&Gateway, Response> {
+    s.gateway.as_deref().ok_or_else(|| {
+        api_error(503, "server_error", "this server has no models configured ([[models]] in the config)".into(), None)
+    })
+}
+
+/// The request's class and deadline from its headers (`default` class otherwise).
+fn context(headers: &HeaderMap, tenant: &Tenant, default: Class) -> Result<CallContext, Response> {
+    let class = match headers.get(PRIORITY_HEADER).map(|v| v.to_str().ok().and_then(Class::parse)) {
+        None => default,
+        Some(Some(c)) => c,
+        Some(None) => {
+            let msg = format!("{PRIORITY_HEADER} must be interactive, agent or background");
+            return Err(api_error(400, "invalid_request_error", msg, None));
+        }
+    };
+    let default_ms = match class {
+        Class::Interactive => 60_000,
+        Class::Agent => 300_000,
+        Class::Background => 900_000,
+    };
+    let ms = match headers.get(DEADLINE_HEADER).map(|v| v.to_str().ok().and_then(|v| v.parse::<u64>().ok())) {
+        None => default_ms,
+        Some(Some(ms)) if ms > 0 => ms.min(3_600_000),
+        Some(_) => {
+            let msg = format!("{DEADLINE_HEADER} must be a positive number of milliseconds");
+            return Err(api_error(400, "invalid_request_error", msg, None));
+        }
+    };
+    Ok(CallContext::new(class, Duration::from_millis(ms), tenant.id.to_string()))
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+fn response_id(prefix: &str) -> String {
+    format!("{prefix}-{:016x}", fastrand::u64(..))
+}
+
+/// A server-sent-event body of JSON payloads, then `[DONE]`.
+fn sse<S>(payloads: S) -> Response
+where
+    S: futures::Stream<Item = String> + Send + 'static,
+{
+    let body = payloads
+        .map(|p| format!("data: {p}\n\n"))
+        .chain(futures::stream::once(async { "data: [DONE]\n\n".to_owned() }))
+        .map(|s| Ok::<_, Infallible>(bytes::Bytes::from(s)));
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(body))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// A mid-stream error as the last payload (the status line has already gone out).
+fn stream_error(e: &caret_models::Error) -> String {
+    let body = ApiError { error: ApiErrorDetail { message: e.to_string(), kind: "server_error".into(), code: None } };
+    serde_json::to_string(&body).unwrap_or_default()
+}
+
+pub(crate) async fn chat_completions(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    headers: HeaderMap,
+    Json(req): Json<ChatRequest>,
+) -> Response {
+    let (gw, ctx) = match (gateway(&s), context(&headers, &t, Class::Interactive)) {
+        (Ok(gw), Ok(ctx)) => (gw, ctx),
+        (Err(r), _) | (_, Err(r)) => return r,
+    };
+    if req.messages.is_empty() {
+        return api_error(400, "invalid_request_error", "messages must not be empty".into(), None);
+    }
+    let (alias, stream, usage_wanted) =
+        (req.model.clone(), req.stream, req.stream_options.as_ref().is_some_and(|o| o.include_usage));
+    let events = match gw.chat(req, ctx).await {
+        Ok(events) => events,
+        Err(e) => return gateway_error(&e),
+    };
+    let (id, created) = (response_id("chatcmpl"), now_secs());
+    if !stream {
+        return match collect_chat(events).await {
+            Ok(c) => axum::Json(ChatResponse {
+                id,
+                object: "chat.completion".into(),
+                created,
+                model: alias,
+                choices: vec![ChatChoice { index: 0, message: c.message, finish_reason: c.finish }],
+                usage: c.usage.unwrap_or_default(),
+            })
+            .into_response(),
+            Err(e) => gateway_error(&e),
+        };
+    }
+    let chunk = move |delta: ChatDelta, finish: Option<FinishReason>, usage: Option<Usage>| {
+        let choices =
+            if usage.is_some() { Vec::new() } else { vec![ChunkChoice { index: 0, delta, finish_reason: finish }] };
+        let c = ChatChunk {
+            id: id.clone(),
+            object: "chat.completion.chunk".into(),
+            created,
+            model: alias.clone(),
+            choices,
+            usage,
+        };
+        serde_json::to_string(&c).unwrap_or_default()
+    };
+    let first = chunk(ChatDelta { role: Some(Role::Assistant), ..ChatDelta::default() }, None, None);
+    let rest = chat_payloads(events, chunk, usage_wanted);
+    sse(futures::stream::once(async move { first }).chain(rest))
+}
+
+/// Events as chat chunk payloads (usage only when asked for; an error ends the stream).
+fn chat_payloads<F>(events: EventStream, chunk: F, usage_wanted: bool) -> impl futures::Stream<Item = String> + Send
+where
+    F: Fn(ChatDelta, Option<FinishReason>, Option<Usage>) -> String + Send + 'static,
+{
+    events
+        .scan(false, |failed, e| {
+            let out = if *failed { None } else { Some(e.inspect_err(|_| *failed = true)) };
+            futures::future::ready(out)
+        })
+        .filter_map(move |e| {
+            let payload = match e {
+                Ok(Event::Text(t)) => Some(chunk(ChatDelta { content: Some(t), ..ChatDelta::default() }, None, None)),
+                Ok(Event::ToolCall { index, id, name, arguments }) => {
+                    let kind = id.as_ref().map(|_| "function".to_owned());
+                    let function = FunctionCallDelta { name, arguments: Some(arguments) };
+                    let delta = ChatDelta {
+                        tool_calls: vec![ToolCallDelta { index, id, kind, function }],
+                        ..ChatDelta::default()
+                    };
+                    Some(chunk(delta, None, None))
+                }
+                Ok(Event::Finish(f)) => Some(chunk(ChatDelta::default(), Some(f), None)),
+                Ok(Event::Usage(u)) => usage_wanted.then(|| chunk(ChatDelta::default(), None, Some(u))),
+                Err(e) => Some(stream_error(&e)),
+            };
+            futures::future::ready(payload)
+        })
+}
+
+pub(crate) async fn completions(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    headers: HeaderMap,
+    Json(req): Json<CompletionRequest>,
+) -> Response {
+    let (gw, ctx) = match (gateway(&s), context(&headers, &t, Class::Interactive)) {
+        (Ok(gw), Ok(ctx)) => (gw, ctx),
+        (Err(r), _) | (_, Err(r)) => return r,
+    };
+    let (alias, stream, usage_wanted) =
+        (req.model.clone(), req.stream, req.stream_options.as_ref().is_some_and(|o| o.include_usage));
+    let events = match gw.complete(req, ctx).await {
+        Ok(events) => events,
+        Err(e) => return gateway_error(&e),
+    };
+    let (id, created) = (response_id("cmpl"), now_secs());
+    let make = move |text: String, finish: Option<FinishReason>, usage: Option<Usage>| CompletionResponse {
+        id: id.clone(),
+        object: "text_completion".into(),
+        created,
+        model: alias.clone(),
+        choices: if usage.is_some() && text.is_empty() && finish.is_none() {
+            Vec::new()
+        } else {
+            vec![CompletionChoice { index: 0, text, finish_reason: finish, logprobs: None }]
+        },
+        usage,
+    };
+    if !stream {
+        return match collect_chat(events).await {
+            Ok(c) => {
+                axum::Json(make(c.message.content_text(), c.finish, Some(c.usage.unwrap_or_default()))).into_response()
+            }
+            Err(e) => gateway_error(&e),
+        };
+    }
+    let payloads = events
+        .scan(false, |failed, e| futures::future::ready((!*failed).then(|| e.inspect_err(|_| *failed = true))))
+        .filter_map(move |e| {
+            let payload = match e {
+                Ok(Event::Text(t)) => Some(make(t, None, None)),
+                Ok(Event::Finish(f)) => Some(make(String::new(), Some(f), None)),
+                Ok(Event::Usage(u)) => usage_wanted.then(|| make(String::new(), None, Some(u))),
+                Ok(Event::ToolCall { .. }) => None,
+                Err(e) => return futures::future::ready(Some(stream_error(&e))),
+            };
+            futures::future::ready(payload.map(|p| serde_json::to_string(&p).unwrap_or_default()))
+        });
+    sse(payloads)
+}
+
+pub(crate) async fn embeddings(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    headers: HeaderMap,
+    Json(req): Json<EmbeddingsRequest>,
+) -> Response {
+    let (gw, ctx) = match (gateway(&s), context(&headers, &t, Class::Background)) {
+        (Ok(gw), Ok(ctx)) => (gw, ctx),
+        (Err(r), _) | (_, Err(r)) => return r,
+    };
+    match gw.embed(req, ctx).await {
+        Ok(r) => axum::Json(r).into_response(),
+        Err(e) => gateway_error(&e),
+    }
+}
+
+pub(crate) async fn models(State(s): State<AppState>) -> Response {
+    let data = s
+        .gateway
+        .as_ref()
+        .map(|g| g.aliases())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|id| ModelCard { id, object: "model".into(), created: 0, owned_by: "caret".into() })
+        .collect();
+    axum::Json(ModelList { object: "list".into(), data }).into_response()
+}
