@@ -28,15 +28,29 @@ pub const PRIORITY_HEADER: &str = "x-caret-priority";
 /// Header giving the request's deadline in milliseconds from now.
 pub const DEADLINE_HEADER: &str = "x-caret-deadline-ms";
 
-fn api_error(status: u16, kind: &str, message: String, retry_after: Option<Duration>) -> Response {
-    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let body = ApiError { error: ApiErrorDetail { message, kind: kind.to_owned(), code: None } };
-    let mut r = (code, axum::Json(body)).into_response();
-    if let Some(after) = retry_after {
-        let secs = after.as_secs_f64().ceil().max(1.0) as u64;
-        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+/// An error answer in OpenAI's shape.
+struct ApiFailure {
+    status: u16,
+    kind: &'static str,
+    message: String,
+    retry_after: Option<Duration>,
+}
+
+impl IntoResponse for ApiFailure {
+    fn into_response(self) -> Response {
+        let code = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = ApiError { error: ApiErrorDetail { message: self.message, kind: self.kind.to_owned(), code: None } };
+        let mut r = (code, axum::Json(body)).into_response();
+        if let Some(after) = self.retry_after {
+            let secs = after.as_secs_f64().ceil().max(1.0) as u64;
+            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        r
     }
-    r
+}
+
+fn api_error(status: u16, kind: &'static str, message: String, retry_after: Option<Duration>) -> ApiFailure {
+    ApiFailure { status, kind, message, retry_after }
 }
 
 fn gateway_error(e: &caret_models::Error) -> Response {
@@ -49,17 +63,17 @@ fn gateway_error(e: &caret_models::Error) -> Response {
     if status >= 500 {
         tracing::warn!(kind = e.kind(), error = %e, "model request failed");
     }
-    api_error(status, kind, e.to_string(), e.retry_after())
+    api_error(status, kind, e.to_string(), e.retry_after()).into_response()
 }
 
-fn gateway(s: &AppState) -> Result<&Gateway, Response> {
+fn gateway(s: &AppState) -> Result<&Gateway, ApiFailure> {
     s.gateway.as_deref().ok_or_else(|| {
         api_error(503, "server_error", "this server has no models configured ([[models]] in the config)".into(), None)
     })
 }
 
 /// The request's class and deadline from its headers (`default` class otherwise).
-fn context(headers: &HeaderMap, tenant: &Tenant, default: Class) -> Result<CallContext, Response> {
+fn context(headers: &HeaderMap, tenant: &Tenant, default: Class) -> Result<CallContext, ApiFailure> {
     let class = match headers.get(PRIORITY_HEADER).map(|v| v.to_str().ok().and_then(Class::parse)) {
         None => default,
         Some(Some(c)) => c,
@@ -122,10 +136,10 @@ pub(crate) async fn chat_completions(
 ) -> Response {
     let (gw, ctx) = match (gateway(&s), context(&headers, &t, Class::Interactive)) {
         (Ok(gw), Ok(ctx)) => (gw, ctx),
-        (Err(r), _) | (_, Err(r)) => return r,
+        (Err(r), _) | (_, Err(r)) => return r.into_response(),
     };
     if req.messages.is_empty() {
-        return api_error(400, "invalid_request_error", "messages must not be empty".into(), None);
+        return api_error(400, "invalid_request_error", "messages must not be empty".into(), None).into_response();
     }
     let (alias, stream, usage_wanted) =
         (req.model.clone(), req.stream, req.stream_options.as_ref().is_some_and(|o| o.include_usage));
@@ -204,7 +218,7 @@ pub(crate) async fn completions(
 ) -> Response {
     let (gw, ctx) = match (gateway(&s), context(&headers, &t, Class::Interactive)) {
         (Ok(gw), Ok(ctx)) => (gw, ctx),
-        (Err(r), _) | (_, Err(r)) => return r,
+        (Err(r), _) | (_, Err(r)) => return r.into_response(),
     };
     let (alias, stream, usage_wanted) =
         (req.model.clone(), req.stream, req.stream_options.as_ref().is_some_and(|o| o.include_usage));
@@ -256,7 +270,7 @@ pub(crate) async fn embeddings(
 ) -> Response {
     let (gw, ctx) = match (gateway(&s), context(&headers, &t, Class::Background)) {
         (Ok(gw), Ok(ctx)) => (gw, ctx),
-        (Err(r), _) | (_, Err(r)) => return r,
+        (Err(r), _) | (_, Err(r)) => return r.into_response(),
     };
     match gw.embed(req, ctx).await {
         Ok(r) => axum::Json(r).into_response(),
