@@ -4,6 +4,7 @@
 mod bench;
 mod bench_search;
 mod bench_sync;
+mod chat;
 mod config;
 mod index;
 mod models;
@@ -53,6 +54,8 @@ enum Command {
     /// Administer the server's tenants and API tokens.
     #[command(subcommand)]
     Admin(server::AdminCommand),
+    /// Talk to a model of the gateway (embedded, or a server's).
+    Chat(chat::ChatArgs),
     /// List or download model weight files.
     #[command(subcommand)]
     Models(models::ModelsCommand),
@@ -86,6 +89,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => server::serve(&config, args),
         Command::Admin(cmd) => server::admin(&config, cmd),
         Command::Models(cmd) => models::run(&config, cmd),
+        Command::Chat(args) => chat::run(&config, args),
         Command::Bench(cmd) => bench::run(&config, cmd),
     }
 }

@@ -382,3 +382,29 @@ fn clones_sharing_a_key_embed_each_chunk_once() {
     let hits: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(hits[0]["path"], "src/auth.py", "{hits}");
 }
+
+#[test]
+fn chat_talks_to_a_configured_model_and_fails_over() {
+    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (down, up) =
+        rt.block_on(async { (ScriptedUpstream::start("down").await, ScriptedUpstream::start("up").await) });
+    down.set(Behaviour { status: Some(500), ..Behaviour::default() });
+    let home = TempDir::new();
+    let out = caret(&home, &["chat", "hi"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("no models are configured"), "{}", stderr(&out));
+    home.write(
+        "caret-home/config.toml",
+        &format!(
+            "[[models]]\nalias = \"code\"\ndeployments = [\n  {{ provider = \"openai\", url = \"{}\", model = \"m\" }},\n  {{ provider = \"openai\", url = \"{}\", model = \"m\", order = 1 }},\n]\n",
+            down.url, up.url
+        ),
+    );
+    let out = caret(&home, &["chat", "hi"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "hello from up");
+    let out = caret(&home, &["chat", "--model", "nope", "hi"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("no model \"nope\""), "{}", stderr(&out));
+}

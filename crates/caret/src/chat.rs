@@ -1,0 +1,126 @@
+//! `caret chat`: a conversation with a model of the gateway — the embedded one (from the
+//! `[[models]]` of the config) or a server's (`--server`).
+
+use std::io::{BufRead as _, IsTerminal as _, Write as _};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use caret_models::{CallContext, Class, Event, EventStream, Gateway, Provider};
+use caret_protocol::llm::{ChatMessage, ChatRequest, Role};
+use futures::StreamExt as _;
+
+use crate::config::Config;
+use crate::server::runtime;
+
+#[derive(Debug, clap::Args)]
+pub struct ChatArgs {
+    /// The message; without one, a conversation on standard input (one line a turn).
+    message: Option<String>,
+    /// Model alias (default: the first configured, or `chat` on a server).
+    #[arg(long, short)]
+    model: Option<String>,
+    /// A system prompt.
+    #[arg(long)]
+    system: Option<String>,
+    /// Most tokens an answer may have.
+    #[arg(long, default_value_t = 1024)]
+    max_tokens: u32,
+    /// Talk to this server's gateway instead of the embedded one (env CARET_SERVER).
+    #[arg(long, env = "CARET_SERVER")]
+    server: Option<String>,
+    /// API token for --server (env CARET_TOKEN).
+    #[arg(long, env = "CARET_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+/// Where answers come from.
+enum Backend {
+    Embedded(Arc<Gateway>),
+    Server(caret_models::openai::OpenAiProvider),
+}
+
+impl Backend {
+    async fn chat(&self, req: ChatRequest) -> caret_models::Result<EventStream> {
+        match self {
+            Backend::Embedded(g) => {
+                g.chat(req, CallContext::new(Class::Interactive, Duration::from_secs(600), "local")).await
+            }
+            Backend::Server(p) => p.chat(req).await,
+        }
+    }
+}
+
+pub fn run(config: &Config, args: ChatArgs) -> anyhow::Result<ExitCode> {
+    let (backend, model) = match &args.server {
+        Some(url) => {
+            let token = args.token.clone().context("--server needs an API token: --token or CARET_TOKEN")?;
+            let provider = caret_models::openai::OpenAiProvider::new(url, Some(token))?;
+            (Backend::Server(provider), args.model.clone().unwrap_or_else(|| "chat".to_owned()))
+        }
+        None => {
+            let gateway = config
+                .gateway()?
+                .context("no models are configured: add [[models]] to the config (see the README), or use --server")?;
+            let model = match &args.model {
+                Some(m) => m.clone(),
+                None => gateway.aliases().into_iter().next().context("no model aliases")?,
+            };
+            (Backend::Embedded(gateway), model)
+        }
+    };
+    let mut history: Vec<ChatMessage> = args.system.iter().map(|s| ChatMessage::text(Role::System, s)).collect();
+    let rt = runtime()?;
+    let turn = |history: &mut Vec<ChatMessage>, text: String| -> anyhow::Result<()> {
+        history.push(ChatMessage::text(Role::User, text));
+        let req = ChatRequest {
+            model: model.clone(),
+            messages: history.clone(),
+            tools: Vec::new(),
+            tool_choice: None,
+            max_tokens: Some(args.max_tokens),
+            temperature: None,
+            top_p: None,
+            stop: None,
+            stream: true,
+            stream_options: None,
+            seed: None,
+        };
+        let answer = rt.block_on(async {
+            let mut stream = backend.chat(req).await?;
+            let mut answer = String::new();
+            let mut out = std::io::stdout().lock();
+            while let Some(event) = stream.next().await {
+                if let Event::Text(t) = event? {
+                    answer.push_str(&t);
+                    let _ = out.write_all(t.as_bytes());
+                    let _ = out.flush();
+                }
+            }
+            let _ = writeln!(out);
+            Ok::<_, caret_models::Error>(answer)
+        })?;
+        history.push(ChatMessage::text(Role::Assistant, answer));
+        Ok(())
+    };
+    if let Some(message) = args.message {
+        turn(&mut history, message)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let stdin = std::io::stdin();
+    let tty = stdin.is_terminal();
+    loop {
+        if tty {
+            eprint!("> ");
+        }
+        let mut line = String::new();
+        if stdin.lock().read_line(&mut line)? == 0 || line.trim() == "/exit" {
+            break;
+        }
+        if !line.trim().is_empty() {
+            turn(&mut history, line.trim().to_owned())?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
