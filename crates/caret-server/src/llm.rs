@@ -98,6 +98,21 @@ fn context(headers: &HeaderMap, tenant: &Tenant, default: Class) -> Result<CallC
     Ok(CallContext::new(class, Duration::from_millis(ms), tenant.id.to_string()))
 }
 
+/// The gateway and the request's context, or the error to answer with.
+fn prepare<'a>(
+    s: &'a AppState,
+    headers: &HeaderMap,
+    tenant: &Tenant,
+    default: Class,
+) -> Result<(&'a Gateway, CallContext), ApiFailure> {
+    Ok((gateway(s)?, context(headers, tenant, default)?))
+}
+
+/// The events up to and including the first error.
+fn until_error(events: EventStream) -> impl futures::Stream<Item = caret_models::Result<Event>> + Send {
+    events.scan(false, |failed, e| futures::future::ready((!*failed).then(|| e.inspect_err(|_| *failed = true))))
+}
+
 fn now_secs() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
@@ -134,9 +149,9 @@ pub(crate) async fn chat_completions(
     headers: HeaderMap,
     Json(req): Json<ChatRequest>,
 ) -> Response {
-    let (gw, ctx) = match (gateway(&s), context(&headers, &t, Class::Interactive)) {
-        (Ok(gw), Ok(ctx)) => (gw, ctx),
-        (Err(r), _) | (_, Err(r)) => return r.into_response(),
+    let (gw, ctx) = match prepare(&s, &headers, &t, Class::Interactive) {
+        Ok(found) => found,
+        Err(r) => return r.into_response(),
     };
     if req.messages.is_empty() {
         return api_error(400, "invalid_request_error", "messages must not be empty".into(), None).into_response();
@@ -185,29 +200,22 @@ fn chat_payloads<F>(events: EventStream, chunk: F, usage_wanted: bool) -> impl f
 where
     F: Fn(ChatDelta, Option<FinishReason>, Option<Usage>) -> String + Send + 'static,
 {
-    events
-        .scan(false, |failed, e| {
-            let out = if *failed { None } else { Some(e.inspect_err(|_| *failed = true)) };
-            futures::future::ready(out)
-        })
-        .filter_map(move |e| {
-            let payload = match e {
-                Ok(Event::Text(t)) => Some(chunk(ChatDelta { content: Some(t), ..ChatDelta::default() }, None, None)),
-                Ok(Event::ToolCall { index, id, name, arguments }) => {
-                    let kind = id.as_ref().map(|_| "function".to_owned());
-                    let function = FunctionCallDelta { name, arguments: Some(arguments) };
-                    let delta = ChatDelta {
-                        tool_calls: vec![ToolCallDelta { index, id, kind, function }],
-                        ..ChatDelta::default()
-                    };
-                    Some(chunk(delta, None, None))
-                }
-                Ok(Event::Finish(f)) => Some(chunk(ChatDelta::default(), Some(f), None)),
-                Ok(Event::Usage(u)) => usage_wanted.then(|| chunk(ChatDelta::default(), None, Some(u))),
-                Err(e) => Some(stream_error(&e)),
-            };
-            futures::future::ready(payload)
-        })
+    until_error(events).filter_map(move |e| {
+        let payload = match e {
+            Ok(Event::Text(t)) => Some(chunk(ChatDelta { content: Some(t), ..ChatDelta::default() }, None, None)),
+            Ok(Event::ToolCall { index, id, name, arguments }) => {
+                let kind = id.as_ref().map(|_| "function".to_owned());
+                let function = FunctionCallDelta { name, arguments: Some(arguments) };
+                let delta =
+                    ChatDelta { tool_calls: vec![ToolCallDelta { index, id, kind, function }], ..ChatDelta::default() };
+                Some(chunk(delta, None, None))
+            }
+            Ok(Event::Finish(f)) => Some(chunk(ChatDelta::default(), Some(f), None)),
+            Ok(Event::Usage(u)) => usage_wanted.then(|| chunk(ChatDelta::default(), None, Some(u))),
+            Err(e) => Some(stream_error(&e)),
+        };
+        futures::future::ready(payload)
+    })
 }
 
 pub(crate) async fn completions(
@@ -216,9 +224,9 @@ pub(crate) async fn completions(
     headers: HeaderMap,
     Json(req): Json<CompletionRequest>,
 ) -> Response {
-    let (gw, ctx) = match (gateway(&s), context(&headers, &t, Class::Interactive)) {
-        (Ok(gw), Ok(ctx)) => (gw, ctx),
-        (Err(r), _) | (_, Err(r)) => return r.into_response(),
+    let (gw, ctx) = match prepare(&s, &headers, &t, Class::Interactive) {
+        Ok(found) => found,
+        Err(r) => return r.into_response(),
     };
     let (alias, stream, usage_wanted) =
         (req.model.clone(), req.stream, req.stream_options.as_ref().is_some_and(|o| o.include_usage));
@@ -247,18 +255,16 @@ pub(crate) async fn completions(
             Err(e) => gateway_error(&e),
         };
     }
-    let payloads = events
-        .scan(false, |failed, e| futures::future::ready((!*failed).then(|| e.inspect_err(|_| *failed = true))))
-        .filter_map(move |e| {
-            let payload = match e {
-                Ok(Event::Text(t)) => Some(make(t, None, None)),
-                Ok(Event::Finish(f)) => Some(make(String::new(), Some(f), None)),
-                Ok(Event::Usage(u)) => usage_wanted.then(|| make(String::new(), None, Some(u))),
-                Ok(Event::ToolCall { .. }) => None,
-                Err(e) => return futures::future::ready(Some(stream_error(&e))),
-            };
-            futures::future::ready(payload.map(|p| serde_json::to_string(&p).unwrap_or_default()))
-        });
+    let payloads = until_error(events).filter_map(move |e| {
+        let payload = match e {
+            Ok(Event::Text(t)) => Some(make(t, None, None)),
+            Ok(Event::Finish(f)) => Some(make(String::new(), Some(f), None)),
+            Ok(Event::Usage(u)) => usage_wanted.then(|| make(String::new(), None, Some(u))),
+            Ok(Event::ToolCall { .. }) => None,
+            Err(e) => return futures::future::ready(Some(stream_error(&e))),
+        };
+        futures::future::ready(payload.map(|p| serde_json::to_string(&p).unwrap_or_default()))
+    });
     sse(payloads)
 }
 
@@ -268,9 +274,9 @@ pub(crate) async fn embeddings(
     headers: HeaderMap,
     Json(req): Json<EmbeddingsRequest>,
 ) -> Response {
-    let (gw, ctx) = match (gateway(&s), context(&headers, &t, Class::Background)) {
-        (Ok(gw), Ok(ctx)) => (gw, ctx),
-        (Err(r), _) | (_, Err(r)) => return r.into_response(),
+    let (gw, ctx) = match prepare(&s, &headers, &t, Class::Background) {
+        Ok(found) => found,
+        Err(r) => return r.into_response(),
     };
     match gw.embed(req, ctx).await {
         Ok(r) => axum::Json(r).into_response(),
