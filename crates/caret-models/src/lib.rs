@@ -18,6 +18,7 @@ mod router;
 mod sse;
 
 pub mod anthropic;
+pub mod local;
 pub mod openai;
 
 pub use error::{Error, Result};

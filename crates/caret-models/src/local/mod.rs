@@ -1,0 +1,485 @@
+//! In-process llama.cpp for GGUF models (chat with tools, completion, fill-in-the-middle).
+//!
+//! One engine thread owns the model and one context; requests queue for it (the gateway in
+//! front keeps the queue short and ordered by priority — give a local deployment
+//! `max_concurrency = 1`). Between requests the engine keeps the tokens whose keys and values
+//! are in the KV cache: a request that shares a prefix with the previous one (the same system
+//! prompt and conversation so far, the same file around a completion) evaluates only what
+//! differs. Decoding takes a process-wide lock, so two local models never run their thread
+//! pools at once and the machine is not oversubscribed.
+
+mod output;
+mod prompt;
+
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use caret_protocol::llm::{ChatRequest, CompletionRequest, FinishReason, Usage};
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+
+use self::output::{StopScan, ToolCallParser, Utf8Joiner};
+pub use self::prompt::{ChatFormat, chat_prompt};
+use crate::{Error, Event, EventStream, Provider, Result};
+
+/// How to run a local model.
+#[derive(Debug, Clone)]
+pub struct LocalSettings {
+    /// Context window in tokens (capped at what the model was trained for).
+    pub context_tokens: u32,
+    /// Threads for llama.cpp; `None`: the cores this process may use.
+    pub threads: Option<usize>,
+    /// Tokens evaluated per step while reading a prompt.
+    pub batch_tokens: u32,
+}
+
+impl Default for LocalSettings {
+    fn default() -> Self {
+        LocalSettings { context_tokens: 8192, threads: None, batch_tokens: 512 }
+    }
+}
+
+/// What the engine found in the model file.
+#[derive(Debug, Clone)]
+pub struct ModelInfo {
+    /// The context window in use.
+    pub context_tokens: u32,
+    /// Threads in use.
+    pub threads: usize,
+    /// The chat format, or why the model cannot chat.
+    pub chat: std::result::Result<ChatFormat, String>,
+    /// Whether the model has fill-in-the-middle tokens.
+    pub fim: bool,
+}
+
+/// Counters of a local model since it was loaded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LocalStats {
+    /// Requests served.
+    pub requests: u64,
+    /// Prompt tokens of those requests.
+    pub prompt_tokens: u64,
+    /// Prompt tokens whose keys and values were reused from the previous request.
+    pub reused_tokens: u64,
+    /// Tokens generated.
+    pub generated_tokens: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    requests: AtomicU64,
+    prompt_tokens: AtomicU64,
+    reused_tokens: AtomicU64,
+    generated_tokens: AtomicU64,
+}
+
+/// A GGUF model run in this process by llama.cpp.
+pub struct LocalProvider {
+    name: String,
+    info: ModelInfo,
+    jobs: std::sync::mpsc::Sender<Job>,
+    alive: Arc<AtomicBool>,
+    counters: Arc<Counters>,
+}
+
+impl std::fmt::Debug for LocalProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalProvider").field("name", &self.name).field("info", &self.info).finish()
+    }
+}
+
+enum Input {
+    /// A prompt whose special tokens (`<|im_start|>`) are parsed.
+    Text(String),
+    /// Fill in between a prefix and a suffix.
+    Fim { prefix: String, suffix: String },
+}
+
+struct Job {
+    input: Input,
+    max_tokens: Option<u32>,
+    temperature: f32,
+    top_p: f32,
+    seed: Option<u64>,
+    stops: Vec<String>,
+    /// Names of the tools offered (none: no tool-call parsing).
+    tools: Vec<String>,
+    events: tokio::sync::mpsc::Sender<Result<Event>>,
+}
+
+/// The llama.cpp backend, initialised once per process.
+fn backend() -> std::result::Result<&'static LlamaBackend, String> {
+    static BACKEND: OnceLock<std::result::Result<LlamaBackend, String>> = OnceLock::new();
+    BACKEND
+        .get_or_init(|| {
+            // llama.cpp's own log lines go to tracing, not stderr.
+            llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
+            LlamaBackend::init().map_err(|e| format!("starting llama.cpp: {e}"))
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// Held while llama.cpp computes, so local models take turns with all cores instead of
+/// fighting over them.
+static COMPUTE: Mutex<()> = Mutex::new(());
+
+impl LocalProvider {
+    /// Loads a GGUF file (a model directory holding `model.gguf` works too) and starts its
+    /// engine thread.
+    pub fn load(path: &Path, settings: LocalSettings) -> Result<LocalProvider> {
+        let file = if path.is_dir() { path.join("model.gguf") } else { path.to_path_buf() };
+        let name = file
+            .parent()
+            .filter(|_| path.is_dir())
+            .and_then(Path::file_name)
+            .or_else(|| file.file_name())
+            .map_or_else(|| "model".to_owned(), |n| n.to_string_lossy().into_owned());
+        let load_error = |message: String| Error::Upstream { upstream: format!("local {name}"), status: None, message };
+        if !file.is_file() {
+            return Err(load_error(format!(
+                "{} is not a file (pull a model with `caret models pull`)",
+                file.display()
+            )));
+        }
+        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+        let (ready_tx, ready) = std::sync::mpsc::channel();
+        let alive = Arc::new(AtomicBool::new(true));
+        let counters = Arc::new(Counters::default());
+        let (thread_alive, thread_counters) = (alive.clone(), counters.clone());
+        std::thread::Builder::new()
+            .name(format!("llama {name}"))
+            .spawn(move || {
+                engine(&file, &settings, &ready_tx, &queue, &thread_counters);
+                thread_alive.store(false, Ordering::SeqCst);
+            })
+            .map_err(|e| load_error(format!("starting the engine thread: {e}")))?;
+        let info = ready
+            .recv()
+            .map_err(|_| load_error("the engine thread ended while loading".to_owned()))?
+            .map_err(load_error)?;
+        Ok(LocalProvider { name, info, jobs, alive, counters })
+    }
+
+    /// What the engine found in the model file.
+    pub fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    /// Counters since the model was loaded.
+    pub fn stats(&self) -> LocalStats {
+        let c = &self.counters;
+        LocalStats {
+            requests: c.requests.load(Ordering::Relaxed),
+            prompt_tokens: c.prompt_tokens.load(Ordering::Relaxed),
+            reused_tokens: c.reused_tokens.load(Ordering::Relaxed),
+            generated_tokens: c.generated_tokens.load(Ordering::Relaxed),
+        }
+    }
+
+    fn upstream(&self) -> String {
+        format!("local {}", self.name)
+    }
+
+    fn submit(&self, job: impl FnOnce(tokio::sync::mpsc::Sender<Result<Event>>) -> Job) -> Result<EventStream> {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+        self.jobs.send(job(tx)).map_err(|_| Error::Upstream {
+            upstream: self.upstream(),
+            status: None,
+            message: "the engine thread has stopped".to_owned(),
+        })?;
+        Ok(Box::pin(futures::stream::poll_fn(move |cx| rx.poll_recv(cx))))
+    }
+}
+
+fn sampling(temperature: Option<f32>, top_p: Option<f32>) -> (f32, f32) {
+    (temperature.unwrap_or(1.0).max(0.0), top_p.unwrap_or(1.0).clamp(0.0, 1.0))
+}
+
+#[async_trait::async_trait]
+impl Provider for LocalProvider {
+    fn describe(&self) -> String {
+        self.upstream()
+    }
+
+    async fn chat(&self, req: ChatRequest) -> Result<EventStream> {
+        let format = self.info.chat.clone().map_err(Error::Unsupported)?;
+        let prompt = chat_prompt(&format, &req);
+        let (temperature, top_p) = sampling(req.temperature, req.top_p);
+        let offered = req.tool_choice.as_ref().is_none_or(|c| c != "none");
+        let tools = if offered { req.tools.iter().map(|t| t.function.name.clone()).collect() } else { Vec::new() };
+        self.submit(|events| Job {
+            input: Input::Text(prompt),
+            max_tokens: req.max_tokens,
+            temperature,
+            top_p,
+            seed: req.seed,
+            stops: req.stop.as_ref().map(|s| s.to_vec()).unwrap_or_default(),
+            tools,
+            events,
+        })
+    }
+
+    async fn complete(&self, req: CompletionRequest) -> Result<EventStream> {
+        let input = match req.suffix {
+            Some(suffix) if self.info.fim => Input::Fim { prefix: req.prompt.text().to_owned(), suffix },
+            Some(_) => {
+                return Err(Error::Unsupported(format!(
+                    "{} has no fill-in-the-middle tokens (drop `suffix`, or use a code model)",
+                    self.upstream()
+                )));
+            }
+            None => Input::Text(req.prompt.text().to_owned()),
+        };
+        let (temperature, top_p) = sampling(req.temperature, req.top_p);
+        self.submit(|events| Job {
+            input,
+            max_tokens: req.max_tokens,
+            temperature,
+            top_p,
+            seed: req.seed,
+            stops: req.stop.as_ref().map(|s| s.to_vec()).unwrap_or_default(),
+            tools: Vec::new(),
+            events,
+        })
+    }
+
+    async fn health(&self) -> Result<()> {
+        if self.alive.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(Error::Upstream {
+                upstream: self.upstream(),
+                status: None,
+                message: "the engine has stopped".to_owned(),
+            })
+        }
+    }
+}
+
+/// The engine thread: loads the model, answers `ready`, then serves jobs until the provider
+/// is dropped.
+fn engine(
+    file: &PathBuf,
+    settings: &LocalSettings,
+    ready: &std::sync::mpsc::Sender<std::result::Result<ModelInfo, String>>,
+    queue: &std::sync::mpsc::Receiver<Job>,
+    counters: &Counters,
+) {
+    let loaded = (|| {
+        let backend = backend()?;
+        let model = LlamaModel::load_from_file(backend, file, &LlamaModelParams::default())
+            .map_err(|e| format!("loading {}: {e} (is it a GGUF file?)", file.display()))?;
+        Ok::<_, String>((backend, model))
+    })();
+    let (backend, model) = match loaded {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let context_tokens = settings.context_tokens.clamp(256, model.n_ctx_train().max(256));
+    let threads = settings
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get))
+        .max(1);
+    let batch_tokens = settings.batch_tokens.clamp(16, context_tokens);
+    let threads_i32 = i32::try_from(threads).unwrap_or(i32::MAX);
+    let params = LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(context_tokens))
+        .with_n_batch(batch_tokens)
+        .with_n_ubatch(batch_tokens)
+        .with_n_seq_max(1)
+        .with_n_threads(threads_i32)
+        .with_n_threads_batch(threads_i32);
+    let mut ctx = match model.new_context(backend, params) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = ready.send(Err(format!("creating a context of {context_tokens} tokens: {e}")));
+            return;
+        }
+    };
+    let template = model.chat_template(None).ok().and_then(|t| t.to_string().ok());
+    let vocab = model.vocab();
+    let fim = [vocab.fim_pre(), vocab.fim_suf(), vocab.fim_mid()].iter().all(|t| t.0 >= 0);
+    let info = ModelInfo { context_tokens, threads, chat: ChatFormat::from_template(template.as_deref()), fim };
+    tracing::info!(model = %file.display(), context_tokens, threads, fim, "local model loaded");
+    if ready.send(Ok(info)).is_err() {
+        return;
+    }
+    let step = batch_tokens as usize;
+    let mut engine = Engine { model: &model, cached: Vec::new(), batch: LlamaBatch::new(step, 1), step };
+    while let Ok(job) = queue.recv() {
+        let events = job.events.clone();
+        if let Err(e) = engine.serve(&mut ctx, job, counters) {
+            // The cache may hold half a batch: start clean next time.
+            ctx.clear_kv_cache();
+            engine.cached.clear();
+            let _ = events.blocking_send(Err(e));
+        }
+    }
+}
+
+struct Engine<'m> {
+    model: &'m LlamaModel,
+    /// The tokens whose keys and values are in the KV cache, in order from position 0.
+    cached: Vec<LlamaToken>,
+    batch: LlamaBatch<'static>,
+    /// The batch's capacity.
+    step: usize,
+}
+
+fn failed(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Upstream { upstream: "local model".to_owned(), status: None, message: format!("{what}: {e}") }
+}
+
+/// Runs one llama.cpp computation under the process-wide lock.
+fn decode(ctx: &mut LlamaContext<'_>, batch: &mut LlamaBatch<'_>) -> Result<()> {
+    let _turn = COMPUTE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    ctx.decode(batch).map_err(|e| failed("decoding", e))
+}
+
+impl Engine<'_> {
+    fn tokens(&self, input: &Input) -> Vec<LlamaToken> {
+        let vocab = self.model.vocab();
+        match input {
+            Input::Text(text) => vocab.tokenize(text.as_bytes(), true, true),
+            Input::Fim { prefix, suffix } => {
+                let mut t = Vec::new();
+                if vocab.should_add_bos() {
+                    t.push(vocab.bos());
+                }
+                t.push(vocab.fim_pre());
+                t.extend(vocab.tokenize(prefix.as_bytes(), false, false));
+                t.push(vocab.fim_suf());
+                t.extend(vocab.tokenize(suffix.as_bytes(), false, false));
+                t.push(vocab.fim_mid());
+                t
+            }
+        }
+    }
+
+    /// Makes the KV cache hold exactly `tokens` and leaves the last one's logits ready.
+    /// Returns how many tokens were reused.
+    fn prefill(&mut self, ctx: &mut LlamaContext<'_>, tokens: &[LlamaToken], job: &Job) -> Result<usize> {
+        // At least the last token is evaluated, for its logits.
+        let mut keep =
+            self.cached.iter().zip(tokens).take_while(|(a, b)| a == b).count().min(tokens.len().saturating_sub(1));
+        if keep < self.cached.len() {
+            let from = u32::try_from(keep).unwrap_or(u32::MAX);
+            if !ctx.clear_kv_cache_seq(Some(0), Some(from), None).unwrap_or(false) {
+                ctx.clear_kv_cache();
+                keep = 0;
+            }
+            self.cached.truncate(keep);
+        }
+        for chunk in tokens[keep..].chunks(self.step) {
+            if job.events.is_closed() {
+                return Err(failed("reading the prompt", "the caller went away"));
+            }
+            self.batch.clear();
+            for &t in chunk {
+                let pos = self.cached.len();
+                let last = pos + 1 == tokens.len();
+                self.batch
+                    .add(t, i32::try_from(pos).unwrap_or(i32::MAX), &[0], last)
+                    .map_err(|e| failed("batching", e))?;
+                self.cached.push(t);
+            }
+            decode(ctx, &mut self.batch)?;
+        }
+        Ok(keep)
+    }
+
+    /// Serves one job: prefill, then sample until an end token, a stop sequence or the limit.
+    fn serve(&mut self, ctx: &mut LlamaContext<'_>, job: Job, counters: &Counters) -> Result<()> {
+        let tokens = self.tokens(&job.input);
+        let window = ctx.n_ctx() as usize;
+        if tokens.is_empty() {
+            return Err(Error::BadRequest("the prompt is empty".to_owned()));
+        }
+        if tokens.len() >= window {
+            return Err(Error::BadRequest(format!(
+                "the prompt is {} tokens; this model's context holds {window}",
+                tokens.len()
+            )));
+        }
+        let limit = (window - tokens.len()).min(job.max_tokens.map_or(usize::MAX, |m| m as usize));
+        let reused = self.prefill(ctx, &tokens, &job)?;
+        counters.requests.fetch_add(1, Ordering::Relaxed);
+        counters.prompt_tokens.fetch_add(tokens.len() as u64, Ordering::Relaxed);
+        counters.reused_tokens.fetch_add(reused as u64, Ordering::Relaxed);
+
+        let mut sampler = if job.temperature <= 0.0 {
+            LlamaSampler::greedy()
+        } else {
+            let seed = job.seed.map_or_else(|| fastrand::u32(..), |s| s as u32);
+            LlamaSampler::chain_simple([
+                LlamaSampler::top_p(job.top_p, 1),
+                LlamaSampler::temp(job.temperature),
+                LlamaSampler::dist(seed),
+            ])
+        };
+        let vocab = self.model.vocab();
+        let (mut joiner, mut stops) = (Utf8Joiner::default(), StopScan::new(job.stops.clone()));
+        let mut parser = (!job.tools.is_empty()).then(|| ToolCallParser::new(job.tools.clone()));
+        let send = |events: Vec<Event>| events.into_iter().all(|e| job.events.blocking_send(Ok(e)).is_ok());
+        let to_events = |text: String, parser: &mut Option<ToolCallParser>| match parser {
+            Some(p) => p.push(&text),
+            None if text.is_empty() => Vec::new(),
+            None => vec![Event::Text(text)],
+        };
+        let mut logits_at = self.batch.n_tokens() - 1;
+        let mut generated = 0usize;
+        let mut finish = FinishReason::Length;
+        while generated < limit {
+            let token = sampler.sample(ctx, logits_at);
+            if vocab.is_eog(token) {
+                finish = FinishReason::Stop;
+                break;
+            }
+            generated += 1;
+            let (text, hit) = stops.push(&joiner.push(&vocab.token_to_piece(token, true, None)));
+            if !send(to_events(text, &mut parser)) {
+                // The caller went away; what is cached stays valid.
+                counters.generated_tokens.fetch_add(generated as u64, Ordering::Relaxed);
+                return Ok(());
+            }
+            if hit {
+                finish = FinishReason::Stop;
+                break;
+            }
+            if generated == limit {
+                break;
+            }
+            self.batch.clear();
+            let pos = i32::try_from(self.cached.len()).unwrap_or(i32::MAX);
+            self.batch.add(token, pos, &[0], true).map_err(|e| failed("batching", e))?;
+            self.cached.push(token);
+            decode(ctx, &mut self.batch)?;
+            logits_at = 0;
+        }
+        counters.generated_tokens.fetch_add(generated as u64, Ordering::Relaxed);
+        let (tail, _) = stops.push(&joiner.finish());
+        let mut events = to_events(tail + &stops.finish(), &mut parser);
+        if let Some(p) = &mut parser {
+            events.extend(p.finish());
+            if p.calls() > 0 {
+                finish = FinishReason::ToolCalls;
+            }
+        }
+        events.push(Event::Finish(finish));
+        events.push(Event::Usage(Usage::new(tokens.len() as u32, generated as u32)));
+        send(events);
+        Ok(())
+    }
+}

@@ -1,0 +1,195 @@
+//! The in-process llama.cpp provider with real models. `CARET_TEST_LLM_DIR` names an installed
+//! smollm2-135m-instruct-q4 (`caret models pull smollm2-135m-instruct-q4`; CI sets it); the
+//! slow tests also need `CARET_SLOW_TESTS=1` and `CARET_TEST_CODE_MODEL_DIR` naming an installed
+//! qwen2.5-coder-1.5b-instruct-q4. Each test says so when it has no model to run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use caret_models::local::{LocalProvider, LocalSettings};
+use caret_models::{
+    CallContext, Class, Deployment, DeploymentLimits, Error, Gateway, GatewaySettings, Provider, collect_chat,
+};
+use caret_protocol::llm::{ChatMessage, ChatRequest, CompletionRequest, FinishReason, Role};
+use futures::StreamExt as _;
+
+fn small_model() -> Option<PathBuf> {
+    let dir = std::env::var_os("CARET_TEST_LLM_DIR").map(PathBuf::from);
+    if dir.is_none() {
+        eprintln!("CARET_TEST_LLM_DIR is not set: skipping the local model test");
+    }
+    dir
+}
+
+fn code_model() -> Option<PathBuf> {
+    let slow = std::env::var("CARET_SLOW_TESTS").is_ok_and(|v| v == "1");
+    let dir = std::env::var_os("CARET_TEST_CODE_MODEL_DIR").map(PathBuf::from).filter(|_| slow);
+    if dir.is_none() {
+        eprintln!("CARET_SLOW_TESTS=1 and CARET_TEST_CODE_MODEL_DIR are not both set: skipping the code model test");
+    }
+    dir
+}
+
+fn chat(messages: Vec<ChatMessage>, max_tokens: u32) -> ChatRequest {
+    let mut r: ChatRequest =
+        serde_json::from_value(serde_json::json!({"model": "local", "messages": [], "temperature": 0.0})).unwrap();
+    r.messages = messages;
+    r.max_tokens = Some(max_tokens);
+    r
+}
+
+fn completion(prompt: &str, suffix: Option<&str>, max_tokens: u32) -> CompletionRequest {
+    serde_json::from_value(serde_json::json!({
+        "model": "local", "prompt": prompt, "suffix": suffix, "max_tokens": max_tokens, "temperature": 0.0
+    }))
+    .unwrap()
+}
+
+fn settings() -> LocalSettings {
+    LocalSettings { context_tokens: 2048, ..LocalSettings::default() }
+}
+
+#[tokio::test]
+async fn a_small_model_answers_a_conversation_deterministically_and_reuses_its_prefix() {
+    let Some(dir) = small_model() else { return };
+    let model = LocalProvider::load(&dir, settings()).unwrap();
+    assert!(model.info().chat.is_ok(), "SmolLM2 is a ChatML model");
+    let first = vec![ChatMessage::text(Role::User, "What is the capital of France? Answer in one word.")];
+    let a = collect_chat(model.chat(chat(first.clone(), 12)).await.unwrap()).await.unwrap();
+    let text = a.message.content_text();
+    assert!(text.contains("Paris"), "{text:?}");
+    let usage = a.usage.unwrap();
+    assert!(usage.prompt_tokens > 20 && usage.completion_tokens >= 1 && usage.completion_tokens <= 12, "{usage:?}");
+    assert!(matches!(a.finish, Some(FinishReason::Stop | FinishReason::Length)));
+
+    // The conversation goes on: everything up to the new turn is already in the KV cache.
+    let before = model.stats();
+    let mut longer = first.clone();
+    longer.push(a.message.clone());
+    longer.push(ChatMessage::text(Role::User, "And of Italy?"));
+    let b = collect_chat(model.chat(chat(longer.clone(), 12)).await.unwrap()).await.unwrap();
+    let after = model.stats();
+    let reused = after.reused_tokens - before.reused_tokens;
+    assert!(reused >= u64::from(usage.prompt_tokens), "reused {reused} of a {}-token prefix", usage.prompt_tokens);
+    assert!(after.prompt_tokens - before.prompt_tokens > reused);
+
+    // Reuse changes nothing: a fresh engine (nothing cached) gives the same greedy answer.
+    let fresh = LocalProvider::load(&dir, settings()).unwrap();
+    let c = collect_chat(fresh.chat(chat(longer, 12)).await.unwrap()).await.unwrap();
+    assert_eq!(b.message.content_text(), c.message.content_text());
+    assert_eq!(fresh.stats().reused_tokens, 0);
+}
+
+#[tokio::test]
+async fn limits_stops_and_streams_behave_as_the_api_says() {
+    let Some(dir) = small_model() else { return };
+    let model = LocalProvider::load(&dir, settings()).unwrap();
+    let count = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,";
+
+    // The token limit.
+    let (text, finish, usage) =
+        caret_models::collect_completion(model.complete(completion(count, None, 5)).await.unwrap()).await.unwrap();
+    assert_eq!(finish, Some(FinishReason::Length));
+    assert_eq!(usage.unwrap().completion_tokens, 5);
+    assert!(!text.is_empty());
+
+    // A stop sequence is cut before it is sent.
+    let mut req = completion(count, None, 40);
+    req.stop = Some(caret_protocol::llm::Stop::One("17".to_owned()));
+    let (text, finish, _) = caret_models::collect_completion(model.complete(req).await.unwrap()).await.unwrap();
+    assert_eq!(finish, Some(FinishReason::Stop));
+    assert!(text.contains("16") && !text.contains("17"), "{text:?}");
+
+    // A caller that goes away mid-stream frees the engine for the next request.
+    let mut stream = model.complete(completion(count, None, 200)).await.unwrap();
+    let _ = stream.next().await.unwrap().unwrap();
+    drop(stream);
+    let (text, _, _) =
+        caret_models::collect_completion(model.complete(completion("Hello", None, 3)).await.unwrap()).await.unwrap();
+    assert!(!text.is_empty());
+    assert!(model.health().await.is_ok());
+}
+
+#[tokio::test]
+async fn prompts_past_the_context_and_files_that_are_not_models_are_clear_errors() {
+    let Some(dir) = small_model() else { return };
+    let model = LocalProvider::load(&dir, LocalSettings { context_tokens: 256, ..LocalSettings::default() }).unwrap();
+    let long = "word ".repeat(400);
+    let err = match model.complete(completion(&long, None, 4)).await.unwrap().next().await {
+        Some(Err(e)) => e,
+        other => panic!("expected an error, got {other:?}"),
+    };
+    assert!(matches!(err, Error::BadRequest(_)), "{err}");
+    assert!(err.to_string().contains("context holds 256"), "{err}");
+    // The engine is still fine afterwards.
+    let (text, _, _) =
+        caret_models::collect_completion(model.complete(completion("Hello", None, 2)).await.unwrap()).await.unwrap();
+    assert!(!text.is_empty());
+
+    let tmp = caret_test_support::TempDir::new();
+    let bogus = tmp.join("model.gguf");
+    std::fs::write(&bogus, b"not a model at all").unwrap();
+    let err = LocalProvider::load(&bogus, settings()).unwrap_err().to_string();
+    assert!(err.contains("is it a GGUF file"), "{err}");
+    let err = LocalProvider::load(&tmp.join("missing"), settings()).unwrap_err().to_string();
+    assert!(err.contains("caret models pull"), "{err}");
+}
+
+#[tokio::test]
+async fn the_gateway_serves_an_alias_from_the_local_model() {
+    let Some(dir) = small_model() else { return };
+    let model: Arc<dyn Provider> = Arc::new(LocalProvider::load(&dir, settings()).unwrap());
+    let limits = DeploymentLimits { max_concurrency: 1, ..DeploymentLimits::default() };
+    let mut gateway = Gateway::new(GatewaySettings::default());
+    gateway.add_alias("small", vec![Deployment::new("smol", model, "smollm2", 0, 1, limits)]);
+    let gateway = Arc::new(gateway);
+    // Three at once: one runs, two queue in the gateway; all answer.
+    let calls = (0..3).map(|i| {
+        let gateway = gateway.clone();
+        async move {
+            let mut req = chat(vec![ChatMessage::text(Role::User, format!("Say the number {i}."))], 8);
+            req.model = "small".to_owned();
+            let ctx = CallContext::new(Class::Interactive, Duration::from_secs(60), "tenant");
+            collect_chat(gateway.chat(req, ctx).await.unwrap()).await.unwrap()
+        }
+    });
+    for answer in futures::future::join_all(calls).await {
+        assert!(!answer.message.content_text().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn the_code_model_calls_tools_and_fills_in_the_middle() {
+    let Some(dir) = code_model() else { return };
+    let model = LocalProvider::load(&dir, settings()).unwrap();
+    assert!(model.info().fim, "Qwen2.5-Coder has FIM tokens");
+
+    let mut req = chat(vec![ChatMessage::text(Role::User, "Show me what is in the file src/main.rs.")], 64);
+    req.tools = vec![
+        serde_json::from_value(serde_json::json!({
+            "type": "function",
+            "function": {
+                "name": "read_file",
+                "description": "Read a file of the workspace",
+                "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+            }
+        }))
+        .unwrap(),
+    ];
+    let answer = collect_chat(model.chat(req).await.unwrap()).await.unwrap();
+    assert_eq!(answer.finish, Some(FinishReason::ToolCalls), "{answer:?}");
+    let call = &answer.message.tool_calls[0];
+    assert_eq!(call.function.name, "read_file");
+    let args: serde_json::Value = serde_json::from_str(&call.function.arguments).unwrap();
+    assert_eq!(args["path"], "src/main.rs");
+    assert!(call.id.starts_with("call_"));
+
+    let (text, _, _) = caret_models::collect_completion(
+        model.complete(completion("def add(a, b):\n    return ", Some("\n\nprint(add(1, 2))\n"), 16)).await.unwrap(),
+    )
+    .await
+    .unwrap();
+    assert!(text.replace(' ', "").starts_with("a+b"), "{text:?}");
+}
