@@ -17,6 +17,10 @@ bin_dir="${CARET_BIN_DIR:-$HOME/.local/bin}"
 need=()
 command -v cc >/dev/null 2>&1 || need+=(build-essential)
 command -v git >/dev/null 2>&1 || need+=(git)
+# llama.cpp (local language models) is built from source: cmake, and clang for its bindings.
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
+command -v clang >/dev/null 2>&1 || need+=(clang)
+ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing system packages: ${need[*]}"
   sudo_cmd=""

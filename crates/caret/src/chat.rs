@@ -27,6 +27,9 @@ pub struct ChatArgs {
     /// Most tokens an answer may have.
     #[arg(long, default_value_t = 1024)]
     max_tokens: u32,
+    /// Sampling temperature (0: always the likeliest token; default: the model's).
+    #[arg(long)]
+    temperature: Option<f32>,
     /// Talk to this server's gateway instead of the embedded one (env CARET_SERVER).
     #[arg(long, env = "CARET_SERVER")]
     server: Option<String>,
@@ -80,7 +83,7 @@ pub fn run(config: &Config, args: ChatArgs) -> anyhow::Result<ExitCode> {
             tools: Vec::new(),
             tool_choice: None,
             max_tokens: Some(args.max_tokens),
-            temperature: None,
+            temperature: args.temperature,
             top_p: None,
             stop: None,
             stream: true,

@@ -51,6 +51,9 @@ pub enum ProviderKind {
     Openai,
     /// Anthropic Messages.
     Anthropic,
+    /// A GGUF model run in this process by llama.cpp (`model`: a catalog name under
+    /// `$CARET_HOME/models`, a model directory or a `.gguf` file).
+    Local,
 }
 
 /// One upstream behind an alias.
@@ -60,9 +63,15 @@ pub struct DeploymentSection {
     /// Name in metrics and logs (default: the provider's URL host and model).
     pub name: Option<String>,
     pub provider: ProviderKind,
+    /// The upstream's base URL (not for `local`).
+    #[serde(default)]
     pub url: String,
-    /// The upstream's model name.
+    /// The upstream's model name; for `local`, the model to load.
     pub model: String,
+    /// `local`: context window in tokens (default 8192, capped at the model's).
+    pub context_tokens: Option<u32>,
+    /// `local`: llama.cpp threads (default: the cores this process may use).
+    pub threads: Option<usize>,
     /// An environment variable holding the API key (keys never go in the file).
     pub api_key_env: Option<String>,
     /// Lower first; equal orders share traffic by weight.
@@ -405,6 +414,8 @@ impl Config {
             settings.retry.max_attempts = n.max(1);
         }
         let mut gateway = Gateway::new(settings);
+        // A local model named by several deployments is loaded once.
+        let mut loaded: std::collections::HashMap<PathBuf, Arc<dyn Provider>> = std::collections::HashMap::new();
         for m in &self.models {
             anyhow::ensure!(!m.deployments.is_empty(), "model alias {:?} has no deployments", m.alias);
             let mut deployments = Vec::new();
@@ -415,28 +426,67 @@ impl Config {
                     })?),
                     None => None,
                 };
+                anyhow::ensure!(
+                    d.provider == ProviderKind::Local || !d.url.is_empty(),
+                    "model alias {:?}: a {:?} deployment needs `url`",
+                    m.alias,
+                    d.provider
+                );
                 let provider: Arc<dyn Provider> = match d.provider {
                     ProviderKind::Openai => Arc::new(caret_models::openai::OpenAiProvider::new(&d.url, api_key)?),
                     ProviderKind::Anthropic => {
                         Arc::new(caret_models::anthropic::AnthropicProvider::new(&d.url, api_key)?)
                     }
+                    ProviderKind::Local => {
+                        let path = self.local_llm_path(&d.model);
+                        match loaded.get(&path) {
+                            Some(p) => p.clone(),
+                            None => {
+                                let mut settings = caret_models::local::LocalSettings::default();
+                                settings.context_tokens = d.context_tokens.unwrap_or(settings.context_tokens);
+                                settings.threads = d.threads;
+                                let p: Arc<dyn Provider> = Arc::new(
+                                    caret_models::local::LocalProvider::load(&path, settings)
+                                        .with_context(|| format!("model alias {:?}", m.alias))?,
+                                );
+                                loaded.insert(path, p.clone());
+                                p
+                            }
+                        }
+                    }
                 };
                 let defaults = DeploymentLimits::default();
+                // One engine serves one request at a time: the rest wait in the gateway's
+                // queue, where priorities and deadlines apply.
+                let concurrency = if d.provider == ProviderKind::Local { 1 } else { defaults.max_concurrency };
                 let limits = DeploymentLimits {
                     rpm: d.rpm,
                     tpm: d.tpm,
-                    max_concurrency: d.max_concurrency.unwrap_or(defaults.max_concurrency),
+                    max_concurrency: d.max_concurrency.unwrap_or(concurrency),
                     max_queue: d.max_queue.unwrap_or(defaults.max_queue),
                     attempt_timeout: d.timeout_ms.map_or(defaults.attempt_timeout, std::time::Duration::from_millis),
                     slow_start: d.slow_start_s.map_or(defaults.slow_start, std::time::Duration::from_secs),
                     ..defaults
                 };
-                let name = d.name.clone().unwrap_or_else(|| format!("{}/{}", d.url, d.model));
+                let name = d.name.clone().unwrap_or_else(|| match d.provider {
+                    ProviderKind::Local => format!("local/{}", d.model),
+                    _ => format!("{}/{}", d.url, d.model),
+                });
                 deployments.push(Deployment::new(name, provider, &d.model, d.order, d.weight, limits));
             }
             gateway.add_alias(&m.alias, deployments);
         }
         Ok(Some(Arc::new(gateway)))
+    }
+
+    /// A local language model: a catalog name under `$CARET_HOME/models`, or a path.
+    pub fn local_llm_path(&self, model: &str) -> PathBuf {
+        let given = PathBuf::from(model);
+        if given.is_absolute() || given.components().count() > 1 || model.ends_with(".gguf") {
+            given
+        } else {
+            self.home.join("models").join(model)
+        }
     }
 
     /// The local embedding model's directory: `[embed] model` as a name under

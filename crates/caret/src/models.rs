@@ -41,7 +41,7 @@ pub fn run(config: &Config, cmd: ModelsCommand) -> anyhow::Result<ExitCode> {
                     None => "not installed".to_owned(),
                 };
                 println!(
-                    "{:<20} {:<10} {:>10}  {state}\n  {}",
+                    "{:<32} {:<10} {:>10}  {state}\n  {}",
                     e.name,
                     format!("{:?}", e.kind).to_lowercase(),
                     human_bytes(size),

@@ -408,3 +408,36 @@ fn chat_talks_to_a_configured_model_and_fails_over() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("no model \"nope\""), "{}", stderr(&out));
 }
+
+/// `caret chat` with a GGUF model run in-process (`CARET_TEST_LLM_DIR`: an installed
+/// smollm2-135m-instruct-q4; CI sets it), through the gateway like any other deployment.
+#[test]
+fn chat_runs_a_local_model_in_process() {
+    let Some(model) = std::env::var_os("CARET_TEST_LLM_DIR") else {
+        eprintln!("CARET_TEST_LLM_DIR is not set: skipping the local model test");
+        return;
+    };
+    let home = TempDir::new();
+    home.write(
+        "caret-home/config.toml",
+        &format!(
+            "[[models]]\nalias = \"small\"\ndeployments = [{{ provider = \"local\", model = {:?}, context_tokens = 1024 }}]\n",
+            model.to_string_lossy()
+        ),
+    );
+    let out = caret(
+        &home,
+        &["chat", "--model", "small", "--temperature", "0", "What is the capital of France? Answer in one word."],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("Paris"), "{}", stdout(&out));
+
+    // A model that is not installed is named in the error, with how to get it.
+    home.write(
+        "caret-home/config.toml",
+        "[[models]]\nalias = \"code\"\ndeployments = [{ provider = \"local\", model = \"qwen2.5-coder-1.5b-instruct-q4\" }]\n",
+    );
+    let out = caret(&home, &["chat", "hi"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("caret models pull"), "{}", stderr(&out));
+}
