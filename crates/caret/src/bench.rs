@@ -40,6 +40,29 @@ pub enum BenchCommand {
         #[arg(long)]
         model: Option<String>,
     },
+    /// A local GGUF model in-process: prompt reading and generation tokens/s, time to first
+    /// token cold and with the prompt's prefix reused; with --llama-bench, llama.cpp's own
+    /// figures for the same file next to them.
+    Llm {
+        /// The model: a name under `$CARET_HOME/models`, a directory or a `.gguf` file.
+        #[arg(long, default_value = "qwen2.5-coder-1.5b-instruct-q4")]
+        model: String,
+        /// Prompt length in tokens.
+        #[arg(long, default_value_t = 512)]
+        prompt_tokens: usize,
+        /// Tokens to generate.
+        #[arg(long, default_value_t = 128)]
+        tokens: u32,
+        /// Runs (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// llama.cpp threads (default: the cores this process may use).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// A `llama-bench` binary built from llama.cpp, to run on the same file.
+        #[arg(long)]
+        llama_bench: Option<PathBuf>,
+    },
     /// Vector search on synthetic embeddings: exact scan vs the ANN index, with recall@10.
     Vectors {
         /// Vectors in the namespace.
@@ -111,6 +134,10 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
             bench_embed(&config, &path, chunks, threads, dump.as_deref())
         }
         BenchCommand::Vectors { n, dim, queries, ef } => bench_vectors(n, dim, queries, ef),
+        BenchCommand::Llm { model, prompt_tokens, tokens, runs, threads, llama_bench } => crate::bench_llm::run(
+            config,
+            crate::bench_llm::LlmBench { model, prompt_tokens, tokens, runs, threads, llama_bench },
+        ),
     }
 }
 

@@ -2,6 +2,7 @@
 //! configuration, sets up tracing and calls the library crates.
 
 mod bench;
+mod bench_llm;
 mod bench_search;
 mod bench_sync;
 mod chat;
