@@ -31,6 +31,8 @@ pub struct AppState {
     pub service: Arc<Service>,
     /// Per-token rate limits.
     pub limiter: Arc<Limiter>,
+    /// Per-client-address rate limits.
+    pub ip_limiter: Arc<Limiter>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
     /// The model gateway, when models are configured.
@@ -116,6 +118,13 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim)
         .filter(|t| !t.is_empty());
+    // The client address's limit comes first: it also bounds token guessing.
+    if let Some(axum::extract::ConnectInfo(peer)) =
+        req.extensions().get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        && let Err(retry_after) = state.ip_limiter.check(&peer.ip().to_string(), Instant::now())
+    {
+        return Error::RateLimited { retry_after }.into_response();
+    }
     let Some(token) = token else { return Error::Unauthorized.into_response() };
     let (tenant, token_id) = match state.service.db().authenticate(token).await {
         Ok(Some(found)) => found,

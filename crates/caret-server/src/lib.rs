@@ -92,6 +92,8 @@ pub struct ServeConfig {
     pub allow_insecure_http: bool,
     /// Per-token rate limit.
     pub rate_limit: RateLimit,
+    /// Per-client-address rate limit (the TCP peer: behind a proxy, the proxy's address).
+    pub ip_rate_limit: RateLimit,
     /// Largest request body in bytes.
     pub body_limit: usize,
     /// The model gateway behind `/v1/chat/completions` and friends (none: those answer 503).
@@ -117,6 +119,7 @@ pub fn app(service: Arc<Service>, config: &ServeConfig) -> axum::Router {
     let state = http::AppState {
         service,
         limiter: Arc::new(Limiter::new(config.rate_limit)),
+        ip_limiter: Arc::new(Limiter::new(config.ip_rate_limit)),
         metrics: Arc::new(metrics::Metrics::default()),
         gateway: config.gateway.clone(),
     };
@@ -147,14 +150,14 @@ pub async fn serve(
             });
             axum_server::from_tcp_rustls(listener, tls)
                 .handle(handle)
-                .serve(app.into_make_service())
+                .serve(app.into_make_service_with_connect_info::<SocketAddr>())
                 .await
                 .map_err(|e| Error::Internal(format!("serving: {e}")))
         }
         None => {
             let listener = tokio::net::TcpListener::from_std(listener)
                 .map_err(|e| Error::Internal(format!("configuring the listener: {e}")))?;
-            axum::serve(listener, app)
+            axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
                 .with_graceful_shutdown(shutdown)
                 .await
                 .map_err(|e| Error::Internal(format!("serving: {e}")))

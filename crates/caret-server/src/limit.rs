@@ -19,6 +19,14 @@ impl Default for RateLimit {
     }
 }
 
+impl RateLimit {
+    /// The default per client address: above one token's, since several people may share an
+    /// address, yet bounding what one host can make the server do (token lookups included).
+    pub fn per_address() -> Self {
+        RateLimit { per_second: 200.0, burst: 800 }
+    }
+}
+
 /// Token buckets by key.
 #[derive(Debug)]
 pub struct Limiter {

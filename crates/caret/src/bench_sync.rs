@@ -54,6 +54,7 @@ fn bench(config: &Config, path: &Path, changes: usize, scratch: &Path) -> anyhow
             tls: None,
             allow_insecure_http: false,
             rate_limit: RateLimit { per_second: 1e6, burst: 1_000_000 },
+            ip_rate_limit: RateLimit { per_second: 1e6, burst: 1_000_000 },
             body_limit: 256 << 20,
             gateway: None,
         };

@@ -153,12 +153,16 @@ pub struct ServerSection {
     pub allow_insecure_http: bool,
     pub rate_limit_per_second: f64,
     pub rate_limit_burst: u32,
+    /// Requests per second per client address (the TCP peer).
+    pub ip_rate_limit_per_second: f64,
+    pub ip_rate_limit_burst: u32,
     pub body_limit: Size,
 }
 
 impl Default for ServerSection {
     fn default() -> Self {
         let limit = caret_server::limit::RateLimit::default();
+        let per_address = caret_server::limit::RateLimit::per_address();
         ServerSection {
             addr: "127.0.0.1:7878".to_owned(),
             data_dir: None,
@@ -169,6 +173,8 @@ impl Default for ServerSection {
             allow_insecure_http: false,
             rate_limit_per_second: limit.per_second,
             rate_limit_burst: limit.burst,
+            ip_rate_limit_per_second: per_address.per_second,
+            ip_rate_limit_burst: per_address.burst,
             body_limit: Size(64 << 20),
         }
     }

@@ -61,6 +61,13 @@ pub struct ServeArgs {
     /// Requests a token may make at once after a quiet period.
     #[arg(long)]
     rate_limit_burst: Option<u32>,
+    /// Requests per second allowed per client address (every route behind a token, the model
+    /// routes included; failed logins count too).
+    #[arg(long)]
+    ip_rate_limit: Option<f64>,
+    /// Requests an address may make at once after a quiet period.
+    #[arg(long)]
+    ip_rate_limit_burst: Option<u32>,
     /// Largest request body (bytes, or with a K/M/G suffix).
     #[arg(long, value_parser = parse_size)]
     body_limit: Option<u64>,
@@ -80,6 +87,10 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
         rate_limit: RateLimit {
             per_second: args.rate_limit.unwrap_or(config.server.rate_limit_per_second),
             burst: args.rate_limit_burst.unwrap_or(config.server.rate_limit_burst),
+        },
+        ip_rate_limit: RateLimit {
+            per_second: args.ip_rate_limit.unwrap_or(config.server.ip_rate_limit_per_second),
+            burst: args.ip_rate_limit_burst.unwrap_or(config.server.ip_rate_limit_burst),
         },
         body_limit: usize::try_from(args.body_limit.unwrap_or(config.server.body_limit.0)).unwrap_or(usize::MAX),
         gateway: config.gateway()?,

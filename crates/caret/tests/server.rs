@@ -456,6 +456,33 @@ fn malformed_truncated_and_oversized_requests_get_clear_4xx() {
 }
 
 #[test]
+fn a_client_address_is_limited_across_tokens_and_failed_logins() {
+    let server = Server::start(&[], &["--ip-rate-limit", "0.2", "--ip-rate-limit-burst", "5"]);
+    let (a, b) = (server.tenant("ip-a"), server.tenant("ip-b"));
+    let h = http();
+    let get = |path: &str, token: &str| {
+        h.get(format!("{}{path}", server.url)).bearer_auth(token).send().unwrap().status().as_u16()
+    };
+    let codes = [
+        get("/v1/workspaces", &a),
+        get("/v1/workspaces", &b),
+        get("/v1/workspaces", "not-a-token"),
+        get("/v1/models", &a),
+        get("/v1/workspaces", &b),
+        get("/v1/workspaces", &b),
+        get("/v1/models", &a),
+    ];
+    // Five in the burst, whichever the token (or none); the model routes count the same.
+    assert_eq!(codes, [200, 200, 401, 200, 200, 429, 429]);
+    let r = h.get(format!("{}/v1/workspaces", server.url)).bearer_auth(&a).send().unwrap();
+    let retry: u64 = r.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=5).contains(&retry), "{retry}");
+    // Unauthenticated probes stay open.
+    assert_eq!(h.get(format!("{}/healthz", server.url)).send().unwrap().status(), 200);
+    server.stop();
+}
+
+#[test]
 fn rate_limits_answer_429_with_retry_after() {
     let server = Server::start(&[], &["--rate-limit", "0.5", "--rate-limit-burst", "3"]);
     let token = server.tenant("r");
