@@ -493,8 +493,26 @@ impl Gateway {
     /// Starts recovery admission: `from` of the tenants (by a stable hash) are admitted at
     /// once, widening linearly to all over `ramp`.
     pub fn start_recovery(&self, from: f64, ramp: Duration) {
-        let r = Recovery { started: Instant::now(), from: from.clamp(0.0, 1.0), ramp };
+        self.resume_recovery(from, ramp, Duration::ZERO);
+    }
+
+    /// Recovery admission that began `elapsed` ago (an operator started it on another replica,
+    /// or before a restart): the admitted share is where it would be by now.
+    pub fn resume_recovery(&self, from: f64, ramp: Duration, elapsed: Duration) {
+        let now = Instant::now();
+        let started = now.checked_sub(elapsed).unwrap_or(now);
+        let r = Recovery { started, from: from.clamp(0.0, 1.0), ramp };
         *self.recovery.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+    }
+
+    /// Ends recovery admission: every tenant is admitted.
+    pub fn end_recovery(&self) {
+        *self.recovery.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// The share of tenants admitted now (1 when not recovering).
+    pub fn admitted_fraction(&self) -> f64 {
+        self.recovery.lock().unwrap_or_else(|p| p.into_inner()).map_or(1.0, |r| r.fraction(Instant::now()))
     }
 
     /// Probes every deployment whose breaker is open, every `every`, so one that came back

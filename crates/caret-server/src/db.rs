@@ -10,9 +10,10 @@ use sqlx::{AnyPool, Row as _};
 use crate::{Error, Result};
 
 /// Schema versions, applied in order, each once. Portable SQL only.
-const MIGRATIONS: &[(i64, &str)] = &[(
-    1,
-    "CREATE TABLE tenants (
+const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        "CREATE TABLE tenants (
         id TEXT PRIMARY KEY,
         name TEXT NOT NULL UNIQUE,
         created_at BIGINT NOT NULL
@@ -36,7 +37,29 @@ const MIGRATIONS: &[(i64, &str)] = &[(
         updated_at BIGINT NOT NULL,
         PRIMARY KEY (tenant_id, id)
     )",
-)];
+    ),
+    (
+        2,
+        // One row (id 1) while the model gateway admits tenants gradually after an incident.
+        "CREATE TABLE gateway_recovery (
+        id BIGINT PRIMARY KEY,
+        started_at BIGINT NOT NULL,
+        from_permille BIGINT NOT NULL,
+        ramp_s BIGINT NOT NULL
+    )",
+    ),
+];
+
+/// Recovery admission as an operator started it (`caret admin recovery start`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecoveryRow {
+    /// When it started (Unix seconds).
+    pub started_at: i64,
+    /// Share of tenants admitted at once, in thousandths.
+    pub from_permille: i64,
+    /// Seconds until every tenant is admitted.
+    pub ramp_s: i64,
+}
 
 /// A tenant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,6 +134,35 @@ impl Db {
             tx.commit().await?;
         }
         Ok(())
+    }
+
+    /// Starts (or restarts) recovery admission for every replica.
+    pub async fn start_recovery(&self, from_permille: i64, ramp_s: i64) -> Result<RecoveryRow> {
+        let row = RecoveryRow { started_at: now(), from_permille: from_permille.clamp(0, 1000), ramp_s: ramp_s.max(0) };
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM gateway_recovery").execute(&mut *tx).await?;
+        sqlx::query("INSERT INTO gateway_recovery (id, started_at, from_permille, ramp_s) VALUES (1, $1, $2, $3)")
+            .bind(row.started_at)
+            .bind(row.from_permille)
+            .bind(row.ramp_s)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(row)
+    }
+
+    /// Ends recovery admission.
+    pub async fn stop_recovery(&self) -> Result<()> {
+        sqlx::query("DELETE FROM gateway_recovery").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    /// Recovery admission in force, if any.
+    pub async fn recovery(&self) -> Result<Option<RecoveryRow>> {
+        Ok(sqlx::query("SELECT started_at, from_permille, ramp_s FROM gateway_recovery WHERE id = 1")
+            .fetch_optional(&self.pool)
+            .await?
+            .map(|r| RecoveryRow { started_at: r.get(0), from_permille: r.get(1), ramp_s: r.get(2) }))
     }
 
     /// Whether the database answers.

@@ -5,6 +5,7 @@
 //! Errors use OpenAI's body shape, with `Retry-After` on 429 and 503.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Extension;
@@ -294,4 +295,44 @@ pub(crate) async fn models(State(s): State<AppState>) -> Response {
         .map(|id| ModelCard { id, object: "model".into(), created: 0, owned_by: "caret".into() })
         .collect();
     axum::Json(ModelList { object: "list".into(), data }).into_response()
+}
+
+/// Keeps the gateway's recovery admission in step with the database (where `caret admin
+/// recovery` writes it), so every replica admits the same tenants: polled every `every`.
+pub fn spawn_recovery_watch(
+    service: Arc<crate::service::Service>,
+    gateway: Arc<Gateway>,
+    every: Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut applied = None;
+        loop {
+            match service.db().recovery().await {
+                Ok(row) if row != applied => {
+                    match row {
+                        Some(r) => {
+                            let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+                            let elapsed =
+                                Duration::from_secs(now.saturating_sub(u64::try_from(r.started_at).unwrap_or(0)));
+                            let ramp = Duration::from_secs(u64::try_from(r.ramp_s).unwrap_or(0));
+                            gateway.resume_recovery(r.from_permille as f64 / 1000.0, ramp, elapsed);
+                            tracing::warn!(
+                                from_permille = r.from_permille,
+                                ramp_s = r.ramp_s,
+                                "gateway recovery admission on"
+                            );
+                        }
+                        None => {
+                            gateway.end_recovery();
+                            tracing::info!("gateway recovery admission off");
+                        }
+                    }
+                    applied = row;
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "reading recovery admission"),
+            }
+            tokio::time::sleep(every).await;
+        }
+    })
 }

@@ -113,7 +113,8 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
         let service = Arc::new(service.with_weights(config.search_weights()?));
         let _probes = serve.gateway.as_ref().map(|g| {
             tracing::info!(aliases = ?g.aliases(), "model gateway");
-            g.spawn_health_probes(std::time::Duration::from_secs(5))
+            let every = std::time::Duration::from_secs(5);
+            (g.spawn_health_probes(every), caret_server::llm::spawn_recovery_watch(service.clone(), g.clone(), every))
         });
         let listener =
             std::net::TcpListener::bind(serve.addr).with_context(|| format!("listening on {}", serve.addr))?;
@@ -159,6 +160,35 @@ pub enum AdminCommand {
     /// API tokens.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Recovery admission of the model gateway: after an incident, admit a stable share of
+    /// tenants that widens over time, on every replica.
+    #[command(subcommand)]
+    Recovery(RecoveryCommand),
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum RecoveryCommand {
+    /// Start (or restart) it.
+    Start {
+        /// Share of tenants admitted at once (0 to 1).
+        #[arg(long, default_value_t = 0.1)]
+        from: f64,
+        /// Seconds until every tenant is admitted.
+        #[arg(long, default_value_t = 600)]
+        ramp_s: u64,
+        #[command(flatten)]
+        storage: StorageArgs,
+    },
+    /// End it: admit everyone now.
+    Stop {
+        #[command(flatten)]
+        storage: StorageArgs,
+    },
+    /// Whether it is on, and the share admitted now.
+    Status {
+        #[command(flatten)]
+        storage: StorageArgs,
+    },
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -217,6 +247,44 @@ pub fn admin(config: &Config, cmd: AdminCommand) -> anyhow::Result<ExitCode> {
                     service.db().tenant_by_name(&tenant).await?.with_context(|| format!("no tenant named {tenant}"))?;
                 println!("{}", service.db().create_token(&t, &name).await?);
                 eprintln!("(shown once: only its hash is stored)");
+            }
+            AdminCommand::Recovery(RecoveryCommand::Start { from, ramp_s, storage }) => {
+                anyhow::ensure!((0.0..=1.0).contains(&from), "--from is a share between 0 and 1, not {from}");
+                let service = caret_server::open(&storage_of(&storage)).await?;
+                let permille = (from * 1000.0).round() as i64;
+                service.db().start_recovery(permille, i64::try_from(ramp_s).unwrap_or(i64::MAX)).await?;
+                println!(
+                    "recovery admission on: {:.1}% of tenants now, all in {ramp_s} s (servers pick it up within 5 s)",
+                    from * 100.0
+                );
+            }
+            AdminCommand::Recovery(RecoveryCommand::Stop { storage }) => {
+                let service = caret_server::open(&storage_of(&storage)).await?;
+                service.db().stop_recovery().await?;
+                println!("recovery admission off: every tenant is admitted");
+            }
+            AdminCommand::Recovery(RecoveryCommand::Status { storage }) => {
+                let service = caret_server::open(&storage_of(&storage)).await?;
+                match service.db().recovery().await? {
+                    None => println!("off"),
+                    Some(r) => {
+                        let now = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0, |d| d.as_secs() as i64);
+                        let elapsed = (now - r.started_at).max(0) as f64;
+                        let from = r.from_permille as f64 / 1000.0;
+                        let share = if r.ramp_s == 0 {
+                            1.0
+                        } else {
+                            (from + (1.0 - from) * elapsed / r.ramp_s as f64).min(1.0)
+                        };
+                        println!(
+                            "on for {elapsed:.0} s: {:.1}% of tenants admitted (ramp {} s)",
+                            share * 100.0,
+                            r.ramp_s
+                        );
+                    }
+                }
             }
         }
         anyhow::Ok(())

@@ -7,7 +7,7 @@
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use caret_test_support::TempDir;
 use serde_json::{Value, json};
@@ -760,4 +760,54 @@ deployments = [
     {
         assert!(stdout.contains(want), "{want:?} not in {stdout}");
     }
+}
+
+/// `caret admin recovery` reaches a running server through the database: while it is on,
+/// tenants outside the admitted share are turned away with 503 + Retry-After before any
+/// model is called; stopping it admits everyone again.
+#[test]
+fn recovery_admission_started_by_an_operator_turns_tenants_away_until_stopped() {
+    use caret_test_support::scripted::ScriptedUpstream;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("up"));
+    let config = format!(
+        "[[models]]\nalias = \"code\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
+        up.url
+    );
+    let server = Server::start_with_config(&[], &[], Some(&config));
+    let token = server.tenant("rec");
+    let c = http();
+    let status = || {
+        c.post(format!("{}/v1/chat/completions", server.url))
+            .bearer_auth(&token)
+            .json(&json!({"model": "code", "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .unwrap()
+    };
+    let wait_for = |code: u16| {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let r = status();
+            if r.status().as_u16() == code || Instant::now() > deadline {
+                return r;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    assert_eq!(status().status(), 200);
+    // Nobody at first, everyone after ten hours: this tenant (one in ~10,000 would be the
+    // exception) is not admitted yet.
+    let said = server.admin(&["admin", "recovery", "start", "--from", "0", "--ramp-s", "36000"]);
+    assert!(said.contains("recovery admission on"), "{said}");
+    let r = wait_for(503);
+    assert_eq!(r.status(), 503);
+    assert!(r.headers().contains_key("retry-after"));
+    let body: Value = r.json().unwrap();
+    assert!(body["error"]["message"].as_str().unwrap().contains("recovering"), "{body}");
+    assert!(server.admin(&["admin", "recovery", "status"]).contains("% of tenants admitted"));
+
+    server.admin(&["admin", "recovery", "stop"]);
+    assert_eq!(wait_for(200).status(), 200);
+    assert_eq!(server.admin(&["admin", "recovery", "status"]), "off");
+    server.stop();
 }
