@@ -237,3 +237,40 @@ async fn tenant_quotas_answer_with_when_to_retry() {
     assert!(other.is_ok());
     let _ = ChatMessage::text(Role::User, "unused");
 }
+
+#[tokio::test]
+async fn an_anthropic_deployment_streams_text_and_tool_calls_and_fails_over_to_openai() {
+    let (claude, backup) = (ScriptedUpstream::start("claude").await, ScriptedUpstream::start("backup").await);
+    let anthropic =
+        Arc::new(caret_models::anthropic::AnthropicProvider::new(&claude.url, Some("sk-test".into())).unwrap());
+    let g = gateway(vec![
+        Deployment::new("claude", anthropic, "claude-x", 0, 1, DeploymentLimits::default()),
+        deployment("backup", &backup, 1, DeploymentLimits::default()),
+    ]);
+    let mut req = chat_request();
+    req.messages.insert(0, ChatMessage::text(Role::System, "be brief"));
+    let c = collect_chat(g.chat(req, ctx(Class::Interactive, 5000)).await.unwrap()).await.unwrap();
+    assert_eq!(c.message.content_text(), "hello from claude");
+    assert_eq!(c.finish, Some(FinishReason::Stop));
+    assert_eq!(c.usage.map(|u| (u.prompt_tokens, u.completion_tokens)), Some((10, 3)));
+    let (headers, body) = claude.last_request().unwrap();
+    assert_eq!(headers["x-api-key"], "sk-test");
+    assert!(headers.contains_key("anthropic-version"));
+    assert_eq!(body["model"], "claude-x");
+    assert_eq!(body["system"], "be brief");
+    assert_eq!(body["messages"], serde_json::json!([{"role": "user", "content": [{"type": "text", "text": "hi"}]}]));
+    assert_eq!(body["stream"], true);
+    assert!(body["max_tokens"].as_u64().is_some_and(|n| n > 0), "Anthropic requires max_tokens: {body}");
+
+    claude.set(Behaviour { tool_call: Some("read_file".into()), ..Behaviour::default() });
+    let c = collect_chat(g.chat(chat_request(), ctx(Class::Agent, 5000)).await.unwrap()).await.unwrap();
+    assert_eq!(c.finish, Some(FinishReason::ToolCalls));
+    let call = &c.message.tool_calls[0];
+    assert_eq!((call.id.as_str(), call.function.name.as_str()), ("toolu_1", "read_file"));
+    assert_eq!(call.function.arguments, "{\"path\":\"src/lib.rs\"}");
+
+    // Anthropic overloaded (529): the OpenAI-compatible backup answers.
+    claude.set(Behaviour { status: Some(529), ..Behaviour::default() });
+    let c = collect_chat(g.chat(chat_request(), ctx(Class::Interactive, 5000)).await.unwrap()).await.unwrap();
+    assert_eq!(c.message.content_text(), "hello from backup");
+}

@@ -1,6 +1,7 @@
-//! A scripted OpenAI-compatible model server: a test double that answers chat, completion,
-//! embedding and model-list requests with canned text, and can be told to throttle (429),
-//! fail (5xx), fail every other request, answer slowly, stall mid-stream, or recover.
+//! A scripted model server: a test double that answers OpenAI-compatible chat, completion,
+//! embedding and model-list requests and Anthropic Messages (`/v1/messages`) with canned text,
+//! and can be told to throttle (429), fail (5xx), fail every other request, answer slowly,
+//! stall mid-stream, or recover. It keeps the last request it was sent, headers included.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -39,6 +40,7 @@ struct Script {
     name: String,
     behaviour: Mutex<Behaviour>,
     requests: AtomicU64,
+    last: Mutex<Option<(axum::http::HeaderMap, Value)>>,
 }
 
 /// A running scripted server.
@@ -62,12 +64,14 @@ impl ScriptedUpstream {
             name: name.to_owned(),
             behaviour: Mutex::new(Behaviour::default()),
             requests: AtomicU64::new(0),
+            last: Mutex::new(None),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
             .route("/v1/completions", post(completions))
             .route("/v1/embeddings", post(embeddings))
             .route("/v1/models", get(models))
+            .route("/v1/messages", post(messages))
             .with_state(script.clone());
         let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -75,6 +79,11 @@ impl ScriptedUpstream {
             let _ = axum::serve(listener, app).await;
         });
         ScriptedUpstream { url, script, task }
+    }
+
+    /// The last Anthropic Messages request: its headers and body.
+    pub fn last_request(&self) -> Option<(axum::http::HeaderMap, Value)> {
+        self.script.last.lock().unwrap().clone()
     }
 
     /// Changes the behaviour.
@@ -86,6 +95,61 @@ impl ScriptedUpstream {
     pub fn requests(&self) -> u64 {
         self.script.requests.load(Ordering::SeqCst)
     }
+}
+
+/// Anthropic Messages, streamed: `event:` + `data:` pairs as Anthropic sends them.
+async fn messages(State(s): State<Arc<Script>>, headers: axum::http::HeaderMap, Json(req): Json<Value>) -> Response {
+    *s.last.lock().unwrap() = Some((headers, req.clone()));
+    let b = match verdict(&s).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let mut events = vec![(
+        "message_start",
+        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+               "content": [], "model": req["model"], "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+    )];
+    let stop = if let Some(tool) = &b.tool_call {
+        events.push((
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0,
+                   "content_block": {"type": "tool_use", "id": "toolu_1", "name": tool, "input": {}}}),
+        ));
+        for piece in ["{\"path\":", "\"src/lib.rs\"}"] {
+            events.push((
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0,
+                       "delta": {"type": "input_json_delta", "partial_json": piece}}),
+            ));
+        }
+        "tool_use"
+    } else {
+        events.push((
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ));
+        for word in format!("hello from {}", s.name).split_inclusive(' ') {
+            events.push((
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": word}}),
+            ));
+        }
+        "end_turn"
+    };
+    events.push(("content_block_stop", json!({"type": "content_block_stop", "index": 0})));
+    events.push((
+        "message_delta",
+        json!({"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {"output_tokens": 3}}),
+    ));
+    events.push(("message_stop", json!({"type": "message_stop"})));
+    let lines: Vec<Result<Bytes, Infallible>> =
+        events.iter().map(|(kind, data)| Ok(Bytes::from(format!("event: {kind}\ndata: {data}\n\n")))).collect();
+    let body = if b.stall_mid_stream {
+        Body::from_stream(futures::stream::iter(lines.into_iter().take(3)).chain(futures::stream::pending()))
+    } else {
+        Body::from_stream(futures::stream::iter(lines))
+    };
+    Response::builder().header("content-type", "text/event-stream").body(body).unwrap()
 }
 
 /// The scripted verdict for one request: `Err(response)` to answer with an error.
