@@ -137,7 +137,7 @@ pub fn run(config: &Config, args: LlmBench) -> anyhow::Result<ExitCode> {
     let generated = median_by(&cold, |t| f64::from(t.generated));
     println!("\nin-process (caret, llama.cpp via llama-cpp-2), median of {runs} runs:");
     println!("  prompt reading     {prompt_rate:>8.1} tokens/s  ({} tokens)", cold[0].prompt_tokens);
-    println!("  generation         {gen_rate:>8.1} tokens/s  ({generated:.0} tokens, greedy)");
+    println!("  generation         {gen_rate:>8.1} tokens/s  ({generated:.0} tokens after the prompt, greedy)");
     println!("  first token, cold  {:>8.1} ms", median_by(&cold, |t| ms(t.ttft)));
     println!(
         "  first token, warm  {:>8.1} ms  (prefix reused: {:.0} of {} tokens)",
@@ -147,33 +147,32 @@ pub fn run(config: &Config, args: LlmBench) -> anyhow::Result<ExitCode> {
     );
 
     if let Some(tool) = &args.llama_bench {
-        llama_bench(tool, &file, args.prompt_tokens, args.tokens, info.threads, runs)?;
+        let prompt = cold[0].prompt_tokens.to_string();
+        println!("\nllama.cpp's llama-bench on the same file ({} threads, {runs} runs):", info.threads);
+        llama_bench(tool, &file, &["-p", &prompt, "-n", "0"], info.threads, runs)?;
+        // Generation right after the prompt, as above: at a depth of the prompt's length.
+        let tokens = args.tokens.to_string();
+        llama_bench(tool, &file, &["-p", "0", "-n", &tokens, "-d", &prompt], info.threads, runs)?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Runs llama.cpp's `llama-bench` on the same file with the same sizes and threads.
-fn llama_bench(
-    tool: &Path,
-    file: &Path,
-    prompt: usize,
-    tokens: u32,
-    threads: usize,
-    runs: usize,
-) -> anyhow::Result<()> {
+/// Runs llama.cpp's `llama-bench` on the same file with the same threads and prints its rows.
+fn llama_bench(tool: &Path, file: &Path, sizes: &[&str], threads: usize, runs: usize) -> anyhow::Result<()> {
     let out = std::process::Command::new(tool)
         .arg("-m")
         .arg(file)
-        .args(["-p", &prompt.to_string(), "-n", &tokens.to_string(), "-t", &threads.to_string()])
-        .args(["-r", &runs.to_string(), "-o", "json"])
+        .args(sizes)
+        .args(["-t", &threads.to_string(), "-r", &runs.to_string(), "-o", "json"])
         .output()
         .with_context(|| format!("running {}", tool.display()))?;
     anyhow::ensure!(out.status.success(), "{} failed: {}", tool.display(), String::from_utf8_lossy(&out.stderr));
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).context("reading llama-bench's JSON")?;
-    println!("\nllama.cpp's llama-bench on the same file ({threads} threads, {runs} runs):");
     for row in rows {
         let (p, n) = (row["n_prompt"].as_u64().unwrap_or(0), row["n_gen"].as_u64().unwrap_or(0));
-        let what = if p > 0 { format!("prompt reading ({p} tokens)") } else { format!("generation ({n} tokens)") };
+        let depth = row["n_depth"].as_u64().unwrap_or(0);
+        let what =
+            if p > 0 { format!("prompt reading ({p} tokens)") } else { format!("generation ({n} after {depth})") };
         println!(
             "  {what:<28} {:>8.1} ± {:.1} tokens/s",
             row["avg_ts"].as_f64().unwrap_or(f64::NAN),

@@ -63,9 +63,11 @@ pub fn run(config: &Config, args: ChatArgs) -> anyhow::Result<ExitCode> {
             (Backend::Server(provider), args.model.clone().unwrap_or_else(|| "chat".to_owned()))
         }
         None => {
-            let gateway = config
-                .gateway()?
-                .context("no models are configured: add [[models]] to the config (see the README), or use --server")?;
+            let gateway = config.gateway()?.context(
+                "no models are configured: add [[models]] to the config (see the README; for a local model, \
+                     `caret models pull qwen2.5-coder-1.5b-instruct-q4` and a deployment with provider = \"local\"), \
+                     or use --server",
+            )?;
             let model = match &args.model {
                 Some(m) => m.clone(),
                 None => gateway.aliases().into_iter().next().context("no model aliases")?,
