@@ -274,3 +274,39 @@ async fn an_anthropic_deployment_streams_text_and_tool_calls_and_fails_over_to_o
     let c = collect_chat(g.chat(chat_request(), ctx(Class::Interactive, 5000)).await.unwrap()).await.unwrap();
     assert_eq!(c.message.content_text(), "hello from backup");
 }
+
+#[tokio::test]
+async fn a_recovered_deployment_takes_load_gradually() {
+    let up = ScriptedUpstream::start("ramp").await;
+    up.set(Behaviour { status: Some(500), ..Behaviour::default() });
+    let limits = DeploymentLimits {
+        breaker_threshold: 2,
+        breaker_cooldown: Duration::from_millis(100),
+        max_concurrency: 8,
+        slow_start: Duration::from_secs(3),
+        ..Default::default()
+    };
+    let g = Arc::new(gateway(vec![deployment("ramp", &up, 0, limits)]));
+    assert!(ask(&g, Class::Interactive, 2000).await.is_err());
+    assert_eq!(g.breaker_state("ramp"), Some(BreakerState::Open));
+    // It recovers, and answers slowly enough for the concurrency it sees to be counted.
+    up.set(Behaviour { delay: Duration::from_millis(300), ..Behaviour::default() });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(ask(&g, Class::Interactive, 5000).await.unwrap(), "hello from ramp", "the half-open trial");
+    assert_eq!(g.breaker_state("ramp"), Some(BreakerState::Closed));
+    let burst = |g: Arc<Gateway>| async move {
+        let all = (0..8).map(|_| {
+            let g = g.clone();
+            async move { ask(&g, Class::Interactive, 10_000).await }
+        });
+        futures::future::join_all(all).await.into_iter().filter(Result::is_ok).count()
+    };
+    up.take_most_concurrent();
+    assert_eq!(burst(g.clone()).await, 8, "nobody is refused: they queue");
+    let early = up.take_most_concurrent();
+    assert!(early <= 4, "right after recovering it took {early} of 8 at once");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(burst(g.clone()).await, 8);
+    let late = up.take_most_concurrent();
+    assert!(late >= 6, "after the ramp it takes its full concurrency, saw {late}");
+}

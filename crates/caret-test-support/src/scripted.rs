@@ -41,6 +41,9 @@ struct Script {
     behaviour: Mutex<Behaviour>,
     requests: AtomicU64,
     last: Mutex<Option<(axum::http::HeaderMap, Value)>>,
+    /// Requests inside their `delay` now, and the most at once since the last reset.
+    waiting: AtomicU64,
+    most_waiting: AtomicU64,
 }
 
 /// A running scripted server.
@@ -65,6 +68,8 @@ impl ScriptedUpstream {
             behaviour: Mutex::new(Behaviour::default()),
             requests: AtomicU64::new(0),
             last: Mutex::new(None),
+            waiting: AtomicU64::new(0),
+            most_waiting: AtomicU64::new(0),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
@@ -79,6 +84,12 @@ impl ScriptedUpstream {
             let _ = axum::serve(listener, app).await;
         });
         ScriptedUpstream { url, script, task }
+    }
+
+    /// The most requests that were in their `delay` at once since the last call (then resets):
+    /// the concurrency the upstream saw.
+    pub fn take_most_concurrent(&self) -> u64 {
+        self.script.most_waiting.swap(0, Ordering::SeqCst)
     }
 
     /// The last Anthropic Messages request: its headers and body.
@@ -157,7 +168,10 @@ async fn verdict(s: &Script) -> Result<Behaviour, Response> {
     let n = s.requests.fetch_add(1, Ordering::SeqCst) + 1;
     let b = s.behaviour.lock().unwrap().clone();
     if !b.delay.is_zero() {
+        let now = s.waiting.fetch_add(1, Ordering::SeqCst) + 1;
+        s.most_waiting.fetch_max(now, Ordering::SeqCst);
         tokio::time::sleep(b.delay).await;
+        s.waiting.fetch_sub(1, Ordering::SeqCst);
     }
     if let Some(after) = b.throttle {
         let mut r = error(429, "rate limited").into_response();
