@@ -464,13 +464,17 @@ impl Config {
                 let defaults = DeploymentLimits::default();
                 // One engine serves one request at a time: the rest wait in the gateway's
                 // queue, where priorities and deadlines apply.
-                let concurrency = if d.provider == ProviderKind::Local { 1 } else { defaults.max_concurrency };
+                let local = d.provider == ProviderKind::Local;
+                let concurrency = if local { 1 } else { defaults.max_concurrency };
+                // A long prompt on a CPU takes minutes before its first token (8k tokens at
+                // ~70 tokens/s): a local attempt is not timed out like a remote one.
+                let timeout = if local { std::time::Duration::from_secs(600) } else { defaults.attempt_timeout };
                 let limits = DeploymentLimits {
                     rpm: d.rpm,
                     tpm: d.tpm,
                     max_concurrency: d.max_concurrency.unwrap_or(concurrency),
                     max_queue: d.max_queue.unwrap_or(defaults.max_queue),
-                    attempt_timeout: d.timeout_ms.map_or(defaults.attempt_timeout, std::time::Duration::from_millis),
+                    attempt_timeout: d.timeout_ms.map_or(timeout, std::time::Duration::from_millis),
                     slow_start: d.slow_start_s.map_or(defaults.slow_start, std::time::Duration::from_secs),
                     ..defaults
                 };
