@@ -1,0 +1,137 @@
+//! Search/replace blocks:
+//!
+//! ```text
+//! <<<<<<< SEARCH
+//! lines as they are in the file
+//! =======
+//! the lines to put there instead
+//! >>>>>>> REPLACE
+//! ```
+//!
+//! Any number of blocks, applied in order; text outside blocks (prose, a file name, code
+//! fences) is ignored. An empty SEARCH appends the replacement (or creates the file's text).
+
+use crate::matcher::find;
+use crate::text::edit_lines;
+use crate::{Error, Result, Text};
+
+/// One block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Block {
+    /// The lines to find.
+    pub search: Vec<String>,
+    /// The lines to put instead.
+    pub replace: Vec<String>,
+}
+
+fn marker(line: &str, ch: char, word: &str) -> bool {
+    let t = line.trim();
+    let run = t.chars().take_while(|c| *c == ch).count();
+    run >= 5 && t[run..].trim() == word
+}
+
+/// Whether text looks like search/replace blocks.
+pub fn detect(edit: &str) -> bool {
+    edit.lines().any(|l| marker(l, '<', "SEARCH")) && edit.lines().any(|l| marker(l, '>', "REPLACE"))
+}
+
+/// Parses every block of an edit.
+pub fn parse(edit: &str) -> Result<Vec<Block>> {
+    let lines = edit_lines(edit);
+    let mut blocks = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        if !marker(lines[i], '<', "SEARCH") {
+            i += 1;
+            continue;
+        }
+        let opened = i + 1;
+        let sep = (opened..lines.len())
+            .find(|&j| marker(lines[j], '=', ""))
+            .ok_or_else(|| Error::Malformed(format!("the SEARCH at line {opened} has no ======= line")))?;
+        let end = (sep + 1..lines.len())
+            .find(|&j| marker(lines[j], '>', "REPLACE"))
+            .ok_or_else(|| Error::Malformed(format!("the SEARCH at line {opened} has no >>>>>>> REPLACE line")))?;
+        if let Some(j) = (opened..sep).chain(sep + 1..end).find(|&j| marker(lines[j], '<', "SEARCH")) {
+            return Err(Error::Malformed(format!("a SEARCH at line {} opens inside another block", j + 1)));
+        }
+        let own = |r: std::ops::Range<usize>| lines[r].iter().map(|l| (*l).to_owned()).collect();
+        blocks.push(Block { search: own(opened..sep), replace: own(sep + 1..end) });
+        i = end + 1;
+    }
+    if blocks.is_empty() {
+        return Err(Error::Malformed("no <<<<<<< SEARCH … >>>>>>> REPLACE block".to_owned()));
+    }
+    Ok(blocks)
+}
+
+/// Blank lines at the edges of a search block are not anchors; as many are taken off the
+/// replacement's edges when it has them, so a block that quotes them keeps them.
+fn trim_blank_edges(block: &Block) -> (Vec<&str>, Vec<&str>) {
+    let blank = |l: &&String| l.trim().is_empty();
+    let lead = block.search.iter().take_while(blank).count();
+    let trail = block.search[lead..].iter().rev().take_while(blank).count();
+    let search = block.search[lead..block.search.len() - trail].iter().map(String::as_str).collect();
+    let r_lead = block.replace.iter().take_while(blank).count().min(lead);
+    let r_trail = block.replace[r_lead..].iter().rev().take_while(blank).count().min(trail);
+    let replace = block.replace[r_lead..block.replace.len() - r_trail].iter().map(String::as_str).collect();
+    (search, replace)
+}
+
+/// Applies blocks to a file, in order.
+pub fn apply(text: &Text, blocks: &[Block]) -> Result<Text> {
+    let mut out = text.clone();
+    for block in blocks {
+        let (search, replace) = trim_blank_edges(block);
+        if search.is_empty() {
+            out.lines.extend(replace.iter().map(|l| (*l).to_owned()));
+            continue;
+        }
+        let file = out.line_refs();
+        let found = find(&file, &search, 0)?;
+        let new: Vec<String> = replace.iter().map(|l| found.shift.apply(l)).collect();
+        out.lines.splice(found.start..found.start + found.len, new);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = "fn main() {\r\n    let x = 1;\r\n    println!(\"{x}\");\r\n}\r\n\r\nfn other() {}";
+
+    #[test]
+    fn blocks_apply_in_order_and_keep_the_files_endings() {
+        let edit = "Here is the change:\n\nsrc/main.rs\n```rust\n<<<<<<< SEARCH\n    let x = 1;\n=======\n    let x = 2;\n    let y = 3;\n>>>>>>> REPLACE\n```\n\n<<<<<<< SEARCH\nfn other() {}\n=======\n>>>>>>> REPLACE\n";
+        assert!(detect(edit));
+        let blocks = parse(edit).unwrap();
+        assert_eq!(blocks.len(), 2);
+        let out = apply(&Text::new(FILE), &blocks).unwrap().render();
+        assert_eq!(out, "fn main() {\r\n    let x = 2;\r\n    let y = 3;\r\n    println!(\"{x}\");\r\n}\r\n");
+        let out = Text::new(FILE);
+        assert!(!out.final_newline, "the file had none, and keeps none");
+    }
+
+    #[test]
+    fn indentation_is_carried_over_and_blank_edges_are_not_anchors() {
+        let file = Text::new("impl A {\n    fn a() {\n        old();\n    }\n}\n");
+        let blocks = parse("<<<<<<< SEARCH\n\nfn a() {\n    old();\n}\n\n=======\n\nfn a() {\n    new();\n    more();\n}\n\n>>>>>>> REPLACE\n").unwrap();
+        let out = apply(&file, &blocks).unwrap().render();
+        assert_eq!(out, "impl A {\n    fn a() {\n        new();\n        more();\n    }\n}\n");
+    }
+
+    #[test]
+    fn malformed_missing_and_ambiguous_blocks_are_errors() {
+        assert!(matches!(parse("no blocks"), Err(Error::Malformed(_))));
+        assert!(matches!(parse("<<<<<<< SEARCH\na\n>>>>>>> REPLACE\n"), Err(Error::Malformed(_))));
+        assert!(matches!(parse("<<<<<<< SEARCH\na\n=======\nb\n"), Err(Error::Malformed(_))));
+        let file = Text::new("a\nb\na\n");
+        let amb = parse("<<<<<<< SEARCH\na\n=======\nc\n>>>>>>> REPLACE").unwrap();
+        assert!(matches!(apply(&file, &amb), Err(Error::Ambiguous { .. })));
+        let miss = parse("<<<<<<< SEARCH\nz\n=======\nc\n>>>>>>> REPLACE").unwrap();
+        assert!(matches!(apply(&file, &miss), Err(Error::NoMatch { .. })));
+        let append = parse("<<<<<<< SEARCH\n=======\nd\n>>>>>>> REPLACE").unwrap();
+        assert_eq!(apply(&file, &append).unwrap().render(), "a\nb\na\nd\n");
+    }
+}
