@@ -10,6 +10,7 @@ mod error;
 pub mod matcher;
 pub mod search_replace;
 mod text;
+pub mod udiff;
 
 pub use error::{Error, Result};
 pub use text::{Eol, Text};

@@ -119,6 +119,12 @@ fn all_at(level: Level, file: &[&str], anchor: &[&str], from: usize) -> Vec<Foun
 
 /// Finds the one place `anchor` belongs in `file`, searching from line index `from`.
 pub fn find(file: &[&str], anchor: &[&str], from: usize) -> Result<Found> {
+    find_near(file, anchor, from, None)
+}
+
+/// Like [`find`]; when several places match equally well, the one nearest line index `hint`
+/// (a diff's line number) wins if it is strictly the nearest.
+pub fn find_near(file: &[&str], anchor: &[&str], from: usize, hint: Option<usize>) -> Result<Found> {
     if anchor.iter().all(|l| l.trim().is_empty()) {
         return Err(Error::Malformed("an anchor has no text to look for".to_owned()));
     }
@@ -127,6 +133,13 @@ pub fn find(file: &[&str], anchor: &[&str], from: usize) -> Result<Found> {
             [] => continue,
             [one] => return Ok(one.clone()),
             many => {
+                if let Some(h) = hint {
+                    let mut by_distance: Vec<&Found> = many.iter().collect();
+                    by_distance.sort_by_key(|f| f.start.abs_diff(h));
+                    if by_distance[0].start.abs_diff(h) < by_distance[1].start.abs_diff(h) {
+                        return Ok(by_distance[0].clone());
+                    }
+                }
                 return Err(Error::Ambiguous {
                     anchor: excerpt(anchor),
                     lines: many.iter().map(|f| f.start + 1).collect(),
