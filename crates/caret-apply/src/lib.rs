@@ -7,6 +7,7 @@
 //! [`Error::Ambiguous`] naming them, never a guess.
 
 mod error;
+pub mod lazy;
 pub mod matcher;
 pub mod search_replace;
 mod text;
