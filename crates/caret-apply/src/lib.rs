@@ -15,3 +15,84 @@ pub mod udiff;
 
 pub use error::{Error, Result};
 pub use text::{Eol, Text};
+
+/// An edit format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `<<<<<<< SEARCH` / `=======` / `>>>>>>> REPLACE` blocks.
+    SearchReplace,
+    /// A unified diff.
+    Udiff,
+    /// The new code with `... existing code ...` markers.
+    Lazy,
+}
+
+impl Format {
+    /// The format's name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::SearchReplace => "search-replace",
+            Format::Udiff => "udiff",
+            Format::Lazy => "lazy",
+        }
+    }
+
+    /// A format by name.
+    pub fn parse(name: &str) -> Result<Format> {
+        match name {
+            "search-replace" => Ok(Format::SearchReplace),
+            "udiff" | "diff" => Ok(Format::Udiff),
+            "lazy" => Ok(Format::Lazy),
+            other => Err(Error::Malformed(format!("unknown edit format {other:?} (search-replace, udiff, lazy)"))),
+        }
+    }
+
+    /// The format an edit is written in, if it is recognisable.
+    pub fn detect(edit: &str) -> Option<Format> {
+        if search_replace::detect(edit) {
+            Some(Format::SearchReplace)
+        } else if udiff::detect(edit) {
+            Some(Format::Udiff)
+        } else if lazy::detect(edit) {
+            Some(Format::Lazy)
+        } else {
+            None
+        }
+    }
+}
+
+/// Applies an edit to one file. `format`: `None` to detect it; `path`: the file's path, to
+/// pick its part of a multi-file diff.
+pub fn apply(text: &Text, edit: &str, format: Option<Format>, path: Option<&str>) -> Result<(Text, Format)> {
+    let format = match format {
+        Some(f) => f,
+        None => Format::detect(edit).ok_or_else(|| {
+            Error::Malformed(
+                "cannot tell the edit's format (no SEARCH/REPLACE blocks, no @@ hunks, no `... existing code ...` \
+                 markers); name it with --format"
+                    .to_owned(),
+            )
+        })?,
+    };
+    let out = match format {
+        Format::SearchReplace => search_replace::apply(text, &search_replace::parse(edit)?)?,
+        Format::Lazy => lazy::apply(text, &lazy::parse(edit)?)?,
+        Format::Udiff => {
+            let files = udiff::parse(edit)?;
+            let diff = match files.as_slice() {
+                [one] => one,
+                many => {
+                    let wanted = path.unwrap_or_default();
+                    let named = |p: &Option<String>| {
+                        p.as_deref().is_some_and(|p| !wanted.is_empty() && (wanted.ends_with(p) || p.ends_with(wanted)))
+                    };
+                    many.iter().find(|f| named(&f.new_path) || named(&f.old_path)).ok_or_else(|| {
+                        Error::Malformed(format!("the diff has {} files and none is {wanted:?}", many.len()))
+                    })?
+                }
+            };
+            udiff::apply(text, diff)?
+        }
+    };
+    Ok((out, format))
+}

@@ -1,6 +1,7 @@
 //! `caret`: the command-line entry point. Thin glue: it parses arguments, loads the
 //! configuration, sets up tracing and calls the library crates.
 
+mod apply;
 mod bench;
 mod bench_llm;
 mod bench_search;
@@ -57,6 +58,8 @@ enum Command {
     Admin(server::AdminCommand),
     /// Talk to a model of the gateway (embedded, or a server's).
     Chat(chat::ChatArgs),
+    /// Apply an edit (search/replace blocks, a unified diff or a lazy snippet) to a file.
+    Apply(apply::ApplyArgs),
     /// List or download model weight files.
     #[command(subcommand)]
     Models(models::ModelsCommand),
@@ -91,6 +94,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Admin(cmd) => server::admin(&config, cmd),
         Command::Models(cmd) => models::run(&config, cmd),
         Command::Chat(args) => chat::run(&config, args),
+        Command::Apply(args) => apply::run(args),
         Command::Bench(cmd) => bench::run(&config, cmd),
     }
 }

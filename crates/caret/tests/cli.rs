@@ -441,3 +441,48 @@ fn chat_runs_a_local_model_in_process() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("caret models pull"), "{}", stderr(&out));
 }
+
+/// `caret apply` writes the new file atomically, keeping line endings and mode; ambiguous
+/// edits change nothing and say where the candidates are; `--dry-run` writes nothing.
+#[test]
+fn apply_writes_the_new_file_or_explains_why_not() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let home = TempDir::new();
+    home.write("w/run.sh", "#!/bin/sh\r\necho one\r\necho two\r\necho one\r\n");
+    let script = home.join("w/run.sh");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let file = script.to_str().unwrap();
+
+    home.write("sr.txt", "<<<<<<< SEARCH\necho two\n=======\necho 2\necho 3\n>>>>>>> REPLACE\n");
+    let out = caret(&home, &["apply", file, "--edit", home.join("sr.txt").to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(report["format"], "search-replace");
+    assert_eq!((report["lines_added"].as_u64(), report["lines_removed"].as_u64()), (Some(2), Some(1)));
+    assert_eq!(std::fs::read_to_string(&script).unwrap(), "#!/bin/sh\r\necho one\r\necho 2\r\necho 3\r\necho one\r\n");
+    assert_eq!(std::fs::metadata(&script).unwrap().permissions().mode() & 0o777, 0o755);
+
+    // "echo one" is on lines 2 and 5: nothing is guessed, nothing written.
+    home.write("amb.txt", "<<<<<<< SEARCH\necho one\n=======\necho uno\n>>>>>>> REPLACE\n");
+    let before = std::fs::read(&script).unwrap();
+    let out = caret(&home, &["apply", file, "--edit", home.join("amb.txt").to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("lines 2, 5"), "{}", stderr(&out));
+    assert_eq!(std::fs::read(&script).unwrap(), before);
+
+    // A unified diff with a wrong line number, dry run: reported, not written.
+    home.write("d.diff", "--- a/run.sh\n+++ b/run.sh\n@@ -40,2 +40,2 @@\n echo 3\n-echo one\n+echo uno\n");
+    let out = caret(&home, &["apply", file, "--edit", home.join("d.diff").to_str().unwrap(), "--dry-run"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("would change (udiff): +1 -1"), "{}", stdout(&out));
+    assert_eq!(std::fs::read(&script).unwrap(), before);
+    let out = caret(&home, &["apply", file, "--edit", home.join("d.diff").to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(std::fs::read_to_string(&script).unwrap().ends_with("echo 3\r\necho uno\r\n"));
+
+    // Not an edit at all.
+    home.write("prose.txt", "please make it better\n");
+    let out = caret(&home, &["apply", file, "--edit", home.join("prose.txt").to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--format"), "{}", stderr(&out));
+}
