@@ -9,6 +9,7 @@
 mod error;
 pub mod lazy;
 pub mod matcher;
+pub mod patch;
 pub mod search_replace;
 mod text;
 pub mod udiff;
@@ -25,6 +26,8 @@ pub enum Format {
     Udiff,
     /// The new code with `... existing code ...` markers.
     Lazy,
+    /// A `*** Begin Patch` envelope of several files' changes.
+    Patch,
 }
 
 impl Format {
@@ -34,6 +37,7 @@ impl Format {
             Format::SearchReplace => "search-replace",
             Format::Udiff => "udiff",
             Format::Lazy => "lazy",
+            Format::Patch => "patch",
         }
     }
 
@@ -43,13 +47,18 @@ impl Format {
             "search-replace" => Ok(Format::SearchReplace),
             "udiff" | "diff" => Ok(Format::Udiff),
             "lazy" => Ok(Format::Lazy),
-            other => Err(Error::Malformed(format!("unknown edit format {other:?} (search-replace, udiff, lazy)"))),
+            "patch" => Ok(Format::Patch),
+            other => {
+                Err(Error::Malformed(format!("unknown edit format {other:?} (search-replace, udiff, lazy, patch)")))
+            }
         }
     }
 
     /// The format an edit is written in, if it is recognisable.
     pub fn detect(edit: &str) -> Option<Format> {
-        if search_replace::detect(edit) {
+        if patch::detect(edit) {
+            Some(Format::Patch)
+        } else if search_replace::detect(edit) {
             Some(Format::SearchReplace)
         } else if udiff::detect(edit) {
             Some(Format::Udiff)
@@ -77,6 +86,11 @@ pub fn apply(text: &Text, edit: &str, format: Option<Format>, path: Option<&str>
     let out = match format {
         Format::SearchReplace => search_replace::apply(text, &search_replace::parse(edit)?)?,
         Format::Lazy => lazy::apply(text, &lazy::parse(edit)?)?,
+        Format::Patch => {
+            return Err(Error::Malformed(
+                "a patch envelope changes a tree, not one file: apply it to the workspace directory".to_owned(),
+            ));
+        }
         Format::Udiff => {
             let files = udiff::parse(edit)?;
             let diff = match files.as_slice() {

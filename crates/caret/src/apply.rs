@@ -9,12 +9,12 @@ use caret_apply::{Format, Text};
 
 #[derive(Debug, clap::Args)]
 pub struct ApplyArgs {
-    /// The file to change.
+    /// The file to change (for a patch envelope: the directory its paths are relative to).
     file: PathBuf,
     /// The edit (`-`: standard input).
     #[arg(long)]
     edit: PathBuf,
-    /// auto, lazy, search-replace or udiff.
+    /// auto, lazy, search-replace, udiff or patch.
     #[arg(long, default_value = "auto")]
     format: String,
     /// Say what would change; write nothing.
@@ -61,6 +61,49 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     result.with_context(|| format!("writing {}", path.display()))
 }
 
+/// A patch envelope: every change is worked out first; only if all apply is anything written.
+fn apply_patch(args: &ApplyArgs, edit: &str) -> anyhow::Result<ExitCode> {
+    let root = &args.file;
+    anyhow::ensure!(root.is_dir(), "a patch envelope applies to a directory: {} is not one", root.display());
+    let ops = caret_apply::patch::parse(edit)?;
+    let read = |p: &str| match std::fs::read(root.join(p)) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    };
+    let changes = caret_apply::patch::plan(&ops, &read).context("applying the patch (nothing was written)")?;
+    let mut report = Vec::new();
+    for change in &changes {
+        match change {
+            caret_apply::patch::Change::Write { path, bytes } => {
+                if !args.dry_run {
+                    let target = root.join(path);
+                    if let Some(dir) = target.parent() {
+                        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+                    }
+                    write_atomically(&target, bytes)?;
+                }
+                report.push(serde_json::json!({"path": path, "action": "write"}));
+            }
+            caret_apply::patch::Change::Delete { path } => {
+                if !args.dry_run {
+                    std::fs::remove_file(root.join(path)).with_context(|| format!("deleting {path}"))?;
+                }
+                report.push(serde_json::json!({"path": path, "action": "delete"}));
+            }
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::json!({"format": "patch", "changes": report, "dry_run": args.dry_run}));
+    } else {
+        for r in &report {
+            let verb = if args.dry_run { "would" } else { "did" };
+            println!("{verb} {} {}", r["action"].as_str().unwrap_or(""), r["path"].as_str().unwrap_or(""));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn run(args: ApplyArgs) -> anyhow::Result<ExitCode> {
     let edit = if args.edit == Path::new("-") {
         let mut s = String::new();
@@ -73,6 +116,9 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<ExitCode> {
         "auto" => None,
         name => Some(Format::parse(name)?),
     };
+    if format.or_else(|| Format::detect(&edit)) == Some(Format::Patch) {
+        return apply_patch(&args, &edit);
+    }
     let bytes = match std::fs::read(&args.file) {
         Ok(b) => b,
         // A new file: edits that only add (an empty SEARCH, a diff from /dev/null) create it.

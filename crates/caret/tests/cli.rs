@@ -486,3 +486,34 @@ fn apply_writes_the_new_file_or_explains_why_not() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("--format"), "{}", stderr(&out));
 }
+
+/// A patch envelope applies to a directory: all of it, or (when one part does not fit) none.
+#[test]
+fn apply_a_multi_file_patch_all_or_nothing() {
+    let home = TempDir::new();
+    home.write("ws/src/lib.rs", "pub fn a() -> u32 {\n    1\n}\n");
+    home.write("ws/old.txt", "old\n");
+    let ws = home.join("ws");
+    let root = ws.to_str().unwrap();
+    // The second file's hunk does not fit: nothing may change, not even the first file.
+    home.write(
+        "bad.patch",
+        "*** Begin Patch\n*** Update File: src/lib.rs\n-    1\n+    2\n*** Update File: old.txt\n-missing\n+x\n*** End Patch\n",
+    );
+    let out = caret(&home, &["apply", root, "--edit", home.join("bad.patch").to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("nothing was written"), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(ws.join("src/lib.rs")).unwrap(), "pub fn a() -> u32 {\n    1\n}\n");
+
+    home.write(
+        "good.patch",
+        "Here you go:\n*** Begin Patch\n*** Add File: src/b.rs\n+pub fn b() {}\n*** Update File: src/lib.rs\n*** Move to: src/a.rs\n@@ pub fn a() -> u32 {\n-    1\n+    2\n*** Delete File: old.txt\n*** End Patch\n",
+    );
+    let out = caret(&home, &["apply", root, "--edit", home.join("good.patch").to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(report["changes"].as_array().unwrap().len(), 4, "{report}");
+    assert_eq!(std::fs::read_to_string(ws.join("src/b.rs")).unwrap(), "pub fn b() {}\n");
+    assert_eq!(std::fs::read_to_string(ws.join("src/a.rs")).unwrap(), "pub fn a() -> u32 {\n    2\n}\n");
+    assert!(!ws.join("src/lib.rs").exists() && !ws.join("old.txt").exists());
+}
