@@ -96,27 +96,23 @@ fn similar(a: &str, b: &str) -> bool {
     shared * 2 >= wa.len().max(wb.len())
 }
 
-/// The segment's first anchor: (index in the segment, line index in the file, run length).
-fn head_anchor(seg: &[&str], file: &[&str], from: usize) -> Result<(usize, usize, usize)> {
+/// The segment's first anchor: its index in the segment and the file lines where it starts
+/// the longest run of agreeing lines (several when tied).
+fn head_anchor(seg: &[&str], file: &[&str], from: usize) -> Result<(usize, Vec<usize>)> {
     for a in (0..seg.len()).filter(|&a| distinctive(seg[a])) {
-        let mut best: Vec<(usize, usize)> = Vec::new();
+        let mut best: Vec<usize> = Vec::new();
+        let mut best_run = 0;
         for j in (from..file.len()).filter(|&j| same(seg[a], file[j])) {
             let r = run(seg, a, file, j);
-            match best.first() {
-                Some(&(_, br)) if r < br => {}
-                Some(&(_, br)) if r == br => best.push((j, r)),
-                _ => best = vec![(j, r)],
+            if r > best_run {
+                best = vec![j];
+                best_run = r;
+            } else if r == best_run {
+                best.push(j);
             }
         }
-        match best.as_slice() {
-            [] => continue,
-            [(j, r)] => return Ok((a, *j, *r)),
-            many => {
-                return Err(Error::Ambiguous {
-                    anchor: seg[a..a + many[0].1].join("\n"),
-                    lines: many.iter().map(|(j, _)| j + 1).collect(),
-                });
-            }
+        if !best.is_empty() {
+            return Ok((a, best));
         }
     }
     Err(Error::NoMatch { anchor: crate::error::excerpt(seg) })
@@ -138,7 +134,43 @@ fn shift_of(file_line: &str, seg_line: &str) -> Shift {
 /// Places one segment: the file range `[start, end)` it replaces, and the indentation change
 /// to apply to its lines.
 fn place(seg: &[&str], file: &[&str], from: usize) -> Result<(usize, usize, Shift)> {
-    let (a, pos, _) = head_anchor(seg, file, from)?;
+    let (a, candidates) = head_anchor(seg, file, from)?;
+    if let [pos] = candidates.as_slice() {
+        let p = align(seg, file, from, a, *pos);
+        return Ok((p.start, p.end, p.shift));
+    }
+    // Tied: the place where more of the segment lines up, skipping fewer of the file's lines,
+    // wins; a tie there is ambiguous.
+    let placed: Vec<Placement> = candidates.iter().map(|&pos| align(seg, file, from, a, pos)).collect();
+    let key = |p: &Placement| (p.matched, std::cmp::Reverse(p.skipped));
+    let top = placed.iter().map(key).max();
+    let best: Vec<&Placement> = placed.iter().filter(|p| Some(key(p)) == top).collect();
+    match best.as_slice() {
+        [p] => Ok((p.start, p.end, p.shift.clone())),
+        many => Err(Error::Ambiguous {
+            anchor: crate::error::excerpt(&seg[a..]),
+            lines: many.iter().map(|p| p.anchor + 1).collect(),
+        }),
+    }
+}
+
+/// A segment laid over the file from one anchor.
+struct Placement {
+    /// The anchor's file line.
+    anchor: usize,
+    /// The file range replaced.
+    start: usize,
+    end: usize,
+    /// Indentation change for the segment's lines.
+    shift: Shift,
+    /// Segment lines that agreed with file lines.
+    matched: usize,
+    /// File lines skipped between agreeing stretches (removed by the segment).
+    skipped: usize,
+}
+
+/// Aligns the segment with the file from anchor `seg[a]` = `file[pos]`.
+fn align(seg: &[&str], file: &[&str], from: usize, a: usize, pos: usize) -> Placement {
     // From the anchor on, lines agree only with the anchor's indentation change applied, so a
     // closing brace matches the brace at its own depth.
     let shift = shift_of(file[pos], seg[a]);
@@ -148,18 +180,25 @@ fn place(seg: &[&str], file: &[&str], from: usize) -> Result<(usize, usize, Shif
     let r = run(a, pos).max(1);
     let (mut i, mut j) = (a + r, pos + r);
     let mut end = j;
+    let (mut matched, mut skipped) = (r, 0);
     'align: while i < seg.len() {
         if j < file.len() && same(seg[i], file[j]) {
             i += 1;
             j += 1;
             end = j;
+            matched += 1;
             continue;
         }
-        // Resynchronise: the fewest skipped lines (inserted in the segment, removed from the
-        // file) after which the two agree again.
-        for skip in 1..=400 {
-            for di in 0..=skip.min(seg.len() - i) {
-                let dj = skip - di;
+        // Resynchronise: the cheapest skip (lines inserted by the segment, lines removed from
+        // the file) after which the two agree again. A removed line costs two inserted ones:
+        // snippets add code more often than they drop it, and a far jump in the file is how a
+        // wrong resynchronisation on look-alike lines happens.
+        for cost in 1..=800 {
+            for di in 0..=cost.min(seg.len() - i) {
+                if (cost - di) % 2 != 0 {
+                    continue;
+                }
+                let dj = (cost - di) / 2;
                 let (ni, nj) = (i + di, j + dj);
                 if ni >= seg.len() || nj >= file.len() || !same(seg[ni], file[nj]) {
                     continue;
@@ -171,6 +210,8 @@ fn place(seg: &[&str], file: &[&str], from: usize) -> Result<(usize, usize, Shif
                     i = ni + agree;
                     j = nj + agree;
                     end = j;
+                    matched += agree;
+                    skipped += dj;
                     continue 'align;
                 }
             }
@@ -194,7 +235,7 @@ fn place(seg: &[&str], file: &[&str], from: usize) -> Result<(usize, usize, Shif
         k -= 1;
         start -= 1;
     }
-    Ok((start, end, shift))
+    Placement { anchor: pos, start, end, shift, matched, skipped }
 }
 
 /// Applies a snippet to a file.

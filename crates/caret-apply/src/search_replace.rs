@@ -46,8 +46,9 @@ pub fn parse(edit: &str) -> Result<Vec<Block>> {
             continue;
         }
         let opened = i + 1;
+        // Exactly seven: longer runs of `=` are text (reStructuredText and Markdown underlines).
         let sep = (opened..lines.len())
-            .find(|&j| marker(lines[j], '=', ""))
+            .find(|&j| lines[j].trim() == "=======")
             .ok_or_else(|| Error::Malformed(format!("the SEARCH at line {opened} has no ======= line")))?;
         let end = (sep + 1..lines.len())
             .find(|&j| marker(lines[j], '>', "REPLACE"))
@@ -126,6 +127,9 @@ mod tests {
         assert!(matches!(parse("no blocks"), Err(Error::Malformed(_))));
         assert!(matches!(parse("<<<<<<< SEARCH\na\n>>>>>>> REPLACE\n"), Err(Error::Malformed(_))));
         assert!(matches!(parse("<<<<<<< SEARCH\na\n=======\nb\n"), Err(Error::Malformed(_))));
+        // An underline in the text is not the separator.
+        let rst = parse("<<<<<<< SEARCH\nTitle\n=========\n=======\nNew title\n=========\n>>>>>>> REPLACE").unwrap();
+        assert_eq!(rst[0].search, ["Title", "========="]);
         let file = Text::new("a\nb\na\n");
         let amb = parse("<<<<<<< SEARCH\na\n=======\nc\n>>>>>>> REPLACE").unwrap();
         assert!(matches!(apply(&file, &amb), Err(Error::Ambiguous { .. })));
