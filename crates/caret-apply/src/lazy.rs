@@ -323,6 +323,14 @@ mod tests {
     }
 
     #[test]
+    fn a_snippet_without_a_closing_marker_does_not_delete_the_rest_of_the_file() {
+        // The model forgot the trailing marker: what follows `new` stays (see ARCHITECTURE).
+        let edit = "// ...\n    fn new(port: u16) -> Self {\n        Server { port: 80 }\n    }\n";
+        let out = lazy(FILE, edit).unwrap();
+        assert_eq!(out, FILE.replace("Server { port }", "Server { port: 80 }"));
+    }
+
+    #[test]
     fn nothing_to_anchor_on_or_two_places_are_errors() {
         assert!(matches!(lazy(FILE, "// ...\nfn brand_new() {}\n// ...\n"), Err(Error::NoMatch { .. })));
         let twice = "fn a() {\n    work();\n}\nfn b() {\n    work();\n}\n";
