@@ -26,6 +26,10 @@ pub enum Error {
         /// Seconds to wait.
         retry_after: u64,
     },
+    /// An edit that does not fit the text it was sent with (no place, or several). The
+    /// message quotes the caller's own edit back to it; nothing of it is logged or stored.
+    #[error("{0}")]
+    EditDoesNotFit(String),
     /// A capability this server lacks (no embedding model, say).
     #[error("{0}")]
     Unavailable(String),
@@ -59,6 +63,7 @@ impl Error {
             Error::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             Error::MissingChunks(_) => (StatusCode::CONFLICT, "missing_chunks"),
             Error::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+            Error::EditDoesNotFit(_) => (StatusCode::UNPROCESSABLE_ENTITY, "edit_does_not_fit"),
             Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Error::Database(_) | Error::Store(_) | Error::Internal(_) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal")

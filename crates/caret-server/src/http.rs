@@ -81,6 +81,7 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
         .route("/v1/completions", post(crate::llm::completions))
         .route("/v1/embeddings", post(crate::llm::embeddings))
         .route("/v1/models", get(crate::llm::models))
+        .route("/v1/apply", post(apply_edit))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -252,6 +253,25 @@ async fn embed(
 ) -> Result<Response> {
     let key = server_key(&headers, "embed")?;
     Ok(axum::Json(s.service.embed(&t, &id, &key, req).await?).into_response())
+}
+
+/// Applies an edit in memory: the text comes and goes with the request.
+async fn apply_edit(Json(req): Json<caret_protocol::apply::ApplyRequest>) -> Result<Response> {
+    let format = match req.format.as_deref() {
+        None | Some("auto") => None,
+        Some(name) => Some(caret_apply::Format::parse(name).map_err(|e| Error::BadRequest(e.to_string()))?),
+    };
+    let text = caret_apply::Text::new(&req.text);
+    let (new, format) = caret_apply::apply(&text, &req.edit, format, req.path.as_deref()).map_err(|e| match e {
+        caret_apply::Error::NoMatch { .. } | caret_apply::Error::Ambiguous { .. } => {
+            Error::EditDoesNotFit(e.to_string())
+        }
+        other => Error::BadRequest(other.to_string()),
+    })?;
+    let rendered = new.render();
+    let changed = rendered != req.text;
+    let resp = caret_protocol::apply::ApplyResponse { text: rendered, format: format.name().to_owned(), changed };
+    Ok(axum::Json(resp).into_response())
 }
 
 async fn search(

@@ -811,3 +811,37 @@ fn recovery_admission_started_by_an_operator_turns_tenants_away_until_stopped() 
     assert_eq!(server.admin(&["admin", "recovery", "status"]), "off");
     server.stop();
 }
+
+/// `POST /v1/apply` applies an edit to the text it is sent with, behind the token; an edit that
+/// fits two places is a 422 naming them.
+#[test]
+fn the_apply_endpoint_returns_the_new_text_or_why_it_does_not_fit() {
+    let server = Server::start(&[], &[]);
+    let token = server.tenant("apply");
+    let c = http();
+    let post = |body: Value, token: Option<&str>| {
+        let mut r = c.post(format!("{}/v1/apply", server.url)).json(&body);
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        r.send().unwrap()
+    };
+    let text = "fn a() {\r\n    1\r\n}\r\nfn b() {\r\n    1\r\n}\r\n";
+    let edit = "<<<<<<< SEARCH\nfn b() {\n    1\n=======\nfn b() {\n    2\n>>>>>>> REPLACE\n";
+    let r = post(json!({"text": text, "edit": edit}), Some(&token));
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().unwrap();
+    assert_eq!(body["text"], "fn a() {\r\n    1\r\n}\r\nfn b() {\r\n    2\r\n}\r\n");
+    assert_eq!((body["format"].as_str(), body["changed"].as_bool()), (Some("search-replace"), Some(true)));
+
+    let r = post(json!({"text": text, "edit": "<<<<<<< SEARCH\n    1\n=======\n    3\n>>>>>>> REPLACE"}), Some(&token));
+    assert_eq!(r.status(), 422);
+    let body: Value = r.json().unwrap();
+    assert!(body["error"]["message"].as_str().unwrap().contains("lines 2, 5"), "{body}");
+
+    assert_eq!(post(json!({"text": text, "edit": "not an edit"}), Some(&token)).status(), 400);
+    assert_eq!(post(json!({"text": text, "edit": edit, "format": "nope"}), Some(&token)).status(), 400);
+    assert!(post(json!({"text": 1}), Some(&token)).status().is_client_error());
+    assert_eq!(post(json!({"text": text, "edit": edit}), None).status(), 401);
+    server.stop();
+}
