@@ -25,4 +25,6 @@ pub use error::{Error, Result};
 pub use limits::{Breaker, BreakerState, TokenBucket};
 pub use metrics::GatewayMetrics;
 pub use provider::{Event, EventStream, Provider, collect_chat, collect_completion};
-pub use router::{CallContext, Class, Deployment, DeploymentLimits, Gateway, GatewaySettings, RetrySettings};
+pub use router::{
+    CallContext, Class, Deployment, DeploymentLimits, Gateway, GatewaySettings, RetrySettings, recovery_share,
+};

@@ -388,12 +388,17 @@ struct Recovery {
 
 impl Recovery {
     fn fraction(&self, now: Instant) -> f64 {
-        if self.ramp.is_zero() {
-            return 1.0;
-        }
-        let t = now.saturating_duration_since(self.started).as_secs_f64() / self.ramp.as_secs_f64();
-        (self.from + (1.0 - self.from) * t).min(1.0)
+        recovery_share(self.from, self.ramp, now.saturating_duration_since(self.started))
     }
+}
+
+/// The share of tenants recovery admission lets in `elapsed` after it started: `from` at
+/// once, widening linearly to all over `ramp`.
+pub fn recovery_share(from: f64, ramp: Duration, elapsed: Duration) -> f64 {
+    if ramp.is_zero() {
+        return 1.0;
+    }
+    (from + (1.0 - from) * elapsed.as_secs_f64() / ramp.as_secs_f64()).min(1.0)
 }
 
 /// FNV-1a with a final mix: a stable hash of a tenant, as a fraction of the hash space.

@@ -98,9 +98,10 @@ impl StatCache {
     }
 }
 
-/// Writes a file atomically: parents created, a temporary file beside it written and synced,
-/// then renamed over it. Readers see the old content or the new, never a torn file; a failed
-/// write leaves no temporary file behind.
+/// Writes a file atomically: parents created, a temporary file beside it written and synced
+/// (with the permissions of the file it replaces, if any), then renamed over it. Readers see
+/// the old content or the new, never a torn file; a failed write leaves no temporary file
+/// behind.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
@@ -109,6 +110,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
+        if let Ok(meta) = std::fs::metadata(path) {
+            std::fs::set_permissions(&tmp, meta.permissions())?;
+        }
         std::fs::rename(&tmp, path)
     };
     write().inspect_err(|_| {

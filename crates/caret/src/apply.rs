@@ -1,6 +1,6 @@
 //! `caret apply FILE --edit EDIT`: write the new file an edit describes.
 
-use std::io::{Read as _, Write as _};
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -40,25 +40,9 @@ fn line_counts(old: &[String], new: &[String]) -> (usize, usize) {
     (added, removed)
 }
 
-/// Writes `bytes` to `path` atomically (a sibling temporary file renamed over it), keeping the
-/// file's permissions.
+/// Writes `bytes` to `path` atomically, keeping the file's permissions.
 fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().context("the path names no file")?.to_string_lossy();
-    let tmp = dir.join(format!(".{name}.caret-apply.{}", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        if let Ok(meta) = std::fs::metadata(path) {
-            std::fs::set_permissions(&tmp, meta.permissions())?;
-        }
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.with_context(|| format!("writing {}", path.display()))
+    caret_workspace::statcache::write_atomic(path, bytes).with_context(|| format!("writing {}", path.display()))
 }
 
 /// A patch envelope: every change is worked out first; only if all apply is anything written.
@@ -77,11 +61,7 @@ fn apply_patch(args: &ApplyArgs, edit: &str) -> anyhow::Result<ExitCode> {
         match change {
             caret_apply::patch::Change::Write { path, bytes } => {
                 if !args.dry_run {
-                    let target = root.join(path);
-                    if let Some(dir) = target.parent() {
-                        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-                    }
-                    write_atomically(&target, bytes)?;
+                    write_atomically(&root.join(path), bytes)?;
                 }
                 report.push(serde_json::json!({"path": path, "action": "write"}));
             }

@@ -489,8 +489,9 @@ impl Config {
         Ok(Some(Arc::new(gateway)))
     }
 
-    /// A local language model: a catalog name under `$CARET_HOME/models`, or a path.
-    pub fn local_llm_path(&self, model: &str) -> PathBuf {
+    /// A model named in the config: a path when it looks like one, else a name under
+    /// `$CARET_HOME/models`.
+    fn model_path(&self, model: &str) -> PathBuf {
         let given = PathBuf::from(model);
         if given.is_absolute() || given.components().count() > 1 || model.ends_with(".gguf") {
             given
@@ -499,18 +500,18 @@ impl Config {
         }
     }
 
+    /// A local language model: a catalog name under `$CARET_HOME/models`, or a path.
+    pub fn local_llm_path(&self, model: &str) -> PathBuf {
+        self.model_path(model)
+    }
+
     /// The local embedding model's directory: `[embed] model` as a name under
     /// `$CARET_HOME/models` or as a path. The default falls back to the f32 model when only
     /// that one is installed.
     pub fn local_model_dir(&self) -> PathBuf {
-        let given = PathBuf::from(&self.embed.model);
-        if given.is_absolute() || given.components().count() > 1 {
-            return given;
-        }
-        let models = self.home.join("models");
-        let dir = models.join(&self.embed.model);
+        let dir = self.model_path(&self.embed.model);
         if self.embed.model == DEFAULT_EMBEDDING_MODEL && !caret_embed::is_local_model(&dir) {
-            let fallback = models.join(FALLBACK_EMBEDDING_MODEL);
+            let fallback = self.model_path(FALLBACK_EMBEDDING_MODEL);
             if caret_embed::is_local_model(&fallback) {
                 return fallback;
             }

@@ -271,15 +271,12 @@ pub fn admin(config: &Config, cmd: AdminCommand) -> anyhow::Result<ExitCode> {
                         let now = std::time::SystemTime::now()
                             .duration_since(std::time::UNIX_EPOCH)
                             .map_or(0, |d| d.as_secs() as i64);
-                        let elapsed = (now - r.started_at).max(0) as f64;
-                        let from = r.from_permille as f64 / 1000.0;
-                        let share = if r.ramp_s == 0 {
-                            1.0
-                        } else {
-                            (from + (1.0 - from) * elapsed / r.ramp_s as f64).min(1.0)
-                        };
+                        let elapsed = std::time::Duration::from_secs((now - r.started_at).max(0) as u64);
+                        let ramp = std::time::Duration::from_secs(r.ramp_s.max(0) as u64);
+                        let share = caret_models::recovery_share(r.from_permille as f64 / 1000.0, ramp, elapsed);
                         println!(
-                            "on for {elapsed:.0} s: {:.1}% of tenants admitted (ramp {} s)",
+                            "on for {} s: {:.1}% of tenants admitted (ramp {} s)",
+                            elapsed.as_secs(),
                             share * 100.0,
                             r.ramp_s
                         );
