@@ -9,6 +9,7 @@
 mod error;
 pub mod lazy;
 pub mod matcher;
+pub mod merge;
 pub mod patch;
 pub mod search_replace;
 mod text;

@@ -16,6 +16,10 @@ pub struct ApplyRequest {
     /// The file's path, to pick its part of a multi-file diff.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// A model alias of the server's gateway that merges a lazy snippet the matcher cannot
+    /// place (with speculative edits); absent: such an edit is a 422.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// The new text.
@@ -27,4 +31,31 @@ pub struct ApplyResponse {
     pub format: String,
     /// Whether the text changed.
     pub changed: bool,
+    /// `matcher` (placed deterministically) or `model` (merged by a model).
+    #[serde(default = "matcher")]
+    pub method: String,
+    /// How the model merge went, when a model merged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merge: Option<MergeFacts>,
+}
+
+fn matcher() -> String {
+    "matcher".to_owned()
+}
+
+/// How a model merge went.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MergeFacts {
+    /// The model alias.
+    pub model: String,
+    /// Why the matcher could not place the edit.
+    pub reason: String,
+    /// First and last line (1-based) of the region the model rewrote.
+    pub region: [usize; 2],
+    /// Tokens the model generated.
+    pub generated_tokens: u32,
+    /// Of those, taken from the speculative draft.
+    pub accepted_prediction_tokens: u32,
+    /// Draft tokens evaluated and rejected.
+    pub rejected_prediction_tokens: u32,
 }

@@ -198,6 +198,27 @@ pub struct ChatRequest {
     /// Sampling seed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
+    /// Text the answer is expected to mostly repeat (OpenAI's predicted outputs): a local
+    /// model verifies it as a speculative draft; OpenAI-compatible servers get it as is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prediction: Option<Prediction>,
+}
+
+/// A predicted output: `{"type": "content", "content": "…"}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Prediction {
+    /// Always `content`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The predicted text (a string or text parts).
+    pub content: Content,
+}
+
+impl Prediction {
+    /// A prediction of `text`.
+    pub fn content(text: impl Into<String>) -> Self {
+        Prediction { kind: "content".to_owned(), content: Content::Text(text.into()) }
+    }
 }
 
 /// Why generation stopped.
@@ -223,12 +244,31 @@ pub struct Usage {
     pub completion_tokens: u32,
     /// Both.
     pub total_tokens: u32,
+    /// How a predicted output fared, when one was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_tokens_details: Option<CompletionTokensDetails>,
+}
+
+/// Details of the generated tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompletionTokensDetails {
+    /// Predicted tokens that appeared in the answer.
+    #[serde(default)]
+    pub accepted_prediction_tokens: u32,
+    /// Predicted tokens that were evaluated but did not appear.
+    #[serde(default)]
+    pub rejected_prediction_tokens: u32,
 }
 
 impl Usage {
     /// Usage of `prompt` and `completion` tokens.
     pub fn new(prompt: u32, completion: u32) -> Self {
-        Usage { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion }
+        Usage {
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            total_tokens: prompt + completion,
+            completion_tokens_details: None,
+        }
     }
 }
 

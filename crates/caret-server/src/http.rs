@@ -255,22 +255,41 @@ async fn embed(
     Ok(axum::Json(s.service.embed(&t, &id, &key, req).await?).into_response())
 }
 
-/// Applies an edit in memory: the text comes and goes with the request.
-async fn apply_edit(Json(req): Json<caret_protocol::apply::ApplyRequest>) -> Result<Response> {
+/// Applies an edit in memory: the text comes and goes with the request. A lazy snippet the
+/// matcher cannot place is merged by the request's `model`, when it names one.
+async fn apply_edit(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    headers: HeaderMap,
+    Json(req): Json<caret_protocol::apply::ApplyRequest>,
+) -> Result<Response> {
     let format = match req.format.as_deref() {
         None | Some("auto") => None,
         Some(name) => Some(caret_apply::Format::parse(name).map_err(|e| Error::BadRequest(e.to_string()))?),
     };
     let text = caret_apply::Text::new(&req.text);
-    let (new, format) = caret_apply::apply(&text, &req.edit, format, req.path.as_deref()).map_err(|e| match e {
-        caret_apply::Error::NoMatch { .. } | caret_apply::Error::Ambiguous { .. } => {
-            Error::EditDoesNotFit(e.to_string())
-        }
-        other => Error::BadRequest(other.to_string()),
-    })?;
+    let lazy = format.or_else(|| caret_apply::Format::detect(&req.edit)) == Some(caret_apply::Format::Lazy);
+    let (new, format, merge) = match caret_apply::apply(&text, &req.edit, format, req.path.as_deref()) {
+        Ok((new, format)) => (new, format, None),
+        Err(e @ (caret_apply::Error::NoMatch { .. } | caret_apply::Error::Ambiguous { .. })) => match &req.model {
+            Some(model) if lazy => {
+                let (new, facts) = crate::llm::merge(&s, &t, &headers, &text, &req, model, &e).await?;
+                (new, caret_apply::Format::Lazy, Some(facts))
+            }
+            _ => return Err(Error::EditDoesNotFit(e.to_string())),
+        },
+        Err(other) => return Err(Error::BadRequest(other.to_string())),
+    };
     let rendered = new.render();
     let changed = rendered != req.text;
-    let resp = caret_protocol::apply::ApplyResponse { text: rendered, format: format.name().to_owned(), changed };
+    let method = if merge.is_some() { "model" } else { "matcher" };
+    let resp = caret_protocol::apply::ApplyResponse {
+        text: rendered,
+        format: format.name().to_owned(),
+        changed,
+        method: method.to_owned(),
+        merge,
+    };
     Ok(axum::Json(resp).into_response())
 }
 

@@ -336,3 +336,43 @@ pub fn spawn_recovery_watch(
         }
     })
 }
+
+/// A model of the gateway merges a lazy snippet the matcher could not place (`why`), the
+/// region's current text sent as the speculative draft.
+pub(crate) async fn merge(
+    s: &AppState,
+    tenant: &Tenant,
+    headers: &HeaderMap,
+    text: &caret_apply::Text,
+    req: &caret_protocol::apply::ApplyRequest,
+    model: &str,
+    why: &caret_apply::Error,
+) -> crate::error::Result<(caret_apply::Text, caret_protocol::apply::MergeFacts)> {
+    use crate::error::Error;
+    let (gw, ctx) = prepare(s, headers, tenant, Class::Agent).map_err(|f| match f.status {
+        503 => Error::Unavailable(f.message),
+        _ => Error::BadRequest(f.message),
+    })?;
+    let plan = caret_apply::merge::plan(text, &req.edit, req.path.as_deref())
+        .map_err(|e| Error::BadRequest(e.to_string()))?;
+    let failed = |e: caret_models::Error| match e.status() {
+        429 => Error::RateLimited { retry_after: e.retry_after().map_or(1, |d| d.as_secs().max(1)) },
+        400 | 404 => Error::BadRequest(e.to_string()),
+        _ => Error::Unavailable(format!("merging with model {model}: {e}")),
+    };
+    let events = gw.chat(plan.request(model, true), ctx).await.map_err(failed)?;
+    let answer = collect_chat(events).await.map_err(failed)?;
+    let merged = caret_apply::merge::splice(text, &plan, &answer.message.content_text())
+        .map_err(|e| Error::EditDoesNotFit(format!("{why}\nthe model's merge failed too: {e}")))?;
+    let usage = answer.usage.unwrap_or_default();
+    let details = usage.completion_tokens_details.unwrap_or_default();
+    let facts = caret_protocol::apply::MergeFacts {
+        model: model.to_owned(),
+        reason: why.to_string(),
+        region: [plan.start + 1, plan.end],
+        generated_tokens: usage.completion_tokens,
+        accepted_prediction_tokens: details.accepted_prediction_tokens,
+        rejected_prediction_tokens: details.rejected_prediction_tokens,
+    };
+    Ok((merged, facts))
+}

@@ -7,6 +7,10 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use caret_apply::{Format, Text};
 
+use crate::chat::Backend;
+use crate::config::Config;
+use crate::server::runtime;
+
 #[derive(Debug, clap::Args)]
 pub struct ApplyArgs {
     /// The file to change (for a patch envelope: the directory its paths are relative to).
@@ -20,14 +24,93 @@ pub struct ApplyArgs {
     /// Say what would change; write nothing.
     #[arg(long)]
     dry_run: bool,
-    /// Report as JSON: path, format, changed, lines_added, lines_removed, dry_run.
+    /// Report as JSON: path, format, method, changed, lines_added, lines_removed, dry_run (and,
+    /// for a model merge, the model, region and token counts).
     #[arg(long)]
     json: bool,
+    /// When a model merges a lazy snippet: auto (when the matcher cannot place it and a model
+    /// is configured), always, never.
+    #[arg(long, default_value = "auto")]
+    merge: String,
+    /// The model alias that merges (default: `apply`, else the first configured).
+    #[arg(long, env = "CARET_APPLY_MODEL")]
+    model: Option<String>,
+    /// Merge with this server's gateway instead of the embedded one (env CARET_SERVER).
+    #[arg(long, env = "CARET_SERVER")]
+    server: Option<String>,
+    /// API token for --server (env CARET_TOKEN).
+    #[arg(long, env = "CARET_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+/// When a model merges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MergeMode {
+    Auto,
+    Always,
+    Never,
+}
+
+/// How the new file came about.
+struct Applied {
+    text: Text,
+    format: Format,
+    /// The model merge's facts, when a model merged.
+    merged: Option<serde_json::Value>,
+}
+
+/// A model merges a lazy snippet into the file.
+fn model_merge(
+    config: &Config,
+    args: &ApplyArgs,
+    text: &Text,
+    edit: &str,
+    path: &str,
+    why: Option<&caret_apply::Error>,
+) -> anyhow::Result<Applied> {
+    let connected = Backend::connect(
+        config,
+        args.server.as_deref(),
+        args.token.as_deref(),
+        args.model.as_deref(),
+        &["apply"],
+        "apply",
+    )?;
+    let Some((backend, model)) = connected else {
+        let why = why.map(|e| format!("{e}\n")).unwrap_or_default();
+        anyhow::bail!(
+            "{why}no model is configured to merge the edit: add [[models]] to the config (an `apply` alias is used \
+             first), or use --server"
+        );
+    };
+    let plan = caret_apply::merge::plan(text, edit, Some(path))?;
+    let rt = runtime()?;
+    let answer = rt
+        .block_on(async {
+            let started = std::time::Instant::now();
+            let stream = backend.chat(plan.request(&model, true)).await?;
+            crate::merge::collect(stream, started).await
+        })
+        .with_context(|| format!("merging the edit with model {model}"))?;
+    let merged = caret_apply::merge::splice(text, &plan, &answer.text)
+        .with_context(|| format!("the answer of model {model}"))?;
+    let usage = answer.usage.unwrap_or_default();
+    let details = usage.completion_tokens_details.unwrap_or_default();
+    let facts = serde_json::json!({
+        "model": model,
+        "reason": why.map(ToString::to_string),
+        "region": [plan.start + 1, plan.end],
+        "generated_tokens": usage.completion_tokens,
+        "accepted_prediction_tokens": details.accepted_prediction_tokens,
+        "rejected_prediction_tokens": details.rejected_prediction_tokens,
+        "ms": u64::try_from(answer.total.as_millis()).unwrap_or(u64::MAX),
+    });
+    Ok(Applied { text: merged, format: Format::Lazy, merged: Some(facts) })
 }
 
 /// Lines added and removed between two versions (a multiset difference: cheap, and exact for
 /// the counts a summary needs).
-fn line_counts(old: &[String], new: &[String]) -> (usize, usize) {
+pub(crate) fn line_counts(old: &[String], new: &[String]) -> (usize, usize) {
     let mut counts: std::collections::HashMap<&str, isize> = std::collections::HashMap::new();
     for l in old {
         *counts.entry(l).or_default() -= 1;
@@ -84,13 +167,19 @@ fn apply_patch(args: &ApplyArgs, edit: &str) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn run(args: ApplyArgs) -> anyhow::Result<ExitCode> {
+pub fn run(config: &Config, args: ApplyArgs) -> anyhow::Result<ExitCode> {
     let edit = if args.edit == Path::new("-") {
         let mut s = String::new();
         std::io::stdin().read_to_string(&mut s).context("reading the edit from standard input")?;
         s
     } else {
         std::fs::read_to_string(&args.edit).with_context(|| format!("reading the edit {}", args.edit.display()))?
+    };
+    let mode = match args.merge.as_str() {
+        "auto" => MergeMode::Auto,
+        "always" => MergeMode::Always,
+        "never" => MergeMode::Never,
+        other => anyhow::bail!("--merge is auto, always or never, not {other:?}"),
     };
     let format = match args.format.as_str() {
         "auto" => None,
@@ -107,8 +196,22 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<ExitCode> {
     };
     let text = Text::parse(&bytes).with_context(|| args.file.display().to_string())?;
     let path = args.file.to_string_lossy();
-    let (new, format) = caret_apply::apply(&text, &edit, format, Some(&path))
-        .with_context(|| format!("applying the edit to {}", args.file.display()))?;
+    let lazy = format.or_else(|| Format::detect(&edit)) == Some(Format::Lazy);
+    let applied = if lazy && mode == MergeMode::Always {
+        model_merge(config, &args, &text, &edit, &path, None)?
+    } else {
+        match caret_apply::apply(&text, &edit, format, Some(&path)) {
+            Ok((text, format)) => Applied { text, format, merged: None },
+            Err(e @ (caret_apply::Error::NoMatch { .. } | caret_apply::Error::Ambiguous { .. }))
+                if lazy && mode == MergeMode::Auto =>
+            {
+                model_merge(config, &args, &text, &edit, &path, Some(&e))
+                    .with_context(|| format!("applying the edit to {}", args.file.display()))?
+            }
+            Err(e) => return Err(e).with_context(|| format!("applying the edit to {}", args.file.display())),
+        }
+    };
+    let (new, format) = (applied.text, applied.format);
     let rendered = new.render();
     let changed = rendered.as_bytes() != bytes.as_slice();
     let (added, removed) = line_counts(&text.lines, &new.lines);
@@ -116,10 +219,14 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<ExitCode> {
         write_atomically(&args.file, rendered.as_bytes())?;
     }
     if args.json {
-        let report = serde_json::json!({
-            "path": path, "format": format.name(), "changed": changed,
+        let method = if applied.merged.is_some() { "model" } else { "matcher" };
+        let mut report = serde_json::json!({
+            "path": path, "format": format.name(), "method": method, "changed": changed,
             "lines_added": added, "lines_removed": removed, "dry_run": args.dry_run,
         });
+        if let Some(m) = applied.merged {
+            report["merge"] = m;
+        }
         println!("{report}");
     } else {
         let verb = match (changed, args.dry_run) {
@@ -127,7 +234,17 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<ExitCode> {
             (true, true) => "would change",
             (true, false) => "changed",
         };
-        println!("{}: {verb} ({}): +{added} -{removed} lines", args.file.display(), format.name());
+        let how = match &applied.merged {
+            Some(m) => format!(
+                "lazy, merged by model {} in {} ms, {} of {} tokens from the draft",
+                m["model"].as_str().unwrap_or("?"),
+                m["ms"],
+                m["accepted_prediction_tokens"],
+                m["generated_tokens"]
+            ),
+            None => format.name().to_owned(),
+        };
+        println!("{}: {verb} ({how}): +{added} -{removed} lines", args.file.display());
     }
     Ok(ExitCode::SUCCESS)
 }

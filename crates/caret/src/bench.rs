@@ -63,6 +63,23 @@ pub enum BenchCommand {
         #[arg(long)]
         llama_bench: Option<PathBuf>,
     },
+    /// Model merge of a lazy edit into a ~300-line file with the same local model, plain
+    /// decoding vs speculative edits (the file as the draft): tokens/s, speed-up, draft
+    /// acceptance, and whether the answers are identical.
+    Merge {
+        /// The model: a name under `$CARET_HOME/models`, a directory or a `.gguf` file.
+        #[arg(long, default_value = "qwen2.5-coder-1.5b-instruct-q4")]
+        model: String,
+        /// The file (default: a built-in 311-line Rust module).
+        #[arg(long, requires = "edit")]
+        file: Option<PathBuf>,
+        /// A lazy edit of --file.
+        #[arg(long)]
+        edit: Option<PathBuf>,
+        /// llama.cpp threads (default: the cores this process may use).
+        #[arg(long)]
+        threads: Option<usize>,
+    },
     /// Vector search on synthetic embeddings: exact scan vs the ANN index, with recall@10.
     Vectors {
         /// Vectors in the namespace.
@@ -132,6 +149,9 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
                 config.embed.model = m;
             }
             bench_embed(&config, &path, chunks, threads, dump.as_deref())
+        }
+        BenchCommand::Merge { model, file, edit, threads } => {
+            crate::bench_merge::run(config, crate::bench_merge::MergeBench { model, file, edit, threads })
         }
         BenchCommand::Vectors { n, dim, queries, ef } => bench_vectors(n, dim, queries, ef),
         BenchCommand::Llm { model, prompt_tokens, tokens, runs, threads, llama_bench } => crate::bench_llm::run(

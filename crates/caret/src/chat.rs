@@ -38,14 +38,14 @@ pub struct ChatArgs {
     token: Option<String>,
 }
 
-/// Where answers come from.
-enum Backend {
+/// Where answers come from: the embedded gateway or a server's.
+pub(crate) enum Backend {
     Embedded(Arc<Gateway>),
     Server(caret_models::openai::OpenAiProvider),
 }
 
 impl Backend {
-    async fn chat(&self, req: ChatRequest) -> caret_models::Result<EventStream> {
+    pub(crate) async fn chat(&self, req: ChatRequest) -> caret_models::Result<EventStream> {
         match self {
             Backend::Embedded(g) => {
                 g.chat(req, CallContext::new(Class::Interactive, Duration::from_secs(600), "local")).await
@@ -53,28 +53,46 @@ impl Backend {
             Backend::Server(p) => p.chat(req).await,
         }
     }
+
+    /// The server's gateway (with `token`) or the embedded one, and the model alias to use:
+    /// `model`, else the first of `preferred` the embedded gateway has, else its first alias
+    /// (a server's: `server_default`). `None`: no server and no models configured.
+    pub(crate) fn connect(
+        config: &Config,
+        server: Option<&str>,
+        token: Option<&str>,
+        model: Option<&str>,
+        preferred: &[&str],
+        server_default: &str,
+    ) -> anyhow::Result<Option<(Backend, String)>> {
+        if let Some(url) = server {
+            let token = token.context("--server needs an API token: --token or CARET_TOKEN")?;
+            let provider = caret_models::openai::OpenAiProvider::new(url, Some(token.to_owned()))?;
+            return Ok(Some((Backend::Server(provider), model.unwrap_or(server_default).to_owned())));
+        }
+        let Some(gateway) = config.gateway()? else { return Ok(None) };
+        let aliases = gateway.aliases();
+        let model = match model {
+            Some(m) => m.to_owned(),
+            None => preferred
+                .iter()
+                .find(|p| aliases.iter().any(|a| a == *p))
+                .map(|p| (*p).to_owned())
+                .or_else(|| aliases.first().cloned())
+                .context("no model aliases")?,
+        };
+        Ok(Some((Backend::Embedded(gateway), model)))
+    }
 }
 
 pub fn run(config: &Config, args: ChatArgs) -> anyhow::Result<ExitCode> {
-    let (backend, model) = match &args.server {
-        Some(url) => {
-            let token = args.token.clone().context("--server needs an API token: --token or CARET_TOKEN")?;
-            let provider = caret_models::openai::OpenAiProvider::new(url, Some(token))?;
-            (Backend::Server(provider), args.model.clone().unwrap_or_else(|| "chat".to_owned()))
-        }
-        None => {
-            let gateway = config.gateway()?.context(
+    let (backend, model) =
+        Backend::connect(config, args.server.as_deref(), args.token.as_deref(), args.model.as_deref(), &[], "chat")?
+            .context(
                 "no models are configured: add [[models]] to the config (see the README; for a local model, \
-                     `caret models pull qwen2.5-coder-1.5b-instruct-q4` and a deployment with provider = \"local\"), \
-                     or use --server",
+                 `caret models pull qwen2.5-coder-1.5b-instruct-q4` and a deployment with provider = \"local\"), \
+                 or use --server",
             )?;
-            let model = match &args.model {
-                Some(m) => m.clone(),
-                None => gateway.aliases().into_iter().next().context("no model aliases")?,
-            };
-            (Backend::Embedded(gateway), model)
-        }
-    };
     let mut history: Vec<ChatMessage> = args.system.iter().map(|s| ChatMessage::text(Role::System, s)).collect();
     let rt = runtime()?;
     let turn = |history: &mut Vec<ChatMessage>, text: String| -> anyhow::Result<()> {
@@ -91,6 +109,7 @@ pub fn run(config: &Config, args: ChatArgs) -> anyhow::Result<ExitCode> {
             stream: true,
             stream_options: None,
             seed: None,
+            prediction: None,
         };
         let answer = rt.block_on(async {
             let mut stream = backend.chat(req).await?;

@@ -4,11 +4,13 @@
 mod apply;
 mod bench;
 mod bench_llm;
+mod bench_merge;
 mod bench_search;
 mod bench_sync;
 mod chat;
 mod config;
 mod index;
+mod merge;
 mod models;
 mod scan;
 mod server;
@@ -94,7 +96,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Admin(cmd) => server::admin(&config, cmd),
         Command::Models(cmd) => models::run(&config, cmd),
         Command::Chat(args) => chat::run(&config, args),
-        Command::Apply(args) => apply::run(args),
+        Command::Apply(args) => apply::run(&config, args),
         Command::Bench(cmd) => bench::run(&config, cmd),
     }
 }

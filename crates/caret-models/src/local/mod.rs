@@ -8,6 +8,7 @@
 //! differs. Decoding takes a process-wide lock, so two local models never run their thread
 //! pools at once and the machine is not oversubscribed.
 
+mod draft;
 mod output;
 mod prompt;
 
@@ -16,16 +17,18 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use caret_protocol::llm::{ChatRequest, CompletionRequest, FinishReason, Usage};
+use caret_protocol::llm::{ChatRequest, CompletionRequest, CompletionTokensDetails, FinishReason, Usage};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::vocab::LlamaVocab;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 
+use self::draft::{DraftLengths, Drafter};
 use self::output::{StopScan, ToolCallParser, Utf8Joiner};
 pub use self::prompt::{ChatFormat, chat_prompt};
 use crate::{Error, Event, EventStream, Provider, Result};
@@ -71,6 +74,10 @@ pub struct LocalStats {
     pub reused_tokens: u64,
     /// Tokens generated.
     pub generated_tokens: u64,
+    /// Drafted tokens (from predictions) that were accepted.
+    pub accepted_tokens: u64,
+    /// Drafted tokens that were evaluated and rejected.
+    pub rejected_tokens: u64,
 }
 
 #[derive(Default)]
@@ -79,6 +86,8 @@ struct Counters {
     prompt_tokens: AtomicU64,
     reused_tokens: AtomicU64,
     generated_tokens: AtomicU64,
+    accepted_tokens: AtomicU64,
+    rejected_tokens: AtomicU64,
 }
 
 /// A GGUF model run in this process by llama.cpp.
@@ -112,6 +121,8 @@ struct Job {
     stops: Vec<String>,
     /// Names of the tools offered (none: no tool-call parsing).
     tools: Vec<String>,
+    /// Text the answer is expected to repeat, verified as a speculative draft.
+    draft: Option<String>,
     events: tokio::sync::mpsc::Sender<Result<Event>>,
 }
 
@@ -182,6 +193,8 @@ impl LocalProvider {
             prompt_tokens: c.prompt_tokens.load(Ordering::Relaxed),
             reused_tokens: c.reused_tokens.load(Ordering::Relaxed),
             generated_tokens: c.generated_tokens.load(Ordering::Relaxed),
+            accepted_tokens: c.accepted_tokens.load(Ordering::Relaxed),
+            rejected_tokens: c.rejected_tokens.load(Ordering::Relaxed),
         }
     }
 
@@ -224,6 +237,7 @@ impl Provider for LocalProvider {
             seed: req.seed,
             stops: req.stop.as_ref().map(|s| s.to_vec()).unwrap_or_default(),
             tools,
+            draft: req.prediction.as_ref().map(|p| p.content.text()),
             events,
         })
     }
@@ -248,6 +262,7 @@ impl Provider for LocalProvider {
             seed: req.seed,
             stops: req.stop.as_ref().map(|s| s.to_vec()).unwrap_or_default(),
             tools: Vec::new(),
+            draft: None,
             events,
         })
     }
@@ -317,7 +332,8 @@ fn engine(
         return;
     }
     let step = batch_tokens as usize;
-    let mut engine = Engine { model: &model, cached: Vec::new(), batch: LlamaBatch::new(step, 1), step };
+    let mut engine =
+        Engine { model: &model, cached: Vec::new(), batch: LlamaBatch::new(step, 1), step, lengths: draft_lengths() };
     while let Ok(job) = queue.recv() {
         let events = job.events.clone();
         if let Err(e) = engine.serve(&mut ctx, job, counters) {
@@ -336,6 +352,21 @@ struct Engine<'m> {
     batch: LlamaBatch<'static>,
     /// The batch's capacity.
     step: usize,
+    /// How many drafted tokens to verify per pass.
+    lengths: DraftLengths,
+}
+
+/// Draft lengths, `CARET_DRAFT_LENGTHS=start,min,max` overriding the defaults (for tuning
+/// with `caret bench merge`).
+fn draft_lengths() -> DraftLengths {
+    let parsed = std::env::var("CARET_DRAFT_LENGTHS").ok().and_then(|v| {
+        let n: Vec<usize> = v.split(',').map(|x| x.trim().parse().ok()).collect::<Option<_>>()?;
+        match n[..] {
+            [start, min, max] if min >= 1 && min <= start && start <= max => Some(DraftLengths { start, min, max }),
+            _ => None,
+        }
+    });
+    parsed.unwrap_or_default()
 }
 
 fn failed(what: &str, e: impl std::fmt::Display) -> Error {
@@ -430,56 +461,180 @@ impl Engine<'_> {
             ])
         };
         let vocab = self.model.vocab();
-        let (mut joiner, mut stops) = (Utf8Joiner::default(), StopScan::new(job.stops.clone()));
-        let mut parser = (!job.tools.is_empty()).then(|| ToolCallParser::new(job.tools.clone()));
-        let send = |events: Vec<Event>| events.into_iter().all(|e| job.events.blocking_send(Ok(e)).is_ok());
-        let to_events = |text: String, parser: &mut Option<ToolCallParser>| match parser {
+        let mut drafter = job
+            .draft
+            .as_deref()
+            .filter(|d| !d.is_empty() && !self.model.is_recurrent())
+            .map(|d| Drafter::new(vocab.tokenize(d.as_bytes(), false, false), tokens.clone(), self.lengths));
+        let mut out = Output::new(&job, limit);
+        let (mut accepted_total, mut rejected_total) = (0usize, 0usize);
+        let mut next = sampler.sample(ctx, self.batch.n_tokens() - 1);
+        // Each pass: emit `next`, evaluate it with the drafted tokens after it, and take the
+        // drafted tokens as long as they are what the sampler picks at their positions — so
+        // the answer is exactly what plain decoding would give.
+        let finish = 'passes: loop {
+            match out.push(&vocab, next) {
+                Flow::More => {}
+                Flow::Done(f) => break f,
+                Flow::Gone => break FinishReason::Stop,
+            }
+            let base = self.cached.len();
+            let room = window.saturating_sub(base + 1).min(self.step - 1);
+            let proposal: Vec<LlamaToken> = match &mut drafter {
+                Some(d) => {
+                    d.advance(next);
+                    d.propose(room).to_vec()
+                }
+                None => Vec::new(),
+            };
+            self.batch.clear();
+            for (i, &t) in std::iter::once(&next).chain(&proposal).enumerate() {
+                let pos = i32::try_from(base + i).unwrap_or(i32::MAX);
+                self.batch.add(t, pos, &[0], true).map_err(|e| failed("batching", e))?;
+            }
+            decode(ctx, &mut self.batch)?;
+            self.cached.push(next);
+            let mut accepted = 0;
+            next = sampler.sample(ctx, 0);
+            let mut stopped = None;
+            while accepted < proposal.len() && next == proposal[accepted] {
+                self.cached.push(next);
+                accepted += 1;
+                match out.push(&vocab, next) {
+                    Flow::More => {}
+                    Flow::Done(f) => {
+                        stopped = Some(f);
+                        break;
+                    }
+                    Flow::Gone => {
+                        stopped = Some(FinishReason::Stop);
+                        break;
+                    }
+                }
+                if let Some(d) = &mut drafter {
+                    d.advance(next);
+                }
+                next = sampler.sample(ctx, i32::try_from(accepted).unwrap_or(i32::MAX));
+            }
+            if self.cached.len() < base + 1 + proposal.len() {
+                // Drop what was drafted past the accepted tokens.
+                let from = u32::try_from(self.cached.len()).unwrap_or(u32::MAX);
+                if !ctx.clear_kv_cache_seq(Some(0), Some(from), None).unwrap_or(false) {
+                    return Err(failed("speculative decoding", "the cache cannot drop rejected draft tokens"));
+                }
+            }
+            accepted_total += accepted;
+            rejected_total += proposal.len() - accepted;
+            if let Some(d) = &mut drafter {
+                d.feedback(accepted, proposal.len());
+            }
+            if let Some(f) = stopped {
+                break 'passes f;
+            }
+            // The drafted tokens just accepted were followed by the drafter already; `next`
+            // is followed at the top of the next pass.
+        };
+        let generated = out.generated;
+        counters.generated_tokens.fetch_add(generated as u64, Ordering::Relaxed);
+        counters.accepted_tokens.fetch_add(accepted_total as u64, Ordering::Relaxed);
+        counters.rejected_tokens.fetch_add(rejected_total as u64, Ordering::Relaxed);
+        if out.gone {
+            // The caller went away; what is cached stays valid.
+            return Ok(());
+        }
+        let mut usage = Usage::new(tokens.len() as u32, generated as u32);
+        if drafter.is_some() {
+            usage.completion_tokens_details = Some(CompletionTokensDetails {
+                accepted_prediction_tokens: accepted_total as u32,
+                rejected_prediction_tokens: rejected_total as u32,
+            });
+        }
+        out.finish(finish, usage);
+        Ok(())
+    }
+}
+
+/// What to do after a token was emitted.
+enum Flow {
+    More,
+    Done(FinishReason),
+    /// The caller went away.
+    Gone,
+}
+
+/// Turns generated tokens into events: text pieces joined into whole characters, stop
+/// sequences held back and cut, tool calls parsed.
+struct Output<'j> {
+    job: &'j Job,
+    limit: usize,
+    generated: usize,
+    joiner: Utf8Joiner,
+    stops: StopScan,
+    parser: Option<ToolCallParser>,
+    gone: bool,
+}
+
+impl<'j> Output<'j> {
+    fn new(job: &'j Job, limit: usize) -> Self {
+        Output {
+            job,
+            limit,
+            generated: 0,
+            joiner: Utf8Joiner::default(),
+            stops: StopScan::new(job.stops.clone()),
+            parser: (!job.tools.is_empty()).then(|| ToolCallParser::new(job.tools.clone())),
+            gone: false,
+        }
+    }
+
+    fn send(&mut self, events: Vec<Event>) -> bool {
+        self.gone = self.gone || !events.into_iter().all(|e| self.job.events.blocking_send(Ok(e)).is_ok());
+        !self.gone
+    }
+
+    fn events(&mut self, text: String) -> Vec<Event> {
+        match &mut self.parser {
             Some(p) => p.push(&text),
             None if text.is_empty() => Vec::new(),
             None => vec![Event::Text(text)],
-        };
-        let mut logits_at = self.batch.n_tokens() - 1;
-        let mut generated = 0usize;
-        let mut finish = FinishReason::Length;
-        while generated < limit {
-            let token = sampler.sample(ctx, logits_at);
-            if vocab.is_eog(token) {
-                finish = FinishReason::Stop;
-                break;
-            }
-            generated += 1;
-            let (text, hit) = stops.push(&joiner.push(&vocab.token_to_piece(token, true, None)));
-            if !send(to_events(text, &mut parser)) {
-                // The caller went away; what is cached stays valid.
-                counters.generated_tokens.fetch_add(generated as u64, Ordering::Relaxed);
-                return Ok(());
-            }
-            if hit {
-                finish = FinishReason::Stop;
-                break;
-            }
-            if generated == limit {
-                break;
-            }
-            self.batch.clear();
-            let pos = i32::try_from(self.cached.len()).unwrap_or(i32::MAX);
-            self.batch.add(token, pos, &[0], true).map_err(|e| failed("batching", e))?;
-            self.cached.push(token);
-            decode(ctx, &mut self.batch)?;
-            logits_at = 0;
         }
-        counters.generated_tokens.fetch_add(generated as u64, Ordering::Relaxed);
-        let (tail, _) = stops.push(&joiner.finish());
-        let mut events = to_events(tail + &stops.finish(), &mut parser);
-        if let Some(p) = &mut parser {
+    }
+
+    fn push(&mut self, vocab: &LlamaVocab<'_>, token: LlamaToken) -> Flow {
+        if self.generated >= self.limit {
+            return Flow::Done(FinishReason::Length);
+        }
+        if vocab.is_eog(token) {
+            return Flow::Done(FinishReason::Stop);
+        }
+        self.generated += 1;
+        let (text, hit) = self.stops.push(&self.joiner.push(&vocab.token_to_piece(token, true, None)));
+        let events = self.events(text);
+        if !self.send(events) {
+            return Flow::Gone;
+        }
+        if hit {
+            Flow::Done(FinishReason::Stop)
+        } else if self.generated == self.limit {
+            Flow::Done(FinishReason::Length)
+        } else {
+            Flow::More
+        }
+    }
+
+    fn finish(mut self, mut finish: FinishReason, usage: Usage) {
+        let (tail, _) = self.stops.push(&self.joiner.finish());
+        let tail = tail + &self.stops.finish();
+        let mut events = self.events(tail);
+        if let Some(p) = &mut self.parser {
             events.extend(p.finish());
             if p.calls() > 0 {
                 finish = FinishReason::ToolCalls;
             }
         }
         events.push(Event::Finish(finish));
-        events.push(Event::Usage(Usage::new(tokens.len() as u32, generated as u32)));
-        send(events);
-        Ok(())
+        events.push(Event::Usage(usage));
+        self.send(events);
     }
 }
+
