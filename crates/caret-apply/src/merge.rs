@@ -112,11 +112,8 @@ fn region(text: &Text, snippet: &str) -> (usize, usize) {
     if n <= WHOLE_FILE_LINES {
         return (0, n);
     }
-    let wanted: std::collections::HashSet<&str> = snippet
-        .lines()
-        .map(str::trim)
-        .filter(|l| l.len() >= 8 && !crate::lazy::is_marker(l))
-        .collect();
+    let wanted: std::collections::HashSet<&str> =
+        snippet.lines().map(str::trim).filter(|l| l.len() >= 8 && !crate::lazy::is_marker(l)).collect();
     let hits: Vec<usize> = (0..n).filter(|&i| wanted.contains(text.lines[i].trim())).collect();
     match (hits.first(), hits.last()) {
         (Some(&a), Some(&b)) => (a.saturating_sub(CONTEXT_LINES), (b + CONTEXT_LINES + 1).min(n)),

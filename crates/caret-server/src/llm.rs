@@ -353,8 +353,8 @@ pub(crate) async fn merge(
         503 => Error::Unavailable(f.message),
         _ => Error::BadRequest(f.message),
     })?;
-    let plan = caret_apply::merge::plan(text, &req.edit, req.path.as_deref())
-        .map_err(|e| Error::BadRequest(e.to_string()))?;
+    let plan =
+        caret_apply::merge::plan(text, &req.edit, req.path.as_deref()).map_err(|e| Error::BadRequest(e.to_string()))?;
     let failed = |e: caret_models::Error| match e.status() {
         429 => Error::RateLimited { retry_after: e.retry_after().map_or(1, |d| d.as_secs().max(1)) },
         400 | 404 => Error::BadRequest(e.to_string()),

@@ -34,6 +34,8 @@ pub struct Behaviour {
     pub stall_mid_stream: bool,
     /// Answer chat with a call of this tool (arguments `{"path":"src/lib.rs"}`).
     pub tool_call: Option<String>,
+    /// Answer chat with this text (default: `hello from NAME`).
+    pub answer: Option<String>,
 }
 
 struct Script {
@@ -92,7 +94,7 @@ impl ScriptedUpstream {
         self.script.most_waiting.swap(0, Ordering::SeqCst)
     }
 
-    /// The last Anthropic Messages request: its headers and body.
+    /// The last chat request (OpenAI chat completions or Anthropic Messages): headers and body.
     pub fn last_request(&self) -> Option<(axum::http::HeaderMap, Value)> {
         self.script.last.lock().unwrap().clone()
     }
@@ -139,7 +141,8 @@ async fn messages(State(s): State<Arc<Script>>, headers: axum::http::HeaderMap, 
             "content_block_start",
             json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
         ));
-        for word in format!("hello from {}", s.name).split_inclusive(' ') {
+        let text = b.answer.clone().unwrap_or_else(|| format!("hello from {}", s.name));
+        for word in text.split_inclusive(' ') {
             events.push((
                 "content_block_delta",
                 json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": word}}),
@@ -206,7 +209,8 @@ fn sse(events: Vec<Value>, stall: bool) -> Response {
     Response::builder().header("content-type", "text/event-stream").body(body).unwrap()
 }
 
-async fn chat(State(s): State<Arc<Script>>, Json(req): Json<Value>) -> Response {
+async fn chat(State(s): State<Arc<Script>>, headers: axum::http::HeaderMap, Json(req): Json<Value>) -> Response {
+    *s.last.lock().unwrap() = Some((headers, req.clone()));
     let b = match verdict(&s).await {
         Ok(b) => b,
         Err(r) => return r,
@@ -228,7 +232,8 @@ async fn chat(State(s): State<Arc<Script>>, Json(req): Json<Value>) -> Response 
         ));
         "tool_calls"
     } else {
-        for word in format!("hello from {}", s.name).split_inclusive(' ') {
+        let text = b.answer.clone().unwrap_or_else(|| format!("hello from {}", s.name));
+        for word in text.split_inclusive(' ') {
             events.push(chunk(json!({"content": word}), Value::Null));
         }
         "stop"

@@ -76,6 +76,9 @@ pub enum BenchCommand {
         /// A lazy edit of --file.
         #[arg(long)]
         edit: Option<PathBuf>,
+        /// The file the edit should give (default: what the matcher makes of it).
+        #[arg(long, requires = "file")]
+        expected: Option<PathBuf>,
         /// llama.cpp threads (default: the cores this process may use).
         #[arg(long)]
         threads: Option<usize>,
@@ -150,8 +153,8 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
             }
             bench_embed(&config, &path, chunks, threads, dump.as_deref())
         }
-        BenchCommand::Merge { model, file, edit, threads } => {
-            crate::bench_merge::run(config, crate::bench_merge::MergeBench { model, file, edit, threads })
+        BenchCommand::Merge { model, file, edit, expected, threads } => {
+            crate::bench_merge::run(config, crate::bench_merge::MergeBench { model, file, edit, expected, threads })
         }
         BenchCommand::Vectors { n, dim, queries, ef } => bench_vectors(n, dim, queries, ef),
         BenchCommand::Llm { model, prompt_tokens, tokens, runs, threads, llama_bench } => crate::bench_llm::run(

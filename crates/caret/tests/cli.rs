@@ -517,3 +517,59 @@ fn apply_a_multi_file_patch_all_or_nothing() {
     assert_eq!(std::fs::read_to_string(ws.join("src/a.rs")).unwrap(), "pub fn a() -> u32 {\n    2\n}\n");
     assert!(!ws.join("src/lib.rs").exists() && !ws.join("old.txt").exists());
 }
+
+/// `caret apply` hands a lazy snippet the matcher cannot place to a model (here SmolLM2 run
+/// in-process, `CARET_TEST_LLM_DIR`): the file is rewritten from the model's answer with the
+/// file's region as the speculative draft, and the report says so. Without a model it is an
+/// error that says how to configure one, and nothing is written.
+#[test]
+fn apply_merges_with_a_local_model_what_the_matcher_cannot_place() {
+    let home = TempDir::new();
+    let original = "def area(width, height):\n    return width * height\n\n\ndef perimeter(width, height):\n    return 2 * (width + height)\n";
+    home.write("w/shapes.py", original);
+    let file = home.join("w/shapes.py");
+    let file = file.to_str().unwrap();
+    // Nothing of the snippet is in the file.
+    home.write("edit.txt", "# ... existing code ...\ndef volume(w, h, d):\n    return w * h * d\n");
+    let edit = home.join("edit.txt");
+    let edit = edit.to_str().unwrap();
+    let out = caret(&home, &["apply", file, "--edit", edit, "--json"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("no model is configured to merge"), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(home.join("w/shapes.py")).unwrap(), original);
+
+    let Some(model) = std::env::var_os("CARET_TEST_LLM_DIR") else {
+        eprintln!("CARET_TEST_LLM_DIR is not set: skipping the model merge");
+        return;
+    };
+    home.write(
+        "caret-home/config.toml",
+        &format!(
+            "[[models]]\nalias = \"apply\"\ndeployments = [{{ provider = \"local\", model = {:?}, context_tokens = 1024 }}]\n",
+            model.to_string_lossy()
+        ),
+    );
+    let out = caret(&home, &["apply", file, "--edit", edit, "--json", "--dry-run"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(report["method"], "model", "{report}");
+    assert_eq!(report["merge"]["model"], "apply");
+    assert_eq!(report["merge"]["region"], serde_json::json!([1, 6]));
+    assert!(report["merge"]["reason"].as_str().unwrap().contains("no place"), "{report}");
+    let generated = report["merge"]["generated_tokens"].as_u64().unwrap();
+    let accepted = report["merge"]["accepted_prediction_tokens"].as_u64().unwrap();
+    assert!(generated > 0 && accepted > 0 && accepted <= generated, "{report}");
+    assert_eq!(std::fs::read_to_string(home.join("w/shapes.py")).unwrap(), original, "a dry run writes nothing");
+
+    // --merge never: the matcher's error, with the candidates' text.
+    let out = caret(&home, &["apply", file, "--edit", edit, "--merge", "never"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("no place in the file matches"), "{}", stderr(&out));
+
+    // Written for real: the file is what the model answered, in place of the region.
+    let out = caret(&home, &["apply", file, "--edit", edit, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    let written = std::fs::read_to_string(home.join("w/shapes.py")).unwrap();
+    assert_eq!(report["changed"].as_bool().unwrap(), written != original, "{report}");
+}

@@ -845,3 +845,46 @@ fn the_apply_endpoint_returns_the_new_text_or_why_it_does_not_fit() {
     assert_eq!(post(json!({"text": text, "edit": edit}), None).status(), 401);
     server.stop();
 }
+
+/// `POST /v1/apply` with a `model`: a lazy snippet the matcher cannot place is merged by the
+/// gateway's model, which is sent the region as a predicted output; without a model it stays
+/// a 422.
+#[test]
+fn the_apply_endpoint_merges_with_a_model_what_the_matcher_cannot_place() {
+    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("merger"));
+    up.set(Behaviour {
+        answer: Some("Here:\n```python\ndef f(x):\n    return x + 2\n\ndef g():\n    pass\n```\n".to_owned()),
+        ..Behaviour::default()
+    });
+    let config = format!(
+        "[[models]]\nalias = \"apply\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
+        up.url
+    );
+    let server = Server::start_with_config(&[], &[], Some(&config));
+    let token = server.tenant("merge");
+    let c = http();
+    let text = "def f(x):\r\n    return x + 1\r\n\r\ndef g():\r\n    pass\r\n";
+    // No line of the snippet is in the file: the matcher cannot place it.
+    let edit = "# ... existing code ...\n    return x + 2  # two now\n# ... existing code ...\n";
+    let post = |body: Value| c.post(format!("{}/v1/apply", server.url)).bearer_auth(&token).json(&body).send().unwrap();
+    assert_eq!(post(json!({"text": text, "edit": edit, "path": "m.py"})).status(), 422);
+    assert_eq!(up.requests(), 0);
+
+    let r = post(json!({"text": text, "edit": edit, "path": "m.py", "model": "apply"}));
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().unwrap();
+    assert_eq!(body["text"], "def f(x):\r\n    return x + 2\r\n\r\ndef g():\r\n    pass\r\n", "{body}");
+    assert_eq!(body["method"], "model");
+    assert_eq!(body["merge"]["model"], "apply");
+    assert_eq!(body["merge"]["region"], json!([1, 5]));
+    let (_, sent) = up.last_request().unwrap();
+    assert_eq!(sent["prediction"]["type"], "content");
+    assert_eq!(sent["prediction"]["content"], "```python\ndef f(x):\n    return x + 1\n\ndef g():\n    pass\n```");
+    assert_eq!(sent["temperature"], 0.0);
+
+    // A model the gateway does not have is the caller's mistake.
+    assert_eq!(post(json!({"text": text, "edit": edit, "model": "nope"})).status(), 400);
+    server.stop();
+}

@@ -84,13 +84,13 @@ impl<T: Copy + Eq> Drafter<T> {
             self.recent.remove(0);
         }
         self.recent.push(token);
-        if let Some(c) = self.cursor {
-            if self.source(c.source).get(c.pos) == Some(&token) {
-                let next = Cursor { pos: c.pos + 1, ..c };
-                self.moved_to(next);
-                self.cursor = Some(next);
-                return;
-            }
+        if let Some(c) = self.cursor
+            && self.source(c.source).get(c.pos) == Some(&token)
+        {
+            let next = Cursor { pos: c.pos + 1, ..c };
+            self.moved_to(next);
+            self.cursor = Some(next);
+            return;
         }
         self.cursor = self.lookup();
         if let Some(c) = self.cursor {
@@ -117,7 +117,10 @@ impl<T: Copy + Eq> Drafter<T> {
                 .map(|pos| Cursor { source: Source::Prediction, pos })
                 .or_else(|| found(&self.prediction, 0).map(|pos| Cursor { source: Source::Prediction, pos }))
                 .or_else(|| {
-                    self.prompt.windows(n).rposition(|w| w == key).map(|i| Cursor { source: Source::Prompt, pos: i + n })
+                    self.prompt
+                        .windows(n)
+                        .rposition(|w| w == key)
+                        .map(|i| Cursor { source: Source::Prompt, pos: i + n })
                 });
             if let Some(c) = place.filter(|c| c.pos < self.source(c.source).len()) {
                 return Some(c);

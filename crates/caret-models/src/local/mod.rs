@@ -24,9 +24,9 @@ use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::model::params::LlamaModelParams;
-use llama_cpp_2::vocab::LlamaVocab;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::vocab::LlamaVocab;
 
 use self::draft::{DraftLengths, Drafter};
 use self::output::{StopScan, ToolCallParser, Utf8Joiner};
@@ -637,4 +637,3 @@ impl<'j> Output<'j> {
         self.send(events);
     }
 }
-
