@@ -25,6 +25,14 @@ pub enum Error {
     NotText(String),
 }
 
+impl Error {
+    /// Whether the edit is well formed but could not be placed (no place, or several): the
+    /// case a model merge can still handle for a lazy snippet.
+    pub fn is_unplaced(&self) -> bool {
+        matches!(self, Error::NoMatch { .. } | Error::Ambiguous { .. })
+    }
+}
+
 fn join_lines(lines: &[usize]) -> String {
     lines.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")
 }

@@ -271,7 +271,7 @@ async fn apply_edit(
     let lazy = format.or_else(|| caret_apply::Format::detect(&req.edit)) == Some(caret_apply::Format::Lazy);
     let (new, format, merge) = match caret_apply::apply(&text, &req.edit, format, req.path.as_deref()) {
         Ok((new, format)) => (new, format, None),
-        Err(e @ (caret_apply::Error::NoMatch { .. } | caret_apply::Error::Ambiguous { .. })) => match &req.model {
+        Err(e) if e.is_unplaced() => match &req.model {
             Some(model) if lazy => {
                 let (new, facts) = crate::llm::merge(&s, &t, &headers, &text, &req, model, &e).await?;
                 (new, caret_apply::Format::Lazy, Some(facts))

@@ -202,9 +202,7 @@ pub fn run(config: &Config, args: ApplyArgs) -> anyhow::Result<ExitCode> {
     } else {
         match caret_apply::apply(&text, &edit, format, Some(&path)) {
             Ok((text, format)) => Applied { text, format, merged: None },
-            Err(e @ (caret_apply::Error::NoMatch { .. } | caret_apply::Error::Ambiguous { .. }))
-                if lazy && mode == MergeMode::Auto =>
-            {
+            Err(e) if e.is_unplaced() && lazy && mode == MergeMode::Auto => {
                 model_merge(config, &args, &text, &edit, &path, Some(&e))
                     .with_context(|| format!("applying the edit to {}", args.file.display()))?
             }
