@@ -2,10 +2,11 @@
 """Evaluate `caret apply` on real history that nobody wrote for it.
 
 For a pair of consecutive releases of a package on the Python package index, every text file
-that changed is expressed as an edit in each format — a unified diff, search/replace blocks,
-a patch envelope, and a lazy snippet (a few lines of context around each change, the rest
-elided with `... existing code ...` comments) — and `caret apply` must turn the old file into
-the new release byte for byte.
+that changed is expressed as an edit in each format — a unified diff (3 lines of context),
+search/replace blocks and a patch envelope (3 lines of context, more where a hunk's old text
+occurs twice: both formats require a block to match one place), and a lazy snippet (3 lines
+of context around each change, the rest elided with `... existing code ...` comments) — and
+`caret apply` must turn the old file into the new release byte for byte.
 
     scripts/apply-eval.py PACKAGE OLD_VERSION NEW_VERSION [--caret BIN] [--work DIR] [--json OUT]
 
@@ -61,6 +62,24 @@ def comment(path):
 
 def groups(old, new, context=3):
     return list(difflib.SequenceMatcher(None, old, new, autojunk=False).get_grouped_opcodes(context))
+
+
+def occurrences(old, block):
+    if not block:
+        return 1
+    first = block[0]
+    return sum(1 for p in range(len(old) - len(block) + 1) if old[p] == first and old[p:p + len(block)] == block)
+
+
+def unique_groups(old, new):
+    """Hunks whose old lines occur once in the old file: the contract of search/replace
+    blocks ("include enough lines to match uniquely") and of patch hunks. Context grows from 3
+    lines, for the whole file, until every hunk is unique."""
+    for context in range(3, 60):
+        gs = groups(old, new, context)
+        if all(occurrences(old, old[g[0][1]:g[-1][2]]) == 1 for g in gs):
+            return gs
+    return gs
 
 
 def udiff(rel, old, new):
@@ -121,6 +140,7 @@ def main():
     ap.add_argument("--caret", default="target/release/caret")
     ap.add_argument("--work", default="/tmp/caret-apply-eval")
     ap.add_argument("--json")
+    ap.add_argument("--failures", help="write each failing case (old, edit, expected, got) under this folder")
     args = ap.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -151,10 +171,11 @@ def main():
         for rel, old_path, new_path, old_text, new_text in pairs:
             old, new = split(old_text.replace("\r\n", "\n")), split(new_text.replace("\r\n", "\n"))
             gs = groups(old, new)
+            unique = unique_groups(old, new)
             edits = {
                 "udiff": udiff(rel, old, new),
-                "search-replace": search_replace(gs, old, new),
-                "patch": patch(str(rel), gs, old, new),
+                "search-replace": search_replace(unique, old, new),
+                "patch": patch(str(rel), unique, old, new),
                 "lazy": lazy(new_path, gs, new),
             }
             for fmt, edit in edits.items():
@@ -171,6 +192,14 @@ def main():
                 res = results[fmt]
                 res["total"] += 1
                 res["exact"] += ok
+                if not ok and args.failures:
+                    case = Path(args.failures) / fmt / str(rel).replace("/", "__")
+                    case.mkdir(parents=True, exist_ok=True)
+                    (case / "old").write_bytes(old_path.read_bytes())
+                    (case / "edit").write_text(edit)
+                    (case / "expected").write_bytes(new_path.read_bytes())
+                    (case / "got").write_bytes(target.read_bytes())
+                    (case / "stderr").write_text(r.stderr)
                 if not ok and len(res["failures"]) < 5:
                     why = r.stderr.strip().splitlines()[-1] if r.returncode else "applied, but not byte for byte"
                     res["failures"].append(f"{rel}: {why[:200]}")

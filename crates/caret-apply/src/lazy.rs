@@ -2,13 +2,18 @@
 //! `// ... existing code ...`, `# ...`, `/* ... */`, `<!-- ... -->` — in the file's syntax.
 //!
 //! The snippet is cut at its markers into segments. Each segment is placed in the file by
-//! its anchors: lines it shares with the file, in order. The first distinctive line found
-//! (one place only, or the longest run of following lines decides) fixes where the segment
-//! starts; from there the segment is aligned with the file line by line, resynchronising
-//! after inserted or removed lines. The segment then replaces the file's lines from its first
-//! to its last anchor, widened over changed lines at either end (a renamed signature above
-//! the first anchor, say) when the file's lines there look like them. What markers elide is
-//! kept. Segments are placed in order, each after the previous one.
+//! an anchor: its first line worth anchoring on (distinctive, not a lone keyword) that the
+//! file holds. Every place holding that line is scored by aligning the segment with the file
+//! around it ([`crate::align`]: agreeing lines score, the segment's first and last lines —
+//! its context — double; inserted and dropped lines cost, in blocks); the best place wins,
+//! and two places scoring the same are ambiguous. The segment then replaces the file's lines
+//! it covers, widened over changed lines at either end (a renamed signature above the first
+//! agreeing line, say) when the file's lines there look like them. What markers elide is
+//! kept. Segments are placed in order, each after the previous one. What is not elided is
+//! not there: a snippet without a closing marker ends the file, unless so much follows that a
+//! forgotten marker is likelier (see [`reaches_edge`]).
+
+use std::collections::HashMap;
 
 use crate::matcher::Shift;
 use crate::text::edit_lines;
@@ -33,6 +38,8 @@ pub fn detect(edit: &str) -> bool {
 pub struct Snippet {
     /// The runs of concrete lines between markers.
     pub segments: Vec<Vec<String>>,
+    /// Whether the snippet ends with a marker (the file goes on after its last segment).
+    pub open_end: bool,
 }
 
 /// Cuts a snippet at its markers (a code fence around it is dropped).
@@ -44,6 +51,7 @@ pub fn parse(edit: &str) -> Result<Snippet> {
             lines.truncate(end);
         }
     }
+    let open_end = lines.iter().rev().find(|l| !l.trim().is_empty()).is_some_and(|l| is_marker(l));
     let mut segments = vec![Vec::new()];
     for l in lines {
         if is_marker(l) {
@@ -64,16 +72,24 @@ pub fn parse(edit: &str) -> Result<Snippet> {
     if segments.is_empty() {
         return Err(Error::Malformed("the snippet has no code besides its markers".to_owned()));
     }
-    Ok(Snippet { segments })
+    Ok(Snippet { segments, open_end })
 }
 
 fn same(a: &str, b: &str) -> bool {
     a.trim() == b.trim()
 }
 
-/// A line worth anchoring on: not blank, not only brackets and punctuation.
+/// A line that is evidence of a place when it agrees: not blank, not only brackets and
+/// punctuation.
 fn distinctive(line: &str) -> bool {
     line.chars().filter(|c| c.is_alphanumeric()).count() >= 3
+}
+
+/// A line worth anchoring a segment on: distinctive, and not a lone keyword (`else:`,
+/// `try {`, `return;`, `finally:`) that recurs all over a file.
+fn anchorable(line: &str) -> bool {
+    let w = words(line);
+    distinctive(line) && (w.len() >= 2 || w.iter().any(|w| w.len() >= 9))
 }
 
 /// How many lines from `seg[i..]` and `file[j..]` agree in a row.
@@ -96,26 +112,79 @@ fn similar(a: &str, b: &str) -> bool {
     shared * 2 >= wa.len().max(wb.len())
 }
 
-/// The segment's first anchor: its index in the segment and the file lines where it starts
-/// the longest run of agreeing lines (several when tied).
+/// The segment's anchor: its first line worth anchoring on that the file holds (a lone
+/// keyword only if no other line is found), with the file lines holding it (at most
+/// [`MAX_CANDIDATES`], those starting the longest runs of agreeing lines).
 fn head_anchor(seg: &[&str], file: &[&str], from: usize) -> Result<(usize, Vec<usize>)> {
-    for a in (0..seg.len()).filter(|&a| distinctive(seg[a])) {
-        let mut best: Vec<usize> = Vec::new();
-        let mut best_run = 0;
-        for j in (from..file.len()).filter(|&j| same(seg[a], file[j])) {
-            let r = run(seg, a, file, j);
-            if r > best_run {
-                best = vec![j];
-                best_run = r;
-            } else if r == best_run {
-                best.push(j);
-            }
+    let order = (0..seg.len())
+        .filter(|&a| anchorable(seg[a]))
+        .chain((0..seg.len()).filter(|&a| distinctive(seg[a]) && !anchorable(seg[a])));
+    for a in order {
+        let mut found: Vec<(usize, usize)> =
+            (from..file.len()).filter(|&j| same(seg[a], file[j])).map(|j| (run(seg, a, file, j), j)).collect();
+        if found.is_empty() {
+            continue;
         }
-        if !best.is_empty() {
-            return Ok((a, best));
+        if found.len() > MAX_CANDIDATES {
+            found.sort_by_key(|&(r, j)| (std::cmp::Reverse(r), j));
+            found.truncate(MAX_CANDIDATES);
+            found.sort_by_key(|&(_, j)| j);
         }
+        return Ok((a, found.into_iter().map(|(_, j)| j).collect()));
     }
     Err(Error::NoMatch { anchor: crate::error::excerpt(seg) })
+}
+
+/// Places of an anchor line scored in full; a line repeated more often than this is judged
+/// by the runs of lines agreeing after it first.
+const MAX_CANDIDATES: usize = 32;
+
+/// What agreeing on line `i` of a segment is worth: distinctive lines are evidence, blank
+/// lines and braces little; the first and last [`EDGE`] lines count double, as a snippet's
+/// context sits there (what lies between is new code that may look like code elsewhere).
+fn weight(seg: &[&str], i: usize) -> i32 {
+    let base = if distinctive(seg[i]) { 300 } else { 50 };
+    if i < EDGE || i + EDGE >= seg.len() { 2 * base } else { base }
+}
+
+/// Lines at each end of a segment taken for its context.
+const EDGE: usize = 3;
+
+/// A snippet without a closing marker reaches the file's end when at most this many lines
+/// (or the segment's length, if longer) follow its last segment, and they are at most a
+/// quarter of the file; more are kept (a forgotten marker must not delete the rest of a file).
+const EDGE_REACH: usize = 12;
+
+/// Whether the last segment of a snippet without a closing marker takes the `beyond` lines
+/// after it away.
+fn reaches_edge(beyond: usize, total: usize, seg_len: usize) -> bool {
+    beyond <= EDGE_REACH.max(seg_len) && beyond * 4 <= total
+}
+
+/// The file's lines with ids for comparison (equal ids = equal but for trailing whitespace).
+struct FileLines<'a> {
+    lines: &'a [&'a str],
+    ids: Vec<u32>,
+    index: HashMap<&'a str, u32>,
+}
+
+impl<'a> FileLines<'a> {
+    fn new(lines: &'a [&'a str]) -> FileLines<'a> {
+        let mut index = HashMap::new();
+        let ids = lines
+            .iter()
+            .map(|l| {
+                let next = index.len() as u32;
+                *index.entry(l.trim_end()).or_insert(next)
+            })
+            .collect();
+        FileLines { lines, ids, index }
+    }
+
+    /// A snippet line's id; one found nowhere in the file agrees with nothing.
+    fn id(&self, line: &str) -> u32 {
+        self.index.get(line.trim_end()).copied().unwrap_or(u32::MAX)
+    }
 }
 
 /// The indentation change from a segment's line to the file's.
@@ -131,27 +200,27 @@ fn shift_of(file_line: &str, seg_line: &str) -> Shift {
     }
 }
 
-/// Places one segment: the file range `[start, end)` it replaces, and the indentation change
-/// to apply to its lines.
-fn place(seg: &[&str], file: &[&str], from: usize) -> Result<(usize, usize, Shift)> {
-    let (a, candidates) = head_anchor(seg, file, from)?;
-    if let [pos] = candidates.as_slice() {
-        let p = align(seg, file, from, a, *pos);
-        return Ok((p.start, p.end, p.shift));
+/// Places one segment after file line `from`: the best scoring of its anchor's places; two
+/// different places scoring the same are ambiguous.
+fn place(seg: &[&str], file: &FileLines<'_>, from: usize) -> Result<Placement> {
+    let (a, candidates) = head_anchor(seg, file.lines, from)?;
+    let mut placed: Vec<Placement> = candidates.into_iter().map(|pos| align(seg, file, from, a, pos)).collect();
+    let top = placed.iter().map(|p| p.score).max();
+    placed.retain(|p| Some(p.score) == top);
+    placed.sort_by_key(|p| (p.start, p.end));
+    placed.dedup_by_key(|p| (p.start, p.end));
+    if placed.len() == 1 {
+        return Ok(placed.remove(0));
     }
-    // Tied: the place where more of the segment lines up, skipping fewer of the file's lines,
-    // wins; a tie there is ambiguous.
-    let placed: Vec<Placement> = candidates.iter().map(|&pos| align(seg, file, from, a, pos)).collect();
-    let key = |p: &Placement| (p.matched, std::cmp::Reverse(p.skipped));
-    let top = placed.iter().map(key).max();
-    let best: Vec<&Placement> = placed.iter().filter(|p| Some(key(p)) == top).collect();
-    match best.as_slice() {
-        [p] => Ok((p.start, p.end, p.shift.clone())),
-        many => Err(Error::Ambiguous {
-            anchor: crate::error::excerpt(&seg[a..]),
-            lines: many.iter().map(|p| p.anchor + 1).collect(),
-        }),
-    }
+    Err(Error::Ambiguous {
+        anchor: crate::error::excerpt(&seg[a..]),
+        lines: placed.iter().map(|p| p.anchor + 1).collect(),
+    })
+}
+
+/// Whether `new` lines are each a changed version of the `old` line in their place.
+fn changed_versions(new: &[&str], old: Option<&[&str]>) -> bool {
+    old.is_some_and(|old| !new.is_empty() && new.iter().zip(old).all(|(n, o)| similar(n, o) && !same(n, o)))
 }
 
 /// A segment laid over the file from one anchor.
@@ -163,89 +232,73 @@ struct Placement {
     end: usize,
     /// Indentation change for the segment's lines.
     shift: Shift,
-    /// Segment lines that agreed with file lines.
-    matched: usize,
-    /// File lines skipped between agreeing stretches (removed by the segment).
-    skipped: usize,
+    /// How well the segment agrees with the file there ([`crate::align`]).
+    score: i32,
 }
 
-/// Aligns the segment with the file from anchor `seg[a]` = `file[pos]`.
-fn align(seg: &[&str], file: &[&str], from: usize, a: usize, pos: usize) -> Placement {
-    // From the anchor on, lines agree only with the anchor's indentation change applied, so a
-    // closing brace matches the brace at its own depth.
-    let shift = shift_of(file[pos], seg[a]);
-    let same = |s: &str, f: &str| shift.apply(s).trim_end() == f.trim_end();
-    let run =
-        |i: usize, j: usize| seg[i..].iter().zip(&file[j.min(file.len())..]).take_while(|(a, b)| same(a, b)).count();
-    let r = run(a, pos).max(1);
-    let (mut i, mut j) = (a + r, pos + r);
-    let mut end = j;
-    let (mut matched, mut skipped) = (r, 0);
-    'align: while i < seg.len() {
-        if j < file.len() && same(seg[i], file[j]) {
-            i += 1;
-            j += 1;
-            end = j;
-            matched += 1;
-            continue;
-        }
-        // Resynchronise: the cheapest skip (lines inserted by the segment, lines removed from
-        // the file) after which the two agree again. A removed line costs two inserted ones:
-        // snippets add code more often than they drop it, and a far jump in the file is how a
-        // wrong resynchronisation on look-alike lines happens.
-        for cost in 1..=800 {
-            for di in 0..=cost.min(seg.len() - i) {
-                if (cost - di) % 2 != 0 {
-                    continue;
-                }
-                let dj = (cost - di) / 2;
-                let (ni, nj) = (i + di, j + dj);
-                if ni >= seg.len() || nj >= file.len() || !same(seg[ni], file[nj]) {
-                    continue;
-                }
-                let agree = run(ni, nj);
-                // Two lines in a row, or the segment's last line(s) (a closing brace that ends
-                // it: the nearest one, as the fewest skipped lines come first).
-                if agree >= 2 || ni + agree == seg.len() {
-                    i = ni + agree;
-                    j = nj + agree;
-                    end = j;
-                    matched += agree;
-                    skipped += dj;
-                    continue 'align;
-                }
-            }
-        }
-        break;
+/// Aligns the segment with the file around anchor `seg[a]` = `file[pos]`: the lines after
+/// it forward, the lines before it backward (no higher than `from`).
+fn align(seg: &[&str], file: &FileLines<'_>, from: usize, a: usize, pos: usize) -> Placement {
+    let lines = file.lines;
+    // Lines agree only with the anchor's indentation change applied, so a closing brace
+    // matches the brace at its own depth.
+    let shift = shift_of(lines[pos], seg[a]);
+    let prepare = |part: std::ops::Range<usize>| -> (Vec<u32>, Vec<i32>) {
+        (seg[part.clone()].iter().map(|l| file.id(&shift.apply(l))).collect(), part.map(|i| weight(seg, i)).collect())
+    };
+    // Dropping file lines pays for itself only against agreeing lines after them, so the
+    // window needs to reach no further than the segment's weight allows.
+    let reach = |n: usize| 2 * n + 800;
+    let (ids, weights) = prepare(a + 1..seg.len());
+    let window = (pos + 1 + reach(ids.len())).min(lines.len());
+    let after = crate::align::align(&ids, &weights, &file.ids[pos + 1..window]);
+    let (mut ids, mut weights) = prepare(0..a);
+    ids.reverse();
+    weights.reverse();
+    let top = pos.saturating_sub(reach(ids.len())).max(from);
+    let above: Vec<u32> = file.ids[top..pos].iter().rev().copied().collect();
+    let before = crate::align::align(&ids, &weights, &above);
+
+    // New lines after the last one laid over the file replace the file's lines there when
+    // each looks like the file line in its place (changed last lines); otherwise they are
+    // inserted (a new method shaped like the next one must not replace it).
+    let mut end = pos + 1 + after.end;
+    let tail = &seg[seg.len() - after.trailing..];
+    if changed_versions(tail, lines.get(end..end + tail.len())) {
+        end += tail.len();
+    } else if !tail.is_empty() && end > pos + 1 && lines[end - 1].trim().is_empty() {
+        // New lines after a blank line the file shares: the file's blank line is kept after
+        // them too (a method appended after another stays separated from the next one).
+        end -= 1;
     }
-    // Changed lines after the last anchor replace the file's lines there that look like them.
-    let tail = seg.len() - i;
-    while end < file.len() && end - j.min(end) < tail {
-        let k = i + (end - j.min(end));
-        if k < seg.len() && similar(seg[k], file[end]) && !same(seg[k], file[end]) {
-            end += 1;
-        } else {
-            break;
-        }
+    // Likewise above the first (a renamed signature, a method added before).
+    let mut start = pos - before.end;
+    let head = &seg[..before.trailing];
+    if start >= from + head.len() && changed_versions(head, lines.get(start - head.len()..start)) {
+        start -= head.len();
+    } else if !head.is_empty() && start < pos && lines[start].trim().is_empty() {
+        start += 1;
     }
-    // Changed lines before the first anchor, likewise, looking upward.
-    let mut start = pos;
-    let mut k = a;
-    while k > 0 && start > from && similar(seg[k - 1], file[start - 1]) {
-        k -= 1;
-        start -= 1;
-    }
-    Placement { anchor: pos, start, end, shift, matched, skipped }
+    Placement { anchor: pos, start, end, shift, score: after.score + before.score + weight(seg, a) }
 }
 
 /// Applies a snippet to a file.
 pub fn apply(text: &Text, snippet: &Snippet) -> Result<Text> {
-    let file = text.line_refs();
+    let refs = text.line_refs();
+    let file = FileLines::new(&refs);
     let mut regions = Vec::new();
     let mut from = 0;
-    for seg in &snippet.segments {
+    for (n, seg) in snippet.segments.iter().enumerate() {
         let seg: Vec<&str> = seg.iter().map(String::as_str).collect();
-        let (start, end, shift) = place(&seg, &file, from)?;
+        let Placement { start, mut end, shift, .. } = place(&seg, &file, from)?;
+        // What is not elided is not there: without a closing marker the last segment runs to
+        // the file's end, unless so much follows that a forgotten marker is likelier. (Not so
+        // at the start: snippets that begin without a marker are common, and an import block
+        // deleted silently is worse than a header left in place.)
+        if n + 1 == snippet.segments.len() && !snippet.open_end && reaches_edge(refs.len() - end, refs.len(), seg.len())
+        {
+            end = refs.len();
+        }
         regions.push((start, end, seg.iter().map(|l| shift.apply(l)).collect::<Vec<_>>()));
         from = end;
     }
@@ -328,6 +381,57 @@ mod tests {
         let edit = "// ...\n    fn new(port: u16) -> Self {\n        Server { port: 80 }\n    }\n";
         let out = lazy(FILE, edit).unwrap();
         assert_eq!(out, FILE.replace("Server { port }", "Server { port: 80 }"));
+    }
+
+    #[test]
+    fn a_snippet_without_a_closing_marker_ends_the_file_when_little_follows() {
+        // The last method and the impl's brace are the file's end: `stop` goes.
+        let edit =
+            "// ...\n    fn start(&self) {\n        println!(\"start\");\n        listen(self.port);\n    }\n}\n";
+        let out = lazy(FILE, edit).unwrap();
+        assert!(!out.contains("fn stop"), "{out}");
+        assert!(out.ends_with("        listen(self.port);\n    }\n}\n"), "{out}");
+        // Three lines of a long file followed by a short tail: the tail goes.
+        let long: String = (0..40).map(|i| format!("line {i}\n")).collect();
+        let out = lazy(&long, "# ...\nline 30\nline 31 changed\nline 32\n").unwrap();
+        assert_eq!(out.lines().count(), 33, "{out}");
+        assert!(out.ends_with("line 31 changed\nline 32\n"));
+    }
+
+    #[test]
+    fn a_new_method_at_a_segments_end_does_not_swallow_the_next_one() {
+        // The new method's closing brace must not be matched to `start`'s.
+        let edit = "// ...\n    fn new(port: u16) -> Self {\n        Server { port }\n    }\n\n    fn restart(&self) {\n        self.stop();\n    }\n// ...\n";
+        let out = lazy(FILE, edit).unwrap();
+        let expected = FILE.replace(
+            "        Server { port }\n    }\n",
+            "        Server { port }\n    }\n\n    fn restart(&self) {\n        self.stop();\n    }\n",
+        );
+        assert_eq!(out, expected);
+    }
+
+    #[test]
+    fn inserted_code_that_looks_like_the_code_after_it_is_inserted_before_it() {
+        // The new call repeats the shape of the next one; the segment's last lines (its
+        // context) place its end, so nothing after the insertion is dropped.
+        let file = "def check():\n    assert_raises(\n        2.0,\n        1.0,\n        [\n            \"failed\",\n        ],\n    )\n\n\ndef other():\n    pass\n";
+        let edit = "# ...\ndef check():\n    assert_raises(\n        True,\n        False,\n        [\n            \"mismatch\",\n        ],\n    )\n    assert_raises(\n        2.0,\n        1.0,\n# ...\n";
+        let out = lazy(file, edit).unwrap();
+        let expected = file.replace(
+            "def check():\n",
+            "def check():\n    assert_raises(\n        True,\n        False,\n        [\n            \"mismatch\",\n        ],\n    )\n",
+        );
+        assert_eq!(out, expected);
+    }
+
+    #[test]
+    fn a_lone_keyword_is_not_an_anchor_when_better_lines_are_found() {
+        // `else:` recurs; the segment is placed by `second(x)`, its context, not by it.
+        let file = "if a:\n    first(x)\nelse:\n    pass\n\nif b:\n    second(x)\nelse:\n    pass\n";
+        let edit = "# ...\nelse:\n    second(x)\n    third(x)\n# ...\n";
+        let out = lazy(file, "# ...\n    second(x)\n    third(x)\nelse:\n# ...\n").unwrap();
+        assert_eq!(out, file.replace("    second(x)\n", "    second(x)\n    third(x)\n"));
+        assert!(lazy(file, edit).is_ok());
     }
 
     #[test]

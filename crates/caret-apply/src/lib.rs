@@ -6,6 +6,7 @@
 //! (the edit's indentation is carried over to where it lands). Two equally good places are an
 //! [`Error::Ambiguous`] naming them, never a guess.
 
+mod align;
 mod error;
 pub mod lazy;
 pub mod matcher;
