@@ -111,6 +111,10 @@ pub fn run(config: &Config, args: MergeBench) -> anyhow::Result<ExitCode> {
         drafted,
         100.0 * f64::from(details.accepted_prediction_tokens) / f64::from(drafted.max(1))
     );
+    println!(
+        "  near-ties in verification batches decided again by a single-token step: {}",
+        model.stats().redecided_tokens
+    );
     println!("  identical answers: {}", if plain.text == spec.text { "yes" } else { "NO" });
     let merged = caret_apply::merge::splice(&text, &plan, &spec.text).map(|t| t.render());
     match (&merged, &expected) {

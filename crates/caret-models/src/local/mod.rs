@@ -78,6 +78,8 @@ pub struct LocalStats {
     pub accepted_tokens: u64,
     /// Drafted tokens that were evaluated and rejected.
     pub rejected_tokens: u64,
+    /// Greedy picks a verification batch made by a hair, made again by a single-token step.
+    pub redecided_tokens: u64,
 }
 
 #[derive(Default)]
@@ -88,6 +90,7 @@ struct Counters {
     generated_tokens: AtomicU64,
     accepted_tokens: AtomicU64,
     rejected_tokens: AtomicU64,
+    redecided_tokens: AtomicU64,
 }
 
 /// A GGUF model run in this process by llama.cpp.
@@ -195,6 +198,7 @@ impl LocalProvider {
             generated_tokens: c.generated_tokens.load(Ordering::Relaxed),
             accepted_tokens: c.accepted_tokens.load(Ordering::Relaxed),
             rejected_tokens: c.rejected_tokens.load(Ordering::Relaxed),
+            redecided_tokens: c.redecided_tokens.load(Ordering::Relaxed),
         }
     }
 
@@ -373,6 +377,25 @@ fn failed(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Upstream { upstream: "local model".to_owned(), status: None, message: format!("{what}: {e}") }
 }
 
+/// Logit lead under which a greedy pick made in a verification batch is made again alone:
+/// batch and single-token evaluation differ by small rounding, which decides only near-ties;
+/// each such position costs one single-token step.
+const TIE_MARGIN: f32 = 0.25;
+
+/// Whether the two best logits are within [`TIE_MARGIN`].
+fn near_tie(logits: &[f32]) -> bool {
+    let (mut first, mut second) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for &l in logits {
+        if l > first {
+            second = first;
+            first = l;
+        } else if l > second {
+            second = l;
+        }
+    }
+    first - second < TIE_MARGIN
+}
+
 /// Runs one llama.cpp computation under the process-wide lock.
 fn decode(ctx: &mut LlamaContext<'_>, batch: &mut LlamaBatch<'_>) -> Result<()> {
     let _turn = COMPUTE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -466,12 +489,13 @@ impl Engine<'_> {
             .as_deref()
             .filter(|d| !d.is_empty() && !self.model.is_recurrent())
             .map(|d| Drafter::new(vocab.tokenize(d.as_bytes(), false, false), tokens.clone(), self.lengths));
+        let greedy = job.temperature <= 0.0;
         let mut out = Output::new(&job, limit);
-        let (mut accepted_total, mut rejected_total) = (0usize, 0usize);
+        let (mut accepted_total, mut rejected_total, mut redecided) = (0usize, 0usize, 0usize);
         let mut next = sampler.sample(ctx, self.batch.n_tokens() - 1);
         // Each pass: emit `next`, evaluate it with the drafted tokens after it, and take the
         // drafted tokens as long as they are what the sampler picks at their positions — so
-        // the answer is exactly what plain decoding would give.
+        // the answer is what plain decoding would give (up to batch rounding; see `near_tie`).
         let finish = 'passes: loop {
             match out.push(&vocab, next) {
                 Flow::More => {}
@@ -495,9 +519,32 @@ impl Engine<'_> {
             decode(ctx, &mut self.batch)?;
             self.cached.push(next);
             let mut accepted = 0;
-            next = sampler.sample(ctx, 0);
             let mut stopped = None;
-            while accepted < proposal.len() && next == proposal[accepted] {
+            loop {
+                // A greedy pick that a batch decides by a hair is decided again alone: batch
+                // and single-token kernels round differently, and plain decoding — what the
+                // answer must equal — evaluates one token at a time.
+                if greedy && !proposal.is_empty() && near_tie(ctx.get_logits_ith(i32::try_from(accepted).unwrap_or(0)))
+                {
+                    let at = base + accepted;
+                    let from = u32::try_from(at).unwrap_or(u32::MAX);
+                    if !ctx.clear_kv_cache_seq(Some(0), Some(from), None).unwrap_or(false) {
+                        return Err(failed("speculative decoding", "the cache cannot drop rejected draft tokens"));
+                    }
+                    self.batch.clear();
+                    let token = self.cached[at];
+                    self.batch
+                        .add(token, i32::try_from(at).unwrap_or(i32::MAX), &[0], true)
+                        .map_err(|e| failed("batching", e))?;
+                    decode(ctx, &mut self.batch)?;
+                    redecided += 1;
+                    next = sampler.sample(ctx, 0);
+                    break;
+                }
+                next = sampler.sample(ctx, i32::try_from(accepted).unwrap_or(i32::MAX));
+                if accepted == proposal.len() || next != proposal[accepted] {
+                    break;
+                }
                 self.cached.push(next);
                 accepted += 1;
                 match out.push(&vocab, next) {
@@ -514,7 +561,6 @@ impl Engine<'_> {
                 if let Some(d) = &mut drafter {
                     d.advance(next);
                 }
-                next = sampler.sample(ctx, i32::try_from(accepted).unwrap_or(i32::MAX));
             }
             if self.cached.len() < base + 1 + proposal.len() {
                 // Drop what was drafted past the accepted tokens.
@@ -538,6 +584,7 @@ impl Engine<'_> {
         counters.generated_tokens.fetch_add(generated as u64, Ordering::Relaxed);
         counters.accepted_tokens.fetch_add(accepted_total as u64, Ordering::Relaxed);
         counters.rejected_tokens.fetch_add(rejected_total as u64, Ordering::Relaxed);
+        counters.redecided_tokens.fetch_add(redecided as u64, Ordering::Relaxed);
         if out.gone {
             // The caller went away; what is cached stays valid.
             return Ok(());
@@ -635,5 +682,19 @@ impl<'j> Output<'j> {
         events.push(Event::Finish(finish));
         events.push(Event::Usage(usage));
         self.send(events);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_near_tie_is_a_lead_under_the_margin_between_the_two_best_logits() {
+        assert!(near_tie(&[0.0, 5.0, 4.9, -1.0]));
+        assert!(!near_tie(&[0.0, 5.0, 4.0, -1.0]));
+        // The best twice is a tie; order does not matter.
+        assert!(near_tie(&[3.0, 1.0, 3.0]));
+        assert!(!near_tie(&[1.0, 9.0, 2.0]));
     }
 }
