@@ -20,7 +20,7 @@ pub const INSERT_EXTEND: i32 = -50;
 /// Score of opening a deletion gap (file lines the snippet drops).
 pub const DELETE_OPEN: i32 = -200;
 /// Score of each further deleted line.
-pub const DELETE_EXTEND: i32 = -10;
+pub const DELETE_EXTEND: i32 = -3;
 
 const NONE: i32 = i32::MIN / 4;
 

@@ -19,13 +19,21 @@ use crate::matcher::Shift;
 use crate::text::edit_lines;
 use crate::{Error, Result, Text};
 
-/// Whether a line is an elision marker: a comment whose text has `...` or `…`.
+/// Whether a line is an elision marker: a short comment that opens with `...` or `…`
+/// (`// ... existing code ...`, `# ...`), or that has one and says what it elides
+/// (`// rest of the file ...`). A comment of the file's own that trails off (`# Default
+/// case...`, `# Note... the set`) is not one.
 pub fn is_marker(line: &str) -> bool {
     let t = line.trim();
     let body = ["//", "#", "--", "/*", "<!--", ";", "{/*", "*"].iter().find_map(|open| t.strip_prefix(open));
     let Some(body) = body else { return false };
     let body = body.trim().trim_end_matches("*/}").trim_end_matches("*/").trim_end_matches("-->").trim();
-    (body.contains("...") || body.contains('…')) && body.len() < 80
+    if body.len() >= 80 || !(body.contains("...") || body.contains('…')) {
+        return false;
+    }
+    const SAYS: [&str; 8] = ["existing", "unchanged", "rest of", "remaining", "omitted", "same as", "previous", "other"];
+    let lower = body.to_lowercase();
+    body.starts_with("...") || body.starts_with('…') || SAYS.iter().any(|w| lower.contains(w))
 }
 
 /// Whether text looks like a lazy snippet.
@@ -38,8 +46,17 @@ pub fn detect(edit: &str) -> bool {
 pub struct Snippet {
     /// The runs of concrete lines between markers.
     pub segments: Vec<Vec<String>>,
+    /// Whether the snippet starts with a marker (the file has lines before its first segment).
+    pub open_start: bool,
     /// Whether the snippet ends with a marker (the file goes on after its last segment).
     pub open_end: bool,
+}
+
+impl Snippet {
+    /// Whether the snippet has no marker at all: it is meant as the whole file.
+    fn whole(&self) -> bool {
+        !self.open_start && !self.open_end && self.segments.len() == 1
+    }
 }
 
 /// Cuts a snippet at its markers (a code fence around it is dropped).
@@ -51,6 +68,7 @@ pub fn parse(edit: &str) -> Result<Snippet> {
             lines.truncate(end);
         }
     }
+    let open_start = lines.iter().find(|l| !l.trim().is_empty()).is_some_and(|l| is_marker(l));
     let open_end = lines.iter().rev().find(|l| !l.trim().is_empty()).is_some_and(|l| is_marker(l));
     let mut segments = vec![Vec::new()];
     for l in lines {
@@ -72,7 +90,7 @@ pub fn parse(edit: &str) -> Result<Snippet> {
     if segments.is_empty() {
         return Err(Error::Malformed("the snippet has no code besides its markers".to_owned()));
     }
-    Ok(Snippet { segments, open_end })
+    Ok(Snippet { segments, open_start, open_end })
 }
 
 fn same(a: &str, b: &str) -> bool {
@@ -113,12 +131,29 @@ fn similar(a: &str, b: &str) -> bool {
 }
 
 /// The segment's anchor: its first line worth anchoring on that the file holds (a lone
-/// keyword only if no other line is found), with the file lines holding it (at most
-/// [`MAX_CANDIDATES`], those starting the longest runs of agreeing lines).
+/// keyword only if no other line is found), with the file lines holding it.
 fn head_anchor(seg: &[&str], file: &[&str], from: usize) -> Result<(usize, Vec<usize>)> {
     let order = (0..seg.len())
         .filter(|&a| anchorable(seg[a]))
         .chain((0..seg.len()).filter(|&a| distinctive(seg[a]) && !anchorable(seg[a])));
+    first_held(seg, file, from, order).ok_or_else(|| Error::NoMatch { anchor: crate::error::excerpt(seg) })
+}
+
+/// A second anchor from the other end: the segment's last line worth anchoring on that the
+/// file holds. A segment's first lines may be code that moved; its last ones are then its
+/// context, and the place they give competes with the first anchor's.
+fn tail_anchor(seg: &[&str], file: &[&str], from: usize) -> Option<(usize, Vec<usize>)> {
+    first_held(seg, file, from, (0..seg.len()).rev().filter(|&a| anchorable(seg[a])))
+}
+
+/// The first line of `order` that `file[from..]` holds, with the file lines holding it (at
+/// most [`MAX_CANDIDATES`], those starting the longest runs of agreeing lines).
+fn first_held(
+    seg: &[&str],
+    file: &[&str],
+    from: usize,
+    order: impl Iterator<Item = usize>,
+) -> Option<(usize, Vec<usize>)> {
     for a in order {
         let mut found: Vec<(usize, usize)> =
             (from..file.len()).filter(|&j| same(seg[a], file[j])).map(|j| (run(seg, a, file, j), j)).collect();
@@ -130,21 +165,29 @@ fn head_anchor(seg: &[&str], file: &[&str], from: usize) -> Result<(usize, Vec<u
             found.truncate(MAX_CANDIDATES);
             found.sort_by_key(|&(_, j)| j);
         }
-        return Ok((a, found.into_iter().map(|(_, j)| j).collect()));
+        return Some((a, found.into_iter().map(|(_, j)| j).collect()));
     }
-    Err(Error::NoMatch { anchor: crate::error::excerpt(seg) })
+    None
 }
 
 /// Places of an anchor line scored in full; a line repeated more often than this is judged
 /// by the runs of lines agreeing after it first.
 const MAX_CANDIDATES: usize = 32;
 
-/// What agreeing on line `i` of a segment is worth: distinctive lines are evidence, blank
-/// lines and braces little; the first and last [`EDGE`] lines count double, as a snippet's
-/// context sits there (what lies between is new code that may look like code elsewhere).
-fn weight(seg: &[&str], i: usize) -> i32 {
-    let base = if distinctive(seg[i]) { 300 } else { 50 };
-    if i < EDGE || i + EDGE >= seg.len() { 2 * base } else { base }
+/// What agreeing on line `i` of a segment is worth, given how many times the file holds
+/// it: distinctive lines are evidence, blank lines and braces little, and a line the file
+/// repeats is weaker evidence of any one place (`2 / (count + 1)` of a unique line's); the
+/// first and last [`EDGE`] lines count double, as a snippet's context sits there (what lies
+/// between is new code that may look like code elsewhere).
+fn weight(seg: &[&str], i: usize, count: u32) -> i32 {
+    let base = if distinctive(seg[i]) { 300 * 2 / (count.max(1) as i32 + 1) } else { 50 };
+    if i == 0 || i + 1 == seg.len() {
+        if distinctive(seg[i]) { 4 * base } else { 3 * base }
+    } else if i < EDGE || i + EDGE >= seg.len() {
+        2 * base
+    } else {
+        base
+    }
 }
 
 /// Lines at each end of a segment taken for its context.
@@ -152,13 +195,14 @@ const EDGE: usize = 3;
 
 /// A snippet without a closing marker reaches the file's end when at most this many lines
 /// (or the segment's length, if longer) follow its last segment, and they are at most a
-/// quarter of the file; more are kept (a forgotten marker must not delete the rest of a file).
+/// quarter of the file or the segment is at least half of it; more are kept (a forgotten
+/// marker must not delete the rest of a file).
 const EDGE_REACH: usize = 12;
 
 /// Whether the last segment of a snippet without a closing marker takes the `beyond` lines
-/// after it away.
+/// after it away (likewise the lines before a snippet without any marker).
 fn reaches_edge(beyond: usize, total: usize, seg_len: usize) -> bool {
-    beyond <= EDGE_REACH.max(seg_len) && beyond * 4 <= total
+    beyond <= EDGE_REACH.max(seg_len) && (beyond * 4 <= total || seg_len * 2 >= total)
 }
 
 /// The file's lines with ids for comparison (equal ids = equal but for trailing whitespace).
@@ -166,6 +210,8 @@ struct FileLines<'a> {
     lines: &'a [&'a str],
     ids: Vec<u32>,
     index: HashMap<&'a str, u32>,
+    /// How many lines of the file have each id.
+    counts: Vec<u32>,
 }
 
 impl<'a> FileLines<'a> {
@@ -177,13 +223,22 @@ impl<'a> FileLines<'a> {
                 let next = index.len() as u32;
                 *index.entry(l.trim_end()).or_insert(next)
             })
-            .collect();
-        FileLines { lines, ids, index }
+            .collect::<Vec<u32>>();
+        let mut counts = vec![0; index.len()];
+        for &id in &ids {
+            counts[id as usize] += 1;
+        }
+        FileLines { lines, ids, index, counts }
     }
 
     /// A snippet line's id; one found nowhere in the file agrees with nothing.
     fn id(&self, line: &str) -> u32 {
         self.index.get(line.trim_end()).copied().unwrap_or(u32::MAX)
+    }
+
+    /// How many lines of the file have this id.
+    fn count(&self, id: u32) -> u32 {
+        self.counts.get(id as usize).copied().unwrap_or(0)
     }
 }
 
@@ -200,22 +255,115 @@ fn shift_of(file_line: &str, seg_line: &str) -> Shift {
     }
 }
 
-/// Places one segment after file line `from`: the best scoring of its anchor's places; two
-/// different places scoring the same are ambiguous.
-fn place(seg: &[&str], file: &FileLines<'_>, from: usize) -> Result<Placement> {
-    let (a, candidates) = head_anchor(seg, file.lines, from)?;
-    let mut placed: Vec<Placement> = candidates.into_iter().map(|pos| align(seg, file, from, a, pos)).collect();
+/// Which ends of the file a segment reaches when little lies beyond it (see [`reaches_edge`]).
+#[derive(Clone, Copy)]
+struct Edges {
+    /// The snippet has no marker at all: it is meant as the whole file.
+    start: bool,
+    /// The first segment of a snippet without an opening marker: it takes the file's first
+    /// lines away when nothing is lost by it (each is blank or in the segment: moved lines).
+    moved_head: bool,
+    /// The last segment of a snippet without a closing marker.
+    end: bool,
+}
+
+/// The places of one segment within file lines `from..until` that score best, widened to the
+/// file's ends per `edges`; the anchor's index in the segment comes with them.
+fn candidates(seg: &[&str], file: &FileLines<'_>, from: usize, until: usize, edges: Edges) -> Result<Tied> {
+    let (a, found) = head_anchor(seg, &file.lines[..until], from)?;
+    let mut anchors: Vec<(usize, usize)> = found.into_iter().map(|pos| (a, pos)).collect();
+    if let Some((b, tail)) = tail_anchor(seg, &file.lines[..until], from).filter(|&(b, _)| b != a) {
+        // Only at an indentation the first anchor also gives: a snippet that re-indents a
+        // block has its last lines at a new depth, and anchoring there would shift it all.
+        let shifts: Vec<Shift> = anchors.iter().map(|&(a, pos)| shift_of(file.lines[pos], seg[a])).collect();
+        anchors.extend(tail.into_iter().filter(|&pos| shifts.contains(&shift_of(file.lines[pos], seg[b]))).map(|pos| (b, pos)));
+    }
+    let total = file.lines.len();
+    let mut placed: Vec<Placement> = anchors
+        .into_iter()
+        .map(|(a, pos)| {
+            let mut p = align(seg, file, from, a, pos);
+            if edges.end && reaches_edge(total - p.end, total, seg.len()) {
+                p.end = total;
+            }
+            if edges.start && reaches_edge(p.start, total, seg.len()) {
+                p.start = 0;
+            }
+            if edges.moved_head
+                && p.start <= EDGE_REACH.max(seg.len())
+                && file.lines[..p.start].iter().all(|l| l.trim().is_empty() || seg.iter().any(|s| same(s, l)))
+            {
+                p.start = 0;
+            }
+            p
+        })
+        .filter(|p| p.end <= until)
+        .collect();
     let top = placed.iter().map(|p| p.score).max();
     placed.retain(|p| Some(p.score) == top);
     placed.sort_by_key(|p| (p.start, p.end));
     placed.dedup_by_key(|p| (p.start, p.end));
-    if placed.len() == 1 {
-        return Ok(placed.remove(0));
+    if placed.is_empty() {
+        return Err(Error::NoMatch { anchor: crate::error::excerpt(&seg[a..]) });
     }
-    Err(Error::Ambiguous {
-        anchor: crate::error::excerpt(&seg[a..]),
-        lines: placed.iter().map(|p| p.anchor + 1).collect(),
-    })
+    Ok(Tied { anchor: a, places: placed })
+}
+
+/// A segment's best places (one, or several scoring the same).
+struct Tied {
+    /// Index of the anchor line in the segment.
+    anchor: usize,
+    places: Vec<Placement>,
+}
+
+impl Tied {
+    fn ambiguous(&self, seg: &[&str], places: &[&Placement]) -> Error {
+        Error::Ambiguous {
+            anchor: crate::error::excerpt(&seg[self.anchor..]),
+            lines: places.iter().map(|p| p.anchor + 1).collect(),
+        }
+    }
+}
+
+/// Picks one place per segment of a run of segments that each fit several places, in file
+/// order: the only way to lay them all one after another, or `Ambiguous` naming the first
+/// segment with more than one way.
+fn in_order(run: Vec<Tied>, segs: &[Vec<&str>]) -> Result<Vec<Placement>> {
+    // ways[i][c]: how many ways (capped at 2) segments i.. can be laid with segment i at place c.
+    let mut ways: Vec<Vec<u8>> = vec![Vec::new(); run.len()];
+    for i in (0..run.len()).rev() {
+        ways[i] = run[i]
+            .places
+            .iter()
+            .map(|p| match run.get(i + 1) {
+                None => 1,
+                Some(next) => next
+                    .places
+                    .iter()
+                    .zip(&ways[i + 1])
+                    .filter(|(q, _)| q.start >= p.end)
+                    .map(|(_, &w)| w)
+                    .fold(0u8, |acc, w| acc.saturating_add(w).min(2)),
+            })
+            .collect();
+    }
+    let mut picked = Vec::with_capacity(run.len());
+    let mut floor = 0;
+    for (i, (tied, w)) in run.into_iter().zip(&ways).enumerate() {
+        let viable: Vec<usize> = (0..tied.places.len()).filter(|&c| w[c] > 0 && tied.places[c].start >= floor).collect();
+        let total: u8 = viable.iter().fold(0u8, |acc, &c| acc.saturating_add(w[c]));
+        match viable.as_slice() {
+            [c] if total == 1 => {
+                let Tied { mut places, .. } = tied;
+                let p = places.swap_remove(*c);
+                floor = p.end;
+                picked.push(p);
+            }
+            [] => return Err(tied.ambiguous(&segs[i], &tied.places.iter().collect::<Vec<_>>())),
+            _ => return Err(tied.ambiguous(&segs[i], &viable.iter().map(|&c| &tied.places[c]).collect::<Vec<_>>())),
+        }
+    }
+    Ok(picked)
 }
 
 /// Whether `new` lines are each a changed version of the `old` line in their place.
@@ -244,7 +392,9 @@ fn align(seg: &[&str], file: &FileLines<'_>, from: usize, a: usize, pos: usize) 
     // matches the brace at its own depth.
     let shift = shift_of(lines[pos], seg[a]);
     let prepare = |part: std::ops::Range<usize>| -> (Vec<u32>, Vec<i32>) {
-        (seg[part.clone()].iter().map(|l| file.id(&shift.apply(l))).collect(), part.map(|i| weight(seg, i)).collect())
+        let ids: Vec<u32> = seg[part.clone()].iter().map(|l| file.id(&shift.apply(l))).collect();
+        let weights = part.zip(&ids).map(|(i, &id)| weight(seg, i, file.count(id))).collect();
+        (ids, weights)
     };
     // Dropping file lines pays for itself only against agreeing lines after them, so the
     // window needs to reach no further than the segment's weight allows.
@@ -279,28 +429,62 @@ fn align(seg: &[&str], file: &FileLines<'_>, from: usize, a: usize, pos: usize) 
     } else if !head.is_empty() && start < pos && lines[start].trim().is_empty() {
         start += 1;
     }
-    Placement { anchor: pos, start, end, shift, score: after.score + before.score + weight(seg, a) }
+    Placement { anchor: pos, start, end, shift, score: after.score + before.score + weight(seg, a, file.count(file.ids[pos])) }
 }
 
 /// Applies a snippet to a file.
 pub fn apply(text: &Text, snippet: &Snippet) -> Result<Text> {
     let refs = text.line_refs();
     let file = FileLines::new(&refs);
-    let mut regions = Vec::new();
+    let total = refs.len();
+    let segs: Vec<Vec<&str>> = snippet.segments.iter().map(|s| s.iter().map(String::as_str).collect()).collect();
+    // What is not elided is not there: without a closing marker the last segment runs to the
+    // file's end, unless so much follows that a forgotten marker is likelier. At the start only
+    // for a snippet with no marker at all, meant as the whole file: snippets that begin without
+    // a marker but elide later are common, and an import block deleted silently is worse than
+    // a header left in place.
+    let edges = |n: usize| Edges {
+        start: snippet.whole(),
+        moved_head: n == 0 && !snippet.open_start,
+        end: n + 1 == segs.len() && !snippet.open_end,
+    };
+    // Segments are placed in order, each after the one before. One that fits several places
+    // equally well is put off until the segments around it are placed: it must lie between
+    // them, and a run of such segments (the same change to repeated code) must lie in order.
+    let mut placed: Vec<Option<Placement>> = Vec::with_capacity(segs.len());
     let mut from = 0;
-    for (n, seg) in snippet.segments.iter().enumerate() {
-        let seg: Vec<&str> = seg.iter().map(String::as_str).collect();
-        let Placement { start, mut end, shift, .. } = place(&seg, &file, from)?;
-        // What is not elided is not there: without a closing marker the last segment runs to
-        // the file's end, unless so much follows that a forgotten marker is likelier. (Not so
-        // at the start: snippets that begin without a marker are common, and an import block
-        // deleted silently is worse than a header left in place.)
-        if n + 1 == snippet.segments.len() && !snippet.open_end && reaches_edge(refs.len() - end, refs.len(), seg.len())
-        {
-            end = refs.len();
+    for (n, seg) in segs.iter().enumerate() {
+        let mut tied = candidates(seg, &file, from, total, edges(n))?;
+        if tied.places.len() == 1 {
+            let p = tied.places.remove(0);
+            from = p.end;
+            placed.push(Some(p));
+        } else {
+            placed.push(None);
         }
-        regions.push((start, end, seg.iter().map(|l| shift.apply(l)).collect::<Vec<_>>()));
-        from = end;
+    }
+    let mut n = 0;
+    while n < segs.len() {
+        if placed[n].is_some() {
+            n += 1;
+            continue;
+        }
+        let run_end = (n..segs.len()).find(|&m| placed[m].is_some()).unwrap_or(segs.len());
+        let lo = placed[..n].iter().rev().flatten().next().map_or(0, |p| p.end);
+        let hi = placed.get(run_end).and_then(Option::as_ref).map_or(total, |p| p.start).max(lo);
+        let run = (n..run_end).map(|m| candidates(&segs[m], &file, lo, hi, edges(m))).collect::<Result<Vec<_>>>()?;
+        for (m, p) in (n..run_end).zip(in_order(run, &segs[n..run_end])?) {
+            placed[m] = Some(p);
+        }
+        n = run_end;
+    }
+    let mut regions: Vec<(usize, usize, Vec<String>)> = Vec::with_capacity(segs.len());
+    for (seg, p) in segs.iter().zip(placed) {
+        let Some(Placement { start, end, shift, .. }) = p else { continue };
+        if regions.last().is_some_and(|&(_, prev_end, _)| start < prev_end) {
+            return Err(Error::Malformed("two parts of the snippet overlap in the file".to_owned()));
+        }
+        regions.push((start, end, seg.iter().map(|l| shift.apply(l)).collect()));
     }
     let mut out = text.clone();
     for (start, end, lines) in regions.into_iter().rev() {
@@ -331,7 +515,8 @@ mod tests {
         ] {
             assert!(is_marker(m), "{m}");
         }
-        for m in ["...", "x = 1  # ...", "// a real comment", "println!(\"...\");"] {
+        assert!(is_marker("// rest of the file unchanged ..."));
+        for m in ["...", "x = 1  # ...", "// a real comment", "println!(\"...\");", "# Default case...", "# Note... the set"] {
             assert!(!is_marker(m), "{m}");
         }
     }
