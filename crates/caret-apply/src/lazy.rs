@@ -2,16 +2,18 @@
 //! `// ... existing code ...`, `# ...`, `/* ... */`, `<!-- ... -->` — in the file's syntax.
 //!
 //! The snippet is cut at its markers into segments. Each segment is placed in the file by
-//! an anchor: its first line worth anchoring on (distinctive, not a lone keyword) that the
-//! file holds. Every place holding that line is scored by aligning the segment with the file
-//! around it ([`crate::align`]: agreeing lines score, the segment's first and last lines —
-//! its context — double; inserted and dropped lines cost, in blocks); the best place wins,
-//! and two places scoring the same are ambiguous. The segment then replaces the file's lines
-//! it covers, widened over changed lines at either end (a renamed signature above the first
-//! agreeing line, say) when the file's lines there look like them. What markers elide is
-//! kept. Segments are placed in order, each after the previous one. What is not elided is
-//! not there: a snippet without a closing marker ends the file, unless so much follows that a
-//! forgotten marker is likelier (see [`reaches_edge`]).
+//! two anchors: its first and its last line worth anchoring on (distinctive, not a lone
+//! keyword) that the file holds. Every place holding either is scored by aligning the
+//! segment with the file around it ([`crate::align`]: agreeing lines score, less for lines
+//! the file repeats, the segment's first and last lines — its context — more; inserted and
+//! dropped lines cost, in blocks); the best place wins. A segment with two places scoring
+//! the same is decided by order once the segments around it are placed; if more than one
+//! order remains it is ambiguous. The segment then replaces the file's lines it covers,
+//! widened over changed lines at either end (a renamed signature above the first agreeing
+//! line, say) when the file's lines there look like them. What markers elide is kept. What
+//! is not elided is not there: a snippet without a closing marker ends the file, and one
+//! without any marker is the whole file, unless so much lies outside it that a forgotten
+//! marker is likelier (see [`reaches_edge`]).
 
 use std::collections::HashMap;
 
@@ -31,7 +33,8 @@ pub fn is_marker(line: &str) -> bool {
     if body.len() >= 80 || !(body.contains("...") || body.contains('…')) {
         return false;
     }
-    const SAYS: [&str; 8] = ["existing", "unchanged", "rest of", "remaining", "omitted", "same as", "previous", "other"];
+    const SAYS: [&str; 8] =
+        ["existing", "unchanged", "rest of", "remaining", "omitted", "same as", "previous", "other"];
     let lower = body.to_lowercase();
     body.starts_with("...") || body.starts_with('…') || SAYS.iter().any(|w| lower.contains(w))
 }
@@ -276,7 +279,9 @@ fn candidates(seg: &[&str], file: &FileLines<'_>, from: usize, until: usize, edg
         // Only at an indentation the first anchor also gives: a snippet that re-indents a
         // block has its last lines at a new depth, and anchoring there would shift it all.
         let shifts: Vec<Shift> = anchors.iter().map(|&(a, pos)| shift_of(file.lines[pos], seg[a])).collect();
-        anchors.extend(tail.into_iter().filter(|&pos| shifts.contains(&shift_of(file.lines[pos], seg[b]))).map(|pos| (b, pos)));
+        anchors.extend(
+            tail.into_iter().filter(|&pos| shifts.contains(&shift_of(file.lines[pos], seg[b]))).map(|pos| (b, pos)),
+        );
     }
     let total = file.lines.len();
     let mut placed: Vec<Placement> = anchors
@@ -350,7 +355,8 @@ fn in_order(run: Vec<Tied>, segs: &[Vec<&str>]) -> Result<Vec<Placement>> {
     let mut picked = Vec::with_capacity(run.len());
     let mut floor = 0;
     for (i, (tied, w)) in run.into_iter().zip(&ways).enumerate() {
-        let viable: Vec<usize> = (0..tied.places.len()).filter(|&c| w[c] > 0 && tied.places[c].start >= floor).collect();
+        let viable: Vec<usize> =
+            (0..tied.places.len()).filter(|&c| w[c] > 0 && tied.places[c].start >= floor).collect();
         let total: u8 = viable.iter().fold(0u8, |acc, &c| acc.saturating_add(w[c]));
         match viable.as_slice() {
             [c] if total == 1 => {
@@ -429,7 +435,13 @@ fn align(seg: &[&str], file: &FileLines<'_>, from: usize, a: usize, pos: usize) 
     } else if !head.is_empty() && start < pos && lines[start].trim().is_empty() {
         start += 1;
     }
-    Placement { anchor: pos, start, end, shift, score: after.score + before.score + weight(seg, a, file.count(file.ids[pos])) }
+    Placement {
+        anchor: pos,
+        start,
+        end,
+        shift,
+        score: after.score + before.score + weight(seg, a, file.count(file.ids[pos])),
+    }
 }
 
 /// Applies a snippet to a file.
@@ -516,7 +528,9 @@ mod tests {
             assert!(is_marker(m), "{m}");
         }
         assert!(is_marker("// rest of the file unchanged ..."));
-        for m in ["...", "x = 1  # ...", "// a real comment", "println!(\"...\");", "# Default case...", "# Note... the set"] {
+        for m in
+            ["...", "x = 1  # ...", "// a real comment", "println!(\"...\");", "# Default case...", "# Note... the set"]
+        {
             assert!(!is_marker(m), "{m}");
         }
     }
@@ -625,5 +639,50 @@ mod tests {
         let twice = "fn a() {\n    work();\n}\nfn b() {\n    work();\n}\n";
         assert!(matches!(lazy(twice, "// ...\n    work();\n    more();\n// ...\n"), Err(Error::Ambiguous { .. })));
         assert!(matches!(parse("// ...\n\n// ...\n"), Err(Error::Malformed(_))));
+    }
+
+    #[test]
+    fn the_same_change_to_repeated_code_is_laid_in_order() {
+        // Three overloads alike; each segment fits all three, but only one order lays them.
+        let block = "@overload\ndef get(key: str) -> int: ...\n";
+        let file = format!("import x\n\n{block}\n{block}\n{block}\ndef done(): pass\n");
+        let changed = "@overload\ndef get(key: str) -> int | None: ...\n";
+        let edit = format!("# ...\n{changed}# ...\n{changed}# ...\n{changed}# ...\n");
+        assert_eq!(lazy(&file, &edit).unwrap(), file.replace(block, changed));
+        // One such segment alone still fits three places: ambiguous, never guessed.
+        let one = format!("# ...\n{changed}# ...\n");
+        assert!(matches!(lazy(&file, &one), Err(Error::Ambiguous { lines, .. }) if lines.len() == 3));
+    }
+
+    #[test]
+    fn a_snippet_without_any_marker_is_the_whole_file() {
+        let file = "# generated by tool 1\n#\nalpha==1.0\n    # via app\nbeta==2.0\n    # via app\n";
+        let edit = "alpha==1.1\n    # via app\nbeta==2.0\n    # via app\ngamma==0.1\n";
+        assert_eq!(lazy(file, edit).unwrap(), edit);
+        // With a closing marker the file's first lines stay (a snippet may start anywhere).
+        let long: String = (0..40).map(|i| format!("line {i}\n")).collect();
+        let out = lazy(&long, "line 3\nline 4 changed\n# ...\n").unwrap();
+        assert!(out.starts_with("line 0\nline 1\nline 2\nline 3\nline 4 changed\nline 5\n"), "{out}");
+    }
+
+    #[test]
+    fn first_lines_moved_within_the_snippet_are_not_kept_twice() {
+        let file = "import sys\nfrom subprocess import call\n\n\ndef main():\n    call(sys.argv)\n";
+        let edit = "from subprocess import call\nimport sys\n\n\ndef main():\n# ...\n";
+        assert_eq!(
+            lazy(file, edit).unwrap(),
+            "from subprocess import call\nimport sys\n\n\ndef main():\n    call(sys.argv)\n"
+        );
+    }
+
+    #[test]
+    fn a_segment_whose_first_line_moved_is_placed_by_its_last_lines() {
+        // `alpha_value` moves from `other` into `items`: the first line worth anchoring on
+        // points at `other`, the segment's last lines at `items`.
+        let file = "items = [\n    \"beta_value\",\n    \"gamma_value\",\n]\n\nother = [\n    \"alpha_value\",\n    \"delta_value\",\n]\n";
+        let edit = "# ...\nitems = [\n    \"alpha_value\",\n    \"beta_value\",\n    \"gamma_value\",\n]\n# ...\n";
+        let out = lazy(file, edit).unwrap();
+        assert!(out.starts_with("items = [\n    \"alpha_value\",\n    \"beta_value\",\n"), "{out}");
+        assert!(out.ends_with("other = [\n    \"alpha_value\",\n    \"delta_value\",\n]\n"), "{out}");
     }
 }
