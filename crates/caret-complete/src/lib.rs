@@ -1,0 +1,26 @@
+//! Tab completion: everything between a keystroke and the model, and between the model and
+//! the editor, that is not the model itself.
+//!
+//! - [`context`]: the prefix and suffix around the cursor, cut at line boundaries to a token
+//!   budget that keeps the enclosing scope's head, plus snippets from other files.
+//! - [`template`]: the fill-in-the-middle prompt for a model family (Qwen2.5-Coder,
+//!   StarCoder2, DeepSeek-Coder, CodeLlama, or a custom one) and its stop tokens.
+//! - [`post`]: single-line or multi-line from the cursor's situation; stop rules (end of
+//!   line, end of block, an unbalanced closing bracket) applied while streaming; trimming of
+//!   text the suffix already has.
+//! - [`cache`]: serves the rest of a suggestion while the user types its first characters.
+//!
+//! It knows nothing about LSP or HTTP: `caret lsp` and `POST /v1/complete` both call it.
+
+pub mod cache;
+pub mod context;
+pub mod post;
+pub mod template;
+
+pub use cache::Cache;
+pub use context::{Budget, Context, Snippet};
+pub use post::{Mode, Stopper};
+pub use template::{Family, Template};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,224 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::Cache;
+use crate::context::{Budget, Context, Snippet, approx_tokens, assemble};
+use crate::post::{Mode, Stopper, mode};
+use crate::template::{Family, Template};
+
+fn ctx() -> Context {
+    Context {
+        prefix: "def add(a, b):\n    ".to_owned(),
+        suffix: "\n\nprint(add(1, 2))\n".to_owned(),
+        path: Some("src/calc.py".to_owned()),
+        repo: Some("calc".to_owned()),
+        snippets: vec![Snippet {
+            path: "src/util.py".to_owned(),
+            text: "def twice(x):\n    return 2 * x\n".to_owned(),
+        }],
+    }
+}
+
+#[test]
+fn fim_templates_per_family() {
+    let c = ctx();
+    assert_eq!(
+        Family::QwenCoder.render(&c),
+        "<|repo_name|>calc\n<|file_sep|>src/util.py\ndef twice(x):\n    return 2 * x\n<|file_sep|>src/calc.py\n\
+         <|fim_prefix|>def add(a, b):\n    <|fim_suffix|>\n\nprint(add(1, 2))\n<|fim_middle|>"
+    );
+    assert_eq!(
+        Family::StarCoder2.render(&c),
+        "<repo_name>calc\n<file_sep>src/util.py\ndef twice(x):\n    return 2 * x\n<file_sep>src/calc.py\n\
+         <fim_prefix>def add(a, b):\n    <fim_suffix>\n\nprint(add(1, 2))\n<fim_middle>"
+    );
+    assert_eq!(
+        Family::DeepSeekCoder.render(&c),
+        "<｜fim▁begin｜># Path: src/util.py\n# def twice(x):\n#     return 2 * x\ndef add(a, b):\n    \
+         <｜fim▁hole｜>\n\nprint(add(1, 2))\n<｜fim▁end｜>"
+    );
+    assert_eq!(
+        Family::CodeLlama.render(&c),
+        "<PRE> # Path: src/util.py\n# def twice(x):\n#     return 2 * x\ndef add(a, b):\n     <SUF>\n\nprint(add(1, 2))\n <MID>"
+    );
+    let custom = Family::Custom(Template {
+        prompt: "{context}<fill>{prefix}<hole>{suffix}<end>".to_owned(),
+        stop: vec!["<eof>".to_owned()],
+    });
+    assert_eq!(
+        custom.render(&c),
+        "# Path: src/util.py\n# def twice(x):\n#     return 2 * x\n<fill>def add(a, b):\n    <hole>\n\nprint(add(1, 2))\n<end>"
+    );
+    assert_eq!(custom.stop(), vec!["<eof>"]);
+    // Without other files or a path, the plain FIM prompt.
+    let bare = Context { prefix: "a".into(), suffix: "b".into(), ..Context::default() };
+    assert_eq!(Family::QwenCoder.render(&bare), "<|fim_prefix|>a<|fim_suffix|>b<|fim_middle|>");
+}
+
+#[test]
+fn families_are_guessed_from_model_names() {
+    assert_eq!(Family::guess("qwen2.5-coder-1.5b-instruct-q4"), Some(Family::QwenCoder));
+    assert_eq!(Family::guess("bigcode/starcoder2-3b"), Some(Family::StarCoder2));
+    assert_eq!(Family::guess("deepseek-coder-1.3b-base"), Some(Family::DeepSeekCoder));
+    assert_eq!(Family::guess("CodeLlama-7b-hf"), Some(Family::CodeLlama));
+    assert_eq!(Family::guess("smollm2-135m-instruct"), None);
+    assert!(Family::QwenCoder.stop().contains(&"<|endoftext|>".to_owned()));
+}
+
+#[test]
+fn single_or_multi_line_from_the_cursor() {
+    // Middle of a line: the rest of it only.
+    assert_eq!(mode("x = foo(", "a)\n"), Mode::SingleLine);
+    // Only closing brackets after the cursor: still the end of a line.
+    assert_eq!(mode("x = foo(", ")\n"), Mode::SingleLine);
+    // Empty line after a block opener: the body.
+    assert_eq!(mode("def f(x):\n    ", "\n"), Mode::MultiLine);
+    assert_eq!(mode("fn f() {\n    ", "\n}\n"), Mode::MultiLine);
+    // At the end of a line that opens a block.
+    assert_eq!(mode("if x > 0 {", "\n"), Mode::MultiLine);
+    // Inside a statement list: one line.
+    assert_eq!(mode("    a = 1\n    ", "\n    b = 2\n"), Mode::SingleLine);
+    assert_eq!(mode("    a = 1\n    b", "\n"), Mode::SingleLine);
+}
+
+fn run(mode: Mode, prefix: &str, suffix: &str, chunks: &[&str]) -> (String, usize) {
+    let mut s = Stopper::new(mode, prefix, suffix, Family::QwenCoder.stop());
+    let mut fed = 0;
+    for c in chunks {
+        fed += 1;
+        if s.push(c) {
+            break;
+        }
+    }
+    (s.finish(), fed)
+}
+
+#[test]
+fn single_line_stops_at_the_end_of_the_line() {
+    let (out, fed) = run(Mode::SingleLine, "total = ", "\n", &["sum(", "values)", "\n", "print(total)"]);
+    assert_eq!(out, "sum(values)");
+    assert_eq!(fed, 3, "generation stops as soon as the line ends");
+    // A fresh line at once: nothing to suggest on this one.
+    assert_eq!(run(Mode::SingleLine, "x = 1", "\n", &["\nfoo"]).0, "");
+}
+
+#[test]
+fn stop_strings_end_the_suggestion() {
+    assert_eq!(run(Mode::SingleLine, "x = ", "\n", &["42<|endoftext|>garbage"]).0, "42");
+    assert_eq!(run(Mode::MultiLine, "def f():\n    ", "\n", &["return 1\n<|file_sep|>other.py\n"]).0, "return 1");
+}
+
+#[test]
+fn multi_line_stops_where_the_block_ends() {
+    let prefix = "def f(xs):\n    ";
+    let body = "total = 0\n    for x in xs:\n        total += x\n    return total\n\ndef g():\n    pass\n";
+    let (out, _) = run(Mode::MultiLine, prefix, "\n", &[body]);
+    assert_eq!(out, "total = 0\n    for x in xs:\n        total += x\n    return total");
+    // At the end of an opener line: the body, indented under it, and no more.
+    let (out, _) = run(Mode::MultiLine, "if x:", "\n", &["\n    y = 1\n    z = 2\nprint(y)\n"]);
+    assert_eq!(out, "\n    y = 1\n    z = 2");
+    // Two blank lines end it too.
+    let (out, _) = run(Mode::MultiLine, prefix, "\n", &["a = 1\n\n\n    b = 2\n"]);
+    assert_eq!(out, "a = 1");
+    // At most max_lines.
+    let mut s = Stopper::new(Mode::MultiLine, prefix, "\n", vec![]).max_lines(2);
+    assert!(s.push("a = 1\n    b = 2\n    c = 3\n    d = 4\n"));
+    assert_eq!(s.finish(), "a = 1\n    b = 2\n    c = 3");
+}
+
+#[test]
+fn a_bracket_the_suffix_closes_ends_the_suggestion() {
+    // `foo(|)`: the model writes `a, b)` and more; the `)` is already there.
+    let (out, fed) = run(Mode::SingleLine, "x = foo(", ")\n", &["a, ", "b)", " + 1\n"]);
+    assert_eq!(out, "a, b");
+    assert_eq!(fed, 2);
+    // Brackets inside strings do not count.
+    assert_eq!(run(Mode::SingleLine, "x = foo(", ")\n", &["\")\", b)\n"]).0, "\")\", b");
+    // Balanced brackets are kept.
+    assert_eq!(run(Mode::SingleLine, "x = ", "\n", &["foo(bar(1), [2])\n"]).0, "foo(bar(1), [2])");
+}
+
+#[test]
+fn text_the_suffix_already_has_is_trimmed() {
+    // The whole rest of the line repeated.
+    assert_eq!(run(Mode::SingleLine, "let x = ", " + 1;\n", &["y + 1;\n"]).0, "y");
+    // Closing punctuation repeated.
+    assert_eq!(run(Mode::SingleLine, "call(\"", "\");\n", &["name\");\n"]).0, "name");
+    // A partial word of the suffix is not trimmed.
+    assert_eq!(run(Mode::SingleLine, "a = ", "bar\n", &["b\n"]).0, "b");
+    assert_eq!(run(Mode::SingleLine, "a = ", "bar\n", &["bar\n"]).0, "");
+    // Lines after the cursor written again are dropped.
+    let (out, _) = run(Mode::MultiLine, "def f():\n    ", "\n    return y\n", &["y = 2\n    return y\n"]);
+    assert_eq!(out, "y = 2");
+}
+
+#[test]
+fn the_cache_serves_the_rest_of_a_suggestion_while_typing_it() {
+    let mut cache = Cache::default();
+    let prefix = "fn main() {\n    let total = ";
+    cache.put("a.rs", prefix, "\n}\n", "values.iter().sum();");
+    assert_eq!(cache.get("a.rs", prefix, "\n}\n").as_deref(), Some("values.iter().sum();"));
+    assert_eq!(cache.get("a.rs", &format!("{prefix}val"), "\n}\n").as_deref(), Some("ues.iter().sum();"));
+    // Typed something else, another document, another rest of line, typed it all: no.
+    assert_eq!(cache.get("a.rs", &format!("{prefix}x"), "\n}\n"), None);
+    assert_eq!(cache.get("b.rs", prefix, "\n}\n"), None);
+    assert_eq!(cache.get("a.rs", prefix, ";\n}\n"), None);
+    assert_eq!(cache.get("a.rs", &format!("{prefix}values.iter().sum();"), "\n}\n"), None);
+    // The same prefix length elsewhere in the file is not the same place.
+    let other = prefix.replace("total", "count");
+    assert_eq!(cache.get("a.rs", &other, "\n}\n"), None);
+    cache.forget("a.rs");
+    assert_eq!(cache.get("a.rs", prefix, "\n}\n"), None);
+    // Bounded: the oldest goes.
+    let mut small = Cache::new(2);
+    for (i, p) in ["a", "b", "c"].iter().enumerate() {
+        small.put("d", p, "", &format!("s{i}"));
+    }
+    assert_eq!(small.get("d", "a", ""), None);
+    assert_eq!(small.get("d", "c", "").as_deref(), Some("s2"));
+}
+
+#[test]
+fn context_fits_the_budget_at_line_boundaries() {
+    let lines: String = (0..400).map(|i| format!("    value_{i} = compute({i})\n")).collect();
+    let text = format!("class Big:\n  def method(self):\n{lines}");
+    let cursor = text.find("    value_200").unwrap() + 4;
+    let budget = Budget { tokens: 300, suffix_share: 0.25, snippet_share: 0.25 };
+    let c = assemble(&text, cursor, Some("big.py"), &[], budget, &approx_tokens);
+    let used = approx_tokens(&c.prefix)
+        + approx_tokens(&c.suffix)
+        + c.snippets.iter().map(|s| approx_tokens(&s.text)).sum::<usize>();
+    assert!(used <= 300, "{used}");
+    assert!(c.prefix.ends_with("\n    ") && c.suffix.starts_with("value_200 = compute(200)\n"));
+    assert!(c.prefix.starts_with("    value_"), "whole lines: {:?}", &c.prefix[..20]);
+    assert!(c.suffix.ends_with('\n'));
+    assert!(text[..cursor].ends_with(&c.prefix) && text[cursor..].starts_with(&c.suffix));
+    // The enclosing scope's head, out of the prefix's reach, comes as a snippet.
+    assert_eq!(c.snippets[0].text, "  def method(self):");
+    // With a big budget the whole file and no scope snippet.
+    let all =
+        assemble(&text, cursor, Some("big.py"), &[], Budget { tokens: 100_000, ..Budget::default() }, &approx_tokens);
+    assert_eq!(format!("{}{}", all.prefix, all.suffix), text);
+    assert!(all.snippets.is_empty());
+}
+
+#[test]
+fn snippets_fill_their_share_in_order() {
+    let text = "fn main() {\n    \n}\n";
+    let cursor = text.find("    \n").unwrap() + 4;
+    let long: String = (0..200).map(|i| format!("pub fn helper_{i}() {{}}\n")).collect();
+    let snippets = vec![
+        Snippet { path: "src/a.rs".into(), text: "pub fn a() {}\n".into() },
+        Snippet { path: "src/long.rs".into(), text: long },
+        Snippet { path: "src/c.rs".into(), text: "pub fn c() {}\n".into() },
+    ];
+    let budget = Budget { tokens: 400, suffix_share: 0.25, snippet_share: 0.25 };
+    let c = assemble(text, cursor, Some("src/main.rs"), &snippets, budget, &approx_tokens);
+    assert_eq!(c.snippets[0].text, "pub fn a() {}\n");
+    let total: usize = c.snippets.iter().map(|s| approx_tokens(&s.text) + approx_tokens(&s.path) + 2).sum();
+    assert!(total <= 100, "{total}");
+    assert!(c.snippets[1].text.lines().count() < 200 && c.snippets[1].text.ends_with('\n'));
+    // A cursor inside a multi-byte character is moved to its start.
+    let s = "é";
+    let c = assemble(s, 1, None, &[], Budget::default(), &approx_tokens);
+    assert_eq!((c.prefix.as_str(), c.suffix.as_str()), ("", "é"));
+}
