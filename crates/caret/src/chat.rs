@@ -54,6 +54,18 @@ impl Backend {
         }
     }
 
+    pub(crate) async fn complete(
+        &self,
+        req: caret_protocol::llm::CompletionRequest,
+    ) -> caret_models::Result<EventStream> {
+        match self {
+            Backend::Embedded(g) => {
+                g.complete(req, CallContext::new(Class::Interactive, Duration::from_secs(30), "local")).await
+            }
+            Backend::Server(p) => p.complete(req).await,
+        }
+    }
+
     /// The server's gateway (with `token`) or the embedded one, and the model alias to use:
     /// `model`, else the first of `preferred` the embedded gateway has, else its first alias
     /// (a server's: `server_default`). `None`: no server and no models configured.

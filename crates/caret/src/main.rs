@@ -8,6 +8,7 @@ mod bench_merge;
 mod bench_search;
 mod bench_sync;
 mod chat;
+mod complete;
 mod config;
 mod index;
 mod merge;
@@ -62,6 +63,8 @@ enum Command {
     Chat(chat::ChatArgs),
     /// Apply an edit (search/replace blocks, a unified diff or a lazy snippet) to a file.
     Apply(apply::ApplyArgs),
+    /// Suggest what comes at a cursor in a file (Tab completion, fill-in-the-middle).
+    Complete(complete::CompleteArgs),
     /// List or download model weight files.
     #[command(subcommand)]
     Models(models::ModelsCommand),
@@ -97,6 +100,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Models(cmd) => models::run(&config, cmd),
         Command::Chat(args) => chat::run(&config, args),
         Command::Apply(args) => apply::run(&config, args),
+        Command::Complete(args) => complete::run(&config, args),
         Command::Bench(cmd) => bench::run(&config, cmd),
     }
 }

@@ -573,3 +573,64 @@ fn apply_merges_with_a_local_model_what_the_matcher_cannot_place() {
     let written = std::fs::read_to_string(home.join("w/shapes.py")).unwrap();
     assert_eq!(report["changed"].as_bool().unwrap(), written != original, "{report}");
 }
+
+#[test]
+fn complete_suggests_at_a_cursor_with_a_local_model() {
+    let home = TempDir::new();
+    home.write("w/calc.py", "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    \n\nprint(add(1, 2))\n");
+    let file = home.join("w/calc.py");
+    let file = file.to_str().unwrap();
+    let out = caret(&home, &["complete", file, "--line", "6"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("no models are configured"), "{}", stderr(&out));
+    let out = caret(&home, &["complete", file, "--line", "60"]);
+    assert!(!out.status.success());
+
+    // The code model, with its fill-in-the-middle template (slow: a 1.5B model).
+    let slow = std::env::var("CARET_SLOW_TESTS").is_ok_and(|v| v == "1");
+    if let Some(code) = std::env::var_os("CARET_TEST_CODE_MODEL_DIR").filter(|_| slow) {
+        home.write(
+            "caret-home/config.toml",
+            &format!(
+                "[[models]]\nalias = \"tab\"\ndeployments = [{{ provider = \"local\", model = {:?}, context_tokens = 2048 }}]\n",
+                code.to_string_lossy()
+            ),
+        );
+        let out = caret(&home, &["complete", file, "--line", "6", "--json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let s: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+        assert_eq!(s["multiline"], true, "{s}");
+        assert!(s["text"].as_str().unwrap().contains("a * b"), "{s}");
+        // Middle of a line: the rest of it, without the `)` the suffix has.
+        home.write("w/call.py", "def add(a, b):\n    return a + b\n\n\ntotal = add(1, )\n");
+        let call = home.join("w/call.py");
+        let out = caret(&home, &["complete", call.to_str().unwrap(), "--line", "5", "--column", "16", "--json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let s: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+        let text = s["text"].as_str().unwrap();
+        assert!(!text.contains('\n') && !text.ends_with(')') && !text.is_empty(), "{s}");
+    }
+
+    // The small test model has no fill-in-the-middle tokens: it continues the prefix.
+    let Some(model) = std::env::var_os("CARET_TEST_LLM_DIR") else {
+        eprintln!("CARET_TEST_LLM_DIR is not set: skipping the completion");
+        return;
+    };
+    home.write(
+        "caret-home/config.toml",
+        &format!(
+            "[[models]]\nalias = \"tab\"\ndeployments = [{{ provider = \"local\", model = {:?}, context_tokens = 1024 }}]\n",
+            model.to_string_lossy()
+        ),
+    );
+    let out = caret(&home, &["complete", file, "--line", "2", "--column", "12", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let s: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(s["multiline"], false, "{s}");
+    assert_eq!(s["cached"], false);
+    assert!(!s["text"].as_str().unwrap().contains('\n'), "single line: {s}");
+    assert!(s["generated_chunks"].as_u64().unwrap() > 0, "{s}");
+    let out = caret(&home, &["complete", file, "--line", "6", "--family", "bogus"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--family"), "{}", stderr(&out));
+}

@@ -100,6 +100,21 @@ pub struct LocalProvider {
     jobs: std::sync::mpsc::Sender<Job>,
     alive: Arc<AtomicBool>,
     counters: Arc<Counters>,
+    /// The engine thread, joined on drop: it must not be computing while the process exits
+    /// (llama.cpp's global teardown under a running decode crashes).
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for LocalProvider {
+    fn drop(&mut self) {
+        // Closing the job queue ends the engine's loop once the job in hand is done; a job
+        // whose stream is gone stops at its next token.
+        let (closed, _) = std::sync::mpsc::channel();
+        drop(std::mem::replace(&mut self.jobs, closed));
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl std::fmt::Debug for LocalProvider {
@@ -169,7 +184,7 @@ impl LocalProvider {
         let alive = Arc::new(AtomicBool::new(true));
         let counters = Arc::new(Counters::default());
         let (thread_alive, thread_counters) = (alive.clone(), counters.clone());
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name(format!("llama {name}"))
             .spawn(move || {
                 engine(&file, &settings, &ready_tx, &queue, &thread_counters);
@@ -180,7 +195,7 @@ impl LocalProvider {
             .recv()
             .map_err(|_| load_error("the engine thread ended while loading".to_owned()))?
             .map_err(load_error)?;
-        Ok(LocalProvider { name, info, jobs, alive, counters })
+        Ok(LocalProvider { name, info, jobs, alive, counters, thread: Some(thread) })
     }
 
     /// What the engine found in the model file.
