@@ -11,6 +11,7 @@ mod chat;
 mod complete;
 mod config;
 mod index;
+mod lsp;
 mod merge;
 mod models;
 mod scan;
@@ -65,6 +66,8 @@ enum Command {
     Apply(apply::ApplyArgs),
     /// Suggest what comes at a cursor in a file (Tab completion, fill-in-the-middle).
     Complete(complete::CompleteArgs),
+    /// Language server over stdio: Tab completions in any editor.
+    Lsp(lsp::LspArgs),
     /// List or download model weight files.
     #[command(subcommand)]
     Models(models::ModelsCommand),
@@ -101,6 +104,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Chat(args) => chat::run(&config, args),
         Command::Apply(args) => apply::run(&config, args),
         Command::Complete(args) => complete::run(&config, args),
+        Command::Lsp(args) => lsp::run(&config, args),
         Command::Bench(cmd) => bench::run(&config, cmd),
     }
 }

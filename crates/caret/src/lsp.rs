@@ -1,0 +1,369 @@
+//! `caret lsp`: a language server over stdio that gives any editor Tab completions.
+//!
+//! JSON-RPC with `Content-Length` framing on stdin/stdout (logs go to stderr). Documents are
+//! kept from `didOpen` / `didChange` (full and incremental sync; positions in UTF-16 code
+//! units, as the protocol defaults to). `textDocument/inlineCompletion` (LSP 3.18) answers
+//! with ghost text; `textDocument/completion` answers the same suggestion as one item, for
+//! clients without inline completion. A newer request for a document cancels the one in
+//! flight for it, and `$/cancelRequest` cancels by id — either way the task is aborted, which
+//! drops the model's stream and stops generation. Settings come in `initializationOptions`:
+//! `model`, `family`, `budget`, `debounce_ms`.
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use caret_complete::context::Budget;
+use serde_json::{Value, json};
+use tokio::sync::{Mutex, mpsc};
+
+use crate::chat::Backend;
+use crate::complete::{Completer, family};
+use crate::config::Config;
+use crate::server::runtime;
+
+#[derive(Debug, clap::Args)]
+pub struct LspArgs {
+    /// Use this server's gateway instead of the embedded one (env CARET_SERVER).
+    #[arg(long, env = "CARET_SERVER")]
+    server: Option<String>,
+    /// API token for --server (env CARET_TOKEN).
+    #[arg(long, env = "CARET_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Accepted for clients that pass it; stdio is the only transport.
+    #[arg(long, hide = true)]
+    stdio: bool,
+}
+
+/// Reads one framed message; `None` at the end of input.
+fn read_message(input: &mut impl std::io::BufRead) -> anyhow::Result<Option<Value>> {
+    let mut length = None;
+    loop {
+        let mut line = String::new();
+        if input.read_line(&mut line)? == 0 {
+            return Ok(None);
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = Some(value.trim().parse::<usize>().context("a bad Content-Length")?);
+        }
+    }
+    let length = length.context("a message without Content-Length")?;
+    anyhow::ensure!(length <= 64 << 20, "a message of {length} bytes (most: 64 MiB)");
+    let mut body = vec![0; length];
+    input.read_exact(&mut body)?;
+    Ok(Some(serde_json::from_slice(&body).unwrap_or_else(|e| json!({ "__parse_error": e.to_string() }))))
+}
+
+fn write_message(out: &mut impl std::io::Write, msg: &Value) -> std::io::Result<()> {
+    let body = msg.to_string();
+    write!(out, "Content-Length: {}\r\n\r\n{body}", body.len())?;
+    out.flush()
+}
+
+/// Byte offset of an LSP position (line, UTF-16 column), clamped to the line.
+pub fn offset_at(text: &str, line: u64, character: u64) -> usize {
+    let mut start = 0;
+    for _ in 0..line {
+        match text[start..].find('\n') {
+            Some(i) => start += i + 1,
+            None => return text.len(),
+        }
+    }
+    let end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+    let mut units = 0u64;
+    for (i, c) in text[start..end].char_indices() {
+        if units >= character {
+            return start + i;
+        }
+        units += c.len_utf16() as u64;
+    }
+    end
+}
+
+/// Applies one `contentChanges` entry: a range replaced, or the whole text.
+fn apply_change(text: &mut String, change: &Value) {
+    let new = change["text"].as_str().unwrap_or("");
+    match change.get("range") {
+        Some(r) if !r.is_null() => {
+            let pos =
+                |p: &Value| offset_at(text, p["line"].as_u64().unwrap_or(0), p["character"].as_u64().unwrap_or(0));
+            let (a, b) = (pos(&r["start"]), pos(&r["end"]));
+            let (a, b) = (a.min(b), a.max(b));
+            text.replace_range(a..b, new);
+        }
+        _ => *text = new.to_owned(),
+    }
+}
+
+struct Server {
+    docs: Mutex<HashMap<String, String>>,
+    /// Requests in flight: id → (document, task).
+    flight: Mutex<HashMap<String, (String, tokio::task::AbortHandle)>>,
+    completer: Mutex<Option<Arc<Completer>>>,
+    debounce: Mutex<Duration>,
+    out: mpsc::UnboundedSender<Value>,
+}
+
+pub fn run(config: &Config, args: LspArgs) -> anyhow::Result<ExitCode> {
+    let rt = runtime()?;
+    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Value>();
+    let writer = std::thread::spawn(move || {
+        let mut stdout = std::io::stdout().lock();
+        while let Some(msg) = out_rx.blocking_recv() {
+            if write_message(&mut stdout, &msg).is_err() {
+                break;
+            }
+        }
+    });
+    let (in_tx, mut in_rx) = mpsc::unbounded_channel::<Value>();
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        loop {
+            match read_message(&mut stdin) {
+                Ok(Some(msg)) => {
+                    if in_tx.send(msg).is_err() {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::error!("lsp: {e:#}");
+                    break;
+                }
+            }
+        }
+    });
+    let server = Arc::new(Server {
+        docs: Mutex::new(HashMap::new()),
+        flight: Mutex::new(HashMap::new()),
+        completer: Mutex::new(None),
+        debounce: Mutex::new(Duration::from_millis(25)),
+        out: out_tx,
+    });
+    let code = rt.block_on(async {
+        let mut shutdown = false;
+        while let Some(msg) = in_rx.recv().await {
+            let method = msg["method"].as_str().unwrap_or("").to_owned();
+            let id = msg.get("id").cloned();
+            if msg.get("__parse_error").is_some() {
+                let _ = server.out.send(json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "parse error"}}));
+                continue;
+            }
+            match method.as_str() {
+                "initialize" => {
+                    let opts = &msg["params"]["initializationOptions"];
+                    let reply = match connect(config, &args, opts) {
+                        Ok(c) => {
+                            if let Some(ms) = opts["debounce_ms"].as_u64() {
+                                *server.debounce.lock().await = Duration::from_millis(ms.min(1000));
+                            }
+                            let model = c.as_ref().map(|c| c.model().to_owned());
+                            *server.completer.lock().await = c.map(Arc::new);
+                            json!({"capabilities": {
+                                "positionEncoding": "utf-16",
+                                "textDocumentSync": {"openClose": true, "change": 2},
+                                "inlineCompletionProvider": {},
+                                "completionProvider": {"resolveProvider": false},
+                            }, "serverInfo": {"name": "caret", "version": env!("CARGO_PKG_VERSION"), "model": model}})
+                        }
+                        Err(e) => {
+                            let _ = server.out.send(json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32002, "message": format!("{e:#}")}}));
+                            continue;
+                        }
+                    };
+                    let _ = server.out.send(json!({"jsonrpc": "2.0", "id": id, "result": reply}));
+                }
+                "initialized" => {
+                    if server.completer.lock().await.is_none() {
+                        let _ = server.out.send(json!({"jsonrpc": "2.0", "method": "window/showMessage", "params": {
+                            "type": 2,
+                            "message": "caret: no models are configured, so there are no suggestions: add [[models]] to caret's config (a `tab` alias is used first)",
+                        }}));
+                    }
+                }
+                "textDocument/didOpen" => {
+                    let d = &msg["params"]["textDocument"];
+                    if let (Some(uri), Some(text)) = (d["uri"].as_str(), d["text"].as_str()) {
+                        server.docs.lock().await.insert(uri.to_owned(), text.to_owned());
+                    }
+                }
+                "textDocument/didChange" => {
+                    let uri = msg["params"]["textDocument"]["uri"].as_str().unwrap_or("").to_owned();
+                    let mut docs = server.docs.lock().await;
+                    if let Some(text) = docs.get_mut(&uri) {
+                        for change in msg["params"]["contentChanges"].as_array().into_iter().flatten() {
+                            apply_change(text, change);
+                        }
+                    }
+                }
+                "textDocument/didClose" => {
+                    if let Some(uri) = msg["params"]["textDocument"]["uri"].as_str() {
+                        server.docs.lock().await.remove(uri);
+                    }
+                }
+                "textDocument/inlineCompletion" | "textDocument/completion" => {
+                    let Some(id) = id else { continue };
+                    suggest(&server, id, method == "textDocument/inlineCompletion", &msg["params"]).await;
+                }
+                "$/cancelRequest" => {
+                    let key = msg["params"]["id"].to_string();
+                    if let Some((_, task)) = server.flight.lock().await.remove(&key) {
+                        task.abort();
+                        let _ = server.out.send(json!({"jsonrpc": "2.0", "id": msg["params"]["id"], "error": {"code": -32800, "message": "cancelled"}}));
+                    }
+                }
+                "shutdown" => {
+                    shutdown = true;
+                    for (_, (_, task)) in server.flight.lock().await.drain() {
+                        task.abort();
+                    }
+                    let _ = server.out.send(json!({"jsonrpc": "2.0", "id": id, "result": null}));
+                }
+                "exit" => return if shutdown { ExitCode::SUCCESS } else { ExitCode::from(1) },
+                _ => {
+                    if let Some(id) = id {
+                        let _ = server.out.send(json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": format!("unknown method {method:?}")}}));
+                    }
+                }
+            }
+        }
+        if shutdown { ExitCode::SUCCESS } else { ExitCode::from(1) }
+    });
+    // The completer (and a local model's engine) goes before the writer is waited for.
+    let server = Arc::try_unwrap(server).ok();
+    drop(server);
+    drop(rt);
+    let _ = writer.join();
+    Ok(code)
+}
+
+/// The completer from the config and `initializationOptions`; `None` without models.
+fn connect(config: &Config, args: &LspArgs, opts: &Value) -> anyhow::Result<Option<Completer>> {
+    let connected = Backend::connect(
+        config,
+        args.server.as_deref(),
+        args.token.as_deref(),
+        opts["model"].as_str(),
+        &["tab"],
+        "tab",
+    )?;
+    let Some((backend, model)) = connected else { return Ok(None) };
+    let family = family(config, &model, opts["family"].as_str())?;
+    let mut budget = Budget::default();
+    if let Some(t) = opts["budget"].as_u64() {
+        budget.tokens = usize::try_from(t).unwrap_or(usize::MAX).clamp(64, 32_768);
+    }
+    Ok(Some(Completer::new(backend, model, family, budget)))
+}
+
+/// Answers a completion request in its own task, cancelling the document's older one.
+async fn suggest(server: &Arc<Server>, id: Value, inline: bool, params: &Value) {
+    let uri = params["textDocument"]["uri"].as_str().unwrap_or("").to_owned();
+    let (line, character) =
+        (params["position"]["line"].as_u64().unwrap_or(0), params["position"]["character"].as_u64().unwrap_or(0));
+    let empty = if inline { json!({"items": []}) } else { json!({"isIncomplete": true, "items": []}) };
+    let text = server.docs.lock().await.get(&uri).cloned();
+    let completer = server.completer.lock().await.clone();
+    let (Some(text), Some(completer)) = (text, completer) else {
+        let _ = server.out.send(json!({"jsonrpc": "2.0", "id": id, "result": empty}));
+        return;
+    };
+    let key = id.to_string();
+    {
+        // A newer keystroke's request makes the document's older one stale.
+        let mut flight = server.flight.lock().await;
+        let stale: Vec<String> = flight.iter().filter(|(_, (doc, _))| *doc == uri).map(|(k, _)| k.clone()).collect();
+        for k in stale {
+            if let Some((_, task)) = flight.remove(&k) {
+                task.abort();
+                let stale_id: Value = serde_json::from_str(&k).unwrap_or(Value::Null);
+                let _ = server.out.send(json!({"jsonrpc": "2.0", "id": stale_id, "error": {"code": -32800, "message": "superseded by a newer request"}}));
+            }
+        }
+    }
+    let debounce = *server.debounce.lock().await;
+    let srv = server.clone();
+    let task_key = key.clone();
+    let path = uri.rsplit('/').next().map(str::to_owned);
+    // The flight table is held while the task starts and is entered, so that a task done at
+    // once (a cached suggestion) finds itself there.
+    let mut flight = server.flight.lock().await;
+    let task = tokio::spawn(async move {
+        let cursor = offset_at(&text, line, character);
+        // Keystrokes typed within the debounce supersede this request before it costs anything.
+        if !debounce.is_zero() {
+            tokio::time::sleep(debounce).await;
+        }
+        let result = completer.suggest(&uri, &text, cursor, path.as_deref(), &[]).await;
+        if srv.flight.lock().await.remove(&task_key).is_none() {
+            return; // cancelled meanwhile: the answer was sent by the canceller
+        }
+        let reply = match result {
+            Ok(s) if s.text.is_empty() => json!({"jsonrpc": "2.0", "id": id, "result": empty}),
+            Ok(s) => {
+                let end = json!({"line": line, "character": character});
+                let result = if inline {
+                    json!({"items": [{"insertText": s.text, "range": {"start": end, "end": end}}]})
+                } else {
+                    let label = s.text.lines().next().unwrap_or("").trim().to_owned();
+                    json!({"isIncomplete": true, "items": [{
+                        "label": label,
+                        "kind": 1,
+                        "detail": "caret",
+                        "insertTextFormat": 1,
+                        "textEdit": {"range": {"start": end, "end": end}, "newText": s.text},
+                        "sortText": "0",
+                    }]})
+                };
+                json!({"jsonrpc": "2.0", "id": id, "result": result})
+            }
+            Err(e) => json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": e.to_string()}}),
+        };
+        let _ = srv.out.send(reply);
+    });
+    flight.insert(key, (params["textDocument"]["uri"].as_str().unwrap_or("").to_owned(), task.abort_handle()));
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn positions_are_utf16_and_changes_apply() {
+        let text = "a😀b\nsecond\n";
+        assert_eq!(offset_at(text, 0, 1), 1);
+        assert_eq!(offset_at(text, 0, 3), 5, "the emoji is two UTF-16 units");
+        assert_eq!(offset_at(text, 0, 99), 6, "clamped to the line");
+        assert_eq!(offset_at(text, 1, 3), 10);
+        assert_eq!(offset_at(text, 9, 0), text.len());
+        let mut t = text.to_owned();
+        apply_change(
+            &mut t,
+            &json!({"range": {"start": {"line": 1, "character": 0}, "end": {"line": 1, "character": 6}}, "text": "2nd"}),
+        );
+        assert_eq!(t, "a😀b\n2nd\n");
+        apply_change(&mut t, &json!({"text": "whole"}));
+        assert_eq!(t, "whole");
+    }
+
+    #[test]
+    fn framing_round_trips() {
+        let mut buf = Vec::new();
+        write_message(&mut buf, &json!({"a": "é"})).unwrap();
+        let mut input = std::io::BufReader::new(&buf[..]);
+        assert_eq!(read_message(&mut input).unwrap(), Some(json!({"a": "é"})));
+        assert_eq!(read_message(&mut input).unwrap(), None);
+        let mut bad = std::io::BufReader::new(&b"Content-Length: 3\r\n\r\n{x}"[..]);
+        assert!(read_message(&mut bad).unwrap().unwrap().get("__parse_error").is_some());
+    }
+}

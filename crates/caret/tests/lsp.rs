@@ -1,0 +1,156 @@
+//! `caret lsp` driven by a scripted client over stdio: initialize, open, edit, request,
+//! supersede, cancel, shut down.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use caret_test_support::TempDir;
+use serde_json::{Value, json};
+
+struct Client {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    /// Messages read while waiting for another.
+    seen: Vec<Value>,
+}
+
+impl Client {
+    fn start(home: &TempDir) -> Client {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_caret"))
+            .arg("lsp")
+            .env("CARET_HOME", home.join("caret-home"))
+            .env("HOME", home.path())
+            .env_remove("CARET_CONFIG")
+            .env_remove("CARET_SERVER")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("starting caret lsp");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Client { child, stdin, stdout, seen: Vec::new() }
+    }
+
+    fn send(&mut self, msg: Value) {
+        let body = msg.to_string();
+        write!(self.stdin, "Content-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn request(&mut self, id: u64, method: &str, params: Value) {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+    }
+
+    fn notify(&mut self, method: &str, params: Value) {
+        self.send(json!({"jsonrpc": "2.0", "method": method, "params": params}));
+    }
+
+    fn read(&mut self) -> Value {
+        let mut length = 0;
+        loop {
+            let mut line = String::new();
+            assert!(self.stdout.read_line(&mut line).unwrap() > 0, "the server closed its output");
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            if let Some(v) = line.strip_prefix("Content-Length:") {
+                length = v.trim().parse().unwrap();
+            }
+        }
+        let mut body = vec![0; length];
+        self.stdout.read_exact(&mut body).unwrap();
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    /// The answer to request `id` (other messages are kept in `seen`).
+    fn answer(&mut self, id: u64) -> Value {
+        if let Some(i) = self.seen.iter().position(|m| m["id"] == id) {
+            return self.seen.remove(i);
+        }
+        loop {
+            let m = self.read();
+            if m["id"] == id && m.get("method").is_none() {
+                return m;
+            }
+            self.seen.push(m);
+        }
+    }
+}
+
+fn position(line: u64, character: u64, uri: &str) -> Value {
+    json!({"textDocument": {"uri": uri}, "position": {"line": line, "character": character}})
+}
+
+#[test]
+fn a_scripted_editor_session() {
+    let home = TempDir::new();
+    let uri = "file:///w/calc.py";
+    let model = std::env::var_os("CARET_TEST_LLM_DIR");
+    if let Some(m) = &model {
+        home.write(
+            "caret-home/config.toml",
+            &format!(
+                "[[models]]\nalias = \"tab\"\ndeployments = [{{ provider = \"local\", model = {:?}, context_tokens = 1024 }}]\n",
+                m.to_string_lossy()
+            ),
+        );
+    } else {
+        eprintln!("CARET_TEST_LLM_DIR is not set: the session runs without a model");
+    }
+    let mut c = Client::start(&home);
+    c.request(1, "initialize", json!({"capabilities": {}, "initializationOptions": {"debounce_ms": 0}}));
+    let init = c.answer(1);
+    let caps = &init["result"]["capabilities"];
+    assert_eq!(caps["textDocumentSync"]["change"], 2, "{init}");
+    assert!(caps.get("inlineCompletionProvider").is_some() && caps.get("completionProvider").is_some());
+    c.notify("initialized", json!({}));
+    c.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+        "text": "def add(a, b):\n    return a + b\n\ntotal = \n"}}),
+    );
+    // Incremental edit: `total = ` becomes `total = add(`.
+    c.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": uri, "version": 2}, "contentChanges": [
+        {"range": {"start": {"line": 3, "character": 8}, "end": {"line": 3, "character": 8}}, "text": "add("}]}),
+    );
+    // An unknown method is an error, not a crash.
+    c.request(2, "workspace/unknownThing", json!({}));
+    assert_eq!(c.answer(2)["error"]["code"], -32601);
+
+    c.request(3, "textDocument/inlineCompletion", position(3, 12, uri));
+    let a = c.answer(3);
+    let items = a["result"]["items"].as_array().unwrap_or_else(|| panic!("{a}"));
+    if model.is_some() {
+        // A suggestion for the rest of the line, placed at the cursor.
+        let item = &items[0];
+        assert!(!item["insertText"].as_str().unwrap().contains('\n'), "{a}");
+        assert_eq!(item["range"]["start"], json!({"line": 3, "character": 12}));
+        // The fallback completion item carries the same text as an edit.
+        c.request(4, "textDocument/completion", position(3, 12, uri));
+        let b = c.answer(4);
+        assert_eq!(b["result"]["items"][0]["textEdit"]["newText"], item["insertText"], "{b}");
+        // A second request for the document supersedes the first; a cancelled one is
+        // answered as cancelled.
+        c.request(5, "textDocument/inlineCompletion", position(1, 4, uri));
+        // (Neither is in the typed-ahead cache, so both wait for the model.)
+        c.request(6, "textDocument/inlineCompletion", position(1, 10, uri));
+        c.notify("$/cancelRequest", json!({"id": 6}));
+        assert_eq!(c.answer(5)["error"]["code"], -32800);
+        assert_eq!(c.answer(6)["error"]["code"], -32800);
+    } else {
+        assert!(items.is_empty());
+        assert!(c.seen.iter().any(|m| m["method"] == "window/showMessage"), "{:?}", c.seen);
+    }
+    c.request(7, "shutdown", Value::Null);
+    assert!(c.answer(7)["result"].is_null());
+    c.notify("exit", Value::Null);
+    let status = c.child.wait().unwrap();
+    assert!(status.success(), "{status}");
+}
