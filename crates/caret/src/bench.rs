@@ -63,6 +63,25 @@ pub enum BenchCommand {
         #[arg(long)]
         llama_bench: Option<PathBuf>,
     },
+    /// Tab completion: a typing session replayed against a local model (latency per
+    /// keystroke, cache share, prefilled tokens with KV reuse, acceptance proxies).
+    Tab {
+        /// The model: a name under `$CARET_HOME/models`, a directory or a `.gguf` file.
+        #[arg(long, default_value = "qwen2.5-coder-1.5b-instruct-q4")]
+        model: String,
+        /// The file (default: a built-in 61-line Python module).
+        #[arg(long, requires = "lines")]
+        file: Option<PathBuf>,
+        /// Lines typed back, 1-based and inclusive: `FIRST-LAST`.
+        #[arg(long)]
+        lines: Option<String>,
+        /// Threads for llama.cpp (default: all cores).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Context budget in tokens.
+        #[arg(long, default_value_t = 1536)]
+        budget: usize,
+    },
     /// Model merge of a lazy edit into a ~300-line file with the same local model, plain
     /// decoding vs speculative edits (the file as the draft): tokens/s, speed-up, draft
     /// acceptance, and whether the answers are identical.
@@ -152,6 +171,16 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
                 config.embed.model = m;
             }
             bench_embed(&config, &path, chunks, threads, dump.as_deref())
+        }
+        BenchCommand::Tab { model, file, lines, threads, budget } => {
+            let lines = match lines {
+                Some(l) => {
+                    let (a, b) = l.split_once('-').with_context(|| format!("--lines FIRST-LAST, not {l:?}"))?;
+                    Some((a.trim().parse()?, b.trim().parse()?))
+                }
+                None => None,
+            };
+            crate::bench_tab::run(config, crate::bench_tab::TabBench { model, file, lines, threads, budget })
         }
         BenchCommand::Merge { model, file, edit, expected, threads } => {
             crate::bench_merge::run(config, crate::bench_merge::MergeBench { model, file, edit, expected, threads })

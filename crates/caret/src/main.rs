@@ -7,6 +7,7 @@ mod bench_llm;
 mod bench_merge;
 mod bench_search;
 mod bench_sync;
+mod bench_tab;
 mod chat;
 mod complete;
 mod config;
