@@ -238,7 +238,6 @@ pub fn run(config: &Config, args: LspArgs) -> anyhow::Result<ExitCode> {
         if shutdown { ExitCode::SUCCESS } else { ExitCode::from(1) }
     });
     // The completer (and a local model's engine) goes before the writer is waited for.
-    let server = Arc::try_unwrap(server).ok();
     drop(server);
     drop(rt);
     let _ = writer.join();
