@@ -87,7 +87,7 @@ pub fn assemble(
     let mut add = |s: Snippet, used: &mut usize| {
         // A snippet's path and separator line count too.
         let header = count(&s.path) + 2;
-        let fitted = fit_lines(&s.text, snippet_cap.saturating_sub(*used + header), count);
+        let fitted = take_lines_forward(&s.text, snippet_cap.saturating_sub(*used + header), count).to_owned();
         if !fitted.trim().is_empty() {
             *used += count(&fitted) + header;
             kept.push(Snippet { path: s.path, text: fitted });
@@ -144,11 +144,6 @@ fn take_lines_forward<'a>(text: &'a str, budget: usize, count: &dyn Fn(&str) -> 
         end += line.len();
     }
     &text[..end]
-}
-
-/// The first whole lines of a snippet within `budget`.
-fn fit_lines(text: &str, budget: usize, count: &dyn Fn(&str) -> usize) -> String {
-    take_lines_forward(text, budget, count).to_owned()
 }
 
 fn indent(line: &str) -> usize {

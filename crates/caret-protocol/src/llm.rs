@@ -423,6 +423,25 @@ pub struct CompletionRequest {
     pub seed: Option<u64>,
 }
 
+impl CompletionRequest {
+    /// A streamed request for `prompt` with greedy sampling (temperature 0) and nothing else
+    /// set: what Tab and the benchmarks send.
+    pub fn greedy(model: impl Into<String>, prompt: String, max_tokens: u32) -> CompletionRequest {
+        CompletionRequest {
+            model: model.into(),
+            prompt: Prompt::One(prompt),
+            suffix: None,
+            max_tokens: Some(max_tokens),
+            temperature: Some(0.0),
+            top_p: None,
+            stop: None,
+            stream: true,
+            stream_options: None,
+            seed: None,
+        }
+    }
+}
+
 /// The answer to a completion request (also each streamed event, with the new text).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CompletionResponse {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use caret_models::local::{LocalProvider, LocalSettings};
 use caret_models::{Event, Provider as _};
-use caret_protocol::llm::{CompletionRequest, Prompt};
+use caret_protocol::llm::CompletionRequest;
 use futures::StreamExt as _;
 
 use crate::config::Config;
@@ -51,18 +51,7 @@ fn prompt_of(tokens: usize, salt: usize) -> String {
 
 async fn timed(model: &LocalProvider, prompt: String, tokens: u32) -> anyhow::Result<Timed> {
     let before = model.stats();
-    let req = CompletionRequest {
-        model: String::new(),
-        prompt: Prompt::One(prompt),
-        suffix: None,
-        max_tokens: Some(tokens),
-        temperature: Some(0.0),
-        top_p: None,
-        stop: None,
-        stream: true,
-        stream_options: None,
-        seed: None,
-    };
+    let req = CompletionRequest::greedy(String::new(), prompt, tokens);
     let start = Instant::now();
     let mut stream = model.complete(req).await?;
     let (mut ttft, mut usage) = (None, None);

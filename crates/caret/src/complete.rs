@@ -15,7 +15,7 @@ use caret_complete::context::{Budget, Snippet, approx_tokens, assemble};
 use caret_complete::post::{Mode, Stopper, mode};
 use caret_complete::{Cache, Family};
 use caret_models::Event;
-use caret_protocol::llm::{CompletionRequest, Prompt};
+use caret_protocol::llm::CompletionRequest;
 use futures::StreamExt as _;
 
 use crate::chat::Backend;
@@ -126,18 +126,8 @@ impl Completer {
             Some(f) => (f.render(&ctx), f.stop()),
             None => (ctx.prefix.clone(), Vec::new()),
         };
-        let req = CompletionRequest {
-            model: self.model.clone(),
-            prompt: Prompt::One(prompt),
-            suffix: None,
-            max_tokens: Some(if m == Mode::MultiLine { self.max_tokens.1 } else { self.max_tokens.0 }),
-            temperature: Some(0.0),
-            top_p: None,
-            stop: None,
-            stream: true,
-            stream_options: None,
-            seed: None,
-        };
+        let max_tokens = if m == Mode::MultiLine { self.max_tokens.1 } else { self.max_tokens.0 };
+        let req = CompletionRequest::greedy(self.model.clone(), prompt, max_tokens);
         let mut stopper = Stopper::new(m, &ctx.prefix, &ctx.suffix, stops);
         let mut stream = self.backend.complete(req).await?;
         let (mut first, mut chunks) = (None, 0);

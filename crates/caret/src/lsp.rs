@@ -292,6 +292,7 @@ async fn suggest(server: &Arc<Server>, id: Value, inline: bool, params: &Value) 
     let srv = server.clone();
     let task_key = key.clone();
     let path = uri.rsplit('/').next().map(str::to_owned);
+    let doc = uri.clone();
     // The flight table is held while the task starts and is entered, so that a task done at
     // once (a cached suggestion) finds itself there.
     let mut flight = server.flight.lock().await;
@@ -328,7 +329,7 @@ async fn suggest(server: &Arc<Server>, id: Value, inline: bool, params: &Value) 
         };
         let _ = srv.out.send(reply);
     });
-    flight.insert(key, (params["textDocument"]["uri"].as_str().unwrap_or("").to_owned(), task.abort_handle()));
+    flight.insert(key, (doc, task.abort_handle()));
 }
 
 #[cfg(test)]
