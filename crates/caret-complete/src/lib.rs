@@ -8,17 +8,20 @@
 //! - [`post`]: single-line or multi-line from the cursor's situation; stop rules (end of
 //!   line, end of block, an unbalanced closing bracket) applied while streaming; trimming of
 //!   text the suffix already has.
+//! - [`plan`]: all of the above for one request: prompt, mode, token limit, stopper.
 //! - [`cache`]: serves the rest of a suggestion while the user types its first characters.
 //!
 //! It knows nothing about LSP or HTTP: `caret lsp` and `POST /v1/complete` both call it.
 
 pub mod cache;
 pub mod context;
+pub mod plan;
 pub mod post;
 pub mod template;
 
 pub use cache::Cache;
 pub use context::{Budget, Context, Snippet};
+pub use plan::{Limits, Plan, plan};
 pub use post::{Mode, Stopper};
 pub use template::{Family, Template};
 

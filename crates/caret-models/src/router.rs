@@ -469,6 +469,11 @@ impl Gateway {
         self.aliases.keys().cloned().collect()
     }
 
+    /// The upstream model names behind an alias (none for an unknown alias).
+    pub fn models_of(&self, alias: &str) -> Vec<String> {
+        self.aliases.get(alias).into_iter().flatten().map(|d| d.model.clone()).collect()
+    }
+
     /// The metrics.
     pub fn metrics(&self) -> &GatewayMetrics {
         &self.metrics

@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 pub mod apply;
+pub mod complete;
 pub mod llm;
 
 /// The header carrying the request's server key (see `caret-crypto`): the server derives chunk

@@ -82,6 +82,7 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
         .route("/v1/embeddings", post(crate::llm::embeddings))
         .route("/v1/models", get(crate::llm::models))
         .route("/v1/apply", post(apply_edit))
+        .route("/v1/complete", post(crate::tab::complete))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
     Router::new()
         .route("/healthz", get(|| async { "ok" }))

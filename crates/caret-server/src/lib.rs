@@ -12,6 +12,7 @@ pub mod limit;
 pub mod llm;
 pub mod metrics;
 pub mod service;
+pub mod tab;
 
 mod error;
 

@@ -109,6 +109,30 @@ fn prepare<'a>(
     Ok((gateway(s)?, context(headers, tenant, default)?))
 }
 
+/// [`prepare`] for routes that answer with the server's own error body.
+pub(crate) fn prepare_for<'a>(
+    s: &'a AppState,
+    headers: &HeaderMap,
+    tenant: &Tenant,
+    default: Class,
+) -> crate::error::Result<(&'a Gateway, CallContext)> {
+    use crate::error::Error;
+    prepare(s, headers, tenant, default).map_err(|f| match f.status {
+        503 => Error::Unavailable(f.message),
+        _ => Error::BadRequest(f.message),
+    })
+}
+
+/// A model call's failure as the server's error (`doing`: what was being done, for 5xx).
+pub(crate) fn model_failure(doing: &str, e: &caret_models::Error) -> crate::error::Error {
+    use crate::error::Error;
+    match e.status() {
+        429 => Error::RateLimited { retry_after: e.retry_after().map_or(1, |d| d.as_secs().max(1)) },
+        400 | 404 => Error::BadRequest(e.to_string()),
+        _ => Error::Unavailable(format!("{doing}: {e}")),
+    }
+}
+
 /// The events up to and including the first error.
 fn until_error(events: EventStream) -> impl futures::Stream<Item = caret_models::Result<Event>> + Send {
     events.scan(false, |failed, e| futures::future::ready((!*failed).then(|| e.inspect_err(|_| *failed = true))))
@@ -349,17 +373,10 @@ pub(crate) async fn merge(
     why: &caret_apply::Error,
 ) -> crate::error::Result<(caret_apply::Text, caret_protocol::apply::MergeFacts)> {
     use crate::error::Error;
-    let (gw, ctx) = prepare(s, headers, tenant, Class::Agent).map_err(|f| match f.status {
-        503 => Error::Unavailable(f.message),
-        _ => Error::BadRequest(f.message),
-    })?;
+    let (gw, ctx) = prepare_for(s, headers, tenant, Class::Agent)?;
     let plan =
         caret_apply::merge::plan(text, &req.edit, req.path.as_deref()).map_err(|e| Error::BadRequest(e.to_string()))?;
-    let failed = |e: caret_models::Error| match e.status() {
-        429 => Error::RateLimited { retry_after: e.retry_after().map_or(1, |d| d.as_secs().max(1)) },
-        400 | 404 => Error::BadRequest(e.to_string()),
-        _ => Error::Unavailable(format!("merging with model {model}: {e}")),
-    };
+    let failed = |e: caret_models::Error| model_failure(&format!("merging with model {model}"), &e);
     let events = gw.chat(plan.request(model, true), ctx).await.map_err(failed)?;
     let answer = collect_chat(events).await.map_err(failed)?;
     let merged = caret_apply::merge::splice(text, &plan, &answer.message.content_text())

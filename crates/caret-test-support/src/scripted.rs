@@ -34,7 +34,8 @@ pub struct Behaviour {
     pub stall_mid_stream: bool,
     /// Answer chat with a call of this tool (arguments `{"path":"src/lib.rs"}`).
     pub tool_call: Option<String>,
-    /// Answer chat with this text (default: `hello from NAME`).
+    /// Answer chat and completions with this text, completions streamed 3 characters a
+    /// chunk (default: `hello from NAME`; completions: a line naming the prompt's length).
     pub answer: Option<String>,
 }
 
@@ -94,7 +95,7 @@ impl ScriptedUpstream {
         self.script.most_waiting.swap(0, Ordering::SeqCst)
     }
 
-    /// The last chat request (OpenAI chat completions or Anthropic Messages): headers and body.
+    /// The last chat or completions request (OpenAI or Anthropic Messages): headers and body.
     pub fn last_request(&self) -> Option<(axum::http::HeaderMap, Value)> {
         self.script.last.lock().unwrap().clone()
     }
@@ -244,7 +245,8 @@ async fn chat(State(s): State<Arc<Script>>, headers: axum::http::HeaderMap, Json
     sse(events, b.stall_mid_stream)
 }
 
-async fn completions(State(s): State<Arc<Script>>, Json(req): Json<Value>) -> Response {
+async fn completions(State(s): State<Arc<Script>>, headers: axum::http::HeaderMap, Json(req): Json<Value>) -> Response {
+    *s.last.lock().unwrap() = Some((headers, req.clone()));
     let b = match verdict(&s).await {
         Ok(b) => b,
         Err(r) => return r,
@@ -257,7 +259,15 @@ async fn completions(State(s): State<Arc<Script>>, Json(req): Json<Value>) -> Re
         json!({"id": "p", "object": "text_completion", "created": 0, "model": model,
                "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": null}]})
     };
-    sse(vec![chunk(&text, Value::Null), chunk("", json!("stop"))], b.stall_mid_stream)
+    let mut events = match &b.answer {
+        Some(answer) => {
+            let chars: Vec<char> = answer.chars().collect();
+            chars.chunks(3).map(|c| chunk(&c.iter().collect::<String>(), Value::Null)).collect()
+        }
+        None => vec![chunk(&text, Value::Null)],
+    };
+    events.push(chunk("", json!("stop")));
+    sse(events, b.stall_mid_stream)
 }
 
 async fn embeddings(State(s): State<Arc<Script>>, Json(req): Json<Value>) -> Response {

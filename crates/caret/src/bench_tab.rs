@@ -17,7 +17,7 @@ use caret_models::local::{LocalProvider, LocalSettings};
 use caret_models::{Deployment, DeploymentLimits, Gateway, GatewaySettings, Provider};
 
 use crate::chat::Backend;
-use crate::complete::Completer;
+use crate::complete::{Completer, Source};
 use crate::config::Config;
 use crate::server::runtime;
 
@@ -68,7 +68,8 @@ pub fn run(config: &Config, args: TabBench) -> anyhow::Result<ExitCode> {
     gateway.add_alias("tab", vec![Deployment::new("local", provider, "local", 0, 1, DeploymentLimits::default())]);
     let family = Family::guess(&path.to_string_lossy());
     let budget = Budget { tokens: args.budget, ..Budget::default() };
-    let completer = Completer::new(Backend::Embedded(Arc::new(gateway)), "tab".to_owned(), family.clone(), budget);
+    let source = Source::Model { backend: Backend::Embedded(Arc::new(gateway)), family: family.clone() };
+    let completer = Completer::new(source, "tab".to_owned(), budget);
     println!(
         "model {} ({:?} template), {} threads; {name}: typing lines {first}–{last} back ({} characters), budget {} tokens",
         path.display(),

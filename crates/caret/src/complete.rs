@@ -11,12 +11,13 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use caret_complete::context::{Budget, Snippet, approx_tokens, assemble};
-use caret_complete::post::{Mode, Stopper, mode};
-use caret_complete::{Cache, Family};
-use caret_models::Event;
+use caret_complete::context::{Budget, Snippet};
+use caret_complete::plan::window;
+use caret_complete::post::{Mode, mode};
+use caret_complete::{Cache, Family, Limits};
+use caret_protocol::complete::{CompleteRequest, CompleteResponse, TabSnippet};
 use caret_protocol::llm::CompletionRequest;
-use futures::StreamExt as _;
+use caret_server::tab::{drive, family};
 
 use crate::chat::Backend;
 use crate::config::Config;
@@ -70,22 +71,42 @@ pub struct Suggestion {
     pub generated_chunks: usize,
 }
 
+/// Where suggestions come from.
+pub enum Source {
+    /// A model on a gateway (the embedded one, or a server's `/v1/completions`), with the
+    /// engine here.
+    Model {
+        /// The gateway.
+        backend: Backend,
+        /// The fill-in-the-middle format (`None`: the model only continues the prefix).
+        family: Option<Family>,
+    },
+    /// A server's `/v1/complete`: its engine and models; this end sends the document's window
+    /// around the cursor.
+    Remote {
+        /// HTTP client.
+        client: reqwest::Client,
+        /// The server's base URL.
+        url: String,
+        /// API token.
+        token: String,
+        /// The family asked for, when set.
+        family: Option<String>,
+    },
+}
+
 /// Suggestions for one model, with the typed-ahead cache.
 pub struct Completer {
-    backend: Backend,
+    source: Source,
     model: String,
-    family: Option<Family>,
     budget: Budget,
     cache: Mutex<Cache>,
-    /// Most tokens a single-line / multi-line suggestion may take.
-    max_tokens: (u32, u32),
 }
 
 impl Completer {
-    /// A completer for `model` on `backend`; `family`: the FIM format (`None`: the model only
-    /// continues the prefix).
-    pub fn new(backend: Backend, model: String, family: Option<Family>, budget: Budget) -> Completer {
-        Completer { backend, model, family, budget, cache: Mutex::new(Cache::default()), max_tokens: (48, 160) }
+    /// A completer for `model` from `source`.
+    pub fn new(source: Source, model: String, budget: Budget) -> Completer {
+        Completer { source, model, budget, cache: Mutex::new(Cache::default()) }
     }
 
     /// The model alias.
@@ -103,51 +124,42 @@ impl Completer {
         snippets: &[Snippet],
     ) -> caret_models::Result<Suggestion> {
         let started = Instant::now();
-        let ms = |d: Duration| d.as_secs_f64() * 1e3;
-        let mut cursor = cursor.min(text.len());
-        while !text.is_char_boundary(cursor) {
-            cursor -= 1;
-        }
+        let cursor = caret_complete::plan::floor_boundary(text, cursor);
         let (before, after) = text.split_at(cursor);
-        let m = mode(before, after);
+        let multiline = mode(before, after) == Mode::MultiLine;
         let cached = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(doc, before, after);
         if let Some(rest) = cached {
-            return Ok(Suggestion {
-                text: rest,
-                multiline: m == Mode::MultiLine,
-                cached: true,
-                first_text_ms: 0.0,
-                total_ms: ms(started.elapsed()),
-                generated_chunks: 0,
-            });
+            let total_ms = ms(started.elapsed());
+            return Ok(Suggestion { text: rest, multiline, cached: true, first_text_ms: 0.0, total_ms, generated_chunks: 0 });
         }
-        let ctx = assemble(text, cursor, path, snippets, self.budget, &approx_tokens);
-        let (prompt, stops) = match &self.family {
-            Some(f) => (f.render(&ctx), f.stop()),
-            None => (ctx.prefix.clone(), Vec::new()),
-        };
-        let max_tokens = if m == Mode::MultiLine { self.max_tokens.1 } else { self.max_tokens.0 };
-        let req = CompletionRequest::greedy(self.model.clone(), prompt, max_tokens);
-        let mut stopper = Stopper::new(m, &ctx.prefix, &ctx.suffix, stops);
-        let mut stream = self.backend.complete(req).await?;
-        let (mut first, mut chunks) = (None, 0);
-        while let Some(event) = stream.next().await {
-            if let Event::Text(t) = event? {
-                first.get_or_insert_with(|| started.elapsed());
-                chunks += 1;
-                if stopper.push(&t) {
-                    break;
-                }
+        let (text_out, first, chunks) = match &self.source {
+            Source::Model { backend, family } => {
+                let plan = caret_complete::plan(text, cursor, path, snippets, self.budget, family.as_ref(), Limits::default());
+                let req = CompletionRequest::greedy(self.model.clone(), plan.prompt, plan.max_tokens);
+                let out = drive(backend.complete(req).await?, plan.stopper, started).await?;
+                (out.text, out.first, out.chunks)
             }
-        }
-        // Dropping the stream here stops the model when the suggestion ended early.
-        drop(stream);
-        let text = stopper.finish();
-        self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).put(doc, before, after, &text);
+            Source::Remote { client, url, token, family } => {
+                let w = window(text, cursor, self.budget);
+                let req = CompleteRequest {
+                    text: text[w.clone()].to_owned(),
+                    cursor: cursor - w.start,
+                    path: path.map(str::to_owned),
+                    snippets: snippets.iter().map(|s| TabSnippet { path: s.path.clone(), text: s.text.clone() }).collect(),
+                    model: Some(self.model.clone()),
+                    family: family.clone(),
+                    budget: Some(self.budget.tokens),
+                };
+                let r = remote(client, url, token, &req).await?;
+                let first = Duration::from_secs_f64(r.first_text_ms / 1e3);
+                (r.text, Some(first), r.generated_chunks)
+            }
+        };
+        self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).put(doc, before, after, &text_out);
         let total = started.elapsed();
         Ok(Suggestion {
-            text,
-            multiline: m == Mode::MultiLine,
+            text: text_out,
+            multiline,
             cached: false,
             first_text_ms: ms(first.unwrap_or(total)),
             total_ms: ms(total),
@@ -156,18 +168,78 @@ impl Completer {
     }
 }
 
-/// The family named by `--family`, or guessed from the alias and its deployments' models.
-pub fn family(config: &Config, model: &str, named: Option<&str>) -> anyhow::Result<Option<Family>> {
-    if let Some(name) = named {
-        return match name {
-            "none" => Ok(None),
-            other => serde_json::from_value(serde_json::Value::String(other.to_owned())).map(Some).with_context(|| {
-                format!("--family: qwen-coder, star-coder2, deep-seek-coder, code-llama or none, not {other:?}")
-            }),
-        };
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// `POST /v1/complete` on a server. Dropping the future closes the connection, which drops
+/// the server's handler and with it the model's stream.
+async fn remote(
+    client: &reqwest::Client,
+    url: &str,
+    token: &str,
+    req: &CompleteRequest,
+) -> caret_models::Result<CompleteResponse> {
+    use caret_models::Error;
+    let endpoint = format!("{}/v1/complete", url.trim_end_matches('/'));
+    let resp = client
+        .post(&endpoint)
+        .bearer_auth(token)
+        .json(req)
+        .send()
+        .await
+        .map_err(|e| Error::Upstream { upstream: endpoint.clone(), status: None, message: e.to_string() })?;
+    let status = resp.status();
+    let body = resp
+        .text()
+        .await
+        .map_err(|e| Error::Upstream { upstream: endpoint.clone(), status: None, message: e.to_string() })?;
+    if !status.is_success() {
+        let message = serde_json::from_str::<caret_protocol::ErrorBody>(&body).map_or(body, |b| b.error.message);
+        let status = status.as_u16();
+        return Err(match status {
+            429 => Error::RateLimited { upstream: endpoint, retry_after: None },
+            400..=499 => Error::Rejected { upstream: endpoint, status, message },
+            _ => Error::Upstream { upstream: endpoint, status: Some(status), message },
+        });
     }
-    let deployments = config.models.iter().filter(|m| m.alias == model).flat_map(|m| &m.deployments);
-    Ok(Family::guess(model).or_else(|| deployments.filter_map(|d| Family::guess(&d.model)).next()))
+    serde_json::from_str(&body).map_err(|e| Error::Upstream {
+        upstream: endpoint,
+        status: Some(status.as_u16()),
+        message: format!("a malformed answer: {e}"),
+    })
+}
+
+/// Where `caret complete` and `caret lsp` get suggestions: a server's `/v1/complete` when
+/// `server` is given, else the embedded gateway; `None` without models.
+pub fn connect(
+    config: &Config,
+    server: Option<&str>,
+    token: Option<&str>,
+    model: Option<&str>,
+    family_name: Option<&str>,
+    budget: Budget,
+) -> anyhow::Result<Option<Completer>> {
+    if let Some(url) = server {
+        let token = token.context("--server needs an API token: --token or CARET_TOKEN")?;
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(60))
+            .build()
+            .context("building the HTTP client")?;
+        let source = Source::Remote {
+            client,
+            url: url.to_owned(),
+            token: token.to_owned(),
+            family: family_name.map(str::to_owned),
+        };
+        return Ok(Some(Completer::new(source, model.unwrap_or("tab").to_owned(), budget)));
+    }
+    let Some((backend, model)) = Backend::connect(config, None, None, model, &["tab"], "tab")? else { return Ok(None) };
+    let models: Vec<String> =
+        config.models.iter().filter(|m| m.alias == model).flat_map(|m| &m.deployments).map(|d| d.model.clone()).collect();
+    let family = family(family_name, &model, &models).map_err(|e| anyhow::anyhow!("--{e}"))?;
+    Ok(Some(Completer::new(Source::Model { backend, family }, model, budget)))
 }
 
 /// Byte offset of a 1-based line and character column (clamped to the line).
@@ -188,21 +260,13 @@ fn offset_of(text: &str, line: usize, column: Option<usize>) -> anyhow::Result<u
 pub fn run(config: &Config, args: CompleteArgs) -> anyhow::Result<ExitCode> {
     let text = std::fs::read_to_string(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
     let cursor = offset_of(&text, args.line, args.column)?;
-    let (backend, model) = Backend::connect(
-        config,
-        args.server.as_deref(),
-        args.token.as_deref(),
-        args.model.as_deref(),
-        &["tab"],
-        "tab",
-    )?
-    .context(
-        "no models are configured: add [[models]] to the config (a `tab` alias is used first; for a local \
-                 model, `caret models pull qwen2.5-coder-1.5b-instruct-q4`), or use --server",
-    )?;
-    let family = family(config, &model, args.family.as_deref())?;
     let budget = Budget { tokens: args.budget, ..Budget::default() };
-    let completer = Completer::new(backend, model, family, budget);
+    let completer =
+        connect(config, args.server.as_deref(), args.token.as_deref(), args.model.as_deref(), args.family.as_deref(), budget)?
+            .context(
+                "no models are configured: add [[models]] to the config (a `tab` alias is used first; for a local \
+                 model, `caret models pull qwen2.5-coder-1.5b-instruct-q4`), or use --server",
+            )?;
     let path = args.file.file_name().and_then(|n| n.to_str()).map(str::to_owned);
     let doc = args.file.display().to_string();
     let s = runtime()?

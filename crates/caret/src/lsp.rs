@@ -15,12 +15,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use caret_complete::context::Budget;
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, mpsc};
 
-use crate::chat::Backend;
-use crate::complete::{Completer, family};
+use crate::complete::Completer;
 use crate::config::Config;
 use crate::server::runtime;
 
@@ -246,21 +244,15 @@ pub fn run(config: &Config, args: LspArgs) -> anyhow::Result<ExitCode> {
 
 /// The completer from the config and `initializationOptions`; `None` without models.
 fn connect(config: &Config, args: &LspArgs, opts: &Value) -> anyhow::Result<Option<Completer>> {
-    let connected = Backend::connect(
+    let budget = caret_server::tab::budget(opts["budget"].as_u64().map(|t| usize::try_from(t).unwrap_or(usize::MAX)));
+    crate::complete::connect(
         config,
         args.server.as_deref(),
         args.token.as_deref(),
         opts["model"].as_str(),
-        &["tab"],
-        "tab",
-    )?;
-    let Some((backend, model)) = connected else { return Ok(None) };
-    let family = family(config, &model, opts["family"].as_str())?;
-    let mut budget = Budget::default();
-    if let Some(t) = opts["budget"].as_u64() {
-        budget.tokens = usize::try_from(t).unwrap_or(usize::MAX).clamp(64, 32_768);
-    }
-    Ok(Some(Completer::new(backend, model, family, budget)))
+        opts["family"].as_str(),
+        budget,
+    )
 }
 
 /// Answers a completion request in its own task, cancelling the document's older one.

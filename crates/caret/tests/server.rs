@@ -888,3 +888,102 @@ fn the_apply_endpoint_merges_with_a_model_what_the_matcher_cannot_place() {
     assert_eq!(post(json!({"text": text, "edit": edit, "model": "nope"})).status(), 400);
     server.stop();
 }
+
+/// `POST /v1/complete`: the server's Tab engine builds the fill-in-the-middle prompt (family
+/// guessed from the model behind the alias), cuts the streamed answer by the stop rules and
+/// trims what the suffix has; `caret lsp --server` gets its suggestions from there.
+#[test]
+fn the_complete_endpoint_serves_tab_suggestions_to_a_remote_lsp() {
+    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("fim"));
+    // Single-line: the answer is cut at the end of the line, and the `)` the suffix has is
+    // not repeated.
+    up.set(Behaviour { answer: Some("a + b)\n    print(total)\n".to_owned()), ..Behaviour::default() });
+    let config = format!(
+        "[[models]]\nalias = \"tab\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"qwen2.5-coder-1.5b\" }}]\n",
+        up.url
+    );
+    let server = Server::start_with_config(&[], &[], Some(&config));
+    let token = server.tenant("tab");
+    let c = http();
+    let post = |body: Value, token: Option<&str>| {
+        let mut r = c.post(format!("{}/v1/complete", server.url)).json(&body);
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        r.send().unwrap()
+    };
+    let text = "def add(a, b):\n    total = int()\n    return total\n";
+    let cursor = text.find("int(").unwrap() + 4;
+    let r = post(json!({"text": text, "cursor": cursor, "path": "m.py"}), Some(&token));
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().unwrap();
+    assert_eq!(body["text"], "a + b", "{body}");
+    assert_eq!((body["multiline"].as_bool(), body["model"].as_str()), (Some(false), Some("tab")));
+    let (_, sent) = up.last_request().unwrap();
+    let prompt = sent["prompt"].as_str().unwrap();
+    assert!(
+        prompt.ends_with("<|fim_prefix|>def add(a, b):\n    total = int(<|fim_suffix|>)\n    return total\n<|fim_middle|>"),
+        "{prompt}"
+    );
+    assert_eq!(sent["temperature"], 0.0);
+
+    // Bad requests are the caller's, and the token is checked.
+    assert_eq!(post(json!({"text": text, "cursor": 999}), Some(&token)).status(), 400);
+    assert_eq!(post(json!({"text": text, "cursor": 1, "family": "nope"}), Some(&token)).status(), 400);
+    assert_eq!(post(json!({"text": text, "cursor": 1, "model": "nope"}), Some(&token)).status(), 400);
+    assert!(post(json!({"text": 1, "cursor": 1}), Some(&token)).status().is_client_error());
+    assert_eq!(post(json!({"text": text, "cursor": 1}), None).status(), 401);
+
+    // `caret lsp --server`: an editor's request answered by the server's engine.
+    let mut lsp = std::process::Command::new(env!("CARGO_BIN_EXE_caret"))
+        .args(["lsp", "--server", &server.url, "--token", &token])
+        .env("CARET_HOME", server.data.join("lsp-home"))
+        .env_remove("CARET_CONFIG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    let mut stdin = lsp.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(lsp.stdout.take().unwrap());
+    let mut send = |msg: Value| {
+        let body = msg.to_string();
+        write!(stdin, "Content-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+        stdin.flush().unwrap();
+    };
+    let mut read = || {
+        use std::io::{BufRead as _, Read as _};
+        let mut length = 0;
+        loop {
+            let mut line = String::new();
+            assert!(stdout.read_line(&mut line).unwrap() > 0, "caret lsp closed its output");
+            if line.trim().is_empty() {
+                break;
+            }
+            if let Some(v) = line.trim().strip_prefix("Content-Length:") {
+                length = v.trim().parse().unwrap();
+            }
+        }
+        let mut body = vec![0; length];
+        stdout.read_exact(&mut body).unwrap();
+        serde_json::from_slice::<Value>(&body).unwrap()
+    };
+    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"initializationOptions": {"debounce_ms": 0}}}));
+    assert!(read()["result"]["capabilities"]["inlineCompletionProvider"].is_object());
+    let uri = "file:///w/m.py";
+    send(json!({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}}));
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "textDocument/inlineCompletion", "params": {"textDocument": {"uri": uri}, "position": {"line": 1, "character": 16}, "context": {"triggerKind": 2}}}));
+    let answer = loop {
+        let m = read();
+        if m["id"] == 2 {
+            break m;
+        }
+    };
+    assert_eq!(answer["result"]["items"][0]["insertText"], "a + b", "{answer}");
+    send(json!({"jsonrpc": "2.0", "id": 3, "method": "shutdown"}));
+    send(json!({"jsonrpc": "2.0", "method": "exit"}));
+    assert!(lsp.wait().unwrap().success());
+    server.stop();
+}

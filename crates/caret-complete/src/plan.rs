@@ -1,0 +1,86 @@
+//! One request from cursor to prompt: the context, the prompt in the family's format, the
+//! mode, how many tokens to ask for, and the [`Stopper`] to feed the stream to. `caret lsp`
+//! (embedded), `caret complete` and the server's `POST /v1/complete` all plan with this, so an
+//! editor gets the same suggestion whichever end runs the model.
+
+use std::ops::Range;
+
+use crate::context::{Budget, Context, Snippet, approx_tokens, assemble};
+use crate::post::{Mode, Stopper, mode};
+use crate::template::Family;
+
+/// Most tokens a suggestion may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// A single-line suggestion.
+    pub single_line: u32,
+    /// A multi-line one.
+    pub multi_line: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { single_line: 48, multi_line: 160 }
+    }
+}
+
+/// What to send the model and how to read its answer.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The context the prompt was made from.
+    pub context: Context,
+    /// The prompt.
+    pub prompt: String,
+    /// Single-line or multi-line.
+    pub mode: Mode,
+    /// Most tokens to generate.
+    pub max_tokens: u32,
+    /// Cuts the streamed text where the suggestion ends.
+    pub stopper: Stopper,
+}
+
+/// Plans a suggestion at byte `cursor` of `text` (clamped to a character boundary).
+/// `family`: the fill-in-the-middle format (`None`: the prefix alone, for models without one).
+pub fn plan(
+    text: &str,
+    cursor: usize,
+    path: Option<&str>,
+    snippets: &[Snippet],
+    budget: Budget,
+    family: Option<&Family>,
+    limits: Limits,
+) -> Plan {
+    let cursor = floor_boundary(text, cursor);
+    let (before, after) = text.split_at(cursor);
+    let m = mode(before, after);
+    let context = assemble(text, cursor, path, snippets, budget, &approx_tokens);
+    let (prompt, stops) = match family {
+        Some(f) => (f.render(&context), f.stop()),
+        None => (context.prefix.clone(), Vec::new()),
+    };
+    let max_tokens = if m == Mode::MultiLine { limits.multi_line } else { limits.single_line };
+    let stopper = Stopper::new(m, &context.prefix, &context.suffix, stops);
+    Plan { context, prompt, mode: m, max_tokens, stopper }
+}
+
+/// The largest character boundary of `text` at or before `at`.
+pub fn floor_boundary(text: &str, at: usize) -> usize {
+    let mut at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
+}
+
+/// The part of `text` around byte `cursor` that a remote engine needs, cut at line
+/// boundaries: four times what the budget could take either side (the enclosing scope's head
+/// may lie above the prefix kept). A short file is all of it.
+pub fn window(text: &str, cursor: usize, budget: Budget) -> Range<usize> {
+    let cursor = floor_boundary(text, cursor);
+    let reach = budget.tokens.saturating_mul(3).saturating_mul(4);
+    let start = floor_boundary(text, cursor.saturating_sub(reach));
+    let start = if start == 0 { 0 } else { text[start..cursor].find('\n').map_or(start, |i| start + i + 1) };
+    let end = floor_boundary(text, cursor.saturating_add(reach));
+    let end = if end == text.len() { end } else { text[..end].rfind('\n').filter(|&i| i >= cursor).map_or(end, |i| i + 1) };
+    start..end
+}
