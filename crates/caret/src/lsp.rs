@@ -10,6 +10,7 @@
 //! `model`, `family`, `budget`, `debounce_ms`.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,7 @@ use tokio::sync::{Mutex, mpsc};
 use crate::complete::Completer;
 use crate::config::Config;
 use crate::server::runtime;
+use crate::sync::{Remote, open_workspace, transport};
 
 #[derive(Debug, clap::Args)]
 pub struct LspArgs {
@@ -102,6 +104,13 @@ fn apply_change(text: &mut String, change: &Value) {
 }
 
 struct Server {
+    config: Config,
+    /// Where `caret.search` syncs and searches (`--server`, else the embedded one).
+    remote: Remote,
+    /// The workspace root, from `initialize`.
+    root: Mutex<Option<PathBuf>>,
+    /// Ids of the requests this server sends the client.
+    next_request: std::sync::atomic::AtomicU64,
     docs: Mutex<HashMap<String, String>>,
     /// Requests in flight: id → (document, task).
     flight: Mutex<HashMap<String, (String, tokio::task::AbortHandle)>>,
@@ -140,6 +149,10 @@ pub fn run(config: &Config, args: LspArgs) -> anyhow::Result<ExitCode> {
         }
     });
     let server = Arc::new(Server {
+        config: config.clone(),
+        remote: Remote { server: args.server.clone(), token: args.token.clone() },
+        root: Mutex::new(None),
+        next_request: std::sync::atomic::AtomicU64::new(1),
         docs: Mutex::new(HashMap::new()),
         flight: Mutex::new(HashMap::new()),
         completer: Mutex::new(None),
@@ -158,6 +171,7 @@ pub fn run(config: &Config, args: LspArgs) -> anyhow::Result<ExitCode> {
             match method.as_str() {
                 "initialize" => {
                     let opts = &msg["params"]["initializationOptions"];
+                    *server.root.lock().await = root_of(&msg["params"]);
                     let reply = match connect(config, &args, opts) {
                         Ok(c) => {
                             if let Some(ms) = opts["debounce_ms"].as_u64() {
@@ -170,6 +184,7 @@ pub fn run(config: &Config, args: LspArgs) -> anyhow::Result<ExitCode> {
                                 "textDocumentSync": {"openClose": true, "change": 2},
                                 "inlineCompletionProvider": {},
                                 "completionProvider": {"resolveProvider": false},
+                                "executeCommandProvider": {"commands": ["caret.search", "caret.apply"]},
                             }, "serverInfo": {"name": "caret", "version": env!("CARGO_PKG_VERSION"), "model": model}})
                         }
                         Err(e) => {
@@ -211,6 +226,19 @@ pub fn run(config: &Config, args: LspArgs) -> anyhow::Result<ExitCode> {
                     let Some(id) = id else { continue };
                     suggest(&server, id, method == "textDocument/inlineCompletion", &msg["params"]).await;
                 }
+                "workspace/executeCommand" => {
+                    let Some(id) = id else { continue };
+                    let srv = server.clone();
+                    tokio::spawn(async move {
+                        let reply = match execute(&srv, &msg["params"]).await {
+                            Ok(v) => json!({"jsonrpc": "2.0", "id": id, "result": v}),
+                            Err(e) => json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": format!("{e:#}")}}),
+                        };
+                        let _ = srv.out.send(reply);
+                    });
+                }
+                // The client's answer to a request of ours (`workspace/applyEdit`).
+                "" if msg.get("method").is_none() => {}
                 "$/cancelRequest" => {
                     let key = msg["params"]["id"].to_string();
                     if let Some((_, task)) = server.flight.lock().await.remove(&key) {
@@ -324,6 +352,151 @@ async fn suggest(server: &Arc<Server>, id: Value, inline: bool, params: &Value) 
     flight.insert(key, (doc, task.abort_handle()));
 }
 
+/// The workspace root an `initialize` names: the first workspace folder, else `rootUri`, else
+/// `rootPath`.
+fn root_of(params: &Value) -> Option<PathBuf> {
+    let uri = params["workspaceFolders"][0]["uri"].as_str().or_else(|| params["rootUri"].as_str());
+    match uri {
+        Some(u) => uri_to_path(u),
+        None => params["rootPath"].as_str().map(PathBuf::from),
+    }
+}
+
+/// The path of a `file://` URI (percent-decoded); `None` for other schemes.
+fn uri_to_path(uri: &str) -> Option<PathBuf> {
+    let rest = uri.strip_prefix("file://")?;
+    let rest = rest.strip_prefix("localhost").unwrap_or(rest);
+    let bytes = rest.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && let (Some(h), Some(l)) = (bytes.get(i + 1).and_then(|&b| hex(b)), bytes.get(i + 2).and_then(|&b| hex(b)))
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    Some(PathBuf::from(String::from_utf8(out).ok()?))
+}
+
+/// The `file://` URI of an absolute path (characters other than unreserved ones and `/`
+/// percent-encoded).
+fn path_to_uri(path: &Path) -> String {
+    let mut out = String::from("file://");
+    for b in path.to_string_lossy().bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The LSP position (line, UTF-16 column) of byte `at` of `text`.
+fn position_of(text: &str, at: usize) -> Value {
+    let before = &text[..at];
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let character: usize = before[line_start..].chars().map(char::len_utf16).sum();
+    json!({"line": before.matches('\n').count(), "character": character})
+}
+
+/// The smallest whole-line edit turning `old` into `new`: `(start byte, end byte in old, new
+/// text)`.
+fn line_edit<'a>(old: &str, new: &'a str) -> (usize, usize, &'a str) {
+    let common = old.bytes().zip(new.bytes()).take_while(|(a, b)| a == b).count();
+    let start = old[..common].rfind('\n').map_or(0, |i| i + 1);
+    let max_tail = (old.len() - start).min(new.len() - start);
+    let tail = old.bytes().rev().zip(new.bytes().rev()).take(max_tail).take_while(|(a, b)| a == b).count();
+    // The kept tail starts at a line start (or is empty).
+    let mut keep = tail;
+    while keep > 0 && old.as_bytes()[old.len() - keep - 1] != b'\n' {
+        keep -= 1;
+    }
+    (start, old.len() - keep, &new[start..new.len() - keep])
+}
+
+/// `workspace/executeCommand`: `caret.search` (`{query, k}`: the workspace index, hybrid) and
+/// `caret.apply` (`{uri, edit, format}`: the edit applied to the document, sent back to the
+/// client as `workspace/applyEdit`).
+async fn execute(server: &Server, params: &Value) -> anyhow::Result<Value> {
+    let arg = params["arguments"].get(0).cloned().unwrap_or(Value::Null);
+    match params["command"].as_str().unwrap_or("") {
+        "caret.search" => {
+            use caret_workspace::scan::{Depth, Scanner};
+            let query = arg["query"].as_str().context("caret.search takes {\"query\": …, \"k\": …}")?;
+            let k = usize::try_from(arg["k"].as_u64().unwrap_or(10).clamp(1, 200)).unwrap_or(10);
+            let root = server.root.lock().await.clone().context("caret.search: the client named no workspace folder")?;
+            let config = &server.config;
+            let ws = open_workspace(config, &root)?;
+            let scanner = Arc::new(Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash));
+            let transport = transport(config, &server.remote).await?;
+            let outcome = caret_client::index::search(
+                scanner,
+                &ws,
+                transport.as_ref(),
+                query,
+                k,
+                caret_protocol::SearchMode::Hybrid,
+            )
+            .await
+            .with_context(|| format!("searching {} on {}", ws.root.display(), transport.describe()))?;
+            let hits: Vec<Value> = outcome
+                .hits
+                .iter()
+                .map(|h| {
+                    json!({
+                        "path": h.path,
+                        "uri": path_to_uri(&ws.root.join(&h.path)),
+                        "range": {"start": {"line": h.start_line.saturating_sub(1), "character": 0},
+                                  "end": {"line": h.end_line, "character": 0}},
+                        "score": h.score,
+                        "snippet": h.snippet,
+                    })
+                })
+                .collect();
+            Ok(json!({"hits": hits, "semantic": outcome.semantic}))
+        }
+        "caret.apply" => {
+            let (Some(uri), Some(edit)) = (arg["uri"].as_str(), arg["edit"].as_str()) else {
+                anyhow::bail!("caret.apply takes {{\"uri\": …, \"edit\": …, \"format\": …}}");
+            };
+            let format = match arg["format"].as_str() {
+                None | Some("auto") => None,
+                Some(name) => Some(caret_apply::Format::parse(name)?),
+            };
+            let open = server.docs.lock().await.get(uri).cloned();
+            let text = match open {
+                Some(t) => t,
+                None => {
+                    let path = uri_to_path(uri).with_context(|| format!("{uri} is neither open nor a file"))?;
+                    std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?
+                }
+            };
+            let name = uri.rsplit('/').next();
+            let (new, format) = caret_apply::apply(&caret_apply::Text::new(&text), edit, format, name)?;
+            let new = new.render();
+            if new == text {
+                return Ok(json!({"changed": false, "format": format.name()}));
+            }
+            let (start, end, replacement) = line_edit(&text, &new);
+            let range = json!({"start": position_of(&text, start), "end": position_of(&text, end)});
+            let id = format!("caret-{}", server.next_request.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+            let _ = server.out.send(json!({"jsonrpc": "2.0", "id": id, "method": "workspace/applyEdit", "params": {
+                "label": "caret apply",
+                "edit": {"changes": {uri: [{"range": range, "newText": replacement}]}},
+            }}));
+            Ok(json!({"changed": true, "format": format.name(), "range": range}))
+        }
+        other => anyhow::bail!("unknown command {other:?}: caret.search or caret.apply"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -346,6 +519,25 @@ mod tests {
         assert_eq!(t, "a😀b\n2nd\n");
         apply_change(&mut t, &json!({"text": "whole"}));
         assert_eq!(t, "whole");
+    }
+
+    #[test]
+    fn line_edits_are_minimal_and_uris_round_trip() {
+        let old = "a\nb\nc\nd\n";
+        assert_eq!(line_edit(old, "a\nB\nc\nd\n"), (2, 4, "B\n"));
+        assert_eq!(line_edit(old, "a\nb\nc\nd\ne\n"), (8, 8, "e\n"));
+        assert_eq!(line_edit(old, "a\nd\n"), (2, 6, ""));
+        assert_eq!(line_edit("x\ny", "x\nz"), (2, 3, "z"), "a last line without a newline");
+        let (s, e, r) = line_edit("aa\naa\n", "aa\naa\naa\n");
+        assert_eq!((s, e, r), (6, 6, "aa\n"), "repeated lines: the insertion at the end");
+        assert_eq!(position_of("a😀\nxy", 7), json!({"line": 1, "character": 1}));
+        assert_eq!(position_of("a😀b", 5), json!({"line": 0, "character": 3}));
+        let p = Path::new("/w/my dir/é.py");
+        assert_eq!(path_to_uri(p), "file:///w/my%20dir/%C3%A9.py");
+        assert_eq!(uri_to_path(&path_to_uri(p)).unwrap(), p);
+        assert_eq!(uri_to_path("untitled:1"), None);
+        let init = json!({"rootUri": "file:///r", "workspaceFolders": [{"uri": "file:///w", "name": "w"}]});
+        assert_eq!(root_of(&init), Some(PathBuf::from("/w")));
     }
 
     #[test]

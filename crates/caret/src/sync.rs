@@ -23,10 +23,10 @@ pub struct Remote {
     /// A `caret serve` URL (env CARET_SERVER); without one, the embedded server in
     /// $CARET_HOME/local is used in-process.
     #[arg(long)]
-    server: Option<String>,
+    pub server: Option<String>,
     /// API token for --server (env CARET_TOKEN).
     #[arg(long)]
-    token: Option<String>,
+    pub token: Option<String>,
 }
 
 /// The workspace, the server and the output format: what `sync` and `status` share.
