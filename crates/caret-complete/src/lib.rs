@@ -8,6 +8,8 @@
 //! - [`post`]: single-line or multi-line from the cursor's situation; stop rules (end of
 //!   line, end of block, an unbalanced closing bracket) applied while streaming; trimming of
 //!   text the suffix already has.
+//! - [`neighbours`]: snippets from other open and recently edited files, by similarity.
+//! - [`debounce`]: how long to wait after a keystroke, from the user's rhythm.
 //! - [`plan`]: all of the above for one request: prompt, mode, token limit, stopper.
 //! - [`cache`]: serves the rest of a suggestion while the user types its first characters.
 //!
@@ -15,12 +17,16 @@
 
 pub mod cache;
 pub mod context;
+pub mod debounce;
+pub mod neighbours;
 pub mod plan;
 pub mod post;
 pub mod template;
 
 pub use cache::Cache;
 pub use context::{Budget, Context, Snippet};
+pub use debounce::Debounce;
+pub use neighbours::{Neighbour, Picking};
 pub use plan::{Limits, Plan, plan};
 pub use post::{Mode, Stopper};
 pub use template::{Family, Template};

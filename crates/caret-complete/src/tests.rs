@@ -222,3 +222,47 @@ fn snippets_fill_their_share_in_order() {
     let c = assemble(s, 1, None, &[], Budget::default(), &approx_tokens);
     assert_eq!((c.prefix.as_str(), c.suffix.as_str()), ("", "é"));
 }
+
+#[test]
+fn neighbours_give_their_most_similar_window() {
+    use crate::neighbours::{Neighbour, Picking, pick};
+    // The file being written calls into `shapes.py`; `log.py` has nothing in common.
+    let text = "from shapes import Rectangle\n\ndef total_area(rects):\n    return sum(r.area() for r in rects)\n\ndef fence(rect):\n    return rect.";
+    let mut shapes: String = (0..40).map(|i| format!("CONSTANT_{i} = {i}\n")).collect();
+    shapes.push_str("class Rectangle:\n    def __init__(self, width, height):\n        self.width = width\n        self.height = height\n\n    def area(self):\n        return self.width * self.height\n\n    def perimeter(self):\n        return 2 * (self.width + self.height)\n");
+    let log = "import logging\nlogger = logging.getLogger(__name__)\n";
+    let neighbours = [Neighbour { path: "log.py", text: log }, Neighbour { path: "shapes.py", text: &shapes }];
+    let got = pick(text, text.len(), &neighbours, Picking::default());
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].path, "shapes.py");
+    assert!(got[0].text.contains("class Rectangle:") && got[0].text.contains("def area(self):"), "{}", got[0].text);
+    assert!(!got[0].text.contains("CONSTANT_0 "), "the best window, not the file's head");
+    // At most `max`, most similar first; nothing without identifiers near the cursor.
+    let two = [Neighbour { path: "a.py", text: &shapes }, Neighbour { path: "b.py", text: &shapes }];
+    assert_eq!(pick(text, text.len(), &two, Picking { max: 1, ..Picking::default() })[0].path, "a.py");
+    assert!(pick("\n\n", 2, &neighbours, Picking::default()).is_empty());
+}
+
+#[test]
+fn debounce_follows_the_typing_rhythm() {
+    use std::time::{Duration, Instant};
+
+    use crate::debounce::Debounce;
+    let ms = Duration::from_millis;
+    let mut d = Debounce::new(ms(25), ms(150));
+    let t0 = Instant::now();
+    assert_eq!(d.delay(), ms(25), "no rhythm yet: the floor");
+    for i in 0..6 {
+        d.keystroke(t0 + ms(100 * i));
+    }
+    assert_eq!(d.delay(), ms(75), "three quarters of a 100 ms rhythm");
+    // A long pause is not rhythm; a slow typist is held at the ceiling; a fast one at the floor.
+    d.keystroke(t0 + ms(5_000));
+    assert_eq!(d.delay(), ms(75));
+    let mut slow = Debounce::new(ms(25), ms(150));
+    (0..6).for_each(|i| slow.keystroke(t0 + ms(400 * i)));
+    assert_eq!(slow.delay(), ms(150));
+    let mut fast = Debounce::new(ms(25), ms(150));
+    (0..6).for_each(|i| fast.keystroke(t0 + ms(20 * i)));
+    assert_eq!(fast.delay(), ms(25));
+}

@@ -114,6 +114,23 @@ impl Completer {
         &self.model
     }
 
+    /// The typed-ahead cache's suggestion for a cursor at byte `cursor` of document `doc`, if
+    /// it has one.
+    pub fn cached(&self, doc: &str, text: &str, cursor: usize) -> Option<Suggestion> {
+        let started = Instant::now();
+        let cursor = caret_complete::plan::floor_boundary(text, cursor);
+        let (before, after) = text.split_at(cursor);
+        let rest = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(doc, before, after)?;
+        Some(Suggestion {
+            text: rest,
+            multiline: mode(before, after) == Mode::MultiLine,
+            cached: true,
+            first_text_ms: 0.0,
+            total_ms: ms(started.elapsed()),
+            generated_chunks: 0,
+        })
+    }
+
     /// The suggestion for a cursor at byte `cursor` of document `doc` (whose text is `text`).
     pub async fn suggest(
         &self,
@@ -124,14 +141,12 @@ impl Completer {
         snippets: &[Snippet],
     ) -> caret_models::Result<Suggestion> {
         let started = Instant::now();
+        if let Some(hit) = self.cached(doc, text, cursor) {
+            return Ok(hit);
+        }
         let cursor = caret_complete::plan::floor_boundary(text, cursor);
         let (before, after) = text.split_at(cursor);
         let multiline = mode(before, after) == Mode::MultiLine;
-        let cached = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(doc, before, after);
-        if let Some(rest) = cached {
-            let total_ms = ms(started.elapsed());
-            return Ok(Suggestion { text: rest, multiline, cached: true, first_text_ms: 0.0, total_ms, generated_chunks: 0 });
-        }
         let (text_out, first, chunks) = match &self.source {
             Source::Model { backend, family } => {
                 let plan = caret_complete::plan(text, cursor, path, snippets, self.budget, family.as_ref(), Limits::default());

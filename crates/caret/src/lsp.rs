@@ -13,9 +13,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use caret_complete::{Debounce, Neighbour, Picking, Snippet};
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, mpsc};
 
@@ -111,7 +112,7 @@ struct Server {
     root: Mutex<Option<PathBuf>>,
     /// Ids of the requests this server sends the client.
     next_request: std::sync::atomic::AtomicU64,
-    docs: Mutex<HashMap<String, String>>,
+    docs: Mutex<Docs>,
     /// Requests in flight: id → (document, task).
     flight: Mutex<HashMap<String, (String, tokio::task::AbortHandle)>>,
     completer: Mutex<Option<Arc<Completer>>>,
@@ -153,7 +154,7 @@ pub fn run(config: &Config, args: LspArgs) -> anyhow::Result<ExitCode> {
         remote: Remote { server: args.server.clone(), token: args.token.clone() },
         root: Mutex::new(None),
         next_request: std::sync::atomic::AtomicU64::new(1),
-        docs: Mutex::new(HashMap::new()),
+        docs: Mutex::new(Docs::default()),
         flight: Mutex::new(HashMap::new()),
         completer: Mutex::new(None),
         debounce: Mutex::new(Duration::from_millis(25)),
@@ -205,21 +206,23 @@ pub fn run(config: &Config, args: LspArgs) -> anyhow::Result<ExitCode> {
                 "textDocument/didOpen" => {
                     let d = &msg["params"]["textDocument"];
                     if let (Some(uri), Some(text)) = (d["uri"].as_str(), d["text"].as_str()) {
-                        server.docs.lock().await.insert(uri.to_owned(), text.to_owned());
+                        server.docs.lock().await.open(uri, text, *server.debounce.lock().await);
                     }
                 }
                 "textDocument/didChange" => {
                     let uri = msg["params"]["textDocument"]["uri"].as_str().unwrap_or("").to_owned();
                     let mut docs = server.docs.lock().await;
-                    if let Some(text) = docs.get_mut(&uri) {
+                    if let Some(doc) = docs.open.get_mut(&uri) {
                         for change in msg["params"]["contentChanges"].as_array().into_iter().flatten() {
-                            apply_change(text, change);
+                            apply_change(&mut doc.text, change);
                         }
+                        doc.edited = Instant::now();
+                        doc.rhythm.keystroke(doc.edited);
                     }
                 }
                 "textDocument/didClose" => {
                     if let Some(uri) = msg["params"]["textDocument"]["uri"].as_str() {
-                        server.docs.lock().await.remove(uri);
+                        server.docs.lock().await.close(uri);
                     }
                 }
                 "textDocument/inlineCompletion" | "textDocument/completion" => {
@@ -289,9 +292,10 @@ async fn suggest(server: &Arc<Server>, id: Value, inline: bool, params: &Value) 
     let (line, character) =
         (params["position"]["line"].as_u64().unwrap_or(0), params["position"]["character"].as_u64().unwrap_or(0));
     let empty = if inline { json!({"items": []}) } else { json!({"isIncomplete": true, "items": []}) };
-    let text = server.docs.lock().await.get(&uri).cloned();
+    let root = server.root.lock().await.clone();
+    let found = server.docs.lock().await.prepare(&uri, line, root.as_deref());
     let completer = server.completer.lock().await.clone();
-    let (Some(text), Some(completer)) = (text, completer) else {
+    let (Some((text, snippets, debounce)), Some(completer)) = (found, completer) else {
         let _ = server.out.send(json!({"jsonrpc": "2.0", "id": id, "result": empty}));
         return;
     };
@@ -308,21 +312,26 @@ async fn suggest(server: &Arc<Server>, id: Value, inline: bool, params: &Value) 
             }
         }
     }
-    let debounce = *server.debounce.lock().await;
     let srv = server.clone();
     let task_key = key.clone();
-    let path = uri.rsplit('/').next().map(str::to_owned);
+    let path = Some(relative(&uri, root.as_deref()));
     let doc = uri.clone();
     // The flight table is held while the task starts and is entered, so that a task done at
     // once (a cached suggestion) finds itself there.
     let mut flight = server.flight.lock().await;
     let task = tokio::spawn(async move {
         let cursor = offset_at(&text, line, character);
-        // Keystrokes typed within the debounce supersede this request before it costs anything.
-        if !debounce.is_zero() {
-            tokio::time::sleep(debounce).await;
-        }
-        let result = completer.suggest(&uri, &text, cursor, path.as_deref(), &[]).await;
+        let result = match completer.cached(&uri, &text, cursor) {
+            Some(hit) => Ok(hit),
+            None => {
+                // Keystrokes typed within the debounce supersede this request before it
+                // costs anything.
+                if !debounce.is_zero() {
+                    tokio::time::sleep(debounce).await;
+                }
+                completer.suggest(&uri, &text, cursor, path.as_deref(), &snippets).await
+            }
+        };
         if srv.flight.lock().await.remove(&task_key).is_none() {
             return; // cancelled meanwhile: the answer was sent by the canceller
         }
@@ -350,6 +359,95 @@ async fn suggest(server: &Arc<Server>, id: Value, inline: bool, params: &Value) 
         let _ = srv.out.send(reply);
     });
     flight.insert(key, (doc, task.abort_handle()));
+}
+
+/// An open document.
+struct Doc {
+    text: String,
+    /// Its last change.
+    edited: Instant,
+    /// The user's typing rhythm in it.
+    rhythm: Debounce,
+    /// Neighbour snippets picked for it, and what they were picked for.
+    snippets: Option<(SnippetKey, Vec<Snippet>)>,
+}
+
+/// What neighbour snippets depend on: the other documents (each one's URI, length and last
+/// change) and the cursor's region (16-line bands). Picking again only when it changes keeps
+/// the prompt's head stable between keystrokes, so KV reuse still prefills only what changed.
+type SnippetKey = (Vec<(String, usize, Instant)>, u64);
+
+/// Documents open, and those closed recently (their last text still a source of snippets).
+#[derive(Default)]
+struct Docs {
+    open: HashMap<String, Doc>,
+    /// Newest last; at most [`RECENT`].
+    closed: Vec<(String, String, Instant)>,
+}
+
+/// Closed documents kept as snippet sources.
+const RECENT: usize = 8;
+
+impl Docs {
+    fn open(&mut self, uri: &str, text: &str, floor: Duration) {
+        self.closed.retain(|(u, _, _)| u != uri);
+        let doc = Doc {
+            text: text.to_owned(),
+            edited: Instant::now(),
+            rhythm: Debounce::new(floor, Duration::from_millis(150).max(floor)),
+            snippets: None,
+        };
+        self.open.insert(uri.to_owned(), doc);
+    }
+
+    fn close(&mut self, uri: &str) {
+        if let Some(doc) = self.open.remove(uri) {
+            if self.closed.len() == RECENT {
+                self.closed.remove(0);
+            }
+            self.closed.push((uri.to_owned(), doc.text, doc.edited));
+        }
+    }
+
+    /// The document's text, its neighbour snippets for a cursor on `line`, and the debounce.
+    fn prepare(&mut self, uri: &str, line: u64, root: Option<&Path>) -> Option<(String, Vec<Snippet>, Duration)> {
+        // Other documents, most recently changed first.
+        let mut others: Vec<(&str, &str, Instant)> = self
+            .open
+            .iter()
+            .filter(|(u, _)| *u != uri)
+            .map(|(u, d)| (u.as_str(), d.text.as_str(), d.edited))
+            .chain(self.closed.iter().map(|(u, t, e)| (u.as_str(), t.as_str(), *e)))
+            .collect();
+        others.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(b.0)));
+        let key: SnippetKey = (others.iter().map(|(u, t, e)| ((*u).to_owned(), t.len(), *e)).collect(), line / 16);
+        let doc = self.open.get(uri)?;
+        let snippets = match &doc.snippets {
+            Some((k, s)) if *k == key => s.clone(),
+            _ => {
+                let paths: Vec<String> = others.iter().map(|(u, _, _)| relative(u, root)).collect();
+                let neighbours: Vec<Neighbour<'_>> =
+                    others.iter().zip(&paths).map(|((_, text, _), path)| Neighbour { path, text }).collect();
+                let cursor = offset_at(&doc.text, line, 0);
+                caret_complete::neighbours::pick(&doc.text, cursor, &neighbours, Picking::default())
+            }
+        };
+        let doc = self.open.get_mut(uri)?;
+        doc.snippets = Some((key, snippets.clone()));
+        Some((doc.text.clone(), snippets, doc.rhythm.delay()))
+    }
+}
+
+/// A document's path for the prompt: relative to the workspace root when under it, else its
+/// file name.
+fn relative(uri: &str, root: Option<&Path>) -> String {
+    let path = uri_to_path(uri);
+    if let (Some(p), Some(r)) = (&path, root)
+        && let Ok(rel) = p.strip_prefix(r)
+    {
+        return rel.to_string_lossy().into_owned();
+    }
+    uri.rsplit('/').next().unwrap_or(uri).to_owned()
 }
 
 /// The workspace root an `initialize` names: the first workspace folder, else `rootUri`, else
@@ -470,7 +568,7 @@ async fn execute(server: &Server, params: &Value) -> anyhow::Result<Value> {
                 None | Some("auto") => None,
                 Some(name) => Some(caret_apply::Format::parse(name)?),
             };
-            let open = server.docs.lock().await.get(uri).cloned();
+            let open = server.docs.lock().await.open.get(uri).map(|d| d.text.clone());
             let text = match open {
                 Some(t) => t,
                 None => {

@@ -974,6 +974,9 @@ fn the_complete_endpoint_serves_tab_suggestions_to_a_remote_lsp() {
     assert!(read()["result"]["capabilities"]["inlineCompletionProvider"].is_object());
     let uri = "file:///w/m.py";
     send(json!({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}}));
+    // Another open file that looks like the code being written goes along as a snippet.
+    let other = "def add(x, y):\n    return x + y\n";
+    send(json!({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {"uri": "file:///w/ops.py", "languageId": "python", "version": 1, "text": other}}}));
     send(json!({"jsonrpc": "2.0", "id": 2, "method": "textDocument/inlineCompletion", "params": {"textDocument": {"uri": uri}, "position": {"line": 1, "character": 16}, "context": {"triggerKind": 2}}}));
     let answer = loop {
         let m = read();
@@ -982,6 +985,9 @@ fn the_complete_endpoint_serves_tab_suggestions_to_a_remote_lsp() {
         }
     };
     assert_eq!(answer["result"]["items"][0]["insertText"], "a + b", "{answer}");
+    let (_, sent) = up.last_request().unwrap();
+    let prompt = sent["prompt"].as_str().unwrap();
+    assert!(prompt.contains(&format!("<|file_sep|>ops.py\n{other}<|file_sep|>m.py\n<|fim_prefix|>")), "{prompt}");
     send(json!({"jsonrpc": "2.0", "id": 3, "method": "shutdown"}));
     send(json!({"jsonrpc": "2.0", "method": "exit"}));
     assert!(lsp.wait().unwrap().success());
