@@ -53,13 +53,21 @@ pub fn plan(
     let cursor = floor_boundary(text, cursor);
     let (before, after) = text.split_at(cursor);
     let m = mode(before, after);
-    let context = assemble(text, cursor, path, snippets, budget, &approx_tokens);
+    let mut context = assemble(text, cursor, path, snippets, budget, &approx_tokens);
+    // Spaces after code (`x = |`) end the prompt badly: code models tokenise a space with the
+    // word after it, so the model would write a second one. They are left out of the prompt
+    // and taken off the suggestion (indentation alone on a line stays).
+    let line = before.rsplit('\n').next().unwrap_or("");
+    let lead = &line[line.trim_end_matches([' ', '\t']).len()..];
+    let lead = if line.trim().is_empty() { "" } else { lead };
+    let kept = context.prefix.len() - lead.len();
+    context.prefix.truncate(kept);
     let (prompt, stops) = match family {
         Some(f) => (f.render(&context), f.stop()),
         None => (context.prefix.clone(), Vec::new()),
     };
     let max_tokens = if m == Mode::MultiLine { limits.multi_line } else { limits.single_line };
-    let stopper = Stopper::new(m, &context.prefix, &context.suffix, stops);
+    let stopper = Stopper::new(m, &context.prefix, &context.suffix, stops).lead(lead);
     Plan { context, prompt, mode: m, max_tokens, stopper }
 }
 

@@ -17,7 +17,7 @@ pub enum Mode {
     MultiLine,
 }
 
-const OPENERS: [&str; 7] = [":", "{", "(", "[", "=>", "->", "="];
+const OPENERS: [&str; 6] = [":", "{", "(", "[", "=>", "->"];
 const CLOSERS: &str = ")]}";
 
 /// Whether a line (trimmed) opens a block whose body comes on the next lines.
@@ -61,6 +61,9 @@ pub struct Stopper {
     text: String,
     /// Where the suggestion ends in `text`, once known.
     end: Option<usize>,
+    /// Whitespace the cursor's line ended with, left out of the prompt: the model writes it
+    /// again before its first word, and it is taken off.
+    lead: String,
 }
 
 impl Stopper {
@@ -74,7 +77,15 @@ impl Stopper {
             max_lines: 16,
             text: String::new(),
             end: None,
+            lead: String::new(),
         }
+    }
+
+    /// Says that the prompt's prefix left out `ws`, the whitespace before the cursor: a
+    /// suggestion that starts with it loses it.
+    pub fn lead(mut self, ws: &str) -> Stopper {
+        ws.clone_into(&mut self.lead);
+        self
     }
 
     /// Sets the most lines a multi-line suggestion may have (default 16).
@@ -108,6 +119,9 @@ impl Stopper {
     pub fn finish(self) -> String {
         let end = self.end.unwrap_or(self.text.len());
         let mut out = self.text[..end].to_owned();
+        if !self.lead.is_empty() && out.starts_with(&self.lead) {
+            out.drain(..self.lead.len());
+        }
         if self.mode == Mode::MultiLine || out.contains('\n') {
             trim_repeated_lines(&mut out, &self.suffix);
             let kept = out.trim_end().len();

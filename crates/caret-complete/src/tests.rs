@@ -266,3 +266,21 @@ fn debounce_follows_the_typing_rhythm() {
     (0..6).for_each(|i| fast.keystroke(t0 + ms(20 * i)));
     assert_eq!(fast.delay(), ms(25));
 }
+
+#[test]
+fn spaces_before_the_cursor_leave_the_prompt_and_the_suggestion() {
+    use crate::plan::{Limits, plan};
+    let text = "def f(w, h):\n    p = \n";
+    let cursor = text.find("= ").unwrap() + 2;
+    let mut p = plan(text, cursor, Some("f.py"), &[], Budget::default(), Some(&Family::QwenCoder), Limits::default());
+    assert!(p.prompt.contains("    p =<|fim_suffix|>"), "{}", p.prompt);
+    assert!(p.stopper.push(" 2 * (w + h)\n"));
+    assert_eq!(p.stopper.finish(), "2 * (w + h)");
+    // A suggestion without the space keeps what it has; indentation alone stays in the prompt.
+    let mut p = plan(text, cursor, None, &[], Budget::default(), Some(&Family::QwenCoder), Limits::default());
+    p.stopper.push("w\n");
+    assert_eq!(p.stopper.finish(), "w");
+    let indent = "def f():\n    \n";
+    let p = plan(indent, 13, None, &[], Budget::default(), Some(&Family::QwenCoder), Limits::default());
+    assert!(p.prompt.contains("def f():\n    <|fim_suffix|>"), "{}", p.prompt);
+}

@@ -81,6 +81,13 @@ pub enum BenchCommand {
         /// Context budget in tokens.
         #[arg(long, default_value_t = 1536)]
         budget: usize,
+        /// Share of the budget for the suffix beyond the cursor's line (default: the engine's).
+        #[arg(long)]
+        suffix_share: Option<f32>,
+        /// A custom fill-in-the-middle prompt with `{prefix}`, `{suffix}` (and `{context}`)
+        /// instead of the model family's (e.g. suffix first).
+        #[arg(long)]
+        template: Option<String>,
     },
     /// Model merge of a lazy edit into a ~300-line file with the same local model, plain
     /// decoding vs speculative edits (the file as the draft): tokens/s, speed-up, draft
@@ -172,7 +179,7 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
             }
             bench_embed(&config, &path, chunks, threads, dump.as_deref())
         }
-        BenchCommand::Tab { model, file, lines, threads, budget } => {
+        BenchCommand::Tab { model, file, lines, threads, budget, suffix_share, template } => {
             let lines = match lines {
                 Some(l) => {
                     let (a, b) = l.split_once('-').with_context(|| format!("--lines FIRST-LAST, not {l:?}"))?;
@@ -180,7 +187,8 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
                 }
                 None => None,
             };
-            crate::bench_tab::run(config, crate::bench_tab::TabBench { model, file, lines, threads, budget })
+            let bench = crate::bench_tab::TabBench { model, file, lines, threads, budget, suffix_share, template };
+            crate::bench_tab::run(config, bench)
         }
         BenchCommand::Merge { model, file, edit, expected, threads } => {
             crate::bench_merge::run(config, crate::bench_merge::MergeBench { model, file, edit, expected, threads })

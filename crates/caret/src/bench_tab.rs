@@ -34,6 +34,9 @@ pub struct TabBench {
     pub lines: Option<(usize, usize)>,
     pub threads: Option<usize>,
     pub budget: usize,
+    pub suffix_share: Option<f32>,
+    /// A custom FIM prompt.
+    pub template: Option<String>,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -66,8 +69,17 @@ pub fn run(config: &Config, args: TabBench) -> anyhow::Result<ExitCode> {
     let provider: Arc<dyn Provider> = local.clone();
     let mut gateway = Gateway::new(GatewaySettings::default());
     gateway.add_alias("tab", vec![Deployment::new("local", provider, "local", 0, 1, DeploymentLimits::default())]);
-    let family = Family::guess(&path.to_string_lossy());
-    let budget = Budget { tokens: args.budget, ..Budget::default() };
+    let family = match &args.template {
+        Some(prompt) => {
+            let stop = Family::guess(&path.to_string_lossy()).map(|f| f.stop()).unwrap_or_default();
+            Some(Family::Custom(caret_complete::Template { prompt: prompt.clone(), stop }))
+        }
+        None => Family::guess(&path.to_string_lossy()),
+    };
+    let mut budget = Budget { tokens: args.budget, ..Budget::default() };
+    if let Some(share) = args.suffix_share {
+        budget.suffix_share = share.clamp(0.0, 0.9);
+    }
     let source = Source::Model { backend: Backend::Embedded(Arc::new(gateway)), family: family.clone() };
     let completer = Completer::new(source, "tab".to_owned(), budget);
     println!(

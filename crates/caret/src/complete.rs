@@ -109,6 +109,18 @@ impl Completer {
         Completer { source, model, budget, cache: Mutex::new(Cache::default()) }
     }
 
+    /// Uses a custom fill-in-the-middle template (the engine here only: a server's engine
+    /// uses its own).
+    pub fn set_template(&mut self, template: caret_complete::Template) -> anyhow::Result<()> {
+        match &mut self.source {
+            Source::Model { family, .. } => {
+                *family = Some(Family::Custom(template));
+                Ok(())
+            }
+            Source::Remote { .. } => anyhow::bail!("a custom template needs the embedded engine (not --server)"),
+        }
+    }
+
     /// The model alias.
     pub fn model(&self) -> &str {
         &self.model

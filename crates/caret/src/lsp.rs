@@ -7,7 +7,8 @@
 //! clients without inline completion. A newer request for a document cancels the one in
 //! flight for it, and `$/cancelRequest` cancels by id — either way the task is aborted, which
 //! drops the model's stream and stops generation. Settings come in `initializationOptions`:
-//! `model`, `family`, `budget`, `debounce_ms`.
+//! `model`, `family`, `template` (a custom fill-in-the-middle prompt), `budget`,
+//! `suffix_share`, `debounce_ms` (the debounce's floor).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -275,15 +276,27 @@ pub fn run(config: &Config, args: LspArgs) -> anyhow::Result<ExitCode> {
 
 /// The completer from the config and `initializationOptions`; `None` without models.
 fn connect(config: &Config, args: &LspArgs, opts: &Value) -> anyhow::Result<Option<Completer>> {
-    let budget = caret_server::tab::budget(opts["budget"].as_u64().map(|t| usize::try_from(t).unwrap_or(usize::MAX)));
-    crate::complete::connect(
+    let mut budget = caret_server::tab::budget(opts["budget"].as_u64().map(|t| usize::try_from(t).unwrap_or(usize::MAX)));
+    if let Some(share) = opts["suffix_share"].as_f64() {
+        budget.suffix_share = (share as f32).clamp(0.0, 0.9);
+    }
+    let completer = crate::complete::connect(
         config,
         args.server.as_deref(),
         args.token.as_deref(),
         opts["model"].as_str(),
         opts["family"].as_str(),
         budget,
-    )
+    )?;
+    match (completer, opts.get("template")) {
+        (Some(mut c), Some(t)) if !t.is_null() => {
+            let template: caret_complete::Template = serde_json::from_value(t.clone())
+                .context("initializationOptions.template: {\"prompt\": \"…{prefix}…{suffix}…\", \"stop\": […]}")?;
+            c.set_template(template)?;
+            Ok(Some(c))
+        }
+        (c, _) => Ok(c),
+    }
 }
 
 /// Answers a completion request in its own task, cancelling the document's older one.
