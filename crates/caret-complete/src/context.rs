@@ -55,6 +55,9 @@ impl Default for Budget {
     }
 }
 
+/// Lines a cut prefix starts at a multiple of.
+pub const ALIGN: usize = 16;
+
 /// A token count without a tokenizer: code runs about 3 to 4 bytes a token in the BPE
 /// vocabularies of code models; 3 errs on the side of fitting.
 pub fn approx_tokens(text: &str) -> usize {
@@ -97,7 +100,21 @@ pub fn assemble(
     let rest = budget.tokens.saturating_sub(current);
     let suffix_budget = (rest as f32 * budget.suffix_share) as usize;
     let prefix_budget = rest.saturating_sub(suffix_budget).saturating_sub(snippet_cap.min(rest / 2));
-    let prefix_head = take_lines_back(&before[..line_start], prefix_budget, count);
+    let above = &before[..line_start];
+    let mut prefix_head = take_lines_back(above, prefix_budget, count);
+    // The prefix starts on a multiple of ALIGN lines, so that it stays put while the user
+    // types (and a new line moves it only every ALIGN lines): a prompt whose start moved is
+    // prefilled again from scratch, whatever the KV cache holds.
+    if prefix_head.len() < above.len() {
+        let dropped = above[..above.len() - prefix_head.len()].matches('\n').count();
+        let more = dropped.next_multiple_of(ALIGN) - dropped;
+        for _ in 0..more {
+            match prefix_head.find('\n') {
+                Some(i) => prefix_head = &prefix_head[i + 1..],
+                None => prefix_head = "",
+            }
+        }
+    }
     let prefix_start = line_start - prefix_head.len();
     // The enclosing scope's head, when the prefix does not reach it.
     if let Some(head) = scope_head(before, line_start)

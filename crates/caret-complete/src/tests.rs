@@ -284,3 +284,29 @@ fn spaces_before_the_cursor_leave_the_prompt_and_the_suggestion() {
     let p = plan(indent, 13, None, &[], Budget::default(), Some(&Family::QwenCoder), Limits::default());
     assert!(p.prompt.contains("def f():\n    <|fim_suffix|>"), "{}", p.prompt);
 }
+
+#[test]
+fn a_cut_prefix_stays_put_while_typing() {
+    use crate::context::ALIGN;
+    let mut text: String = (0..400).map(|i| format!("value_{i} = compute({i})\n")).collect();
+    let budget = Budget { tokens: 300, ..Budget::default() };
+    let first_line = |text: &str, cursor: usize| {
+        let c = assemble(text, cursor, None, &[], budget, &approx_tokens);
+        let start = cursor - c.prefix.len();
+        assert!(start == 0 || text.as_bytes()[start - 1] == b'\n');
+        text[..start].matches('\n').count()
+    };
+    let mut cursor = text.match_indices('\n').nth(299).unwrap().0 + 1;
+    let start = first_line(&text, cursor);
+    assert!(start > 0 && start % ALIGN == 0, "{start}");
+    // Typing on the line, then on new lines: the prefix's first line moves only in steps.
+    let mut starts = Vec::new();
+    for c in "total = sum(values)\nprint(total)\nreturn total\n".chars() {
+        text.insert(cursor, c);
+        cursor += c.len_utf8();
+        starts.push(first_line(&text, cursor));
+    }
+    assert!(starts.iter().all(|s| s % ALIGN == 0), "{starts:?}");
+    let moves = starts.windows(2).filter(|w| w[0] != w[1]).count();
+    assert!(moves <= 1, "{starts:?}");
+}
