@@ -5,7 +5,8 @@
 (require 'python)
 (setq eglot-sync-connect 120
       eglot-connect-timeout 120
-      eglot-confirm-server-initiated-edits nil)
+      eglot-confirm-server-initiated-edits nil
+      jsonrpc-default-request-timeout 120)
 (let* ((caret (getenv "CARET_BIN"))
        (file (expand-file-name "shapes.py" (getenv "WS")))
        (lines '()))
