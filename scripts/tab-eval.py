@@ -20,7 +20,7 @@ model and the template guessed for it, exactly what an editor gets) and
   from a previous keystroke).
 
     scripts/tab-eval.py [--caret BIN] [--model-dir DIR] [--kinds line,block] [--limit N]
-                        [--work DIR] [--json OUT] [--failures N] [--oracle]
+                        [--work DIR] [--json OUT] [--failures N] [--init JSON] [--oracle]
 
 --model-dir: a local GGUF model directory (default: the `tab` alias of caret's config).
 """
@@ -151,6 +151,8 @@ def main():
     ap.add_argument("--work", default="/tmp/caret-tab-eval")
     ap.add_argument("--json", help="write every task's outcome here")
     ap.add_argument("--failures", type=int, default=3, help="show this many misses per kind")
+    ap.add_argument("--init", default="{}",
+                    help="more initializationOptions, as JSON (e.g. a template or suffix_share)")
     ap.add_argument("--oracle", action="store_true",
                     help="check the harness: fill in the masked text itself (every task must pass)")
     args = ap.parse_args()
@@ -175,7 +177,7 @@ def main():
         sys.exit(1 if bad else 0)
     lsp = Lsp(args.caret, home)
     init = lsp.request("initialize", {"processId": None, "rootUri": None, "capabilities": {},
-                                      "initializationOptions": {"debounce_ms": 0}})
+                                      "initializationOptions": {"debounce_ms": 0, **json.loads(args.init)}})
     if "error" in init:
         sys.exit(f"caret lsp: {init['error']['message']}")
     model = init["result"]["serverInfo"].get("model")
