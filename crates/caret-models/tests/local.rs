@@ -102,13 +102,17 @@ async fn limits_stops_and_streams_behave_as_the_api_says() {
     assert_eq!(finish, Some(FinishReason::Stop));
     assert!(text.contains("16") && !text.contains("17"), "{text:?}");
 
-    // A caller that goes away mid-stream frees the engine for the next request.
+    // A caller that goes away mid-stream stops generation (cancellation reaches the engine,
+    // well before the 200-token limit) and frees it for the next request.
+    let before = model.stats();
     let mut stream = model.complete(completion(count, None, 200)).await.unwrap();
     let _ = stream.next().await.unwrap().unwrap();
     drop(stream);
     let (text, _, _) =
         caret_models::collect_completion(model.complete(completion("Hello", None, 3)).await.unwrap()).await.unwrap();
     assert!(!text.is_empty());
+    let generated = model.stats().generated_tokens - before.generated_tokens;
+    assert!(generated < 40, "{generated} tokens generated for a stream dropped after its first");
     assert!(model.health().await.is_ok());
 }
 
