@@ -7,7 +7,8 @@ is its prompt plus its canonical solution, and one task masks part of the soluti
 
 - `line`: one line of the solution (the middle statement line), from its indentation to its
   end; the cursor sits after the indentation, the following lines are the suffix;
-- `block`: three lines from that statement on (fewer at the end of the function).
+- `block`: the body of the solution's first compound statement (after a line ending with
+  `:`), up to 4 lines; problems without one have no block task.
 
 Each masked document is opened in one `caret lsp` process (the embedded default: the local
 model and the template guessed for it, exactly what an editor gets) and
@@ -62,8 +63,21 @@ def make_task(problem, kind):
     lines, code = statement_lines(solution)
     if not code:
         return None
-    first = code[len(code) // 2]
-    last = first if kind == "line" else min(first + 2, len(lines) - 1)
+    if kind == "line":
+        first = last = code[len(code) // 2]
+    else:
+        # The body of the solution's first compound statement (the lines after one ending
+        # with `:`, up to the dedent), at most 4 lines: the cursor sits where a block starts.
+        opener = next((i for i in code if lines[i].rstrip().endswith(":") and i + 1 < len(lines)), None)
+        if opener is None:
+            return None
+        depth = len(lines[opener]) - len(lines[opener].lstrip())
+        body = [i for i in range(opener + 1, len(lines))]
+        end = next((i for i in body if lines[i].strip() and len(lines[i]) - len(lines[i].lstrip()) <= depth), len(lines))
+        body = [i for i in range(opener + 1, end) if lines[i].strip()]
+        if not body:
+            return None
+        first, last = body[0], body[min(len(body), 4) - 1]
     indent = len(lines[first]) - len(lines[first].lstrip())
     head = prompt + "".join(lines[:first]) + lines[first][:indent]
     masked = "".join(lines[first:last + 1])[indent:].rstrip("\n")

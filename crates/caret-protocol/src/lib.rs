@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod agent;
 pub mod apply;
 pub mod complete;
 pub mod llm;

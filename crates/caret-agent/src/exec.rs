@@ -1,0 +1,89 @@
+//! Running one model turn's tool calls.
+//!
+//! Calls are taken in the order the model gave them and cut into batches: a run of read-only
+//! calls is one batch, run concurrently; a call that may change something is a batch of its
+//! own, run after everything before it finished and before anything after it starts. So
+//! reads see the writes the model put before them, and ten reads cost about the slowest one.
+//! Results come back in call order whatever order they finished in.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::tools::{Ctx, Registry};
+
+/// A tool call as the model made it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    /// The model's id for it.
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// Its arguments.
+    pub arguments: Value,
+}
+
+/// What a call gave.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// The call's id.
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// Whether it succeeded.
+    pub ok: bool,
+    /// What the model reads (on failure: why).
+    pub output: String,
+    /// How long it ran.
+    pub duration: Duration,
+}
+
+/// Runs one call.
+async fn run_one(tools: &Registry, call: &Call, ctx: &Ctx) -> Outcome {
+    let started = Instant::now();
+    let result = match tools.get(&call.name) {
+        Some(tool) => tool.call(call.arguments.clone(), ctx).await,
+        None => Err(crate::tools::ToolError::new(format!("there is no tool named {:?}", call.name))),
+    };
+    let (ok, output) = match result {
+        Ok(out) => (true, out),
+        Err(e) => (false, format!("error: {e}")),
+    };
+    Outcome { id: call.id.clone(), name: call.name.clone(), ok, output, duration: started.elapsed() }
+}
+
+/// Whether a call only reads (unknown tools count as read-only: they fail without effect).
+fn reads_only(tools: &Registry, call: &Call) -> bool {
+    tools.get(&call.name).is_none_or(|t| t.spec().read_only)
+}
+
+/// Runs a turn's calls (see the module's description); `on_start` and `on_end` are told of
+/// each call as it starts and ends (for the front end's events).
+pub async fn run_calls(
+    tools: &Registry,
+    calls: &[Call],
+    ctx: &Arc<Ctx>,
+    on_start: &(dyn Fn(&Call) + Sync),
+    on_end: &(dyn Fn(&Outcome) + Sync),
+) -> Vec<Outcome> {
+    let mut out = Vec::with_capacity(calls.len());
+    let mut i = 0;
+    while i < calls.len() {
+        let mut j = i + 1;
+        if reads_only(tools, &calls[i]) {
+            while j < calls.len() && reads_only(tools, &calls[j]) {
+                j += 1;
+            }
+        }
+        let batch = calls[i..j].iter().map(|call| async move {
+            on_start(call);
+            let outcome = run_one(tools, call, ctx).await;
+            on_end(&outcome);
+            outcome
+        });
+        out.extend(futures::future::join_all(batch).await);
+        i = j;
+    }
+    out
+}

@@ -1,0 +1,174 @@
+//! The agent's tools: what each one is (name, description, JSON schema, whether it only
+//! reads), how it is called, and how its output is cut down to what a model should read.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+pub mod fs;
+pub mod grep;
+
+/// What a tool tells the model about itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spec {
+    /// The name the model calls it by.
+    pub name: &'static str,
+    /// What it does and when to use it.
+    pub description: &'static str,
+    /// JSON schema of its arguments.
+    pub parameters: Value,
+    /// It changes nothing: calls of read-only tools run concurrently.
+    pub read_only: bool,
+}
+
+/// Why a call failed; the message is what the model reads.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ToolError(pub String);
+
+impl ToolError {
+    /// An error with this message.
+    pub fn new(message: impl Into<String>) -> ToolError {
+        ToolError(message.into())
+    }
+}
+
+/// Result alias of tools.
+pub type ToolResult<T = String> = Result<T, ToolError>;
+
+/// What every call can see: the workspace it works in.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    /// The workspace root (canonical).
+    pub root: PathBuf,
+    /// Most bytes of output a call returns before it is cut.
+    pub max_output_bytes: usize,
+}
+
+impl Ctx {
+    /// A context for the workspace at `root`.
+    pub fn new(root: &Path) -> std::io::Result<Ctx> {
+        Ok(Ctx { root: std::fs::canonicalize(root)?, max_output_bytes: 32 * 1024 })
+    }
+
+    /// The absolute path of `rel` (workspace-relative, or absolute inside the workspace). A
+    /// path that leaves the workspace — by `..`, or by a symbolic link pointing outside — is
+    /// refused.
+    pub fn resolve(&self, rel: &str) -> ToolResult<PathBuf> {
+        let given = Path::new(rel);
+        let joined = if given.is_absolute() { given.to_path_buf() } else { self.root.join(given) };
+        // Lexically first (for paths that do not exist yet)...
+        let mut clean = PathBuf::new();
+        for c in joined.components() {
+            match c {
+                Component::ParentDir => {
+                    clean.pop();
+                }
+                Component::CurDir => {}
+                other => clean.push(other),
+            }
+        }
+        if !clean.starts_with(&self.root) {
+            return Err(ToolError::new(format!("{rel} is outside the workspace")));
+        }
+        // ...then through links, for what exists (the deepest existing ancestor).
+        let mut existing = clean.as_path();
+        while !existing.exists() {
+            match existing.parent() {
+                Some(p) => existing = p,
+                None => break,
+            }
+        }
+        if let Ok(real) = std::fs::canonicalize(existing)
+            && !real.starts_with(&self.root)
+        {
+            return Err(ToolError::new(format!("{rel} leads outside the workspace (a symbolic link)")));
+        }
+        Ok(clean)
+    }
+
+    /// `path` relative to the workspace root, `/`-separated.
+    pub fn relative(&self, path: &Path) -> String {
+        let rel = path.strip_prefix(&self.root).unwrap_or(path);
+        let s = rel.to_string_lossy().replace('\\', "/");
+        if s.is_empty() { ".".to_owned() } else { s }
+    }
+}
+
+/// A tool.
+#[async_trait::async_trait]
+pub trait Tool: Send + Sync {
+    /// What it is.
+    fn spec(&self) -> &Spec;
+    /// Runs it with the model's arguments.
+    async fn call(&self, args: Value, ctx: &Ctx) -> ToolResult;
+}
+
+/// The tools an agent has, by name.
+#[derive(Clone, Default)]
+pub struct Registry {
+    tools: BTreeMap<&'static str, Arc<dyn Tool>>,
+}
+
+impl Registry {
+    /// The read-only workspace tools: `read_file`, `list_dir`, `glob`, `grep`.
+    pub fn read_only() -> Registry {
+        let mut r = Registry::default();
+        r.add(Arc::new(fs::ReadFile::new()));
+        r.add(Arc::new(fs::ListDir::new()));
+        r.add(Arc::new(fs::Glob::new()));
+        r.add(Arc::new(grep::Grep::new()));
+        r
+    }
+
+    /// Adds (or replaces) a tool.
+    pub fn add(&mut self, tool: Arc<dyn Tool>) {
+        self.tools.insert(tool.spec().name, tool);
+    }
+
+    /// A tool by name.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.get(name)
+    }
+
+    /// Every tool's spec, by name.
+    pub fn specs(&self) -> Vec<&Spec> {
+        self.tools.values().map(|t| t.spec()).collect()
+    }
+}
+
+/// A string argument.
+pub(crate) fn string_arg<'a>(args: &'a Value, name: &str) -> ToolResult<&'a str> {
+    args.get(name)
+        .and_then(Value::as_str)
+        .ok_or_else(|| ToolError::new(format!("missing string argument `{name}`")))
+}
+
+/// An optional non-negative integer argument.
+pub(crate) fn usize_arg(args: &Value, name: &str) -> ToolResult<Option<usize>> {
+    match args.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| ToolError::new(format!("`{name}` must be a non-negative integer"))),
+    }
+}
+
+/// Cuts `text` to at most `max_bytes` at a line boundary, with a note saying how much was
+/// left out and how to see it (`hint`).
+pub fn truncate(text: String, max_bytes: usize, hint: &str) -> String {
+    if text.len() <= max_bytes {
+        return text;
+    }
+    let mut cut = max_bytes;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let cut = text[..cut].rfind('\n').map_or(cut, |i| i + 1);
+    let left = text[cut..].lines().count();
+    format!("{}[output truncated: {left} more lines, {} more bytes; {hint}]\n", &text[..cut], text.len() - cut)
+}

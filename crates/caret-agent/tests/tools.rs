@@ -1,0 +1,159 @@
+//! The workspace tools on a real directory, and the executor's batching.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use caret_agent::exec::{Call, run_calls};
+use caret_agent::tools::{Ctx, Registry, Spec, Tool, ToolResult};
+use caret_test_support::TempDir;
+use serde_json::{Value, json};
+
+fn workspace() -> TempDir {
+    let dir = TempDir::new();
+    dir.write("src/lib.rs", "pub fn add(a: u32, b: u32) -> u32 {\n    a + b\n}\n\npub fn sub(a: u32, b: u32) -> u32 {\n    a - b\n}\n");
+    dir.write("src/main.rs", "fn main() {\n    println!(\"{}\", mylib::add(1, 2));\n}\n");
+    dir.write(".gitignore", "target/\n");
+    dir.write("target/debug/out.rs", "pub fn add_generated() {}\n");
+    dir.write(".caretignore", "secret.txt\n");
+    dir.write("secret.txt", "pub fn add_secret() {}\n");
+    dir.write_bytes("logo.png", &[0x89, b'P', b'N', b'G', 0, 0, 1, 2]);
+    let long: String = (1..=1000).map(|i| format!("line {i}\n")).collect();
+    dir.write("docs/long.txt", &long);
+    dir
+}
+
+async fn call(ctx: &Ctx, name: &str, args: Value) -> ToolResult {
+    Registry::read_only().get(name).unwrap().call(args, ctx).await
+}
+
+#[tokio::test]
+async fn read_file_numbers_lines_reads_ranges_and_refuses_what_it_should() {
+    let dir = workspace();
+    let ctx = Ctx::new(dir.path()).unwrap();
+    let out = call(&ctx, "read_file", json!({"path": "src/lib.rs"})).await.unwrap();
+    assert!(out.starts_with("1| pub fn add(a: u32, b: u32) -> u32 {\n2|     a + b\n"), "{out}");
+    let out = call(&ctx, "read_file", json!({"path": "docs/long.txt"})).await.unwrap();
+    assert!(out.contains("400| line 400\n") && !out.contains("line 401\n"));
+    assert!(out.contains("[lines 1-400 of 1000; read on with start_line=401]"), "{out}");
+    let out = call(&ctx, "read_file", json!({"path": "docs/long.txt", "start_line": 998, "end_line": 2000})).await;
+    assert_eq!(out.unwrap(), " 998| line 998\n 999| line 999\n1000| line 1000\n");
+    let err = |r: ToolResult| r.unwrap_err().to_string();
+    assert!(err(call(&ctx, "read_file", json!({"path": "logo.png"})).await).contains("binary"));
+    assert!(err(call(&ctx, "read_file", json!({"path": "../outside.txt"})).await).contains("outside the workspace"));
+    assert!(err(call(&ctx, "read_file", json!({"path": "/etc/passwd"})).await).contains("outside the workspace"));
+    assert!(err(call(&ctx, "read_file", json!({"path": "nope.rs"})).await).contains("nope.rs"));
+    assert!(err(call(&ctx, "read_file", json!({"path": "src"})).await).contains("directory"));
+    assert!(err(call(&ctx, "read_file", json!({})).await).contains("`path`"));
+    assert!(err(call(&ctx, "read_file", json!({"path": "src/lib.rs", "start_line": 50})).await).contains("past"));
+    // A link that points out of the workspace is refused too.
+    let outside = TempDir::new();
+    outside.write("key", "secret\n");
+    dir.symlink(outside.join("key"), "link");
+    assert!(err(call(&ctx, "read_file", json!({"path": "link"})).await).contains("outside the workspace"));
+}
+
+#[tokio::test]
+async fn big_outputs_are_cut_with_a_note() {
+    let dir = workspace();
+    let mut ctx = Ctx::new(dir.path()).unwrap();
+    ctx.max_output_bytes = 200;
+    let out = call(&ctx, "read_file", json!({"path": "docs/long.txt"})).await.unwrap();
+    assert!(out.len() < 320, "{}", out.len());
+    assert!(out.contains("[output truncated: ") && out.contains("ask for a smaller line range"), "{out}");
+}
+
+#[tokio::test]
+async fn list_glob_and_grep_honour_ignore_rules() {
+    let dir = workspace();
+    let ctx = Ctx::new(dir.path()).unwrap();
+    let out = call(&ctx, "list_dir", json!({})).await.unwrap();
+    assert!(out.starts_with("docs/\nsrc/\n"), "{out}");
+    assert!(out.contains("logo.png  (8 bytes)") && !out.contains("target") && !out.contains("secret.txt"), "{out}");
+    let out = call(&ctx, "glob", json!({"pattern": "**/*.rs"})).await.unwrap();
+    assert_eq!(out, "src/lib.rs\nsrc/main.rs\n");
+    assert_eq!(call(&ctx, "glob", json!({"pattern": "*.rs"})).await.unwrap(), "no files match *.rs\n");
+    let out = call(&ctx, "grep", json!({"pattern": r"fn add\w*"})).await.unwrap();
+    assert_eq!(out, "src/lib.rs:1: pub fn add(a: u32, b: u32) -> u32 {\n");
+    let out = call(&ctx, "grep", json!({"pattern": "ADD", "case_insensitive": true, "glob": "main.rs"})).await.unwrap();
+    assert_eq!(out, "src/main.rs:2:     println!(\"{}\", mylib::add(1, 2));\n");
+    let out = call(&ctx, "grep", json!({"pattern": "line", "path": "docs", "max_matches": 2})).await.unwrap();
+    assert!(out.ends_with("[998 more matching lines not shown; narrow with path or glob]\n"), "{out}");
+    assert!(call(&ctx, "grep", json!({"pattern": "("})).await.unwrap_err().to_string().contains("bad pattern"));
+}
+
+/// A test double: sleeps, and records when it ran.
+struct Sleeper {
+    spec: Spec,
+    log: Arc<Mutex<Vec<String>>>,
+    running: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+}
+
+#[async_trait::async_trait]
+impl Tool for Sleeper {
+    fn spec(&self) -> &Spec {
+        &self.spec
+    }
+
+    async fn call(&self, args: Value, _ctx: &Ctx) -> ToolResult {
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        self.log.lock().unwrap().push(format!("start {}", args["tag"].as_str().unwrap()));
+        tokio::time::sleep(Duration::from_millis(args["ms"].as_u64().unwrap())).await;
+        self.log.lock().unwrap().push(format!("end {}", args["tag"].as_str().unwrap()));
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        Ok(args["tag"].as_str().unwrap().to_owned())
+    }
+}
+
+#[tokio::test]
+async fn reads_run_together_writes_alone_and_results_keep_call_order() {
+    let dir = workspace();
+    let ctx = Arc::new(Ctx::new(dir.path()).unwrap());
+    let (log, running, most) = (Arc::default(), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut tools = Registry::read_only();
+    for (name, read_only) in [("look", true), ("write", false)] {
+        let spec = Spec { name, description: "test double", parameters: json!({}), read_only };
+        tools.add(Arc::new(Sleeper { spec, log: Arc::clone(&log), running: running.clone(), most: most.clone() }));
+    }
+    let c = |id: &str, name: &str, tag: &str, ms: u64| Call {
+        id: id.into(),
+        name: name.into(),
+        arguments: json!({"tag": tag, "ms": ms}),
+    };
+    // Ten reads of 200 ms each, one slower: about the slowest, not the sum.
+    let mut reads: Vec<Call> = (0..9).map(|i| c(&format!("r{i}"), "look", &format!("r{i}"), 200)).collect();
+    reads.insert(3, c("slow", "look", "slow", 300));
+    let started = Instant::now();
+    let outs = run_calls(&tools, &reads, &ctx, &|_| {}, &|_| {}).await;
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(1_000), "{took:?}");
+    assert_eq!(most.load(Ordering::SeqCst), 10);
+    let ids: Vec<&str> = outs.iter().map(|o| o.id.as_str()).collect();
+    assert_eq!(ids, reads.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), "results in call order");
+    assert_eq!(outs[3].output, "slow");
+
+    // A write waits for the reads before it, and the reads after it wait for it.
+    log.lock().unwrap().clear();
+    let calls = vec![
+        c("a", "look", "a", 100),
+        c("b", "look", "b", 50),
+        c("w", "write", "w", 50),
+        c("x", "read_file", "x", 0),
+        c("d", "look", "d", 10),
+        c("z", "missing_tool", "z", 0),
+    ];
+    let started_ids = Mutex::new(Vec::new());
+    let outs = run_calls(&tools, &calls, &ctx, &|call| started_ids.lock().unwrap().push(call.id.clone()), &|_| {}).await;
+    let log = log.lock().unwrap().clone();
+    let at = |e: &str| log.iter().position(|l| l == e).unwrap();
+    assert!(at("end a") < at("start w") && at("end b") < at("start w"), "{log:?}");
+    assert!(at("end w") < at("start d"), "{log:?}");
+    assert_eq!(started_ids.lock().unwrap().len(), 6);
+    assert!(!outs[3].ok && outs[3].output.contains("`path`"), "{:?}", outs[3]);
+    assert!(!outs[5].ok && outs[5].output.contains("no tool named"), "{:?}", outs[5]);
+    assert_eq!(outs.iter().map(|o| o.id.as_str()).collect::<Vec<_>>(), ["a", "b", "w", "x", "d", "z"]);
+}

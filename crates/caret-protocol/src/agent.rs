@@ -1,0 +1,213 @@
+//! The agent's protocol: submissions in ([`Op`]), events out ([`Event`]). Every front end —
+//! the terminal UI, `caret exec` (JSON lines), the server's SSE stream — speaks it, and a
+//! session is persisted as the JSON lines of these events.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What a front end submits to a running agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Op {
+    /// The user's message: starts a turn (or is queued until the current one ends).
+    UserInput {
+        /// The text.
+        text: String,
+    },
+    /// Stop the current turn: the model call and running tools are cancelled.
+    Interrupt,
+    /// The answer to an [`Event::ApprovalRequest`].
+    Approval {
+        /// The tool call it answers.
+        call_id: String,
+        /// What the user decided.
+        decision: Decision,
+    },
+    /// End the session.
+    Shutdown,
+}
+
+/// An approval decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// Run it, this once.
+    Approve,
+    /// Run it, and commands starting the same way for the rest of the session.
+    ApproveForSession,
+    /// Do not run it; the model is told it was refused.
+    Deny,
+}
+
+/// What the agent tells its front ends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Event {
+    /// The session is ready.
+    SessionConfigured {
+        /// The session's id (what `--resume` takes).
+        session_id: String,
+        /// The model alias.
+        model: String,
+        /// The workspace root.
+        cwd: String,
+    },
+    /// A turn starts (a user input was taken).
+    TurnBegin {
+        /// Turn number in the session, from 1.
+        turn: u32,
+    },
+    /// A piece of the assistant's text, as it streams.
+    TextDelta {
+        /// The text.
+        text: String,
+    },
+    /// A tool call starts.
+    ToolCallBegin {
+        /// The call's id (the model's).
+        call_id: String,
+        /// The tool.
+        name: String,
+        /// Its arguments as the model gave them.
+        arguments: Value,
+    },
+    /// A tool call ended.
+    ToolCallEnd {
+        /// The call's id.
+        call_id: String,
+        /// The tool.
+        name: String,
+        /// Whether it succeeded (a failure's output says why).
+        ok: bool,
+        /// What the model is told (truncated, with a note saying so).
+        output: String,
+        /// How long it ran.
+        duration_ms: f64,
+    },
+    /// A file was changed by a tool.
+    FileChange {
+        /// Workspace-relative path.
+        path: String,
+        /// What happened.
+        kind: ChangeKind,
+        /// A unified diff of the change.
+        diff: String,
+    },
+    /// The todo list changed.
+    TodoUpdate {
+        /// The whole list.
+        items: Vec<TodoItem>,
+    },
+    /// A tool call waits for the user's decision (answer with [`Op::Approval`]).
+    ApprovalRequest {
+        /// The call.
+        call_id: String,
+        /// The command (or what the call does).
+        command: String,
+        /// Why it needs approval.
+        reason: String,
+    },
+    /// Tokens used by a model call.
+    TokenUsage {
+        /// Prompt tokens.
+        prompt_tokens: u32,
+        /// Generated tokens.
+        completion_tokens: u32,
+        /// Prompt tokens of the whole conversation against the model's window, after this call.
+        context_tokens: u32,
+        /// The model's window.
+        context_window: u32,
+    },
+    /// Something went wrong (the turn may go on).
+    Error {
+        /// What.
+        message: String,
+    },
+    /// A turn ended.
+    TurnEnd {
+        /// Its number.
+        turn: u32,
+        /// Why.
+        reason: TurnEnd,
+    },
+}
+
+/// How a file changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    /// Created.
+    Add,
+    /// Edited.
+    Update,
+    /// Deleted.
+    Delete,
+}
+
+/// Why a turn ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnEnd {
+    /// The model answered without calling tools.
+    Done,
+    /// The user interrupted it.
+    Interrupted,
+    /// The step limit was reached.
+    StepLimit,
+    /// A model error the turn could not recover from.
+    Failed,
+}
+
+/// One entry of the agent's todo list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TodoItem {
+    /// Stable id.
+    pub id: String,
+    /// What to do.
+    pub content: String,
+    /// Where it stands.
+    pub status: TodoStatus,
+}
+
+/// A todo's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TodoStatus {
+    /// Not started.
+    Pending,
+    /// Being worked on.
+    InProgress,
+    /// Finished.
+    Completed,
+    /// Dropped.
+    Cancelled,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn ops_and_events_are_tagged_json() {
+        let op: Op = serde_json::from_value(json!({"type": "user_input", "text": "add a test"})).unwrap();
+        assert_eq!(op, Op::UserInput { text: "add a test".into() });
+        let op: Op =
+            serde_json::from_value(json!({"type": "approval", "call_id": "c1", "decision": "approve_for_session"}))
+                .unwrap();
+        assert_eq!(op, Op::Approval { call_id: "c1".into(), decision: Decision::ApproveForSession });
+        assert!(serde_json::from_value::<Op>(json!({"type": "user_input"})).is_err());
+        assert!(serde_json::from_value::<Op>(json!({"type": "nope"})).is_err());
+        let e = Event::TurnEnd { turn: 2, reason: TurnEnd::Interrupted };
+        assert_eq!(serde_json::to_value(&e).unwrap(), json!({"type": "turn_end", "turn": 2, "reason": "interrupted"}));
+        let todo = Event::TodoUpdate {
+            items: vec![TodoItem { id: "1".into(), content: "write it".into(), status: TodoStatus::InProgress }],
+        };
+        let back: Event = serde_json::from_str(&serde_json::to_string(&todo).unwrap()).unwrap();
+        assert_eq!(back, todo);
+    }
+}
