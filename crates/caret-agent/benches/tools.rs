@@ -21,7 +21,8 @@ fn main() {
     std::fs::create_dir_all(dir.join("src")).unwrap();
     // Ten source files of 20,000 lines (~0.9 MB) each.
     for f in 0..10 {
-        let text: String = (0..20_000).map(|i| format!("fn item_{f}_{i}(x: u64) -> u64 {{ x * {i} + {f} }}\n")).collect();
+        let text: String =
+            (0..20_000).map(|i| format!("fn item_{f}_{i}(x: u64) -> u64 {{ x * {i} + {f} }}\n")).collect();
         std::fs::write(dir.join(format!("src/m{f}.rs")), text).unwrap();
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();

@@ -13,7 +13,10 @@ use serde_json::{Value, json};
 
 fn workspace() -> TempDir {
     let dir = TempDir::new();
-    dir.write("src/lib.rs", "pub fn add(a: u32, b: u32) -> u32 {\n    a + b\n}\n\npub fn sub(a: u32, b: u32) -> u32 {\n    a - b\n}\n");
+    dir.write(
+        "src/lib.rs",
+        "pub fn add(a: u32, b: u32) -> u32 {\n    a + b\n}\n\npub fn sub(a: u32, b: u32) -> u32 {\n    a - b\n}\n",
+    );
     dir.write("src/main.rs", "fn main() {\n    println!(\"{}\", mylib::add(1, 2));\n}\n");
     dir.write(".gitignore", "target/\n");
     dir.write("target/debug/out.rs", "pub fn add_generated() {}\n");
@@ -147,7 +150,8 @@ async fn reads_run_together_writes_alone_and_results_keep_call_order() {
         c("z", "missing_tool", "z", 0),
     ];
     let started_ids = Mutex::new(Vec::new());
-    let outs = run_calls(&tools, &calls, &ctx, &|call| started_ids.lock().unwrap().push(call.id.clone()), &|_| {}).await;
+    let outs =
+        run_calls(&tools, &calls, &ctx, &|call| started_ids.lock().unwrap().push(call.id.clone()), &|_| {}).await;
     let log = log.lock().unwrap().clone();
     let at = |e: &str| log.iter().position(|l| l == e).unwrap();
     assert!(at("end a") < at("start w") && at("end b") < at("start w"), "{log:?}");

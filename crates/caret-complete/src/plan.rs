@@ -89,6 +89,7 @@ pub fn window(text: &str, cursor: usize, budget: Budget) -> Range<usize> {
     let start = floor_boundary(text, cursor.saturating_sub(reach));
     let start = if start == 0 { 0 } else { text[start..cursor].find('\n').map_or(start, |i| start + i + 1) };
     let end = floor_boundary(text, cursor.saturating_add(reach));
-    let end = if end == text.len() { end } else { text[..end].rfind('\n').filter(|&i| i >= cursor).map_or(end, |i| i + 1) };
+    let end =
+        if end == text.len() { end } else { text[..end].rfind('\n').filter(|&i| i >= cursor).map_or(end, |i| i + 1) };
     start..end
 }

@@ -161,7 +161,8 @@ impl Completer {
         let multiline = mode(before, after) == Mode::MultiLine;
         let (text_out, first, chunks) = match &self.source {
             Source::Model { backend, family } => {
-                let plan = caret_complete::plan(text, cursor, path, snippets, self.budget, family.as_ref(), Limits::default());
+                let plan =
+                    caret_complete::plan(text, cursor, path, snippets, self.budget, family.as_ref(), Limits::default());
                 let req = CompletionRequest::greedy(self.model.clone(), plan.prompt, plan.max_tokens);
                 let out = drive(backend.complete(req).await?, plan.stopper, started).await?;
                 (out.text, out.first, out.chunks)
@@ -172,7 +173,10 @@ impl Completer {
                     text: text[w.clone()].to_owned(),
                     cursor: cursor - w.start,
                     path: path.map(str::to_owned),
-                    snippets: snippets.iter().map(|s| TabSnippet { path: s.path.clone(), text: s.text.clone() }).collect(),
+                    snippets: snippets
+                        .iter()
+                        .map(|s| TabSnippet { path: s.path.clone(), text: s.text.clone() })
+                        .collect(),
                     model: Some(self.model.clone()),
                     family: family.clone(),
                     budget: Some(self.budget.tokens),
@@ -209,18 +213,17 @@ async fn remote(
 ) -> caret_models::Result<CompleteResponse> {
     use caret_models::Error;
     let endpoint = format!("{}/v1/complete", url.trim_end_matches('/'));
-    let resp = client
-        .post(&endpoint)
-        .bearer_auth(token)
-        .json(req)
-        .send()
-        .await
-        .map_err(|e| Error::Upstream { upstream: endpoint.clone(), status: None, message: e.to_string() })?;
+    let resp = client.post(&endpoint).bearer_auth(token).json(req).send().await.map_err(|e| Error::Upstream {
+        upstream: endpoint.clone(),
+        status: None,
+        message: e.to_string(),
+    })?;
     let status = resp.status();
-    let body = resp
-        .text()
-        .await
-        .map_err(|e| Error::Upstream { upstream: endpoint.clone(), status: None, message: e.to_string() })?;
+    let body = resp.text().await.map_err(|e| Error::Upstream {
+        upstream: endpoint.clone(),
+        status: None,
+        message: e.to_string(),
+    })?;
     if !status.is_success() {
         let message = serde_json::from_str::<caret_protocol::ErrorBody>(&body).map_or(body, |b| b.error.message);
         let status = status.as_u16();
@@ -263,8 +266,13 @@ pub fn connect(
         return Ok(Some(Completer::new(source, model.unwrap_or("tab").to_owned(), budget)));
     }
     let Some((backend, model)) = Backend::connect(config, None, None, model, &["tab"], "tab")? else { return Ok(None) };
-    let models: Vec<String> =
-        config.models.iter().filter(|m| m.alias == model).flat_map(|m| &m.deployments).map(|d| d.model.clone()).collect();
+    let models: Vec<String> = config
+        .models
+        .iter()
+        .filter(|m| m.alias == model)
+        .flat_map(|m| &m.deployments)
+        .map(|d| d.model.clone())
+        .collect();
     let family = family(family_name, &model, &models).map_err(|e| anyhow::anyhow!("--{e}"))?;
     Ok(Some(Completer::new(Source::Model { backend, family }, model, budget)))
 }
@@ -288,12 +296,18 @@ pub fn run(config: &Config, args: CompleteArgs) -> anyhow::Result<ExitCode> {
     let text = std::fs::read_to_string(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
     let cursor = offset_of(&text, args.line, args.column)?;
     let budget = Budget { tokens: args.budget, ..Budget::default() };
-    let completer =
-        connect(config, args.server.as_deref(), args.token.as_deref(), args.model.as_deref(), args.family.as_deref(), budget)?
-            .context(
-                "no models are configured: add [[models]] to the config (a `tab` alias is used first; for a local \
+    let completer = connect(
+        config,
+        args.server.as_deref(),
+        args.token.as_deref(),
+        args.model.as_deref(),
+        args.family.as_deref(),
+        budget,
+    )?
+    .context(
+        "no models are configured: add [[models]] to the config (a `tab` alias is used first; for a local \
                  model, `caret models pull qwen2.5-coder-1.5b-instruct-q4`), or use --server",
-            )?;
+    )?;
     let path = args.file.file_name().and_then(|n| n.to_str()).map(str::to_owned);
     let doc = args.file.display().to_string();
     let s = runtime()?

@@ -276,7 +276,8 @@ pub fn run(config: &Config, args: LspArgs) -> anyhow::Result<ExitCode> {
 
 /// The completer from the config and `initializationOptions`; `None` without models.
 fn connect(config: &Config, args: &LspArgs, opts: &Value) -> anyhow::Result<Option<Completer>> {
-    let mut budget = caret_server::tab::budget(opts["budget"].as_u64().map(|t| usize::try_from(t).unwrap_or(usize::MAX)));
+    let mut budget =
+        caret_server::tab::budget(opts["budget"].as_u64().map(|t| usize::try_from(t).unwrap_or(usize::MAX)));
     if let Some(share) = opts["suffix_share"].as_f64() {
         budget.suffix_share = (share as f32).clamp(0.0, 0.9);
     }
@@ -542,7 +543,8 @@ async fn execute(server: &Server, params: &Value) -> anyhow::Result<Value> {
             use caret_workspace::scan::{Depth, Scanner};
             let query = arg["query"].as_str().context("caret.search takes {\"query\": …, \"k\": …}")?;
             let k = usize::try_from(arg["k"].as_u64().unwrap_or(10).clamp(1, 200)).unwrap_or(10);
-            let root = server.root.lock().await.clone().context("caret.search: the client named no workspace folder")?;
+            let root =
+                server.root.lock().await.clone().context("caret.search: the client named no workspace folder")?;
             let config = &server.config;
             let ws = open_workspace(config, &root)?;
             let scanner = Arc::new(Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash));

@@ -161,7 +161,10 @@ fn a_scripted_editor_session() {
 #[test]
 fn commands_apply_edits_and_search_the_workspace() {
     let home = TempDir::new();
-    home.write("ws/src/shapes.py", "def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n");
+    home.write(
+        "ws/src/shapes.py",
+        "def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n",
+    );
     home.write("ws/notes.md", "# shapes\n\nAreas and perimeters of rectangles.\n");
     let ws = std::fs::canonicalize(home.join("ws")).unwrap();
     let synced = Command::new(env!("CARGO_BIN_EXE_caret"))
@@ -186,7 +189,11 @@ fn commands_apply_edits_and_search_the_workspace() {
     );
     let uri = format!("{root}/src/shapes.py");
     let edit = "<<<<<<< SEARCH\n    return 2 * (w + h)\n=======\n    return 2 * w + 2 * h\n>>>>>>> REPLACE\n";
-    c.request(2, "workspace/executeCommand", json!({"command": "caret.apply", "arguments": [{"uri": uri, "edit": edit}]}));
+    c.request(
+        2,
+        "workspace/executeCommand",
+        json!({"command": "caret.apply", "arguments": [{"uri": uri, "edit": edit}]}),
+    );
     let ask = loop {
         let m = c.read();
         if m["method"] == "workspace/applyEdit" {
@@ -195,21 +202,36 @@ fn commands_apply_edits_and_search_the_workspace() {
         c.seen.push(m);
     };
     let change = &ask["params"]["edit"]["changes"][&uri][0];
-    assert_eq!(change["range"], json!({"start": {"line": 5, "character": 0}, "end": {"line": 6, "character": 0}}), "{ask}");
+    assert_eq!(
+        change["range"],
+        json!({"start": {"line": 5, "character": 0}, "end": {"line": 6, "character": 0}}),
+        "{ask}"
+    );
     assert_eq!(change["newText"], "    return 2 * w + 2 * h\n");
     c.send(json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"applied": true}}));
     let done = c.answer(2);
-    assert_eq!((done["result"]["changed"].as_bool(), done["result"]["format"].as_str()), (Some(true), Some("search-replace")));
+    assert_eq!(
+        (done["result"]["changed"].as_bool(), done["result"]["format"].as_str()),
+        (Some(true), Some("search-replace"))
+    );
     // The client's answer to the server's request is not mistaken for a request.
     assert!(!c.seen.iter().any(|m| m["error"]["code"] == -32601), "{:?}", c.seen);
 
     // An edit that does not fit says so, and nothing is sent to apply.
     let stray = "<<<<<<< SEARCH\n    return w / h\n=======\n    return h\n>>>>>>> REPLACE\n";
-    c.request(3, "workspace/executeCommand", json!({"command": "caret.apply", "arguments": [{"uri": uri, "edit": stray}]}));
+    c.request(
+        3,
+        "workspace/executeCommand",
+        json!({"command": "caret.apply", "arguments": [{"uri": uri, "edit": stray}]}),
+    );
     let refused = c.answer(3);
     assert!(refused["error"]["message"].as_str().unwrap().contains("no place in the file matches"), "{refused}");
 
-    c.request(4, "workspace/executeCommand", json!({"command": "caret.search", "arguments": [{"query": "perimeter of a rectangle", "k": 5}]}));
+    c.request(
+        4,
+        "workspace/executeCommand",
+        json!({"command": "caret.search", "arguments": [{"query": "perimeter of a rectangle", "k": 5}]}),
+    );
     let found = c.answer(4);
     let hits = found["result"]["hits"].as_array().unwrap_or_else(|| panic!("{found}"));
     let hit = hits.iter().find(|h| h["path"] == "src/shapes.py").unwrap_or_else(|| panic!("{found}"));

@@ -924,7 +924,9 @@ fn the_complete_endpoint_serves_tab_suggestions_to_a_remote_lsp() {
     let (_, sent) = up.last_request().unwrap();
     let prompt = sent["prompt"].as_str().unwrap();
     assert!(
-        prompt.ends_with("<|fim_prefix|>def add(a, b):\n    total = int(<|fim_suffix|>)\n    return total\n<|fim_middle|>"),
+        prompt.ends_with(
+            "<|fim_prefix|>def add(a, b):\n    total = int(<|fim_suffix|>)\n    return total\n<|fim_middle|>"
+        ),
         "{prompt}"
     );
     assert_eq!(sent["temperature"], 0.0);
@@ -970,14 +972,22 @@ fn the_complete_endpoint_serves_tab_suggestions_to_a_remote_lsp() {
         stdout.read_exact(&mut body).unwrap();
         serde_json::from_slice::<Value>(&body).unwrap()
     };
-    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"initializationOptions": {"debounce_ms": 0}}}));
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"initializationOptions": {"debounce_ms": 0}}}),
+    );
     assert!(read()["result"]["capabilities"]["inlineCompletionProvider"].is_object());
     let uri = "file:///w/m.py";
-    send(json!({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}}));
+    send(
+        json!({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}}),
+    );
     // Another open file that looks like the code being written goes along as a snippet.
     let other = "def add(x, y):\n    return x + y\n";
-    send(json!({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {"uri": "file:///w/ops.py", "languageId": "python", "version": 1, "text": other}}}));
-    send(json!({"jsonrpc": "2.0", "id": 2, "method": "textDocument/inlineCompletion", "params": {"textDocument": {"uri": uri}, "position": {"line": 1, "character": 16}, "context": {"triggerKind": 2}}}));
+    send(
+        json!({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {"uri": "file:///w/ops.py", "languageId": "python", "version": 1, "text": other}}}),
+    );
+    send(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "textDocument/inlineCompletion", "params": {"textDocument": {"uri": uri}, "position": {"line": 1, "character": 16}, "context": {"triggerKind": 2}}}),
+    );
     let answer = loop {
         let m = read();
         if m["id"] == 2 {

@@ -70,9 +70,9 @@ impl Tool for Grep {
             .build(&pattern)
             .map_err(|e| ToolError::new(format!("bad pattern: {e}")))?;
         let name_filter = match args.get("glob").and_then(Value::as_str) {
-            Some(g) => Some(
-                globset::Glob::new(g).map_err(|e| ToolError::new(format!("bad glob: {e}")))?.compile_matcher(),
-            ),
+            Some(g) => {
+                Some(globset::Glob::new(g).map_err(|e| ToolError::new(format!("bad glob: {e}")))?.compile_matcher())
+            }
             None => None,
         };
         let ctx = ctx.clone();

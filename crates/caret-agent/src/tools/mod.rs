@@ -141,9 +141,7 @@ impl Registry {
 
 /// A string argument.
 pub(crate) fn string_arg<'a>(args: &'a Value, name: &str) -> ToolResult<&'a str> {
-    args.get(name)
-        .and_then(Value::as_str)
-        .ok_or_else(|| ToolError::new(format!("missing string argument `{name}`")))
+    args.get(name).and_then(Value::as_str).ok_or_else(|| ToolError::new(format!("missing string argument `{name}`")))
 }
 
 /// An optional non-negative integer argument.
