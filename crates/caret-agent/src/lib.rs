@@ -1,8 +1,9 @@
-//! The coding agent (issue 8, first part): its tools and their parallel execution.
+//! The coding agent (issue 8, in progress): its tools and their parallel execution.
 //!
 //! - [`tools`]: the tool trait, the registry, and the workspace tools (`read_file`,
-//!   `list_dir`, `glob`, `grep`); outputs are truncated with a note saying so, and paths
-//!   cannot leave the workspace.
+//!   `list_dir`, `glob`, `grep`, `edit_file` (every `caret apply` format), `write_file`,
+//!   `delete_file`, `todo_write`); outputs are truncated with a note saying so, paths cannot
+//!   leave the workspace, writes are atomic and every change is recorded with a diff.
 //! - [`exec`]: a model turn's tool calls run in batches: consecutive read-only calls
 //!   concurrently, each mutating call alone and in the order given; results in call order.
 

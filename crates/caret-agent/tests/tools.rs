@@ -161,3 +161,63 @@ async fn reads_run_together_writes_alone_and_results_keep_call_order() {
     assert!(!outs[5].ok && outs[5].output.contains("no tool named"), "{:?}", outs[5]);
     assert_eq!(outs.iter().map(|o| o.id.as_str()).collect::<Vec<_>>(), ["a", "b", "w", "x", "d", "z"]);
 }
+
+#[tokio::test]
+async fn edits_writes_and_deletes_are_recorded_with_diffs() {
+    use caret_protocol::agent::{ChangeKind, TodoStatus};
+    let dir = workspace();
+    dir.write("crlf.txt", "one\r\ntwo\r\nthree\r\n");
+    let ctx = Ctx::new(dir.path()).unwrap();
+    let tools = Registry::workspace();
+    let run = |name: &str, args: Value| {
+        let tool = tools.get(name).unwrap().clone();
+        let ctx = ctx.clone();
+        async move { tool.call(args, &ctx).await }
+    };
+    let edit = "<<<<<<< SEARCH\n    a - b\n=======\n    a.saturating_sub(b)\n>>>>>>> REPLACE\n";
+    let out = run("edit_file", json!({"path": "src/lib.rs", "edit": edit})).await.unwrap();
+    assert_eq!(out, "edited src/lib.rs (search-replace, +1 -1 lines)");
+    assert!(std::fs::read_to_string(dir.join("src/lib.rs")).unwrap().contains("    a.saturating_sub(b)\n"));
+    // An edit that does not fit writes nothing and says why.
+    let before = std::fs::read_to_string(dir.join("src/lib.rs")).unwrap();
+    let bad = "<<<<<<< SEARCH\n    a * b\n=======\n    b\n>>>>>>> REPLACE\n";
+    let err = run("edit_file", json!({"path": "src/lib.rs", "edit": bad})).await.unwrap_err();
+    assert!(err.to_string().contains("no place"), "{err}");
+    assert_eq!(std::fs::read_to_string(dir.join("src/lib.rs")).unwrap(), before);
+    // Line endings are kept.
+    let crlf = "<<<<<<< SEARCH\ntwo\n=======\n2\n>>>>>>> REPLACE\n";
+    run("edit_file", json!({"path": "crlf.txt", "edit": crlf})).await.unwrap();
+    assert_eq!(std::fs::read(dir.join("crlf.txt")).unwrap(), b"one\r\n2\r\nthree\r\n");
+
+    assert_eq!(
+        run("write_file", json!({"path": "tests/t.rs", "content": "#[test]\nfn t() {}\n"})).await.unwrap(),
+        "created tests/t.rs (+2 -0 lines)"
+    );
+    run("delete_file", json!({"path": "src/main.rs"})).await.unwrap();
+    assert!(!dir.join("src/main.rs").exists());
+    let err = run("write_file", json!({"path": "../escape.txt", "content": "x"})).await.unwrap_err();
+    assert!(err.to_string().contains("outside the workspace"));
+    assert!(run("delete_file", json!({"path": "src"})).await.unwrap_err().to_string().contains("directory"));
+
+    let changes = ctx.take_changes();
+    let kinds: Vec<(&str, ChangeKind)> = changes.iter().map(|c| (c.path.as_str(), c.kind)).collect();
+    assert_eq!(
+        kinds,
+        [
+            ("src/lib.rs", ChangeKind::Update),
+            ("crlf.txt", ChangeKind::Update),
+            ("tests/t.rs", ChangeKind::Add),
+            ("src/main.rs", ChangeKind::Delete)
+        ]
+    );
+    assert!(changes[0].diff.contains("--- a/src/lib.rs\n+++ b/src/lib.rs\n"), "{}", changes[0].diff);
+    assert!(changes[0].diff.contains("\n-    a - b\n+    a.saturating_sub(b)\n"), "{}", changes[0].diff);
+    assert!(ctx.take_changes().is_empty());
+
+    let todos = json!({"todos": [
+        {"id": "1", "content": "read the code", "status": "completed"},
+        {"id": "2", "content": "write the test", "status": "in_progress"}]});
+    assert_eq!(run("todo_write", todos).await.unwrap(), "todo list: 2 items, 1 completed");
+    assert_eq!(ctx.todos.lock().unwrap()[1].status, TodoStatus::InProgress);
+    assert!(run("todo_write", json!({"todos": [{"id": 1}]})).await.is_err());
+}

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+pub mod edit;
 pub mod fs;
 pub mod grep;
 
@@ -38,19 +39,44 @@ impl ToolError {
 /// Result alias of tools.
 pub type ToolResult<T = String> = Result<T, ToolError>;
 
-/// What every call can see: the workspace it works in.
+/// A change a tool made to a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileChange {
+    /// Workspace-relative path.
+    pub path: String,
+    /// Added, updated or deleted.
+    pub kind: caret_protocol::agent::ChangeKind,
+    /// A unified diff of it.
+    pub diff: String,
+}
+
+/// What every call can see: the workspace it works in, and where tools leave what they did.
 #[derive(Debug, Clone)]
 pub struct Ctx {
     /// The workspace root (canonical).
     pub root: PathBuf,
     /// Most bytes of output a call returns before it is cut.
     pub max_output_bytes: usize,
+    /// File changes made by tools, for the front end (taken by whoever reports them).
+    pub changes: Arc<std::sync::Mutex<Vec<FileChange>>>,
+    /// The todo list as `todo_write` last left it.
+    pub todos: Arc<std::sync::Mutex<Vec<caret_protocol::agent::TodoItem>>>,
 }
 
 impl Ctx {
     /// A context for the workspace at `root`.
     pub fn new(root: &Path) -> std::io::Result<Ctx> {
-        Ok(Ctx { root: std::fs::canonicalize(root)?, max_output_bytes: 32 * 1024 })
+        Ok(Ctx {
+            root: std::fs::canonicalize(root)?,
+            max_output_bytes: 32 * 1024,
+            changes: Arc::default(),
+            todos: Arc::default(),
+        })
+    }
+
+    /// Takes the file changes recorded so far.
+    pub fn take_changes(&self) -> Vec<FileChange> {
+        std::mem::take(&mut *self.changes.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
     /// The absolute path of `rel` (workspace-relative, or absolute inside the workspace). A
@@ -120,6 +146,17 @@ impl Registry {
         r.add(Arc::new(fs::ListDir::new()));
         r.add(Arc::new(fs::Glob::new()));
         r.add(Arc::new(grep::Grep::new()));
+        r
+    }
+
+    /// The read-only tools plus those that change the workspace (`edit_file`, `write_file`,
+    /// `delete_file`) and `todo_write`.
+    pub fn workspace() -> Registry {
+        let mut r = Registry::read_only();
+        r.add(Arc::new(edit::EditFile::new()));
+        r.add(Arc::new(edit::WriteFile::new()));
+        r.add(Arc::new(edit::DeleteFile::new()));
+        r.add(Arc::new(edit::TodoWrite::new()));
         r
     }
 
