@@ -1,0 +1,255 @@
+//! Commands run isolated: the [`Sandbox`] trait, which the agent's terminal tool and the
+//! background-run orchestrator share, and its first backend, [`Bwrap`] (bubblewrap: Linux
+//! namespaces without privileges).
+//!
+//! What a command sees under [`Bwrap`]: the system read-only; the workspace read-write; an
+//! empty `/tmp` and an empty home (the user's real home — `~/.ssh`, `~/.aws`, tokens — is
+//! not there); no network unless the policy allows it; its own PID namespace, so nothing it
+//! starts outlives it; a clean environment. Its time is bounded (the whole process tree is
+//! killed at the deadline) and so is its output (the rest is read and dropped, so a chatty
+//! command cannot block on a full pipe).
+//!
+//! Not yet: CPU, memory and process-count limits through cgroups (v2, and v1 on hybrid
+//! hosts), Landlock and seccomp filters.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt as _};
+
+/// What went wrong starting or running a command (its own failure is an [`Output`]).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The backend is missing or unusable here.
+    #[error("sandbox unavailable: {0}")]
+    Unavailable(String),
+    /// The request is not allowed (a working directory outside the workspace, say).
+    #[error("{0}")]
+    Refused(String),
+    /// Starting or waiting failed.
+    #[error("running the command: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Result alias of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A command to run.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// A shell command line (run with `bash -c`).
+    pub command: String,
+    /// The working directory: the workspace or a directory in it.
+    pub cwd: PathBuf,
+    /// Killed after this long.
+    pub timeout: Duration,
+    /// Bytes kept of stdout and of stderr each.
+    pub output_limit: usize,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
+}
+
+impl Spec {
+    /// `command` in `cwd`, with a 2-minute timeout and 64 KiB of each stream kept.
+    pub fn new(command: impl Into<String>, cwd: impl Into<PathBuf>) -> Spec {
+        Spec {
+            command: command.into(),
+            cwd: cwd.into(),
+            timeout: Duration::from_secs(120),
+            output_limit: 64 << 10,
+            env: Vec::new(),
+        }
+    }
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    /// Its exit code; `None` when a signal ended it (the timeout's included).
+    pub exit_code: Option<i32>,
+    /// Standard output (lossy UTF-8), cut at the limit.
+    pub stdout: String,
+    /// Standard error, likewise.
+    pub stderr: String,
+    /// Killed at the deadline.
+    pub timed_out: bool,
+    /// Some output was dropped at the limit.
+    pub truncated: bool,
+    /// How long it ran.
+    pub duration: Duration,
+}
+
+impl Output {
+    /// Exited with code 0.
+    pub fn success(&self) -> bool {
+        self.exit_code == Some(0)
+    }
+}
+
+/// Somewhere commands run isolated.
+#[async_trait::async_trait]
+pub trait Sandbox: Send + Sync {
+    /// The backend's name.
+    fn name(&self) -> &'static str;
+    /// Runs a command and waits for it (or its deadline).
+    async fn run(&self, spec: &Spec) -> Result<Output>;
+}
+
+/// What a sandbox allows.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// The directory commands may write (and work in).
+    pub workspace: PathBuf,
+    /// Directories replaced by empty ones (the user's home, by default).
+    pub hidden: Vec<PathBuf>,
+    /// Whether commands may use the network.
+    pub network: bool,
+}
+
+impl Policy {
+    /// Writable `workspace`, the user's home hidden, no network.
+    pub fn new(workspace: &Path) -> Result<Policy> {
+        let workspace = std::fs::canonicalize(workspace)
+            .map_err(|e| Error::Refused(format!("workspace {}: {e}", workspace.display())))?;
+        let hidden = std::env::var_os("HOME").map(PathBuf::from).into_iter().collect();
+        Ok(Policy { workspace, hidden, network: false })
+    }
+}
+
+/// The bubblewrap backend.
+#[derive(Debug, Clone)]
+pub struct Bwrap {
+    policy: Policy,
+    program: PathBuf,
+}
+
+/// `PATH` inside the sandbox.
+const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+impl Bwrap {
+    /// A sandbox with `policy`, if bubblewrap is installed and works here (checked by
+    /// running `true` in one).
+    pub fn new(policy: Policy) -> Result<Bwrap> {
+        let program = ["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())
+            .ok_or_else(|| Error::Unavailable("bubblewrap (bwrap) is not installed (Debian: bubblewrap)".into()))?;
+        let b = Bwrap { policy, program };
+        let probe = std::process::Command::new(&b.program)
+            .args(b.arguments(&b.policy.workspace))
+            .args(["true"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()?;
+        if !probe.status.success() {
+            let why = String::from_utf8_lossy(&probe.stderr).trim().to_owned();
+            return Err(Error::Unavailable(format!("bwrap cannot create a sandbox here: {why}")));
+        }
+        Ok(b)
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// bwrap's arguments up to the command. Later mounts cover earlier ones: the system
+    /// read-only first, then the empty directories, then the workspace (which may lie in
+    /// one of them).
+    fn arguments(&self, cwd: &Path) -> Vec<String> {
+        let mut a: Vec<String> = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        for h in &self.policy.hidden {
+            // A hidden directory may hold the workspace (it is bound again below), not lie in it.
+            if h.exists() && !h.starts_with(&self.policy.workspace) {
+                a.extend(["--tmpfs".to_owned(), h.display().to_string()]);
+            }
+        }
+        let ws = self.policy.workspace.display().to_string();
+        a.extend(["--bind".to_owned(), ws.clone(), ws]);
+        a.extend(["--unshare-all", "--die-with-parent", "--new-session", "--clearenv"].map(str::to_owned));
+        if self.policy.network {
+            a.push("--share-net".to_owned());
+        }
+        let home = self.policy.hidden.first().map_or_else(|| "/tmp".to_owned(), |h| h.display().to_string());
+        for (k, v) in [("PATH", PATH), ("HOME", &home), ("LANG", "C.UTF-8"), ("TERM", "dumb")] {
+            a.extend(["--setenv".to_owned(), k.to_owned(), v.to_owned()]);
+        }
+        a.extend(["--chdir".to_owned(), cwd.display().to_string(), "--".to_owned()]);
+        a
+    }
+}
+
+/// Reads a stream to its end, keeping at most `limit` bytes; `true` if more came.
+async fn read_capped(mut r: impl AsyncRead + Unpin, limit: usize) -> (Vec<u8>, bool) {
+    let (mut kept, mut buf, mut more) = (Vec::new(), vec![0u8; 16 << 10], false);
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => return (kept, more),
+            Ok(n) => {
+                let room = limit.saturating_sub(kept.len());
+                kept.extend_from_slice(&buf[..n.min(room)]);
+                more |= n > room;
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Sandbox for Bwrap {
+    fn name(&self) -> &'static str {
+        "bwrap"
+    }
+
+    async fn run(&self, spec: &Spec) -> Result<Output> {
+        let cwd = std::fs::canonicalize(&spec.cwd)
+            .map_err(|e| Error::Refused(format!("working directory {}: {e}", spec.cwd.display())))?;
+        if !cwd.starts_with(&self.policy.workspace) {
+            return Err(Error::Refused(format!("working directory {} is outside the workspace", cwd.display())));
+        }
+        let mut args = self.arguments(&cwd);
+        // Extra variables go in as bwrap settings, before the command.
+        let tail = args.split_off(args.len() - 1);
+        for (k, v) in &spec.env {
+            args.extend(["--setenv".to_owned(), k.clone(), v.clone()]);
+        }
+        args.extend(tail);
+        args.extend(["bash".to_owned(), "-c".to_owned(), spec.command.clone()]);
+        let started = Instant::now();
+        let mut child = tokio::process::Command::new(&self.program)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+        let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
+            return Err(Error::Unavailable("no pipes to the command".into()));
+        };
+        let limit = spec.output_limit;
+        let readers = tokio::spawn(async move { tokio::join!(read_capped(out, limit), read_capped(err, limit)) });
+        let (status, timed_out) = match tokio::time::timeout(spec.timeout, child.wait()).await {
+            Ok(status) => (Some(status?), false),
+            Err(_) => {
+                // bwrap's death takes the sandbox's PID namespace, and all in it, along.
+                child.kill().await?;
+                (None, true)
+            }
+        };
+        let ((stdout, more_out), (stderr, more_err)) =
+            readers.await.map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
+        Ok(Output {
+            exit_code: status.and_then(|s| s.code()),
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+            timed_out,
+            truncated: more_out || more_err,
+            duration: started.elapsed(),
+        })
+    }
+}

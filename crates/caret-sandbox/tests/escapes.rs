@@ -1,0 +1,93 @@
+//! Commands in the bubblewrap sandbox: what they may do, and escapes tried and refused.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use caret_sandbox::{Bwrap, Policy, Sandbox, Spec};
+use caret_test_support::TempDir;
+
+struct Setup {
+    ws: TempDir,
+    home: TempDir,
+    outside: TempDir,
+}
+
+fn sandbox(network: bool) -> (Bwrap, Setup) {
+    let (ws, home, outside) = (TempDir::new(), TempDir::new(), TempDir::new());
+    home.write(".ssh/id_ed25519", "PRIVATE KEY\n");
+    let mut policy = Policy::new(ws.path()).unwrap();
+    policy.hidden = vec![home.path().to_path_buf()];
+    policy.network = network;
+    let b = Bwrap::new(policy).expect("bubblewrap must be installed (Debian: bubblewrap) and work here");
+    (b, Setup { ws, home, outside })
+}
+
+fn spec(command: &str, s: &Setup) -> Spec {
+    Spec { timeout: Duration::from_secs(20), ..Spec::new(command, s.ws.path()) }
+}
+
+#[tokio::test]
+async fn commands_work_in_the_workspace_and_nowhere_else() {
+    let (b, s) = sandbox(false);
+    s.ws.write("in.txt", "hello\n");
+    let out = b.run(&spec("cat in.txt && echo made > out.txt && mkdir -p d && pwd", &s)).await.unwrap();
+    assert!(out.success(), "{out:?}");
+    assert_eq!(out.stdout, format!("hello\n{}\n", std::fs::canonicalize(s.ws.path()).unwrap().display()));
+    assert_eq!(std::fs::read_to_string(s.ws.join("out.txt")).unwrap(), "made\n");
+
+    // Writing outside: the system, another directory, the home.
+    let target = s.outside.join("escaped");
+    let cmd =
+        format!("echo x > {}; echo x > /usr/escaped; echo x > {}/escaped", target.display(), s.home.path().display());
+    let out = b.run(&spec(&cmd, &s)).await.unwrap();
+    // The system is read-only; the rest of /tmp is an empty scratch directory.
+    assert!(out.stderr.contains("/usr/escaped: Read-only file system"), "{out:?}");
+    assert!(out.stderr.contains("escaped: No such file or directory"), "{out:?}");
+    assert!(!target.exists() && !std::path::Path::new("/usr/escaped").exists());
+    assert!(!s.home.join("escaped").exists(), "the home inside is an empty scratch directory, not the real one");
+
+    // The home's secrets are not there.
+    let out = b.run(&spec(&format!("cat {}/.ssh/id_ed25519", s.home.path().display()), &s)).await.unwrap();
+    assert!(!out.success() && !out.stdout.contains("PRIVATE"), "{out:?}");
+    assert!(out.stderr.contains("No such file"), "{out:?}");
+
+    // A working directory outside the workspace is refused before anything runs.
+    let err = b.run(&Spec::new("true", s.outside.path())).await.unwrap_err();
+    assert!(err.to_string().contains("outside the workspace"), "{err}");
+}
+
+#[tokio::test]
+async fn no_network_unless_allowed() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let connect = format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected");
+    let (b, s) = sandbox(false);
+    let out = b.run(&spec(&connect, &s)).await.unwrap();
+    assert!(!out.success() && !out.stdout.contains("connected"), "{out:?}");
+    let (open, s) = sandbox(true);
+    let out = open.run(&spec(&connect, &s)).await.unwrap();
+    assert!(out.success() && out.stdout.contains("connected"), "{out:?}");
+}
+
+#[tokio::test]
+async fn time_and_output_are_bounded() {
+    let (b, s) = sandbox(false);
+    let mut slow = spec("sleep 30 & sleep 30; echo never", &s);
+    slow.timeout = Duration::from_millis(300);
+    let out = b.run(&slow).await.unwrap();
+    assert!(out.timed_out && out.exit_code.is_none(), "{out:?}");
+    assert!(out.duration < Duration::from_secs(10), "{:?}", out.duration);
+    let mut loud = spec("head -c 1000000 /dev/zero | tr '\\0' x; echo done >&2", &s);
+    loud.output_limit = 10_000;
+    let out = b.run(&loud).await.unwrap();
+    assert!(out.success() && out.truncated, "{:?}", (out.exit_code, out.truncated));
+    assert_eq!(out.stdout.len(), 10_000);
+    assert_eq!(out.stderr, "done\n");
+    // The environment is clean, with the extra variables asked for.
+    assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some(), "cargo sets it for tests");
+    let mut env = spec("echo \"$CARGO_MANIFEST_DIR|$EXTRA|$HOME\"", &s);
+    env.env.push(("EXTRA".into(), "yes".into()));
+    let out = b.run(&env).await.unwrap();
+    assert_eq!(out.stdout, format!("|yes|{}\n", s.home.path().display()));
+}
