@@ -221,3 +221,25 @@ async fn edits_writes_and_deletes_are_recorded_with_diffs() {
     assert_eq!(ctx.todos.lock().unwrap()[1].status, TodoStatus::InProgress);
     assert!(run("todo_write", json!({"todos": [{"id": 1}]})).await.is_err());
 }
+
+#[tokio::test]
+async fn terminal_commands_run_in_the_sandbox() {
+    use caret_agent::tools::terminal::RunTerminalCmd;
+    use caret_sandbox::{Bwrap, Policy};
+    let dir = workspace();
+    let ctx = Ctx::new(dir.path()).unwrap();
+    let sandbox = Bwrap::new(Policy::new(dir.path()).unwrap()).expect("bubblewrap (Debian: bubblewrap)");
+    let tool = RunTerminalCmd::new(Arc::new(sandbox));
+    let out =
+        tool.call(json!({"command": "wc -l < src/lib.rs && touch made && echo oops >&2; exit 3"}), &ctx).await.unwrap();
+    assert!(out.starts_with("exit code 3 ("), "{out}");
+    assert!(out.contains("stdout:\n7\n") && out.contains("stderr:\noops\n"), "{out}");
+    assert!(dir.join("made").exists());
+    let out = tool.call(json!({"command": "pwd", "cwd": "src"}), &ctx).await.unwrap();
+    assert!(out.trim_end().ends_with("/src"), "{out}");
+    let out = tool.call(json!({"command": "sleep 5", "timeout_s": 1}), &ctx).await.unwrap();
+    assert!(out.starts_with("killed after 1 s (timeout)"), "{out}");
+    assert!(
+        tool.call(json!({"command": "ls", "cwd": "../.."}), &ctx).await.unwrap_err().to_string().contains("outside")
+    );
+}
