@@ -8,4 +8,5 @@
 //!   concurrently, each mutating call alone and in the order given; results in call order.
 
 pub mod exec;
+pub mod policy;
 pub mod tools;
