@@ -9,4 +9,5 @@
 
 pub mod exec;
 pub mod policy;
+pub mod session;
 pub mod tools;

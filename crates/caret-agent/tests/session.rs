@@ -1,0 +1,155 @@
+//! Whole agent turns driven by a scripted model (a test double that answers each model call
+//! with the next scripted answer): parallel reads, an edit, an approval, a refused command,
+//! an interrupt.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use caret_agent::policy::{Action, Rule};
+use caret_agent::session::{ModelClient, Session};
+use caret_agent::tools::terminal::RunTerminalCmd;
+use caret_agent::tools::{Ctx, Registry};
+use caret_models::{Event as ModelEvent, EventStream};
+use caret_protocol::agent::{Decision, Event, Op, TurnEnd};
+use caret_protocol::llm::{ChatRequest, Role};
+use caret_sandbox::{Bwrap, Policy as SandboxPolicy};
+use caret_test_support::TempDir;
+use futures::StreamExt as _;
+use tokio::sync::mpsc;
+
+/// A test double: each model call gets the next scripted answer; with none left it hangs.
+struct ScriptedModel {
+    answers: Mutex<VecDeque<Vec<ModelEvent>>>,
+    requests: Mutex<Vec<ChatRequest>>,
+}
+
+#[async_trait::async_trait]
+impl ModelClient for ScriptedModel {
+    async fn chat(&self, req: ChatRequest) -> caret_models::Result<EventStream> {
+        self.requests.lock().unwrap().push(req);
+        Ok(match self.answers.lock().unwrap().pop_front() {
+            Some(events) => futures::stream::iter(events.into_iter().map(Ok)).boxed(),
+            None => futures::stream::pending().boxed(),
+        })
+    }
+}
+
+fn calls(list: &[(&str, &str, &str)]) -> Vec<ModelEvent> {
+    list.iter()
+        .enumerate()
+        .map(|(i, (id, name, args))| ModelEvent::ToolCall {
+            index: i as u32,
+            id: Some((*id).to_owned()),
+            name: Some((*name).to_owned()),
+            arguments: (*args).to_owned(),
+        })
+        .collect()
+}
+
+fn text(t: &str) -> Vec<ModelEvent> {
+    vec![ModelEvent::Text(t.to_owned())]
+}
+
+fn setup(answers: Vec<Vec<ModelEvent>>) -> (Session, Arc<ScriptedModel>, TempDir) {
+    let dir = TempDir::new();
+    dir.write("src/a.py", "def a():\n    return 1\n");
+    dir.write("src/b.py", "def b():\n    return 2\n");
+    dir.write("notes.txt", "scratch\n");
+    let model = Arc::new(ScriptedModel { answers: Mutex::new(answers.into()), requests: Mutex::default() });
+    let ctx = Arc::new(Ctx::new(dir.path()).unwrap());
+    let mut tools = Registry::workspace();
+    let sandbox = Bwrap::new(SandboxPolicy::new(dir.path()).unwrap()).expect("bubblewrap (Debian: bubblewrap)");
+    tools.add(Arc::new(RunTerminalCmd::new(Arc::new(sandbox))));
+    let session = Session::new(model.clone(), "scripted", tools, ctx);
+    (session, model, dir)
+}
+
+#[tokio::test]
+async fn a_turn_reads_in_parallel_edits_asks_and_answers() {
+    let edit =
+        r#"{"path": "src/a.py", "edit": "<<<<<<< SEARCH\n    return 1\n=======\n    return 10\n>>>>>>> REPLACE\n"}"#;
+    let (mut session, model, dir) = setup(vec![
+        calls(&[("r1", "read_file", r#"{"path": "src/a.py"}"#), ("r2", "read_file", r#"{"path": "src/b.py"}"#)]),
+        calls(&[
+            ("e1", "edit_file", edit),
+            ("t1", "todo_write", r#"{"todos": [{"id": "1", "content": "edit a", "status": "completed"}]}"#),
+        ]),
+        calls(&[("x1", "run_terminal_cmd", r#"{"command": "rm notes.txt && ls src"}"#)]),
+        calls(&[("x2", "run_terminal_cmd", r#"{"command": "git push origin main"}"#)]),
+        text("Changed `a` to return 10."),
+    ]);
+    session.policy.rules.push(Rule { prefix: "git push".into(), action: Action::Deny });
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let (ops_tx, mut ops) = mpsc::unbounded_channel();
+    // The user approves the risky command when asked.
+    let watcher = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while let Some(e) = events.recv().await {
+            if let Event::ApprovalRequest { call_id, .. } = &e {
+                ops_tx.send(Op::Approval { call_id: call_id.clone(), decision: Decision::Approve }).unwrap();
+            }
+            seen.push(e);
+        }
+        seen
+    });
+    let end = session.turn("make a return 10", &events_tx, &mut ops).await;
+    assert_eq!(end, TurnEnd::Done);
+    drop(events_tx);
+    let seen = watcher.await.unwrap();
+
+    assert_eq!(std::fs::read_to_string(dir.join("src/a.py")).unwrap(), "def a():\n    return 10\n");
+    assert!(!dir.join("notes.txt").exists(), "the approved command ran");
+    let ends: Vec<(&str, bool)> = seen
+        .iter()
+        .filter_map(|e| match e {
+            Event::ToolCallEnd { call_id, ok, .. } => Some((call_id.as_str(), *ok)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ends.len(), 6, "{seen:?}");
+    assert!(ends.contains(&("x1", true)) && ends.contains(&("x2", false)), "{ends:?}");
+    assert!(seen.iter().any(
+        |e| matches!(e, Event::FileChange { path, diff, .. } if path == "src/a.py" && diff.contains("+    return 10"))
+    ));
+    assert!(seen.iter().any(|e| matches!(e, Event::TodoUpdate { items } if items.len() == 1)));
+    assert!(
+        seen.iter().any(|e| matches!(e, Event::ApprovalRequest { command, .. } if command.starts_with("rm notes.txt")))
+    );
+    assert!(matches!(seen.first(), Some(Event::TurnBegin { turn: 1 })));
+    assert!(matches!(seen.last(), Some(Event::TurnEnd { turn: 1, reason: TurnEnd::Done })));
+    assert!(seen.iter().any(|e| matches!(e, Event::TextDelta { text } if text.contains("return 10"))));
+
+    // The model saw the reads' results in call order, and the refusal's reason.
+    let requests = model.requests.lock().unwrap();
+    assert_eq!(requests.len(), 5);
+    assert!(requests[0].tools.iter().any(|t| t.function.name == "grep") && requests[0].tools.len() == 9);
+    let tool_msgs: Vec<String> =
+        requests[1].messages.iter().filter(|m| m.role == Role::Tool).map(|m| m.content_text()).collect();
+    assert_eq!(tool_msgs.len(), 2);
+    assert!(tool_msgs[0].contains("def a()") && tool_msgs[1].contains("def b()"), "{tool_msgs:?}");
+    let last_tool = requests[4].messages.iter().rev().find(|m| m.role == Role::Tool).unwrap().content_text();
+    assert!(last_tool.contains("refused by policy"), "{last_tool}");
+}
+
+#[tokio::test]
+async fn an_interrupt_ends_the_turn_and_a_denial_reaches_the_model() {
+    // The model hangs (no scripted answer): Esc ends the turn.
+    let (mut session, _model, _dir) = setup(vec![]);
+    let (events_tx, _events) = mpsc::unbounded_channel();
+    let (ops_tx, mut ops) = mpsc::unbounded_channel();
+    ops_tx.send(Op::Interrupt).unwrap();
+    assert_eq!(session.turn("hello", &events_tx, &mut ops).await, TurnEnd::Interrupted);
+
+    // The user says no: the command does not run and the model is told.
+    let (mut session, model, dir) =
+        setup(vec![calls(&[("x", "run_terminal_cmd", r#"{"command": "rm notes.txt"}"#)]), text("Understood.")]);
+    let (ops_tx, mut ops) = mpsc::unbounded_channel();
+    ops_tx.send(Op::Approval { call_id: "x".into(), decision: Decision::Deny }).unwrap();
+    assert_eq!(session.turn("clean up", &events_tx, &mut ops).await, TurnEnd::Done);
+    assert!(dir.join("notes.txt").exists());
+    let requests = model.requests.lock().unwrap();
+    let told = requests[1].messages.iter().rev().find(|m| m.role == Role::Tool).unwrap().content_text();
+    assert!(told.contains("refused"), "{told}");
+}
