@@ -160,7 +160,7 @@ impl Session {
                 .collect();
             self.messages.push(ChatMessage {
                 role: Role::Assistant,
-                content: (!text.is_empty()).then(|| Content::Text(text)),
+                content: (!text.is_empty()).then_some(Content::Text(text)),
                 tool_calls,
                 tool_call_id: None,
                 name: None,
