@@ -11,6 +11,7 @@ mod bench_tab;
 mod chat;
 mod complete;
 mod config;
+mod exec;
 mod index;
 mod lsp;
 mod merge;
@@ -69,6 +70,8 @@ enum Command {
     Complete(complete::CompleteArgs),
     /// Language server over stdio: Tab completions in any editor.
     Lsp(lsp::LspArgs),
+    /// Run the agent on a task without a terminal UI (events as JSON lines).
+    Exec(exec::ExecArgs),
     /// List or download model weight files.
     #[command(subcommand)]
     Models(models::ModelsCommand),
@@ -106,6 +109,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Apply(args) => apply::run(&config, args),
         Command::Complete(args) => complete::run(&config, args),
         Command::Lsp(args) => lsp::run(&config, args),
+        Command::Exec(args) => exec::run(&config, args),
         Command::Bench(cmd) => bench::run(&config, cmd),
     }
 }

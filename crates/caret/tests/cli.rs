@@ -634,3 +634,52 @@ fn complete_suggests_at_a_cursor_with_a_local_model() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("--family"), "{}", stderr(&out));
 }
+
+/// `caret exec` drives the agent through a gateway model (a scripted OpenAI-compatible
+/// server, test double) and prints its events as JSON lines: a model that keeps calling
+/// `read_file` reaches the step limit (exit 1); one that answers ends the turn (exit 0).
+#[test]
+fn exec_runs_the_agent_and_prints_json_events() {
+    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("agent"));
+    let home = TempDir::new();
+    home.write("ws/src/lib.rs", "pub fn answer() -> u32 {\n    42\n}\n");
+    home.write(
+        "caret-home/config.toml",
+        &format!(
+            "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
+            up.url
+        ),
+    );
+    let ws = home.join("ws");
+    let ws = ws.to_str().unwrap();
+    up.set(Behaviour { tool_call: Some("read_file".into()), ..Behaviour::default() });
+    let o = caret(&home, &["exec", "what does answer return?", "-C", ws, "--max-steps", "2"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let events: Vec<Value> = stdout(&o).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds.first(), Some(&"turn_begin"));
+    assert_eq!(kinds.iter().filter(|k| **k == "tool_call_end").count(), 2, "{kinds:?}");
+    let end = events.iter().find(|e| e["type"] == "tool_call_end").unwrap();
+    assert_eq!(end["name"], "read_file");
+    assert_eq!(end["ok"], true);
+    assert!(end["output"].as_str().unwrap().contains("2|     42"), "{end}");
+    assert_eq!(events.last().unwrap()["reason"], "step_limit");
+    // The model was told what the tool returned.
+    let (_, sent) = up.last_request().unwrap();
+    let messages = sent["messages"].as_array().unwrap();
+    assert!(messages.iter().any(|m| m["role"] == "tool" && m["content"].as_str().unwrap().contains("42")));
+    assert!(sent["tools"].as_array().unwrap().iter().any(|t| t["function"]["name"] == "edit_file"));
+
+    up.set(Behaviour { answer: Some("It returns 42.".into()), ..Behaviour::default() });
+    let o = caret(&home, &["exec", "what does answer return?", "-C", ws]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text: String = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["type"] == "text_delta")
+        .map(|e| e["text"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(text, "It returns 42.");
+}

@@ -1,0 +1,114 @@
+//! `caret exec "task"`: the agent without a terminal UI, for scripts and CI. Every event is
+//! printed as a JSON line on stdout; questions for the user (approvals) cannot be asked, so
+//! they are answered "no" (and said on stderr) — choose `--approval never` to run what the
+//! rules do not refuse.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use caret_agent::policy::Approval;
+use caret_agent::session::{ModelClient, Session};
+use caret_agent::tools::terminal::RunTerminalCmd;
+use caret_agent::tools::{Ctx, Registry};
+use caret_protocol::agent::{Decision, Event, Op, TurnEnd};
+use caret_protocol::llm::ChatRequest;
+use tokio::sync::mpsc;
+
+use crate::chat::Backend;
+use crate::config::Config;
+use crate::server::runtime;
+
+#[derive(Debug, clap::Args)]
+pub struct ExecArgs {
+    /// The task.
+    task: String,
+    /// The workspace (repository) to work in.
+    #[arg(long, short = 'C', default_value = ".")]
+    path: PathBuf,
+    /// Model alias (default: `agent`, else the first configured).
+    #[arg(long, short)]
+    model: Option<String>,
+    /// When commands need the user's approval: never, risky (asked → refused here) or always.
+    #[arg(long, value_enum, default_value = "risky")]
+    approval: ApprovalArg,
+    /// Model calls the turn may make.
+    #[arg(long, default_value_t = 25)]
+    max_steps: u32,
+    /// Let commands use the network.
+    #[arg(long)]
+    network: bool,
+    /// Use this server's gateway instead of the embedded one (env CARET_SERVER).
+    #[arg(long, env = "CARET_SERVER")]
+    server: Option<String>,
+    /// API token for --server (env CARET_TOKEN).
+    #[arg(long, env = "CARET_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+/// `--approval`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum ApprovalArg {
+    Never,
+    Risky,
+    Always,
+}
+
+/// The gateway as the agent's model.
+struct GatewayModel(Backend);
+
+#[async_trait::async_trait]
+impl ModelClient for GatewayModel {
+    async fn chat(&self, req: ChatRequest) -> caret_models::Result<caret_models::EventStream> {
+        self.0.chat(req).await
+    }
+}
+
+pub fn run(config: &Config, args: ExecArgs) -> anyhow::Result<ExitCode> {
+    let (backend, model) = Backend::connect(
+        config,
+        args.server.as_deref(),
+        args.token.as_deref(),
+        args.model.as_deref(),
+        &["agent"],
+        "agent",
+    )?
+    .context(
+        "no models are configured: add [[models]] to the config (an `agent` alias is used first; for a local \
+         model, `caret models pull qwen2.5-coder-1.5b-instruct-q4`), or use --server",
+    )?;
+    let ctx = Arc::new(Ctx::new(&args.path).with_context(|| format!("opening {}", args.path.display()))?);
+    let mut tools = Registry::workspace();
+    let mut policy = caret_sandbox::Policy::new(&ctx.root)?;
+    policy.network = args.network;
+    match caret_sandbox::Bwrap::new(policy) {
+        Ok(sandbox) => tools.add(Arc::new(RunTerminalCmd::new(Arc::new(sandbox)))),
+        Err(e) => eprintln!("caret: {e}; the agent runs without run_terminal_cmd"),
+    }
+    let mut session = Session::new(Arc::new(GatewayModel(backend)), &model, tools, ctx);
+    session.max_steps = args.max_steps.max(1);
+    session.policy.approval = match args.approval {
+        ApprovalArg::Never => Approval::Never,
+        ApprovalArg::Risky => Approval::Risky,
+        ApprovalArg::Always => Approval::Always,
+    };
+    let reason = runtime()?.block_on(async {
+        let (events_tx, mut events) = mpsc::unbounded_channel::<Event>();
+        let (ops_tx, mut ops) = mpsc::unbounded_channel::<Op>();
+        let printer = tokio::spawn(async move {
+            while let Some(e) = events.recv().await {
+                if let Event::ApprovalRequest { call_id, command, reason } = &e {
+                    eprintln!("caret: not run (nobody to approve it: {reason}): {command}");
+                    let _ = ops_tx.send(Op::Approval { call_id: call_id.clone(), decision: Decision::Deny });
+                }
+                println!("{}", serde_json::to_string(&e).unwrap_or_default());
+            }
+        });
+        let reason = session.turn(&args.task, &events_tx, &mut ops).await;
+        drop(events_tx);
+        let _ = printer.await;
+        reason
+    });
+    Ok(if reason == TurnEnd::Done { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
