@@ -32,8 +32,11 @@ pub struct Behaviour {
     pub delay: Duration,
     /// Send the first two events (a role, then some content), then go silent forever.
     pub stall_mid_stream: bool,
-    /// Answer chat with a call of this tool (arguments `{"path":"src/lib.rs"}`).
+    /// Answer chat with a call of this tool (arguments `{"path":"src/lib.rs"}`, or
+    /// `tool_arguments`).
     pub tool_call: Option<String>,
+    /// The arguments of that call (JSON text).
+    pub tool_arguments: Option<String>,
     /// Answer chat and completions with this text, completions streamed 3 characters a
     /// chunk (default: `hello from NAME`; completions: a line naming the prompt's length).
     pub answer: Option<String>,
@@ -223,14 +226,17 @@ async fn chat(State(s): State<Arc<Script>>, headers: axum::http::HeaderMap, Json
     };
     let mut events = vec![chunk(json!({"role": "assistant"}), Value::Null)];
     let finish = if let Some(tool) = &b.tool_call {
+        // The arguments come in two pieces, as streaming servers send them.
+        let args = b.tool_arguments.clone().unwrap_or_else(|| "{\"path\":\"src/lib.rs\"}".to_owned());
+        let mut cut = args.len() / 2;
+        while !args.is_char_boundary(cut) {
+            cut -= 1;
+        }
         events.push(chunk(
-            json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": tool, "arguments": "{\"path\":"}}]}),
+            json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": tool, "arguments": &args[..cut]}}]}),
             Value::Null,
         ));
-        events.push(chunk(
-            json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"src/lib.rs\"}"}}]}),
-            Value::Null,
-        ));
+        events.push(chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": &args[cut..]}}]}), Value::Null));
         "tool_calls"
     } else {
         let text = b.answer.clone().unwrap_or_else(|| format!("hello from {}", s.name));

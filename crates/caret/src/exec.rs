@@ -80,6 +80,8 @@ pub fn run(config: &Config, args: ExecArgs) -> anyhow::Result<ExitCode> {
     )?;
     let ctx = Arc::new(Ctx::new(&args.path).with_context(|| format!("opening {}", args.path.display()))?);
     let mut tools = Registry::workspace();
+    let remote = crate::sync::Remote { server: args.server.clone(), token: args.token.clone() };
+    tools.add(Arc::new(CodebaseSearch::new(config.clone(), remote)));
     let mut policy = caret_sandbox::Policy::new(&ctx.root)?;
     policy.network = args.network;
     match caret_sandbox::Bwrap::new(policy) {
@@ -111,4 +113,79 @@ pub fn run(config: &Config, args: ExecArgs) -> anyhow::Result<ExitCode> {
         reason
     });
     Ok(if reason == TurnEnd::Done { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// `codebase_search`: the workspace's semantic index (hybrid: vectors and BM25) through the
+/// same client `caret search` uses; hits come back with their current code.
+pub struct CodebaseSearch {
+    spec: caret_agent::tools::Spec,
+    config: Config,
+    remote: crate::sync::Remote,
+}
+
+impl CodebaseSearch {
+    /// The tool, searching with `config`'s server (`remote`, else the embedded one).
+    pub fn new(config: Config, remote: crate::sync::Remote) -> CodebaseSearch {
+        CodebaseSearch {
+            spec: caret_agent::tools::Spec {
+                name: "codebase_search",
+                description: "Search the codebase by meaning: a question or a description of the code you look for \
+                              (\"where are API tokens checked?\"). Answers the best matching chunks with their \
+                              path and lines. Use grep for exact names.",
+                parameters: serde_json::json!({
+                    "type": "object",
+                    "properties": {
+                        "query": {"type": "string"},
+                        "k": {"type": "integer", "minimum": 1, "maximum": 30}
+                    },
+                    "required": ["query"]
+                }),
+                read_only: true,
+            },
+            config,
+            remote,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl caret_agent::tools::Tool for CodebaseSearch {
+    fn spec(&self) -> &caret_agent::tools::Spec {
+        &self.spec
+    }
+
+    async fn call(&self, args: serde_json::Value, ctx: &Ctx) -> caret_agent::tools::ToolResult {
+        use std::fmt::Write as _;
+
+        use caret_agent::tools::ToolError;
+        use caret_workspace::scan::{Depth, Scanner};
+        let query = args
+            .get("query")
+            .and_then(serde_json::Value::as_str)
+            .ok_or_else(|| ToolError::new("missing string argument `query`"))?;
+        let k = args.get("k").and_then(serde_json::Value::as_u64).unwrap_or(8).clamp(1, 30) as usize;
+        let failed = |e: anyhow::Error| ToolError::new(format!("codebase_search: {e:#}"));
+        let ws = crate::sync::open_workspace(&self.config, &ctx.root).map_err(failed)?;
+        let chunker = self.config.chunker().map_err(failed)?;
+        let scanner = Arc::new(Scanner::new(self.config.walk_config(), chunker, Depth::Hash));
+        let transport = crate::sync::transport(&self.config, &self.remote).await.map_err(failed)?;
+        let outcome =
+            caret_client::index::search(scanner, &ws, transport.as_ref(), query, k, caret_protocol::SearchMode::Hybrid)
+                .await
+                .map_err(|e| failed(e.into()))?;
+        let mut out = String::new();
+        if !outcome.semantic {
+            out.push_str("[lexical results only: the workspace has no vectors yet (caret index)]\n");
+        }
+        for h in &outcome.hits {
+            let _ = writeln!(out, "{}:{}-{} (score {:.3})", h.path, h.start_line, h.end_line, h.score);
+            for line in h.snippet.lines().take(30) {
+                let _ = writeln!(out, "    {line}");
+            }
+        }
+        if outcome.hits.is_empty() {
+            out.push_str("no results (is the workspace synced? caret index)\n");
+        }
+        Ok(caret_agent::tools::truncate(out, ctx.max_output_bytes, "ask for fewer hits (k)"))
+    }
 }

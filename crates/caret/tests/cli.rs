@@ -672,6 +672,24 @@ fn exec_runs_the_agent_and_prints_json_events() {
     assert!(messages.iter().any(|m| m["role"] == "tool" && m["content"].as_str().unwrap().contains("42")));
     assert!(sent["tools"].as_array().unwrap().iter().any(|t| t["function"]["name"] == "edit_file"));
 
+    // codebase_search reads the synced index.
+    let synced = caret(&home, &["sync", ws]);
+    assert!(synced.status.success(), "{}", stderr(&synced));
+    up.set(Behaviour {
+        tool_call: Some("codebase_search".into()),
+        tool_arguments: Some(r#"{"query": "answer function", "k": 3}"#.into()),
+        ..Behaviour::default()
+    });
+    let o = caret(&home, &["exec", "find answer", "-C", ws, "--max-steps", "1"]);
+    let end = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["type"] == "tool_call_end")
+        .unwrap_or_else(|| panic!("{}{}", stdout(&o), stderr(&o)));
+    assert_eq!((end["name"].as_str(), end["ok"].as_bool()), (Some("codebase_search"), Some(true)), "{end}");
+    assert!(end["output"].as_str().unwrap().contains("src/lib.rs:1-3"), "{end}");
+    assert!(end["output"].as_str().unwrap().contains("pub fn answer()"), "{end}");
+
     up.set(Behaviour { answer: Some("It returns 42.".into()), ..Behaviour::default() });
     let o = caret(&home, &["exec", "what does answer return?", "-C", ws]);
     assert!(o.status.success(), "{}", stderr(&o));
