@@ -1,6 +1,7 @@
 //! A model turn with 10 `read_file` calls (and one with 10 `grep` calls): run as the agent
 //! runs them (one concurrent batch) against one after another, in the same process; prints
-//! medians, the slowest single call, and the ratio.
+//! medians, the slowest single call, and the ratio. Then the agent's own overhead per turn:
+//! whole turns against an instant scripted model (a test double), minus the tools' time.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -75,5 +76,58 @@ fn main() {
             b.as_secs_f64() / w.as_secs_f64()
         );
     }
+    overhead(&rt, &dir);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A model that answers at once: first a `read_file` call, then text.
+struct InstantModel;
+
+#[async_trait::async_trait]
+impl caret_agent::session::ModelClient for InstantModel {
+    async fn chat(&self, req: caret_protocol::llm::ChatRequest) -> caret_models::Result<caret_models::EventStream> {
+        use caret_models::Event;
+        use futures::StreamExt as _;
+        let answered = req.messages.iter().any(|m| m.role == caret_protocol::llm::Role::Tool);
+        let events = if answered {
+            vec![Event::Text("done".into())]
+        } else {
+            vec![Event::ToolCall {
+                index: 0,
+                id: Some("c".into()),
+                name: Some("read_file".into()),
+                arguments: r#"{"path": "src/m0.rs", "end_line": 50}"#.into(),
+            }]
+        };
+        Ok(futures::stream::iter(events.into_iter().map(Ok)).boxed())
+    }
+}
+
+fn overhead(rt: &tokio::runtime::Runtime, dir: &std::path::Path) {
+    use caret_agent::session::Session;
+    use caret_protocol::agent::Event;
+    let ctx = Arc::new(Ctx::new(dir).unwrap());
+    let mut times = Vec::new();
+    for _ in 0..200 {
+        let mut session = Session::new(Arc::new(InstantModel), "instant", Registry::workspace(), ctx.clone());
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (_ops_tx, mut ops) = tokio::sync::mpsc::unbounded_channel();
+        let started = Instant::now();
+        rt.block_on(session.turn("read it", &tx, &mut ops));
+        let total = started.elapsed();
+        let mut tool = Duration::ZERO;
+        while let Ok(e) = rx.try_recv() {
+            if let Event::ToolCallEnd { duration_ms, .. } = e {
+                tool += Duration::from_secs_f64(duration_ms / 1e3);
+            }
+        }
+        times.push(total.saturating_sub(tool));
+    }
+    times.sort();
+    println!(
+        "agent overhead per turn (2 model calls, 1 tool call; model and tool time excluded), median / p99 of 200: \
+         {:.3} / {:.3} ms",
+        times[100].as_secs_f64() * 1e3,
+        times[198].as_secs_f64() * 1e3
+    );
 }
