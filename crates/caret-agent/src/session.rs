@@ -50,6 +50,16 @@ pub struct Session {
     /// Model calls a turn may make.
     pub max_steps: u32,
     turn: u32,
+    /// The JSON-lines file the conversation is appended to, when persisted.
+    log: Option<std::fs::File>,
+}
+
+/// The first line of a session file.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Header {
+    session: String,
+    model: String,
+    cwd: String,
 }
 
 /// Sends an event (a front end that went away is not an error for the agent).
@@ -70,7 +80,64 @@ impl Session {
             pending: std::collections::VecDeque::new(),
             max_steps: 25,
             turn: 0,
+            log: None,
         }
+    }
+
+    /// Appends the conversation from now on (and what it holds already) to a new file at
+    /// `path`: a header line, then one message per line. A message is written when it is
+    /// added, so a killed process loses at most the message being written.
+    pub fn persist(&mut self, path: &std::path::Path, id: &str) -> std::io::Result<()> {
+        use std::io::Write as _;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let mut file = std::fs::OpenOptions::new().create_new(true).append(true).open(path)?;
+        let header =
+            Header { session: id.to_owned(), model: self.model_name.clone(), cwd: self.ctx.root.display().to_string() };
+        let mut text = serde_json::to_string(&header).map_err(std::io::Error::other)? + "\n";
+        for m in &self.messages {
+            text += &(serde_json::to_string(m).map_err(std::io::Error::other)? + "\n");
+        }
+        file.write_all(text.as_bytes())?;
+        self.log = Some(file);
+        Ok(())
+    }
+
+    /// Continues the session saved at `path` (its conversation, and further messages
+    /// appended to it). A last line cut short by a crash is left out.
+    pub fn resume(&mut self, path: &std::path::Path) -> std::io::Result<()> {
+        let text = std::fs::read_to_string(path)?;
+        let mut lines = text.lines();
+        let header: Header = lines
+            .next()
+            .and_then(|l| serde_json::from_str(l).ok())
+            .ok_or_else(|| std::io::Error::other(format!("{} is not a session file", path.display())))?;
+        let _ = header;
+        let messages: Vec<ChatMessage> = lines.map_while(|l| serde_json::from_str(l).ok()).collect();
+        if messages.is_empty() {
+            return Err(std::io::Error::other(format!("{} holds no conversation", path.display())));
+        }
+        self.turn = u32::try_from(messages.iter().filter(|m| m.role == Role::User).count()).unwrap_or(u32::MAX);
+        self.messages = messages;
+        // Rewrite the file without a torn last line, then append.
+        let mut kept = text.lines().take(1 + self.messages.len()).collect::<Vec<_>>().join("\n");
+        kept.push('\n');
+        std::fs::write(path, kept)?;
+        self.log = Some(std::fs::OpenOptions::new().append(true).open(path)?);
+        Ok(())
+    }
+
+    fn push(&mut self, m: ChatMessage) {
+        use std::io::Write as _;
+        if let Some(f) = &mut self.log
+            && let Ok(line) = serde_json::to_string(&m)
+            && let Err(e) = f.write_all(format!("{line}\n").as_bytes())
+        {
+            tracing::warn!("session file: {e}");
+            self.log = None;
+        }
+        self.messages.push(m);
     }
 
     /// Takes the ops that arrived during a turn and were not for it (user inputs for the
@@ -125,7 +192,7 @@ impl Session {
         self.turn += 1;
         let turn = self.turn;
         emit(events, Event::TurnBegin { turn });
-        self.messages.push(ChatMessage::text(Role::User, input));
+        self.push(ChatMessage::text(Role::User, input));
         let reason = self.steps(events, ops).await;
         emit(events, Event::TurnEnd { turn, reason });
         reason
@@ -158,7 +225,7 @@ impl Session {
                     function: FunctionCall { name: c.name.clone(), arguments: c.arguments.to_string() },
                 })
                 .collect();
-            self.messages.push(ChatMessage {
+            self.push(ChatMessage {
                 role: Role::Assistant,
                 content: (!text.is_empty()).then_some(Content::Text(text)),
                 tool_calls,
@@ -170,12 +237,12 @@ impl Session {
             }
             let Some(outcomes) = self.run_tools(&calls, events, ops).await else {
                 for c in &calls {
-                    self.messages.push(tool_message(&c.id, "interrupted by the user"));
+                    self.push(tool_message(&c.id, "interrupted by the user"));
                 }
                 return TurnEnd::Interrupted;
             };
             for o in &outcomes {
-                self.messages.push(tool_message(&o.id, &o.output));
+                self.push(tool_message(&o.id, &o.output));
             }
         }
         TurnEnd::StepLimit

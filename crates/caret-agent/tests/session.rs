@@ -153,3 +153,32 @@ async fn an_interrupt_ends_the_turn_and_a_denial_reaches_the_model() {
     let told = requests[1].messages.iter().rev().find(|m| m.role == Role::Tool).unwrap().content_text();
     assert!(told.contains("refused"), "{told}");
 }
+
+#[tokio::test]
+async fn a_saved_session_resumes_even_after_a_torn_last_line() {
+    let (mut session, _model, dir) =
+        setup(vec![calls(&[("r1", "read_file", r#"{"path": "src/a.py"}"#)]), text("It returns 1.")]);
+    let file = dir.join("sessions/s1.jsonl");
+    session.persist(&file, "s1").unwrap();
+    let (events_tx, _events) = mpsc::unbounded_channel();
+    let (_ops_tx, mut ops) = mpsc::unbounded_channel();
+    assert_eq!(session.turn("what does a return?", &events_tx, &mut ops).await, TurnEnd::Done);
+    // A crash in the middle of writing a line.
+    let mut f = std::fs::OpenOptions::new().append(true).open(&file).unwrap();
+    std::io::Write::write_all(&mut f, br#"{"role":"user","cont"#).unwrap();
+    drop(f);
+    let (mut resumed, model, _dir2) = setup(vec![text("2.")]);
+    resumed.resume(&file).unwrap();
+    assert_eq!(resumed.messages(), session.messages());
+    assert_eq!(resumed.turn("and b?", &events_tx, &mut ops).await, TurnEnd::Done);
+    let sent = &model.requests.lock().unwrap()[0];
+    assert_eq!(sent.messages.len(), session.messages().len() + 1);
+    // What was said after resuming is in the file too.
+    let again = {
+        let (mut s, _m, _d) = setup(vec![]);
+        s.resume(&file).unwrap();
+        s.messages().len()
+    };
+    assert_eq!(again, session.messages().len() + 2);
+    assert!(resumed.resume(&dir.join("src/a.py")).is_err(), "not a session file");
+}

@@ -1,7 +1,8 @@
 //! `caret exec "task"`: the agent without a terminal UI, for scripts and CI. Every event is
 //! printed as a JSON line on stdout; questions for the user (approvals) cannot be asked, so
 //! they are answered "no" (and said on stderr) — choose `--approval never` to run what the
-//! rules do not refuse.
+//! rules do not refuse. Each session is saved as JSON lines under `$CARET_HOME/sessions`;
+//! `--resume ID` continues one.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -39,6 +40,9 @@ pub struct ExecArgs {
     /// Let commands use the network.
     #[arg(long)]
     network: bool,
+    /// Continue a saved session (its id, printed in `session_configured`).
+    #[arg(long)]
+    resume: Option<String>,
     /// Use this server's gateway instead of the embedded one (env CARET_SERVER).
     #[arg(long, env = "CARET_SERVER")]
     server: Option<String>,
@@ -88,6 +92,7 @@ pub fn run(config: &Config, args: ExecArgs) -> anyhow::Result<ExitCode> {
         Ok(sandbox) => tools.add(Arc::new(RunTerminalCmd::new(Arc::new(sandbox)))),
         Err(e) => eprintln!("caret: {e}; the agent runs without run_terminal_cmd"),
     }
+    let session_root = ctx.root.clone();
     let mut session = Session::new(Arc::new(GatewayModel(backend)), &model, tools, ctx);
     session.max_steps = args.max_steps.max(1);
     session.policy.approval = match args.approval {
@@ -95,8 +100,29 @@ pub fn run(config: &Config, args: ExecArgs) -> anyhow::Result<ExitCode> {
         ApprovalArg::Risky => Approval::Risky,
         ApprovalArg::Always => Approval::Always,
     };
+    // Sessions are saved as JSON lines under $CARET_HOME/sessions.
+    let id = match &args.resume {
+        Some(id) => {
+            anyhow::ensure!(
+                !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'),
+                "--resume takes a session id, not {id:?}"
+            );
+            let path = config.home.join("sessions").join(format!("{id}.jsonl"));
+            session.resume(&path).with_context(|| format!("resuming session {id} ({})", path.display()))?;
+            id.clone()
+        }
+        None => {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            let id = format!("{}-{:04x}", now.as_secs(), (now.subsec_nanos() ^ std::process::id()) & 0xffff);
+            let path = config.home.join("sessions").join(format!("{id}.jsonl"));
+            session.persist(&path, &id).with_context(|| format!("saving the session to {}", path.display()))?;
+            id
+        }
+    };
+    let cwd = session_root.display().to_string();
     let reason = runtime()?.block_on(async {
         let (events_tx, mut events) = mpsc::unbounded_channel::<Event>();
+        let _ = events_tx.send(Event::SessionConfigured { session_id: id, model: model.clone(), cwd });
         let (ops_tx, mut ops) = mpsc::unbounded_channel::<Op>();
         let printer = tokio::spawn(async move {
             while let Some(e) = events.recv().await {

@@ -659,7 +659,7 @@ fn exec_runs_the_agent_and_prints_json_events() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let events: Vec<Value> = stdout(&o).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
-    assert_eq!(kinds.first(), Some(&"turn_begin"));
+    assert_eq!(kinds[..2], ["session_configured", "turn_begin"]);
     assert_eq!(kinds.iter().filter(|k| **k == "tool_call_end").count(), 2, "{kinds:?}");
     let end = events.iter().find(|e| e["type"] == "tool_call_end").unwrap();
     assert_eq!(end["name"], "read_file");
@@ -700,4 +700,29 @@ fn exec_runs_the_agent_and_prints_json_events() {
         .map(|e| e["text"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(text, "It returns 42.");
+
+    // The session was saved: resuming it sends the model the earlier conversation.
+    let id = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["type"] == "session_configured")
+        .map(|e| e["session_id"].as_str().unwrap().to_owned())
+        .unwrap();
+    up.set(Behaviour { answer: Some("84.".into()), ..Behaviour::default() });
+    let o = caret(&home, &["exec", "and twice that?", "-C", ws, "--resume", &id]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (_, sent) = up.last_request().unwrap();
+    let said: Vec<(String, String)> = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["role"].as_str().unwrap().to_owned(), m["content"].as_str().unwrap_or("").to_owned()))
+        .collect();
+    let at = |role: &str, text: &str| said.iter().position(|(r, t)| r == role && t == text);
+    assert!(at("user", "what does answer return?") < at("assistant", "It returns 42."), "{said:?}");
+    assert!(
+        at("assistant", "It returns 42.") < at("user", "and twice that?") && at("user", "and twice that?").is_some()
+    );
+    let o = caret(&home, &["exec", "x", "-C", ws, "--resume", "no-such-session"]);
+    assert!(!o.status.success() && stderr(&o).contains("resuming session no-such-session"), "{}", stderr(&o));
 }
