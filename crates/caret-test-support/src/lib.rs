@@ -1,7 +1,10 @@
 //! Test fixtures shared by Caret's crates: temporary directories and git repositories, and a
 //! scripted OpenAI-compatible model server ([`scripted::ScriptedUpstream`]).
 //!
-//! Dev-only: this crate is a dev-dependency everywhere and never ships in the binary.
+//! Dev-only: this crate is a dev-dependency everywhere and never ships in the binary. Its
+//! helpers panic when a fixture cannot be set up (a temporary file not written, a poisoned
+//! lock after another test thread panicked): a test cannot go on without its fixture, and the
+//! panic names the step that failed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod scripted;
