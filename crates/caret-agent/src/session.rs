@@ -109,11 +109,9 @@ impl Session {
     pub fn resume(&mut self, path: &std::path::Path) -> std::io::Result<()> {
         let text = std::fs::read_to_string(path)?;
         let mut lines = text.lines();
-        let header: Header = lines
-            .next()
-            .and_then(|l| serde_json::from_str(l).ok())
-            .ok_or_else(|| std::io::Error::other(format!("{} is not a session file", path.display())))?;
-        let _ = header;
+        if lines.next().is_none_or(|l| serde_json::from_str::<Header>(l).is_err()) {
+            return Err(std::io::Error::other(format!("{} is not a session file", path.display())));
+        }
         let messages: Vec<ChatMessage> = lines.map_while(|l| serde_json::from_str(l).ok()).collect();
         if messages.is_empty() {
             return Err(std::io::Error::other(format!("{} holds no conversation", path.display())));

@@ -138,7 +138,7 @@ impl Bwrap {
             .ok_or_else(|| Error::Unavailable("bubblewrap (bwrap) is not installed (Debian: bubblewrap)".into()))?;
         let b = Bwrap { policy, program };
         let probe = std::process::Command::new(&b.program)
-            .args(b.arguments(&b.policy.workspace))
+            .args(b.arguments(&b.policy.workspace, &[]))
             .args(["true"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -156,10 +156,10 @@ impl Bwrap {
         &self.policy
     }
 
-    /// bwrap's arguments up to the command. Later mounts cover earlier ones: the system
-    /// read-only first, then the empty directories, then the workspace (which may lie in
-    /// one of them).
-    fn arguments(&self, cwd: &Path) -> Vec<String> {
+    /// bwrap's arguments up to the command, with `env` set besides the defaults. Later mounts
+    /// cover earlier ones: the system read-only first, then the empty directories, then the
+    /// workspace (which may lie in one of them).
+    fn arguments(&self, cwd: &Path, env: &[(String, String)]) -> Vec<String> {
         let mut a: Vec<String> = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
             .iter()
             .map(|s| (*s).to_owned())
@@ -177,7 +177,8 @@ impl Bwrap {
             a.push("--share-net".to_owned());
         }
         let home = self.policy.hidden.first().map_or_else(|| "/tmp".to_owned(), |h| h.display().to_string());
-        for (k, v) in [("PATH", PATH), ("HOME", &home), ("LANG", "C.UTF-8"), ("TERM", "dumb")] {
+        let defaults = [("PATH", PATH), ("HOME", &home), ("LANG", "C.UTF-8"), ("TERM", "dumb")];
+        for (k, v) in defaults.into_iter().chain(env.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
             a.extend(["--setenv".to_owned(), k.to_owned(), v.to_owned()]);
         }
         a.extend(["--chdir".to_owned(), cwd.display().to_string(), "--".to_owned()]);
@@ -212,13 +213,7 @@ impl Sandbox for Bwrap {
         if !cwd.starts_with(&self.policy.workspace) {
             return Err(Error::Refused(format!("working directory {} is outside the workspace", cwd.display())));
         }
-        let mut args = self.arguments(&cwd);
-        // Extra variables go in as bwrap settings, before the command.
-        let tail = args.split_off(args.len() - 1);
-        for (k, v) in &spec.env {
-            args.extend(["--setenv".to_owned(), k.clone(), v.clone()]);
-        }
-        args.extend(tail);
+        let mut args = self.arguments(&cwd, &spec.env);
         args.extend(["bash".to_owned(), "-c".to_owned(), spec.command.clone()]);
         let started = Instant::now();
         let mut child = tokio::process::Command::new(&self.program)

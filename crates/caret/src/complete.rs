@@ -158,14 +158,14 @@ impl Completer {
         }
         let cursor = caret_complete::plan::floor_boundary(text, cursor);
         let (before, after) = text.split_at(cursor);
-        let multiline = mode(before, after) == Mode::MultiLine;
-        let (text_out, first, chunks) = match &self.source {
+        let (text_out, multiline, first, chunks) = match &self.source {
             Source::Model { backend, family } => {
                 let plan =
                     caret_complete::plan(text, cursor, path, snippets, self.budget, family.as_ref(), Limits::default());
+                let multiline = plan.mode == Mode::MultiLine;
                 let req = CompletionRequest::greedy(self.model.clone(), plan.prompt, plan.max_tokens);
                 let out = drive(backend.complete(req).await?, plan.stopper, started).await?;
-                (out.text, out.first, out.chunks)
+                (out.text, multiline, out.first, out.chunks)
             }
             Source::Remote { client, url, token, family } => {
                 let w = window(text, cursor, self.budget);
@@ -183,7 +183,7 @@ impl Completer {
                 };
                 let r = remote(client, url, token, &req).await?;
                 let first = Duration::from_secs_f64(r.first_text_ms / 1e3);
-                (r.text, Some(first), r.generated_chunks)
+                (r.text, r.multiline, Some(first), r.generated_chunks)
             }
         };
         self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).put(doc, before, after, &text_out);
@@ -213,17 +213,10 @@ async fn remote(
 ) -> caret_models::Result<CompleteResponse> {
     use caret_models::Error;
     let endpoint = format!("{}/v1/complete", url.trim_end_matches('/'));
-    let resp = client.post(&endpoint).bearer_auth(token).json(req).send().await.map_err(|e| Error::Upstream {
-        upstream: endpoint.clone(),
-        status: None,
-        message: e.to_string(),
-    })?;
+    let io = |e: reqwest::Error| Error::Upstream { upstream: endpoint.clone(), status: None, message: e.to_string() };
+    let resp = client.post(&endpoint).bearer_auth(token).json(req).send().await.map_err(io)?;
     let status = resp.status();
-    let body = resp.text().await.map_err(|e| Error::Upstream {
-        upstream: endpoint.clone(),
-        status: None,
-        message: e.to_string(),
-    })?;
+    let body = resp.text().await.map_err(io)?;
     if !status.is_success() {
         let message = serde_json::from_str::<caret_protocol::ErrorBody>(&body).map_or(body, |b| b.error.message);
         let status = status.as_u16();

@@ -184,21 +184,15 @@ impl caret_agent::tools::Tool for CodebaseSearch {
         use std::fmt::Write as _;
 
         use caret_agent::tools::ToolError;
-        use caret_workspace::scan::{Depth, Scanner};
         let query = args
             .get("query")
             .and_then(serde_json::Value::as_str)
             .ok_or_else(|| ToolError::new("missing string argument `query`"))?;
         let k = args.get("k").and_then(serde_json::Value::as_u64).unwrap_or(8).clamp(1, 30) as usize;
-        let failed = |e: anyhow::Error| ToolError::new(format!("codebase_search: {e:#}"));
-        let ws = crate::sync::open_workspace(&self.config, &ctx.root).map_err(failed)?;
-        let chunker = self.config.chunker().map_err(failed)?;
-        let scanner = Arc::new(Scanner::new(self.config.walk_config(), chunker, Depth::Hash));
-        let transport = crate::sync::transport(&self.config, &self.remote).await.map_err(failed)?;
-        let outcome =
-            caret_client::index::search(scanner, &ws, transport.as_ref(), query, k, caret_protocol::SearchMode::Hybrid)
-                .await
-                .map_err(|e| failed(e.into()))?;
+        let mode = caret_protocol::SearchMode::Hybrid;
+        let outcome = crate::index::search_workspace(&self.config, &ctx.root, &self.remote, query, k, mode)
+            .await
+            .map_err(|e| ToolError::new(format!("codebase_search: {e:#}")))?;
         let mut out = String::new();
         if !outcome.semantic {
             out.push_str("[lexical results only: the workspace has no vectors yet (caret index)]\n");

@@ -130,16 +130,35 @@ pub fn index(config: &Config, IndexArgs { target }: IndexArgs) -> anyhow::Result
     Ok(ExitCode::SUCCESS)
 }
 
+/// Searches the workspace at `path` (what was synced of it) on `remote`'s server, else the
+/// embedded one: what `caret search`, the LSP's `caret.search` and the agent's
+/// `codebase_search` all do.
+pub async fn search_workspace(
+    config: &Config,
+    path: &std::path::Path,
+    remote: &Remote,
+    query: &str,
+    k: usize,
+    mode: caret_protocol::SearchMode,
+) -> anyhow::Result<caret_client::index::SearchOutcome> {
+    let ws = open_workspace(config, path)?;
+    let scanner = Arc::new(Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash));
+    let transport = transport(config, remote).await?;
+    search(scanner, &ws, transport.as_ref(), query, k, mode)
+        .await
+        .with_context(|| format!("searching {} on {}", ws.root.display(), transport.describe()))
+}
+
 pub fn run_search(config: &Config, args: SearchArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!((1..=200).contains(&args.k), "-k must be 1-200");
-    let ws = open_workspace(config, &args.path)?;
-    let scanner = Arc::new(Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash));
-    let outcome = runtime()?.block_on(async {
-        let transport = transport(config, &args.remote).await?;
-        search(scanner, &ws, transport.as_ref(), &args.query, args.k, args.mode.into())
-            .await
-            .with_context(|| format!("searching {} on {}", ws.root.display(), transport.describe()))
-    })?;
+    let outcome = runtime()?.block_on(search_workspace(
+        config,
+        &args.path,
+        &args.remote,
+        &args.query,
+        args.k,
+        args.mode.into(),
+    ))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&outcome.hits)?);
     } else {

@@ -24,7 +24,7 @@ use tokio::sync::{Mutex, mpsc};
 use crate::complete::Completer;
 use crate::config::Config;
 use crate::server::runtime;
-use crate::sync::{Remote, open_workspace, transport};
+use crate::sync::Remote;
 
 #[derive(Debug, clap::Args)]
 pub struct LspArgs {
@@ -540,32 +540,21 @@ async fn execute(server: &Server, params: &Value) -> anyhow::Result<Value> {
     let arg = params["arguments"].get(0).cloned().unwrap_or(Value::Null);
     match params["command"].as_str().unwrap_or("") {
         "caret.search" => {
-            use caret_workspace::scan::{Depth, Scanner};
             let query = arg["query"].as_str().context("caret.search takes {\"query\": …, \"k\": …}")?;
             let k = usize::try_from(arg["k"].as_u64().unwrap_or(10).clamp(1, 200)).unwrap_or(10);
             let root =
                 server.root.lock().await.clone().context("caret.search: the client named no workspace folder")?;
-            let config = &server.config;
-            let ws = open_workspace(config, &root)?;
-            let scanner = Arc::new(Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash));
-            let transport = transport(config, &server.remote).await?;
-            let outcome = caret_client::index::search(
-                scanner,
-                &ws,
-                transport.as_ref(),
-                query,
-                k,
-                caret_protocol::SearchMode::Hybrid,
-            )
-            .await
-            .with_context(|| format!("searching {} on {}", ws.root.display(), transport.describe()))?;
+            let mode = caret_protocol::SearchMode::Hybrid;
+            let outcome = crate::index::search_workspace(&server.config, &root, &server.remote, query, k, mode).await?;
+            // Hit paths are relative to the workspace's real root (links resolved).
+            let root = std::fs::canonicalize(&root).unwrap_or(root);
             let hits: Vec<Value> = outcome
                 .hits
                 .iter()
                 .map(|h| {
                     json!({
                         "path": h.path,
-                        "uri": path_to_uri(&ws.root.join(&h.path)),
+                        "uri": path_to_uri(&root.join(&h.path)),
                         "range": {"start": {"line": h.start_line.saturating_sub(1), "character": 0},
                                   "end": {"line": h.end_line, "character": 0}},
                         "score": h.score,

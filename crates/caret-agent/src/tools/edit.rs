@@ -1,13 +1,12 @@
 //! Changing the workspace: `edit_file` (any `caret apply` format), `write_file`,
-//! `delete_file`; and `todo_write`. Writes are atomic (a temporary file renamed over the
-//! old one, its permissions kept); each change is recorded with a unified diff.
-
-use std::path::Path;
+//! `delete_file`; and `todo_write`. Writes are atomic (`caret_workspace::statcache::write_atomic`:
+//! a synced temporary file renamed over the old one, its permissions kept); each change is
+//! recorded with a unified diff.
 
 use caret_protocol::agent::{ChangeKind, TodoItem};
 use serde_json::{Value, json};
 
-use super::{Ctx, FileChange, Spec, Tool, ToolError, ToolResult, string_arg};
+use super::{Ctx, FileChange, Spec, Tool, ToolError, ToolResult, blocking, io, string_arg};
 
 /// A unified diff between two versions of `path` (3 lines of context).
 pub fn unified_diff(path: &str, old: &str, new: &str) -> String {
@@ -18,28 +17,8 @@ pub fn unified_diff(path: &str, old: &str, new: &str) -> String {
         .to_string()
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same directory, keeping the old
-/// file's permissions.
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.caret-{}.tmp", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    if let Ok(meta) = std::fs::metadata(path) {
-        std::fs::set_permissions(&tmp, meta.permissions())?;
-    }
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
-}
-
 fn record(ctx: &Ctx, change: FileChange) {
     ctx.changes.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(change);
-}
-
-fn io(rel: &str, e: std::io::Error) -> ToolError {
-    ToolError::new(format!("{rel}: {e}"))
 }
 
 /// A summary of a diff: `+A -R lines`.
@@ -108,7 +87,7 @@ impl Tool for EditFile {
         };
         let path = ctx.resolve(&rel)?;
         let ctx = ctx.clone();
-        tokio::task::spawn_blocking(move || {
+        blocking(move || {
             let bytes = std::fs::read(&path).map_err(|e| io(&rel, e))?;
             let text = caret_apply::Text::parse(&bytes).map_err(|e| ToolError::new(format!("{rel}: {e}")))?;
             let (new, format) =
@@ -117,14 +96,13 @@ impl Tool for EditFile {
             if old == new {
                 return Ok(format!("{rel}: the edit ({}) changes nothing", format.name()));
             }
-            write_atomic(&path, new.as_bytes()).map_err(|e| io(&rel, e))?;
+            caret_workspace::statcache::write_atomic(&path, new.as_bytes()).map_err(|e| io(&rel, e))?;
             let diff = unified_diff(&rel, &old, &new);
             let summary = format!("edited {rel} ({}, {})", format.name(), counts(&diff));
             record(&ctx, FileChange { path: rel, kind: ChangeKind::Update, diff });
             Ok(summary)
         })
         .await
-        .map_err(|e| ToolError::new(format!("the tool failed: {e}")))?
     }
 }
 
@@ -169,7 +147,7 @@ impl Tool for WriteFile {
         let content = string_arg(&args, "content")?.to_owned();
         let path = ctx.resolve(&rel)?;
         let ctx = ctx.clone();
-        tokio::task::spawn_blocking(move || {
+        blocking(move || {
             if path.is_dir() {
                 return Err(ToolError::new(format!("{rel} is a directory")));
             }
@@ -180,7 +158,7 @@ impl Tool for WriteFile {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
                 Err(e) => return Err(io(&rel, e)),
             };
-            write_atomic(&path, content.as_bytes()).map_err(|e| io(&rel, e))?;
+            caret_workspace::statcache::write_atomic(&path, content.as_bytes()).map_err(|e| io(&rel, e))?;
             let diff = unified_diff(&rel, old.as_deref().unwrap_or(""), &content);
             let kind = if old.is_some() { ChangeKind::Update } else { ChangeKind::Add };
             let summary = format!("{} {rel} ({})", if old.is_some() { "replaced" } else { "created" }, counts(&diff));
@@ -188,7 +166,6 @@ impl Tool for WriteFile {
             Ok(summary)
         })
         .await
-        .map_err(|e| ToolError::new(format!("the tool failed: {e}")))?
     }
 }
 

@@ -7,12 +7,7 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
-use super::{Ctx, Spec, Tool, ToolError, ToolResult, string_arg, truncate, usize_arg};
-
-/// Runs blocking file work off the async threads.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> ToolResult<T> + Send + 'static) -> ToolResult<T> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| ToolError::new(format!("the tool failed: {e}")))?
-}
+use super::{Ctx, Spec, Tool, ToolError, ToolResult, blocking, io, string_arg, truncate, usize_arg};
 
 /// Lines a `read_file` without a range shows.
 pub const READ_LINES: usize = 400;
@@ -74,15 +69,15 @@ impl Tool for ReadFile {
 }
 
 fn read_lines(path: &PathBuf, rel: &str, start: usize, end: Option<usize>, max: usize) -> ToolResult {
-    let meta = std::fs::metadata(path).map_err(|e| ToolError::new(format!("{rel}: {e}")))?;
+    let meta = std::fs::metadata(path).map_err(|e| io(rel, e))?;
     if meta.is_dir() {
         return Err(ToolError::new(format!("{rel} is a directory (use list_dir)")));
     }
-    let file = std::fs::File::open(path).map_err(|e| ToolError::new(format!("{rel}: {e}")))?;
+    let file = std::fs::File::open(path).map_err(|e| io(rel, e))?;
     // Large files are read only up to the end of the range asked for (and never whole).
     let mut bytes = Vec::new();
     let limit = if meta.len() > READ_BYTES_WHOLE { READ_BYTES_WHOLE } else { meta.len() + 1 };
-    file.take(limit).read_to_end(&mut bytes).map_err(|e| ToolError::new(format!("{rel}: {e}")))?;
+    file.take(limit).read_to_end(&mut bytes).map_err(|e| io(rel, e))?;
     if bytes.iter().take(8192).any(|&b| b == 0) {
         return Err(ToolError::new(format!("{rel} is a binary file ({} bytes): not shown", meta.len())));
     }

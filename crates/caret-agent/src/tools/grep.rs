@@ -10,7 +10,7 @@ use grep_searcher::{BinaryDetection, SearcherBuilder};
 use serde_json::{Value, json};
 
 use super::fs::walker;
-use super::{Ctx, Spec, Tool, ToolError, ToolResult, string_arg, truncate, usize_arg};
+use super::{Ctx, Spec, Tool, ToolError, ToolResult, blocking, string_arg, truncate, usize_arg};
 
 /// Matching lines shown by default.
 const MATCHES: usize = 100;
@@ -76,7 +76,7 @@ impl Tool for Grep {
             None => None,
         };
         let ctx = ctx.clone();
-        tokio::task::spawn_blocking(move || {
+        blocking(move || {
             let mut searcher =
                 SearcherBuilder::new().binary_detection(BinaryDetection::quit(0)).line_number(true).build();
             let mut files: Vec<std::path::PathBuf> = walker(&from)
@@ -118,6 +118,5 @@ impl Tool for Grep {
             Ok(truncate(out, ctx.max_output_bytes, "narrow with path or glob"))
         })
         .await
-        .map_err(|e| ToolError::new(format!("the tool failed: {e}")))?
     }
 }

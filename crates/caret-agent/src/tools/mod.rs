@@ -177,6 +177,17 @@ impl Registry {
     }
 }
 
+/// Runs blocking file work off the async threads, so concurrent calls really run side by
+/// side.
+pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> ToolResult<T> + Send + 'static) -> ToolResult<T> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| ToolError::new(format!("the tool failed: {e}")))?
+}
+
+/// An I/O error on a workspace path, as the model reads it.
+pub(crate) fn io(rel: &str, e: std::io::Error) -> ToolError {
+    ToolError::new(format!("{rel}: {e}"))
+}
+
 /// A string argument.
 pub(crate) fn string_arg<'a>(args: &'a Value, name: &str) -> ToolResult<&'a str> {
     args.get(name).and_then(Value::as_str).ok_or_else(|| ToolError::new(format!("missing string argument `{name}`")))
