@@ -8,7 +8,10 @@ is its prompt plus its canonical solution, and one task masks part of the soluti
 - `line`: one line of the solution (the middle statement line), from its indentation to its
   end; the cursor sits after the indentation, the following lines are the suffix;
 - `block`: the body of the solution's first compound statement (after a line ending with
-  `:`), up to 4 lines; problems without one have no block task.
+  `:`), up to 4 lines; problems without one have no block task;
+- `rest`: the rest of the `line` task's line after its first word or bracket (the cursor
+  sits after the first space, `(` or `=` that follows code, as when a user has started the
+  line); lines with nothing after that have no rest task.
 
 Each masked document is opened in one `caret lsp` process (the embedded default: the local
 model and the template guessed for it, exactly what an editor gets) and
@@ -63,7 +66,7 @@ def make_task(problem, kind):
     lines, code = statement_lines(solution)
     if not code:
         return None
-    if kind == "line":
+    if kind in ("line", "rest"):
         first = last = code[len(code) // 2]
     else:
         # The body of the solution's first compound statement (the lines after one ending
@@ -79,6 +82,12 @@ def make_task(problem, kind):
             return None
         first, last = body[0], body[min(len(body), 4) - 1]
     indent = len(lines[first]) - len(lines[first].lstrip())
+    if kind == "rest":
+        text = lines[first].rstrip("\n")
+        cut = next((i + 1 for i in range(indent + 1, len(text)) if text[i] in " (="), None)
+        if cut is None or not text[cut:].strip():
+            return None
+        indent = cut
     head = prompt + "".join(lines[:first]) + lines[first][:indent]
     masked = "".join(lines[first:last + 1])[indent:].rstrip("\n")
     tail_start = last + 1

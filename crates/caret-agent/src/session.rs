@@ -317,7 +317,10 @@ impl Session {
         // Terminal commands pass the policy (and the user) first, in call order.
         let mut refused: Vec<Option<String>> = vec![None; calls.len()];
         for (i, c) in calls.iter().enumerate().filter(|(_, c)| c.name == TERMINAL) {
-            let command = c.arguments.get("command").and_then(Value::as_str).unwrap_or("").to_owned();
+            // A call without a command looks at a background job: nothing runs.
+            let Some(command) = c.arguments.get("command").and_then(Value::as_str).map(str::to_owned) else {
+                continue;
+            };
             match self.policy.check(&command) {
                 Verdict::Run => {}
                 Verdict::Refuse(why) => refused[i] = Some(format!("error: refused by policy: {why}")),

@@ -243,3 +243,72 @@ async fn terminal_commands_run_in_the_sandbox() {
         tool.call(json!({"command": "ls", "cwd": "../.."}), &ctx).await.unwrap_err().to_string().contains("outside")
     );
 }
+
+#[tokio::test]
+async fn lints_come_from_the_projects_own_linters_in_the_sandbox() {
+    use caret_agent::tools::lints::ReadLints;
+    use caret_sandbox::{Bwrap, Policy};
+    let dir = TempDir::new();
+    dir.write("Cargo.toml", "[package]\nname = \"linted\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n");
+    dir.write("src/lib.rs", "pub fn f() -> u32 {\n    let unused = 1;\n    2\n}\n");
+    dir.write("tools/gen.py", "def g(:\n    pass\n");
+    dir.write("ok.py", "print('fine')\n");
+    let ctx = Ctx::new(dir.path()).unwrap();
+    // The toolchain lives in the home, which the sandbox hides: exposed read-only.
+    let sandbox = Bwrap::new(Policy::new(dir.path()).unwrap().with_toolchains()).unwrap();
+    let tool = ReadLints::new(Arc::new(sandbox));
+    let out = tool.call(json!({}), &ctx).await.unwrap();
+    assert!(out.contains("src/lib.rs:2:9: warning: unused variable: `unused`"), "{out}");
+    assert!(out.contains("tools/gen.py:1:7: error:"), "{out}");
+    assert!(!out.contains("ok.py"), "{out}");
+    // Only some paths.
+    let out = tool.call(json!({"paths": ["tools"]}), &ctx).await.unwrap();
+    assert!(out.contains("tools/gen.py") && !out.contains("src/lib.rs"), "{out}");
+    assert!(tool.call(json!({"paths": ["../x"]}), &ctx).await.is_err());
+    // A broken manifest: the linter's own words.
+    dir.write("Cargo.toml", "[package\n");
+    let out = tool.call(json!({"paths": ["src"]}), &ctx).await.unwrap();
+    assert!(out.contains("without diagnostics") && out.contains("Cargo.toml"), "{out}");
+}
+
+#[tokio::test]
+async fn background_commands_are_watched_and_stopped() {
+    use caret_agent::tools::terminal::RunTerminalCmd;
+    use caret_sandbox::{Bwrap, Policy};
+    let dir = workspace();
+    let ctx = Ctx::new(dir.path()).unwrap();
+    let tool = RunTerminalCmd::new(Arc::new(Bwrap::new(Policy::new(dir.path()).unwrap()).unwrap()));
+    let out =
+        tool.call(json!({"command": "echo serving; sleep 2; touch late", "background": true}), &ctx).await.unwrap();
+    assert!(out.starts_with("started background job 1 "), "{out}");
+    let look = |args: Value| {
+        let (tool, ctx) = (&tool, &ctx);
+        async move { tool.call(args, ctx).await.unwrap() }
+    };
+    // Its output shows while it runs.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut out = look(json!({"job": 1})).await;
+    while !out.contains("serving\n") && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        out = look(json!({"job": 1})).await;
+    }
+    assert!(out.contains("running for") && out.contains("serving\n"), "{out}");
+    let out = look(json!({"job": 1, "kill": true})).await;
+    assert!(out.contains("stopped (killed on request)"), "{out}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!dir.join("late").exists(), "the killed job's processes died with it");
+    assert!(look(json!({"job": 1})).await.contains("stopped"));
+
+    // A job that ends by itself says how.
+    let out = tool.call(json!({"command": "echo done; exit 4", "background": true}), &ctx).await.unwrap();
+    assert!(out.starts_with("started background job 2 "), "{out}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut out = look(json!({"job": 2})).await;
+    while out.contains("running") && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        out = look(json!({"job": 2})).await;
+    }
+    assert!(out.contains("ended: exit code 4") && out.contains("done\n"), "{out}");
+    assert!(look(json!({"job": 2})).await.contains("ended: exit code 4"), "asked again");
+    assert!(tool.call(json!({"job": 9}), &ctx).await.unwrap_err().to_string().contains("no background job 9"));
+}

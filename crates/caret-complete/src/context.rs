@@ -25,6 +25,11 @@ pub struct Context {
     pub prefix: String,
     /// Text after the cursor.
     pub suffix: String,
+    /// The start of the middle, written after the middle sentinel: the cursor's line up to
+    /// the cursor, for families whose format allows it (see [`crate::plan::plan`]). Empty
+    /// when the whole prefix goes before the suffix.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub middle: String,
     /// The file's workspace-relative path, when known.
     pub path: Option<String>,
     /// The repository's name, for families trained with one.
@@ -129,6 +134,7 @@ pub fn assemble(
     Context {
         prefix: before[prefix_start..].to_owned(),
         suffix: after[..line_end + suffix_tail.len()].to_owned(),
+        middle: String::new(),
         path: path.map(str::to_owned),
         repo: None,
         snippets: kept,

@@ -62,12 +62,25 @@ pub fn plan(
     let lead = if line.trim().is_empty() { "" } else { lead };
     let kept = context.prefix.len() - lead.len();
     context.prefix.truncate(kept);
+    let whole_prefix = context.prefix.clone();
+    // The cursor's line goes after the middle sentinel when the format allows it: the prompt
+    // up to there then stays the same while the user types along a line, so KV reuse
+    // prefills only the characters typed, not the whole suffix after every keystroke (in
+    // prefix-suffix-middle order everything after the first changed character is read
+    // again). A blank line stays in the prefix: a middle of spaces alone would end the prompt
+    // on a whitespace token that code tokenisers never produce before a word.
+    if family.is_some_and(Family::starts_middle) {
+        let at = context.prefix.rfind('\n').map_or(0, |i| i + 1);
+        if !context.prefix[at..].trim().is_empty() {
+            context.middle = context.prefix.split_off(at);
+        }
+    }
     let (prompt, stops) = match family {
         Some(f) => (f.render(&context), f.stop()),
         None => (context.prefix.clone(), Vec::new()),
     };
     let max_tokens = if m == Mode::MultiLine { limits.multi_line } else { limits.single_line };
-    let stopper = Stopper::new(m, &context.prefix, &context.suffix, stops).lead(lead);
+    let stopper = Stopper::new(m, &whole_prefix, &context.suffix, stops).lead(lead);
     Plan { context, prompt, mode: m, max_tokens, stopper }
 }
 

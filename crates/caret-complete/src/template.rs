@@ -29,7 +29,8 @@ pub enum Family {
 }
 
 /// A fill-in-the-middle template: `{prefix}`, `{suffix}` and optionally `{context}` (other
-/// files' snippets as comments) are filled in.
+/// files' snippets as comments) and `{middle}` (the cursor's line up to the cursor, which the
+/// model continues; without it that text ends `{prefix}`) are filled in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Template {
     /// The prompt, e.g. `<PRE> {prefix} <SUF>{suffix} <MID>`.
@@ -69,6 +70,17 @@ impl Family {
         s.iter().map(|s| (*s).to_owned()).collect()
     }
 
+    /// Whether the format lets a prompt start the middle (text after the middle sentinel
+    /// that the model continues). CodeLlama's sentinels carry spaces the middle would have
+    /// to match, so it gets the whole prefix; a custom template says so with `{middle}`.
+    pub fn starts_middle(&self) -> bool {
+        match self {
+            Family::QwenCoder | Family::StarCoder2 | Family::DeepSeekCoder => true,
+            Family::CodeLlama => false,
+            Family::Custom(t) => t.prompt.contains("{middle}"),
+        }
+    }
+
     /// The prompt for a context.
     pub fn render(&self, ctx: &Context) -> String {
         match self {
@@ -79,14 +91,28 @@ impl Family {
                 repo_level(ctx, "<repo_name>", "<file_sep>", ["<fim_prefix>", "<fim_suffix>", "<fim_middle>"])
             }
             Family::DeepSeekCoder => {
-                format!("<｜fim▁begin｜>{}{}<｜fim▁hole｜>{}<｜fim▁end｜>", commented(ctx), ctx.prefix, ctx.suffix)
+                format!(
+                    "<｜fim▁begin｜>{}{}<｜fim▁hole｜>{}<｜fim▁end｜>{}",
+                    commented(ctx),
+                    ctx.prefix,
+                    ctx.suffix,
+                    ctx.middle
+                )
             }
-            Family::CodeLlama => format!("<PRE> {}{} <SUF>{} <MID>", commented(ctx), ctx.prefix, ctx.suffix),
+            Family::CodeLlama => {
+                format!("<PRE> {}{}{} <SUF>{} <MID>", commented(ctx), ctx.prefix, ctx.middle, ctx.suffix)
+            }
+            Family::Custom(t) if t.prompt.contains("{middle}") => t
+                .prompt
+                .replace("{context}", &commented(ctx))
+                .replace("{suffix}", &ctx.suffix)
+                .replace("{middle}", &ctx.middle)
+                .replace("{prefix}", &ctx.prefix),
             Family::Custom(t) => t
                 .prompt
                 .replace("{context}", &commented(ctx))
                 .replace("{suffix}", &ctx.suffix)
-                .replace("{prefix}", &ctx.prefix),
+                .replace("{prefix}", &format!("{}{}", ctx.prefix, ctx.middle)),
         }
     }
 }
@@ -117,6 +143,7 @@ fn repo_level(ctx: &Context, repo: &str, sep: &str, [pre, suf, mid]: [&str; 3]) 
     out.push_str(suf);
     out.push_str(&ctx.suffix);
     out.push_str(mid);
+    out.push_str(&ctx.middle);
     out
 }
 

@@ -15,6 +15,7 @@ fn ctx() -> Context {
             path: "src/util.py".to_owned(),
             text: "def twice(x):\n    return 2 * x\n".to_owned(),
         }],
+        middle: String::new(),
     }
 }
 
@@ -273,7 +274,7 @@ fn spaces_before_the_cursor_leave_the_prompt_and_the_suggestion() {
     let text = "def f(w, h):\n    p = \n";
     let cursor = text.find("= ").unwrap() + 2;
     let mut p = plan(text, cursor, Some("f.py"), &[], Budget::default(), Some(&Family::QwenCoder), Limits::default());
-    assert!(p.prompt.contains("    p =<|fim_suffix|>"), "{}", p.prompt);
+    assert!(p.prompt.ends_with("<|fim_middle|>    p ="), "{}", p.prompt);
     assert!(p.stopper.push(" 2 * (w + h)\n"));
     assert_eq!(p.stopper.finish(), "2 * (w + h)");
     // A suggestion without the space keeps what it has; indentation alone stays in the prompt.
@@ -309,4 +310,47 @@ fn a_cut_prefix_stays_put_while_typing() {
     assert!(starts.iter().all(|s| s % ALIGN == 0), "{starts:?}");
     let moves = starts.windows(2).filter(|w| w[0] != w[1]).count();
     assert!(moves <= 1, "{starts:?}");
+}
+
+#[test]
+fn the_cursors_line_starts_the_middle() {
+    let mut c = ctx();
+    c.prefix = "def add(a, b):\n".to_owned();
+    c.middle = "    return a".to_owned();
+    assert!(
+        Family::QwenCoder
+            .render(&c)
+            .ends_with("<|fim_prefix|>def add(a, b):\n<|fim_suffix|>\n\nprint(add(1, 2))\n<|fim_middle|>    return a")
+    );
+    assert!(Family::StarCoder2.render(&c).ends_with("<fim_middle>    return a"));
+    assert!(Family::DeepSeekCoder.render(&c).ends_with("<｜fim▁end｜>    return a"));
+    // CodeLlama and a template without {middle}: the line ends the prefix.
+    assert!(Family::CodeLlama.render(&c).contains("def add(a, b):\n    return a <SUF>"));
+    let custom = Family::Custom(Template { prompt: "<p>{prefix}<s>{suffix}<m>".to_owned(), stop: vec![] });
+    assert!(!custom.starts_middle());
+    assert!(custom.render(&c).starts_with("<p>def add(a, b):\n    return a<s>"));
+    let custom = Family::Custom(Template { prompt: "<p>{prefix}<s>{suffix}<m>{middle}".to_owned(), stop: vec![] });
+    assert!(custom.render(&c).ends_with("<m>    return a"));
+}
+
+#[test]
+fn typing_along_a_line_only_extends_the_prompt() {
+    use crate::plan::{Limits, plan};
+    let mut text = "def area(w, h):\n    \n\nprint(area(2, 3))\n".to_owned();
+    let mut cursor = text.find("    \n").unwrap() + 4;
+    let mut previous: Option<String> = None;
+    for c in "return w * h".chars() {
+        text.insert(cursor, c);
+        cursor += c.len_utf8();
+        let p = plan(&text, cursor, Some("a.py"), &[], Budget::default(), Some(&Family::QwenCoder), Limits::default());
+        assert!(p.prompt.ends_with(text[..cursor].rsplit('\n').next().unwrap().trim_end()), "{}", p.prompt);
+        if let Some(before) = &previous {
+            // Everything up to the middle sentinel is the same: only the typed text is new.
+            let head = |s: &str| s[..s.find("<|fim_middle|>").unwrap()].to_owned();
+            assert_eq!(head(before), head(&p.prompt));
+        }
+        previous = Some(p.prompt);
+    }
+    let p = plan(&text, cursor, Some("a.py"), &[], Budget::default(), None, Limits::default());
+    assert!(p.prompt.ends_with("    return w * h"));
 }

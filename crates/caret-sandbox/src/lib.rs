@@ -9,6 +9,9 @@
 //! killed at the deadline) and so is its output (the rest is read and dropped, so a chatty
 //! command cannot block on a full pipe).
 //!
+//! Toolchains in the home (rustup, cargo's crate cache, pyenv) can be bound back read-only
+//! with [`Policy::with_toolchains`], so that builds and linters run offline inside.
+//!
 //! Not yet: CPU, memory and process-count limits through cgroups (v2, and v1 on hybrid
 //! hosts), Landlock and seccomp filters.
 
@@ -48,7 +51,13 @@ pub struct Spec {
     pub output_limit: usize,
     /// Extra environment variables.
     pub env: Vec<(String, String)>,
+    /// Where the output also goes as it comes (stdout and stderr as read, up to the limit
+    /// each), for commands watched while they run.
+    pub live: Option<Live>,
 }
+
+/// Output of a running command, readable while it runs.
+pub type Live = std::sync::Arc<std::sync::Mutex<Vec<u8>>>;
 
 impl Spec {
     /// `command` in `cwd`, with a 2-minute timeout and 64 KiB of each stream kept.
@@ -59,6 +68,7 @@ impl Spec {
             timeout: Duration::from_secs(120),
             output_limit: 64 << 10,
             env: Vec::new(),
+            live: None,
         }
     }
 }
@@ -103,6 +113,11 @@ pub struct Policy {
     pub workspace: PathBuf,
     /// Directories replaced by empty ones (the user's home, by default).
     pub hidden: Vec<PathBuf>,
+    /// Directories inside hidden ones bound back read-only: toolchains installed in the
+    /// user's home (`~/.rustup`, `~/.cargo/bin`, ...), never the home as a whole.
+    pub exposed: Vec<PathBuf>,
+    /// Directories put before the system's on `PATH` (exposed `bin` directories).
+    pub path: Vec<PathBuf>,
     /// Whether commands may use the network.
     pub network: bool,
 }
@@ -113,7 +128,23 @@ impl Policy {
         let workspace = std::fs::canonicalize(workspace)
             .map_err(|e| Error::Refused(format!("workspace {}: {e}", workspace.display())))?;
         let hidden = std::env::var_os("HOME").map(PathBuf::from).into_iter().collect();
-        Ok(Policy { workspace, hidden, network: false })
+        Ok(Policy { workspace, hidden, exposed: Vec::new(), path: Vec::new(), network: false })
+    }
+
+    /// Also exposes, read-only, the toolchains a project's builds and linters need that live
+    /// in the user's home, where they exist: Rust (`~/.rustup`, `~/.cargo/bin`, and the
+    /// downloaded crates in `~/.cargo/registry` and `~/.cargo/git`, so that offline builds
+    /// work — not `~/.cargo/credentials.toml`), pyenv (`~/.pyenv`), Go's module cache
+    /// (`~/go/pkg/mod`) and `~/.local/bin`. Their `bin` directories go on `PATH`.
+    pub fn with_toolchains(mut self) -> Policy {
+        let Some(home) = std::env::var_os("HOME").map(PathBuf::from) else {
+            return self;
+        };
+        let dirs = [".rustup", ".cargo/bin", ".cargo/registry", ".cargo/git", ".pyenv", "go/pkg/mod", ".local/bin"];
+        self.exposed.extend(dirs.iter().map(|d| home.join(d)).filter(|d| d.is_dir()));
+        let bins = [".cargo/bin", ".pyenv/shims", ".pyenv/bin", ".local/bin"];
+        self.path.extend(bins.iter().map(|d| home.join(d)).filter(|d| d.is_dir()));
+        self
     }
 }
 
@@ -170,6 +201,12 @@ impl Bwrap {
                 a.extend(["--tmpfs".to_owned(), h.display().to_string()]);
             }
         }
+        for d in &self.policy.exposed {
+            if d.exists() {
+                let d = d.display().to_string();
+                a.extend(["--ro-bind".to_owned(), d.clone(), d]);
+            }
+        }
         let ws = self.policy.workspace.display().to_string();
         a.extend(["--bind".to_owned(), ws.clone(), ws]);
         a.extend(["--unshare-all", "--die-with-parent", "--new-session", "--clearenv"].map(str::to_owned));
@@ -177,7 +214,8 @@ impl Bwrap {
             a.push("--share-net".to_owned());
         }
         let home = self.policy.hidden.first().map_or_else(|| "/tmp".to_owned(), |h| h.display().to_string());
-        let defaults = [("PATH", PATH), ("HOME", &home), ("LANG", "C.UTF-8"), ("TERM", "dumb")];
+        let path = self.policy.path.iter().map(|p| format!("{}:", p.display())).collect::<String>() + PATH;
+        let defaults = [("PATH", path.as_str()), ("HOME", &home), ("LANG", "C.UTF-8"), ("TERM", "dumb")];
         for (k, v) in defaults.into_iter().chain(env.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
             a.extend(["--setenv".to_owned(), k.to_owned(), v.to_owned()]);
         }
@@ -187,7 +225,7 @@ impl Bwrap {
 }
 
 /// Reads a stream to its end, keeping at most `limit` bytes; `true` if more came.
-async fn read_capped(mut r: impl AsyncRead + Unpin, limit: usize) -> (Vec<u8>, bool) {
+async fn read_capped(mut r: impl AsyncRead + Unpin, limit: usize, live: Option<Live>) -> (Vec<u8>, bool) {
     let (mut kept, mut buf, mut more) = (Vec::new(), vec![0u8; 16 << 10], false);
     loop {
         match r.read(&mut buf).await {
@@ -195,6 +233,11 @@ async fn read_capped(mut r: impl AsyncRead + Unpin, limit: usize) -> (Vec<u8>, b
             Ok(n) => {
                 let room = limit.saturating_sub(kept.len());
                 kept.extend_from_slice(&buf[..n.min(room)]);
+                if let Some(live) = &live {
+                    live.lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .extend_from_slice(&buf[..n.min(room)]);
+                }
                 more |= n > room;
             }
         }
@@ -227,7 +270,11 @@ impl Sandbox for Bwrap {
             return Err(Error::Unavailable("no pipes to the command".into()));
         };
         let limit = spec.output_limit;
-        let readers = tokio::spawn(async move { tokio::join!(read_capped(out, limit), read_capped(err, limit)) });
+        let live = spec.live.clone();
+        let readers =
+            tokio::spawn(
+                async move { tokio::join!(read_capped(out, limit, live.clone()), read_capped(err, limit, live)) },
+            );
         let (status, timed_out) = match tokio::time::timeout(spec.timeout, child.wait()).await {
             Ok(status) => (Some(status?), false),
             Err(_) => {

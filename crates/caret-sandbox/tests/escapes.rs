@@ -91,3 +91,29 @@ async fn time_and_output_are_bounded() {
     let out = b.run(&env).await.unwrap();
     assert_eq!(out.stdout, format!("|yes|{}\n", s.home.path().display()));
 }
+
+#[tokio::test]
+async fn exposed_toolchains_are_read_only_and_their_neighbours_stay_hidden() {
+    let (ws, home) = (TempDir::new(), TempDir::new());
+    home.write(".cargo/bin/tool", "#!/bin/sh\necho tool ran\n");
+    home.write(".cargo/credentials.toml", "token = \"SECRET\"\n");
+    let bin = home.join(".cargo/bin");
+    std::fs::set_permissions(bin.join("tool"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut policy = Policy::new(ws.path()).unwrap();
+    policy.hidden = vec![home.path().to_path_buf()];
+    policy.exposed = vec![bin.clone()];
+    policy.path = vec![bin.clone()];
+    let b = Bwrap::new(policy).unwrap();
+    let run = |cmd: String| {
+        let spec = Spec { timeout: Duration::from_secs(20), ..Spec::new(cmd, ws.path()) };
+        let b = b.clone();
+        async move { b.run(&spec).await.unwrap() }
+    };
+    let out = run("tool".to_owned()).await;
+    assert_eq!(out.stdout, "tool ran\n", "{out:?}");
+    let out = run(format!("cat {}/.cargo/credentials.toml", home.path().display())).await;
+    assert!(!out.success() && !out.stdout.contains("SECRET"), "{out:?}");
+    let out = run(format!("echo x > {}/planted", bin.display())).await;
+    assert!(out.stderr.contains("Read-only file system"), "{out:?}");
+    assert!(!bin.join("planted").exists());
+}

@@ -108,6 +108,10 @@ pub enum BenchCommand {
         /// llama.cpp threads (default: the cores this process may use).
         #[arg(long)]
         threads: Option<usize>,
+        /// Weights kept in their file layout, so batches and single tokens use the same
+        /// kernels (run with `GGML_CPU_TILED_MM=0` too): identical answers, slower batches.
+        #[arg(long)]
+        exact: bool,
     },
     /// Vector search on synthetic embeddings: exact scan vs the ANN index, with recall@10.
     Vectors {
@@ -190,9 +194,10 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
             let bench = crate::bench_tab::TabBench { model, file, lines, threads, budget, suffix_share, template };
             crate::bench_tab::run(config, bench)
         }
-        BenchCommand::Merge { model, file, edit, expected, threads } => {
-            crate::bench_merge::run(config, crate::bench_merge::MergeBench { model, file, edit, expected, threads })
-        }
+        BenchCommand::Merge { model, file, edit, expected, threads, exact } => crate::bench_merge::run(
+            config,
+            crate::bench_merge::MergeBench { model, file, edit, expected, threads, exact },
+        ),
         BenchCommand::Vectors { n, dim, queries, ef } => bench_vectors(n, dim, queries, ef),
         BenchCommand::Llm { model, prompt_tokens, tokens, runs, threads, llama_bench } => crate::bench_llm::run(
             config,

@@ -32,6 +32,7 @@ pub struct MergeBench {
     pub edit: Option<PathBuf>,
     pub expected: Option<PathBuf>,
     pub threads: Option<usize>,
+    pub exact: bool,
 }
 
 fn row(name: &str, a: &Answer) {
@@ -75,13 +76,18 @@ pub fn run(config: &Config, args: MergeBench) -> anyhow::Result<ExitCode> {
     let settings = LocalSettings {
         context_tokens: u32::try_from(context).unwrap_or(u32::MAX),
         threads: args.threads,
+        exact_kernels: args.exact,
         ..LocalSettings::default()
     };
+    if args.exact && std::env::var("GGML_CPU_TILED_MM").as_deref() != Ok("0") {
+        eprintln!("note: --exact without GGML_CPU_TILED_MM=0 leaves llama.cpp's tiled batch kernel on");
+    }
     let model = LocalProvider::load(&path, settings)?;
     println!(
-        "model {}, {} threads; {file_name}: {} lines, region {}–{}, edit touches {} lines",
+        "model {}, {} threads{}; {file_name}: {} lines, region {}–{}, edit touches {} lines",
         path.display(),
         model.info().threads,
+        if args.exact { ", exact kernels" } else { "" },
         text.lines.len(),
         plan.start + 1,
         plan.end,

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use caret_agent::policy::Approval;
 use caret_agent::session::{ModelClient, Session};
+use caret_agent::tools::lints::ReadLints;
 use caret_agent::tools::terminal::RunTerminalCmd;
 use caret_agent::tools::{Ctx, Registry};
 use caret_protocol::agent::{Decision, Event, Op, TurnEnd};
@@ -86,11 +87,15 @@ pub fn run(config: &Config, args: ExecArgs) -> anyhow::Result<ExitCode> {
     let mut tools = Registry::workspace();
     let remote = crate::sync::Remote { server: args.server.clone(), token: args.token.clone() };
     tools.add(Arc::new(CodebaseSearch::new(config.clone(), remote)));
-    let mut policy = caret_sandbox::Policy::new(&ctx.root)?;
+    let mut policy = caret_sandbox::Policy::new(&ctx.root)?.with_toolchains();
     policy.network = args.network;
     match caret_sandbox::Bwrap::new(policy) {
-        Ok(sandbox) => tools.add(Arc::new(RunTerminalCmd::new(Arc::new(sandbox)))),
-        Err(e) => eprintln!("caret: {e}; the agent runs without run_terminal_cmd"),
+        Ok(sandbox) => {
+            let sandbox: Arc<dyn caret_sandbox::Sandbox> = Arc::new(sandbox);
+            tools.add(Arc::new(RunTerminalCmd::new(sandbox.clone())));
+            tools.add(Arc::new(ReadLints::new(sandbox)));
+        }
+        Err(e) => eprintln!("caret: {e}; the agent runs without run_terminal_cmd and read_lints"),
     }
     let session_root = ctx.root.clone();
     let mut session = Session::new(Arc::new(GatewayModel(backend)), &model, tools, ctx);

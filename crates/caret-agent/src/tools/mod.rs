@@ -10,6 +10,7 @@ use serde_json::Value;
 pub mod edit;
 pub mod fs;
 pub mod grep;
+pub mod lints;
 pub mod terminal;
 
 /// What a tool tells the model about itself.

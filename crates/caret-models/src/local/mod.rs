@@ -42,11 +42,18 @@ pub struct LocalSettings {
     pub threads: Option<usize>,
     /// Tokens evaluated per step while reading a prompt.
     pub batch_tokens: u32,
+    /// Keeps the weights in their file layout, so that a batch of tokens is multiplied by the
+    /// same kernel as a single token (llama.cpp repacks some quantised weights for faster batch
+    /// kernels, whose float sums run in another order). With `GGML_CPU_TILED_MM=0` in the
+    /// environment as well (llama.cpp's tiled batch kernel, read once per process), a
+    /// speculative answer is then bit for bit the plain one on long answers too; batches run
+    /// slower. Off by default.
+    pub exact_kernels: bool,
 }
 
 impl Default for LocalSettings {
     fn default() -> Self {
-        LocalSettings { context_tokens: 8192, threads: None, batch_tokens: 512 }
+        LocalSettings { context_tokens: 8192, threads: None, batch_tokens: 512, exact_kernels: false }
     }
 }
 
@@ -310,7 +317,12 @@ fn engine(
 ) {
     let loaded = (|| {
         let backend = backend()?;
-        let model = LlamaModel::load_from_file(backend, file, &LlamaModelParams::default())
+        let mut model_params = std::pin::pin!(LlamaModelParams::default());
+        if settings.exact_kernels {
+            // Every tensor in the plain CPU buffer: no repacking.
+            model_params.as_mut().add_cpu_buft_override(c".");
+        }
+        let model = LlamaModel::load_from_file(backend, file, &model_params)
             .map_err(|e| format!("loading {}: {e} (is it a GGUF file?)", file.display()))?;
         Ok::<_, String>((backend, model))
     })();
