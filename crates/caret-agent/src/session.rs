@@ -51,8 +51,43 @@ pub struct Session {
     pub max_steps: u32,
     turn: u32,
     /// The JSON-lines file the conversation is appended to, when persisted.
-    log: Option<std::fs::File>,
+    log: Option<(std::fs::File, std::path::PathBuf)>,
+    /// The model's context window in tokens: older turns are summarised when the
+    /// conversation nears it.
+    pub context_window: u32,
+    /// What the last model call's prompt and answer took, as its provider counted them, and
+    /// how many messages that covered: the base of the next estimate.
+    counted: Option<(u32, usize)>,
+    /// Tokens used by every model call of the session (prompt, completion) and calls made.
+    usage: (u64, u64, u32),
 }
+
+/// Share of the window at which older turns are summarised.
+const COMPACT_AT: f32 = 0.75;
+/// Messages at the end kept as they are through a compaction.
+const KEEP_RECENT: usize = 6;
+
+/// Tokens of messages by their length: about 3 bytes a token in code-heavy text, plus the
+/// chat template's few tokens per message (the provider's own count replaces this estimate
+/// for everything up to its last answer).
+fn estimate(messages: &[ChatMessage]) -> u32 {
+    let bytes: usize = messages
+        .iter()
+        .map(|m| {
+            m.content_text().len()
+                + m.tool_calls.iter().map(|c| c.function.name.len() + c.function.arguments.len()).sum::<usize>()
+                + 12
+        })
+        .sum();
+    u32::try_from(bytes / 3).unwrap_or(u32::MAX)
+}
+
+/// The instructions for a compaction's summary.
+const SUMMARY_PROMPT: &str = "You summarise the first part of a coding agent's conversation so that the agent can \
+continue from the summary alone. Keep: the user's requests word for word; what was found (files, functions, \
+facts with their paths); every change made to files; commands run and their results when they matter; \
+decisions and why; what remains to do. Leave out file contents that can be read again. Answer with the \
+summary only.";
 
 /// The first line of a session file.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -81,6 +116,9 @@ impl Session {
             max_steps: 25,
             turn: 0,
             log: None,
+            context_window: 32_768,
+            counted: None,
+            usage: (0, 0, 0),
         }
     }
 
@@ -100,7 +138,7 @@ impl Session {
             text += &(serde_json::to_string(m).map_err(std::io::Error::other)? + "\n");
         }
         file.write_all(text.as_bytes())?;
-        self.log = Some(file);
+        self.log = Some((file, path.to_path_buf()));
         Ok(())
     }
 
@@ -122,13 +160,150 @@ impl Session {
         let mut kept = text.lines().take(1 + self.messages.len()).collect::<Vec<_>>().join("\n");
         kept.push('\n');
         std::fs::write(path, kept)?;
-        self.log = Some(std::fs::OpenOptions::new().append(true).open(path)?);
+        self.log = Some((std::fs::OpenOptions::new().append(true).open(path)?, path.to_path_buf()));
         Ok(())
+    }
+
+    /// Writes the session file again from the conversation as it is now (after a
+    /// compaction): a new file renamed over the old one, so a crash leaves one or the other.
+    fn rewrite_log(&mut self) -> std::io::Result<()> {
+        use std::io::Write as _;
+        let Some((_, path)) = &self.log else { return Ok(()) };
+        let path = path.clone();
+        let first = std::fs::read_to_string(&path)?.lines().next().unwrap_or_default().to_owned();
+        let mut text = first + "\n";
+        for m in &self.messages {
+            text += &(serde_json::to_string(m).map_err(std::io::Error::other)? + "\n");
+        }
+        let tmp = path.with_extension("jsonl.tmp");
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &path)?;
+        self.log = Some((std::fs::OpenOptions::new().append(true).open(&path)?, path));
+        Ok(())
+    }
+
+    /// Tokens the conversation takes now: the provider's count up to its last answer plus an
+    /// estimate of what came after.
+    pub fn context_tokens(&self) -> u32 {
+        match self.counted {
+            Some((tokens, n)) if n <= self.messages.len() => tokens.saturating_add(estimate(&self.messages[n..])),
+            _ => estimate(&self.messages),
+        }
+    }
+
+    /// Tokens used by the session's model calls: (prompt, completion, calls).
+    pub fn usage(&self) -> (u64, u64, u32) {
+        self.usage
+    }
+
+    /// Replaces older messages by a summary the model writes, when the conversation is past
+    /// [`COMPACT_AT`] of the window. The system prompt and the last [`KEEP_RECENT`] messages
+    /// stay (the kept part starts at a user or assistant message, never at a tool result cut
+    /// from its call). Without a summary (the model failed) old tool results are shortened
+    /// instead, which loses less than failing the turn.
+    async fn compact_if_needed(&mut self, events: &mpsc::UnboundedSender<Event>) {
+        let before = self.context_tokens();
+        if (before as f32) < COMPACT_AT * self.context_window as f32 || self.messages.len() < KEEP_RECENT + 3 {
+            return;
+        }
+        let mut split = self.messages.len() - KEEP_RECENT;
+        while split > 1 && self.messages[split].role == Role::Tool {
+            split -= 1;
+        }
+        if split <= 1 {
+            return;
+        }
+        let messages_before = self.messages.len();
+        // The transcript to summarise, each message cut to its share of half the window.
+        let room = (self.context_window as usize / 2) * 3;
+        let share = (room / (split - 1)).max(200);
+        let mut transcript = String::new();
+        for m in &self.messages[1..split] {
+            let mut body = m.content_text();
+            for c in &m.tool_calls {
+                body.push_str(&format!("\n[calls {}({})]", c.function.name, c.function.arguments));
+            }
+            if body.len() > share {
+                let mut cut = share;
+                while !body.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                body.truncate(cut);
+                body.push_str(" [...]");
+            }
+            let who = match m.role {
+                Role::User => "user",
+                Role::Assistant => "agent",
+                Role::Tool => "tool result",
+                Role::System => "system",
+            };
+            transcript.push_str(&format!("## {who}\n{body}\n\n"));
+        }
+        let mut req = self.request();
+        req.tools = Vec::new();
+        req.max_tokens = Some(1024);
+        req.messages = vec![
+            ChatMessage::text(Role::System, SUMMARY_PROMPT),
+            ChatMessage::text(Role::User, format!("The conversation so far:\n\n{transcript}")),
+        ];
+        let summary = match self.model.chat(req).await {
+            Ok(stream) => caret_models::collect_chat(stream).await.map(|c| {
+                if let Some(u) = c.usage {
+                    self.usage.0 += u64::from(u.prompt_tokens);
+                    self.usage.1 += u64::from(u.completion_tokens);
+                    self.usage.2 += 1;
+                }
+                c.message.content_text()
+            }),
+            Err(e) => Err(e),
+        };
+        match summary {
+            Ok(summary) if !summary.trim().is_empty() => {
+                let head = ChatMessage::text(
+                    Role::User,
+                    format!("[The earlier part of this session, summarised to save room]\n{}", summary.trim()),
+                );
+                self.messages.splice(1..split, [head]);
+            }
+            other => {
+                let why = other.err().map_or_else(|| "an empty summary".to_owned(), |e| e.to_string());
+                emit(
+                    events,
+                    Event::Error { message: format!("compaction: {why}; old tool results shortened instead") },
+                );
+                for m in &mut self.messages[1..split] {
+                    if m.role == Role::Tool && m.content_text().len() > 200 {
+                        let text = m.content_text();
+                        let mut cut = 200;
+                        while !text.is_char_boundary(cut) {
+                            cut -= 1;
+                        }
+                        m.content = Some(Content::Text(format!("{} [... shortened to save room]", &text[..cut])));
+                    }
+                }
+            }
+        }
+        self.counted = None;
+        if let Err(e) = self.rewrite_log() {
+            tracing::warn!("session file: {e}");
+            self.log = None;
+        }
+        emit(
+            events,
+            Event::Compacted {
+                messages_before: u32::try_from(messages_before).unwrap_or(u32::MAX),
+                messages_after: u32::try_from(self.messages.len()).unwrap_or(u32::MAX),
+                tokens_before: before,
+                tokens_after: self.context_tokens(),
+            },
+        );
     }
 
     fn push(&mut self, m: ChatMessage) {
         use std::io::Write as _;
-        if let Some(f) = &mut self.log
+        if let Some((f, _)) = &mut self.log
             && let Ok(line) = serde_json::to_string(&m)
             && let Err(e) = f.write_all(format!("{line}\n").as_bytes())
         {
@@ -198,6 +373,7 @@ impl Session {
 
     async fn steps(&mut self, events: &mpsc::UnboundedSender<Event>, ops: &mut mpsc::UnboundedReceiver<Op>) -> TurnEnd {
         for _ in 0..self.max_steps {
+            self.compact_if_needed(events).await;
             let stream = match self.model.chat(self.request()).await {
                 Ok(s) => s,
                 Err(e) => {
@@ -283,12 +459,20 @@ impl Session {
                         }
                         pieces[i].2.push_str(&arguments);
                     }
-                    Some(Ok(ModelEvent::Usage(u))) => emit(events, Event::TokenUsage {
-                        prompt_tokens: u.prompt_tokens,
-                        completion_tokens: u.completion_tokens,
-                        context_tokens: u.prompt_tokens + u.completion_tokens,
-                        context_window: 0,
-                    }),
+                    Some(Ok(ModelEvent::Usage(u))) => {
+                        // The prompt covered every message so far; the answer is added next.
+                        let tokens = u.prompt_tokens.saturating_add(u.completion_tokens);
+                        self.counted = Some((tokens, self.messages.len() + 1));
+                        self.usage.0 += u64::from(u.prompt_tokens);
+                        self.usage.1 += u64::from(u.completion_tokens);
+                        self.usage.2 += 1;
+                        emit(events, Event::TokenUsage {
+                            prompt_tokens: u.prompt_tokens,
+                            completion_tokens: u.completion_tokens,
+                            context_tokens: tokens,
+                            context_window: self.context_window,
+                        });
+                    }
                     Some(Ok(ModelEvent::Finish(_))) => {}
                 },
             }

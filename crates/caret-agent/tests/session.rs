@@ -182,3 +182,61 @@ async fn a_saved_session_resumes_even_after_a_torn_last_line() {
     assert_eq!(again, session.messages().len() + 2);
     assert!(resumed.resume(&dir.join("src/a.py")).is_err(), "not a session file");
 }
+
+#[tokio::test]
+async fn old_turns_are_summarised_near_the_window_and_the_file_follows() {
+    use caret_protocol::llm::Usage;
+    let read = |id: &str| calls(&[(id, "read_file", r#"{"path": "big.txt"}"#)]);
+    let mut first = read("r1");
+    first.push(ModelEvent::Usage(Usage::new(900, 10)));
+    let mut summary = text("The user asked to read big.txt; it was read (lines of filler).");
+    summary.push(ModelEvent::Usage(Usage::new(700, 20)));
+    let (mut session, model, dir) =
+        setup(vec![first, read("r2"), read("r3"), read("r4"), summary, text("Read it four times.")]);
+    dir.write("big.txt", &"filler line of the big file\n".repeat(80));
+    session.context_window = 1500;
+    let file = dir.join(".sessions/s.jsonl");
+    session.persist(&file, "s").unwrap();
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let (_ops_tx, mut ops) = mpsc::unbounded_channel();
+    assert_eq!(session.turn("read big.txt", &events_tx, &mut ops).await, TurnEnd::Done);
+    drop(events_tx);
+    let mut seen = Vec::new();
+    while let Some(e) = events.recv().await {
+        seen.push(e);
+    }
+    // Before the fifth call: system, user, 4 × (call, result) = 10 messages, over 75% of 1,500.
+    let compacted = seen.iter().find_map(|e| match e {
+        Event::Compacted { messages_before, messages_after, tokens_before, tokens_after } => {
+            Some((*messages_before, *messages_after, *tokens_before, *tokens_after))
+        }
+        _ => None,
+    });
+    let (before, after, tokens_before, tokens_after) = compacted.expect("a compaction");
+    assert_eq!((before, after), (10, 8));
+    assert!(tokens_before > 1125 && tokens_after < tokens_before, "{tokens_before} → {tokens_after}");
+    assert!(seen.iter().any(|e| matches!(e, Event::TokenUsage { context_window: 1500, prompt_tokens: 900, .. })));
+
+    let requests = model.requests.lock().unwrap();
+    assert_eq!(requests.len(), 6);
+    // The summary request: no tools, the old part as a transcript.
+    let ask = &requests[4];
+    assert!(ask.tools.is_empty());
+    let transcript = ask.messages[1].content_text();
+    assert!(transcript.contains("## user\nread big.txt") && transcript.contains("[calls read_file"), "{transcript}");
+    // The next call sees the summary in place of the first exchange, and the recent ones whole.
+    let last = &requests[5].messages;
+    assert_eq!(last.len(), 8);
+    assert_eq!(last[0].role, Role::System);
+    assert!(last[1].content_text().contains("summarised") && last[1].content_text().contains("asked to read big.txt"));
+    assert_eq!(last[2].tool_calls[0].id, "r2");
+    assert_eq!(last[3].role, Role::Tool);
+    drop(requests);
+    assert_eq!(session.usage(), (1600, 30, 2), "both reported usages counted, the summary's included");
+
+    // The session file holds the compacted conversation, and resumes to it.
+    let (mut resumed, _model, _dir2) = setup(vec![]);
+    resumed.resume(&file).unwrap();
+    assert_eq!(resumed.messages(), session.messages());
+    assert_eq!(resumed.messages().len(), 9, "8 + the final answer");
+}

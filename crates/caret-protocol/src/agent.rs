@@ -118,6 +118,17 @@ pub enum Event {
         /// The model's window.
         context_window: u32,
     },
+    /// Older messages were replaced by a summary to stay within the model's window.
+    Compacted {
+        /// Messages before.
+        messages_before: u32,
+        /// Messages after (the summary counted as one).
+        messages_after: u32,
+        /// Estimated tokens of the conversation before.
+        tokens_before: u32,
+        /// Estimated tokens after.
+        tokens_after: u32,
+    },
     /// Something went wrong (the turn may go on).
     Error {
         /// What.

@@ -68,7 +68,9 @@ pub struct DeploymentSection {
     pub url: String,
     /// The upstream's model name; for `local`, the model to load.
     pub model: String,
-    /// `local`: context window in tokens (default 8192, capped at the model's).
+    /// Context window in tokens. `local`: the window allocated (default 8192, capped at the
+    /// model's); any provider: what the agent keeps its conversation within (default 32768
+    /// for remote ones).
     pub context_tokens: Option<u32>,
     /// `local`: llama.cpp threads (default: the cores this process may use).
     pub threads: Option<usize>,
@@ -498,6 +500,19 @@ impl Config {
         } else {
             self.home.join("models").join(model)
         }
+    }
+
+    /// The context window of a model alias: its smallest deployment's (a failover must fit
+    /// too); `None` for an alias not configured here.
+    pub fn context_window(&self, alias: &str) -> Option<u32> {
+        let m = self.models.iter().find(|m| m.alias == alias)?;
+        m.deployments
+            .iter()
+            .map(|d| match d.provider {
+                ProviderKind::Local => d.context_tokens.unwrap_or(8192),
+                _ => d.context_tokens.unwrap_or(32_768),
+            })
+            .min()
     }
 
     /// A local language model: a catalog name under `$CARET_HOME/models`, or a path.

@@ -100,6 +100,7 @@ pub fn run(config: &Config, args: ExecArgs) -> anyhow::Result<ExitCode> {
     let session_root = ctx.root.clone();
     let mut session = Session::new(Arc::new(GatewayModel(backend)), &model, tools, ctx);
     session.max_steps = args.max_steps.max(1);
+    session.context_window = config.context_window(&model).unwrap_or(32_768);
     session.policy.approval = match args.approval {
         ApprovalArg::Never => Approval::Never,
         ApprovalArg::Risky => Approval::Risky,
