@@ -313,6 +313,25 @@ impl Session {
         self.messages.push(m);
     }
 
+    /// Serves a front end until it shuts the session down (or goes away): each user input
+    /// runs a turn; inputs given during a turn wait for it to end; approvals and interrupts
+    /// that come when no turn needs them are dropped.
+    pub async fn serve(&mut self, ops: &mut mpsc::UnboundedReceiver<Op>, events: &mpsc::UnboundedSender<Event>) {
+        loop {
+            let op = match self.pending.pop_front() {
+                Some(op) => Some(op),
+                None => ops.recv().await,
+            };
+            match op {
+                Some(Op::UserInput { text }) => {
+                    self.turn(&text, events, ops).await;
+                }
+                Some(Op::Shutdown) | None => return,
+                Some(Op::Interrupt | Op::Approval { .. }) => {}
+            }
+        }
+    }
+
     /// Takes the ops that arrived during a turn and were not for it (user inputs for the
     /// next turn, say).
     pub fn take_pending(&mut self) -> Vec<Op> {
@@ -436,7 +455,11 @@ impl Session {
         loop {
             tokio::select! {
                 op = ops.recv() => match op {
-                    Some(Op::Interrupt | Op::Shutdown) | None => return None,
+                    Some(Op::Shutdown) => {
+                        self.pending.push_back(Op::Shutdown);
+                        return None;
+                    }
+                    Some(Op::Interrupt) | None => return None,
                     Some(other) => self.pending.push_back(other),
                 },
                 item = stream.next() => match item {
@@ -530,7 +553,11 @@ impl Session {
                                 }
                                 break;
                             }
-                            Some(Op::Interrupt | Op::Shutdown) | None => return None,
+                            Some(Op::Shutdown) => {
+                                self.pending.push_back(Op::Shutdown);
+                                return None;
+                            }
+                            Some(Op::Interrupt) | None => return None,
                             Some(other) => self.pending.push_back(other),
                         }
                     }
@@ -598,7 +625,11 @@ impl Session {
 async fn interrupted(ops: &mut mpsc::UnboundedReceiver<Op>, pending: &mut std::collections::VecDeque<Op>) {
     loop {
         match ops.recv().await {
-            Some(Op::Interrupt | Op::Shutdown) | None => return,
+            Some(Op::Shutdown) => {
+                pending.push_back(Op::Shutdown);
+                return;
+            }
+            Some(Op::Interrupt) | None => return,
             Some(other) => pending.push_back(other),
         }
     }

@@ -26,15 +26,23 @@ use crate::server::runtime;
 pub struct ExecArgs {
     /// The task.
     task: String,
+    #[command(flatten)]
+    session: SessionArgs,
+}
+
+/// What `caret exec` and `caret agent` share: where, with which model, under which rules.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SessionArgs {
     /// The workspace (repository) to work in.
     #[arg(long, short = 'C', default_value = ".")]
     path: PathBuf,
     /// Model alias (default: `agent`, else the first configured).
     #[arg(long, short)]
     model: Option<String>,
-    /// When commands need the user's approval: never, risky (asked → refused here) or always.
+    /// When commands need the user's approval: never, risky or always (`caret exec` has
+    /// nobody to ask: asked means refused).
     #[arg(long, value_enum, default_value = "risky")]
-    approval: ApprovalArg,
+    pub approval: ApprovalArg,
     /// Model calls the turn may make.
     #[arg(long, default_value_t = 25)]
     max_steps: u32,
@@ -43,7 +51,7 @@ pub struct ExecArgs {
     network: bool,
     /// Continue a saved session (its id, printed in `session_configured`).
     #[arg(long)]
-    resume: Option<String>,
+    pub resume: Option<String>,
     /// Use this server's gateway instead of the embedded one (env CARET_SERVER).
     #[arg(long, env = "CARET_SERVER")]
     server: Option<String>,
@@ -54,7 +62,7 @@ pub struct ExecArgs {
 
 /// `--approval`.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum ApprovalArg {
+pub enum ApprovalArg {
     Never,
     Risky,
     Always,
@@ -70,7 +78,9 @@ impl ModelClient for GatewayModel {
     }
 }
 
-pub fn run(config: &Config, args: ExecArgs) -> anyhow::Result<ExitCode> {
+/// A session as the arguments say (new and saved under `$CARET_HOME/sessions`, or resumed):
+/// the session, its id, the model alias and the workspace root.
+pub fn open_session(config: &Config, args: &SessionArgs) -> anyhow::Result<(Session, String, String, PathBuf)> {
     let (backend, model) = Backend::connect(
         config,
         args.server.as_deref(),
@@ -97,7 +107,7 @@ pub fn run(config: &Config, args: ExecArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => eprintln!("caret: {e}; the agent runs without run_terminal_cmd and read_lints"),
     }
-    let session_root = ctx.root.clone();
+    let root = ctx.root.clone();
     let mut session = Session::new(Arc::new(GatewayModel(backend)), &model, tools, ctx);
     session.max_steps = args.max_steps.max(1);
     session.context_window = config.context_window(&model).unwrap_or(32_768);
@@ -125,6 +135,11 @@ pub fn run(config: &Config, args: ExecArgs) -> anyhow::Result<ExitCode> {
             id
         }
     };
+    Ok((session, id, model, root))
+}
+
+pub fn run(config: &Config, args: ExecArgs) -> anyhow::Result<ExitCode> {
+    let (mut session, id, model, session_root) = open_session(config, &args.session)?;
     let cwd = session_root.display().to_string();
     let reason = runtime()?.block_on(async {
         let (events_tx, mut events) = mpsc::unbounded_channel::<Event>();

@@ -1,6 +1,7 @@
 //! `caret`: the command-line entry point. Thin glue: it parses arguments, loads the
 //! configuration, sets up tracing and calls the library crates.
 
+mod agent;
 mod apply;
 mod bench;
 mod bench_llm;
@@ -70,6 +71,8 @@ enum Command {
     Complete(complete::CompleteArgs),
     /// Language server over stdio: Tab completions in any editor.
     Lsp(lsp::LspArgs),
+    /// The coding agent in an interactive terminal UI.
+    Agent(agent::AgentArgs),
     /// Run the agent on a task without a terminal UI (events as JSON lines).
     Exec(exec::ExecArgs),
     /// List or download model weight files.
@@ -109,6 +112,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Apply(args) => apply::run(&config, args),
         Command::Complete(args) => complete::run(&config, args),
         Command::Lsp(args) => lsp::run(&config, args),
+        Command::Agent(args) => agent::run(&config, args),
         Command::Exec(args) => exec::run(&config, args),
         Command::Bench(cmd) => bench::run(&config, cmd),
     }
