@@ -37,6 +37,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// The model gateway, when models are configured.
     pub gateway: Option<Arc<caret_models::Gateway>>,
+    /// Agent sessions, when agent workspaces are configured.
+    pub agent: Option<Arc<crate::agent::AgentHost>>,
 }
 
 /// JSON bodies whose rejections (malformed, truncated, wrong type, too large) become our
@@ -83,6 +85,9 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
         .route("/v1/models", get(crate::llm::models))
         .route("/v1/apply", post(apply_edit))
         .route("/v1/complete", post(crate::tab::complete))
+        .route("/v1/agent/sessions", post(crate::agent::create))
+        .route("/v1/agent/sessions/{id}/ops", post(crate::agent::submit))
+        .route("/v1/agent/sessions/{id}/events", get(crate::agent::events))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
     Router::new()
         .route("/healthz", get(|| async { "ok" }))

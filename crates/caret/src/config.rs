@@ -159,6 +159,9 @@ pub struct ServerSection {
     pub ip_rate_limit_per_second: f64,
     pub ip_rate_limit_burst: u32,
     pub body_limit: Size,
+    /// Directories agent sessions (`POST /v1/agent/sessions`) may work in, by name
+    /// (`[server.agent_workspaces]`, `name = "/path"`); none: no agent sessions.
+    pub agent_workspaces: std::collections::BTreeMap<String, PathBuf>,
 }
 
 impl Default for ServerSection {
@@ -178,6 +181,7 @@ impl Default for ServerSection {
             ip_rate_limit_per_second: per_address.per_second,
             ip_rate_limit_burst: per_address.burst,
             body_limit: Size(64 << 20),
+            agent_workspaces: Default::default(),
         }
     }
 }

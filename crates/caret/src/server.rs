@@ -94,6 +94,7 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
         },
         body_limit: usize::try_from(args.body_limit.unwrap_or(config.server.body_limit.0)).unwrap_or(usize::MAX),
         gateway: config.gateway()?,
+        agent_workspaces: config.server.agent_workspaces.clone(),
     };
     serve.check()?;
     let storage = config.storage();

@@ -1003,3 +1003,85 @@ fn the_complete_endpoint_serves_tab_suggestions_to_a_remote_lsp() {
     assert!(lsp.wait().unwrap().success());
     server.stop();
 }
+
+/// Agent sessions on the server: started in a configured workspace, driven by ops, watched
+/// as server-sent events (from the first event, also for a late second watcher), private to
+/// the tenant that started them.
+#[test]
+fn agent_sessions_stream_their_events_over_sse() {
+    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("agent-model"));
+    up.set(Behaviour {
+        tool_call: Some("read_file".into()),
+        tool_arguments: Some(r#"{"path": "notes.txt"}"#.into()),
+        ..Behaviour::default()
+    });
+    let ws = TempDir::new();
+    ws.write("notes.txt", "the secret of the notes\n");
+    let config = format!(
+        "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n\n\
+         [server.agent_workspaces]\ndemo = \"{}\"\n",
+        up.url,
+        ws.path().display()
+    );
+    let server = Server::start_with_config(&[], &[], Some(&config));
+    let (a, b) = (server.tenant("agent-a"), server.tenant("agent-b"));
+    let c = http();
+    let url = |p: &str| format!("{}/v1/agent/sessions{p}", server.url);
+    let r = c.post(url("")).bearer_auth(&a).json(&json!({"workspace": "demo", "max_steps": 2})).send().unwrap();
+    assert_eq!(r.status(), 201);
+    let id = r.json::<Value>().unwrap()["id"].as_str().unwrap().to_owned();
+    // Unknown workspaces, bad settings, no token, another tenant.
+    let post =
+        |token: &str, p: &str, body: Value| c.post(url(p)).bearer_auth(token).json(&body).send().unwrap().status();
+    assert_eq!(post(&a, "", json!({"workspace": "/etc"})), 404);
+    assert_eq!(post(&a, "", json!({"workspace": "demo", "approval": "maybe"})), 400);
+    assert_eq!(post(&a, "", json!({"workspace": "demo", "model": "nope"})), 400);
+    assert_eq!(c.post(url("")).json(&json!({"workspace": "demo"})).send().unwrap().status(), 401);
+    let input = json!({"type": "user_input", "text": "read the notes"});
+    assert_eq!(post(&b, &format!("/{id}/ops"), input.clone()), 404);
+    assert_eq!(c.get(url(&format!("/{id}/events"))).bearer_auth(&b).send().unwrap().status(), 404);
+    assert_eq!(post(&a, &format!("/{id}/ops"), json!({"type": "dance"})), 422);
+
+    let watch = |until: &str| {
+        let r = c.get(url(&format!("/{id}/events"))).bearer_auth(&a).send().unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.headers()["content-type"], "text/event-stream");
+        let mut events = Vec::new();
+        for line in BufReader::new(r).lines() {
+            let line = line.unwrap();
+            if let Some(data) = line.strip_prefix("data: ") {
+                let e: Value = serde_json::from_str(data).unwrap();
+                let done = e["type"] == until;
+                events.push(e);
+                if done {
+                    break;
+                }
+            }
+        }
+        events
+    };
+    assert_eq!(post(&a, &format!("/{id}/ops"), input), 202);
+    let events = watch("turn_end");
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    let expected = ["session_configured", "turn_begin", "token_usage", "tool_call_begin", "tool_call_end"];
+    assert_eq!(kinds[..5], expected, "{kinds:?}");
+    assert_eq!(kinds.len(), 9, "{kinds:?}");
+    let read = events.iter().find(|e| e["type"] == "tool_call_end").unwrap();
+    assert_eq!(read["ok"], true);
+    assert!(read["output"].as_str().unwrap().contains("the secret of the notes"), "{read}");
+    assert_eq!(events.last().unwrap()["reason"], "step_limit");
+    assert_eq!(up.requests(), 2);
+    // A second watcher gets the whole story from the start.
+    let again = watch("turn_end");
+    assert_eq!(again, events);
+    // Shut down: the stream ends, the session is gone.
+    assert_eq!(post(&a, &format!("/{id}/ops"), json!({"type": "shutdown"})), 202);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while post(&a, &format!("/{id}/ops"), json!({"type": "interrupt"})) != 404 {
+        assert!(Instant::now() < deadline, "the session did not end");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server.stop();
+}
