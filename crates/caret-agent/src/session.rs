@@ -29,11 +29,17 @@ pub const TERMINAL: &str = "run_terminal_cmd";
 
 /// The system prompt: search before editing, read in parallel, keep a todo list.
 pub const SYSTEM_PROMPT: &str = "You are a coding agent working in the user's repository through tools. \
-Find what you need before you change anything: grep for names, codebase_search for concepts, read_file for \
-the code itself. When you need several files or searches, call the tools together in one answer: they run in \
-parallel. Edit with edit_file (search/replace blocks copied exactly from the file), then check your work \
-with read_lints or by running the tests with run_terminal_cmd. For a task of several steps keep a todo list \
-with todo_write. When the task is done, answer with a short summary of what you changed.";
+Paths are relative to the repository root; its layout is below. Find what you need before you change \
+anything: grep for names, codebase_search for concepts, read_file for the code itself. Always read a file \
+before you edit it. When you need several files or searches, call the tools together in one answer: they run \
+in parallel. Edit with edit_file (search/replace blocks whose SEARCH text is copied exactly from what \
+read_file showed, without its line numbers), then check your work with read_lints or by running the tests \
+with run_terminal_cmd. When a tool answers an error, correct the call and go on. For a task of several steps \
+keep a todo list with todo_write. When the task is done and checked, answer with a short summary of what you \
+changed.";
+
+/// Lines of the repository layout in the system prompt.
+const OVERVIEW_LINES: usize = 60;
 
 /// An agent session: the conversation and what it works with.
 pub struct Session {
@@ -105,13 +111,14 @@ fn emit(events: &mpsc::UnboundedSender<Event>, e: Event) {
 impl Session {
     /// A session with `model_name` on `model`, the `tools`, in the workspace of `ctx`.
     pub fn new(model: Arc<dyn ModelClient>, model_name: &str, tools: Registry, ctx: Arc<Ctx>) -> Session {
+        let layout = crate::tools::fs::overview(&ctx.root, OVERVIEW_LINES);
         Session {
             model,
             model_name: model_name.to_owned(),
             tools,
             ctx,
             policy: Policy::default(),
-            messages: vec![ChatMessage::text(Role::System, SYSTEM_PROMPT)],
+            messages: vec![ChatMessage::text(Role::System, format!("{SYSTEM_PROMPT}\n\nRepository layout:\n{layout}"))],
             pending: std::collections::VecDeque::new(),
             max_steps: 25,
             turn: 0,

@@ -240,3 +240,10 @@ async fn old_turns_are_summarised_near_the_window_and_the_file_follows() {
     assert_eq!(resumed.messages(), session.messages());
     assert_eq!(resumed.messages().len(), 9, "8 + the final answer");
 }
+
+#[test]
+fn the_system_prompt_shows_the_repository_layout() {
+    let (session, _model, _dir) = setup(vec![]);
+    let system = session.messages()[0].content_text();
+    assert!(system.contains("Repository layout:\nnotes.txt\nsrc/\nsrc/a.py\nsrc/b.py"), "{system}");
+}

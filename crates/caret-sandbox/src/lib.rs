@@ -12,14 +12,19 @@
 //! Toolchains in the home (rustup, cargo's crate cache, pyenv) can be bound back read-only
 //! with [`Policy::with_toolchains`], so that builds and linters run offline inside.
 //!
-//! Not yet: CPU, memory and process-count limits through cgroups (v2, and v1 on hybrid
-//! hosts), Landlock and seccomp filters.
+//! Each command also runs in its own cgroups (CPU, memory, process count; v2, or v1 on
+//! hybrid hosts) and under a seccomp filter of system calls it never needs (see [`limits`]);
+//! nested user namespaces are refused. Not yet: Landlock (the mount namespace already decides
+//! what exists; Landlock would be a second fence).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncReadExt as _};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
+
+pub mod limits;
+pub use limits::Limits;
 
 /// What went wrong starting or running a command (its own failure is an [`Output`]).
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +91,8 @@ pub struct Output {
     pub timed_out: bool,
     /// Some output was dropped at the limit.
     pub truncated: bool,
+    /// The memory limit killed a process of it.
+    pub oom_killed: bool,
     /// How long it ran.
     pub duration: Duration,
 }
@@ -120,6 +127,10 @@ pub struct Policy {
     pub path: Vec<PathBuf>,
     /// Whether commands may use the network.
     pub network: bool,
+    /// CPU, memory and process limits of each command (cgroups).
+    pub limits: Limits,
+    /// Whether the seccomp filter applies.
+    pub seccomp: bool,
 }
 
 impl Policy {
@@ -128,7 +139,15 @@ impl Policy {
         let workspace = std::fs::canonicalize(workspace)
             .map_err(|e| Error::Refused(format!("workspace {}: {e}", workspace.display())))?;
         let hidden = std::env::var_os("HOME").map(PathBuf::from).into_iter().collect();
-        Ok(Policy { workspace, hidden, exposed: Vec::new(), path: Vec::new(), network: false })
+        Ok(Policy {
+            workspace,
+            hidden,
+            exposed: Vec::new(),
+            path: Vec::new(),
+            network: false,
+            limits: Limits::standard(),
+            seccomp: true,
+        })
     }
 
     /// Also exposes, read-only, the toolchains a project's builds and linters need that live
@@ -153,7 +172,19 @@ impl Policy {
 pub struct Bwrap {
     policy: Policy,
     program: PathBuf,
+    /// The compiled seccomp filter, when the policy has one and this architecture allows it.
+    seccomp: Option<std::sync::Arc<Vec<u8>>>,
+    /// Why limits are not enforced here (cgroups could not be made), if so.
+    unlimited: Option<String>,
 }
+
+/// Joins the cgroups given before `--` (the shell's own pid into each `cgroup.procs`), then
+/// becomes the command after it: everything the command starts is inside from its first
+/// instruction.
+const JOIN: &str = r#"while [ "$1" != "--" ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@""#;
+
+/// Names each command's cgroups apart.
+static GROUPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// `PATH` inside the sandbox.
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -167,19 +198,40 @@ impl Bwrap {
             .map(PathBuf::from)
             .find(|p| p.exists())
             .ok_or_else(|| Error::Unavailable("bubblewrap (bwrap) is not installed (Debian: bubblewrap)".into()))?;
-        let b = Bwrap { policy, program };
-        let probe = std::process::Command::new(&b.program)
-            .args(b.arguments(&b.policy.workspace, &[]))
-            .args(["true"])
-            .stdin(Stdio::null())
+        let seccomp = if policy.seccomp {
+            limits::seccomp_program().map_err(Error::Unavailable)?.map(std::sync::Arc::new)
+        } else {
+            None
+        };
+        // Whether cgroups can be made here: tried once.
+        let unlimited = match limits::Group::create(&format!("caret-probe-{}", std::process::id()), &policy.limits) {
+            Ok(_) => None,
+            Err(why) => Some(format!("limits not enforced (cannot make cgroups: {why})")),
+        };
+        let b = Bwrap { policy, program, seccomp, unlimited };
+        let mut args = b.arguments(&b.policy.workspace, &[]);
+        args.push("true".into());
+        let mut probe = std::process::Command::new(&b.program)
+            .args(&args)
+            .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
-            .output()?;
+            .spawn()?;
+        if let (Some(mut stdin), Some(program)) = (probe.stdin.take(), &b.seccomp) {
+            use std::io::Write as _;
+            stdin.write_all(program)?;
+        }
+        let probe = probe.wait_with_output()?;
         if !probe.status.success() {
             let why = String::from_utf8_lossy(&probe.stderr).trim().to_owned();
             return Err(Error::Unavailable(format!("bwrap cannot create a sandbox here: {why}")));
         }
         Ok(b)
+    }
+
+    /// Why resource limits are not enforced on this host, if they are not.
+    pub fn limits_unavailable(&self) -> Option<&str> {
+        self.unlimited.as_deref()
     }
 
     /// The policy.
@@ -209,7 +261,14 @@ impl Bwrap {
         }
         let ws = self.policy.workspace.display().to_string();
         a.extend(["--bind".to_owned(), ws.clone(), ws]);
-        a.extend(["--unshare-all", "--die-with-parent", "--new-session", "--clearenv"].map(str::to_owned));
+        a.extend(
+            ["--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session", "--clearenv"]
+                .map(str::to_owned),
+        );
+        if self.seccomp.is_some() {
+            // The program comes on bwrap's standard input (the command's is then at its end).
+            a.extend(["--seccomp".to_owned(), "0".to_owned()]);
+        }
         if self.policy.network {
             a.push("--share-net".to_owned());
         }
@@ -258,14 +317,32 @@ impl Sandbox for Bwrap {
         }
         let mut args = self.arguments(&cwd, &spec.env);
         args.extend(["bash".to_owned(), "-c".to_owned(), spec.command.clone()]);
+        let group = match &self.unlimited {
+            None => {
+                let n = GROUPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                limits::Group::create(&format!("caret-{}-{n}", std::process::id()), &self.policy.limits).ok()
+            }
+            Some(_) => None,
+        };
+        let procs = group.as_ref().map(limits::Group::procs).unwrap_or_default();
+        let mut command = if procs.is_empty() {
+            tokio::process::Command::new(&self.program)
+        } else {
+            let mut c = tokio::process::Command::new("/bin/sh");
+            c.args(["-c", JOIN, "caret-sandbox"]).args(&procs).arg("--").arg(&self.program);
+            c
+        };
         let started = Instant::now();
-        let mut child = tokio::process::Command::new(&self.program)
+        let mut child = command
             .args(&args)
-            .stdin(Stdio::null())
+            .stdin(if self.seccomp.is_some() { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()?;
+        if let (Some(mut stdin), Some(program)) = (child.stdin.take(), self.seccomp.clone()) {
+            stdin.write_all(&program).await?;
+        }
         let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
             return Err(Error::Unavailable("no pipes to the command".into()));
         };
@@ -291,6 +368,7 @@ impl Sandbox for Bwrap {
             stderr: String::from_utf8_lossy(&stderr).into_owned(),
             timed_out,
             truncated: more_out || more_err,
+            oom_killed: group.as_ref().is_some_and(limits::Group::oom_killed),
             duration: started.elapsed(),
         })
     }

@@ -117,3 +117,69 @@ async fn exposed_toolchains_are_read_only_and_their_neighbours_stay_hidden() {
     assert!(out.stderr.contains("Read-only file system"), "{out:?}");
     assert!(!bin.join("planted").exists());
 }
+
+#[tokio::test]
+async fn system_calls_a_command_never_needs_are_refused() {
+    let (b, s) = sandbox(false);
+    let out = b.run(&spec("grep Seccomp: /proc/self/status; unshare -U true; echo unshare=$?", &s)).await.unwrap();
+    assert!(out.stdout.contains("Seccomp:\t2"), "a filter is installed: {out:?}");
+    assert!(out.stdout.contains("unshare=1") || out.stdout.contains("unshare=2"), "{out:?}");
+    let out = b.run(&spec("mkdir -p m && mount -t tmpfs none m; echo mount=$?", &s)).await.unwrap();
+    assert!(!out.stdout.contains("mount=0"), "{out:?}");
+    // Ordinary work is unaffected.
+    let out = b.run(&spec("echo ok > f && cat f && ls / > /dev/null && sh -c 'exit 3'", &s)).await.unwrap();
+    assert_eq!((out.exit_code, out.stdout.as_str()), (Some(3), "ok\n"));
+}
+
+#[tokio::test]
+async fn memory_process_and_cpu_limits_hold() {
+    use caret_sandbox::Limits;
+    let ws = TempDir::new();
+    let mut policy = Policy::new(ws.path()).unwrap();
+    policy.limits = Limits { memory_bytes: Some(64 << 20), pids: Some(24), cpus: Some(0.5) };
+    let b = Bwrap::new(policy).unwrap();
+    assert_eq!(b.limits_unavailable(), None, "this kind of host allows cgroups (DESIGN: Sandboxes)");
+    let run = |cmd: &str| {
+        let spec = Spec { timeout: Duration::from_secs(30), ..Spec::new(cmd, ws.path()) };
+        let b = b.clone();
+        async move { b.run(&spec).await.unwrap() }
+    };
+    // 256 MiB against a 64 MiB limit: killed, and said so.
+    let out =
+        run("python3 -c 'b = bytearray(256 << 20); b[::4096] = b\"x\" * len(b[::4096]); print(\"survived\")'").await;
+    assert!(!out.stdout.contains("survived") && out.oom_killed, "{out:?}");
+    // 60 sleepers against 24 processes: forks fail (bash would retry; python says so).
+    let forks = "import os, time\nn = 0\nfor i in range(60):\n    try:\n        pid = os.fork()\n    \
+                 except OSError:\n        break\n    if pid == 0:\n        time.sleep(2)\n        os._exit(0)\n    \
+                 n += 1\nprint(n)\n";
+    ws.write("forks.py", forks);
+    let out = run("python3 forks.py").await;
+    let started: usize = out.stdout.trim().parse().unwrap_or(99);
+    assert!(started < 24, "{out:?}");
+    // Half a core: the group's quota while a command runs.
+    let spec = Spec { timeout: Duration::from_secs(30), ..Spec::new("sleep 1", ws.path()) };
+    let b2 = b.clone();
+    let running = tokio::spawn(async move { b2.run(&spec).await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let quotas: Vec<String> = std::fs::read_dir("/sys/fs/cgroup/cpu")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("caret-{}-", std::process::id())))
+                .filter_map(|e| std::fs::read_to_string(e.path().join("cpu.cfs_quota_us")).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let cpu_max: Vec<String> = std::fs::read_dir("/sys/fs/cgroup")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("caret-{}-", std::process::id())))
+                .filter_map(|e| std::fs::read_to_string(e.path().join("cpu.max")).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        quotas.iter().any(|q| q.trim() == "50000") || cpu_max.iter().any(|q| q.starts_with("50000 ")),
+        "{quotas:?} {cpu_max:?}"
+    );
+    assert!(running.await.unwrap().success());
+}

@@ -194,6 +194,29 @@ pub(crate) fn walker(from: &std::path::Path) -> ignore::WalkBuilder {
     b
 }
 
+/// The workspace's layout for the system prompt: its files and directories two levels deep
+/// (ignore rules honoured, sorted), at most `max` lines, with a note when more exist.
+pub fn overview(root: &std::path::Path, max: usize) -> String {
+    let mut paths: Vec<String> = walker(root)
+        .max_depth(Some(2))
+        .build()
+        .flatten()
+        .filter(|e| e.depth() > 0)
+        .map(|e| {
+            let rel = e.path().strip_prefix(root).unwrap_or(e.path()).to_string_lossy().replace('\\', "/");
+            if e.file_type().is_some_and(|t| t.is_dir()) { format!("{rel}/") } else { rel }
+        })
+        .collect();
+    paths.sort();
+    let more = paths.len().saturating_sub(max);
+    paths.truncate(max);
+    let mut text = paths.join("\n");
+    if more > 0 {
+        text.push_str(&format!("\n… and {more} more (list_dir and glob show them)"));
+    }
+    text
+}
+
 /// Paths `glob` returns at most.
 const GLOB_MAX: usize = 200;
 

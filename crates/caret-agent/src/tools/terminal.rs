@@ -47,6 +47,9 @@ impl Drop for RunTerminalCmd {
 
 /// How a finished command ended, in words.
 fn status(out: &Output, timeout: usize) -> String {
+    if out.oom_killed {
+        return "killed: it went over the sandbox's memory limit".to_owned();
+    }
     match (out.timed_out, out.exit_code) {
         (true, _) => format!("killed after {timeout} s (timeout)"),
         (false, Some(code)) => format!("exit code {code}"),
