@@ -161,22 +161,19 @@ async fn memory_process_and_cpu_limits_hold() {
     let b2 = b.clone();
     let running = tokio::spawn(async move { b2.run(&spec).await.unwrap() });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let quotas: Vec<String> = std::fs::read_dir("/sys/fs/cgroup/cpu")
-        .map(|d| {
-            d.flatten()
-                .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("caret-{}-", std::process::id())))
-                .filter_map(|e| std::fs::read_to_string(e.path().join("cpu.cfs_quota_us")).ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    let cpu_max: Vec<String> = std::fs::read_dir("/sys/fs/cgroup")
-        .map(|d| {
-            d.flatten()
-                .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("caret-{}-", std::process::id())))
-                .filter_map(|e| std::fs::read_to_string(e.path().join("cpu.max")).ok())
-                .collect()
-        })
-        .unwrap_or_default();
+    // This run's groups under a hierarchy, and one file of each.
+    let read = |root: &str, file: &str| -> Vec<String> {
+        let ours = format!("caret-{}-", std::process::id());
+        std::fs::read_dir(root)
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with(&ours))
+                    .filter_map(|e| std::fs::read_to_string(e.path().join(file)).ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let (quotas, cpu_max) = (read("/sys/fs/cgroup/cpu", "cpu.cfs_quota_us"), read("/sys/fs/cgroup", "cpu.max"));
     assert!(
         quotas.iter().any(|q| q.trim() == "50000") || cpu_max.iter().any(|q| q.starts_with("50000 ")),
         "{quotas:?} {cpu_max:?}"
