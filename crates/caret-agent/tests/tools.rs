@@ -214,6 +214,17 @@ async fn edits_writes_and_deletes_are_recorded_with_diffs() {
     assert!(changes[0].diff.contains("\n-    a - b\n+    a.saturating_sub(b)\n"), "{}", changes[0].diff);
     assert!(ctx.take_changes().is_empty());
 
+    // Replacing a file the agent never read is refused (it would drop what the file holds);
+    // once read — or written by the agent itself — it is allowed.
+    std::fs::write(dir.join("notes.md"), "keep me\n").unwrap();
+    let err = run("write_file", json!({"path": "notes.md", "content": "new\n"})).await.unwrap_err();
+    assert!(err.to_string().contains("have not read it"), "{err}");
+    assert_eq!(std::fs::read_to_string(dir.join("notes.md")).unwrap(), "keep me\n");
+    run("read_file", json!({"path": "notes.md"})).await.unwrap();
+    run("write_file", json!({"path": "notes.md", "content": "new\n"})).await.unwrap();
+    run("write_file", json!({"path": "tests/t.rs", "content": "// replaced\n"})).await.unwrap();
+    assert_eq!(std::fs::read_to_string(dir.join("tests/t.rs")).unwrap(), "// replaced\n");
+
     let todos = json!({"todos": [
         {"id": "1", "content": "read the code", "status": "completed"},
         {"id": "2", "content": "write the test", "status": "in_progress"}]});

@@ -97,6 +97,7 @@ impl Tool for EditFile {
                 return Ok(format!("{rel}: the edit ({}) changes nothing", format.name()));
             }
             caret_workspace::statcache::write_atomic(&path, new.as_bytes()).map_err(|e| io(&rel, e))?;
+            ctx.saw(&path);
             let diff = unified_diff(&rel, &old, &new);
             let summary = format!("edited {rel} ({}, {})", format.name(), counts(&diff));
             record(&ctx, FileChange { path: rel, kind: ChangeKind::Update, diff });
@@ -158,7 +159,14 @@ impl Tool for WriteFile {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
                 Err(e) => return Err(io(&rel, e)),
             };
+            if old.is_some() && !ctx.has_seen(&path) {
+                return Err(ToolError::new(format!(
+                    "{rel} exists and you have not read it: read_file it first, then change it with edit_file \
+                     (or write_file its whole new content); nothing was written"
+                )));
+            }
             caret_workspace::statcache::write_atomic(&path, content.as_bytes()).map_err(|e| io(&rel, e))?;
+            ctx.saw(&path);
             let diff = unified_diff(&rel, old.as_deref().unwrap_or(""), &content);
             let kind = if old.is_some() { ChangeKind::Update } else { ChangeKind::Add };
             let summary = format!("{} {rel} ({})", if old.is_some() { "replaced" } else { "created" }, counts(&diff));

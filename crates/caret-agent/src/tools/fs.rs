@@ -64,7 +64,10 @@ impl Tool for ReadFile {
             return Err(ToolError::new("end_line is before start_line"));
         }
         let max = ctx.max_output_bytes;
-        blocking(move || read_lines(&path, &rel, start, end, max)).await
+        let seen = path.clone();
+        let text = blocking(move || read_lines(&path, &rel, start, end, max)).await?;
+        ctx.saw(&seen);
+        Ok(text)
     }
 }
 

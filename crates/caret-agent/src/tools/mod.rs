@@ -63,6 +63,9 @@ pub struct Ctx {
     pub changes: Arc<std::sync::Mutex<Vec<FileChange>>>,
     /// The todo list as `todo_write` last left it.
     pub todos: Arc<std::sync::Mutex<Vec<caret_protocol::agent::TodoItem>>>,
+    /// Files the agent has read or written in this session: `write_file` replaces only
+    /// those (a model that never looked at a file would drop what it holds).
+    pub seen: Arc<std::sync::Mutex<std::collections::HashSet<PathBuf>>>,
 }
 
 impl Ctx {
@@ -73,7 +76,18 @@ impl Ctx {
             max_output_bytes: 32 * 1024,
             changes: Arc::default(),
             todos: Arc::default(),
+            seen: Arc::default(),
         })
+    }
+
+    /// Notes that the agent has seen `path`'s current content.
+    pub fn saw(&self, path: &Path) {
+        self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(path.to_path_buf());
+    }
+
+    /// Whether the agent has seen `path` in this session.
+    pub fn has_seen(&self, path: &Path) -> bool {
+        self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(path)
     }
 
     /// Takes the file changes recorded so far.

@@ -270,6 +270,9 @@ fn bare_calls(answer: &str, names: &[String]) -> Option<Vec<(String, String)>> {
         let fenced = fenced.strip_suffix("```")?;
         // The fence's language tag runs to the first newline.
         body = fenced.split_once('\n').map_or(fenced, |(tag, rest)| if tag.contains('{') { fenced } else { rest });
+    } else if let Some(open) = body.strip_suffix("```") {
+        // A closing fence without its opening (small models write one after bare calls).
+        body = open.trim_end();
     }
     let mut calls = Vec::new();
     for value in serde_json::Deserializer::from_str(body).into_iter::<serde_json::Value>() {
@@ -339,6 +342,15 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn bare_calls_followed_by_a_stray_closing_fence_are_calls() {
+        let answer = "{\"name\": \"read_file\", \"arguments\": {\"path\": \"a.py\"}}\n\
+                      {\"name\": \"grep\", \"arguments\": {\"pattern\": \"def\"}}\n```";
+        let events = feed_all(&mut parser(), &[answer]);
+        assert_eq!(calls(&events).len(), 2, "{events:?}");
+        assert_eq!(texts(&events), "");
     }
 
     #[test]
