@@ -204,7 +204,8 @@ impl Bwrap {
             None
         };
         // Whether cgroups can be made here: tried once.
-        let unlimited = match limits::Group::create(&format!("caret-probe-{}", std::process::id()), &policy.limits) {
+        let n = GROUPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let unlimited = match limits::Group::create(&format!("caret-{}-{n}", std::process::id()), &policy.limits) {
             Ok(_) => None,
             Err(why) => Some(format!("limits not enforced (cannot make cgroups: {why})")),
         };

@@ -925,7 +925,7 @@ fn the_complete_endpoint_serves_tab_suggestions_to_a_remote_lsp() {
     let prompt = sent["prompt"].as_str().unwrap();
     assert!(
         prompt.ends_with(
-            "<|fim_prefix|>def add(a, b):\n    total = int(<|fim_suffix|>)\n    return total\n<|fim_middle|>"
+            "<|fim_prefix|>def add(a, b):\n<|fim_suffix|>)\n    return total\n<|fim_middle|>    total = int("
         ),
         "{prompt}"
     );
