@@ -39,6 +39,11 @@ pub struct Outcome {
     pub duration: Duration,
 }
 
+/// Said after an error when the same call already failed the same way (small models retry a
+/// failing call unchanged until the step limit).
+pub const REPEATED: &str = "\n(This exact call already failed the same way: repeating it cannot work. Change \
+                             something: read the file again, fix the arguments, or use another tool.)";
+
 /// Runs one call.
 async fn run_one(tools: &Registry, call: &Call, ctx: &Ctx) -> Outcome {
     let started = Instant::now();
@@ -48,7 +53,13 @@ async fn run_one(tools: &Registry, call: &Call, ctx: &Ctx) -> Outcome {
     };
     let (ok, output) = match result {
         Ok(out) => (true, out),
-        Err(e) => (false, format!("error: {e}")),
+        Err(e) => {
+            let mut output = format!("error: {e}");
+            if ctx.failed_before(format!("{}\0{}\0{output}", call.name, call.arguments)) {
+                output.push_str(REPEATED);
+            }
+            (false, output)
+        }
     };
     Outcome { id: call.id.clone(), name: call.name.clone(), ok, output, duration: started.elapsed() }
 }

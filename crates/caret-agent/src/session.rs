@@ -38,6 +38,14 @@ with run_terminal_cmd. When a tool answers an error, correct the call and go on.
 keep a todo list with todo_write. When the task is done and checked, answer with a short summary of what you \
 changed.";
 
+/// Said when the model ends a turn without a word right after a failed call.
+pub const GO_ON: &str = "You stopped without a word after a tool call failed. If the task is not done, go on: \
+fix the call or try another way. If it is done, say what you changed.";
+
+/// Most files a request's text attaches by naming them, and the largest attached.
+const ATTACH_MAX_FILES: usize = 5;
+const ATTACH_MAX_BYTES: u64 = 16 * 1024;
+
 /// Lines of the repository layout in the system prompt.
 const OVERVIEW_LINES: usize = 60;
 
@@ -391,13 +399,51 @@ impl Session {
         self.turn += 1;
         let turn = self.turn;
         emit(events, Event::TurnBegin { turn });
-        self.push(ChatMessage::text(Role::User, input));
+        let attached = self.attach_named_files(input);
+        self.push(ChatMessage::text(Role::User, format!("{input}{attached}")));
         let reason = self.steps(events, ops).await;
         emit(events, Event::TurnEnd { turn, reason });
         reason
     }
 
+    /// The workspace files a request names (`calc.py`, `src/lib.rs`), as they are now, for
+    /// the model to see with the request — as an editor attaches the files a user mentions.
+    /// Small text files only (a few, each under [`ATTACH_MAX_BYTES`]); they count as read.
+    fn attach_named_files(&self, input: &str) -> String {
+        let mut out = String::new();
+        let mut named: Vec<&str> = Vec::new();
+        for word in input.split_whitespace() {
+            let word = word.trim_matches(|c: char| !(c.is_alphanumeric() || "._-/".contains(c)));
+            let word = word.trim_end_matches('.');
+            if word.contains('.') && !named.contains(&word) && named.len() < ATTACH_MAX_FILES {
+                named.push(word);
+            }
+        }
+        for rel in named {
+            let Ok(path) = self.ctx.resolve(rel) else { continue };
+            let Ok(meta) = std::fs::metadata(&path) else { continue };
+            if !meta.is_file() || meta.len() > ATTACH_MAX_BYTES {
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(&path) else { continue };
+            if text.contains('\0') {
+                continue;
+            }
+            let fence = if text.contains("```") { "````" } else { "```" };
+            if out.is_empty() {
+                out.push_str("\n\nFiles named above, as they are now:");
+            }
+            let body = text.strip_suffix('\n').unwrap_or(&text);
+            out.push_str(&format!("\n\n{rel}\n{fence}\n{body}\n{fence}"));
+            self.ctx.saw(&path);
+        }
+        out
+    }
+
     async fn steps(&mut self, events: &mpsc::UnboundedSender<Event>, ops: &mut mpsc::UnboundedReceiver<Op>) -> TurnEnd {
+        // Whether the last batch had a failed call, and whether the model was already asked
+        // to go on after falling silent on one.
+        let (mut failed, mut nudged) = (false, false);
         for _ in 0..self.max_steps {
             self.compact_if_needed(events).await;
             let stream = match self.model.chat(self.request()).await {
@@ -417,6 +463,7 @@ impl Session {
                     return TurnEnd::Failed;
                 }
             };
+            let silent = text.trim().is_empty();
             let tool_calls: Vec<ToolCall> = calls
                 .iter()
                 .map(|c| ToolCall {
@@ -433,6 +480,13 @@ impl Session {
                 name: None,
             });
             if calls.is_empty() {
+                // Small models fall silent right after a failed call, the task undone: asked
+                // once per turn to go on (or to say what they did).
+                if silent && failed && !nudged {
+                    nudged = true;
+                    self.push(ChatMessage::text(Role::User, GO_ON));
+                    continue;
+                }
                 return TurnEnd::Done;
             }
             let Some(outcomes) = self.run_tools(&calls, events, ops).await else {
@@ -444,6 +498,7 @@ impl Session {
             for o in &outcomes {
                 self.push(tool_message(&o.id, &o.output));
             }
+            failed = outcomes.iter().any(|o| !o.ok);
         }
         TurnEnd::StepLimit
     }

@@ -247,3 +247,47 @@ fn the_system_prompt_shows_the_repository_layout() {
     let system = session.messages()[0].content_text();
     assert!(system.contains("Repository layout:\nnotes.txt\nsrc/\nsrc/a.py\nsrc/b.py"), "{system}");
 }
+
+/// Files the request names are shown with it (and count as read); names that are not small
+/// text files of the workspace are left alone.
+#[tokio::test]
+async fn files_a_request_names_come_with_it() {
+    let write = r#"{"path": "src/a.py", "content": "def a():\n    return 5\n"}"#;
+    let (mut session, model, dir) = setup(vec![calls(&[("w1", "write_file", write)]), text("Done.")]);
+    dir.write("big.txt", &"x".repeat(20_000));
+    std::fs::write(dir.join("blob.bin"), b"\0\x01\x02").unwrap();
+    let (events_tx, _events) = mpsc::unbounded_channel();
+    let (_ops_tx, mut ops) = mpsc::unbounded_channel();
+    let input = "Make `src/a.py` return 5 (see notes.txt, big.txt, blob.bin, missing.py, ../outside.py).";
+    assert_eq!(session.turn(input, &events_tx, &mut ops).await, TurnEnd::Done);
+    let first = model.requests.lock().unwrap()[0].messages[1].content_text();
+    assert_eq!(
+        first,
+        format!(
+            "{input}\n\nFiles named above, as they are now:\n\nsrc/a.py\n```\ndef a():\n    return 1\n```\
+             \n\nnotes.txt\n```\nscratch\n```"
+        )
+    );
+    // Attached counts as read: the whole-file write went through.
+    assert_eq!(std::fs::read_to_string(dir.join("src/a.py")).unwrap(), "def a():\n    return 5\n");
+}
+
+/// A model that falls silent right after a failed call is asked once to go on; silence after
+/// successful calls (or a second time) ends the turn.
+#[tokio::test]
+async fn silence_after_a_failed_call_is_asked_once_to_go_on() {
+    let (mut session, model, _dir) = setup(vec![
+        calls(&[("r1", "read_file", r#"{"path": "missing.py"}"#)]),
+        text(""),
+        calls(&[("r2", "read_file", r#"{"path": "also-missing.py"}"#)]),
+        text(""),
+    ]);
+    let (events_tx, _events) = mpsc::unbounded_channel();
+    let (_ops_tx, mut ops) = mpsc::unbounded_channel();
+    assert_eq!(session.turn("read the file", &events_tx, &mut ops).await, TurnEnd::Done);
+    let requests = model.requests.lock().unwrap();
+    assert_eq!(requests.len(), 4, "asked once again after the first silence, not after the second");
+    let third = &requests[2].messages;
+    assert_eq!(third.last().unwrap().content_text(), caret_agent::session::GO_ON);
+    assert_eq!(third.last().unwrap().role, Role::User);
+}

@@ -160,6 +160,13 @@ async fn reads_run_together_writes_alone_and_results_keep_call_order() {
     assert!(!outs[3].ok && outs[3].output.contains("`path`"), "{:?}", outs[3]);
     assert!(!outs[5].ok && outs[5].output.contains("no tool named"), "{:?}", outs[5]);
     assert_eq!(outs.iter().map(|o| o.id.as_str()).collect::<Vec<_>>(), ["a", "b", "w", "x", "d", "z"]);
+    assert!(!outs[5].output.contains("already failed"), "{:?}", outs[5]);
+
+    // The same failing call again is told so; a changed one is not.
+    let again = vec![c("z2", "missing_tool", "z", 0), c("z3", "missing_tool", "other", 0)];
+    let outs = run_calls(&tools, &again, &ctx, &|_| {}, &|_| {}).await;
+    assert!(outs[0].output.ends_with(caret_agent::exec::REPEATED), "{:?}", outs[0]);
+    assert!(!outs[1].output.contains("already failed"), "{:?}", outs[1]);
 }
 
 #[tokio::test]
@@ -214,15 +221,47 @@ async fn edits_writes_and_deletes_are_recorded_with_diffs() {
     assert!(changes[0].diff.contains("\n-    a - b\n+    a.saturating_sub(b)\n"), "{}", changes[0].diff);
     assert!(ctx.take_changes().is_empty());
 
-    // Replacing a file the agent never read is refused (it would drop what the file holds);
-    // once read — or written by the agent itself — it is allowed.
+    // Replacing a file the agent never read is refused (it would drop what the file holds), and
+    // the refusal shows the content, which counts as reading it; a long file shows its start
+    // only and stays unread until read_file.
     std::fs::write(dir.join("notes.md"), "keep me\n").unwrap();
     let err = run("write_file", json!({"path": "notes.md", "content": "new\n"})).await.unwrap_err();
-    assert!(err.to_string().contains("have not read it"), "{err}");
+    assert!(err.to_string().contains("had not read it, so nothing was written"), "{err}");
+    assert!(err.to_string().contains("```\nkeep me\n```"), "{err}");
     assert_eq!(std::fs::read_to_string(dir.join("notes.md")).unwrap(), "keep me\n");
-    run("read_file", json!({"path": "notes.md"})).await.unwrap();
     run("write_file", json!({"path": "notes.md", "content": "new\n"})).await.unwrap();
-    run("write_file", json!({"path": "tests/t.rs", "content": "// replaced\n"})).await.unwrap();
+    // A whole-file write that drops definitions is refused once, saying which; the same call
+    // again is taken as meant. One that keeps them goes through at once.
+    std::fs::write(dir.join("calc.py"), "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n")
+        .unwrap();
+    run("read_file", json!({"path": "calc.py"})).await.unwrap();
+    let fragment = json!({"path": "calc.py", "content": "def mul(a, b):\n    return a * b\n"});
+    let err = run("write_file", fragment.clone()).await.unwrap_err().to_string();
+    assert!(err.contains("drops def add, def sub from calc.py"), "{err}");
+    assert!(std::fs::read_to_string(dir.join("calc.py")).unwrap().contains("def sub"));
+    let same = "<<<<<<< SEARCH\n    return a + b\n=======\n    return a + b\n>>>>>>> REPLACE\n";
+    let err = run("edit_file", json!({"path": "calc.py", "edit": same})).await.unwrap_err().to_string();
+    assert!(err.contains("changes nothing in calc.py"), "{err}");
+    let whole = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n";
+    run("write_file", json!({"path": "calc.py", "content": whole})).await.unwrap();
+    let err = run("write_file", json!({"path": "calc.py", "content": whole})).await.unwrap_err().to_string();
+    assert!(err.contains("already has exactly this content"), "{err}");
+    run("write_file", fragment.clone()).await.unwrap_err();
+    run("write_file", fragment).await.unwrap();
+    assert_eq!(std::fs::read_to_string(dir.join("calc.py")).unwrap(), "def mul(a, b):\n    return a * b\n");
+    let long: String = (1..=500).map(|n| format!("line {n}\n")).collect();
+    std::fs::write(dir.join("long.txt"), &long).unwrap();
+    for _ in 0..2 {
+        let err = run("write_file", json!({"path": "long.txt", "content": "x\n"})).await.unwrap_err();
+        assert!(err.to_string().contains("line 200\n[first 200 of 500 lines"), "{err}");
+        assert!(!err.to_string().contains("line 201"), "{err}");
+    }
+    assert_eq!(std::fs::read_to_string(dir.join("long.txt")).unwrap(), long);
+    run("read_file", json!({"path": "long.txt"})).await.unwrap();
+    run("write_file", json!({"path": "long.txt", "content": "x\n"})).await.unwrap();
+    let replaced = json!({"path": "tests/t.rs", "content": "// replaced\n"});
+    assert!(run("write_file", replaced.clone()).await.unwrap_err().to_string().contains("drops fn "));
+    run("write_file", replaced).await.unwrap();
     assert_eq!(std::fs::read_to_string(dir.join("tests/t.rs")).unwrap(), "// replaced\n");
 
     let todos = json!({"todos": [

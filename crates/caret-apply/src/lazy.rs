@@ -268,6 +268,10 @@ struct Edges {
     moved_head: bool,
     /// The last segment of a snippet without a closing marker.
     end: bool,
+    /// A marker comes right before the segment / right after it: its first / last line is
+    /// then the context the snippet quotes, not new code.
+    marked_before: bool,
+    marked_after: bool,
 }
 
 /// The places of one segment within file lines `from..until` that score best, widened to the
@@ -304,6 +308,23 @@ fn candidates(seg: &[&str], file: &FileLines<'_>, from: usize, until: usize, edg
         })
         .filter(|p| p.end <= until)
         .collect();
+    // A segment's edge line next to a marker is context: where the file holds it once, the
+    // segment is laid from (or to) that line. New code in between that looks like other code
+    // (a test added after a similar one) must not pull the segment over that code instead.
+    let once = |line: &str| {
+        let mut at = (from..until).filter(|&j| same(line, file.lines[j]));
+        anchorable(line).then(|| at.next().filter(|_| at.next().is_none())).flatten()
+    };
+    let pins = [
+        edges.marked_before.then(|| once(seg[0])).flatten().map(|j| (j, true)),
+        edges.marked_after.then(|| once(seg[seg.len() - 1])).flatten().map(|j| (j + 1, false)),
+    ];
+    for (at, start) in pins.into_iter().flatten() {
+        let holds = |p: &Placement| if start { p.start == at } else { p.end == at };
+        if placed.iter().any(holds) {
+            placed.retain(holds);
+        }
+    }
     let top = placed.iter().map(|p| p.score).max();
     placed.retain(|p| Some(p.score) == top);
     placed.sort_by_key(|p| (p.start, p.end));
@@ -459,6 +480,8 @@ pub fn apply(text: &Text, snippet: &Snippet) -> Result<Text> {
         start: snippet.whole(),
         moved_head: n == 0 && !snippet.open_start,
         end: n + 1 == segs.len() && !snippet.open_end,
+        marked_before: n > 0 || snippet.open_start,
+        marked_after: n + 1 < segs.len() || snippet.open_end,
     };
     // Segments are placed in order, each after the one before. One that fits several places
     // equally well is put off until the segments around it are placed: it must lie between
@@ -595,6 +618,20 @@ mod tests {
         let out = lazy(&long, "# ...\nline 30\nline 31 changed\nline 32\n").unwrap();
         assert_eq!(out.lines().count(), 33, "{out}");
         assert!(out.ends_with("line 31 changed\nline 32\n"));
+    }
+
+    #[test]
+    fn a_new_test_shaped_like_an_old_one_goes_where_its_context_is() {
+        // The new test resembles `test_warn` line for line; the segment's first line (context
+        // next to the marker, held once) still decides where it goes: nothing is replaced.
+        let file = "def test_a():\n    pass\n\n\ndef test_warn():\n    class Spec:\n        pass\n    pm = Manager()\n    pm.add(Spec)\n    assert pm.warned\n    assert record.line == 1\n\n\ndef test_last():\n    pass\n";
+        let edit = "# ...\n    assert record.line == 1\n\n\ndef test_warn_args():\n    class Spec:\n        pass\n    pm = Manager()\n    pm.add(Spec)\n    assert pm.warned_args\n\n\ndef test_last():\n# ...\n";
+        let out = lazy(file, edit).unwrap();
+        let expected = file.replace(
+            "    assert record.line == 1\n\n\n",
+            "    assert record.line == 1\n\n\ndef test_warn_args():\n    class Spec:\n        pass\n    pm = Manager()\n    pm.add(Spec)\n    assert pm.warned_args\n\n\n",
+        );
+        assert_eq!(out, expected);
     }
 
     #[test]

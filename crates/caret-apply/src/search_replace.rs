@@ -10,6 +10,10 @@
 //!
 //! Any number of blocks, applied in order; text outside blocks (prose, a file name, code
 //! fences) is ignored. An empty SEARCH appends the replacement (or creates the file's text).
+//!
+//! When an edit has no such block, the looser conflict-marker form is read the same way:
+//! exactly seven `<` then anything (`<<<<<<< src/lib.rs`, `<<<<<<< HEAD`), `=======`, exactly
+//! seven `>` then anything. Small models write it that way more often than not.
 
 use crate::matcher::find;
 use crate::text::edit_lines;
@@ -30,18 +34,59 @@ fn marker(line: &str, ch: char, word: &str) -> bool {
     run >= 5 && t[run..].trim() == word
 }
 
-/// Whether text looks like search/replace blocks.
+/// A conflict marker: exactly seven `ch`, then nothing or a space and anything.
+fn loose(line: &str, ch: char) -> bool {
+    let t = line.trim();
+    let run = t.chars().take_while(|c| *c == ch).count();
+    run == 7 && (t.len() == 7 || t[7..].starts_with(char::is_whitespace))
+}
+
+fn open_strict(line: &str) -> bool {
+    marker(line, '<', "SEARCH")
+}
+
+fn close_strict(line: &str) -> bool {
+    marker(line, '>', "REPLACE")
+}
+
+fn open_loose(line: &str) -> bool {
+    loose(line, '<')
+}
+
+fn close_loose(line: &str) -> bool {
+    loose(line, '>')
+}
+
+/// Whether text looks like search/replace blocks (either form).
 pub fn detect(edit: &str) -> bool {
-    edit.lines().any(|l| marker(l, '<', "SEARCH")) && edit.lines().any(|l| marker(l, '>', "REPLACE"))
+    (edit.lines().any(open_strict) && edit.lines().any(close_strict)) || detect_loose(edit)
+}
+
+/// The conflict-marker form: an opening line, then `=======`, then a closing line, in order.
+fn detect_loose(edit: &str) -> bool {
+    let mut lines = edit.lines();
+    lines.any(open_loose) && lines.any(|l| l.trim() == "=======") && lines.any(close_loose)
 }
 
 /// Parses every block of an edit.
 pub fn parse(edit: &str) -> Result<Vec<Block>> {
     let lines = edit_lines(edit);
+    let blocks = parse_with(&lines, open_strict, close_strict)?;
+    if !blocks.is_empty() {
+        return Ok(blocks);
+    }
+    let blocks = parse_with(&lines, open_loose, close_loose)?;
+    if blocks.is_empty() {
+        return Err(Error::Malformed("no <<<<<<< SEARCH … >>>>>>> REPLACE block".to_owned()));
+    }
+    Ok(blocks)
+}
+
+fn parse_with(lines: &[&str], open: fn(&str) -> bool, close: fn(&str) -> bool) -> Result<Vec<Block>> {
     let mut blocks = Vec::new();
     let mut i = 0;
     while i < lines.len() {
-        if !marker(lines[i], '<', "SEARCH") {
+        if !open(lines[i]) {
             i += 1;
             continue;
         }
@@ -51,17 +96,14 @@ pub fn parse(edit: &str) -> Result<Vec<Block>> {
             .find(|&j| lines[j].trim() == "=======")
             .ok_or_else(|| Error::Malformed(format!("the SEARCH at line {opened} has no ======= line")))?;
         let end = (sep + 1..lines.len())
-            .find(|&j| marker(lines[j], '>', "REPLACE"))
+            .find(|&j| close(lines[j]))
             .ok_or_else(|| Error::Malformed(format!("the SEARCH at line {opened} has no >>>>>>> REPLACE line")))?;
-        if let Some(j) = (opened..sep).chain(sep + 1..end).find(|&j| marker(lines[j], '<', "SEARCH")) {
+        if let Some(j) = (opened..sep).chain(sep + 1..end).find(|&j| open(lines[j])) {
             return Err(Error::Malformed(format!("a SEARCH at line {} opens inside another block", j + 1)));
         }
         let own = |r: std::ops::Range<usize>| lines[r].iter().map(|l| (*l).to_owned()).collect();
         blocks.push(Block { search: own(opened..sep), replace: own(sep + 1..end) });
         i = end + 1;
-    }
-    if blocks.is_empty() {
-        return Err(Error::Malformed("no <<<<<<< SEARCH … >>>>>>> REPLACE block".to_owned()));
     }
     Ok(blocks)
 }
@@ -137,5 +179,23 @@ mod tests {
         assert!(matches!(apply(&file, &miss), Err(Error::NoMatch { .. })));
         let append = parse("<<<<<<< SEARCH\n=======\nd\n>>>>>>> REPLACE").unwrap();
         assert_eq!(apply(&file, &append).unwrap().render(), "a\nb\na\nd\n");
+    }
+
+    #[test]
+    fn the_conflict_marker_form_is_read_when_no_strict_block_is_there() {
+        let edit = "<<<<<<< src/lib.rs\nfn double(x: i32) -> i32 {\n    x * 3\n}\n=======\nfn double(x: i32) -> i32 {\n    x * 2\n}\n>>>>>>> fixed\n";
+        assert!(detect(edit));
+        assert_eq!(crate::Format::detect(edit), Some(crate::Format::SearchReplace));
+        let file = Text::new("// math\nfn double(x: i32) -> i32 {\n    x * 3\n}\n");
+        let out = apply(&file, &parse(edit).unwrap()).unwrap().render();
+        assert_eq!(out, "// math\nfn double(x: i32) -> i32 {\n    x * 2\n}\n");
+        let bare = parse("<<<<<<<\na\n=======\nb\n>>>>>>>\n").unwrap();
+        assert_eq!((bare[0].search.clone(), bare[0].replace.clone()), (vec!["a".to_owned()], vec!["b".to_owned()]));
+        // Eight markers are text, not a conflict marker; a strict block wins over loose ones.
+        assert!(!detect("<<<<<<<< x\na\n=======\nb\n>>>>>>>> y\n"));
+        let strict = parse("<<<<<<< SEARCH\n<<<<<<< a\n=======\nb\n>>>>>>> REPLACE\n").unwrap();
+        assert_eq!(strict[0].search, ["<<<<<<< a"]);
+        // Out of order is not the form.
+        assert!(!detect(">>>>>>> a\n=======\n<<<<<<< b\n"));
     }
 }

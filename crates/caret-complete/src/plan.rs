@@ -84,6 +84,23 @@ pub fn plan(
     Plan { context, prompt, mode: m, max_tokens, stopper }
 }
 
+impl Plan {
+    /// The same request with the cursor's line back in the prefix, when it started the middle:
+    /// asked when the split one came back empty (a model sometimes closes a middle it was
+    /// handed at once, where the whole prefix gets a suggestion).
+    pub fn unsplit(&self, family: Option<&Family>) -> Option<Plan> {
+        let family = family?;
+        if self.context.middle.is_empty() {
+            return None;
+        }
+        let mut plan = self.clone();
+        let middle = std::mem::take(&mut plan.context.middle);
+        plan.context.prefix.push_str(&middle);
+        plan.prompt = family.render(&plan.context);
+        Some(plan)
+    }
+}
+
 /// The largest character boundary of `text` at or before `at`.
 pub fn floor_boundary(text: &str, at: usize) -> usize {
     let mut at = at.min(text.len());

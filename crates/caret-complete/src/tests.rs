@@ -354,3 +354,18 @@ fn typing_along_a_line_only_extends_the_prompt() {
     let p = plan(&text, cursor, Some("a.py"), &[], Budget::default(), None, Limits::default());
     assert!(p.prompt.ends_with("    return w * h"));
 }
+
+#[test]
+fn a_split_plan_unsplits_into_the_whole_prefix() {
+    use crate::plan::{Limits, plan};
+    let text = "def add(a, b):\n    total = a\n";
+    let cursor = text.find(" = a").unwrap() + 4;
+    let p = plan(text, cursor, Some("a.py"), &[], Budget::default(), Some(&Family::QwenCoder), Limits::default());
+    assert_eq!(p.context.middle, "    total = a");
+    let whole = p.unsplit(Some(&Family::QwenCoder)).unwrap();
+    assert!(whole.context.middle.is_empty() && whole.context.prefix.ends_with("def add(a, b):\n    total = a"));
+    assert!(whole.prompt.ends_with("    total = a<|fim_suffix|>\n<|fim_middle|>"), "{}", whole.prompt);
+    assert_eq!((whole.mode, whole.max_tokens), (p.mode, p.max_tokens));
+    assert!(whole.unsplit(Some(&Family::QwenCoder)).is_none(), "nothing left to unsplit");
+    assert!(p.unsplit(None).is_none());
+}

@@ -139,6 +139,28 @@ async fn a_prediction_speeds_decoding_without_changing_the_answer() {
     assert!(plain.usage.unwrap().completion_tokens_details.is_none(), "no prediction, no details");
 }
 
+/// Completions drafted from their own prompt (prompt lookup) give exactly the plain answer,
+/// with drafted tokens accepted where the answer repeats the prompt.
+#[tokio::test]
+async fn prompt_lookup_drafts_keep_the_answer() {
+    let Some(dir) = small_model() else { return };
+    let prompt = "colors = ['red', 'green', 'blue', 'cyan', 'magenta', 'yellow']\n\
+                  for color in colors:\n    print(color)\n\ncolors = ['red', 'green',";
+    let mut answers = Vec::new();
+    for prompt_lookup in [false, true] {
+        let model = LocalProvider::load(&dir, LocalSettings { prompt_lookup, ..settings() }).unwrap();
+        let (text, _, usage) =
+            caret_models::collect_completion(model.complete(completion(prompt, None, 40)).await.unwrap())
+                .await
+                .unwrap();
+        assert!(usage.unwrap().completion_tokens_details.is_none(), "no prediction was given");
+        answers.push((text, model.stats().accepted_tokens));
+    }
+    assert_eq!(answers[0].0, answers[1].0);
+    assert_eq!(answers[0].1, 0);
+    assert!(answers[1].1 >= 5, "{answers:?}");
+}
+
 #[tokio::test]
 async fn prompts_past_the_context_and_files_that_are_not_models_are_clear_errors() {
     let Some(dir) = small_model() else { return };

@@ -14,8 +14,9 @@
 //!
 //! Each command also runs in its own cgroups (CPU, memory, process count; v2, or v1 on
 //! hybrid hosts) and under a seccomp filter of system calls it never needs (see [`limits`]);
-//! nested user namespaces are refused. Not yet: Landlock (the mount namespace already decides
-//! what exists; Landlock would be a second fence).
+//! nested user namespaces are refused. Where the kernel has Landlock and the policy names a
+//! helper program ([`Policy::with_landlock`]), writes are also fenced by Landlock to the
+//! workspace and the sandbox's own scratch directories (see [`landlock`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 
+pub mod landlock;
 pub mod limits;
 pub use limits::Limits;
 
@@ -131,6 +133,9 @@ pub struct Policy {
     pub limits: Limits,
     /// Whether the seccomp filter applies.
     pub seccomp: bool,
+    /// The Landlock helper program (a binary that calls [`landlock::enter_helper_if_asked`]);
+    /// none: no Landlock.
+    pub landlock: Option<PathBuf>,
 }
 
 impl Policy {
@@ -147,6 +152,7 @@ impl Policy {
             network: false,
             limits: Limits::standard(),
             seccomp: true,
+            landlock: None,
         })
     }
 
@@ -165,13 +171,27 @@ impl Policy {
         self.path.extend(bins.iter().map(|d| home.join(d)).filter(|d| d.is_dir()));
         self
     }
+
+    /// Also fences writes with Landlock, through `helper` (a binary that becomes the helper
+    /// when asked: `caret` itself, `std::env::current_exe()`), where the kernel has it.
+    pub fn with_landlock(mut self, helper: PathBuf) -> Policy {
+        self.landlock = Some(helper);
+        self
+    }
 }
+
+/// Where the Landlock helper appears inside the sandbox (`/tmp` is the sandbox's own).
+const HELPER_INSIDE: &str = "/tmp/.caret-landlock";
 
 /// The bubblewrap backend.
 #[derive(Debug, Clone)]
 pub struct Bwrap {
     policy: Policy,
     program: PathBuf,
+    /// Whether commands run under Landlock (the helper works here).
+    landlock: bool,
+    /// Why not, when the policy asked for it.
+    no_landlock: Option<String>,
     /// The compiled seccomp filter, when the policy has one and this architecture allows it.
     seccomp: Option<std::sync::Arc<Vec<u8>>>,
     /// Why limits are not enforced here (cgroups could not be made), if so.
@@ -185,6 +205,12 @@ const JOIN: &str = r#"while [ "$1" != "--" ]; do echo $$ > "$1" || exit 125; shi
 
 /// Names each command's cgroups apart.
 static GROUPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A command's own cgroups, named apart from every other's (this process's and others').
+fn new_group(limits: &Limits) -> std::result::Result<limits::Group, String> {
+    let n = GROUPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    limits::Group::create(&format!("caret-{}-{n}", std::process::id()), limits)
+}
 
 /// `PATH` inside the sandbox.
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -204,30 +230,68 @@ impl Bwrap {
             None
         };
         // Whether cgroups can be made here: tried once.
-        let n = GROUPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let unlimited = match limits::Group::create(&format!("caret-{}-{n}", std::process::id()), &policy.limits) {
+        let unlimited = match new_group(&policy.limits) {
             Ok(_) => None,
             Err(why) => Some(format!("limits not enforced (cannot make cgroups: {why})")),
         };
-        let b = Bwrap { policy, program, seccomp, unlimited };
-        let mut args = b.arguments(&b.policy.workspace, &[]);
-        args.push("true".into());
-        let mut probe = std::process::Command::new(&b.program)
+        let mut b = Bwrap { policy, program, landlock: false, no_landlock: None, seccomp, unlimited };
+        let probe = b.probe()?;
+        if !probe.status.success() {
+            let why = String::from_utf8_lossy(&probe.stderr).trim().to_owned();
+            return Err(Error::Unavailable(format!("bwrap cannot create a sandbox here: {why}")));
+        }
+        if b.policy.landlock.as_ref().is_some_and(|h| h.is_file()) {
+            b.landlock = true;
+            let probe = b.probe()?;
+            if !probe.status.success() {
+                b.landlock = false;
+                let why = String::from_utf8_lossy(&probe.stderr).trim().to_owned();
+                b.no_landlock = Some(format!("Landlock not applied: {why}"));
+            }
+        } else if let Some(helper) = &b.policy.landlock {
+            b.no_landlock = Some(format!("Landlock not applied: no helper at {}", helper.display()));
+        }
+        Ok(b)
+    }
+
+    /// Runs `true` in a sandbox as commands will run.
+    fn probe(&self) -> Result<std::process::Output> {
+        let mut args = self.arguments(&self.policy.workspace, &[]);
+        args.extend(self.command(&["true".to_owned()]));
+        let mut probe = std::process::Command::new(&self.program)
             .args(&args)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()?;
-        if let (Some(mut stdin), Some(program)) = (probe.stdin.take(), &b.seccomp) {
+        if let (Some(mut stdin), Some(program)) = (probe.stdin.take(), &self.seccomp) {
             use std::io::Write as _;
             stdin.write_all(program)?;
         }
-        let probe = probe.wait_with_output()?;
-        if !probe.status.success() {
-            let why = String::from_utf8_lossy(&probe.stderr).trim().to_owned();
-            return Err(Error::Unavailable(format!("bwrap cannot create a sandbox here: {why}")));
+        Ok(probe.wait_with_output()?)
+    }
+
+    /// What runs inside for `command`: itself, or the Landlock helper and then it.
+    fn command(&self, command: &[String]) -> Vec<String> {
+        if !self.landlock {
+            return command.to_vec();
         }
-        Ok(b)
+        let mut writable = vec![self.policy.workspace.clone(), PathBuf::from("/tmp"), PathBuf::from("/dev")];
+        writable.extend(self.policy.hidden.iter().filter(|h| h.exists()).cloned());
+        let rules = landlock::Rules { writable, no_network: !self.policy.network };
+        let mut all = vec![HELPER_INSIDE.to_owned()];
+        all.extend(rules.arguments(command));
+        all
+    }
+
+    /// Whether commands run under Landlock.
+    pub fn landlocked(&self) -> bool {
+        self.landlock
+    }
+
+    /// Why Landlock is not applied though the policy asked for it, if so.
+    pub fn landlock_unavailable(&self) -> Option<&str> {
+        self.no_landlock.as_deref()
     }
 
     /// Why resource limits are not enforced on this host, if they are not.
@@ -248,6 +312,9 @@ impl Bwrap {
             .iter()
             .map(|s| (*s).to_owned())
             .collect();
+        if let (true, Some(helper)) = (self.landlock, &self.policy.landlock) {
+            a.extend(["--ro-bind".to_owned(), helper.display().to_string(), HELPER_INSIDE.to_owned()]);
+        }
         for h in &self.policy.hidden {
             // A hidden directory may hold the workspace (it is bound again below), not lie in it.
             if h.exists() && !h.starts_with(&self.policy.workspace) {
@@ -317,14 +384,8 @@ impl Sandbox for Bwrap {
             return Err(Error::Refused(format!("working directory {} is outside the workspace", cwd.display())));
         }
         let mut args = self.arguments(&cwd, &spec.env);
-        args.extend(["bash".to_owned(), "-c".to_owned(), spec.command.clone()]);
-        let group = match &self.unlimited {
-            None => {
-                let n = GROUPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                limits::Group::create(&format!("caret-{}-{n}", std::process::id()), &self.policy.limits).ok()
-            }
-            Some(_) => None,
-        };
+        args.extend(self.command(&["bash".to_owned(), "-c".to_owned(), spec.command.clone()]));
+        let group = if self.unlimited.is_none() { new_group(&self.policy.limits).ok() } else { None };
         let procs = group.as_ref().map(limits::Group::procs).unwrap_or_default();
         let mut command = if procs.is_empty() {
             tokio::process::Command::new(&self.program)

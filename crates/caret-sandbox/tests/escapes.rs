@@ -180,3 +180,76 @@ async fn memory_process_and_cpu_limits_hold() {
     );
     assert!(running.await.unwrap().success());
 }
+
+const HELPER: &str = env!("CARGO_BIN_EXE_caret-landlock");
+
+/// Whether this kernel has Landlock (the helper says so by its exit code).
+fn kernel_has_landlock() -> bool {
+    let out = std::process::Command::new(HELPER).args([caret_sandbox::landlock::HELPER_ARG, "--", "true"]).output();
+    out.unwrap().status.code() != Some(caret_sandbox::landlock::UNAVAILABLE_EXIT)
+}
+
+/// The helper on its own, on the host (where everything here is writable to the test): only
+/// the directories it is given can be written; reading stays open.
+#[test]
+fn the_landlock_helper_fences_writes_to_its_directories() {
+    if !kernel_has_landlock() {
+        eprintln!("skipped: this kernel has no Landlock");
+        return;
+    }
+    let (allowed, other) = (TempDir::new(), TempDir::new());
+    other.write("readable.txt", "still readable\n");
+    let script = format!(
+        "echo ok > {a}/ok.txt; mkdir {a}/d && touch {a}/d/f; echo no > {o}/no.txt; mkdir {o}/d; rm {o}/readable.txt; \
+         cat {o}/readable.txt",
+        a = allowed.path().display(),
+        o = other.path().display()
+    );
+    let out = std::process::Command::new(HELPER)
+        .args([caret_sandbox::landlock::HELPER_ARG, "--write", allowed.path().to_str().unwrap(), "--"])
+        .args(["sh", "-c", &script])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "still readable\n", "{stderr}");
+    assert!(allowed.join("ok.txt").exists() && allowed.join("d/f").exists(), "{stderr}");
+    assert!(!other.join("no.txt").exists() && !other.join("d").exists(), "{stderr}");
+    assert!(other.join("readable.txt").exists(), "{stderr}");
+    assert_eq!(stderr.matches("Permission denied").count(), 3, "{stderr}");
+    // Bad arguments are refused before anything runs.
+    let out = std::process::Command::new(HELPER).args([caret_sandbox::landlock::HELPER_ARG, "--write"]).output();
+    assert_eq!(out.unwrap().status.code(), Some(126));
+}
+
+/// In the sandbox with Landlock: ordinary work is unchanged (workspace, `/tmp`, `/dev/null`,
+/// the standard streams), and what only Landlock stops is stopped — signalling the sandbox's
+/// init, a process outside the command's own domain.
+#[tokio::test]
+async fn landlock_in_the_sandbox_leaves_ordinary_work_alone() {
+    let (plain, s) = sandbox(false);
+    assert!(!plain.landlocked());
+    let kill_init = "kill -0 1 && echo signalled";
+    let out = plain.run(&spec(kill_init, &s)).await.unwrap();
+    assert_eq!(out.stdout, "signalled\n", "without Landlock the init is reachable: {out:?}");
+    let mut policy = plain.policy().clone().with_landlock(HELPER.into());
+    let fenced = Bwrap::new(policy.clone()).unwrap();
+    if !kernel_has_landlock() {
+        assert!(!fenced.landlocked() && fenced.landlock_unavailable().is_some());
+        eprintln!("skipped: this kernel has no Landlock");
+        return;
+    }
+    assert!(fenced.landlocked(), "{:?}", fenced.landlock_unavailable());
+    let work = "echo a > made.txt && mkdir -p sub && echo b > /tmp/t && cat /tmp/t && echo c > /dev/null && \
+                echo d > /dev/stderr && ls /usr/bin/env && python3 -c 'print(1)'";
+    let out = fenced.run(&spec(work, &s)).await.unwrap();
+    assert!(out.success(), "{out:?}");
+    assert_eq!((out.stdout.as_str(), out.stderr.as_str()), ("b\n/usr/bin/env\n1\n", "d\n"));
+    assert!(s.ws.join("made.txt").exists() && s.ws.join("sub").is_dir());
+    let out = fenced.run(&spec(kill_init, &s)).await.unwrap();
+    assert!(!out.success() && out.stderr.contains("Operation not permitted"), "{out:?}");
+    // A helper that is not there: no Landlock, and the sandbox says why.
+    policy.landlock = Some("/nonexistent/caret".into());
+    let missing = Bwrap::new(policy).unwrap();
+    assert!(!missing.landlocked());
+    assert!(missing.landlock_unavailable().unwrap().contains("no helper"), "{:?}", missing.landlock_unavailable());
+}

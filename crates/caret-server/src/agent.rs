@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -39,17 +39,61 @@ use crate::db::Tenant;
 use crate::http::{AppState, Json};
 use crate::{Error, Result};
 
+/// What the operator configured for agent sessions.
+#[derive(Debug, Clone)]
+pub struct AgentSettings {
+    /// Workspaces sessions may run in, by name (none: `/v1/agent/...` answers 503).
+    pub workspaces: BTreeMap<String, PathBuf>,
+    /// Command rules of every session (the operator's; a session adds its approvals).
+    pub rules: Vec<caret_agent::policy::Rule>,
+    /// Sandbox limits of each command.
+    pub limits: caret_sandbox::Limits,
+    /// Sessions a tenant may have running at once.
+    pub max_sessions_per_tenant: usize,
+    /// A session nobody sent an op to or watched for this long is shut down.
+    pub idle_timeout: Duration,
+    /// The Landlock helper for sandboxed commands (see `caret_sandbox::landlock`); none: none.
+    pub landlock_helper: Option<PathBuf>,
+}
+
+impl Default for AgentSettings {
+    fn default() -> Self {
+        AgentSettings {
+            workspaces: BTreeMap::new(),
+            rules: Vec::new(),
+            limits: caret_sandbox::Limits::standard(),
+            max_sessions_per_tenant: 4,
+            idle_timeout: Duration::from_secs(3600),
+            landlock_helper: None,
+        }
+    }
+}
+
 /// The workspaces agents may work in, and the sessions running.
-#[derive(Default)]
 pub struct AgentHost {
-    workspaces: BTreeMap<String, PathBuf>,
+    settings: AgentSettings,
     sessions: Mutex<HashMap<String, Arc<Hosted>>>,
 }
 
 impl AgentHost {
-    /// A host for these workspaces (name → directory).
-    pub fn new(workspaces: BTreeMap<String, PathBuf>) -> AgentHost {
-        AgentHost { workspaces, sessions: Mutex::default() }
+    /// A host with these settings.
+    pub fn new(settings: AgentSettings) -> AgentHost {
+        AgentHost { settings, sessions: Mutex::default() }
+    }
+
+    /// Shuts down sessions idle past the timeout; then whether `tenant` may start another.
+    fn room_for(&self, tenant: &str) -> bool {
+        let sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut running = 0;
+        for h in sessions.values() {
+            if h.idle() > self.settings.idle_timeout {
+                // The forwarder forgets it once the session has ended.
+                let _ = h.ops.send(Op::Shutdown);
+            } else if h.tenant == tenant {
+                running += 1;
+            }
+        }
+        running < self.settings.max_sessions_per_tenant
     }
 }
 
@@ -57,9 +101,21 @@ impl AgentHost {
 struct Hosted {
     tenant: String,
     ops: mpsc::UnboundedSender<Op>,
+    /// When an op or a watcher last came.
+    active: Mutex<Instant>,
     /// Every event so far, and the live feed; written together under this lock so that a
     /// new subscriber gets each event exactly once.
     events: Mutex<(Vec<Event>, Option<broadcast::Sender<Event>>)>,
+}
+
+impl Hosted {
+    fn touch(&self) {
+        *self.active.lock().unwrap_or_else(PoisonError::into_inner) = Instant::now();
+    }
+
+    fn idle(&self) -> Duration {
+        self.active.lock().unwrap_or_else(PoisonError::into_inner).elapsed()
+    }
 }
 
 /// `POST /v1/agent/sessions`.
@@ -116,6 +172,7 @@ pub(crate) async fn create(
     let host = host(&s)?.clone();
     let gateway = s.gateway.clone().ok_or_else(|| Error::Unavailable("no models are configured".into()))?;
     let root = host
+        .settings
         .workspaces
         .get(&req.workspace)
         .ok_or_else(|| Error::NotFound(format!("agent workspace {:?}", req.workspace)))?
@@ -139,15 +196,28 @@ pub(crate) async fn create(
         Some("always") => Approval::Always,
         Some(other) => return Err(Error::BadRequest(format!("approval is never, risky or always, not {other:?}"))),
     };
+    if !host.room_for(&t.id) {
+        return Err(Error::Conflict(format!(
+            "this tenant already runs {} agent sessions, the most allowed: shut one down first",
+            host.settings.max_sessions_per_tenant
+        )));
+    }
     let ctx = Arc::new(Ctx::new(&root).map_err(|e| Error::Unavailable(format!("agent workspace: {e}")))?);
     let mut tools = Registry::workspace();
-    let policy =
+    let mut policy =
         caret_sandbox::Policy::new(&ctx.root).map_err(|e| Error::Unavailable(e.to_string()))?.with_toolchains();
+    policy.limits = host.settings.limits;
+    if let Some(helper) = &host.settings.landlock_helper {
+        policy = policy.with_landlock(helper.clone());
+    }
     let sandbox = tokio::task::spawn_blocking(move || caret_sandbox::Bwrap::new(policy))
         .await
         .map_err(|e| Error::Unavailable(e.to_string()))?;
     match sandbox {
         Ok(sandbox) => {
+            if let Some(why) = sandbox.landlock_unavailable() {
+                tracing::warn!("agent session commands: {why}");
+            }
             let sandbox: Arc<dyn caret_sandbox::Sandbox> = Arc::new(sandbox);
             tools.add(Arc::new(caret_agent::tools::terminal::RunTerminalCmd::new(sandbox.clone())));
             tools.add(Arc::new(caret_agent::tools::lints::ReadLints::new(sandbox)));
@@ -157,13 +227,19 @@ pub(crate) async fn create(
     let client = Arc::new(GatewayModel { gateway, tenant: t.id.clone() });
     let mut session = Session::new(client, &model, tools, ctx);
     session.policy.approval = approval;
+    session.policy.rules = host.settings.rules.clone();
     session.max_steps = req.max_steps.unwrap_or(25).clamp(1, 200);
 
     let id = format!("as-{:016x}", fastrand::u64(..));
     let (ops_tx, mut ops) = mpsc::unbounded_channel();
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let (live, _) = broadcast::channel(1024);
-    let hosted = Arc::new(Hosted { tenant: t.id.clone(), ops: ops_tx, events: Mutex::new((Vec::new(), Some(live))) });
+    let hosted = Arc::new(Hosted {
+        tenant: t.id.clone(),
+        ops: ops_tx,
+        active: Mutex::new(Instant::now()),
+        events: Mutex::new((Vec::new(), Some(live))),
+    });
     let _ = events_tx.send(Event::SessionConfigured {
         session_id: id.clone(),
         model: model.clone(),
@@ -198,6 +274,7 @@ pub(crate) async fn submit(
     Json(op): Json<Op>,
 ) -> Result<Response> {
     let h = hosted(&s, &t, &id)?;
+    h.touch();
     h.ops.send(op).map_err(|_| Error::NotFound(format!("agent session {id} (it has ended)")))?;
     Ok(StatusCode::ACCEPTED.into_response())
 }
@@ -208,6 +285,7 @@ pub(crate) async fn events(
     Path(id): Path<String>,
 ) -> Result<Response> {
     let h = hosted(&s, &t, &id)?;
+    h.touch();
     let (past, live) = {
         let g = h.events.lock().unwrap_or_else(PoisonError::into_inner);
         (g.0.clone(), g.1.as_ref().map(broadcast::Sender::subscribe))

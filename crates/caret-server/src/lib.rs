@@ -100,8 +100,8 @@ pub struct ServeConfig {
     pub body_limit: usize,
     /// The model gateway behind `/v1/chat/completions` and friends (none: those answer 503).
     pub gateway: Option<Arc<caret_models::Gateway>>,
-    /// Workspaces agent sessions may run in, by name (none: `/v1/agent/...` answers 503).
-    pub agent_workspaces: std::collections::BTreeMap<String, PathBuf>,
+    /// Agent sessions: their workspaces (none: `/v1/agent/...` answers 503), rules, limits.
+    pub agent: agent::AgentSettings,
 }
 
 impl ServeConfig {
@@ -126,8 +126,7 @@ pub fn app(service: Arc<Service>, config: &ServeConfig) -> axum::Router {
         ip_limiter: Arc::new(Limiter::new(config.ip_rate_limit)),
         metrics: Arc::new(metrics::Metrics::default()),
         gateway: config.gateway.clone(),
-        agent: (!config.agent_workspaces.is_empty())
-            .then(|| Arc::new(agent::AgentHost::new(config.agent_workspaces.clone()))),
+        agent: (!config.agent.workspaces.is_empty()).then(|| Arc::new(agent::AgentHost::new(config.agent.clone()))),
     };
     http::router(state, config.body_limit)
 }

@@ -7,7 +7,7 @@ use axum::Extension;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use caret_complete::{Budget, Family, Limits, Snippet, Stopper};
+use caret_complete::{Budget, Family, Limits, Plan, Snippet, Stopper};
 use caret_models::{Class, Event, EventStream};
 use caret_protocol::complete::{CompleteRequest, CompleteResponse};
 use caret_protocol::llm::CompletionRequest;
@@ -44,6 +44,32 @@ pub async fn drive(mut events: EventStream, mut stopper: Stopper, started: Insta
     }
     drop(events);
     Ok(Outcome { text: stopper.finish(), first, chunks })
+}
+
+/// Runs a plan with `model` through `complete` and cuts the answer by its stop rules; an
+/// empty answer to a split prompt is asked again with the whole prefix ([`Plan::unsplit`]: a
+/// model sometimes closes a middle it was handed at once).
+pub async fn run_plan<F, Fut>(
+    plan: Plan,
+    family: Option<&Family>,
+    model: &str,
+    started: Instant,
+    complete: F,
+) -> caret_models::Result<Outcome>
+where
+    F: Fn(CompletionRequest) -> Fut,
+    Fut: std::future::Future<Output = caret_models::Result<EventStream>>,
+{
+    let unsplit = plan.unsplit(family);
+    let req = CompletionRequest::greedy(model.to_owned(), plan.prompt, plan.max_tokens);
+    let out = drive(complete(req).await?, plan.stopper, started).await?;
+    match unsplit.filter(|_| out.text.is_empty()) {
+        Some(again) => {
+            let req = CompletionRequest::greedy(model.to_owned(), again.prompt, again.max_tokens);
+            drive(complete(req).await?, again.stopper, started).await
+        }
+        None => Ok(out),
+    }
 }
 
 /// The fill-in-the-middle family: `named` (`none`: prefix only), else guessed from the alias,
@@ -106,14 +132,15 @@ pub(crate) async fn complete(
         family.as_ref(),
         Limits::default(),
     );
-    let call = CompletionRequest::greedy(model.clone(), plan.prompt, plan.max_tokens);
     let failed = |e: caret_models::Error| crate::llm::model_failure(&format!("completing with model {model}"), &e);
-    let events = gw.complete(call, ctx).await.map_err(failed)?;
-    let out = drive(events, plan.stopper, started).await.map_err(failed)?;
+    let multiline = plan.mode == caret_complete::Mode::MultiLine;
+    let out = run_plan(plan, family.as_ref(), &model, started, |call| gw.complete(call, ctx.clone()))
+        .await
+        .map_err(failed)?;
     let total = started.elapsed();
     let resp = CompleteResponse {
         text: out.text,
-        multiline: plan.mode == caret_complete::Mode::MultiLine,
+        multiline,
         model: model.clone(),
         first_text_ms: ms(out.first.unwrap_or(total)),
         total_ms: ms(total),

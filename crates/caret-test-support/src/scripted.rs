@@ -2,7 +2,14 @@
 //! embedding and model-list requests and Anthropic Messages (`/v1/messages`) with canned text,
 //! and can be told to throttle (429), fail (5xx), fail every other request, answer slowly,
 //! stall mid-stream, or recover. It keeps the last request it was sent, headers included.
+//!
+//! For whole agent sessions it takes a queue of answers ([`ScriptedUpstream::queue`]): text, or
+//! several tool calls at once, each call with its own id. It then checks every chat request the
+//! way the real APIs do — each tool call answered by a result with its id, in the place the
+//! format wants it, only offered tools called — and refuses a request that breaks a rule (400,
+//! kept in [`ScriptedUpstream::violations`]).
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,8 +49,21 @@ pub struct Behaviour {
     pub answer: Option<String>,
 }
 
+/// One queued chat answer.
+#[derive(Debug, Clone)]
+pub enum Answer {
+    /// Text, streamed a word at a time.
+    Text(String),
+    /// Tool calls made together in one answer: (tool name, arguments).
+    Calls(Vec<(String, Value)>),
+}
+
 struct Script {
     name: String,
+    queue: Mutex<VecDeque<Answer>>,
+    violations: Mutex<Vec<String>>,
+    chats: Mutex<Vec<Value>>,
+    call_ids: AtomicU64,
     behaviour: Mutex<Behaviour>,
     requests: AtomicU64,
     last: Mutex<Option<(axum::http::HeaderMap, Value)>>,
@@ -71,6 +91,10 @@ impl ScriptedUpstream {
     pub async fn start(name: &str) -> Self {
         let script = Arc::new(Script {
             name: name.to_owned(),
+            queue: Mutex::default(),
+            violations: Mutex::default(),
+            chats: Mutex::default(),
+            call_ids: AtomicU64::new(0),
             behaviour: Mutex::new(Behaviour::default()),
             requests: AtomicU64::new(0),
             last: Mutex::new(None),
@@ -108,6 +132,27 @@ impl ScriptedUpstream {
         *self.script.behaviour.lock().unwrap() = b;
     }
 
+    /// Queues answers for the next chat requests (OpenAI or Anthropic) and completions (text
+    /// only), one each, before the behaviour's own answer comes back into use.
+    pub fn queue(&self, answers: impl IntoIterator<Item = Answer>) {
+        self.script.queue.lock().unwrap().extend(answers);
+    }
+
+    /// Queued answers not given yet.
+    pub fn queued(&self) -> usize {
+        self.script.queue.lock().unwrap().len()
+    }
+
+    /// The rules chat requests broke (each refused with a 400).
+    pub fn violations(&self) -> Vec<String> {
+        self.script.violations.lock().unwrap().clone()
+    }
+
+    /// Every chat and completion request body received (OpenAI and Anthropic), in order.
+    pub fn chats(&self) -> Vec<Value> {
+        self.script.chats.lock().unwrap().clone()
+    }
+
     /// Requests received so far (model lists included).
     pub fn requests(&self) -> u64 {
         self.script.requests.load(Ordering::SeqCst)
@@ -126,35 +171,44 @@ async fn messages(State(s): State<Arc<Script>>, headers: axum::http::HeaderMap, 
         json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
                "content": [], "model": req["model"], "usage": {"input_tokens": 10, "output_tokens": 1}}}),
     )];
-    let stop = if let Some(tool) = &b.tool_call {
-        events.push((
-            "content_block_start",
-            json!({"type": "content_block_start", "index": 0,
-                   "content_block": {"type": "tool_use", "id": "toolu_1", "name": tool, "input": {}}}),
-        ));
-        for piece in ["{\"path\":", "\"src/lib.rs\"}"] {
-            events.push((
-                "content_block_delta",
-                json!({"type": "content_block_delta", "index": 0,
-                       "delta": {"type": "input_json_delta", "partial_json": piece}}),
-            ));
+    let stop = match answer_for(&s, &b, &req, Format::Anthropic) {
+        Err(r) => return *r,
+        Ok(Answer::Calls(calls)) => {
+            for (i, (tool, args)) in calls.iter().enumerate() {
+                let id = format!("toolu_{}", s.call_ids.fetch_add(1, Ordering::SeqCst) + 1);
+                events.push((
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": i,
+                           "content_block": {"type": "tool_use", "id": id, "name": tool, "input": {}}}),
+                ));
+                let args = args.to_string();
+                let (head, tail) = halves(&args);
+                for piece in [head, tail] {
+                    events.push((
+                        "content_block_delta",
+                        json!({"type": "content_block_delta", "index": i,
+                               "delta": {"type": "input_json_delta", "partial_json": piece}}),
+                    ));
+                }
+                events.push(("content_block_stop", json!({"type": "content_block_stop", "index": i})));
+            }
+            "tool_use"
         }
-        "tool_use"
-    } else {
-        events.push((
-            "content_block_start",
-            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-        ));
-        let text = b.answer.clone().unwrap_or_else(|| format!("hello from {}", s.name));
-        for word in text.split_inclusive(' ') {
+        Ok(Answer::Text(text)) => {
             events.push((
-                "content_block_delta",
-                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": word}}),
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
             ));
+            for word in text.split_inclusive(' ') {
+                events.push((
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": word}}),
+                ));
+            }
+            events.push(("content_block_stop", json!({"type": "content_block_stop", "index": 0})));
+            "end_turn"
         }
-        "end_turn"
     };
-    events.push(("content_block_stop", json!({"type": "content_block_stop", "index": 0})));
     events.push((
         "message_delta",
         json!({"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {"output_tokens": 3}}),
@@ -168,6 +222,158 @@ async fn messages(State(s): State<Arc<Script>>, headers: axum::http::HeaderMap, 
         Body::from_stream(futures::stream::iter(lines))
     };
     Response::builder().header("content-type", "text/event-stream").body(body).unwrap()
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Format {
+    OpenAi,
+    Anthropic,
+}
+
+/// A string cut in two at about its middle.
+fn halves(text: &str) -> (&str, &str) {
+    let mut cut = text.len() / 2;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.split_at(cut)
+}
+
+/// The answer to a chat request that passed the verdict: the next queued one, else the
+/// behaviour's; `Err` (400) when the request breaks the format's rules (or a queued answer
+/// calls a tool the request does not offer).
+fn answer_for(s: &Script, b: &Behaviour, req: &Value, format: Format) -> Result<Answer, Box<Response>> {
+    s.chats.lock().unwrap().push(req.clone());
+    let queued = s.queue.lock().unwrap().pop_front();
+    let offer_checked = queued.is_some();
+    let answer = queued.unwrap_or_else(|| match &b.tool_call {
+        Some(tool) => {
+            let args = b.tool_arguments.as_deref().unwrap_or("{\"path\":\"src/lib.rs\"}");
+            Answer::Calls(vec![(tool.clone(), serde_json::from_str(args).unwrap_or(Value::String(args.to_owned())))])
+        }
+        None => Answer::Text(b.answer.clone().unwrap_or_else(|| format!("hello from {}", s.name))),
+    });
+    let broken = match format {
+        Format::OpenAi => check_openai(req),
+        Format::Anthropic => check_anthropic(req),
+    }
+    .err()
+    .or_else(|| match &answer {
+        // The behaviour's single call is made whatever the request offers (gateway tests).
+        Answer::Calls(calls) if offer_checked => calls
+            .iter()
+            .find(|(name, _)| !offered(req, format).contains(name))
+            .map(|(name, _)| format!("the script calls {name:?}, which the request does not offer")),
+        _ => None,
+    });
+    match broken {
+        Some(why) => {
+            s.violations.lock().unwrap().push(why.clone());
+            Err(Box::new(error(400, &why)))
+        }
+        None => Ok(answer),
+    }
+}
+
+/// The names of the tools a request offers.
+fn offered(req: &Value, format: Format) -> Vec<String> {
+    let tools = req["tools"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let name = |t: &Value| match format {
+        Format::OpenAi => t["function"]["name"].as_str().map(str::to_owned),
+        Format::Anthropic => t["name"].as_str().map(str::to_owned),
+    };
+    tools.iter().filter_map(name).collect()
+}
+
+/// OpenAI chat rules: an assistant message's tool calls (id, function name, arguments as JSON
+/// text) are each answered by a `tool` message with that id, right after it; no other `tool`
+/// message.
+fn check_openai(req: &Value) -> Result<(), String> {
+    let messages = req["messages"].as_array().ok_or("no messages")?;
+    let mut open: Vec<String> = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        let role = m["role"].as_str().ok_or(format!("message {i} has no role"))?;
+        if role == "tool" {
+            let id = m["tool_call_id"].as_str().ok_or(format!("tool message {i} has no tool_call_id"))?;
+            let at =
+                open.iter().position(|o| o == id).ok_or(format!("tool message {i} answers no open call ({id})"))?;
+            open.remove(at);
+            if !m["content"].is_string() {
+                return Err(format!("tool message {i}'s content is not text"));
+            }
+            continue;
+        }
+        if !open.is_empty() {
+            return Err(format!("message {i} ({role}) comes before the results of calls {open:?}"));
+        }
+        if !["system", "user", "assistant"].contains(&role) {
+            return Err(format!("message {i} has role {role:?}"));
+        }
+        for call in m["tool_calls"].as_array().map(Vec::as_slice).unwrap_or_default() {
+            let id =
+                call["id"].as_str().filter(|id| !id.is_empty()).ok_or(format!("a call in message {i} has no id"))?;
+            let name = call["function"]["name"].as_str().unwrap_or("");
+            let args = call["function"]["arguments"].as_str().ok_or(format!("call {id}'s arguments are not text"))?;
+            if name.is_empty() || call["type"] != "function" || serde_json::from_str::<Value>(args).is_err() {
+                return Err(format!("call {id} in message {i} is malformed: {call}"));
+            }
+            open.push(id.to_owned());
+        }
+    }
+    if open.is_empty() { Ok(()) } else { Err(format!("calls {open:?} have no results")) }
+}
+
+/// Anthropic Messages rules: the system prompt at the top, user and assistant turns
+/// alternating from a user one, each `tool_use` block (object input) answered by a
+/// `tool_result` block with its id at the start of the next user message, and no other.
+fn check_anthropic(req: &Value) -> Result<(), String> {
+    if !req["max_tokens"].is_u64() {
+        return Err("max_tokens is required".to_owned());
+    }
+    let messages = req["messages"].as_array().ok_or("no messages")?;
+    let mut open: Vec<String> = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        let role = m["role"].as_str().unwrap_or("");
+        let expected = if i % 2 == 0 { "user" } else { "assistant" };
+        if role != expected {
+            return Err(format!("message {i} is {role:?} where a {expected} message must come"));
+        }
+        let blocks: Vec<Value> = match &m["content"] {
+            Value::String(t) => vec![json!({"type": "text", "text": t})],
+            Value::Array(a) => a.clone(),
+            other => return Err(format!("message {i}'s content is {other}")),
+        };
+        let mut results_done = false;
+        for b in &blocks {
+            match b["type"].as_str() {
+                Some("tool_result") => {
+                    let id = b["tool_use_id"].as_str().unwrap_or("");
+                    if role != "user" || results_done {
+                        return Err(format!("a tool_result ({id}) out of place in message {i}"));
+                    }
+                    let at =
+                        open.iter().position(|o| o == id).ok_or(format!("tool_result {id} answers no tool_use"))?;
+                    open.remove(at);
+                }
+                Some("tool_use") => {
+                    let id = b["id"].as_str().unwrap_or("");
+                    if role != "assistant" || id.is_empty() || !b["input"].is_object() || !b["name"].is_string() {
+                        return Err(format!("a malformed tool_use in message {i}: {b}"));
+                    }
+                    open.push(id.to_owned());
+                }
+                Some("text") => results_done = true,
+                other => return Err(format!("a {other:?} block in message {i}")),
+            }
+            if role == "user" && b["type"] != "tool_result" {
+                results_done = true;
+            }
+        }
+        if role == "user" && !open.is_empty() {
+            return Err(format!("tool_use {open:?} has no tool_result in message {i}"));
+        }
+    }
+    if open.is_empty() { Ok(()) } else { Err(format!("tool_use {open:?} has no tool_result")) }
 }
 
 /// The scripted verdict for one request: `Err(response)` to answer with an error.
@@ -225,25 +431,28 @@ async fn chat(State(s): State<Arc<Script>>, headers: axum::http::HeaderMap, Json
                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
     };
     let mut events = vec![chunk(json!({"role": "assistant"}), Value::Null)];
-    let finish = if let Some(tool) = &b.tool_call {
-        // The arguments come in two pieces, as streaming servers send them.
-        let args = b.tool_arguments.clone().unwrap_or_else(|| "{\"path\":\"src/lib.rs\"}".to_owned());
-        let mut cut = args.len() / 2;
-        while !args.is_char_boundary(cut) {
-            cut -= 1;
+    let finish = match answer_for(&s, &b, &req, Format::OpenAi) {
+        Err(r) => return *r,
+        Ok(Answer::Calls(calls)) => {
+            for (i, (tool, args)) in calls.iter().enumerate() {
+                // The arguments come in two pieces, as streaming servers send them.
+                let id = format!("call_{}", s.call_ids.fetch_add(1, Ordering::SeqCst) + 1);
+                let args = args.to_string();
+                let (head, tail) = halves(&args);
+                events.push(chunk(
+                    json!({"tool_calls": [{"index": i, "id": id, "type": "function", "function": {"name": tool, "arguments": head}}]}),
+                    Value::Null,
+                ));
+                events.push(chunk(json!({"tool_calls": [{"index": i, "function": {"arguments": tail}}]}), Value::Null));
+            }
+            "tool_calls"
         }
-        events.push(chunk(
-            json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": tool, "arguments": &args[..cut]}}]}),
-            Value::Null,
-        ));
-        events.push(chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": &args[cut..]}}]}), Value::Null));
-        "tool_calls"
-    } else {
-        let text = b.answer.clone().unwrap_or_else(|| format!("hello from {}", s.name));
-        for word in text.split_inclusive(' ') {
-            events.push(chunk(json!({"content": word}), Value::Null));
+        Ok(Answer::Text(text)) => {
+            for word in text.split_inclusive(' ') {
+                events.push(chunk(json!({"content": word}), Value::Null));
+            }
+            "stop"
         }
-        "stop"
     };
     events.push(chunk(json!({}), json!(finish)));
     events.push(json!({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": model, "choices": [],
@@ -265,7 +474,13 @@ async fn completions(State(s): State<Arc<Script>>, headers: axum::http::HeaderMa
         json!({"id": "p", "object": "text_completion", "created": 0, "model": model,
                "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": null}]})
     };
-    let mut events = match &b.answer {
+    s.chats.lock().unwrap().push(req.clone());
+    let queued = match s.queue.lock().unwrap().pop_front() {
+        Some(Answer::Text(t)) => Some(t),
+        Some(other) => return error(400, &format!("a completion cannot answer {other:?}")),
+        None => None,
+    };
+    let mut events = match queued.as_ref().or(b.answer.as_ref()) {
         Some(answer) => {
             let chars: Vec<char> = answer.chars().collect();
             chars.chunks(3).map(|c| chunk(&c.iter().collect::<String>(), Value::Null)).collect()

@@ -57,7 +57,7 @@ fn bench(config: &Config, path: &Path, changes: usize, scratch: &Path) -> anyhow
             ip_rate_limit: RateLimit { per_second: 1e6, burst: 1_000_000 },
             body_limit: 256 << 20,
             gateway: None,
-            agent_workspaces: Default::default(),
+            agent: Default::default(),
         };
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(caret_server::serve(service, serve, listener, async move {

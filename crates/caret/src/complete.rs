@@ -16,8 +16,7 @@ use caret_complete::plan::window;
 use caret_complete::post::{Mode, mode};
 use caret_complete::{Cache, Family, Limits};
 use caret_protocol::complete::{CompleteRequest, CompleteResponse, TabSnippet};
-use caret_protocol::llm::CompletionRequest;
-use caret_server::tab::{drive, family};
+use caret_server::tab::{family, run_plan};
 
 use crate::chat::Backend;
 use crate::config::Config;
@@ -163,8 +162,7 @@ impl Completer {
                 let plan =
                     caret_complete::plan(text, cursor, path, snippets, self.budget, family.as_ref(), Limits::default());
                 let multiline = plan.mode == Mode::MultiLine;
-                let req = CompletionRequest::greedy(self.model.clone(), plan.prompt, plan.max_tokens);
-                let out = drive(backend.complete(req).await?, plan.stopper, started).await?;
+                let out = run_plan(plan, family.as_ref(), &self.model, started, |req| backend.complete(req)).await?;
                 (out.text, multiline, out.first, out.chunks)
             }
             Source::Remote { client, url, token, family } => {

@@ -33,6 +33,69 @@ pub struct Config {
     /// Model aliases of the gateway (`[[models]]`), each with its deployments.
     pub models: Vec<ModelAlias>,
     pub gateway: GatewaySection,
+    pub agent: AgentSection,
+}
+
+/// The agent's command rules and sandbox limits (`caret agent`, `caret exec`, server sessions).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentSection {
+    /// Command prefixes that run without asking (`"cargo test"`, `"make"`).
+    pub allow: Vec<String>,
+    /// Command prefixes that always ask.
+    pub ask: Vec<String>,
+    /// Command prefixes refused outright (`"git push"`).
+    pub deny: Vec<String>,
+    /// Memory per command before it is killed (bytes, or K/M/G); 0: no limit.
+    pub memory: Size,
+    /// Processes and threads per command; 0: no limit.
+    pub pids: u64,
+    /// CPU per command, in cores; 0: no limit.
+    pub cpus: f64,
+}
+
+impl Default for AgentSection {
+    fn default() -> Self {
+        let l = caret_sandbox::Limits::standard();
+        AgentSection {
+            allow: Vec::new(),
+            ask: Vec::new(),
+            deny: Vec::new(),
+            memory: Size(l.memory_bytes.unwrap_or(0)),
+            pids: l.pids.unwrap_or(0),
+            cpus: l.cpus.unwrap_or(0.0),
+        }
+    }
+}
+
+impl AgentSection {
+    /// The rules, deny first (a command both allowed and denied is denied).
+    pub fn rules(&self) -> Vec<caret_agent::policy::Rule> {
+        use caret_agent::policy::{Action, Rule};
+        let mut rules = Vec::new();
+        for (list, action) in [(&self.deny, Action::Deny), (&self.ask, Action::Ask), (&self.allow, Action::Allow)] {
+            rules.extend(list.iter().map(|p| Rule { prefix: p.trim().to_owned(), action }));
+        }
+        rules
+    }
+
+    /// The sandbox limits of each command.
+    pub fn limits(&self) -> caret_sandbox::Limits {
+        caret_sandbox::Limits {
+            memory_bytes: (self.memory.0 > 0).then_some(self.memory.0),
+            pids: (self.pids > 0).then_some(self.pids),
+            cpus: (self.cpus > 0.0).then_some(self.cpus),
+        }
+    }
+
+    /// Refuses empty prefixes and negative CPU.
+    fn check(&self) -> anyhow::Result<()> {
+        for p in self.allow.iter().chain(&self.ask).chain(&self.deny) {
+            anyhow::ensure!(!p.trim().is_empty(), "[agent]: an empty command prefix would match every command");
+        }
+        anyhow::ensure!(self.cpus >= 0.0 && self.cpus.is_finite(), "[agent] cpus must be 0 or more");
+        Ok(())
+    }
 }
 
 /// A model alias: the name clients ask for, and the deployments that serve it.
@@ -162,6 +225,10 @@ pub struct ServerSection {
     /// Directories agent sessions (`POST /v1/agent/sessions`) may work in, by name
     /// (`[server.agent_workspaces]`, `name = "/path"`); none: no agent sessions.
     pub agent_workspaces: std::collections::BTreeMap<String, PathBuf>,
+    /// Agent sessions a tenant may have running at once.
+    pub agent_sessions_per_tenant: usize,
+    /// An agent session with no op and no watcher for this long is shut down (`30m`, `2h`).
+    pub agent_idle_timeout: String,
 }
 
 impl Default for ServerSection {
@@ -182,6 +249,8 @@ impl Default for ServerSection {
             ip_rate_limit_burst: per_address.burst,
             body_limit: Size(64 << 20),
             agent_workspaces: Default::default(),
+            agent_sessions_per_tenant: 4,
+            agent_idle_timeout: "1h".to_owned(),
         }
     }
 }
@@ -285,6 +354,7 @@ impl Default for Config {
             embed: EmbedSection::default(),
             models: Vec::new(),
             gateway: GatewaySection::default(),
+            agent: AgentSection::default(),
         }
     }
 }
@@ -320,6 +390,7 @@ impl Config {
             None => Config::default(),
         };
         config.home = home;
+        config.agent.check()?;
         if let Some(v) = env("CARET_SCAN_MAX_FILE_SIZE") {
             config.scan.max_file_size = Size(parse_size(&v).context("CARET_SCAN_MAX_FILE_SIZE")?);
         }

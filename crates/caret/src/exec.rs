@@ -99,8 +99,15 @@ pub fn open_session(config: &Config, args: &SessionArgs) -> anyhow::Result<(Sess
     tools.add(Arc::new(CodebaseSearch::new(config.clone(), remote)));
     let mut policy = caret_sandbox::Policy::new(&ctx.root)?.with_toolchains();
     policy.network = args.network;
+    policy.limits = config.agent.limits();
+    if let Ok(me) = std::env::current_exe() {
+        policy = policy.with_landlock(me);
+    }
     match caret_sandbox::Bwrap::new(policy) {
         Ok(sandbox) => {
+            if let Some(why) = sandbox.landlock_unavailable() {
+                eprintln!("caret: {why}");
+            }
             let sandbox: Arc<dyn caret_sandbox::Sandbox> = Arc::new(sandbox);
             tools.add(Arc::new(RunTerminalCmd::new(sandbox.clone())));
             tools.add(Arc::new(ReadLints::new(sandbox)));
@@ -111,6 +118,7 @@ pub fn open_session(config: &Config, args: &SessionArgs) -> anyhow::Result<(Sess
     let mut session = Session::new(Arc::new(GatewayModel(backend)), &model, tools, ctx);
     session.max_steps = args.max_steps.max(1);
     session.context_window = config.context_window(&model).unwrap_or(32_768);
+    session.policy.rules = config.agent.rules();
     session.policy.approval = match args.approval {
         ApprovalArg::Never => Approval::Never,
         ApprovalArg::Risky => Approval::Risky,

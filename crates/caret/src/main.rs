@@ -84,6 +84,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Inside an agent's sandbox `caret` is also the Landlock helper (see caret_sandbox::landlock).
+    caret_sandbox::landlock::enter_helper_if_asked();
     let cli = Cli::parse();
     // A server logs its requests by default; other commands only warn.
     init_tracing(if matches!(cli.command, Command::Serve(_)) { "info" } else { "warn" });

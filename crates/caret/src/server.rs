@@ -94,7 +94,16 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
         },
         body_limit: usize::try_from(args.body_limit.unwrap_or(config.server.body_limit.0)).unwrap_or(usize::MAX),
         gateway: config.gateway()?,
-        agent_workspaces: config.server.agent_workspaces.clone(),
+        agent: caret_server::agent::AgentSettings {
+            workspaces: config.server.agent_workspaces.clone(),
+            rules: config.agent.rules(),
+            limits: config.agent.limits(),
+            max_sessions_per_tenant: config.server.agent_sessions_per_tenant,
+            idle_timeout: crate::config::parse_duration(&config.server.agent_idle_timeout)
+                .context("[server] agent_idle_timeout")?,
+            // `caret` is the Landlock helper of its sandboxes.
+            landlock_helper: std::env::current_exe().ok(),
+        },
     };
     serve.check()?;
     let storage = config.storage();

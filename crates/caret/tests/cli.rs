@@ -726,3 +726,61 @@ fn exec_runs_the_agent_and_prints_json_events() {
     let o = caret(&home, &["exec", "x", "-C", ws, "--resume", "no-such-session"]);
     assert!(!o.status.success() && stderr(&o).contains("resuming session no-such-session"), "{}", stderr(&o));
 }
+
+/// The `[agent]` section reaches `caret exec`: a denied prefix is refused, an allowed risky
+/// command runs with nobody to approve it, the memory limit kills a command over it. The
+/// model is a scripted server (test double) that checks each request's tool messages.
+#[test]
+fn exec_follows_the_configured_command_rules_and_limits() {
+    use caret_test_support::scripted::{Answer, ScriptedUpstream};
+    use serde_json::json;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("agent"));
+    let home = TempDir::new();
+    home.write("ws/stale.txt", "old\n");
+    home.write(
+        "caret-home/config.toml",
+        &format!(
+            "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n\n\
+             [agent]\nallow = [\"rm stale.txt\", \"kill -0\"]\ndeny = [\"touch\"]\nmemory = \"64M\"\n",
+            up.url
+        ),
+    );
+    let run = |command: &str| Answer::Calls(vec![("run_terminal_cmd".to_owned(), json!({ "command": command }))]);
+    up.queue([
+        run("touch made.txt"),
+        run("rm stale.txt"),
+        run("rm -f other.txt"),
+        run("python3 -c 'b = bytearray(256 << 20); print(len(b))'"),
+        run("kill -0 1 && echo signalled"),
+        Answer::Text("done".into()),
+    ]);
+    let ws = home.join("ws");
+    let o = caret(&home, &["exec", "tidy up", "-C", ws.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let ends: Vec<String> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["type"] == "tool_call_end")
+        .map(|e| e["output"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ends.len(), 5, "{ends:?}");
+    assert!(ends[0].contains("refused by policy"), "{ends:?}");
+    assert!(!ws.join("made.txt").exists());
+    assert!(!ws.join("stale.txt").exists(), "allowed by a rule: ran without approval: {ends:?}");
+    assert!(ends[2].contains("refused"), "risky and not allowed: nobody to approve it: {ends:?}");
+    assert!(ends[3].contains("memory limit"), "{ends:?}");
+    // `caret` is its sandbox's Landlock helper: where the kernel has Landlock, a command cannot
+    // signal the sandbox's init (outside its domain).
+    let helper = Command::new(env!("CARGO_BIN_EXE_caret")).args(["__caret-landlock", "--", "true"]).status().unwrap();
+    if helper.code() != Some(125) {
+        assert!(helper.success());
+        assert!(!ends[4].contains("signalled") && ends[4].contains("not permitted"), "{ends:?}");
+    }
+    assert_eq!(up.violations(), Vec::<String>::new());
+
+    // A rule that would match everything is a configuration error.
+    home.write("caret-home/config.toml", "[agent]\nallow = [\" \"]\n");
+    let o = caret(&home, &["exec", "x", "-C", ws.to_str().unwrap()]);
+    assert!(!o.status.success() && stderr(&o).contains("empty command prefix"), "{}", stderr(&o));
+}

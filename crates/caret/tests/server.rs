@@ -931,6 +931,15 @@ fn the_complete_endpoint_serves_tab_suggestions_to_a_remote_lsp() {
     );
     assert_eq!(sent["temperature"], 0.0);
 
+    // An empty answer to the split prompt is asked again with the cursor's line in the prefix.
+    up.queue([caret_test_support::scripted::Answer::Text(String::new())]);
+    let r = post(json!({"text": text, "cursor": cursor, "path": "m.py"}), Some(&token));
+    assert_eq!(r.json::<Value>().unwrap()["text"], "a + b");
+    let (_, sent) = up.last_request().unwrap();
+    let prompt = sent["prompt"].as_str().unwrap();
+    assert!(prompt.ends_with("    total = int(<|fim_suffix|>)\n    return total\n<|fim_middle|>"), "{prompt}");
+    assert_eq!(up.queued(), 0);
+
     // Bad requests are the caller's, and the token is checked.
     assert_eq!(post(json!({"text": text, "cursor": 999}), Some(&token)).status(), 400);
     assert_eq!(post(json!({"text": text, "cursor": 1, "family": "nope"}), Some(&token)).status(), 400);
@@ -1021,7 +1030,7 @@ fn agent_sessions_stream_their_events_over_sse() {
     ws.write("notes.txt", "the secret of the notes\n");
     let config = format!(
         "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n\n\
-         [server.agent_workspaces]\ndemo = \"{}\"\n",
+         [server]\nagent_sessions_per_tenant = 2\n\n[server.agent_workspaces]\ndemo = \"{}\"\n",
         up.url,
         ws.path().display()
     );
@@ -1076,12 +1085,186 @@ fn agent_sessions_stream_their_events_over_sse() {
     // A second watcher gets the whole story from the start.
     let again = watch("turn_end");
     assert_eq!(again, events);
-    // Shut down: the stream ends, the session is gone.
+    // Two sessions per tenant at most (configured); the other tenant has its own two.
+    let session = json!({"workspace": "demo"});
+    assert_eq!(post(&a, "", session.clone()), 201);
+    assert_eq!(post(&a, "", session.clone()), 409);
+    assert_eq!(post(&b, "", session.clone()), 201);
+    // Shut down: the stream ends, the session is gone, and its place is free again.
     assert_eq!(post(&a, &format!("/{id}/ops"), json!({"type": "shutdown"})), 202);
     let deadline = Instant::now() + Duration::from_secs(10);
     while post(&a, &format!("/{id}/ops"), json!({"type": "interrupt"})) != 404 {
         assert!(Instant::now() < deadline, "the session did not end");
         std::thread::sleep(Duration::from_millis(50));
     }
+    assert_eq!(post(&a, "", session), 201);
+    server.stop();
+}
+
+/// A whole agent session on the server through each tool-calling format the gateway speaks
+/// (OpenAI tools and Anthropic tool use, each from a scripted server — a test double — that
+/// refuses any request breaking its API's rules): parallel reads and a grep in one answer, an
+/// edit, a lint and a test run in the sandbox, a risky command approved, then one interrupted
+/// at its approval, and a turn after the interruption.
+#[test]
+fn an_agent_session_runs_through_openai_and_anthropic_tool_calls() {
+    use caret_test_support::scripted::{Answer, ScriptedUpstream};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    for provider in ["openai", "anthropic"] {
+        let up = rt.block_on(ScriptedUpstream::start(provider));
+        let ws = TempDir::new();
+        ws.write("calc.py", "def add(a, b):\n    return a - b\n");
+        ws.write(
+            "test_calc.py",
+            "import unittest\n\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n    def test_add(self):\n        \
+             self.assertEqual(add(2, 3), 5)\n\n\nif __name__ == \"__main__\":\n    unittest.main()\n",
+        );
+        ws.write("stale.txt", "old\n");
+        let config = format!(
+            "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"{provider}\", url = \"{}\", model = \"m\" }}]\n\n\
+             [server.agent_workspaces]\ndemo = \"{}\"\n",
+            up.url,
+            ws.path().display()
+        );
+        let calls =
+            |list: &[(&str, Value)]| Answer::Calls(list.iter().map(|(n, a)| ((*n).to_owned(), a.clone())).collect());
+        up.queue([
+            calls(&[
+                ("read_file", json!({"path": "calc.py"})),
+                ("read_file", json!({"path": "test_calc.py"})),
+                ("grep", json!({"pattern": "def add"})),
+            ]),
+            calls(&[(
+                "edit_file",
+                json!({"path": "calc.py", "edit": "<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n"}),
+            )]),
+            calls(&[
+                ("read_lints", json!({})),
+                ("run_terminal_cmd", json!({"command": "python3 -m unittest -q 2>&1"})),
+            ]),
+            calls(&[("run_terminal_cmd", json!({"command": "rm stale.txt"}))]),
+            Answer::Text("Fixed add; the tests pass.".into()),
+            calls(&[("run_terminal_cmd", json!({"command": "rm -rf build"}))]),
+            Answer::Text("You stopped the clean-up.".into()),
+        ]);
+        let server = Server::start_with_config(&[], &[], Some(&config));
+        let token = server.tenant("agent-e2e");
+        let c = http();
+        let url = |p: &str| format!("{}/v1/agent/sessions{p}", server.url);
+        let r = c.post(url("")).bearer_auth(&token).json(&json!({"workspace": "demo"})).send().unwrap();
+        assert_eq!(r.status(), 201, "{provider}");
+        let id = r.json::<Value>().unwrap()["id"].as_str().unwrap().to_owned();
+        let op = |body: Value| {
+            let r = c.post(url(&format!("/{id}/ops"))).bearer_auth(&token).json(&body).send().unwrap();
+            assert_eq!(r.status(), 202, "{provider}: {body}");
+        };
+        // Events from the start until `n` of type `kind` have come.
+        let watch = |kind: &str, n: usize| {
+            let r = c.get(url(&format!("/{id}/events"))).bearer_auth(&token).send().unwrap();
+            let mut events: Vec<Value> = Vec::new();
+            for line in BufReader::new(r).lines() {
+                let line = line.unwrap();
+                if let Some(data) = line.strip_prefix("data: ") {
+                    events.push(serde_json::from_str(data).unwrap());
+                    if events.iter().filter(|e| e["type"] == kind).count() == n {
+                        return events;
+                    }
+                }
+            }
+            panic!("{provider}: the stream ended before {n} {kind}: {events:#?}");
+        };
+        let of = |events: &[Value], kind: &str| -> Vec<Value> {
+            events.iter().filter(|e| e["type"] == kind).cloned().collect()
+        };
+
+        op(json!({"type": "user_input", "text": "test_add fails; fix it"}));
+        let events = watch("approval_request", 1);
+        let ask = of(&events, "approval_request").remove(0);
+        assert_eq!(ask["command"], "rm stale.txt", "{ask}");
+        op(json!({"type": "approval", "call_id": ask["call_id"], "decision": "approve"}));
+        let events = watch("turn_end", 1);
+        let ends = of(&events, "tool_call_end");
+        let by = |name: &str| ends.iter().filter(|e| e["name"] == name).cloned().collect::<Vec<_>>();
+        let names: Vec<&str> = ends.iter().map(|e| e["name"].as_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            ["read_file", "read_file", "grep", "edit_file", "read_lints", "run_terminal_cmd", "run_terminal_cmd"],
+            "{provider}"
+        );
+        assert!(ends.iter().all(|e| e["ok"] == true), "{provider}: {ends:#?}");
+        assert!(by("read_file")[0]["output"].as_str().unwrap().contains("return a - b"), "{provider}");
+        assert!(by("grep")[0]["output"].as_str().unwrap().contains("calc.py:1"), "{provider}: {:?}", by("grep"));
+        assert!(by("edit_file")[0]["output"].as_str().unwrap().contains("edited calc.py"), "{provider}");
+        let test_run = &by("run_terminal_cmd")[0]["output"];
+        assert!(test_run.as_str().unwrap().contains("OK"), "{provider}: {test_run}");
+        let change = of(&events, "file_change").remove(0);
+        assert!(change["diff"].as_str().unwrap().contains("-    return a - b\n+    return a + b"), "{change}");
+        assert_eq!(std::fs::read_to_string(ws.join("calc.py")).unwrap(), "def add(a, b):\n    return a + b\n");
+        assert!(!ws.join("stale.txt").exists(), "{provider}: the approved command ran");
+        let text: String = of(&events, "text_delta").iter().map(|e| e["text"].as_str().unwrap().to_owned()).collect();
+        assert_eq!(text, "Fixed add; the tests pass.", "{provider}");
+        assert_eq!(events.last().unwrap()["reason"], "done", "{provider}");
+
+        // A risky command waits for its approval; an interrupt ends the turn there.
+        std::fs::create_dir(ws.join("build")).unwrap();
+        op(json!({"type": "user_input", "text": "clean up the build directory"}));
+        watch("approval_request", 2);
+        op(json!({"type": "interrupt"}));
+        let events = watch("turn_end", 2);
+        assert_eq!(events.last().unwrap()["reason"], "interrupted", "{provider}");
+        assert!(ws.join("build").is_dir(), "{provider}: the interrupted command did not run");
+        // The conversation stays well formed for the API after the interruption.
+        op(json!({"type": "user_input", "text": "what happened?"}));
+        let events = watch("turn_end", 3);
+        assert_eq!(events.last().unwrap()["reason"], "done", "{provider}");
+        assert_eq!(up.violations(), Vec::<String>::new(), "{provider}");
+        assert_eq!(up.queued(), 0, "{provider}");
+        let chats = up.chats();
+        assert_eq!(chats.len(), 7, "{provider}");
+        let tools = chats[0]["tools"].to_string();
+        for name in ["read_file", "grep", "edit_file", "read_lints", "run_terminal_cmd", "todo_write", "list_dir"] {
+            assert!(tools.contains(&format!("\"{name}\"")), "{provider}: {name} not offered: {tools}");
+        }
+        let last = chats[6].to_string();
+        assert!(last.contains("what happened?") && last.contains("interrupted"), "{provider}: {last}");
+        if provider == "anthropic" {
+            assert!(chats[0]["system"].as_str().unwrap().contains("coding agent"), "{provider}");
+        }
+        server.stop();
+    }
+}
+
+/// An agent session nobody drives or watches is shut down once idle past the configured
+/// timeout (checked when a session is started), which frees its tenant's place.
+#[test]
+fn idle_agent_sessions_are_shut_down() {
+    use caret_test_support::scripted::ScriptedUpstream;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("agent-model"));
+    let ws = TempDir::new();
+    let config = format!(
+        "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n\n\
+         [server]\nagent_sessions_per_tenant = 1\nagent_idle_timeout = \"1s\"\n\n[server.agent_workspaces]\ndemo = \"{}\"\n",
+        up.url,
+        ws.path().display()
+    );
+    let server = Server::start_with_config(&[], &[], Some(&config));
+    let token = server.tenant("idle");
+    let c = http();
+    let url = format!("{}/v1/agent/sessions", server.url);
+    let create = || c.post(&url).bearer_auth(&token).json(&json!({"workspace": "demo"})).send().unwrap();
+    let first = create().json::<Value>().unwrap()["id"].as_str().unwrap().to_owned();
+    assert_eq!(create().status(), 409, "one session at a time");
+    std::thread::sleep(Duration::from_millis(1_500));
+    // The idle one is shut down when the next is asked for; its place frees shortly after.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut status = create().status();
+    while status != 201 {
+        assert!(Instant::now() < deadline, "the idle session was not shut down: {status}");
+        std::thread::sleep(Duration::from_millis(50));
+        status = create().status();
+    }
+    let op = c.post(format!("{url}/{first}/ops")).bearer_auth(&token).json(&json!({"type": "interrupt"})).send();
+    assert_eq!(op.unwrap().status(), 404);
     server.stop();
 }

@@ -94,7 +94,12 @@ impl Tool for EditFile {
                 caret_apply::apply(&text, &edit, format, Some(&rel)).map_err(|e| ToolError::new(e.to_string()))?;
             let (old, new) = (text.render(), new.render());
             if old == new {
-                return Ok(format!("{rel}: the edit ({}) changes nothing", format.name()));
+                // An error, so that a model repeating it is told to change course.
+                return Err(ToolError::new(format!(
+                    "the edit ({}) changes nothing in {rel}: what it puts in is what is there already; nothing \
+                     was written",
+                    format.name()
+                )));
             }
             caret_workspace::statcache::write_atomic(&path, new.as_bytes()).map_err(|e| io(&rel, e))?;
             ctx.saw(&path);
@@ -159,11 +164,25 @@ impl Tool for WriteFile {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
                 Err(e) => return Err(io(&rel, e)),
             };
-            if old.is_some() && !ctx.has_seen(&path) {
-                return Err(ToolError::new(format!(
-                    "{rel} exists and you have not read it: read_file it first, then change it with edit_file \
-                     (or write_file its whole new content); nothing was written"
-                )));
+            if let Some(old) = old.as_deref() {
+                if !ctx.has_seen(&path) {
+                    return Err(unread(&ctx, &path, &rel, old));
+                }
+                if old == content {
+                    return Err(ToolError::new(format!(
+                        "{rel} already has exactly this content: nothing changed (the task is not done by this call)"
+                    )));
+                }
+                let kept = definitions(&content);
+                let lost: Vec<String> = definitions(old).into_iter().filter(|d| !kept.contains(d)).collect();
+                if !lost.is_empty() && !ctx.failed_before(format!("write_file drops\0{rel}\0{old}\0{content}")) {
+                    return Err(ToolError::new(format!(
+                        "nothing was written: this content drops {} from {rel}. To add or change code and keep \
+                         the rest, use edit_file (a search/replace block), or write_file the whole file with the \
+                         old code kept. If dropping them is meant, make this same call again.",
+                        lost.join(", ")
+                    )));
+                }
             }
             caret_workspace::statcache::write_atomic(&path, content.as_bytes()).map_err(|e| io(&rel, e))?;
             ctx.saw(&path);
@@ -175,6 +194,56 @@ impl Tool for WriteFile {
         })
         .await
     }
+}
+
+/// The definitions a file makes, as `keyword name` (`def add`, `fn main`, `class Stack`),
+/// read from the start of its lines: what a whole-file rewrite should not lose unnoticed.
+pub fn definitions(text: &str) -> Vec<String> {
+    const MODIFIERS: &[&str] = &["pub", "export", "async", "default", "static", "public", "private", "protected"];
+    const KEYWORDS: &[&str] =
+        &["def", "fn", "class", "struct", "enum", "trait", "func", "function", "interface", "type", "mod"];
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut words = line.split_whitespace().peekable();
+        while let Some(w) = words.peek() {
+            if MODIFIERS.contains(w) || w.starts_with("pub(") {
+                words.next();
+            } else {
+                break;
+            }
+        }
+        let (Some(keyword), Some(name)) = (words.next(), words.next()) else { continue };
+        let name: String = name.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        if KEYWORDS.contains(&keyword) && !name.is_empty() {
+            let def = format!("{keyword} {name}");
+            if !out.contains(&def) {
+                out.push(def);
+            }
+        }
+    }
+    out
+}
+
+/// Lines of an unread file shown when `write_file` refuses to replace it.
+const UNREAD_SHOWN_LINES: usize = 200;
+
+/// The refusal to replace a file the agent has not read. Small models rewrite a whole file with
+/// the one function they meant to add; the refusal shows the content (so the next call can be
+/// right) and counts as a read when the whole file fits.
+fn unread(ctx: &Ctx, path: &std::path::Path, rel: &str, old: &str) -> ToolError {
+    let total = old.lines().count();
+    let shown: Vec<&str> = old.lines().take(UNREAD_SHOWN_LINES).collect();
+    let mut shown = shown.join("\n");
+    if total > UNREAD_SHOWN_LINES {
+        shown.push_str(&format!("\n[first {UNREAD_SHOWN_LINES} of {total} lines; read_file the rest]"));
+    } else {
+        ctx.saw(path);
+    }
+    ToolError::new(format!(
+        "{rel} exists and you had not read it, so nothing was written. Its content now:\n```\n{shown}\n```\n\
+         Change it with edit_file (a search/replace block), or write_file again with the whole new content \
+         (everything that should stay, too)."
+    ))
 }
 
 /// `delete_file`.
@@ -278,5 +347,20 @@ impl Tool for TodoWrite {
         let summary = format!("todo list: {} items, {done} completed", items.len());
         *ctx.todos.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = items;
         Ok(summary)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::definitions;
+
+    #[test]
+    fn definitions_are_read_from_line_starts_in_several_languages() {
+        let text = "pub(crate) async fn run() {}\nfn main() {\n    let fn_x = 1;\n}\nclass Stack:\n    def push(self, x):\n\
+                    export default function App() {}\ntype Id = u32;\nimpl Foo {}\n# def not_code\nstruct P<T>(T);\n";
+        assert_eq!(
+            definitions(text),
+            ["fn run", "fn main", "class Stack", "def push", "function App", "type Id", "struct P"]
+        );
     }
 }

@@ -66,6 +66,8 @@ pub struct Ctx {
     /// Files the agent has read or written in this session: `write_file` replaces only
     /// those (a model that never looked at a file would drop what it holds).
     pub seen: Arc<std::sync::Mutex<std::collections::HashSet<PathBuf>>>,
+    /// Calls that failed (tool, arguments and error), to tell a model that repeats one.
+    pub failed: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl Ctx {
@@ -77,6 +79,7 @@ impl Ctx {
             changes: Arc::default(),
             todos: Arc::default(),
             seen: Arc::default(),
+            failed: Arc::default(),
         })
     }
 
@@ -88,6 +91,11 @@ impl Ctx {
     /// Whether the agent has seen `path` in this session.
     pub fn has_seen(&self, path: &Path) -> bool {
         self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(path)
+    }
+
+    /// Notes a failed call; whether the very same call failed the same way before.
+    pub fn failed_before(&self, call: String) -> bool {
+        !self.failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(call)
     }
 
     /// Takes the file changes recorded so far.

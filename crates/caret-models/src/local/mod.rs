@@ -49,11 +49,21 @@ pub struct LocalSettings {
     /// speculative answer is then bit for bit the plain one on long answers too; batches run
     /// slower. Off by default.
     pub exact_kernels: bool,
+    /// Speculative drafts for completions (fill-in-the-middle included) from the prompt
+    /// itself: after the answer's last tokens, what followed them where they occur in the
+    /// prompt is verified in the same pass. `CARET_PROMPT_LOOKUP=0|1` overrides.
+    pub prompt_lookup: bool,
 }
 
 impl Default for LocalSettings {
     fn default() -> Self {
-        LocalSettings { context_tokens: 8192, threads: None, batch_tokens: 512, exact_kernels: false }
+        LocalSettings {
+            context_tokens: 8192,
+            threads: None,
+            batch_tokens: 512,
+            exact_kernels: false,
+            prompt_lookup: false,
+        }
     }
 }
 
@@ -107,6 +117,8 @@ pub struct LocalProvider {
     jobs: std::sync::mpsc::Sender<Job>,
     alive: Arc<AtomicBool>,
     counters: Arc<Counters>,
+    /// Completions are drafted from their prompt (see [`LocalSettings::prompt_lookup`]).
+    prompt_lookup: bool,
     /// The engine thread, joined on drop: it must not be computing while the process exits
     /// (llama.cpp's global teardown under a running decode crashes).
     thread: Option<std::thread::JoinHandle<()>>,
@@ -148,6 +160,9 @@ struct Job {
     tools: Vec<String>,
     /// Text the answer is expected to repeat, verified as a speculative draft.
     draft: Option<String>,
+    /// Without a draft: propose what followed the answer's last tokens where they occur in
+    /// the prompt (prompt lookup; completions repeat names and lines of their context).
+    lookup: bool,
     events: tokio::sync::mpsc::Sender<Result<Event>>,
 }
 
@@ -172,6 +187,11 @@ impl LocalProvider {
     /// Loads a GGUF file (a model directory holding `model.gguf` works too) and starts its
     /// engine thread.
     pub fn load(path: &Path, settings: LocalSettings) -> Result<LocalProvider> {
+        let prompt_lookup = match std::env::var("CARET_PROMPT_LOOKUP").as_deref() {
+            Ok("1") => true,
+            Ok("0") => false,
+            _ => settings.prompt_lookup,
+        };
         let file = if path.is_dir() { path.join("model.gguf") } else { path.to_path_buf() };
         let name = file
             .parent()
@@ -202,7 +222,7 @@ impl LocalProvider {
             .recv()
             .map_err(|_| load_error("the engine thread ended while loading".to_owned()))?
             .map_err(load_error)?;
-        Ok(LocalProvider { name, info, jobs, alive, counters, thread: Some(thread) })
+        Ok(LocalProvider { name, info, jobs, alive, counters, prompt_lookup, thread: Some(thread) })
     }
 
     /// What the engine found in the model file.
@@ -255,15 +275,22 @@ impl Provider for LocalProvider {
         let (temperature, top_p) = sampling(req.temperature, req.top_p);
         let offered = req.tool_choice.as_ref().is_none_or(|c| c != "none");
         let tools = if offered { req.tools.iter().map(|t| t.function.name.clone()).collect() } else { Vec::new() };
+        let mut stops = req.stop.as_ref().map(|s| s.to_vec()).unwrap_or_default();
+        // A model that opens another turn has ended its own (small models write the marker
+        // out instead of ending with `<|im_end|>`).
+        match format {
+            ChatFormat::ChatMl { .. } => stops.push("<|im_start|>".to_owned()),
+        }
         self.submit(|events| Job {
             input: Input::Text(prompt),
             max_tokens: req.max_tokens,
             temperature,
             top_p,
             seed: req.seed,
-            stops: req.stop.as_ref().map(|s| s.to_vec()).unwrap_or_default(),
+            stops,
             tools,
             draft: req.prediction.as_ref().map(|p| p.content.text()),
+            lookup: false,
             events,
         })
     }
@@ -289,6 +316,7 @@ impl Provider for LocalProvider {
             stops: req.stop.as_ref().map(|s| s.to_vec()).unwrap_or_default(),
             tools: Vec::new(),
             draft: None,
+            lookup: self.prompt_lookup,
             events,
         })
     }
@@ -386,6 +414,10 @@ struct Engine<'m> {
     /// How many drafted tokens to verify per pass.
     lengths: DraftLengths,
 }
+
+/// Draft lengths of prompt lookup: short (a completion is a few lines; a missed draft costs a
+/// wider pass).
+const LOOKUP_LENGTHS: DraftLengths = DraftLengths { start: 4, min: 2, max: 16 };
 
 /// Draft lengths, `CARET_DRAFT_LENGTHS=start,min,max` overriding the defaults (for tuning
 /// with `caret bench merge`).
@@ -511,11 +543,12 @@ impl Engine<'_> {
             ])
         };
         let vocab = self.model.vocab();
-        let mut drafter = job
-            .draft
-            .as_deref()
-            .filter(|d| !d.is_empty() && !self.model.is_recurrent())
-            .map(|d| Drafter::new(vocab.tokenize(d.as_bytes(), false, false), tokens.clone(), self.lengths));
+        let mut drafter = match job.draft.as_deref().filter(|d| !d.is_empty()) {
+            _ if self.model.is_recurrent() => None,
+            Some(d) => Some(Drafter::new(vocab.tokenize(d.as_bytes(), false, false), tokens.clone(), self.lengths)),
+            None if job.lookup => Some(Drafter::new(Vec::new(), tokens.clone(), LOOKUP_LENGTHS)),
+            None => None,
+        };
         let greedy = job.temperature <= 0.0;
         let mut out = Output::new(&job, limit);
         let (mut accepted_total, mut rejected_total, mut redecided) = (0usize, 0usize, 0usize);
@@ -617,7 +650,8 @@ impl Engine<'_> {
             return Ok(());
         }
         let mut usage = Usage::new(tokens.len() as u32, generated as u32);
-        if drafter.is_some() {
+        // Details answer a prediction; prompt lookup shows in the model's counters only.
+        if drafter.is_some() && job.draft.is_some() {
             usage.completion_tokens_details = Some(CompletionTokensDetails {
                 accepted_prediction_tokens: accepted_total as u32,
                 rejected_prediction_tokens: rejected_total as u32,

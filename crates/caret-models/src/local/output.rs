@@ -249,9 +249,26 @@ impl ToolCallParser {
     }
 }
 
+/// A chat-template turn marker small models sometimes write out before a call.
+const TURN_START: &str = "<|im_start|>";
+
+/// What follows a turn marker written out as text (`<|im_start|>`, maybe with the `assistant`
+/// role) at the start of `text`, if it starts with one.
+fn after_turn_marker(text: &str) -> Option<&str> {
+    let rest = text.strip_prefix(TURN_START)?.trim_start();
+    Some(rest.strip_prefix("assistant").unwrap_or(rest).trim_start())
+}
+
 /// Whether an answer that starts so may still be nothing but bare JSON calls: `{`, `[`, or a
 /// code fence tagged `json` (or untagged) whose body starts with one of them.
 fn could_be_bare_calls(start: &str) -> bool {
+    if TURN_START.starts_with(start) {
+        return true;
+    }
+    if let Some(rest) = after_turn_marker(start) {
+        // `assistant` may still be coming.
+        return "assistant".starts_with(rest) || could_be_bare_calls(rest);
+    }
     let Some(fenced) = start.strip_prefix("```") else {
         return start.starts_with(['{', '[']);
     };
@@ -266,6 +283,9 @@ fn could_be_bare_calls(start: &str) -> bool {
 /// optionally in a code fence — as (name, arguments) pairs.
 fn bare_calls(answer: &str, names: &[String]) -> Option<Vec<(String, String)>> {
     let mut body = answer.trim();
+    if let Some(rest) = after_turn_marker(body) {
+        body = rest;
+    }
     if let Some(fenced) = body.strip_prefix("```") {
         let fenced = fenced.strip_suffix("```")?;
         // The fence's language tag runs to the first newline.
@@ -351,6 +371,20 @@ mod tests {
         let events = feed_all(&mut parser(), &[answer]);
         assert_eq!(calls(&events).len(), 2, "{events:?}");
         assert_eq!(texts(&events), "");
+    }
+
+    #[test]
+    fn a_turn_marker_written_before_bare_calls_is_dropped() {
+        let pieces = ["<|im_", "start|>\n{\"name\": \"read_file\", ", "\"arguments\": {\"path\": \"a.py\"}}"];
+        let events = feed_all(&mut parser(), &pieces);
+        assert_eq!(calls(&events), [(0, "read_file".to_owned(), "{\"path\":\"a.py\"}".to_owned())], "{events:?}");
+        assert_eq!(texts(&events), "");
+        let events = feed_all(&mut parser(), &["<|im_start|>assistant\n{\"name\": \"grep\"}"]);
+        assert_eq!(calls(&events).len(), 1, "{events:?}");
+        for answer in ["<div>hi</div>", "<|im_start|>hello"] {
+            let events = feed_all(&mut parser(), &[answer]);
+            assert_eq!((calls(&events).len(), texts(&events)), (0, answer.to_owned()));
+        }
     }
 
     #[test]
