@@ -118,6 +118,21 @@ fn run(seg: &[&str], i: usize, file: &[&str], j: usize) -> usize {
     seg[i..].iter().zip(&file[j.min(file.len())..]).take_while(|(a, b)| same(a, b)).count()
 }
 
+/// Words two lines share, each counted as often as both hold it.
+fn kept(a: &str, b: &str) -> usize {
+    let mut b = words(b);
+    words(a)
+        .into_iter()
+        .filter(|w| match b.iter().position(|x| x == w) {
+            Some(at) => {
+                b.swap_remove(at);
+                true
+            }
+            None => false,
+        })
+        .count()
+}
+
 /// Words of a line, for "looks like" comparisons.
 fn words(line: &str) -> Vec<&str> {
     line.split(|c: char| !c.is_alphanumeric() && c != '_').filter(|w| !w.is_empty()).collect()
@@ -298,9 +313,14 @@ fn candidates(seg: &[&str], file: &FileLines<'_>, from: usize, until: usize, edg
             if edges.start && reaches_edge(p.start, total, seg.len()) {
                 p.start = 0;
             }
+            // The first segment of a snippet without an opening marker, laid a few lines into
+            // the file, takes those lines away when nothing is lost by it (each is blank or in
+            // the segment: moved lines), or when the segment puts at least as many new lines
+            // there (a changed header or first import).
             if edges.moved_head
                 && p.start <= EDGE_REACH.max(seg.len())
-                && file.lines[..p.start].iter().all(|l| l.trim().is_empty() || seg.iter().any(|s| same(s, l)))
+                && (p.start <= p.head
+                    || file.lines[..p.start].iter().all(|l| l.trim().is_empty() || seg.iter().any(|s| same(s, l))))
             {
                 p.start = 0;
             }
@@ -308,16 +328,34 @@ fn candidates(seg: &[&str], file: &FileLines<'_>, from: usize, until: usize, edg
         })
         .filter(|p| p.end <= until)
         .collect();
-    // A segment's edge line next to a marker is context: where the file holds it once, the
-    // segment is laid from (or to) that line. New code in between that looks like other code
-    // (a test added after a similar one) must not pull the segment over that code instead.
+    // Read as an insertion between context the file holds together, on a line it holds once,
+    // a segment is not laid elsewhere over look-alikes of its new lines (dropping the file's
+    // lines between them).
+    if placed.iter().any(|p| p.inserted && file.count(file.ids[p.anchor]) == 1) {
+        placed.retain(|p| p.inserted && file.count(file.ids[p.anchor]) == 1);
+    }
+    // A segment's edge lines next to a marker are context: where the file holds one of them
+    // once (and the lines between it and the edge agree), the segment is laid from (or to)
+    // there. New code in between that looks like other code (a test added after a similar
+    // one) must not pull the segment over that code instead.
     let once = |line: &str| {
         let mut at = (from..until).filter(|&j| same(line, file.lines[j]));
         anchorable(line).then(|| at.next().filter(|_| at.next().is_none())).flatten()
     };
+    let n = seg.len();
+    let agree = |i: usize, j: usize| file.lines.get(j).is_some_and(|l| same(seg[i], l));
+    let head_pin = || {
+        (0..EDGE.min(n))
+            .find_map(|i| once(seg[i]).filter(|&j| j >= i && (0..i).all(|k| agree(k, j - i + k))).map(|j| j - i))
+    };
+    let tail_pin = || {
+        (n.saturating_sub(EDGE)..n)
+            .rev()
+            .find_map(|i| once(seg[i]).filter(|&j| (i + 1..n).all(|k| agree(k, j + k - i))).map(|j| j + n - i))
+    };
     let pins = [
-        edges.marked_before.then(|| once(seg[0])).flatten().map(|j| (j, true)),
-        edges.marked_after.then(|| once(seg[seg.len() - 1])).flatten().map(|j| (j + 1, false)),
+        edges.marked_before.then(head_pin).flatten().map(|at| (at, true)),
+        edges.marked_after.then(tail_pin).flatten().map(|at| (at, false)),
     ];
     for (at, start) in pins.into_iter().flatten() {
         let holds = |p: &Placement| if start { p.start == at } else { p.end == at };
@@ -329,6 +367,14 @@ fn candidates(seg: &[&str], file: &FileLines<'_>, from: usize, until: usize, edg
     placed.retain(|p| Some(p.score) == top);
     placed.sort_by_key(|p| (p.start, p.end));
     placed.dedup_by_key(|p| (p.start, p.end));
+    // Places that tie line for line (each changes the same lines) are told apart by how
+    // close the changed lines are to the snippet's: an edit changes little of a line.
+    if placed.len() > 1 && placed.iter().all(|p| p.end - p.start == seg.len()) {
+        let closeness =
+            |p: &Placement| -> usize { seg.iter().zip(&file.lines[p.start..p.end]).map(|(s, f)| kept(s, f)).sum() };
+        let best = placed.iter().map(closeness).max();
+        placed.retain(|p| Some(closeness(p)) == best);
+    }
     if placed.is_empty() {
         return Err(Error::NoMatch { anchor: crate::error::excerpt(&seg[a..]) });
     }
@@ -409,6 +455,10 @@ struct Placement {
     shift: Shift,
     /// How well the segment agrees with the file there ([`crate::align`]).
     score: i32,
+    /// Read as new lines between context the file holds together (see [`between`]).
+    inserted: bool,
+    /// New lines the segment puts above its first line that agrees with the file.
+    head: usize,
 }
 
 /// Aligns the segment with the file around anchor `seg[a]` = `file[pos]`: the lines after
@@ -418,23 +468,23 @@ fn align(seg: &[&str], file: &FileLines<'_>, from: usize, a: usize, pos: usize) 
     // Lines agree only with the anchor's indentation change applied, so a closing brace
     // matches the brace at its own depth.
     let shift = shift_of(lines[pos], seg[a]);
+    let ids: Vec<u32> = seg.iter().map(|l| file.id(&shift.apply(l))).collect();
     let prepare = |part: std::ops::Range<usize>| -> (Vec<u32>, Vec<i32>) {
-        let ids: Vec<u32> = seg[part.clone()].iter().map(|l| file.id(&shift.apply(l))).collect();
-        let weights = part.zip(&ids).map(|(i, &id)| weight(seg, i, file.count(id))).collect();
-        (ids, weights)
+        let weights = part.clone().map(|i| weight(seg, i, file.count(ids[i]))).collect();
+        (ids[part].to_vec(), weights)
     };
     // Dropping file lines pays for itself only against agreeing lines after them, so the
     // window needs to reach no further than the segment's weight allows.
     let reach = |n: usize| 2 * n + 800;
-    let (ids, weights) = prepare(a + 1..seg.len());
-    let window = (pos + 1 + reach(ids.len())).min(lines.len());
-    let after = crate::align::align(&ids, &weights, &file.ids[pos + 1..window]);
-    let (mut ids, mut weights) = prepare(0..a);
-    ids.reverse();
+    let (part, weights) = prepare(a + 1..seg.len());
+    let window = (pos + 1 + reach(part.len())).min(lines.len());
+    let after = crate::align::align(&part, &weights, &file.ids[pos + 1..window]);
+    let (mut part, mut weights) = prepare(0..a);
+    part.reverse();
     weights.reverse();
-    let top = pos.saturating_sub(reach(ids.len())).max(from);
+    let top = pos.saturating_sub(reach(part.len())).max(from);
     let above: Vec<u32> = file.ids[top..pos].iter().rev().copied().collect();
-    let before = crate::align::align(&ids, &weights, &above);
+    let before = crate::align::align(&part, &weights, &above);
 
     // New lines after the last one laid over the file replace the file's lines there when
     // each looks like the file line in its place (changed last lines); otherwise they are
@@ -456,13 +506,83 @@ fn align(seg: &[&str], file: &FileLines<'_>, from: usize, a: usize, pos: usize) 
     } else if !head.is_empty() && start < pos && lines[start].trim().is_empty() {
         start += 1;
     }
-    Placement {
+    let aligned = Placement {
         anchor: pos,
         start,
         end,
         shift,
         score: after.score + before.score + weight(seg, a, file.count(file.ids[pos])),
+        inserted: false,
+        head: before.trailing,
+    };
+    // Context the file holds together on both sides of new lines (as much as a snippet
+    // quotes: more than [`EDGE`] lines) is read as an insertion there when the alignment
+    // would drop the file's lines to agree with look-alikes of the new lines (a new test
+    // shaped like the ones after it), or change them for less.
+    let dropped = after.deleted + before.deleted > 0;
+    let n = seg.len();
+    match between(&ids, &file.ids, a, pos).filter(|&(_, k)| k > EDGE) {
+        Some((q, k)) if (q, q + k) == (aligned.start, aligned.end) => Placement { inserted: true, ..aligned },
+        Some((q, k)) => {
+            // Scored as its context agreeing (the first lines up to where the file stops
+            // agreeing, the rest from the end) and one inserted block.
+            let h = (0..k).take_while(|&i| file.ids[q + i] == ids[i]).count();
+            let agreed: i32 = (0..h).chain(n - (k - h)..n).map(|i| weight(seg, i, file.count(ids[i]))).sum();
+            let score = agreed + crate::align::INSERT_OPEN + crate::align::INSERT_EXTEND * ((n - k) as i32 - 1);
+            // Against an alignment that only changes lines, the better score wins.
+            if dropped || score >= aligned.score {
+                Placement { start: q, end: q + k, score, inserted: true, head: 0, ..aligned }
+            } else {
+                aligned
+            }
+        }
+        None => aligned,
     }
+}
+
+/// Longest run of context looked for on the far side of new lines.
+const BETWEEN_REACH: usize = 64;
+
+/// The segment read as new lines between two runs of context that the file holds together,
+/// with `seg[a]` laid on `file[pos]` in one of them: `seg[..h]` agrees with `file[q..q + h]`
+/// and `seg[n - t..]` with `file[q + h..q + h + t]` (`h`, `t` ≥ 1, at least one line between).
+/// Returns `(q, h + t)`, the reading with the most context (new lines that repeat the context
+/// around them can be split off more than one way; each gives the same file).
+fn between(seg: &[u32], file: &[u32], a: usize, pos: usize) -> Option<(usize, usize)> {
+    let n = seg.len();
+    let agrees = |s: std::ops::Range<usize>, f: usize| file.get(f..f + s.len()).is_some_and(|f| f == &seg[s]);
+    let mut best: Option<(usize, usize)> = None;
+    let mut keep = |q: usize, k: usize| {
+        if best.is_none_or(|(_, b)| k > b) {
+            best = Some((q, k));
+        }
+    };
+    // The anchor in the first run, which goes on from `q` as far as the file agrees.
+    if let Some(q) = pos.checked_sub(a) {
+        let run = (0..n).take_while(|&i| file.get(q + i) == Some(&seg[i])).count();
+        if run > a {
+            // `h > a`: the anchor stays in the run it was laid in.
+            for h in (run.saturating_sub(BETWEEN_REACH).max(a + 1)..=run.min(n.saturating_sub(2))).rev() {
+                let longest = (n - h - 1).min(BETWEEN_REACH);
+                if let Some(t) = (1..=longest).rev().find(|&t| agrees(n - t..n, q + h)) {
+                    keep(q, h + t);
+                }
+            }
+        }
+    }
+    // The anchor in the last run, which goes back from the segment's last line.
+    let last = pos + (n - 1 - a);
+    let run = (0..n).take_while(|&i| i <= last && file.get(last - i) == Some(&seg[n - 1 - i])).count();
+    if run >= n - a {
+        for t in (run.saturating_sub(BETWEEN_REACH).max(n - a)..=run.min(n.saturating_sub(2))).rev() {
+            let at = last + 1 - t;
+            let longest = (n - t - 1).min(BETWEEN_REACH).min(at);
+            if let Some(h) = (1..=longest).rev().find(|&h| agrees(0..h, at - h)) {
+                keep(at - h, h + t);
+            }
+        }
+    }
+    best
 }
 
 /// Applies a snippet to a file.
@@ -661,6 +781,74 @@ mod tests {
     }
 
     #[test]
+    fn new_tests_between_context_the_file_holds_together_are_inserted_there() {
+        // The new test repeats most of `test_multi`: read line by line, the segment fits
+        // better over it (dropping its `BytesIO` line to agree). Its context before
+        // (`bad_headers`, held once) and after (`)`) stand together in the file: an insertion
+        // between them.
+        let file = "def test_bad():\n    with raises(Error):\n        Response(\n            200,\n            headers=bad_headers,\n            content=body,\n        )\n\n\ndef test_multi():\n    body = compress(b\"abc\")\n    body = BytesIO(body + body)\n    headers = [(b\"Content-Encoding\", b\"zstd\")]\n    with raises(Error):\n        Response(\n            200,\n            headers=headers,\n            content=body[1:3],\n        )\n    more()\n";
+        let added = "        )\n\n\ndef test_truncated():\n    body = compress(b\"abc\")\n    headers = [(b\"Content-Encoding\", b\"zstd\")]\n    with raises(Error):\n        Response(\n            200,\n            headers=headers,\n            content=body[1:3],\n";
+        let edit = format!(
+            "# ...\n            200,\n            headers=bad_headers,\n            content=body,\n{added}        )\n\n\n# ...\n"
+        );
+        let out = lazy(file, &edit).unwrap();
+        assert_eq!(
+            out,
+            file.replacen("            content=body,\n", &format!("            content=body,\n{added}"), 1)
+        );
+    }
+
+    #[test]
+    fn places_that_change_as_many_lines_are_told_apart_by_how_much_changes() {
+        // Both docstrings fit line for line; the snippet's lines are closer to the second's.
+        let doc = |cond: &str| {
+            format!(
+                "    Like:
+
+        (u for u in users if {cond}u.active)
+
+    .. versionadded:: 2.7
+"
+            )
+        };
+        let file = format!(
+            "def select():
+{}    pass
+
+
+def reject():
+{}    pass
+",
+            doc(""),
+            doc("not ")
+        );
+        let edit = "# ...
+    Like:
+
+        (user for user in users if not user.active)
+
+    .. versionadded:: 2.7
+# ...
+";
+        let expected =
+            file.replace("(u for u in users if not u.active)", "(user for user in users if not user.active)");
+        assert_eq!(lazy(&file, edit).unwrap(), expected);
+        // The same change to both: still ambiguous.
+        let twice = format!(
+            "def a():
+{}    pass
+
+
+def b():
+{}    pass
+",
+            doc(""),
+            doc("")
+        );
+        assert!(matches!(lazy(&twice, edit), Err(Error::Ambiguous { .. })));
+    }
+
+    #[test]
     fn a_lone_keyword_is_not_an_anchor_when_better_lines_are_found() {
         // `else:` recurs; the segment is placed by `second(x)`, its context, not by it.
         let file = "if a:\n    first(x)\nelse:\n    pass\n\nif b:\n    second(x)\nelse:\n    pass\n";
@@ -700,6 +888,22 @@ mod tests {
         let long: String = (0..40).map(|i| format!("line {i}\n")).collect();
         let out = lazy(&long, "line 3\nline 4 changed\n# ...\n").unwrap();
         assert!(out.starts_with("line 0\nline 1\nline 2\nline 3\nline 4 changed\nline 5\n"), "{out}");
+    }
+
+    #[test]
+    fn a_changed_first_line_is_replaced_by_the_new_lines_above_the_context() {
+        // No opening marker: the snippet starts the file. Its new first lines stand where the
+        // file's one old import stood; that import goes.
+        let file = "import typing as _t\nfrom datetime import datetime\n\n\nclass BadData(Exception):\n    pass\n";
+        let edit = "from __future__ import annotations\n\nimport typing as t\nfrom datetime import datetime\n\n\nclass BadData(Exception):\n# ...\n";
+        let expected =
+            file.replace("import typing as _t\n", "from __future__ import annotations\n\nimport typing as t\n");
+        assert_eq!(lazy(file, edit).unwrap(), expected);
+        // More old lines above than the snippet puts there: kept (a snippet may start
+        // anywhere, and a forgotten marker must not delete an import block).
+        let imports = "import a\nimport b\nimport c\nimport d\nfrom datetime import datetime\n\n\nclass BadData(Exception):\n    pass\n";
+        let out = lazy(imports, "from os import path\nfrom datetime import datetime\n# ...\n").unwrap();
+        assert!(out.starts_with("import a\nimport b\nimport c\nimport d\nfrom os import path\n"), "{out}");
     }
 
     #[test]
