@@ -108,32 +108,44 @@ fn parse_with(lines: &[&str], open: fn(&str) -> bool, close: fn(&str) -> bool) -
     Ok(blocks)
 }
 
-/// Blank lines at the edges of a search block are not anchors; as many are taken off the
-/// replacement's edges when it has them, so a block that quotes them keeps them.
-fn trim_blank_edges(block: &Block) -> (Vec<&str>, Vec<&str>) {
+/// How many blank lines a block's search has at its start and its end.
+fn blank_edges(lines: &[String]) -> (usize, usize) {
     let blank = |l: &&String| l.trim().is_empty();
-    let lead = block.search.iter().take_while(blank).count();
-    let trail = block.search[lead..].iter().rev().take_while(blank).count();
-    let search = block.search[lead..block.search.len() - trail].iter().map(String::as_str).collect();
-    let r_lead = block.replace.iter().take_while(blank).count().min(lead);
-    let r_trail = block.replace[r_lead..].iter().rev().take_while(blank).count().min(trail);
-    let replace = block.replace[r_lead..block.replace.len() - r_trail].iter().map(String::as_str).collect();
-    (search, replace)
+    let lead = lines.iter().take_while(blank).count();
+    (lead, lines[lead..].iter().rev().take_while(blank).count())
 }
 
-/// Applies blocks to a file, in order.
+/// Applies blocks to a file, in order. Blank lines at the edges of a search are not anchors:
+/// the rest is found, and the blank lines are replaced too where the file has them next to
+/// it (a block that drops a blank line drops it); where it has not (a model's padding), as
+/// many blank lines are taken off the replacement's edge when it has them.
 pub fn apply(text: &Text, blocks: &[Block]) -> Result<Text> {
     let mut out = text.clone();
     for block in blocks {
-        let (search, replace) = trim_blank_edges(block);
+        let (lead, trail) = blank_edges(&block.search);
+        let search: Vec<&str> = block.search[lead..block.search.len() - trail].iter().map(String::as_str).collect();
+        // The replacement without as many blank lines at each edge as the search quotes
+        // there and the file does not hold.
+        let (r_lead, r_trail) = blank_edges(&block.replace);
+        let trimmed = |takes_lead: bool, takes_trail: bool| {
+            let cut_lead = if takes_lead { 0 } else { r_lead.min(lead) };
+            let cut_trail = if takes_trail { 0 } else { r_trail.min(trail).min(block.replace.len() - cut_lead) };
+            &block.replace[cut_lead..block.replace.len() - cut_trail]
+        };
         if search.is_empty() {
-            out.lines.extend(replace.iter().map(|l| (*l).to_owned()));
+            out.lines.extend(trimmed(false, false).iter().cloned());
             continue;
         }
         let file = out.line_refs();
         let found = find(&file, &search, 0)?;
-        let new: Vec<String> = replace.iter().map(|l| found.shift.apply(l)).collect();
-        out.lines.splice(found.start..found.start + found.len, new);
+        let blank = |j: usize| file.get(j).is_some_and(|l| l.trim().is_empty());
+        let end = found.start + found.len;
+        let takes_lead = found.start >= lead && (1..=lead).all(|k| blank(found.start - k));
+        let takes_trail = (0..trail).all(|k| blank(end + k));
+        let new: Vec<String> = trimmed(takes_lead, takes_trail).iter().map(|l| found.shift.apply(l)).collect();
+        let start = if takes_lead { found.start - lead } else { found.start };
+        let end = if takes_trail { end + trail } else { end };
+        out.lines.splice(start..end, new);
     }
     Ok(out)
 }
@@ -162,6 +174,19 @@ mod tests {
         let blocks = parse("<<<<<<< SEARCH\n\nfn a() {\n    old();\n}\n\n=======\n\nfn a() {\n    new();\n    more();\n}\n\n>>>>>>> REPLACE\n").unwrap();
         let out = apply(&file, &blocks).unwrap().render();
         assert_eq!(out, "impl A {\n    fn a() {\n        new();\n        more();\n    }\n}\n");
+    }
+
+    #[test]
+    fn blank_lines_a_block_quotes_and_the_file_holds_are_replaced_too() {
+        // The block drops the blank line after the version: the file loses it.
+        let file = Text::new("__version__ = '3.8'\n\n");
+        let blocks =
+            parse("<<<<<<< SEARCH\n__version__ = '3.8'\n\n=======\n__version__ = \"3.9\"\n>>>>>>> REPLACE\n").unwrap();
+        assert_eq!(apply(&file, &blocks).unwrap().render(), "__version__ = \"3.9\"\n");
+        // Blank lines the file has not there are a model's padding: nothing else changes.
+        let file = Text::new("a = 1\nb = 2\n");
+        let blocks = parse("<<<<<<< SEARCH\n\na = 1\n\n=======\n\na = 3\n\n>>>>>>> REPLACE\n").unwrap();
+        assert_eq!(apply(&file, &blocks).unwrap().render(), "a = 3\nb = 2\n");
     }
 
     #[test]
