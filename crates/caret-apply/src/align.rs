@@ -1,7 +1,8 @@
 //! Semi-global alignment of a snippet's lines with the file's lines after an anchor.
 //!
-//! Lines are compared by id (equal ids = equal lines, as the caller decides). Every snippet
-//! line is consumed; the file side may stop anywhere (what follows is kept). Agreeing lines
+//! Lines are compared by id (equal ids = equal lines, as the caller decides), and by a
+//! second id for lines that are versions of each other (equal but for a trailing comment, as
+//! the caller decides): such a line agrees nearly as well. Every snippet line is consumed; the file side may stop anywhere (what follows is kept). Agreeing lines
 //! score their weight (the caller gives distinctive lines more than blank lines and
 //! braces), a snippet line in place of a different one is a change; a snippet line with no
 //! partner is an insertion and a skipped file line a
@@ -13,6 +14,9 @@
 /// Score of a snippet line in place of a different file line (a changed line): cheaper than
 /// a deletion and an insertion, dearer than an insertion alone.
 pub const CHANGE: i32 = -150;
+/// What a snippet line in place of a file line equal to it but for a comment loses of its
+/// weight: it agrees nearly as well as an equal line.
+pub const NEAR_CHANGE: i32 = 30;
 /// Score of opening an insertion gap (snippet lines without partner).
 pub const INSERT_OPEN: i32 = -100;
 /// Score of each further inserted line.
@@ -50,9 +54,12 @@ fn best(options: [(i32, State); 3]) -> (i32, State) {
     options.into_iter().fold((NONE, State::Match), |a, b| if b.0 > a.0 { b } else { a })
 }
 
+/// A line's ids: equal lines, and lines equal but for a comment.
+pub type Key = (u32, u32);
+
 /// Aligns `seg` (every line consumed) with a prefix of `file`; `weight[i]` is what agreeing
 /// on `seg[i]` is worth.
-pub fn align(seg: &[u32], weight: &[i32], file: &[u32]) -> Alignment {
+pub fn align(seg: &[Key], weight: &[i32], file: &[Key]) -> Alignment {
     let (n, m) = (seg.len(), file.len());
     let w = m + 1;
     let cells = (n + 1) * w;
@@ -67,7 +74,14 @@ pub fn align(seg: &[u32], weight: &[i32], file: &[u32]) -> Alignment {
                 let (s, st) =
                     best([(score[0][p], State::Match), (score[1][p], State::Insert), (score[2][p], State::Delete)]);
                 if s > NONE {
-                    score[0][k] = s + if seg[i - 1] == file[j - 1] { weight[i - 1] } else { CHANGE };
+                    let (a, b) = (seg[i - 1], file[j - 1]);
+                    score[0][k] = s + if a.0 == b.0 {
+                        weight[i - 1]
+                    } else if a.1 == b.1 {
+                        weight[i - 1] - NEAR_CHANGE
+                    } else {
+                        CHANGE
+                    };
                     from[0][k] = st;
                 }
             }
@@ -118,7 +132,7 @@ pub fn align(seg: &[u32], weight: &[i32], file: &[u32]) -> Alignment {
         let prev = from[idx][k];
         match state {
             State::Match => {
-                out.matched += usize::from(seg[i - 1] == file[j - 1]);
+                out.matched += usize::from(seg[i - 1].0 == file[j - 1].0);
                 trailing = false;
                 i -= 1;
                 j -= 1;
@@ -144,8 +158,8 @@ pub fn align(seg: &[u32], weight: &[i32], file: &[u32]) -> Alignment {
 mod tests {
     use super::*;
 
-    fn ids(s: &str) -> Vec<u32> {
-        s.bytes().map(u32::from).collect()
+    fn ids(s: &str) -> Vec<Key> {
+        s.bytes().map(|b| (u32::from(b), u32::from(b))).collect()
     }
 
     fn run(seg: &str, file: &str) -> Alignment {

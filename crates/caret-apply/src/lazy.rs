@@ -17,6 +17,7 @@
 
 use std::collections::HashMap;
 
+use crate::align::Key;
 use crate::matcher::Shift;
 use crate::text::edit_lines;
 use crate::{Error, Result, Text};
@@ -230,28 +231,46 @@ struct FileLines<'a> {
     index: HashMap<&'a str, u32>,
     /// How many lines of the file have each id.
     counts: Vec<u32>,
+    /// Each line's ids for alignment: its own, and the one of its code without a comment.
+    keys: Vec<Key>,
+    near_index: HashMap<&'a str, u32>,
+}
+
+/// A line's code: its indentation and what follows, without a trailing comment (after two
+/// spaces, or one and a space, before `#` or `//`) or trailing whitespace. Lines with the
+/// same code are versions of each other (`# pragma: no cover` added or dropped).
+fn code_part(line: &str) -> &str {
+    let t = line.trim_end();
+    let indent = t.len() - t.trim_start().len();
+    let cut = ["  #", " # ", "  //", " // "].iter().filter_map(|m| t[indent..].find(m)).min();
+    cut.map_or(t, |c| t[..indent + c].trim_end())
 }
 
 impl<'a> FileLines<'a> {
     fn new(lines: &'a [&'a str]) -> FileLines<'a> {
-        let mut index = HashMap::new();
-        let ids = lines
-            .iter()
-            .map(|l| {
-                let next = index.len() as u32;
-                *index.entry(l.trim_end()).or_insert(next)
-            })
-            .collect::<Vec<u32>>();
+        let intern = |index: &mut HashMap<&'a str, u32>, key: &'a str| {
+            let next = index.len() as u32;
+            *index.entry(key).or_insert(next)
+        };
+        let (mut index, mut near_index) = (HashMap::new(), HashMap::new());
+        let keys: Vec<Key> =
+            lines.iter().map(|l| (intern(&mut index, l.trim_end()), intern(&mut near_index, code_part(l)))).collect();
+        let ids: Vec<u32> = keys.iter().map(|k| k.0).collect();
         let mut counts = vec![0; index.len()];
         for &id in &ids {
             counts[id as usize] += 1;
         }
-        FileLines { lines, ids, index, counts }
+        FileLines { lines, ids, index, counts, keys, near_index }
     }
 
     /// A snippet line's id; one found nowhere in the file agrees with nothing.
     fn id(&self, line: &str) -> u32 {
         self.index.get(line.trim_end()).copied().unwrap_or(u32::MAX)
+    }
+
+    /// A snippet line's ids for alignment.
+    fn key(&self, line: &str) -> Key {
+        (self.id(line), self.near_index.get(code_part(line)).copied().unwrap_or(u32::MAX))
     }
 
     /// How many lines of the file have this id.
@@ -471,22 +490,23 @@ fn align(seg: &[&str], file: &FileLines<'_>, from: usize, a: usize, pos: usize) 
     // Lines agree only with the anchor's indentation change applied, so a closing brace
     // matches the brace at its own depth.
     let shift = shift_of(lines[pos], seg[a]);
-    let ids: Vec<u32> = seg.iter().map(|l| file.id(&shift.apply(l))).collect();
-    let prepare = |part: std::ops::Range<usize>| -> (Vec<u32>, Vec<i32>) {
+    let keys: Vec<Key> = seg.iter().map(|l| file.key(&shift.apply(l))).collect();
+    let ids: Vec<u32> = keys.iter().map(|k| k.0).collect();
+    let prepare = |part: std::ops::Range<usize>| -> (Vec<Key>, Vec<i32>) {
         let weights = part.clone().map(|i| weight(seg, i, file.count(ids[i]))).collect();
-        (ids[part].to_vec(), weights)
+        (keys[part].to_vec(), weights)
     };
     // Dropping file lines pays for itself only against agreeing lines after them, so the
     // window needs to reach no further than the segment's weight allows.
     let reach = |n: usize| 2 * n + 800;
     let (part, weights) = prepare(a + 1..seg.len());
     let window = (pos + 1 + reach(part.len())).min(lines.len());
-    let after = crate::align::align(&part, &weights, &file.ids[pos + 1..window]);
+    let after = crate::align::align(&part, &weights, &file.keys[pos + 1..window]);
     let (mut part, mut weights) = prepare(0..a);
     part.reverse();
     weights.reverse();
     let top = pos.saturating_sub(reach(part.len())).max(from);
-    let above: Vec<u32> = file.ids[top..pos].iter().rev().copied().collect();
+    let above: Vec<Key> = file.keys[top..pos].iter().rev().copied().collect();
     let before = crate::align::align(&part, &weights, &above);
 
     // New lines after the last one laid over the file replace the file's lines there when
@@ -807,6 +827,30 @@ mod tests {
             out,
             file.replacen("            content=body,\n", &format!("            content=body,\n{added}"), 1)
         );
+    }
+
+    #[test]
+    fn lines_that_change_only_a_comment_are_changed_in_place() {
+        // The snippet moves a pragma from one line to another. Both lines, as written, are
+        // the next method's: read line by line, dropping the rest of `connect_tcp` to agree
+        // with them would fit. Equal but for a comment, they are changes in place.
+        let method = |name: &str, extra: &str, sig: &str, body: &str| {
+            format!(
+                "    def {name}(\n        self,\n        timeout: float = None,\n{extra}        options: list = None,\n    ) -> Stream:{sig}\n        if options is None:\n            options = []{body}\n        errors = {{\n            TimeoutError: ConnectTimeout,\n        }}\n        return open(errors)\n"
+            )
+        };
+        let file = format!(
+            "class Backend:\n{}\n{}",
+            method("connect_tcp", "        local_address: str = None,\n", "", "  # pragma: no cover"),
+            method("connect_unix", "", "  # pragma: nocover", "")
+        );
+        let edit = "# ...\n        timeout: float = None,\n        local_address: str = None,\n        options: list = None,\n    ) -> Stream:  # pragma: nocover\n        if options is None:\n            options = []\n        errors = {\n            TimeoutError: ConnectTimeout,\n# ...\n";
+        let expected = format!(
+            "class Backend:\n{}\n{}",
+            method("connect_tcp", "        local_address: str = None,\n", "  # pragma: nocover", ""),
+            method("connect_unix", "", "  # pragma: nocover", "")
+        );
+        assert_eq!(lazy(&file, edit).unwrap(), expected);
     }
 
     #[test]
