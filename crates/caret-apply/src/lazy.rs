@@ -233,7 +233,6 @@ struct FileLines<'a> {
     counts: Vec<u32>,
     /// Each line's ids for alignment: its own, and the one of its code without a comment.
     keys: Vec<Key>,
-    near_index: HashMap<&'a str, u32>,
 }
 
 /// A line's code: its indentation and what follows, without a trailing comment (after two
@@ -241,6 +240,9 @@ struct FileLines<'a> {
 /// same code are versions of each other (`# pragma: no cover` added or dropped).
 fn code_part(line: &str) -> &str {
     let t = line.trim_end();
+    if !t.contains(['#', '/']) {
+        return t;
+    }
     let indent = t.len() - t.trim_start().len();
     let cut = ["  #", " # ", "  //", " // "].iter().filter_map(|m| t[indent..].find(m)).min();
     cut.map_or(t, |c| t[..indent + c].trim_end())
@@ -252,15 +254,22 @@ impl<'a> FileLines<'a> {
             let next = index.len() as u32;
             *index.entry(key).or_insert(next)
         };
-        let (mut index, mut near_index) = (HashMap::new(), HashMap::new());
-        let keys: Vec<Key> =
-            lines.iter().map(|l| (intern(&mut index, l.trim_end()), intern(&mut near_index, code_part(l)))).collect();
+        // One index for both: a line without a comment is its own code.
+        let mut index = HashMap::new();
+        let keys: Vec<Key> = lines
+            .iter()
+            .map(|l| {
+                let (line, code) = (l.trim_end(), code_part(l));
+                let id = intern(&mut index, line);
+                (id, if code.len() == line.len() { id } else { intern(&mut index, code) })
+            })
+            .collect();
         let ids: Vec<u32> = keys.iter().map(|k| k.0).collect();
         let mut counts = vec![0; index.len()];
         for &id in &ids {
             counts[id as usize] += 1;
         }
-        FileLines { lines, ids, index, counts, keys, near_index }
+        FileLines { lines, ids, index, counts, keys }
     }
 
     /// A snippet line's id; one found nowhere in the file agrees with nothing.
@@ -270,7 +279,7 @@ impl<'a> FileLines<'a> {
 
     /// A snippet line's ids for alignment.
     fn key(&self, line: &str) -> Key {
-        (self.id(line), self.near_index.get(code_part(line)).copied().unwrap_or(u32::MAX))
+        (self.id(line), self.index.get(code_part(line)).copied().unwrap_or(u32::MAX))
     }
 
     /// How many lines of the file have this id.
