@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use caret_models::local::{LocalProvider, LocalSettings};
+use caret_models::local::{KeyCache, LocalProvider, LocalSettings};
 use caret_models::{
     CallContext, Class, Deployment, DeploymentLimits, Error, Gateway, GatewaySettings, Provider, collect_chat,
 };
@@ -117,26 +117,30 @@ async fn limits_stops_and_streams_behave_as_the_api_says() {
 }
 
 /// A predicted output is verified as a speculative draft: most of the answer comes from it,
-/// and the answer is exactly the one plain greedy decoding gives.
+/// and the answer is exactly the one plain greedy decoding gives — with the default cache and
+/// attention (flash attention off, keys as `q8_0`) and the other ones.
 #[tokio::test]
 async fn a_prediction_speeds_decoding_without_changing_the_answer() {
     let Some(dir) = small_model() else { return };
-    let model = LocalProvider::load(&dir, settings()).unwrap();
-    let code = "def area(width, height):\n    return width * height\n\n\ndef perimeter(width, height):\n    return 2 * (width + height)\n";
-    let ask = format!("Repeat this code exactly, in a python code block:\n```python\n{code}```");
-    let plain =
-        collect_chat(model.chat(chat(vec![ChatMessage::text(Role::User, &ask)], 80)).await.unwrap()).await.unwrap();
-    let mut req = chat(vec![ChatMessage::text(Role::User, &ask)], 80);
-    req.prediction = Some(caret_protocol::llm::Prediction::content(format!("```python\n{code}```")));
-    let before = model.stats();
-    let fast = collect_chat(model.chat(req).await.unwrap()).await.unwrap();
-    let after = model.stats();
-    assert_eq!(fast.message.content_text(), plain.message.content_text());
-    assert_eq!(fast.usage.unwrap().completion_tokens, plain.usage.unwrap().completion_tokens);
-    let details = fast.usage.unwrap().completion_tokens_details.expect("prediction details are reported");
-    assert!(details.accepted_prediction_tokens >= 10, "{details:?} for {:?}", fast.message.content_text());
-    assert_eq!(after.accepted_tokens - before.accepted_tokens, u64::from(details.accepted_prediction_tokens));
-    assert!(plain.usage.unwrap().completion_tokens_details.is_none(), "no prediction, no details");
+    for (flash_attention, key_cache) in [(false, KeyCache::Q8_0), (true, KeyCache::F16)] {
+        let model = LocalProvider::load(&dir, LocalSettings { flash_attention, key_cache, ..settings() }).unwrap();
+        assert_eq!((model.info().flash_attention, model.info().key_cache), (flash_attention, key_cache));
+        let code = "def area(width, height):\n    return width * height\n\n\ndef perimeter(width, height):\n    return 2 * (width + height)\n";
+        let ask = format!("Repeat this code exactly, in a python code block:\n```python\n{code}```");
+        let plain =
+            collect_chat(model.chat(chat(vec![ChatMessage::text(Role::User, &ask)], 80)).await.unwrap()).await.unwrap();
+        let mut req = chat(vec![ChatMessage::text(Role::User, &ask)], 80);
+        req.prediction = Some(caret_protocol::llm::Prediction::content(format!("```python\n{code}```")));
+        let before = model.stats();
+        let fast = collect_chat(model.chat(req).await.unwrap()).await.unwrap();
+        let after = model.stats();
+        assert_eq!(fast.message.content_text(), plain.message.content_text(), "{flash_attention} {key_cache:?}");
+        assert_eq!(fast.usage.unwrap().completion_tokens, plain.usage.unwrap().completion_tokens);
+        let details = fast.usage.unwrap().completion_tokens_details.expect("prediction details are reported");
+        assert!(details.accepted_prediction_tokens >= 10, "{details:?} for {:?}", fast.message.content_text());
+        assert_eq!(after.accepted_tokens - before.accepted_tokens, u64::from(details.accepted_prediction_tokens));
+        assert!(plain.usage.unwrap().completion_tokens_details.is_none(), "no prediction, no details");
+    }
 }
 
 /// Completions drafted from their own prompt (prompt lookup) give exactly the plain answer,

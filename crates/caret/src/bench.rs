@@ -12,6 +12,21 @@ use caret_workspace::statcache::StatCache;
 use crate::config::Config;
 use crate::scan::{human_bytes, thousands};
 
+/// On or off.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
+}
+
+/// A key cache type on the command line.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum KeyCacheArg {
+    F16,
+    #[value(name = "q8_0")]
+    Q8_0,
+}
+
 #[derive(Debug, clap::Subcommand)]
 pub enum BenchCommand {
     /// Cold and warm scans of a tree, raw hashing speed, and `git status` on the same tree.
@@ -112,6 +127,12 @@ pub enum BenchCommand {
         /// kernels (run with `GGML_CPU_TILED_MM=0` too): identical answers, slower batches.
         #[arg(long)]
         exact: bool,
+        /// llama.cpp's flash attention (default: a local deployment's, off).
+        #[arg(long, value_enum)]
+        flash_attention: Option<Switch>,
+        /// The attention keys' cache type (default: a local deployment's, q8_0).
+        #[arg(long, value_enum)]
+        key_cache: Option<KeyCacheArg>,
     },
     /// Vector search on synthetic embeddings: exact scan vs the ANN index, with recall@10.
     Vectors {
@@ -194,10 +215,24 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
             let bench = crate::bench_tab::TabBench { model, file, lines, threads, budget, suffix_share, template };
             crate::bench_tab::run(config, bench)
         }
-        BenchCommand::Merge { model, file, edit, expected, threads, exact } => crate::bench_merge::run(
-            config,
-            crate::bench_merge::MergeBench { model, file, edit, expected, threads, exact },
-        ),
+        BenchCommand::Merge { model, file, edit, expected, threads, exact, flash_attention, key_cache } => {
+            let flash_attention = flash_attention.map(|f| matches!(f, Switch::On));
+            let key_cache = key_cache.map(|k| match k {
+                KeyCacheArg::F16 => caret_models::local::KeyCache::F16,
+                KeyCacheArg::Q8_0 => caret_models::local::KeyCache::Q8_0,
+            });
+            let bench = crate::bench_merge::MergeBench {
+                model,
+                file,
+                edit,
+                expected,
+                threads,
+                exact,
+                flash_attention,
+                key_cache,
+            };
+            crate::bench_merge::run(config, bench)
+        }
         BenchCommand::Vectors { n, dim, queries, ef } => bench_vectors(n, dim, queries, ef),
         BenchCommand::Llm { model, prompt_tokens, tokens, runs, threads, llama_bench } => crate::bench_llm::run(
             config,

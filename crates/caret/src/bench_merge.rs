@@ -33,6 +33,10 @@ pub struct MergeBench {
     pub expected: Option<PathBuf>,
     pub threads: Option<usize>,
     pub exact: bool,
+    /// `None`: the local default.
+    pub flash_attention: Option<bool>,
+    /// `None`: the local default.
+    pub key_cache: Option<caret_models::local::KeyCache>,
 }
 
 fn row(name: &str, a: &Answer) {
@@ -73,21 +77,27 @@ pub fn run(config: &Config, args: MergeBench) -> anyhow::Result<ExitCode> {
     // no more: a larger context makes each step attend over more (empty) cache.
     let context = (plan.system.len() + plan.user.len() + 2 * plan.prediction.len()) / 3 + 1024;
     let context = std::env::var("CARET_BENCH_CTX").ok().and_then(|v| v.parse().ok()).unwrap_or(context);
+    let defaults = LocalSettings::default();
     let settings = LocalSettings {
         context_tokens: u32::try_from(context).unwrap_or(u32::MAX),
         threads: args.threads,
         exact_kernels: args.exact,
-        ..LocalSettings::default()
+        flash_attention: args.flash_attention.unwrap_or(defaults.flash_attention),
+        key_cache: args.key_cache.unwrap_or(defaults.key_cache),
+        ..defaults
     };
     if args.exact && std::env::var("GGML_CPU_TILED_MM").as_deref() != Ok("0") {
         eprintln!("note: --exact without GGML_CPU_TILED_MM=0 leaves llama.cpp's tiled batch kernel on");
     }
     let model = LocalProvider::load(&path, settings)?;
     println!(
-        "model {}, {} threads{}; {file_name}: {} lines, region {}–{}, edit touches {} lines",
+        "model {}, {} threads{}, flash attention {}, keys cached as {}; {file_name}: {} lines, region {}–{}, \
+         edit touches {} lines",
         path.display(),
         model.info().threads,
         if args.exact { ", exact kernels" } else { "" },
+        if model.info().flash_attention { "on" } else { "off" },
+        model.info().key_cache.name(),
         text.lines.len(),
         plan.start + 1,
         plan.end,

@@ -137,6 +137,11 @@ pub struct DeploymentSection {
     pub context_tokens: Option<u32>,
     /// `local`: llama.cpp threads (default: the cores this process may use).
     pub threads: Option<usize>,
+    /// `local`: llama.cpp's flash attention (default off: on a CPU, speculative edits and, with
+    /// `q8_0` keys, plain decoding run faster without it).
+    pub flash_attention: Option<bool>,
+    /// `local`: the attention keys' cache type, `"q8_0"` (default) or `"f16"`.
+    pub key_cache: Option<caret_models::local::KeyCache>,
     /// An environment variable holding the API key (keys never go in the file).
     pub api_key_env: Option<String>,
     /// Lower first; equal orders share traffic by weight.
@@ -497,8 +502,9 @@ impl Config {
             settings.retry.max_attempts = n.max(1);
         }
         let mut gateway = Gateway::new(settings);
-        // A local model named by several deployments is loaded once.
-        let mut loaded: std::collections::HashMap<PathBuf, Arc<dyn Provider>> = std::collections::HashMap::new();
+        // A local model named by several deployments with the same settings is loaded once.
+        type Loaded = (PathBuf, Option<u32>, Option<usize>, Option<bool>, Option<caret_models::local::KeyCache>);
+        let mut loaded: std::collections::HashMap<Loaded, Arc<dyn Provider>> = std::collections::HashMap::new();
         for m in &self.models {
             anyhow::ensure!(!m.deployments.is_empty(), "model alias {:?} has no deployments", m.alias);
             let mut deployments = Vec::new();
@@ -522,17 +528,20 @@ impl Config {
                     }
                     ProviderKind::Local => {
                         let path = self.local_llm_path(&d.model);
-                        match loaded.get(&path) {
+                        let key = (path, d.context_tokens, d.threads, d.flash_attention, d.key_cache);
+                        match loaded.get(&key) {
                             Some(p) => p.clone(),
                             None => {
                                 let mut settings = caret_models::local::LocalSettings::default();
                                 settings.context_tokens = d.context_tokens.unwrap_or(settings.context_tokens);
                                 settings.threads = d.threads;
+                                settings.flash_attention = d.flash_attention.unwrap_or(settings.flash_attention);
+                                settings.key_cache = d.key_cache.unwrap_or(settings.key_cache);
                                 let p: Arc<dyn Provider> = Arc::new(
-                                    caret_models::local::LocalProvider::load(&path, settings)
+                                    caret_models::local::LocalProvider::load(&key.0, settings)
                                         .with_context(|| format!("model alias {:?}", m.alias))?,
                                 );
-                                loaded.insert(path, p.clone());
+                                loaded.insert(key, p.clone());
                                 p
                             }
                         }

@@ -545,7 +545,8 @@ fn apply_merges_with_a_local_model_what_the_matcher_cannot_place() {
     home.write(
         "caret-home/config.toml",
         &format!(
-            "[[models]]\nalias = \"apply\"\ndeployments = [{{ provider = \"local\", model = {:?}, context_tokens = 1024 }}]\n",
+            "[[models]]\nalias = \"apply\"\ndeployments = [{{ provider = \"local\", model = {:?}, context_tokens = 1024, \
+             flash_attention = true, key_cache = \"f16\" }}]\n",
             model.to_string_lossy()
         ),
     );

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use caret_protocol::llm::{ChatRequest, CompletionRequest, CompletionTokensDetails, FinishReason, Usage};
 use llama_cpp_2::context::LlamaContext;
-use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::params::{KvCacheType, LlamaContextParams};
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
@@ -53,6 +53,37 @@ pub struct LocalSettings {
     /// itself: after the answer's last tokens, what followed them where they occur in the
     /// prompt is verified in the same pass. `CARET_PROMPT_LOOKUP=0|1` overrides.
     pub prompt_lookup: bool,
+    /// llama.cpp's flash attention. Off by default: on a CPU it attends each token of a batch
+    /// to the cache on its own, so verification batches (speculative edits) gain nothing from
+    /// being batches, and with it on a batch rounds differently from a single token (answers
+    /// drift from plain decoding's); with keys cached as `q8_0` plain decoding is faster
+    /// without it too (ARCHITECTURE.md, "Apply"). `CARET_FLASH_ATTN=0|1` overrides.
+    pub flash_attention: bool,
+    /// How attention keys are cached (values stay `f16`: llama.cpp quantises them only with
+    /// flash attention). `q8_0` by default: half the memory, and the key products run on
+    /// integer dot-product kernels. `CARET_KEY_CACHE=f16|q8_0` overrides.
+    pub key_cache: KeyCache,
+}
+
+/// The type attention keys are cached in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyCache {
+    /// Half-precision floats (llama.cpp's default).
+    F16,
+    /// 8-bit integers in blocks of 32 with a scale each.
+    #[default]
+    Q8_0,
+}
+
+impl KeyCache {
+    /// The name configuration files use.
+    pub fn name(self) -> &'static str {
+        match self {
+            KeyCache::F16 => "f16",
+            KeyCache::Q8_0 => "q8_0",
+        }
+    }
 }
 
 impl Default for LocalSettings {
@@ -63,6 +94,8 @@ impl Default for LocalSettings {
             batch_tokens: 512,
             exact_kernels: false,
             prompt_lookup: false,
+            flash_attention: false,
+            key_cache: KeyCache::default(),
         }
     }
 }
@@ -78,6 +111,10 @@ pub struct ModelInfo {
     pub chat: std::result::Result<ChatFormat, String>,
     /// Whether the model has fill-in-the-middle tokens.
     pub fim: bool,
+    /// Flash attention in use (the setting, or `CARET_FLASH_ATTN`).
+    pub flash_attention: bool,
+    /// The key cache's type in use (the setting, or `CARET_KEY_CACHE`).
+    pub key_cache: KeyCache,
 }
 
 /// Counters of a local model since it was loaded.
@@ -368,13 +405,28 @@ fn engine(
         .max(1);
     let batch_tokens = settings.batch_tokens.clamp(16, context_tokens);
     let threads_i32 = i32::try_from(threads).unwrap_or(i32::MAX);
+    let flash_attention = match std::env::var("CARET_FLASH_ATTN").as_deref() {
+        Ok("0") => false,
+        Ok("1") => true,
+        _ => settings.flash_attention,
+    };
+    let key_cache = match std::env::var("CARET_KEY_CACHE").as_deref() {
+        Ok("f16") => KeyCache::F16,
+        Ok("q8_0") => KeyCache::Q8_0,
+        _ => settings.key_cache,
+    };
     let params = LlamaContextParams::default()
         .with_n_ctx(NonZeroU32::new(context_tokens))
         .with_n_batch(batch_tokens)
         .with_n_ubatch(batch_tokens)
         .with_n_seq_max(1)
         .with_n_threads(threads_i32)
-        .with_n_threads_batch(threads_i32);
+        .with_n_threads_batch(threads_i32)
+        .with_flash_attention_policy(i32::from(flash_attention))
+        .with_type_k(match key_cache {
+            KeyCache::F16 => KvCacheType::F16,
+            KeyCache::Q8_0 => KvCacheType::Q8_0,
+        });
     let mut ctx = match model.new_context(backend, params) {
         Ok(c) => c,
         Err(e) => {
@@ -385,8 +437,18 @@ fn engine(
     let template = model.chat_template(None).ok().and_then(|t| t.to_string().ok());
     let vocab = model.vocab();
     let fim = [vocab.fim_pre(), vocab.fim_suf(), vocab.fim_mid()].iter().all(|t| t.0 >= 0);
-    let info = ModelInfo { context_tokens, threads, chat: ChatFormat::from_template(template.as_deref()), fim };
-    tracing::info!(model = %file.display(), context_tokens, threads, fim, "local model loaded");
+    let info = ModelInfo {
+        context_tokens,
+        threads,
+        chat: ChatFormat::from_template(template.as_deref()),
+        fim,
+        flash_attention,
+        key_cache,
+    };
+    tracing::info!(
+        model = %file.display(), context_tokens, threads, fim, flash_attention, key_cache = key_cache.name(),
+        "local model loaded"
+    );
     if ready.send(Ok(info)).is_err() {
         return;
     }
@@ -757,5 +819,13 @@ mod tests {
         // The best twice is a tie; order does not matter.
         assert!(near_tie(&[3.0, 1.0, 3.0]));
         assert!(!near_tie(&[1.0, 9.0, 2.0]));
+    }
+
+    #[test]
+    fn key_cache_types_are_named_as_configuration_files_write_them() {
+        for k in [KeyCache::F16, KeyCache::Q8_0] {
+            assert_eq!(serde_json::from_value::<KeyCache>(serde_json::json!(k.name())).unwrap(), k);
+        }
+        assert!(serde_json::from_value::<KeyCache>(serde_json::json!("q4_0")).is_err());
     }
 }
