@@ -77,6 +77,15 @@ pub enum KeyCache {
 }
 
 impl KeyCache {
+    /// Whether keys of `length` values can be cached so: `q8_0` rows are blocks of 32 values
+    /// (llama.cpp would abort on another length; such a model's keys stay `f16`).
+    pub fn fits(self, length: u32) -> bool {
+        match self {
+            KeyCache::F16 => true,
+            KeyCache::Q8_0 => length > 0 && length.is_multiple_of(32),
+        }
+    }
+
     /// The name configuration files use.
     pub fn name(self) -> &'static str {
         match self {
@@ -410,11 +419,16 @@ fn engine(
         Ok("1") => true,
         _ => settings.flash_attention,
     };
-    let key_cache = match std::env::var("CARET_KEY_CACHE").as_deref() {
+    let mut key_cache = match std::env::var("CARET_KEY_CACHE").as_deref() {
         Ok("f16") => KeyCache::F16,
         Ok("q8_0") => KeyCache::Q8_0,
         _ => settings.key_cache,
     };
+    let key_length = key_length(&model);
+    if !key_cache.fits(key_length) {
+        tracing::info!(key_length, "attention keys are not a multiple of 32 values long: cached as f16");
+        key_cache = KeyCache::F16;
+    }
     let params = LlamaContextParams::default()
         .with_n_ctx(NonZeroU32::new(context_tokens))
         .with_n_batch(batch_tokens)
@@ -480,6 +494,17 @@ struct Engine<'m> {
 /// Draft lengths of prompt lookup: short (a completion is a few lines; a missed draft costs a
 /// wider pass).
 const LOOKUP_LENGTHS: DraftLengths = DraftLengths { start: 4, min: 2, max: 16 };
+
+/// Values in one attention head's key: the file's `<arch>.attention.key_length`, else the
+/// embedding split over the heads.
+fn key_length(model: &LlamaModel) -> u32 {
+    let declared = model
+        .meta_val_str("general.architecture")
+        .ok()
+        .and_then(|arch| model.meta_val_str(&format!("{arch}.attention.key_length")).ok())
+        .and_then(|v| v.trim().parse().ok());
+    declared.unwrap_or_else(|| u32::try_from(model.n_embd()).unwrap_or(0) / model.n_head().max(1))
+}
 
 /// Draft lengths, `CARET_DRAFT_LENGTHS=start,min,max` overriding the defaults (for tuning
 /// with `caret bench merge`).
@@ -827,5 +852,12 @@ mod tests {
             assert_eq!(serde_json::from_value::<KeyCache>(serde_json::json!(k.name())).unwrap(), k);
         }
         assert!(serde_json::from_value::<KeyCache>(serde_json::json!("q4_0")).is_err());
+    }
+
+    #[test]
+    fn keys_cached_as_q8_0_must_be_whole_blocks_of_32() {
+        assert!(KeyCache::Q8_0.fits(64) && KeyCache::Q8_0.fits(128));
+        assert!(!KeyCache::Q8_0.fits(80) && !KeyCache::Q8_0.fits(0));
+        assert!(KeyCache::F16.fits(80));
     }
 }
