@@ -138,7 +138,8 @@ pub struct DeploymentSection {
     /// `local`: llama.cpp threads (default: the cores this process may use).
     pub threads: Option<usize>,
     /// `local`: llama.cpp's flash attention (default off: on a CPU, speculative edits and, with
-    /// `q8_0` keys, plain decoding run faster without it).
+    /// `q8_0` keys, plain decoding run faster without it). Deployments of one model file share
+    /// one loaded model: the largest `context_tokens` of them, the first one's other settings.
     pub flash_attention: Option<bool>,
     /// `local`: the attention keys' cache type, `"q8_0"` (default) or `"f16"`.
     pub key_cache: Option<caret_models::local::KeyCache>,
@@ -502,9 +503,17 @@ impl Config {
             settings.retry.max_attempts = n.max(1);
         }
         let mut gateway = Gateway::new(settings);
-        // A local model named by several deployments with the same settings is loaded once.
-        type Loaded = (PathBuf, Option<u32>, Option<usize>, Option<bool>, Option<caret_models::local::KeyCache>);
-        let mut loaded: std::collections::HashMap<Loaded, Arc<dyn Provider>> = std::collections::HashMap::new();
+        // A local model named by several deployments is loaded once (one copy of the weights,
+        // one engine), with the largest context any of them asks for; the other settings are
+        // the first deployment's, and one that asks otherwise is told so.
+        let mut contexts: std::collections::HashMap<PathBuf, u32> = std::collections::HashMap::new();
+        for d in self.models.iter().flat_map(|m| &m.deployments).filter(|d| d.provider == ProviderKind::Local) {
+            let tokens = d.context_tokens.unwrap_or(caret_models::local::LocalSettings::default().context_tokens);
+            let entry = contexts.entry(self.local_llm_path(&d.model)).or_insert(tokens);
+            *entry = (*entry).max(tokens);
+        }
+        type Loaded = (Arc<dyn Provider>, (Option<usize>, Option<bool>, Option<caret_models::local::KeyCache>), String);
+        let mut loaded: std::collections::HashMap<PathBuf, Loaded> = std::collections::HashMap::new();
         for m in &self.models {
             anyhow::ensure!(!m.deployments.is_empty(), "model alias {:?} has no deployments", m.alias);
             let mut deployments = Vec::new();
@@ -528,20 +537,31 @@ impl Config {
                     }
                     ProviderKind::Local => {
                         let path = self.local_llm_path(&d.model);
-                        let key = (path, d.context_tokens, d.threads, d.flash_attention, d.key_cache);
-                        match loaded.get(&key) {
-                            Some(p) => p.clone(),
+                        let asked = (d.threads, d.flash_attention, d.key_cache);
+                        match loaded.get(&path) {
+                            Some((p, first, alias)) => {
+                                if *first != asked {
+                                    tracing::warn!(
+                                        "model alias {:?} shares {} with alias {alias:?}, loaded with that alias's \
+                                         threads, flash_attention and key_cache; its own are ignored",
+                                        m.alias,
+                                        path.display()
+                                    );
+                                }
+                                p.clone()
+                            }
                             None => {
                                 let mut settings = caret_models::local::LocalSettings::default();
-                                settings.context_tokens = d.context_tokens.unwrap_or(settings.context_tokens);
+                                settings.context_tokens =
+                                    contexts.get(&path).copied().unwrap_or(settings.context_tokens);
                                 settings.threads = d.threads;
                                 settings.flash_attention = d.flash_attention.unwrap_or(settings.flash_attention);
                                 settings.key_cache = d.key_cache.unwrap_or(settings.key_cache);
                                 let p: Arc<dyn Provider> = Arc::new(
-                                    caret_models::local::LocalProvider::load(&key.0, settings)
+                                    caret_models::local::LocalProvider::load(&path, settings)
                                         .with_context(|| format!("model alias {:?}", m.alias))?,
                                 );
-                                loaded.insert(key, p.clone());
+                                loaded.insert(path, (p.clone(), asked, m.alias.clone()));
                                 p
                             }
                         }
