@@ -1186,13 +1186,13 @@ fn an_agent_session_runs_through_openai_and_anthropic_tool_calls() {
         let ends = of(&events, "tool_call_end");
         let by = |name: &str| ends.iter().filter(|e| e["name"] == name).cloned().collect::<Vec<_>>();
         let names: Vec<&str> = ends.iter().map(|e| e["name"].as_str().unwrap()).collect();
-        assert_eq!(
-            names,
-            ["read_file", "read_file", "grep", "edit_file", "read_lints", "run_terminal_cmd", "run_terminal_cmd"],
-            "{provider}"
-        );
+        // The first batch is read-only and runs concurrently: its ends come as the calls finish.
+        let mut first: Vec<&str> = names.iter().take(3).copied().collect();
+        first.sort_unstable();
+        assert_eq!(first, ["grep", "read_file", "read_file"], "{provider}: {names:?}");
+        assert_eq!(names[3..], ["edit_file", "read_lints", "run_terminal_cmd", "run_terminal_cmd"], "{provider}");
         assert!(ends.iter().all(|e| e["ok"] == true), "{provider}: {ends:#?}");
-        assert!(by("read_file")[0]["output"].as_str().unwrap().contains("return a - b"), "{provider}");
+        assert!(by("read_file").iter().any(|e| e["output"].as_str().unwrap().contains("return a - b")), "{provider}");
         assert!(by("grep")[0]["output"].as_str().unwrap().contains("calc.py:1"), "{provider}: {:?}", by("grep"));
         assert!(by("edit_file")[0]["output"].as_str().unwrap().contains("edited calc.py"), "{provider}");
         let test_run = &by("run_terminal_cmd")[0]["output"];
