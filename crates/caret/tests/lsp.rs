@@ -142,7 +142,8 @@ fn a_scripted_editor_session() {
         // (Neither is in the typed-ahead cache, so both wait for the model.)
         c.request(6, "textDocument/inlineCompletion", position(1, 10, uri));
         c.notify("$/cancelRequest", json!({"id": 6}));
-        assert_eq!(c.answer(5)["error"]["code"], -32800);
+        let five = c.answer(5);
+        assert_eq!(five["error"]["code"], -32800, "{five}");
         assert_eq!(c.answer(6)["error"]["code"], -32800);
     } else {
         assert!(items.is_empty());
