@@ -368,7 +368,10 @@ async fn suggest(server: &Arc<Server>, id: Value, inline: bool, params: &Value) 
                 };
                 json!({"jsonrpc": "2.0", "id": id, "result": result})
             }
-            Err(e) => json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": e.to_string()}}),
+            Err(e) => {
+                tracing::warn!(error = %e, "no suggestion: the model failed");
+                json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": e.to_string()}})
+            }
         };
         let _ = srv.out.send(reply);
     });

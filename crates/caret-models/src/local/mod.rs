@@ -472,6 +472,9 @@ fn engine(
     while let Ok(job) = queue.recv() {
         let events = job.events.clone();
         if let Err(e) = engine.serve(&mut ctx, job, counters) {
+            if !events.is_closed() {
+                tracing::warn!(error = %e, "local model request failed");
+            }
             // The cache may hold half a batch: start clean next time.
             ctx.clear_kv_cache();
             engine.cached.clear();
