@@ -12,19 +12,9 @@ use caret_workspace::statcache::StatCache;
 use crate::config::Config;
 use crate::scan::{human_bytes, thousands};
 
-/// On or off.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum Switch {
-    On,
-    Off,
-}
-
-/// A key cache type on the command line.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum KeyCacheArg {
-    F16,
-    #[value(name = "q8_0")]
-    Q8_0,
+/// `--key-cache f16|q8_0`.
+fn key_cache(name: &str) -> Result<caret_models::local::KeyCache, String> {
+    caret_models::local::KeyCache::from_name(name).ok_or_else(|| format!("f16 or q8_0, not {name:?}"))
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -127,12 +117,12 @@ pub enum BenchCommand {
         /// kernels (run with `GGML_CPU_TILED_MM=0` too): identical answers, slower batches.
         #[arg(long)]
         exact: bool,
-        /// llama.cpp's flash attention (default: a local deployment's, off).
-        #[arg(long, value_enum)]
-        flash_attention: Option<Switch>,
-        /// The attention keys' cache type (default: a local deployment's, q8_0).
-        #[arg(long, value_enum)]
-        key_cache: Option<KeyCacheArg>,
+        /// llama.cpp's flash attention: true/on or false/off (default: a local deployment's, off).
+        #[arg(long, value_parser = clap::builder::BoolishValueParser::new())]
+        flash_attention: Option<bool>,
+        /// The attention keys' cache type, f16 or q8_0 (default: a local deployment's, q8_0).
+        #[arg(long, value_parser = key_cache)]
+        key_cache: Option<caret_models::local::KeyCache>,
     },
     /// Vector search on synthetic embeddings: exact scan vs the ANN index, with recall@10.
     Vectors {
@@ -216,11 +206,6 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
             crate::bench_tab::run(config, bench)
         }
         BenchCommand::Merge { model, file, edit, expected, threads, exact, flash_attention, key_cache } => {
-            let flash_attention = flash_attention.map(|f| matches!(f, Switch::On));
-            let key_cache = key_cache.map(|k| match k {
-                KeyCacheArg::F16 => caret_models::local::KeyCache::F16,
-                KeyCacheArg::Q8_0 => caret_models::local::KeyCache::Q8_0,
-            });
             let bench = crate::bench_merge::MergeBench {
                 model,
                 file,

@@ -96,13 +96,12 @@ pub fn run(config: &Config, args: LlmBench) -> anyhow::Result<ExitCode> {
     let load = started.elapsed();
     let info = model.info().clone();
     println!(
-        "model {} ({}), {} threads, context {} tokens, flash attention {}, keys cached as {}, loaded in {:.0} ms",
+        "model {} ({}), {} threads, context {} tokens, {}, loaded in {:.0} ms",
         file.display(),
         crate::scan::human_bytes(size),
         info.threads,
         info.context_tokens,
-        if info.flash_attention { "on" } else { "off" },
-        info.key_cache.name(),
+        info.attention(),
         ms(load)
     );
 

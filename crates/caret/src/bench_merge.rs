@@ -91,13 +91,11 @@ pub fn run(config: &Config, args: MergeBench) -> anyhow::Result<ExitCode> {
     }
     let model = LocalProvider::load(&path, settings)?;
     println!(
-        "model {}, {} threads{}, flash attention {}, keys cached as {}; {file_name}: {} lines, region {}–{}, \
-         edit touches {} lines",
+        "model {}, {} threads{}, {}; {file_name}: {} lines, region {}–{}, edit touches {} lines",
         path.display(),
         model.info().threads,
         if args.exact { ", exact kernels" } else { "" },
-        if model.info().flash_attention { "on" } else { "off" },
-        model.info().key_cache.name(),
+        model.info().attention(),
         text.lines.len(),
         plan.start + 1,
         plan.end,

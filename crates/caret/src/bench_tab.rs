@@ -83,13 +83,12 @@ pub fn run(config: &Config, args: TabBench) -> anyhow::Result<ExitCode> {
     let source = Source::Model { backend: Backend::Embedded(Arc::new(gateway)), family: family.clone() };
     let completer = Completer::new(source, "tab".to_owned(), budget);
     println!(
-        "model {} ({:?} template), {} threads, flash attention {}, keys cached as {}; {name}: typing lines \
-         {first}–{last} back ({} characters), budget {} tokens",
+        "model {} ({:?} template), {} threads, {}; {name}: typing lines {first}–{last} back ({} characters), \
+         budget {} tokens",
         path.display(),
         family,
         local.info().threads,
-        if local.info().flash_attention { "on" } else { "off" },
-        local.info().key_cache.name(),
+        local.info().attention(),
         typed.chars().count(),
         args.budget
     );

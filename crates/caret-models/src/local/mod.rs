@@ -93,6 +93,11 @@ impl KeyCache {
             KeyCache::Q8_0 => "q8_0",
         }
     }
+
+    /// The type of that name.
+    pub fn from_name(name: &str) -> Option<KeyCache> {
+        [KeyCache::F16, KeyCache::Q8_0].into_iter().find(|k| k.name() == name)
+    }
 }
 
 impl Default for LocalSettings {
@@ -124,6 +129,17 @@ pub struct ModelInfo {
     pub flash_attention: bool,
     /// The key cache's type in use (the setting, or `CARET_KEY_CACHE`).
     pub key_cache: KeyCache,
+}
+
+impl ModelInfo {
+    /// How attention runs, as benchmarks print it: `flash attention off, keys cached as q8_0`.
+    pub fn attention(&self) -> String {
+        format!(
+            "flash attention {}, keys cached as {}",
+            if self.flash_attention { "on" } else { "off" },
+            self.key_cache.name()
+        )
+    }
 }
 
 /// Counters of a local model since it was loaded.
@@ -419,11 +435,8 @@ fn engine(
         Ok("1") => true,
         _ => settings.flash_attention,
     };
-    let mut key_cache = match std::env::var("CARET_KEY_CACHE").as_deref() {
-        Ok("f16") => KeyCache::F16,
-        Ok("q8_0") => KeyCache::Q8_0,
-        _ => settings.key_cache,
-    };
+    let mut key_cache =
+        std::env::var("CARET_KEY_CACHE").ok().and_then(|v| KeyCache::from_name(&v)).unwrap_or(settings.key_cache);
     let key_length = key_length(&model);
     if !key_cache.fits(key_length) {
         tracing::info!(key_length, "attention keys are not a multiple of 32 values long: cached as f16");
@@ -853,7 +866,9 @@ mod tests {
     fn key_cache_types_are_named_as_configuration_files_write_them() {
         for k in [KeyCache::F16, KeyCache::Q8_0] {
             assert_eq!(serde_json::from_value::<KeyCache>(serde_json::json!(k.name())).unwrap(), k);
+            assert_eq!(KeyCache::from_name(k.name()), Some(k));
         }
+        assert_eq!(KeyCache::from_name("q4_0"), None);
         assert!(serde_json::from_value::<KeyCache>(serde_json::json!("q4_0")).is_err());
     }
 
