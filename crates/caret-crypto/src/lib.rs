@@ -9,7 +9,8 @@
 //!   the keys for chunk ids and lexical token hashes, uses them in memory and never stores
 //!   them. The path and leaf keys never leave the client.
 //!
-//! Also here: API tokens (random, shown once, stored as SHA-256 hashes).
+//! Also here: API tokens (random, shown once, stored as SHA-256 hashes), and authenticated
+//! encryption for what the server keeps of background runs ([`seal`]).
 //! This crate does no IO beyond the key file and the operating system's random source.
 
 use std::fmt;
@@ -179,6 +180,12 @@ impl WorkspaceKey {
     /// The key sent with requests.
     pub fn server_key(&self) -> ServerKey {
         ServerKey(hkdf(&self.0, b"server"))
+    }
+
+    /// An encryption key for one purpose (a tenant's stored runs, say): distinct purposes
+    /// get independent keys.
+    pub fn sealer(&self, purpose: &str) -> seal::Sealer {
+        seal::Sealer::new(hkdf(&self.0, format!("seal:{purpose}").as_bytes()))
     }
 }
 
@@ -402,6 +409,8 @@ pub fn random_id() -> Result<String> {
     let bytes: [u8; 16] = random()?;
     Ok(BASE32_NOPAD.encode(&bytes).to_ascii_lowercase())
 }
+
+pub mod seal;
 
 #[cfg(test)]
 mod tests;

@@ -10,6 +10,7 @@ pub mod agent;
 pub mod apply;
 pub mod complete;
 pub mod llm;
+pub mod runs;
 
 /// The header carrying the request's server key (see `caret-crypto`): the server derives chunk
 /// ids and token hashes from it in memory and never stores it.

@@ -129,6 +129,9 @@ pub struct Policy {
     pub path: Vec<PathBuf>,
     /// Whether commands may use the network.
     pub network: bool,
+    /// Environment variables of every command (a background run's environment and secrets),
+    /// set after the defaults and before a command's own.
+    pub env: Vec<(String, String)>,
     /// CPU, memory and process limits of each command (cgroups).
     pub limits: Limits,
     /// Whether the seccomp filter applies.
@@ -150,6 +153,7 @@ impl Policy {
             exposed: Vec::new(),
             path: Vec::new(),
             network: false,
+            env: Vec::new(),
             limits: Limits::standard(),
             seccomp: true,
             landlock: None,
@@ -343,7 +347,8 @@ impl Bwrap {
         let home = self.policy.hidden.first().map_or_else(|| "/tmp".to_owned(), |h| h.display().to_string());
         let path = self.policy.path.iter().map(|p| format!("{}:", p.display())).collect::<String>() + PATH;
         let defaults = [("PATH", path.as_str()), ("HOME", &home), ("LANG", "C.UTF-8"), ("TERM", "dumb")];
-        for (k, v) in defaults.into_iter().chain(env.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
+        let own = self.policy.env.iter().chain(env).map(|(k, v)| (k.as_str(), v.as_str()));
+        for (k, v) in defaults.into_iter().chain(own) {
             a.extend(["--setenv".to_owned(), k.to_owned(), v.to_owned()]);
         }
         a.extend(["--chdir".to_owned(), cwd.display().to_string(), "--".to_owned()]);

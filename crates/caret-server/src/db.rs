@@ -1,6 +1,7 @@
-//! The metadata database: tenants, API tokens, workspaces and their roots. Nothing else lives
-//! here (index data is on object storage). One code path for SQLite and PostgreSQL through
-//! sqlx's `Any` driver with `$N` placeholders and portable types (TEXT, BIGINT).
+//! The metadata database: tenants, API and operator tokens, workspaces and their roots (and,
+//! in tables of its own, the run queue of `caret-anyrun`). Index data is on object storage.
+//! One code path for SQLite and PostgreSQL through sqlx's `Any` driver with `$N` placeholders
+//! and portable types (TEXT, BIGINT).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -46,6 +47,17 @@ const MIGRATIONS: &[(i64, &str)] = &[
         started_at BIGINT NOT NULL,
         from_permille BIGINT NOT NULL,
         ramp_s BIGINT NOT NULL
+    )",
+    ),
+    (
+        3,
+        // Operators' tokens: workers and the fleet dashboard (not a tenant's).
+        "CREATE TABLE operator_tokens (
+        id TEXT PRIMARY KEY,
+        token_hash TEXT NOT NULL UNIQUE,
+        name TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        revoked_at BIGINT
     )",
     ),
 ];
@@ -231,6 +243,35 @@ impl Db {
         .fetch_optional(&self.pool)
         .await?
         .map(|r| (Tenant { id: r.get(0), name: r.get(1) }, r.get(2))))
+    }
+
+    /// Creates an operator token (for workers and the fleet dashboard); returns the token,
+    /// which is not stored.
+    pub async fn create_operator_token(&self, name: &str) -> Result<String> {
+        let token = caret_crypto::new_api_token().map_err(|e| Error::Internal(e.to_string()))?;
+        let id = caret_crypto::random_id().map_err(|e| Error::Internal(e.to_string()))?;
+        sqlx::query("INSERT INTO operator_tokens (id, token_hash, name, created_at) VALUES ($1, $2, $3, $4)")
+            .bind(&id)
+            .bind(caret_crypto::hash_api_token(&token))
+            .bind(name)
+            .bind(now())
+            .execute(&self.pool)
+            .await?;
+        Ok(token)
+    }
+
+    /// The name of the operator token, if it is valid and not revoked.
+    pub async fn authenticate_operator(&self, token: &str) -> Result<Option<String>> {
+        Ok(sqlx::query("SELECT name FROM operator_tokens WHERE token_hash = $1 AND revoked_at IS NULL")
+            .bind(caret_crypto::hash_api_token(token))
+            .fetch_optional(&self.pool)
+            .await?
+            .map(|r| r.get(0)))
+    }
+
+    /// The connection pool (other crates keep their tables in the same database).
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
     }
 
     /// A tenant's workspace.

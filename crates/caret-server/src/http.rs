@@ -39,6 +39,8 @@ pub struct AppState {
     pub gateway: Option<Arc<caret_models::Gateway>>,
     /// Agent sessions, when agent workspaces are configured.
     pub agent: Option<Arc<crate::agent::AgentHost>>,
+    /// Background runs, when enabled.
+    pub runs: Option<Arc<caret_anyrun::service::RunService>>,
 }
 
 /// JSON bodies whose rejections (malformed, truncated, wrong type, too large) become our
@@ -88,12 +90,30 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
         .route("/v1/agent/sessions", post(crate::agent::create))
         .route("/v1/agent/sessions/{id}/ops", post(crate::agent::submit))
         .route("/v1/agent/sessions/{id}/events", get(crate::agent::events))
+        .route("/v1/runs", post(crate::runs::create).get(crate::runs::list))
+        .route("/v1/runs/{id}", get(crate::runs::get).delete(crate::runs::delete))
+        .route("/v1/runs/{id}/cancel", post(crate::runs::cancel))
+        .route("/v1/runs/{id}/events", get(crate::runs::events))
+        .route("/v1/runs/{id}/result", get(crate::runs::result))
+        .route("/v1/secrets", get(crate::runs::list_secrets))
+        .route("/v1/secrets/{name}", put(crate::runs::put_secret).delete(crate::runs::delete_secret))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
+    // Workers and operators: an operator token, never a tenant's.
+    let operators = Router::new()
+        .route("/v1/workers/lease", post(crate::runs::lease))
+        .route("/v1/workers/runs/{id}/bundle", get(crate::runs::bundle))
+        .route("/v1/workers/runs/{id}/heartbeat", post(crate::runs::heartbeat))
+        .route("/v1/workers/runs/{id}/events", post(crate::runs::append_events))
+        .route("/v1/workers/runs/{id}/complete", post(crate::runs::complete))
+        .route("/v1/workers/runs/{id}/{token}/v1/chat/completions", post(crate::runs::chat))
+        .route("/v1/fleet", get(crate::runs::fleet))
+        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate_operator));
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics))
         .merge(v1)
+        .merge(operators)
         .fallback(|| async { Error::NotFound("route".into()) })
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
@@ -118,13 +138,7 @@ async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Res
 
 /// Resolves the bearer token to a tenant, then applies the token's rate limit.
 async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
-    let token = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|t| !t.is_empty());
+    let token = bearer(req.headers());
     // The client address's limit comes first: it also bounds token guessing.
     if let Some(axum::extract::ConnectInfo(peer)) =
         req.extensions().get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
@@ -145,6 +159,32 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
     next.run(req).await
 }
 
+/// Lets through requests bearing an operator token (rate limited per client address first).
+async fn authenticate_operator(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    if let Some(axum::extract::ConnectInfo(peer)) =
+        req.extensions().get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        && let Err(retry_after) = state.ip_limiter.check(&peer.ip().to_string(), Instant::now())
+    {
+        return Error::RateLimited { retry_after }.into_response();
+    }
+    let Some(token) = bearer(req.headers()) else { return Error::Unauthorized.into_response() };
+    match state.service.db().authenticate_operator(token).await {
+        Ok(Some(_)) => next.run(req).await,
+        Ok(None) => Error::Unauthorized.into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The bearer token of a request, if any.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+}
+
 async fn ready(State(state): State<AppState>) -> Response {
     match (state.service.db().ping().await, state.service.ping_store().await) {
         (Ok(()), Ok(())) => "ready".into_response(),
@@ -159,6 +199,9 @@ async fn metrics(State(state): State<AppState>) -> Response {
     let mut text = state.metrics.render();
     if let Some(g) = &state.gateway {
         text.push_str(&g.metrics_text());
+    }
+    if let Some(runs) = &state.runs {
+        text.push_str(&runs.metrics.render());
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }

@@ -12,6 +12,7 @@ pub mod http;
 pub mod limit;
 pub mod llm;
 pub mod metrics;
+pub mod runs;
 pub mod service;
 pub mod tab;
 
@@ -71,6 +72,39 @@ pub fn open_object_store(spec: &str) -> Result<Arc<dyn ObjectStore>> {
     Ok(Arc::new(local))
 }
 
+/// The run service on the same database and object store as `service`, with the runs'
+/// master key from `key_file` (created on first use, mode 0600) unless `CARET_RUNS_KEY`
+/// holds one (every replica of a team's server must share it).
+pub async fn open_runs(
+    service: &Service,
+    storage: &StorageConfig,
+    key_file: &Path,
+    gateway: Option<Arc<caret_models::Gateway>>,
+    settings: caret_anyrun::service::RunSettings,
+) -> Result<caret_anyrun::service::RunService> {
+    use caret_crypto::WorkspaceKey;
+    let key = match std::env::var("CARET_RUNS_KEY") {
+        Ok(text) if !text.trim().is_empty() => {
+            WorkspaceKey::import(&text).map_err(|e| Error::BadRequest(format!("CARET_RUNS_KEY: {e}")))?
+        }
+        _ if key_file.exists() => WorkspaceKey::load(key_file).map_err(|e| Error::Internal(e.to_string()))?,
+        _ => {
+            let key = WorkspaceKey::generate().map_err(|e| Error::Internal(e.to_string()))?;
+            match key.save_new(key_file) {
+                Ok(()) => key,
+                // Another process made it first: use theirs.
+                Err(_) if key_file.exists() => {
+                    WorkspaceKey::load(key_file).map_err(|e| Error::Internal(e.to_string()))?
+                }
+                Err(e) => return Err(Error::Internal(e.to_string())),
+            }
+        }
+    };
+    let dialect = caret_anyrun::queue::Dialect::of_url(&storage.database_url);
+    let queue = caret_anyrun::queue::Queue::open(service.db().pool().clone(), dialect).await?;
+    Ok(caret_anyrun::service::RunService::new(queue, service.store().clone(), key, gateway, settings))
+}
+
 /// Opens the database and object store and returns the service.
 pub async fn open(storage: &StorageConfig) -> Result<Service> {
     if let Some(path) = storage.database_url.strip_prefix("sqlite://") {
@@ -102,6 +136,8 @@ pub struct ServeConfig {
     pub gateway: Option<Arc<caret_models::Gateway>>,
     /// Agent sessions: their workspaces (none: `/v1/agent/...` answers 503), rules, limits.
     pub agent: agent::AgentSettings,
+    /// Background runs (none: `/v1/runs` answers 503).
+    pub runs: Option<Arc<caret_anyrun::service::RunService>>,
 }
 
 impl ServeConfig {
@@ -127,6 +163,7 @@ pub fn app(service: Arc<Service>, config: &ServeConfig) -> axum::Router {
         metrics: Arc::new(metrics::Metrics::default()),
         gateway: config.gateway.clone(),
         agent: (!config.agent.workspaces.is_empty()).then(|| Arc::new(agent::AgentHost::new(config.agent.clone()))),
+        runs: config.runs.clone(),
     };
     http::router(state, config.body_limit)
 }

@@ -54,7 +54,7 @@ fn api_error(status: u16, kind: &'static str, message: String, retry_after: Opti
     ApiFailure { status, kind, message, retry_after }
 }
 
-fn gateway_error(e: &caret_models::Error) -> Response {
+pub(crate) fn gateway_error(e: &caret_models::Error) -> Response {
     let status = e.status();
     let kind = match status {
         429 => "rate_limit_error",
@@ -187,13 +187,12 @@ pub(crate) async fn chat_completions(
         Ok(events) => events,
         Err(e) => return gateway_error(&e),
     };
-    let (id, created) = (response_id("chatcmpl"), now_secs());
     if !stream {
         return match collect_chat(events).await {
             Ok(c) => axum::Json(ChatResponse {
-                id,
+                id: response_id("chatcmpl"),
                 object: "chat.completion".into(),
-                created,
+                created: now_secs(),
                 model: alias,
                 choices: vec![ChatChoice { index: 0, message: c.message, finish_reason: c.finish }],
                 usage: c.usage.unwrap_or_default(),
@@ -202,6 +201,12 @@ pub(crate) async fn chat_completions(
             Err(e) => gateway_error(&e),
         };
     }
+    stream_chat(events, alias, usage_wanted)
+}
+
+/// A chat answer as OpenAI's streamed chunks (server-sent events).
+pub(crate) fn stream_chat(events: EventStream, alias: String, usage_wanted: bool) -> Response {
+    let (id, created) = (response_id("chatcmpl"), now_secs());
     let chunk = move |delta: ChatDelta, finish: Option<FinishReason>, usage: Option<Usage>| {
         let choices =
             if usage.is_some() { Vec::new() } else { vec![ChunkChoice { index: 0, delta, finish_reason: finish }] };

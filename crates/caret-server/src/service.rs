@@ -231,6 +231,11 @@ impl Service {
         self.embedding.as_deref().map(EmbeddingModel::id)
     }
 
+    /// The object store (other services keep their objects under their own prefixes).
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
     /// The metadata database.
     pub fn db(&self) -> &Db {
         &self.db

@@ -44,6 +44,10 @@ pub struct Behaviour {
     pub tool_call: Option<String>,
     /// The arguments of that call (JSON text).
     pub tool_arguments: Option<String>,
+    /// Answer chat by the conversation's progress (when the queue is empty): the k-th answer
+    /// to a request that already holds k assistant messages, the last past the end. Many
+    /// conversations can run at once against one script this way.
+    pub conversation: Vec<Answer>,
     /// Answer chat and completions with this text, completions streamed 3 characters a
     /// chunk (default: `hello from NAME`; completions: a line naming the prompt's length).
     pub answer: Option<String>,
@@ -244,7 +248,10 @@ fn halves(text: &str) -> (&str, &str) {
 /// calls a tool the request does not offer).
 fn answer_for(s: &Script, b: &Behaviour, req: &Value, format: Format) -> Result<Answer, Box<Response>> {
     s.chats.lock().unwrap().push(req.clone());
-    let queued = s.queue.lock().unwrap().pop_front();
+    let queued = s.queue.lock().unwrap().pop_front().or_else(|| {
+        let said = req["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count());
+        b.conversation.get(said).or(b.conversation.last()).cloned()
+    });
     let offer_checked = queued.is_some();
     let answer = queued.unwrap_or_else(|| match &b.tool_call {
         Some(tool) => {

@@ -1,0 +1,130 @@
+//! A repository's own description of its environment: `.caret/environment.toml`, committed
+//! with the code (the shape of Cursor's `environment.json`).
+//!
+//! ```toml
+//! install = ["pip install -e .", "npm ci"]   # idempotent; prepares the tree
+//! start = "redis-server --daemonize yes"     # every run, after install
+//! test = "pytest -q"                         # after the agent; its output is in the result
+//! network = false                            # commands may use the network
+//! [env]
+//! RUST_BACKTRACE = "1"
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use caret_protocol::runs::RunEnvironment;
+use serde::Deserialize;
+
+use crate::{Error, Result};
+
+/// Where the file lives in a repository.
+pub const FILE: &str = ".caret/environment.toml";
+
+/// One command or several.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum Commands {
+    /// None.
+    #[default]
+    None,
+    /// One.
+    One(String),
+    /// Several, in order.
+    Many(Vec<String>),
+}
+
+impl Commands {
+    fn list(&self) -> Vec<String> {
+        match self {
+            Commands::None => Vec::new(),
+            Commands::One(c) => vec![c.clone()],
+            Commands::Many(v) => v.clone(),
+        }
+    }
+}
+
+/// The file's contents.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct EnvironmentFile {
+    /// Idempotent preparation (dependencies).
+    pub install: Commands,
+    /// Run every time, after `install`.
+    pub start: Commands,
+    /// Run after the agent; output kept in the result.
+    pub test: Option<String>,
+    /// Whether commands may use the network.
+    pub network: bool,
+    /// Environment variables.
+    pub env: BTreeMap<String, String>,
+}
+
+/// What a run prepares, in order: the repository's install and start steps, then the
+/// request's own setup; variables and network from both (the request wins).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Prepared {
+    /// Commands before the agent.
+    pub setup: Vec<String>,
+    /// The test command.
+    pub test: Option<String>,
+    /// Environment variables (secrets not included).
+    pub env: BTreeMap<String, String>,
+    /// Network allowed.
+    pub network: bool,
+}
+
+/// Reads the repository's file (if any) and merges the request's environment into it.
+pub fn prepare(repo: &Path, request: &RunEnvironment) -> Result<Prepared> {
+    let path = repo.join(FILE);
+    let file = match std::fs::read_to_string(&path) {
+        Ok(text) => parse(&text)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => EnvironmentFile::default(),
+        Err(e) => return Err(Error::BadRequest(format!("reading {FILE}: {e}"))),
+    };
+    Ok(merge(file, request))
+}
+
+/// Parses the file's text.
+pub fn parse(text: &str) -> Result<EnvironmentFile> {
+    toml::from_str(text).map_err(|e| Error::BadRequest(format!("{FILE}: {e}")))
+}
+
+/// The file's steps and the request's, merged.
+pub fn merge(file: EnvironmentFile, request: &RunEnvironment) -> Prepared {
+    let mut setup = file.install.list();
+    setup.extend(file.start.list());
+    setup.extend(request.setup.iter().cloned());
+    let mut env = file.env;
+    env.extend(request.env.clone());
+    Prepared { setup, test: request.test.clone().or(file.test), env, network: file.network || request.network }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_repository_file_and_the_request_merge_in_order() {
+        let file = parse(
+            "install = [\"make deps\", \"make gen\"]\nstart = \"./serve &\"\ntest = \"make test\"\n[env]\nA = \"1\"\nB = \"2\"\n",
+        )
+        .unwrap();
+        let request = RunEnvironment {
+            setup: vec!["echo ready".into()],
+            env: BTreeMap::from([("B".into(), "3".into())]),
+            ..RunEnvironment::default()
+        };
+        assert_eq!(
+            merge(file, &request),
+            Prepared {
+                setup: vec!["make deps".into(), "make gen".into(), "./serve &".into(), "echo ready".into()],
+                test: Some("make test".into()),
+                env: BTreeMap::from([("A".into(), "1".into()), ("B".into(), "3".into())]),
+                network: false,
+            }
+        );
+        let err = parse("instal = \"x\"").unwrap_err().to_string();
+        assert!(err.contains("environment.toml") && err.contains("instal"), "{err}");
+    }
+}

@@ -1,0 +1,746 @@
+//! Workers: slots that lease runs and execute them.
+//!
+//! One attempt of a run, in a slot: lease → a fresh directory → the code (a bundle unpacked
+//! and the uncommitted patch applied, or a clone) committed as the base → the sandbox →
+//! the environment's steps → the agent [`Session`] with the same tools as `caret agent`,
+//! its model calls going through the coordinator (the server's gateway, counted against the
+//! run's limits) → the test command → the patch against the base → complete. Meanwhile a
+//! heartbeat renews the lease; a cancel stops the attempt within a heartbeat, and a lost
+//! lease (another worker took over) stops it without reporting anything more.
+//!
+//! Secret values are in the sandbox's environment only and are redacted from every event
+//! and from the result before they leave the worker.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use caret_agent::policy::{Approval, Rule};
+use caret_agent::session::{ModelClient, Session};
+use caret_agent::tools::{Ctx, Registry};
+use caret_models::EventStream;
+use caret_protocol::agent::{Event, TurnEnd};
+use caret_protocol::llm::{ChatRequest, Role};
+use caret_protocol::runs::{
+    Completion, Lease, LeaseRef, LeaseRequest, RepoSource, RunEvent, RunResult, RunState, RunStatus, TestOutcome,
+    Timings, Usage,
+};
+use caret_sandbox::Sandbox as _;
+use tokio::sync::{mpsc, watch};
+
+use crate::redact::Redactor;
+use crate::service::RunService;
+use crate::{Error, Result};
+
+/// What a worker asks of the run service: in process or over HTTP.
+#[async_trait::async_trait]
+pub trait Coordinator: Send + Sync {
+    /// The next run for a free slot.
+    async fn lease(&self, req: &LeaseRequest) -> Result<Option<Lease>>;
+    /// A leased run's uploaded bundle.
+    async fn bundle(&self, lease: &LeaseRef) -> Result<Vec<u8>>;
+    /// Renews the lease; `true`: the user cancelled the run.
+    async fn heartbeat(&self, lease: &LeaseRef) -> Result<bool>;
+    /// Records events.
+    async fn events(&self, lease: &LeaseRef, events: Vec<RunEvent>) -> Result<()>;
+    /// A model call for the run.
+    async fn chat(&self, lease: &LeaseRef, req: ChatRequest) -> caret_models::Result<EventStream>;
+    /// Ends the attempt.
+    async fn complete(&self, done: Completion) -> Result<()>;
+    /// How long the sandbox took to be ready (for the operators' figures).
+    async fn launched(&self, lease: &LeaseRef, seconds: f64);
+}
+
+/// The run service in this process as a coordinator.
+#[derive(Clone)]
+pub struct InProcess(pub Arc<RunService>);
+
+#[async_trait::async_trait]
+impl Coordinator for InProcess {
+    async fn lease(&self, req: &LeaseRequest) -> Result<Option<Lease>> {
+        self.0.lease(req).await
+    }
+    async fn bundle(&self, lease: &LeaseRef) -> Result<Vec<u8>> {
+        self.0.bundle(lease).await
+    }
+    async fn heartbeat(&self, lease: &LeaseRef) -> Result<bool> {
+        self.0.heartbeat(lease).await
+    }
+    async fn events(&self, lease: &LeaseRef, events: Vec<RunEvent>) -> Result<()> {
+        self.0.append_events(lease, &events).await
+    }
+    async fn chat(&self, lease: &LeaseRef, req: ChatRequest) -> caret_models::Result<EventStream> {
+        self.0.chat(lease, req).await
+    }
+    async fn complete(&self, done: Completion) -> Result<()> {
+        self.0.complete(done).await.map(|_| ())
+    }
+    async fn launched(&self, lease: &LeaseRef, seconds: f64) {
+        self.0.observe_launch(lease, seconds).await;
+    }
+}
+
+/// Which sandbox runs a run's commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxKind {
+    /// bubblewrap + Landlock + seccomp + cgroups.
+    Bwrap,
+}
+
+impl SandboxKind {
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            SandboxKind::Bwrap => "bwrap",
+        }
+    }
+}
+
+/// How a worker runs.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Its name (unique: host and process id, say).
+    pub name: String,
+    /// Runs at once.
+    pub slots: u32,
+    /// Where runs' directories are made (each deleted after its attempt).
+    pub work_dir: PathBuf,
+    /// The sandbox backend.
+    pub sandbox: SandboxKind,
+    /// How often an idle slot asks for work.
+    pub poll: Duration,
+    /// Stop when no run was leased for this long (local workers started on demand).
+    pub exit_when_idle: Option<Duration>,
+    /// Operator command rules (deny first); nobody is asked in a background run.
+    pub rules: Vec<Rule>,
+    /// Limits of each sandboxed command.
+    pub limits: caret_sandbox::Limits,
+    /// The Landlock helper (see `caret_sandbox::landlock`).
+    pub landlock_helper: Option<PathBuf>,
+    /// The model's context window (the agent compacts near it).
+    pub context_window: u32,
+    /// After a drain is asked for, running attempts get this long before they are handed back.
+    pub drain_timeout: Duration,
+}
+
+impl WorkerConfig {
+    /// A worker named `name` with `slots` slots working under `work_dir`.
+    pub fn new(name: impl Into<String>, slots: u32, work_dir: impl Into<PathBuf>) -> WorkerConfig {
+        WorkerConfig {
+            name: name.into(),
+            slots: slots.max(1),
+            work_dir: work_dir.into(),
+            sandbox: SandboxKind::Bwrap,
+            poll: Duration::from_millis(500),
+            exit_when_idle: None,
+            rules: Vec::new(),
+            limits: caret_sandbox::Limits::standard(),
+            landlock_helper: None,
+            context_window: 32_768,
+            drain_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What a worker did, when it stopped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerSummary {
+    /// Attempts run to an end (any state).
+    pub completed: u32,
+    /// Attempts handed back (drained) or abandoned (lease lost).
+    pub abandoned: u32,
+}
+
+/// A worker.
+pub struct Worker {
+    coord: Arc<dyn Coordinator>,
+    config: Arc<WorkerConfig>,
+}
+
+/// Why an attempt stops early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Go,
+    Cancel,
+    Lost,
+    Drain,
+}
+
+impl Worker {
+    /// A worker taking runs from `coord`.
+    pub fn new(coord: Arc<dyn Coordinator>, config: WorkerConfig) -> Worker {
+        Worker { coord, config: Arc::new(config) }
+    }
+
+    /// Runs slots until `drain` turns true (then lets running attempts finish within the
+    /// drain timeout and hands back the rest), or until idle past `exit_when_idle`.
+    pub async fn run(self, drain: watch::Receiver<bool>) -> Result<WorkerSummary> {
+        std::fs::create_dir_all(&self.config.work_dir)
+            .map_err(|e| Error::Unavailable(format!("creating {}: {e}", self.config.work_dir.display())))?;
+        let busy = Arc::new(AtomicU32::new(0));
+        let last_active = Arc::new(Mutex::new(Instant::now()));
+        let mut slots = Vec::new();
+        for _ in 0..self.config.slots {
+            let (coord, config, busy, last_active, drain) =
+                (self.coord.clone(), self.config.clone(), busy.clone(), last_active.clone(), drain.clone());
+            slots.push(tokio::spawn(slot(coord, config, busy, last_active, drain)));
+        }
+        let mut summary = WorkerSummary::default();
+        for s in slots {
+            let s = s.await.map_err(|e| Error::Internal(format!("a worker slot failed: {e}")))?;
+            summary.completed += s.completed;
+            summary.abandoned += s.abandoned;
+        }
+        Ok(summary)
+    }
+}
+
+async fn slot(
+    coord: Arc<dyn Coordinator>,
+    config: Arc<WorkerConfig>,
+    busy: Arc<AtomicU32>,
+    last_active: Arc<Mutex<Instant>>,
+    mut drain: watch::Receiver<bool>,
+) -> WorkerSummary {
+    let mut summary = WorkerSummary::default();
+    loop {
+        if *drain.borrow() {
+            return summary;
+        }
+        let req = LeaseRequest {
+            worker: config.name.clone(),
+            slots: config.slots,
+            busy: busy.load(Ordering::Relaxed),
+            sandbox: config.sandbox.name().to_owned(),
+        };
+        match coord.lease(&req).await {
+            Ok(Some(lease)) => {
+                busy.fetch_add(1, Ordering::Relaxed);
+                let finished = attempt(coord.clone(), config.clone(), lease, drain.clone()).await;
+                busy.fetch_sub(1, Ordering::Relaxed);
+                *last_active.lock().unwrap_or_else(PoisonError::into_inner) = Instant::now();
+                if finished {
+                    summary.completed += 1;
+                } else {
+                    summary.abandoned += 1;
+                }
+                continue;
+            }
+            Ok(None) => {
+                if let Some(idle) = config.exit_when_idle {
+                    let quiet = last_active.lock().unwrap_or_else(PoisonError::into_inner).elapsed();
+                    if busy.load(Ordering::Relaxed) == 0 && quiet >= idle {
+                        return summary;
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(worker = %config.name, "asking for a run: {e}"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(config.poll) => {}
+            _ = drain.changed() => {}
+        }
+    }
+}
+
+/// Runs one attempt with its heartbeat; `true` when it was completed (not handed back or
+/// lost).
+async fn attempt(
+    coord: Arc<dyn Coordinator>,
+    config: Arc<WorkerConfig>,
+    lease: Lease,
+    mut drain: watch::Receiver<bool>,
+) -> bool {
+    let lease_ref = lease.lease.clone();
+    let (stop_tx, stop_rx) = watch::channel(Stop::Go);
+    let stop_tx = Arc::new(stop_tx);
+    // The heartbeat: renews the lease a few times per lease period.
+    let beat = {
+        let (coord, lease_ref, stop_tx) = (coord.clone(), lease_ref.clone(), stop_tx.clone());
+        let every = Duration::from_millis((lease.lease_ttl_s * 1000 / 3).max(100));
+        let ttl = Duration::from_secs(lease.lease_ttl_s);
+        tokio::spawn(async move {
+            let mut last_ok = Instant::now();
+            loop {
+                tokio::time::sleep(every).await;
+                match coord.heartbeat(&lease_ref).await {
+                    Ok(cancel) => {
+                        last_ok = Instant::now();
+                        if cancel {
+                            stop_tx.send_if_modified(|s| std::mem::replace(s, Stop::Cancel) == Stop::Go);
+                        }
+                    }
+                    Err(Error::Fenced(_)) => {
+                        stop_tx.send_replace(Stop::Lost);
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(run = %lease_ref.run, "heartbeat: {e}");
+                        // Past the lease's end the run is someone else's: stop.
+                        if last_ok.elapsed() > ttl {
+                            stop_tx.send_replace(Stop::Lost);
+                            return;
+                        }
+                    }
+                }
+            }
+        })
+    };
+    let run_dir = config.work_dir.join(format!("{}-{}", lease_ref.run, lease_ref.token));
+    let work = {
+        let (coord, config, run_dir) = (coord.clone(), config.clone(), run_dir.clone());
+        tokio::spawn(async move { execute(coord, &config, &lease, &run_dir, stop_rx).await })
+    };
+    tokio::pin!(work);
+    // A drain gives the attempt the drain timeout to end by itself.
+    let outcome = loop {
+        tokio::select! {
+            done = &mut work => break done.ok(),
+            changed = drain.changed(), if !*drain.borrow() => {
+                if changed.is_err() { continue; }
+                if *drain.borrow() {
+                    match tokio::time::timeout(config.drain_timeout, &mut work).await {
+                        Ok(done) => break done.ok(),
+                        Err(_) => {
+                            stop_tx.send_replace(Stop::Drain);
+                            break (&mut work).await.ok();
+                        }
+                    }
+                }
+            }
+        }
+    };
+    beat.abort();
+    let _ = std::fs::remove_dir_all(&run_dir);
+    let stop = *stop_tx.borrow();
+    match (stop, outcome) {
+        (Stop::Lost, _) => {
+            tracing::warn!(run = %lease_ref.run, "lease lost: the attempt was stopped and reports nothing");
+            false
+        }
+        (Stop::Drain, _) => {
+            let back = Completion {
+                lease: lease_ref.clone(),
+                state: RunState::Queued,
+                reason: Some(format!("the worker {} was drained before the attempt ended", config.name)),
+                retry: true,
+                result: None,
+            };
+            if let Err(e) = coord.complete(back).await {
+                tracing::warn!(run = %lease_ref.run, "handing the run back: {e}");
+            }
+            false
+        }
+        (_, Some(done)) => match coord.complete(done).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(run = %lease_ref.run, "completing the run: {e}");
+                false
+            }
+        },
+        (_, None) => {
+            let back = Completion {
+                lease: lease_ref.clone(),
+                state: RunState::Failed,
+                reason: Some("the worker's attempt crashed".into()),
+                retry: true,
+                result: None,
+            };
+            let _ = coord.complete(back).await;
+            false
+        }
+    }
+}
+
+/// Sends events in batches as they come: every 200 ms or 64 events, redacted.
+struct Reporter {
+    tx: mpsc::UnboundedSender<RunEvent>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Reporter {
+    fn start(coord: Arc<dyn Coordinator>, lease: LeaseRef, redactor: Redactor) -> Reporter {
+        let (tx, mut rx) = mpsc::unbounded_channel::<RunEvent>();
+        let task = tokio::spawn(async move {
+            let mut open = true;
+            while open {
+                let mut batch = Vec::new();
+                match rx.recv().await {
+                    Some(e) => batch.push(e),
+                    None => break,
+                }
+                let until = tokio::time::Instant::now() + Duration::from_millis(200);
+                while batch.len() < 64 {
+                    match tokio::time::timeout_at(until, rx.recv()).await {
+                        Ok(Some(e)) => batch.push(e),
+                        Ok(None) => {
+                            open = false;
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                let batch: Vec<RunEvent> = batch.into_iter().map(|e| redactor.apply(e)).collect();
+                // A failed report is retried a few times; events are not worth losing the run.
+                for pause in [0u64, 200, 1000, 3000] {
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                    match coord.events(&lease, batch.clone()).await {
+                        Ok(()) => break,
+                        Err(Error::Fenced(_)) => return,
+                        Err(e) => tracing::warn!(run = %lease.run, "reporting events: {e}"),
+                    }
+                }
+            }
+        });
+        Reporter { tx, task }
+    }
+
+    fn send(&self, e: RunEvent) {
+        let _ = self.tx.send(e);
+    }
+
+    async fn finish(self) {
+        drop(self.tx);
+        let _ = self.task.await;
+    }
+}
+
+/// The agent's model: calls through the coordinator under the run's lease.
+struct LeaseModel {
+    coord: Arc<dyn Coordinator>,
+    lease: LeaseRef,
+    started: Instant,
+    first_call: OnceLock<Duration>,
+}
+
+#[async_trait::async_trait]
+impl ModelClient for LeaseModel {
+    async fn chat(&self, req: ChatRequest) -> caret_models::Result<EventStream> {
+        let _ = self.first_call.set(self.started.elapsed());
+        self.coord.chat(&self.lease, req).await
+    }
+}
+
+/// Runs `git` with a fixed identity and no hooks or prompts; its output, or why it failed.
+async fn git(dir: &Path, args: &[&str]) -> std::result::Result<String, String> {
+    let out = tokio::process::Command::new("git")
+        .args(["-c", "core.hooksPath=/dev/null", "-c", "user.name=caret", "-c", "user.email=caret@localhost"])
+        .args(["-c", "commit.gpgsign=false", "-c", "advice.detachedHead=false"])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| format!("running git: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!("git {} failed: {}", args.first().unwrap_or(&""), String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+/// The end of a command's output, for events.
+fn tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("[...]{}", &text[start..])
+}
+
+/// Why an attempt failed, and whether another attempt could do better.
+struct Failure {
+    reason: String,
+    retry: bool,
+}
+
+impl From<String> for Failure {
+    fn from(reason: String) -> Failure {
+        fail(reason)
+    }
+}
+
+fn fail(reason: impl Into<String>) -> Failure {
+    Failure { reason: reason.into(), retry: false }
+}
+
+/// Fetches the code into `repo` and commits it as the base; the base commit.
+async fn checkout(
+    coord: &dyn Coordinator,
+    lease: &Lease,
+    run_dir: &Path,
+    repo: &Path,
+) -> std::result::Result<String, Failure> {
+    let repo_s = repo.display().to_string();
+    match &lease.repo {
+        RepoSource::Bundle { head, patch, .. } => {
+            let bytes = coord.bundle(&lease.lease).await.map_err(|e| Failure {
+                reason: format!("fetching the bundle: {e}"),
+                retry: !matches!(e, Error::NotFound(_)),
+            })?;
+            let file = run_dir.join("code.bundle");
+            std::fs::write(&file, bytes).map_err(|e| fail(format!("writing the bundle: {e}")))?;
+            git(run_dir, &["clone", "-q", "--no-checkout", &file.display().to_string(), &repo_s])
+                .await
+                .map_err(fail)?;
+            git(repo, &["checkout", "-q", "--detach", head]).await.map_err(fail)?;
+            let _ = std::fs::remove_file(&file);
+            if !patch.is_empty() {
+                let p = run_dir.join("uncommitted.patch");
+                std::fs::write(&p, patch).map_err(|e| fail(format!("writing the patch: {e}")))?;
+                git(repo, &["apply", "--binary", "--whitespace=nowarn", &p.display().to_string()])
+                    .await
+                    .map_err(|e| fail(format!("applying the uncommitted changes: {e}")))?;
+            }
+        }
+        RepoSource::Git { url, git_ref } => {
+            git(run_dir, &["clone", "-q", "--", url, &repo_s]).await.map_err(fail)?;
+            if let Some(r) = git_ref {
+                git(repo, &["checkout", "-q", "--detach", r]).await.map_err(fail)?;
+            }
+        }
+    }
+    git(repo, &["add", "-A"]).await.map_err(fail)?;
+    git(repo, &["commit", "-q", "--allow-empty", "--no-verify", "-m", "caret: the run's starting point"])
+        .await
+        .map_err(fail)?;
+    Ok(git(repo, &["rev-parse", "HEAD"]).await.map_err(fail)?.trim().to_owned())
+}
+
+/// Runs a command in the sandbox unless the attempt stops first.
+async fn sandboxed(
+    sandbox: &caret_sandbox::Bwrap,
+    spec: &caret_sandbox::Spec,
+    stop: &mut watch::Receiver<Stop>,
+) -> std::result::Result<caret_sandbox::Output, String> {
+    tokio::select! {
+        out = sandbox.run(spec) => out.map_err(|e| e.to_string()),
+        () = stopped(stop) => Err("stopped".into()),
+    }
+}
+
+/// Resolves when the attempt must stop.
+async fn stopped(stop: &mut watch::Receiver<Stop>) {
+    loop {
+        if *stop.borrow_and_update() != Stop::Go {
+            return;
+        }
+        if stop.changed().await.is_err() {
+            // The sender lives as long as the attempt.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Executes one attempt; the completion to report.
+async fn execute(
+    coord: Arc<dyn Coordinator>,
+    config: &WorkerConfig,
+    lease: &Lease,
+    run_dir: &Path,
+    mut stop: watch::Receiver<Stop>,
+) -> Completion {
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(lease.limits.wall_time_s);
+    let redactor = Redactor::new(&lease.secret_values);
+    let reporter = Reporter::start(coord.clone(), lease.lease.clone(), redactor.clone());
+    let mut timings = Timings::default();
+    let mut result = RunResult::default();
+    let outcome =
+        run_attempt(&coord, config, lease, run_dir, &mut stop, &reporter, &mut timings, &mut result, deadline).await;
+    timings.total_ms = ms(started.elapsed());
+    result.timings = timings;
+    reporter.finish().await;
+    let stop_now = *stop.borrow();
+    let (state, reason, retry) = match (stop_now, outcome) {
+        (Stop::Cancel, _) => (RunState::Cancelled, Some("cancelled by the user".to_owned()), false),
+        (_, Ok(None)) => (RunState::Succeeded, None, false),
+        (_, Ok(Some(why))) => (RunState::Failed, Some(why), false),
+        (_, Err(f)) => (RunState::Failed, Some(f.reason), f.retry),
+    };
+    let result = redactor.apply(result);
+    let reason = reason.map(|r| redactor.text(&r));
+    Completion { lease: lease.lease.clone(), state, reason, retry, result: Some(result) }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The attempt's steps. `Ok(None)`: the agent finished; `Ok(Some(why))`: the run failed on
+/// its own account (a setup step, the model, a limit); `Err`: it could not be run.
+#[allow(clippy::too_many_arguments)]
+async fn run_attempt(
+    coord: &Arc<dyn Coordinator>,
+    config: &WorkerConfig,
+    lease: &Lease,
+    run_dir: &Path,
+    stop: &mut watch::Receiver<Stop>,
+    reporter: &Reporter,
+    timings: &mut Timings,
+    result: &mut RunResult,
+    deadline: Instant,
+) -> std::result::Result<Option<String>, Failure> {
+    let started = Instant::now();
+    let left = |what: &str| {
+        deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| format!("the wall time limit ({} s) was reached during {what}", lease.limits.wall_time_s))
+    };
+    std::fs::create_dir_all(run_dir)
+        .map_err(|e| Failure { reason: format!("creating {}: {e}", run_dir.display()), retry: true })?;
+    let repo = run_dir.join("repo");
+    let base = checkout(coord.as_ref(), lease, run_dir, &repo).await?;
+    let prepared = crate::environment::prepare(&repo, &lease.environment).map_err(|e| fail(e.to_string()))?;
+
+    // The sandbox: the checkout writable, the run's variables and secrets in every command.
+    let mut policy = caret_sandbox::Policy::new(&repo).map_err(|e| fail(e.to_string()))?.with_toolchains();
+    policy.network = prepared.network;
+    policy.limits = config.limits;
+    policy.env = prepared.env.iter().chain(&lease.secret_values).map(|(k, v)| (k.clone(), v.clone())).collect();
+    if let Some(helper) = &config.landlock_helper {
+        policy = policy.with_landlock(helper.clone());
+    }
+    let sandbox = tokio::task::spawn_blocking(move || caret_sandbox::Bwrap::new(policy))
+        .await
+        .map_err(|e| Failure { reason: format!("starting the sandbox: {e}"), retry: true })?
+        .map_err(|e| Failure { reason: format!("starting the sandbox: {e}"), retry: true })?;
+    let sandbox = Arc::new(sandbox);
+    timings.launch_ms = ms(started.elapsed());
+    coord.launched(&lease.lease, started.elapsed().as_secs_f64()).await;
+
+    // The environment's steps.
+    let setup_started = Instant::now();
+    for command in &prepared.setup {
+        let mut spec = caret_sandbox::Spec::new(command.clone(), &repo);
+        spec.timeout = left("setup")?;
+        let t = Instant::now();
+        let out = sandboxed(&sandbox, &spec, stop).await.map_err(|e| fail(format!("setup step {command:?}: {e}")))?;
+        let output = tail(&format!("{}{}", out.stdout, out.stderr), 4000);
+        reporter.send(RunEvent::Run(RunStatus::SetupStep {
+            command: command.clone(),
+            exit_code: out.exit_code,
+            output,
+            duration_ms: ms(t.elapsed()),
+        }));
+        if !out.success() {
+            timings.setup_ms = ms(setup_started.elapsed());
+            let how =
+                if out.timed_out { "ran out of time".to_owned() } else { format!("exited with {:?}", out.exit_code) };
+            return Ok(Some(format!("setup step {command:?} {how}")));
+        }
+    }
+    timings.setup_ms = ms(setup_started.elapsed());
+
+    // The agent, with the tools `caret agent` has (the sandbox's terminal and linters).
+    let ctx = Arc::new(Ctx::new(&repo).map_err(|e| fail(format!("opening the checkout: {e}")))?);
+    let mut tools = Registry::workspace();
+    let dyn_sandbox: Arc<dyn caret_sandbox::Sandbox> = sandbox.clone();
+    tools.add(Arc::new(caret_agent::tools::terminal::RunTerminalCmd::new(dyn_sandbox.clone())));
+    tools.add(Arc::new(caret_agent::tools::lints::ReadLints::new(dyn_sandbox)));
+    let model =
+        Arc::new(LeaseModel { coord: coord.clone(), lease: lease.lease.clone(), started, first_call: OnceLock::new() });
+    let mut session = Session::new(model.clone(), &lease.model, tools, ctx);
+    session.max_steps = lease.limits.steps.max(1);
+    session.context_window = config.context_window;
+    session.policy.approval = Approval::Never;
+    session.policy.rules = config.rules.clone();
+    let (events_tx, mut events_rx) = mpsc::unbounded_channel::<Event>();
+    let (_ops_tx, mut ops_rx) = mpsc::unbounded_channel();
+    let agent_started = Instant::now();
+    let wall = left("the agent's start")?;
+    // The agent's events go out as they come; the last error is kept as the reason.
+    let last_error: Arc<Mutex<Option<String>>> = Arc::default();
+    let forward = {
+        let (tx, last_error) = (reporter.tx.clone(), last_error.clone());
+        tokio::spawn(async move {
+            while let Some(e) = events_rx.recv().await {
+                if let Event::Error { message } = &e {
+                    *last_error.lock().unwrap_or_else(PoisonError::into_inner) = Some(message.clone());
+                }
+                let _ = tx.send(RunEvent::Agent(e));
+            }
+        })
+    };
+    let turn = tokio::select! {
+        end = session.turn(&lease.task, &events_tx, &mut ops_rx) => Some(end),
+        () = stopped(stop) => None,
+        () = tokio::time::sleep(wall) => None,
+    };
+    drop(events_tx);
+    let _ = forward.await;
+    timings.agent_ms = ms(agent_started.elapsed());
+    timings.first_model_call_ms = model.first_call.get().map_or(0, |d| ms(*d));
+    let (prompt, completion, calls) = session.usage();
+    result.usage = Usage { prompt_tokens: prompt, completion_tokens: completion, calls };
+    result.final_message = session
+        .messages()
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::Assistant && !m.content_text().trim().is_empty())
+        .map(|m| m.content_text())
+        .unwrap_or_default();
+    result.turn_end = match turn {
+        Some(end) => serde_json::to_value(end).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
+        None if *stop.borrow() != Stop::Go => "interrupted".into(),
+        None => "wall_time".into(),
+    };
+
+    // What the agent changed, even when it did not finish: the user may want it.
+    patch(&repo, &base, result).await?;
+    if *stop.borrow() != Stop::Go {
+        return Ok(Some("stopped".into()));
+    }
+    let failed = match turn {
+        None => {
+            Some(format!("the wall time limit ({} s) was reached while the agent worked", lease.limits.wall_time_s))
+        }
+        Some(TurnEnd::Failed) => Some(
+            last_error
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+                .unwrap_or_else(|| "the agent failed".into()),
+        ),
+        Some(_) => None,
+    };
+    if let (None, Some(command)) = (&failed, &prepared.test) {
+        let t = Instant::now();
+        let mut spec = caret_sandbox::Spec::new(command.clone(), &repo);
+        spec.timeout = left("the tests")?.min(Duration::from_secs(1800));
+        let out = sandboxed(&sandbox, &spec, stop).await.map_err(|e| fail(format!("test command: {e}")))?;
+        timings.test_ms = ms(t.elapsed());
+        result.test = Some(TestOutcome {
+            command: command.clone(),
+            exit_code: out.exit_code,
+            output: tail(&format!("{}{}", out.stdout, out.stderr), 16_000),
+        });
+    }
+    Ok(failed)
+}
+
+/// The largest patch a run returns.
+const MAX_PATCH_BYTES: usize = 32 << 20;
+
+/// Fills the result's patch and files with the changes since `base`.
+async fn patch(repo: &Path, base: &str, result: &mut RunResult) -> std::result::Result<(), Failure> {
+    git(repo, &["add", "-A"]).await.map_err(fail)?;
+    let names = git(repo, &["diff", "--cached", "--name-only", base]).await.map_err(fail)?;
+    result.files = names.lines().map(str::to_owned).collect();
+    let text = git(repo, &["diff", "--cached", "--binary", base]).await.map_err(fail)?;
+    if text.len() > MAX_PATCH_BYTES {
+        return Err(fail(format!(
+            "the changes are {} bytes as a patch; the most is {MAX_PATCH_BYTES} (build outputs not in .gitignore?)",
+            text.len()
+        )));
+    }
+    result.patch = text;
+    Ok(())
+}

@@ -1,0 +1,534 @@
+//! Background runs (Anyrun): what a user submits (`POST /v1/runs`), what they read back
+//! (run info, events, the result), and what a worker and the server say to each other
+//! (leases, heartbeats, event batches, completion).
+//!
+//! A run's events are the agent protocol's [`Event`]s plus the run's own lifecycle
+//! ([`RunStatus`]), one JSON object each with a `type` field, numbered from 1 per run so that
+//! a reader can resume after the last number it saw.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::agent::Event;
+
+/// Where a run's code comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum RepoSource {
+    /// A repository the workers can reach: `file://…` or `https://…`.
+    Git {
+        /// The URL.
+        url: String,
+        /// A branch, tag or commit (default: the remote's HEAD).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        git_ref: Option<String>,
+    },
+    /// An uploaded `git bundle` of the local HEAD plus the uncommitted changes as a patch.
+    Bundle {
+        /// The bundle's bytes, base64 (standard alphabet).
+        bundle: String,
+        /// The commit the bundle's HEAD names (checked after unpacking).
+        head: String,
+        /// `git diff --binary HEAD` of the working tree, untracked files included.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        patch: String,
+    },
+}
+
+/// Priority classes: interactive runs are always leased before batch runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum RunClass {
+    /// A person waits for it (`caret run`).
+    #[default]
+    Interactive,
+    /// Evaluations, rollouts, bulk jobs.
+    Batch,
+}
+
+impl RunClass {
+    /// The name used on the wire and in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunClass::Interactive => "interactive",
+            RunClass::Batch => "batch",
+        }
+    }
+
+    /// The class of a name.
+    pub fn parse(s: &str) -> Option<RunClass> {
+        match s {
+            "interactive" => Some(RunClass::Interactive),
+            "batch" => Some(RunClass::Batch),
+            _ => None,
+        }
+    }
+}
+
+/// Bounds on one run (each attempt).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunLimits {
+    /// Wall time of an attempt, setup included, in seconds.
+    pub wall_time_s: u64,
+    /// Model tokens (prompt + completion) the run may use.
+    pub model_tokens: u64,
+    /// Model calls the agent may make.
+    pub steps: u32,
+}
+
+impl Default for RunLimits {
+    fn default() -> Self {
+        RunLimits { wall_time_s: 1800, model_tokens: 2_000_000, steps: 50 }
+    }
+}
+
+/// The environment a run prepares before the agent starts (added to what the repository's
+/// `.caret/environment.toml` says).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunEnvironment {
+    /// Commands run in order in the sandbox before the agent (after the repository's own).
+    pub setup: Vec<String>,
+    /// Environment variables of every command.
+    pub env: BTreeMap<String, String>,
+    /// Names of the tenant's stored secrets to inject as environment variables.
+    pub secrets: Vec<String>,
+    /// A command run after the agent whose output is kept in the result (the tests).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test: Option<String>,
+    /// Whether commands may use the network.
+    pub network: bool,
+}
+
+/// `POST /v1/runs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRun {
+    /// Where the code comes from.
+    pub repo: RepoSource,
+    /// What the agent is asked to do.
+    pub task: String,
+    /// A model alias of the gateway (default: `agent`, else the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Bounds.
+    #[serde(default)]
+    pub limits: RunLimits,
+    /// The environment.
+    #[serde(default)]
+    pub environment: RunEnvironment,
+    /// Priority class.
+    #[serde(default)]
+    pub class: RunClass,
+}
+
+/// Where a run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    /// Waiting for a worker.
+    Queued,
+    /// Leased to a worker.
+    Running,
+    /// The agent finished and the result is stored.
+    Succeeded,
+    /// It could not finish (the reason says why).
+    Failed,
+    /// Cancelled by the user.
+    Cancelled,
+}
+
+impl RunState {
+    /// The name used on the wire and in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Queued => "queued",
+            RunState::Running => "running",
+            RunState::Succeeded => "succeeded",
+            RunState::Failed => "failed",
+            RunState::Cancelled => "cancelled",
+        }
+    }
+
+    /// The state of a name.
+    pub fn parse(s: &str) -> Option<RunState> {
+        [RunState::Queued, RunState::Running, RunState::Succeeded, RunState::Failed, RunState::Cancelled]
+            .into_iter()
+            .find(|state| state.as_str() == s)
+    }
+
+    /// Whether the run has ended.
+    pub fn is_final(self) -> bool {
+        matches!(self, RunState::Succeeded | RunState::Failed | RunState::Cancelled)
+    }
+}
+
+/// A run as `GET /v1/runs/{id}` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// Its id.
+    pub id: String,
+    /// Where it is.
+    pub state: RunState,
+    /// Its class.
+    pub class: RunClass,
+    /// The task.
+    pub task: String,
+    /// The model alias.
+    pub model: String,
+    /// Attempts started so far (a worker lost mid-run means another attempt).
+    pub attempt: u32,
+    /// The most attempts.
+    pub max_attempts: u32,
+    /// The worker holding it now, while running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    /// Why it failed or was cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// A cancel was asked for and has not yet reached the worker.
+    #[serde(default)]
+    pub cancel_requested: bool,
+    /// When it was submitted, started (the last attempt) and ended: Unix milliseconds.
+    pub created_ms: i64,
+    /// See `created_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_ms: Option<i64>,
+    /// See `created_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_ms: Option<i64>,
+    /// Model tokens used (all attempts).
+    pub tokens_used: u64,
+    /// Events so far.
+    pub events: u64,
+}
+
+/// `GET /v1/runs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunList {
+    /// Newest first.
+    pub runs: Vec<RunInfo>,
+}
+
+/// The run's own lifecycle events, beside the agent's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum RunStatus {
+    /// A worker leased it.
+    RunStarted {
+        /// Attempt number, from 1.
+        attempt: u32,
+        /// The worker.
+        worker: String,
+    },
+    /// An environment step ran.
+    SetupStep {
+        /// The command.
+        command: String,
+        /// Its exit code (none: killed).
+        exit_code: Option<i32>,
+        /// The end of its output.
+        output: String,
+        /// Milliseconds.
+        duration_ms: u64,
+    },
+    /// The run's attempt gave up for a reason outside the agent (a worker lost, say); another
+    /// attempt follows if any are left.
+    AttemptLost {
+        /// Attempt number.
+        attempt: u32,
+        /// Why.
+        reason: String,
+    },
+    /// The run ended.
+    RunFinished {
+        /// How.
+        state: RunState,
+        /// Why, when it did not succeed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+}
+
+/// One event of a run: its lifecycle or the agent's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum RunEvent {
+    /// The run's lifecycle.
+    Run(RunStatus),
+    /// The agent's.
+    Agent(Event),
+}
+
+/// A numbered event, as `GET /v1/runs/{id}/events` sends it (the SSE `id` is `seq`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NumberedEvent {
+    /// From 1, per run.
+    pub seq: u64,
+    /// The attempt that produced it.
+    pub attempt: u32,
+    /// The event.
+    pub event: RunEvent,
+}
+
+/// What a finished run produced (`GET /v1/runs/{id}/result`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    /// The changes as a patch against the submitted tree (`git apply` form; empty: none).
+    pub patch: String,
+    /// Files the patch changes.
+    pub files: Vec<String>,
+    /// The agent's last message.
+    pub final_message: String,
+    /// How the agent's turn ended (`done`, `step_limit`, ...).
+    pub turn_end: String,
+    /// The output of the environment's test command, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test: Option<TestOutcome>,
+    /// Model usage of the attempt that produced this.
+    pub usage: Usage,
+    /// Where the time went, in milliseconds.
+    pub timings: Timings,
+}
+
+/// The environment's test command after the agent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TestOutcome {
+    /// The command.
+    pub command: String,
+    /// Exit code (none: killed).
+    pub exit_code: Option<i32>,
+    /// The end of its output.
+    pub output: String,
+}
+
+/// Model usage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub prompt_tokens: u64,
+    /// Completion tokens.
+    pub completion_tokens: u64,
+    /// Model calls.
+    pub calls: u32,
+}
+
+/// Where an attempt's time went, in milliseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Timings {
+    /// From the lease to a ready workspace (code unpacked, sandbox up).
+    pub launch_ms: u64,
+    /// Environment steps.
+    pub setup_ms: u64,
+    /// From the lease to the first model call.
+    pub first_model_call_ms: u64,
+    /// The agent.
+    pub agent_ms: u64,
+    /// The test command.
+    pub test_ms: u64,
+    /// The whole attempt.
+    pub total_ms: u64,
+}
+
+/// `PUT /v1/secrets/{name}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PutSecret {
+    /// The value (stored encrypted; never shown again).
+    pub value: String,
+}
+
+/// `GET /v1/secrets`: names only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretList {
+    /// Names, sorted.
+    pub names: Vec<String>,
+}
+
+// ---- between workers and the server ----
+
+/// `POST /v1/workers/lease`: a worker with a free slot asks for a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseRequest {
+    /// The worker's name (unique per process: host and pid, say).
+    pub worker: String,
+    /// Its slots in all.
+    pub slots: u32,
+    /// Slots busy now (this request's not counted).
+    pub busy: u32,
+    /// The sandbox backend it runs.
+    pub sandbox: String,
+}
+
+/// What identifies a lease in every later call: the run and its fencing token.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LeaseRef {
+    /// The run.
+    pub run: String,
+    /// The lease's fencing token: larger for every new lease of the run; a call with an older
+    /// one is refused.
+    pub token: u64,
+}
+
+/// A leased run: everything a worker needs to execute it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Lease {
+    /// The lease.
+    pub lease: LeaseRef,
+    /// The tenant (for the worker's logs and per-tenant directories; never sent to a model).
+    pub tenant: String,
+    /// Attempt number, from 1.
+    pub attempt: u32,
+    /// The task.
+    pub task: String,
+    /// The model alias.
+    pub model: String,
+    /// Bounds.
+    pub limits: RunLimits,
+    /// Where the code comes from (a bundle's bytes are fetched separately, so this holds
+    /// its `head` and `patch` with an empty `bundle`).
+    pub repo: RepoSource,
+    /// The environment, with `secrets` resolved into `secret_values`.
+    pub environment: RunEnvironment,
+    /// Secret values by name (to inject, and to redact from everything the run reports).
+    pub secret_values: BTreeMap<String, String>,
+    /// Seconds the lease lasts without a heartbeat.
+    pub lease_ttl_s: u64,
+    /// Model tokens the run has already used (earlier attempts).
+    pub tokens_used: u64,
+}
+
+/// `POST /v1/workers/runs/{id}/heartbeat` answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeartbeatAnswer {
+    /// The user cancelled the run: stop it and complete it as cancelled.
+    pub cancel: bool,
+}
+
+/// `POST /v1/workers/runs/{id}/heartbeat` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Heartbeat {
+    /// The lease.
+    pub lease: LeaseRef,
+}
+
+/// `POST /v1/workers/runs/{id}/events` body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventBatch {
+    /// The lease.
+    pub lease: LeaseRef,
+    /// Events in order.
+    pub events: Vec<RunEvent>,
+}
+
+/// `POST /v1/workers/runs/{id}/complete` body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Completion {
+    /// The lease.
+    pub lease: LeaseRef,
+    /// `succeeded`, `failed` or `cancelled`.
+    pub state: RunState,
+    /// Why, when not succeeded.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Whether the failure was the environment's (a sandbox that would not start, say) rather
+    /// than the run's own: another attempt is made if any are left.
+    #[serde(default)]
+    pub retry: bool,
+    /// The result (also for a failed run: what it had done).
+    pub result: Option<RunResult>,
+}
+
+/// The workers the server has heard from, for operators (`GET /v1/fleet`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Fleet {
+    /// Workers seen recently.
+    pub workers: Vec<WorkerInfo>,
+    /// Runs by state, class and tenant.
+    pub queue: Vec<QueueDepth>,
+    /// Runs now running.
+    pub running: Vec<RunningRun>,
+    /// The most recent runs that ended.
+    pub recent: Vec<RunInfo>,
+}
+
+/// One worker as the server last heard of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerInfo {
+    /// Its name.
+    pub name: String,
+    /// Slots in all.
+    pub slots: u32,
+    /// Slots busy.
+    pub busy: u32,
+    /// Sandbox backend.
+    pub sandbox: String,
+    /// Milliseconds since it was last heard from.
+    pub last_seen_ms_ago: i64,
+}
+
+/// Queued or running runs of one class and tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueDepth {
+    /// Class.
+    pub class: RunClass,
+    /// Tenant name.
+    pub tenant: String,
+    /// Queued.
+    pub queued: u64,
+    /// Running.
+    pub running: u64,
+}
+
+/// A running run, for operators: which worker, whose, how old.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunningRun {
+    /// The run.
+    pub id: String,
+    /// Tenant name.
+    pub tenant: String,
+    /// Class.
+    pub class: RunClass,
+    /// The worker.
+    pub worker: String,
+    /// Attempt.
+    pub attempt: u32,
+    /// Milliseconds since this attempt started.
+    pub age_ms: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_events_of_both_kinds_round_trip_through_one_stream() {
+        let events = vec![
+            RunEvent::Run(RunStatus::RunStarted { attempt: 1, worker: "w".into() }),
+            RunEvent::Agent(Event::TextDelta { text: "hi".into() }),
+            RunEvent::Run(RunStatus::RunFinished { state: RunState::Succeeded, reason: None }),
+        ];
+        let text = serde_json::to_string(&events).unwrap();
+        assert_eq!(
+            text,
+            r#"[{"type":"run_started","attempt":1,"worker":"w"},{"type":"text_delta","text":"hi"},{"type":"run_finished","state":"succeeded"}]"#
+        );
+        let back: Vec<RunEvent> = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, events);
+    }
+
+    #[test]
+    fn a_minimal_create_request_takes_the_defaults() {
+        let req: CreateRun =
+            serde_json::from_str(r#"{"repo":{"kind":"git","url":"file:///r"},"task":"fix it"}"#).unwrap();
+        assert_eq!(req.class, RunClass::Interactive);
+        assert_eq!(req.limits, RunLimits::default());
+        assert!(serde_json::from_str::<CreateRun>(r#"{"repo":{"kind":"git","url":"x"},"task":"t","x":1}"#).is_err());
+    }
+}

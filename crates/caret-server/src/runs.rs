@@ -1,0 +1,285 @@
+//! Background runs over HTTP: the tenants' routes (`/v1/runs`, `/v1/secrets`), the workers'
+//! routes (`/v1/workers/…`, operator token) and the operators' fleet view (`/v1/fleet`).
+//! Thin adapters over `caret_anyrun::service::RunService`.
+//!
+//! - `POST /v1/runs` `CreateRun` → 201 `RunInfo`; `GET /v1/runs?limit=N`; `GET /v1/runs/{id}`;
+//!   `POST /v1/runs/{id}/cancel`; `DELETE /v1/runs/{id}` (an ended run, now).
+//! - `GET /v1/runs/{id}/events` — server-sent events: `id:` the event's number, `data:` the
+//!   event (the agent's, or the run's own lifecycle). Resumes after `Last-Event-ID` (or
+//!   `?after=N`); ends after the run's last event. `?follow=false` answers the events so far
+//!   as a JSON array instead.
+//! - `GET /v1/runs/{id}/result` → `RunResult` (409 until the run has ended with one).
+//!
+//! Another tenant's run answers exactly like a missing one.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json as AxumJson};
+use caret_anyrun::service::{RunService, TenantRef};
+use caret_protocol::llm::ChatRequest;
+use caret_protocol::runs::{
+    Completion, CreateRun, EventBatch, Heartbeat, HeartbeatAnswer, LeaseRef, LeaseRequest, PutSecret, RunList,
+    SecretList,
+};
+use serde::Deserialize;
+
+use crate::db::Tenant;
+use crate::http::{AppState, Json};
+use crate::{Error, Result};
+
+impl From<caret_anyrun::Error> for Error {
+    fn from(e: caret_anyrun::Error) -> Self {
+        use caret_anyrun::Error as E;
+        match e {
+            E::BadRequest(m) => Error::BadRequest(m),
+            E::NotFound(m) => Error::NotFound(m),
+            E::Conflict(m) => Error::Conflict(m),
+            e @ E::Fenced(_) => Error::Conflict(e.to_string()),
+            E::Unavailable(m) => Error::Unavailable(m),
+            E::Database(e) => Error::Database(e.to_string()),
+            E::Internal(m) => Error::Internal(m),
+        }
+    }
+}
+
+fn service(s: &AppState) -> Result<&Arc<RunService>> {
+    s.runs.as_ref().ok_or_else(|| Error::Unavailable("background runs are not enabled on this server".into()))
+}
+
+fn tenant(t: &Tenant) -> TenantRef {
+    TenantRef { id: t.id.clone(), name: t.name.clone() }
+}
+
+pub(crate) async fn create(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    Json(req): Json<CreateRun>,
+) -> Result<Response> {
+    let info = service(&s)?.submit(&tenant(&t), req).await?;
+    Ok((StatusCode::CREATED, AxumJson(info)).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ListQuery {
+    limit: Option<u32>,
+}
+
+pub(crate) async fn list(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    Query(q): Query<ListQuery>,
+) -> Result<Response> {
+    let runs = service(&s)?.list(&t.id, q.limit.unwrap_or(50)).await?;
+    Ok(AxumJson(RunList { runs }).into_response())
+}
+
+pub(crate) async fn get(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Response> {
+    Ok(AxumJson(service(&s)?.get(&t.id, &id).await?).into_response())
+}
+
+pub(crate) async fn cancel(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Response> {
+    Ok(AxumJson(service(&s)?.cancel(&t.id, &id).await?).into_response())
+}
+
+pub(crate) async fn delete(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Response> {
+    service(&s)?.delete(&t.id, &id).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+pub(crate) async fn result(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Response> {
+    Ok(AxumJson(service(&s)?.result(&t.id, &id).await?).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct EventsQuery {
+    after: Option<u64>,
+    follow: Option<bool>,
+}
+
+/// How often a followed run's new events are looked for.
+const FOLLOW_POLL: Duration = Duration::from_millis(200);
+
+pub(crate) async fn events(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    Path(id): Path<String>,
+    Query(q): Query<EventsQuery>,
+    headers: HeaderMap,
+) -> Result<Response> {
+    let runs = service(&s)?.clone();
+    let last_seen = headers.get("last-event-id").and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+    let after = last_seen.or(q.after).unwrap_or(0);
+    // Checks the run is the tenant's before anything streams.
+    let first = runs.events(&t.id, &id, after, 1000).await?;
+    if q.follow == Some(false) {
+        return Ok(AxumJson(first).into_response());
+    }
+    let tenant_id = t.id.clone();
+    let stream = futures::stream::unfold(
+        (runs, tenant_id, id, after, Some(first), false),
+        |(runs, tenant_id, id, mut after, mut pending, mut ended)| async move {
+            loop {
+                let batch = match pending.take() {
+                    Some(b) => b,
+                    None if ended => return None,
+                    None => {
+                        // The state is read before the events: a run seen ended has all its
+                        // events in the next read.
+                        let state = runs.get(&tenant_id, &id).await.ok()?.state;
+                        ended = state.is_final();
+                        let b = runs.events(&tenant_id, &id, after, 1000).await.ok()?;
+                        if b.is_empty() && !ended {
+                            tokio::time::sleep(FOLLOW_POLL).await;
+                        }
+                        b
+                    }
+                };
+                if batch.is_empty() {
+                    continue;
+                }
+                after = batch.last().map_or(after, |e| e.seq);
+                let text: String = batch
+                    .iter()
+                    .map(|e| {
+                        format!("id: {}\ndata: {}\n\n", e.seq, serde_json::to_string(&e.event).unwrap_or_default())
+                    })
+                    .collect();
+                return Some((
+                    Ok::<_, Infallible>(bytes::Bytes::from(text)),
+                    (runs, tenant_id, id, after, None, ended),
+                ));
+            }
+        },
+    );
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(stream))
+        .map_err(|e| Error::Internal(e.to_string()))
+}
+
+pub(crate) async fn put_secret(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    Path(name): Path<String>,
+    Json(req): Json<PutSecret>,
+) -> Result<Response> {
+    service(&s)?.put_secret(&t.id, &name, &req.value).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+pub(crate) async fn list_secrets(State(s): State<AppState>, Extension(t): Extension<Tenant>) -> Result<Response> {
+    Ok(AxumJson(SecretList { names: service(&s)?.secret_names(&t.id).await? }).into_response())
+}
+
+pub(crate) async fn delete_secret(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    Path(name): Path<String>,
+) -> Result<Response> {
+    service(&s)?.delete_secret(&t.id, &name).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+// ---- workers (operator token) ----
+
+pub(crate) async fn lease(State(s): State<AppState>, Json(req): Json<LeaseRequest>) -> Result<Response> {
+    match service(&s)?.lease(&req).await? {
+        Some(lease) => Ok(AxumJson(lease).into_response()),
+        None => Ok(StatusCode::NO_CONTENT.into_response()),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct TokenQuery {
+    token: u64,
+}
+
+pub(crate) async fn bundle(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Query<TokenQuery>,
+) -> Result<Response> {
+    let bytes = service(&s)?.bundle(&LeaseRef { run: id, token: q.token }).await?;
+    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+}
+
+fn same_run(id: &str, lease: &LeaseRef) -> Result<()> {
+    if lease.run == id { Ok(()) } else { Err(Error::BadRequest("the lease names another run".into())) }
+}
+
+pub(crate) async fn heartbeat(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    Json(req): Json<Heartbeat>,
+) -> Result<Response> {
+    same_run(&id, &req.lease)?;
+    let cancel = service(&s)?.heartbeat(&req.lease).await?;
+    Ok(AxumJson(HeartbeatAnswer { cancel }).into_response())
+}
+
+pub(crate) async fn append_events(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    Json(req): Json<EventBatch>,
+) -> Result<Response> {
+    same_run(&id, &req.lease)?;
+    service(&s)?.append_events(&req.lease, &req.events).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+pub(crate) async fn complete(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    Json(req): Json<Completion>,
+) -> Result<Response> {
+    same_run(&id, &req.lease)?;
+    Ok(AxumJson(service(&s)?.complete(req).await?).into_response())
+}
+
+/// A leased run's model calls: OpenAI-compatible, so workers use the gateway's own provider.
+pub(crate) async fn chat(
+    State(s): State<AppState>,
+    Path((id, token)): Path<(String, u64)>,
+    Json(req): Json<ChatRequest>,
+) -> Response {
+    let runs = match service(&s) {
+        Ok(r) => r.clone(),
+        Err(e) => return e.into_response(),
+    };
+    if req.messages.is_empty() {
+        return Error::BadRequest("messages must not be empty".into()).into_response();
+    }
+    let usage_wanted = req.stream_options.as_ref().is_some_and(|o| o.include_usage);
+    let alias = req.model.clone();
+    match runs.chat(&LeaseRef { run: id, token }, req).await {
+        Ok(events) => crate::llm::stream_chat(events, alias, usage_wanted),
+        Err(e) => crate::llm::gateway_error(&e),
+    }
+}
+
+pub(crate) async fn fleet(State(s): State<AppState>) -> Result<Response> {
+    Ok(AxumJson(service(&s)?.fleet().await?).into_response())
+}
