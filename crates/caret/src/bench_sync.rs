@@ -58,6 +58,7 @@ fn bench(config: &Config, path: &Path, changes: usize, scratch: &Path) -> anyhow
             body_limit: 256 << 20,
             gateway: None,
             agent: Default::default(),
+            runs: None,
         };
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(caret_server::serve(service, serve, listener, async move {

@@ -17,6 +17,7 @@ mod index;
 mod lsp;
 mod merge;
 mod models;
+mod runs;
 mod scan;
 mod server;
 mod sync;
@@ -75,6 +76,16 @@ enum Command {
     Agent(agent::AgentArgs),
     /// Run the agent on a task without a terminal UI (events as JSON lines).
     Exec(exec::ExecArgs),
+    /// Hand a task to a background agent (on a server, or the embedded queue).
+    Run(runs::RunArgs),
+    /// Background runs: list, show, logs, diff, apply, cancel, rm.
+    #[command(subcommand)]
+    Runs(runs::RunsCommand),
+    /// Execute background runs: a server's (operator token), or the embedded queue's.
+    Worker(runs::WorkerArgs),
+    /// Secrets for background runs (stored encrypted, put in the sandbox's environment).
+    #[command(subcommand)]
+    Secret(runs::SecretCommand),
     /// List or download model weight files.
     #[command(subcommand)]
     Models(models::ModelsCommand),
@@ -88,7 +99,7 @@ fn main() -> ExitCode {
     caret_sandbox::landlock::enter_helper_if_asked();
     let cli = Cli::parse();
     // A server logs its requests by default; other commands only warn.
-    init_tracing(if matches!(cli.command, Command::Serve(_)) { "info" } else { "warn" });
+    init_tracing(if matches!(cli.command, Command::Serve(_) | Command::Worker(_)) { "info" } else { "warn" });
     match run(cli) {
         Ok(code) => code,
         Err(err) => {
@@ -117,6 +128,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Agent(args) => agent::run(&config, args),
         Command::Exec(args) => exec::run(&config, args),
         Command::Bench(cmd) => bench::run(&config, cmd),
+        Command::Run(args) => runs::run(&config, args),
+        Command::Runs(cmd) => runs::runs(&config, cmd),
+        Command::Worker(args) => runs::worker(&config, args),
+        Command::Secret(cmd) => runs::secret(&config, cmd),
     }
 }
 

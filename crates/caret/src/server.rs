@@ -71,11 +71,15 @@ pub struct ServeArgs {
     /// Largest request body (bytes, or with a K/M/G suffix).
     #[arg(long, value_parser = parse_size)]
     body_limit: Option<u64>,
+    /// Worker slots for background runs inside this server (0: runs wait for `caret worker`s).
+    #[arg(long, default_value_t = 0)]
+    workers: u32,
 }
 
 pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut config = config.clone();
     args.storage.apply(&mut config);
+    let worker_slots = args.workers;
     let addr = args.addr.unwrap_or_else(|| config.server.addr.clone());
     let serve = ServeConfig {
         addr: addr.parse().with_context(|| format!("invalid --addr {addr:?}"))?,
@@ -94,6 +98,7 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
         },
         body_limit: usize::try_from(args.body_limit.unwrap_or(config.server.body_limit.0)).unwrap_or(usize::MAX),
         gateway: config.gateway()?,
+        runs: None,
         agent: caret_server::agent::AgentSettings {
             workspaces: config.server.agent_workspaces.clone(),
             rules: config.agent.rules(),
@@ -106,6 +111,7 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
         },
     };
     serve.check()?;
+    let mut serve = serve;
     let storage = config.storage();
     runtime()?.block_on(async move {
         let mut service = caret_server::open(&storage).await.context("opening the server's storage")?;
@@ -126,6 +132,14 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
             let every = std::time::Duration::from_secs(5);
             (g.spawn_health_probes(every), caret_server::llm::spawn_recovery_watch(service.clone(), g.clone(), every))
         });
+        let runs = Arc::new(crate::runs::open_service(&config, &service, serve.gateway.clone()).await?);
+        serve.runs = Some(runs.clone());
+        let _upkeep = crate::runs::spawn_upkeep(runs.clone());
+        let (drain_tx, drain) = tokio::sync::watch::channel(false);
+        let workers = (worker_slots > 0).then(|| {
+            let worker = crate::runs::local_worker(&config, runs.clone(), worker_slots, None);
+            tokio::spawn(worker.run(drain.clone()))
+        });
         let listener =
             std::net::TcpListener::bind(serve.addr).with_context(|| format!("listening on {}", serve.addr))?;
         let local = listener.local_addr()?;
@@ -133,7 +147,19 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
         // Printed for scripts and tests that ask for port 0.
         println!("caret serve listening on {scheme}://{local}");
         tracing::info!(addr = %local, tls = serve.tls.is_some(), "serving");
-        caret_server::serve(service, serve, listener, shutdown_signal()).await?;
+        let stopping = async move {
+            shutdown_signal().await;
+            // Worker slots finish or hand back their runs while the server drains requests.
+            let _ = drain_tx.send(true);
+        };
+        caret_server::serve(service, serve, listener, stopping).await?;
+        if let Some(w) = workers {
+            match w.await {
+                Ok(Ok(summary)) => tracing::info!(?summary, "worker slots stopped"),
+                Ok(Err(e)) => tracing::warn!("worker slots: {e}"),
+                Err(e) => tracing::warn!("worker slots: {e}"),
+            }
+        }
         tracing::info!("stopped");
         anyhow::Ok(())
     })?;
@@ -170,6 +196,9 @@ pub enum AdminCommand {
     /// API tokens.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Operator tokens: for `caret worker` processes and the fleet dashboard.
+    #[command(subcommand)]
+    OperatorToken(OperatorTokenCommand),
     /// Recovery admission of the model gateway: after an incident, admit a stable share of
     /// tenants that widens over time, on every replica.
     #[command(subcommand)]
@@ -196,6 +225,18 @@ pub enum RecoveryCommand {
     },
     /// Whether it is on, and the share admitted now.
     Status {
+        #[command(flatten)]
+        storage: StorageArgs,
+    },
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum OperatorTokenCommand {
+    /// Create one; it is printed once and only its hash is stored.
+    Create {
+        /// A label for the token.
+        #[arg(long, default_value = "operator")]
+        name: String,
         #[command(flatten)]
         storage: StorageArgs,
     },
@@ -257,6 +298,11 @@ pub fn admin(config: &Config, cmd: AdminCommand) -> anyhow::Result<ExitCode> {
                     service.db().tenant_by_name(&tenant).await?.with_context(|| format!("no tenant named {tenant}"))?;
                 println!("{}", service.db().create_token(&t, &name).await?);
                 eprintln!("(shown once: only its hash is stored)");
+            }
+            AdminCommand::OperatorToken(OperatorTokenCommand::Create { name, storage }) => {
+                let service = caret_server::open(&storage_of(&storage)).await?;
+                println!("{}", service.db().create_operator_token(&name).await?);
+                eprintln!("(shown once: only its hash is stored; it lets workers take any tenant's runs)");
             }
             AdminCommand::Recovery(RecoveryCommand::Start { from, ramp_s, storage }) => {
                 anyhow::ensure!((0.0..=1.0).contains(&from), "--from is a share between 0 and 1, not {from}");

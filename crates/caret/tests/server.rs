@@ -1268,3 +1268,176 @@ fn idle_agent_sessions_are_shut_down() {
     assert_eq!(op.unwrap().status(), 404);
     server.stop();
 }
+
+/// A git repository whose `add.sh` subtracts, with a test command in its environment file.
+fn buggy_repo() -> TempDir {
+    let repo = TempDir::new();
+    repo.write("add.sh", "echo $(( $1 - $2 ))\n");
+    repo.write("test.sh", "[ \"$(sh add.sh 2 3)\" = 5 ] && echo 'tests pass' || { echo 'tests FAIL'; exit 1; }\n");
+    repo.write(".caret/environment.toml", "test = \"sh test.sh\"\n");
+    repo.git_init();
+    repo.git(&["add", "-A"]);
+    repo.git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init"]);
+    repo
+}
+
+/// The scripted agent that fixes [`buggy_repo`]: read, edit, say so.
+fn fixing_conversation() -> Vec<caret_test_support::scripted::Answer> {
+    use caret_test_support::scripted::Answer;
+    vec![
+        Answer::Calls(vec![("read_file".into(), json!({"path": "add.sh"}))]),
+        Answer::Calls(vec![(
+            "edit_file".into(),
+            json!({"path": "add.sh", "edit": "<<<<<<< SEARCH\necho $(( $1 - $2 ))\n=======\necho $(( $1 + $2 ))\n>>>>>>> REPLACE"}),
+        )]),
+        Answer::Text("add.sh adds now.".into()),
+    ]
+}
+
+fn caret_cmd(home: &Path, args: &[&str]) -> Output {
+    Command::new(CARET).args(args).env("CARET_HOME", home).env_remove("CARET_SERVER").output().unwrap()
+}
+
+#[test]
+fn background_runs_go_through_the_server_to_a_remote_worker_and_back() {
+    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("agent-model"));
+    up.set(Behaviour { conversation: fixing_conversation(), ..Behaviour::default() });
+    let config = format!(
+        "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
+        up.url
+    );
+    for (backend, storage) in backends() {
+        let server = Server::start_with_config(&storage, &[], Some(&config));
+        let (alice, bob) = (server.tenant("alice"), server.tenant("bob"));
+        let operator = server.admin(&["admin", "operator-token", "create"]);
+        let repo = buggy_repo();
+        let client = TempDir::new();
+        let home = client.path();
+        let remote =
+            |token: &str| vec!["--server".to_owned(), server.url.clone(), "--token".to_owned(), token.to_owned()];
+        let with = |args: &[&str], token: &str| {
+            let mut all: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+            all.extend(remote(token));
+            let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+            caret_cmd(home, &refs)
+        };
+        let repo_path = repo.path().display().to_string();
+        let out = with(&["run", "make add.sh add", "-C", &repo_path], &alice);
+        assert!(out.status.success(), "{backend}: {}", String::from_utf8_lossy(&out.stderr));
+        let id = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        assert!(id.starts_with("run-"), "{id}");
+
+        // Tenancy: another tenant's run is a missing run, on every route; workers' routes
+        // take an operator token only.
+        let http = reqwest::blocking::Client::new();
+        for path in ["", "/events?follow=false", "/result"] {
+            let get = |token: &str, run: &str| {
+                let r = http.get(format!("{}/v1/runs/{run}{path}", server.url)).bearer_auth(token).send().unwrap();
+                (r.status().as_u16(), r.text().unwrap().replace(run, "ID"))
+            };
+            assert_eq!(get(&bob, &id), get(&bob, "run-0000000000000000"), "{backend} {path}");
+            assert_eq!(get(&bob, &id).0, 404);
+        }
+        let cancel = http.post(format!("{}/v1/runs/{id}/cancel", server.url)).bearer_auth(&bob).send().unwrap();
+        assert_eq!(cancel.status().as_u16(), 404);
+        let lease = http
+            .post(format!("{}/v1/workers/lease", server.url))
+            .bearer_auth(&alice)
+            .json(&json!({
+            "worker": "w", "slots": 1, "busy": 0, "sandbox": "bwrap"}))
+            .send()
+            .unwrap();
+        assert_eq!(lease.status().as_u16(), 401, "a tenant token cannot lease runs");
+
+        // A worker on "another machine" takes it, runs it and stops when idle.
+        let worker = Command::new(CARET)
+            .args(["worker", "--server", &server.url, "--token", &operator, "--slots", "2", "--exit-when-idle", "2s"])
+            .env("CARET_HOME", client.join("worker-home"))
+            .output()
+            .unwrap();
+        assert!(worker.status.success(), "{backend}: {}", String::from_utf8_lossy(&worker.stderr));
+
+        let logs = with(&["runs", "logs", &id, "-f"], &alice);
+        let logs = String::from_utf8_lossy(&logs.stdout).into_owned();
+        assert!(logs.contains("edited add.sh") && logs.contains("── succeeded"), "{backend}: {logs}");
+        let show = with(&["runs", "show", &id, "--json"], &alice);
+        let show: Value = serde_json::from_slice(&show.stdout).unwrap();
+        assert_eq!(show["run"]["state"], "succeeded");
+        assert_eq!(show["result"]["test"]["exit_code"], 0, "{show}");
+        assert!(show["run"]["tokens_used"].as_u64().unwrap() > 0, "{show}");
+        let diff = with(&["runs", "diff", &id], &alice);
+        assert!(String::from_utf8_lossy(&diff.stdout).contains("+echo $(( $1 + $2 ))"));
+
+        // The events stream resumes after the last id it gave.
+        let sse = http
+            .get(format!("{}/v1/runs/{id}/events", server.url))
+            .bearer_auth(&alice)
+            .header("Last-Event-ID", "2")
+            .send()
+            .unwrap()
+            .text()
+            .unwrap();
+        assert!(sse.starts_with("id: 3\ndata: {"), "{sse}");
+        assert!(sse.trim_end().ends_with(r#""type":"run_finished","state":"succeeded"}"#), "{sse}");
+
+        // Apply: refused over uncommitted work in a file it changes, then applied.
+        repo.write("add.sh", "echo local work\n");
+        let refused = with(&["runs", "apply", &id, "-C", &repo_path], &alice);
+        assert!(!refused.status.success());
+        assert!(String::from_utf8_lossy(&refused.stderr).contains("uncommitted changes in add.sh"));
+        repo.git(&["checkout", "--", "add.sh"]);
+        let applied = with(&["runs", "apply", &id, "-C", &repo_path], &alice);
+        assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
+        assert_eq!(std::fs::read_to_string(repo.join("add.sh")).unwrap(), "echo $(( $1 + $2 ))\n");
+
+        let metrics = http.get(format!("{}/metrics", server.url)).send().unwrap().text().unwrap();
+        assert!(
+            metrics.contains("caret_run_queue_wait_seconds_count{class=\"interactive\",tenant=\"alice-"),
+            "{metrics}"
+        );
+        let fleet: Value =
+            http.get(format!("{}/v1/fleet", server.url)).bearer_auth(&operator).send().unwrap().json().unwrap();
+        assert_eq!(fleet["recent"][0]["id"], id.as_str(), "{fleet}");
+        assert_eq!(fleet["workers"].as_array().unwrap().len(), 1, "{fleet}");
+    }
+    assert!(up.violations().is_empty(), "{:?}", up.violations());
+}
+
+#[test]
+fn an_embedded_run_starts_a_local_worker_and_waits_for_it() {
+    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("agent-model"));
+    up.set(Behaviour { conversation: fixing_conversation(), ..Behaviour::default() });
+    let home = TempDir::new();
+    home.write(
+        "config.toml",
+        &format!(
+            "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
+            up.url
+        ),
+    );
+    let repo = buggy_repo();
+    let repo_path = repo.path().display().to_string();
+    let out = Command::new(CARET)
+        .args(["run", "make add.sh add", "-C", &repo_path, "--wait"])
+        .env("CARET_HOME", home.path())
+        .env("CARET_LOCAL_WORKER_IDLE", "1s")
+        .env_remove("CARET_SERVER")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let log = std::fs::read_to_string(home.join("runs/worker.log")).unwrap_or_default();
+    assert!(out.status.success(), "{stdout}\n{stderr}\nworker log:\n{log}");
+    assert!(stdout.contains("edited add.sh") && stderr.contains("succeeded"), "{stdout}\n{stderr}");
+    let ls = caret_cmd(home.path(), &["runs", "ls"]);
+    assert!(String::from_utf8_lossy(&ls.stdout).contains("succeeded"));
+    // The local worker stops by itself once the queue is empty.
+    let until = Instant::now() + Duration::from_secs(20);
+    while home.join("runs/worker.pid").exists() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!home.join("runs/worker.pid").exists(), "the local worker did not stop");
+}

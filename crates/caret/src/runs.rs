@@ -1,0 +1,827 @@
+//! `caret run`, `caret runs …`, `caret worker` and `caret secret`: background runs, on a
+//! server (`--server`) or on the embedded queue under `$CARET_HOME`, where a local worker is
+//! started on demand and stops when the queue has been empty for a while.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use base64::Engine as _;
+use caret_anyrun::service::{RunService, RunSettings, TenantRef};
+use caret_anyrun::worker::{InProcess, Worker, WorkerConfig};
+use caret_protocol::agent::Event;
+use caret_protocol::runs::{
+    CreateRun, NumberedEvent, PutSecret, RepoSource, RunClass, RunEnvironment, RunEvent, RunInfo, RunLimits, RunList,
+    RunResult, RunStatus, SecretList,
+};
+
+use crate::config::Config;
+use crate::server::runtime;
+
+/// Where runs go: a server, or the embedded queue.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Target {
+    /// A `caret serve` to run on (env CARET_SERVER); default: the embedded queue.
+    #[arg(long, env = "CARET_SERVER")]
+    server: Option<String>,
+    /// API token for --server (env CARET_TOKEN).
+    #[arg(long, env = "CARET_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// What the agent should do.
+    task: String,
+    /// The repository (its HEAD and uncommitted changes are sent as a bundle).
+    #[arg(long, short = 'C', default_value = ".")]
+    path: PathBuf,
+    /// Run on this git URL (file:// or https://) instead of sending the local checkout.
+    #[arg(long, conflicts_with = "path")]
+    repo: Option<String>,
+    /// With --repo: a branch, tag or commit.
+    #[arg(long, requires = "repo")]
+    git_ref: Option<String>,
+    /// Model alias (default: `agent`, else the first configured).
+    #[arg(long, short)]
+    model: Option<String>,
+    /// Priority class: interactive (default) or batch.
+    #[arg(long, default_value = "interactive", value_parser = parse_class)]
+    class: RunClass,
+    /// A command to prepare the environment (repeatable; after the repository's own steps).
+    #[arg(long)]
+    setup: Vec<String>,
+    /// A command run after the agent whose output is kept (the tests).
+    #[arg(long)]
+    test: Option<String>,
+    /// A stored secret to put in the environment (repeatable; see `caret secret`).
+    #[arg(long)]
+    secret: Vec<String>,
+    /// An environment variable, NAME=VALUE (repeatable).
+    #[arg(long, value_parser = parse_var)]
+    env: Vec<(String, String)>,
+    /// Let commands use the network.
+    #[arg(long)]
+    network: bool,
+    /// Wall time of an attempt (e.g. 30m).
+    #[arg(long, default_value = "30m")]
+    wall_time: String,
+    /// Model calls the agent may make.
+    #[arg(long, default_value_t = RunLimits::default().steps)]
+    steps: u32,
+    /// Model tokens the run may use.
+    #[arg(long, default_value_t = RunLimits::default().model_tokens)]
+    model_tokens: u64,
+    /// Follow the run's events until it ends (exit code 0 only if it succeeded).
+    #[arg(long)]
+    wait: bool,
+    #[command(flatten)]
+    target: Target,
+}
+
+fn parse_class(s: &str) -> Result<RunClass, String> {
+    RunClass::parse(s).ok_or_else(|| format!("{s:?}: interactive or batch"))
+}
+
+fn parse_var(s: &str) -> Result<(String, String), String> {
+    s.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).ok_or_else(|| format!("{s:?} is not NAME=VALUE"))
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum RunsCommand {
+    /// List runs, newest first.
+    Ls {
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// A run's state, and its result when it has one.
+    Show {
+        id: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// A run's events (`-f`: follow until it ends).
+    Logs {
+        id: String,
+        #[arg(long, short)]
+        follow: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// A run's changes as a patch.
+    Diff {
+        id: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Applies a run's changes to the local checkout (`git apply --3way`).
+    Apply {
+        id: String,
+        /// The checkout.
+        #[arg(long, short = 'C', default_value = ".")]
+        path: PathBuf,
+        /// Also when a file the patch changes has uncommitted changes.
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Stops a run.
+    Cancel {
+        id: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Deletes an ended run now (events, result).
+    Rm {
+        id: String,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum SecretCommand {
+    /// Stores a secret for runs; the value is read from standard input.
+    Set {
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Lists secret names.
+    Ls {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Deletes a secret.
+    Rm {
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct WorkerArgs {
+    /// The server whose runs to execute (default: the embedded queue).
+    #[arg(long, env = "CARET_SERVER")]
+    server: Option<String>,
+    /// An operator token of that server (`caret admin operator-token create`).
+    #[arg(long, env = "CARET_WORKER_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Runs at once.
+    #[arg(long, default_value_t = 2)]
+    slots: u32,
+    /// Sandbox backend.
+    #[arg(long, default_value = "bwrap")]
+    sandbox: String,
+    /// Stop after the queue has been empty this long (e.g. 30s); default: run until SIGTERM.
+    #[arg(long)]
+    exit_when_idle: Option<String>,
+    /// Where runs' directories are made (default $CARET_HOME/runs/work).
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+}
+
+/// The run service of the embedded queue (or a server's, in `caret serve`).
+pub async fn open_service(
+    config: &Config,
+    service: &caret_server::service::Service,
+    gateway: Option<Arc<caret_models::Gateway>>,
+) -> anyhow::Result<RunService> {
+    let key = data_dir(config).join("runs.key");
+    caret_server::open_runs(service, &config.storage(), &key, gateway, RunSettings::default())
+        .await
+        .context("opening the run queue")
+}
+
+fn data_dir(config: &Config) -> PathBuf {
+    config.server.data_dir.clone().unwrap_or_else(|| config.home.join("server"))
+}
+
+/// Expires lost leases every few seconds and deletes runs past their retention hourly.
+pub fn spawn_upkeep(runs: Arc<RunService>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let every = (runs.settings().lease_ttl / 3).max(Duration::from_millis(200));
+        let mut last_collect = std::time::Instant::now();
+        loop {
+            tokio::time::sleep(every).await;
+            if let Err(e) = runs.expire().await {
+                tracing::warn!("expiring leases: {e}");
+            }
+            if last_collect.elapsed() > Duration::from_secs(3600) {
+                last_collect = std::time::Instant::now();
+                match runs.collect_expired().await {
+                    Ok(n) if n > 0 => tracing::info!(runs = n, "runs past their retention deleted"),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!("deleting old runs: {e}"),
+                }
+            }
+        }
+    })
+}
+
+/// A worker in this process for the service.
+pub fn local_worker(config: &Config, runs: Arc<RunService>, slots: u32, idle: Option<Duration>) -> Worker {
+    Worker::new(Arc::new(InProcess(runs)), worker_config(config, slots, idle, None))
+}
+
+/// A worker's configuration: this host and process, the agent's rules and limits.
+fn worker_config(config: &Config, slots: u32, idle: Option<Duration>, work_dir: Option<PathBuf>) -> WorkerConfig {
+    let name = format!("{}-{}", hostname(), std::process::id());
+    let work = work_dir.unwrap_or_else(|| config.home.join("runs").join("work"));
+    let mut w = WorkerConfig::new(name, slots, work);
+    w.exit_when_idle = idle;
+    w.rules = config.agent.rules();
+    w.limits = config.agent.limits();
+    w.landlock_helper = std::env::current_exe().ok();
+    if let Some(window) = config.context_window("agent") {
+        w.context_window = window;
+    }
+    w
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "host".into())
+}
+
+/// A run service client: the embedded queue, or a server over HTTP.
+enum Runs {
+    Local { service: Arc<RunService>, tenant: TenantRef, config: Config },
+    Remote { base: String, token: String, client: reqwest::Client },
+}
+
+impl Runs {
+    async fn open(config: &Config, target: &Target) -> anyhow::Result<Runs> {
+        if let Some(base) = &target.server {
+            let token = target.token.clone().context("--server needs --token (or CARET_TOKEN)")?;
+            let client = reqwest::Client::builder()
+                .timeout(Duration::from_secs(600))
+                .build()
+                .context("building the HTTP client")?;
+            return Ok(Runs::Remote { base: base.trim_end_matches('/').to_owned(), token, client });
+        }
+        let service = caret_server::open(&config.storage()).await.context("opening the embedded server's storage")?;
+        let tenant = match service.db().tenant_by_name("local").await? {
+            Some(t) => t,
+            None => service.db().create_tenant("local").await?,
+        };
+        let runs = open_service(config, &service, None).await?;
+        Ok(Runs::Local {
+            service: Arc::new(runs),
+            tenant: TenantRef { id: tenant.id, name: tenant.name },
+            config: config.clone(),
+        })
+    }
+
+    async fn call<T: serde::de::DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> anyhow::Result<T> {
+        let Runs::Remote { token, .. } = self else { bail!("not a server") };
+        let resp = req.bearer_auth(token).send().await.context("reaching the server")?;
+        let status = resp.status();
+        let text = resp.text().await.context("reading the server's answer")?;
+        if !status.is_success() {
+            let message =
+                serde_json::from_str::<caret_protocol::ErrorBody>(&text).map(|b| b.error.message).unwrap_or(text);
+            bail!("the server answered {status}: {message}");
+        }
+        let text = if text.is_empty() { "null".to_owned() } else { text };
+        serde_json::from_str(&text).with_context(|| format!("reading the server's answer {text:?}"))
+    }
+
+    fn url(&self, path: &str) -> String {
+        match self {
+            Runs::Remote { base, .. } => format!("{base}{path}"),
+            Runs::Local { .. } => path.to_owned(),
+        }
+    }
+
+    async fn submit(&self, req: CreateRun) -> anyhow::Result<RunInfo> {
+        match self {
+            Runs::Local { service, tenant, config } => {
+                let mut req = req;
+                req.model = Some(default_alias(config, req.model.as_deref())?);
+                let info = service.submit(tenant, req).await?;
+                ensure_local_worker(config)?;
+                Ok(info)
+            }
+            Runs::Remote { client, .. } => self.call(client.post(self.url("/v1/runs")).json(&req)).await,
+        }
+    }
+
+    async fn list(&self, limit: u32) -> anyhow::Result<Vec<RunInfo>> {
+        match self {
+            Runs::Local { service, tenant, .. } => Ok(service.list(&tenant.id, limit).await?),
+            Runs::Remote { client, .. } => {
+                let l: RunList = self.call(client.get(self.url(&format!("/v1/runs?limit={limit}")))).await?;
+                Ok(l.runs)
+            }
+        }
+    }
+
+    async fn get(&self, id: &str) -> anyhow::Result<RunInfo> {
+        match self {
+            Runs::Local { service, tenant, .. } => Ok(service.get(&tenant.id, id).await?),
+            Runs::Remote { client, .. } => self.call(client.get(self.url(&format!("/v1/runs/{id}")))).await,
+        }
+    }
+
+    async fn cancel(&self, id: &str) -> anyhow::Result<RunInfo> {
+        match self {
+            Runs::Local { service, tenant, .. } => Ok(service.cancel(&tenant.id, id).await?),
+            Runs::Remote { client, .. } => self.call(client.post(self.url(&format!("/v1/runs/{id}/cancel")))).await,
+        }
+    }
+
+    async fn delete(&self, id: &str) -> anyhow::Result<()> {
+        match self {
+            Runs::Local { service, tenant, .. } => Ok(service.delete(&tenant.id, id).await?),
+            Runs::Remote { client, .. } => self.call(client.delete(self.url(&format!("/v1/runs/{id}")))).await,
+        }
+    }
+
+    async fn result(&self, id: &str) -> anyhow::Result<RunResult> {
+        match self {
+            Runs::Local { service, tenant, .. } => Ok(service.result(&tenant.id, id).await?),
+            Runs::Remote { client, .. } => self.call(client.get(self.url(&format!("/v1/runs/{id}/result")))).await,
+        }
+    }
+
+    async fn events(&self, id: &str, after: u64) -> anyhow::Result<Vec<NumberedEvent>> {
+        match self {
+            Runs::Local { service, tenant, .. } => Ok(service.events(&tenant.id, id, after, 1000).await?),
+            Runs::Remote { client, .. } => {
+                let url = self.url(&format!("/v1/runs/{id}/events?follow=false&after={after}"));
+                self.call(client.get(url)).await
+            }
+        }
+    }
+
+    async fn put_secret(&self, name: &str, value: String) -> anyhow::Result<()> {
+        match self {
+            Runs::Local { service, tenant, .. } => Ok(service.put_secret(&tenant.id, name, &value).await?),
+            Runs::Remote { client, .. } => {
+                self.call(client.put(self.url(&format!("/v1/secrets/{name}"))).json(&PutSecret { value })).await
+            }
+        }
+    }
+
+    async fn secrets(&self) -> anyhow::Result<Vec<String>> {
+        match self {
+            Runs::Local { service, tenant, .. } => Ok(service.secret_names(&tenant.id).await?),
+            Runs::Remote { client, .. } => {
+                let l: SecretList = self.call(client.get(self.url("/v1/secrets"))).await?;
+                Ok(l.names)
+            }
+        }
+    }
+
+    async fn delete_secret(&self, name: &str) -> anyhow::Result<()> {
+        match self {
+            Runs::Local { service, tenant, .. } => Ok(service.delete_secret(&tenant.id, name).await?),
+            Runs::Remote { client, .. } => self.call(client.delete(self.url(&format!("/v1/secrets/{name}")))).await,
+        }
+    }
+}
+
+/// The model alias for an embedded run (the submitting process does not load models).
+fn default_alias(config: &Config, asked: Option<&str>) -> anyhow::Result<String> {
+    let aliases: Vec<&str> = config.models.iter().map(|m| m.alias.as_str()).collect();
+    match asked {
+        Some(m) if aliases.contains(&m) => Ok(m.to_owned()),
+        Some(m) => bail!("unknown model alias {m:?} (configured: {})", aliases.join(", ")),
+        None => aliases.iter().find(|a| **a == "agent").or(aliases.first()).map(|a| (*a).to_owned()).context(
+            "no models are configured: add [[models]] to the config (an `agent` alias is used first; for a local \
+             model, `caret models pull qwen2.5-coder-1.5b-instruct-q4`), or use --server",
+        ),
+    }
+}
+
+/// Starts a local worker for the embedded queue unless one is running: it runs detached
+/// (its log in `$CARET_HOME/runs/worker.log`) and stops when the queue has been empty a while.
+fn ensure_local_worker(config: &Config) -> anyhow::Result<()> {
+    let dir = config.home.join("runs");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let pid_file = dir.join("worker.pid");
+    if let Ok(pid) = std::fs::read_to_string(&pid_file)
+        && let Ok(pid) = pid.trim().parse::<u32>()
+        && Path::new(&format!("/proc/{pid}")).exists()
+    {
+        return Ok(());
+    }
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("worker.log"))
+        .with_context(|| format!("opening {}", dir.join("worker.log").display()))?;
+    let exe = std::env::current_exe().context("finding the caret binary")?;
+    use std::os::unix::process::CommandExt as _;
+    // How long it waits for more runs once the queue is empty (CARET_LOCAL_WORKER_IDLE).
+    let idle = std::env::var("CARET_LOCAL_WORKER_IDLE").unwrap_or_else(|_| "60s".into());
+    let child = std::process::Command::new(exe)
+        .args(["worker", "--exit-when-idle", &idle])
+        .env_remove("CARET_SERVER")
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .context("starting a local worker")?;
+    std::fs::write(&pid_file, child.id().to_string())?;
+    Ok(())
+}
+
+/// The checkout as a bundle of HEAD plus its uncommitted changes (untracked files included,
+/// ignored ones not), without touching the user's index.
+fn bundle_checkout(path: &Path) -> anyhow::Result<RepoSource> {
+    let git = |args: &[&str], index: Option<&Path>| -> anyhow::Result<Vec<u8>> {
+        let mut c = std::process::Command::new("git");
+        c.args(args).current_dir(path);
+        if let Some(i) = index {
+            c.env("GIT_INDEX_FILE", i);
+        }
+        let out = c.output().context("running git")?;
+        if !out.status.success() {
+            bail!("git {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+        }
+        Ok(out.stdout)
+    };
+    let text = |b: Vec<u8>| String::from_utf8_lossy(&b).trim().to_owned();
+    let head = text(
+        git(&["rev-parse", "HEAD"], None)
+            .with_context(|| format!("{} is not a git checkout with a commit (or give --repo URL)", path.display()))?,
+    );
+    let tmp = tempdir()?;
+    let bundle = tmp.join("code.bundle");
+    git(&["bundle", "create", "-q", &bundle.display().to_string(), "HEAD"], None)?;
+    // A copy of the index, so that `add -A` sees untracked files without changing the real one.
+    let index = tmp.join("index");
+    let real = text(git(&["rev-parse", "--git-path", "index"], None)?);
+    let real = if Path::new(&real).is_absolute() { PathBuf::from(real) } else { path.join(real) };
+    if real.exists() {
+        std::fs::copy(&real, &index).context("copying the git index")?;
+    }
+    git(&["add", "-A"], Some(&index))?;
+    let patch = String::from_utf8(git(&["diff", "--cached", "--binary", "HEAD"], Some(&index))?)
+        .context("the uncommitted changes are not text")?;
+    let bytes = std::fs::read(&bundle)?;
+    let _ = std::fs::remove_dir_all(&tmp);
+    Ok(RepoSource::Bundle { bundle: base64::engine::general_purpose::STANDARD.encode(bytes), head, patch })
+}
+
+fn tempdir() -> anyhow::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("caret-run-{}-{:08x}", std::process::id(), fastrand_u32()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+fn fastrand_u32() -> u32 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos())
+}
+
+pub fn run(config: &Config, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let wall = crate::config::parse_duration(&args.wall_time).context("--wall-time")?;
+    let repo = match &args.repo {
+        Some(url) => RepoSource::Git { url: url.clone(), git_ref: args.git_ref.clone() },
+        None => bundle_checkout(&args.path)?,
+    };
+    let req = CreateRun {
+        repo,
+        task: args.task.clone(),
+        model: args.model.clone(),
+        limits: RunLimits { wall_time_s: wall.as_secs().max(1), model_tokens: args.model_tokens, steps: args.steps },
+        environment: RunEnvironment {
+            setup: args.setup.clone(),
+            env: args.env.iter().cloned().collect(),
+            secrets: args.secret.clone(),
+            test: args.test.clone(),
+            network: args.network,
+        },
+        class: args.class,
+    };
+    runtime()?.block_on(async {
+        let runs = Runs::open(config, &args.target).await?;
+        let info = runs.submit(req).await?;
+        if args.target.json && !args.wait {
+            println!("{}", serde_json::to_string(&info)?);
+        } else if !args.wait {
+            println!("{}", info.id);
+            eprintln!("queued; follow it with: caret runs logs -f {}", info.id);
+        } else {
+            eprintln!("run {} queued", info.id);
+        }
+        if !args.wait {
+            return Ok(ExitCode::SUCCESS);
+        }
+        let end = follow(&runs, &info.id, 0, args.target.json).await?;
+        Ok(if end.state == caret_protocol::runs::RunState::Succeeded { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    })
+}
+
+/// Prints events after `after` until the run ends (reconnecting as needed); the run at its end.
+async fn follow(runs: &Runs, id: &str, mut after: u64, json: bool) -> anyhow::Result<RunInfo> {
+    let mut failures = 0;
+    loop {
+        // The state first: once it is final, the events read next are all there are.
+        let info = match runs.get(id).await {
+            Ok(i) => i,
+            Err(e) if failures < 30 => {
+                failures += 1;
+                eprintln!("caret: {e:#}; trying again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let events = runs.events(id, after).await.unwrap_or_default();
+        failures = 0;
+        for e in &events {
+            print_event(e, json);
+            after = e.seq;
+        }
+        if info.state.is_final() && events.is_empty() {
+            if !json {
+                let why = info.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
+                eprintln!("run {} {}{why}", info.id, info.state.as_str());
+            }
+            return Ok(info);
+        }
+        if events.is_empty() {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+}
+
+fn print_event(e: &NumberedEvent, json: bool) {
+    let mut out = std::io::stdout().lock();
+    if json {
+        let _ = writeln!(out, "{}", serde_json::to_string(e).unwrap_or_default());
+        return;
+    }
+    let line = match &e.event {
+        RunEvent::Run(RunStatus::RunStarted { attempt, worker }) => format!("── attempt {attempt} on {worker}"),
+        RunEvent::Run(RunStatus::SetupStep { command, exit_code, duration_ms, .. }) => {
+            format!("$ {command}  → {}  ({duration_ms} ms)", exit_code.map_or("killed".into(), |c| c.to_string()))
+        }
+        RunEvent::Run(RunStatus::AttemptLost { attempt, reason }) => format!("── attempt {attempt} lost: {reason}"),
+        RunEvent::Run(RunStatus::RunFinished { state, reason }) => {
+            format!("── {}{}", state.as_str(), reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())
+        }
+        RunEvent::Agent(Event::TextDelta { text }) => {
+            let _ = write!(out, "{text}");
+            let _ = out.flush();
+            return;
+        }
+        RunEvent::Agent(Event::ToolCallBegin { name, arguments, .. }) => {
+            let args = arguments.to_string();
+            let args: String = args.chars().take(120).collect();
+            format!("\n▸ {name} {args}")
+        }
+        RunEvent::Agent(Event::ToolCallEnd { name, ok, output, .. }) => {
+            let first = output.lines().next().unwrap_or("");
+            format!("  {} {name}: {}", if *ok { "✓" } else { "✗" }, first.chars().take(120).collect::<String>())
+        }
+        RunEvent::Agent(Event::FileChange { path, .. }) => format!("  edited {path}"),
+        RunEvent::Agent(Event::Error { message }) => format!("  error: {message}"),
+        RunEvent::Agent(Event::TurnEnd { reason, .. }) => format!("\n── agent: {reason:?}"),
+        RunEvent::Agent(_) => return,
+    };
+    let _ = writeln!(out, "{line}");
+}
+
+pub fn runs(config: &Config, cmd: RunsCommand) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        match cmd {
+            RunsCommand::Ls { limit, target } => {
+                let runs = Runs::open(config, &target).await?;
+                let list = runs.list(limit).await?;
+                if target.json {
+                    println!("{}", serde_json::to_string(&RunList { runs: list })?);
+                } else {
+                    for r in list {
+                        let task: String = r.task.lines().next().unwrap_or("").chars().take(60).collect();
+                        println!("{}  {:<9}  {:<11}  {task}", r.id, r.state.as_str(), r.class.as_str());
+                    }
+                }
+            }
+            RunsCommand::Show { id, target } => {
+                let runs = Runs::open(config, &target).await?;
+                let info = runs.get(&id).await?;
+                let result = if info.state.is_final() { runs.result(&id).await.ok() } else { None };
+                if target.json {
+                    println!("{}", serde_json::json!({"run": info, "result": result}));
+                } else {
+                    println!(
+                        "{}  {} ({} attempt {} of {})",
+                        info.id,
+                        info.state.as_str(),
+                        info.class.as_str(),
+                        info.attempt,
+                        info.max_attempts
+                    );
+                    println!("task: {}", info.task);
+                    if let Some(r) = &info.reason {
+                        println!("reason: {r}");
+                    }
+                    println!("model: {}  tokens used: {}", info.model, info.tokens_used);
+                    if let Some(res) = result {
+                        println!(
+                            "files changed: {}",
+                            if res.files.is_empty() { "none".into() } else { res.files.join(", ") }
+                        );
+                        if let Some(t) = &res.test {
+                            println!("tests ({}): exit {:?}", t.command, t.exit_code);
+                        }
+                        println!(
+                            "timings: launch {} ms, first model call {} ms, agent {} ms, total {} ms",
+                            res.timings.launch_ms,
+                            res.timings.first_model_call_ms,
+                            res.timings.agent_ms,
+                            res.timings.total_ms
+                        );
+                        if !res.final_message.is_empty() {
+                            println!("\n{}", res.final_message);
+                        }
+                    }
+                }
+            }
+            RunsCommand::Logs { id, follow: f, target } => {
+                let runs = Runs::open(config, &target).await?;
+                if f {
+                    follow(&runs, &id, 0, target.json).await?;
+                } else {
+                    let mut after = 0;
+                    loop {
+                        let events = runs.events(&id, after).await?;
+                        if events.is_empty() {
+                            break;
+                        }
+                        for e in &events {
+                            print_event(e, target.json);
+                            after = e.seq;
+                        }
+                    }
+                }
+            }
+            RunsCommand::Diff { id, target } => {
+                let runs = Runs::open(config, &target).await?;
+                let result = runs.result(&id).await?;
+                if target.json {
+                    println!("{}", serde_json::json!({"patch": result.patch, "files": result.files}));
+                } else {
+                    print!("{}", result.patch);
+                }
+            }
+            RunsCommand::Apply { id, path, force, target } => {
+                let runs = Runs::open(config, &target).await?;
+                let result = runs.result(&id).await?;
+                apply_patch(&path, &result, force)?;
+                if target.json {
+                    println!("{}", serde_json::json!({"applied": result.files}));
+                } else {
+                    println!("applied {} file(s): {}", result.files.len(), result.files.join(", "));
+                }
+            }
+            RunsCommand::Cancel { id, target } => {
+                let runs = Runs::open(config, &target).await?;
+                let info = runs.cancel(&id).await?;
+                if target.json {
+                    println!("{}", serde_json::to_string(&info)?);
+                } else if info.state.is_final() {
+                    println!("{} {}", info.id, info.state.as_str());
+                } else {
+                    println!("{}: cancel asked; the worker stops it within seconds", info.id);
+                }
+            }
+            RunsCommand::Rm { id, target } => {
+                let runs = Runs::open(config, &target).await?;
+                runs.delete(&id).await?;
+                if !target.json {
+                    println!("deleted {id}");
+                }
+            }
+        }
+        anyhow::Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Applies a run's patch with `git apply --3way`, refusing when a file it changes has
+/// uncommitted changes (unless forced): the user's work is never mixed into silently.
+fn apply_patch(path: &Path, result: &RunResult, force: bool) -> anyhow::Result<()> {
+    if result.patch.is_empty() {
+        bail!("the run changed nothing");
+    }
+    let status = std::process::Command::new("git")
+        .args(["status", "--porcelain", "-z"])
+        .current_dir(path)
+        .output()
+        .context("running git status")?;
+    anyhow::ensure!(status.status.success(), "{} is not a git checkout", path.display());
+    let dirty: Vec<String> = String::from_utf8_lossy(&status.stdout)
+        .split('\0')
+        .filter(|e| e.len() > 3)
+        .map(|e| e[3..].to_owned())
+        .collect();
+    let touched: Vec<&String> = result.files.iter().filter(|f| dirty.contains(f)).collect();
+    if !touched.is_empty() && !force {
+        bail!(
+            "uncommitted changes in {} which the run also changes: commit or stash them, or use --force",
+            touched.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    let tmp = tempdir()?;
+    let file = tmp.join("run.patch");
+    std::fs::write(&file, &result.patch)?;
+    let out = std::process::Command::new("git")
+        .args(["apply", "--3way", "--whitespace=nowarn"])
+        .arg(&file)
+        .current_dir(path)
+        .output()
+        .context("running git apply")?;
+    let _ = std::fs::remove_dir_all(&tmp);
+    if !out.status.success() {
+        bail!("git apply --3way failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
+}
+
+pub fn secret(config: &Config, cmd: SecretCommand) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        match cmd {
+            SecretCommand::Set { name, target } => {
+                let mut value = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut value).context("reading the value")?;
+                let value = value.trim_end_matches(['\n', '\r']).to_owned();
+                Runs::open(config, &target).await?.put_secret(&name, value).await?;
+                eprintln!("stored secret {name} (encrypted; runs name it with --secret {name})");
+            }
+            SecretCommand::Ls { target } => {
+                for n in Runs::open(config, &target).await?.secrets().await? {
+                    println!("{n}");
+                }
+            }
+            SecretCommand::Rm { name, target } => {
+                Runs::open(config, &target).await?.delete_secret(&name).await?;
+            }
+        }
+        anyhow::Ok(ExitCode::SUCCESS)
+    })
+}
+
+pub fn worker(config: &Config, args: WorkerArgs) -> anyhow::Result<ExitCode> {
+    if args.sandbox != "bwrap" {
+        bail!(
+            "sandbox {:?} is not available in this build: bwrap (bubblewrap + Landlock + seccomp + cgroups) is",
+            args.sandbox
+        );
+    }
+    let idle =
+        args.exit_when_idle.as_deref().map(crate::config::parse_duration).transpose().context("--exit-when-idle")?;
+    runtime()?.block_on(async {
+        let (drain_tx, drain) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            crate::server::shutdown_signal().await;
+            eprintln!("caret worker: draining (running attempts finish or are handed back)");
+            let _ = drain_tx.send(true);
+        });
+        let summary = match &args.server {
+            Some(server) => {
+                let token = args.token.clone().context("--server needs --token (an operator token)")?;
+                let client = reqwest::Client::builder()
+                    .timeout(Duration::from_secs(120))
+                    .build()
+                    .context("building the HTTP client")?;
+                let w = worker_config(config, args.slots, idle, args.work_dir.clone());
+                let coord = Arc::new(caret_anyrun::remote::Remote::new(server, &token, client));
+                eprintln!("caret worker: {} slot(s) taking runs from {server}", args.slots);
+                Worker::new(coord, w).run(drain).await?
+            }
+            None => {
+                let service = caret_server::open(&config.storage()).await.context("opening the embedded queue")?;
+                let gateway = config.gateway()?;
+                let runs = Arc::new(open_service(config, &service, gateway).await?);
+                let _upkeep = spawn_upkeep(runs.clone());
+                let pid_file = config.home.join("runs").join("worker.pid");
+                if let Some(dir) = pid_file.parent() {
+                    std::fs::create_dir_all(dir)?;
+                }
+                std::fs::write(&pid_file, std::process::id().to_string())?;
+                let w = worker_config(config, args.slots, idle, args.work_dir.clone());
+                let summary = Worker::new(Arc::new(InProcess(runs)), w).run(drain).await;
+                if std::fs::read_to_string(&pid_file).is_ok_and(|p| p.trim() == std::process::id().to_string()) {
+                    let _ = std::fs::remove_file(&pid_file);
+                }
+                summary?
+            }
+        };
+        eprintln!("caret worker: stopped ({} run(s) ended, {} handed back)", summary.completed, summary.abandoned);
+        anyhow::Ok(ExitCode::SUCCESS)
+    })
+}
