@@ -1,0 +1,232 @@
+//! Anyrun's figures: lease latency with a deep queue, and many concurrent sandboxed runs
+//! against a scripted model (a test double, so the figures are the orchestrator's own).
+//!
+//! `cargo bench -p caret-anyrun --bench runs [-- QUEUED LEASES RUNS]` (defaults 10000 500 200);
+//! with `CARET_BENCH_DATABASE_URL=postgres://…` the queue is on PostgreSQL (a new schema).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use caret_anyrun::queue::{Dialect, Queue};
+use caret_anyrun::service::{RunService, RunSettings, TenantRef};
+use caret_anyrun::worker::{InProcess, Worker, WorkerConfig};
+use caret_models::openai::OpenAiProvider;
+use caret_models::{Deployment, DeploymentLimits, Gateway, GatewaySettings};
+use caret_protocol::runs::{CreateRun, LeaseRequest, RepoSource, RunClass, RunEnvironment, RunLimits, RunState};
+use caret_test_support::TempDir;
+use caret_test_support::scripted::{Answer, Behaviour, ScriptedUpstream};
+use sqlx::any::AnyPoolOptions;
+
+async fn queue(dir: &TempDir) -> (Queue, String) {
+    sqlx::any::install_default_drivers();
+    if let Some(url) = std::env::var("CARET_BENCH_DATABASE_URL").ok().filter(|u| !u.is_empty()) {
+        let schema = format!("anyrun_bench_{}", std::process::id());
+        let admin = AnyPoolOptions::new().max_connections(1).connect(&url).await.unwrap();
+        sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {schema}")).execute(&admin).await.unwrap();
+        let set = format!("SET search_path TO {schema}");
+        let pool = AnyPoolOptions::new()
+            .max_connections(8)
+            .after_connect(move |conn, _| {
+                let set = set.clone();
+                Box::pin(async move {
+                    sqlx::Executor::execute(conn, set.as_str()).await?;
+                    Ok(())
+                })
+            })
+            .connect(&url)
+            .await
+            .unwrap();
+        return (Queue::open(pool, Dialect::Postgres).await.unwrap(), "PostgreSQL".into());
+    }
+    let url = format!("sqlite://{}?mode=rwc", dir.join("caret.db").display());
+    let pool = AnyPoolOptions::new().max_connections(1).connect(&url).await.unwrap();
+    (Queue::open(pool, Dialect::Sqlite).await.unwrap(), "SQLite".into())
+}
+
+async fn service(dir: &TempDir, gateway: Option<Arc<Gateway>>, settings: RunSettings) -> (Arc<RunService>, String) {
+    let (q, db) = queue(dir).await;
+    std::fs::create_dir_all(dir.join("objects")).unwrap();
+    let store = Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.join("objects")).unwrap());
+    let key = caret_crypto::WorkspaceKey::generate().unwrap();
+    (Arc::new(RunService::new(q, store, key, gateway, settings)), db)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn request(url: &str, class: RunClass) -> CreateRun {
+    CreateRun {
+        repo: RepoSource::Git { url: url.into(), git_ref: None },
+        task: "make add.sh add".into(),
+        model: Some("agent".into()),
+        limits: RunLimits::default(),
+        environment: RunEnvironment::default(),
+        class,
+    }
+}
+
+/// Lease latency with `queued` runs waiting (one tenant holds most of them, 19 others a few).
+async fn leases(queued: usize, leases: usize) {
+    let dir = TempDir::new();
+    let settings = RunSettings { max_running_per_tenant: 1_000_000, ..RunSettings::default() };
+    let (s, db) = service(&dir, None, settings).await;
+    let started = Instant::now();
+    for i in 0..queued {
+        let t = if i % 10 == 0 { format!("t{}", i % 19) } else { "big".into() };
+        let tenant = TenantRef { id: t.clone(), name: t };
+        let class = if i % 4 == 0 { RunClass::Interactive } else { RunClass::Batch };
+        s.submit(&tenant, request("file:///r", class)).await.unwrap();
+    }
+    let submit = started.elapsed();
+    let mut times = Vec::with_capacity(leases);
+    let req = LeaseRequest { worker: "bench".into(), slots: 1, busy: 0, sandbox: "none".into() };
+    for _ in 0..leases {
+        let t = Instant::now();
+        let lease = s.lease(&req).await.unwrap().unwrap();
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        s.queue()
+            .finish(&lease.lease.run, lease.lease.token, RunState::Succeeded, None, None, caret_anyrun::now_ms())
+            .await
+            .unwrap();
+    }
+    times.sort_by(f64::total_cmp);
+    println!(
+        "lease ({db}, {queued} queued, 20 tenants, 2 classes): p50 {:.2} ms  p99 {:.2} ms  max {:.2} ms over {leases} leases; \
+         submit {:.2} ms/run",
+        percentile(&times, 0.5),
+        percentile(&times, 0.99),
+        times.last().copied().unwrap_or_default(),
+        submit.as_secs_f64() * 1e3 / queued.max(1) as f64
+    );
+}
+
+/// RSS of this process's descendants (kB) and how many of them are sandboxes (bwrap).
+fn descendants() -> (u64, usize) {
+    let me = std::process::id();
+    let mut parent = std::collections::HashMap::new();
+    let mut rss = std::collections::HashMap::new();
+    let mut names = std::collections::HashMap::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { continue };
+        for line in status.lines() {
+            if let Some(v) = line.strip_prefix("PPid:") {
+                parent.insert(pid, v.trim().parse::<u32>().unwrap_or(0));
+            } else if let Some(v) = line.strip_prefix("VmRSS:") {
+                rss.insert(pid, v.trim().trim_end_matches(" kB").trim().parse::<u64>().unwrap_or(0));
+            } else if let Some(v) = line.strip_prefix("Name:") {
+                names.insert(pid, v.trim().to_owned());
+            }
+        }
+    }
+    let (mut total, mut sandboxes) = (0, 0);
+    for (&pid, _) in &parent {
+        let mut p = pid;
+        let mut depth = 0;
+        while p > 1 && p != me && depth < 64 {
+            p = parent.get(&p).copied().unwrap_or(0);
+            depth += 1;
+        }
+        if p == me && pid != me {
+            total += rss.get(&pid).copied().unwrap_or(0);
+            if names.get(&pid).is_some_and(|n| n == "bwrap") {
+                sandboxes += 1;
+            }
+        }
+    }
+    (total, sandboxes / 2)
+}
+
+/// `runs` runs at once, each: clone, sandbox, a 2-second command, an answer.
+async fn concurrent(runs: usize) {
+    let dir = TempDir::new();
+    dir.write("repo/add.sh", "echo $(( $1 - $2 ))\n");
+    let repo = dir.join("repo");
+    for args in [&["init", "-q"][..], &["add", "-A"], &["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "-m", "i"]]
+    {
+        assert!(std::process::Command::new("git").args(args).current_dir(&repo).status().unwrap().success());
+    }
+    let up = ScriptedUpstream::start("bench-model").await;
+    up.set(Behaviour {
+        conversation: vec![
+            Answer::Calls(vec![("run_terminal_cmd".into(), serde_json::json!({"command": "sleep 2; sh add.sh 2 3"}))]),
+            Answer::Text("done".into()),
+        ],
+        ..Behaviour::default()
+    });
+    let provider = Arc::new(OpenAiProvider::new(&up.url, None).unwrap());
+    let mut g = Gateway::new(GatewaySettings::default());
+    let limits = DeploymentLimits { max_concurrency: 1024, max_queue: 4096, ..DeploymentLimits::default() };
+    g.add_alias("agent", vec![Deployment::new("scripted", provider, "m", 0, 1, limits)]);
+    let settings = RunSettings { max_running_per_tenant: runs as u32, ..RunSettings::default() };
+    let (s, db) = service(&dir, Some(Arc::new(g)), settings).await;
+    let tenant = TenantRef { id: "t".into(), name: "t".into() };
+    let url = format!("file://{}", repo.display());
+    let mut ids = Vec::new();
+    for _ in 0..runs {
+        ids.push(s.submit(&tenant, request(&url, RunClass::Batch)).await.unwrap().id);
+    }
+    let mut config = WorkerConfig::new("bench", runs as u32, dir.join("work"));
+    config.poll = Duration::from_millis(20);
+    config.exit_when_idle = Some(Duration::from_millis(500));
+    let started = Instant::now();
+    let (_drain, drained) = tokio::sync::watch::channel(false);
+    let worker = tokio::spawn(Worker::new(Arc::new(InProcess(s.clone())), config).run(drained));
+    // Sample the sandboxes while the commands sleep.
+    let (mut peak_sandboxes, mut rss_at_peak) = (0, 0);
+    while !worker.is_finished() {
+        let (rss, n) = descendants();
+        if n > peak_sandboxes {
+            (peak_sandboxes, rss_at_peak) = (n, rss);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let summary = worker.await.unwrap().unwrap();
+    let wall = started.elapsed();
+    let (mut launch, mut first_call, mut ok) = (Vec::new(), Vec::new(), 0);
+    for id in &ids {
+        let info = s.get("t", id).await.unwrap();
+        if info.state == RunState::Succeeded {
+            ok += 1;
+        }
+        if let Ok(r) = s.result("t", id).await {
+            launch.push(r.timings.launch_ms as f64);
+            first_call.push(r.timings.first_model_call_ms as f64);
+        }
+    }
+    launch.sort_by(f64::total_cmp);
+    first_call.sort_by(f64::total_cmp);
+    println!(
+        "concurrent runs ({db}, {runs} slots, each: git clone, bwrap sandbox, one 2 s command): {ok}/{runs} succeeded \
+         ({} completed by the worker) in {:.1} s",
+        summary.completed,
+        wall.as_secs_f64()
+    );
+    println!(
+        "  launch (lease → checkout + sandbox ready) p50 {:.0} ms p99 {:.0} ms; lease → first model call p50 {:.0} ms p99 {:.0} ms",
+        percentile(&launch, 0.5),
+        percentile(&launch, 0.99),
+        percentile(&first_call, 0.5),
+        percentile(&first_call, 0.99)
+    );
+    if peak_sandboxes > 0 {
+        println!(
+            "  {peak_sandboxes} sandboxes live at once: {:.1} MB RSS of their processes in all, {:.2} MB per sandbox",
+            rss_at_peak as f64 / 1024.0,
+            rss_at_peak as f64 / 1024.0 / peak_sandboxes as f64
+        );
+    }
+}
+
+fn main() {
+    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let (queued, lease_count, runs) =
+        (args.first().copied().unwrap_or(10_000), args.get(1).copied().unwrap_or(500), args.get(2).copied().unwrap_or(200));
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        leases(queued, lease_count).await;
+        concurrent(runs).await;
+    });
+}
