@@ -21,7 +21,10 @@ use sqlx::any::AnyPoolOptions;
 async fn queue(dir: &TempDir) -> (Queue, String) {
     sqlx::any::install_default_drivers();
     if let Some(url) = std::env::var("CARET_BENCH_DATABASE_URL").ok().filter(|u| !u.is_empty()) {
-        let schema = format!("anyrun_bench_{}", std::process::id());
+        // A schema of its own per measurement (the lease bench leaves its runs queued).
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let schema = format!("anyrun_bench_{}_{n}", std::process::id());
         let admin = AnyPoolOptions::new().max_connections(1).connect(&url).await.unwrap();
         sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {schema}")).execute(&admin).await.unwrap();
         let set = format!("SET search_path TO {schema}");
@@ -53,6 +56,9 @@ async fn service(dir: &TempDir, gateway: Option<Arc<Gateway>>, settings: RunSett
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
@@ -122,7 +128,7 @@ fn descendants() -> (u64, usize) {
         }
     }
     let (mut total, mut sandboxes) = (0, 0);
-    for (&pid, _) in &parent {
+    for &pid in parent.keys() {
         let mut p = pid;
         let mut depth = 0;
         while p > 1 && p != me && depth < 64 {
@@ -144,7 +150,8 @@ async fn concurrent(runs: usize) {
     let dir = TempDir::new();
     dir.write("repo/add.sh", "echo $(( $1 - $2 ))\n");
     let repo = dir.join("repo");
-    for args in [&["init", "-q"][..], &["add", "-A"], &["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "-m", "i"]]
+    for args in
+        [&["init", "-q"][..], &["add", "-A"], &["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "-m", "i"]]
     {
         assert!(std::process::Command::new("git").args(args).current_dir(&repo).status().unwrap().success());
     }
@@ -222,8 +229,11 @@ async fn concurrent(runs: usize) {
 
 fn main() {
     let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
-    let (queued, lease_count, runs) =
-        (args.first().copied().unwrap_or(10_000), args.get(1).copied().unwrap_or(500), args.get(2).copied().unwrap_or(200));
+    let (queued, lease_count, runs) = (
+        args.first().copied().unwrap_or(10_000),
+        args.get(1).copied().unwrap_or(500),
+        args.get(2).copied().unwrap_or(200),
+    );
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async {
         leases(queued, lease_count).await;

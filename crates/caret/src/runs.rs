@@ -255,7 +255,7 @@ fn hostname() -> String {
 
 /// A run service client: the embedded queue, or a server over HTTP.
 enum Runs {
-    Local { service: Arc<RunService>, tenant: TenantRef, config: Config },
+    Local { service: Arc<RunService>, tenant: TenantRef, config: Box<Config> },
     Remote { base: String, token: String, client: reqwest::Client },
 }
 
@@ -278,7 +278,7 @@ impl Runs {
         Ok(Runs::Local {
             service: Arc::new(runs),
             tenant: TenantRef { id: tenant.id, name: tenant.name },
-            config: config.clone(),
+            config: Box::new(config.clone()),
         })
     }
 
