@@ -16,35 +16,11 @@ use caret_models::{Deployment, DeploymentLimits, Gateway, GatewaySettings};
 use caret_protocol::runs::{CreateRun, LeaseRequest, RepoSource, RunClass, RunEnvironment, RunLimits, RunState};
 use caret_test_support::TempDir;
 use caret_test_support::scripted::{Answer, Behaviour, ScriptedUpstream};
-use sqlx::any::AnyPoolOptions;
 
 async fn queue(dir: &TempDir) -> (Queue, String) {
-    sqlx::any::install_default_drivers();
-    if let Some(url) = std::env::var("CARET_BENCH_DATABASE_URL").ok().filter(|u| !u.is_empty()) {
-        // A schema of its own per measurement (the lease bench leaves its runs queued).
-        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let schema = format!("anyrun_bench_{}_{n}", std::process::id());
-        let admin = AnyPoolOptions::new().max_connections(1).connect(&url).await.unwrap();
-        sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {schema}")).execute(&admin).await.unwrap();
-        let set = format!("SET search_path TO {schema}");
-        let pool = AnyPoolOptions::new()
-            .max_connections(8)
-            .after_connect(move |conn, _| {
-                let set = set.clone();
-                Box::pin(async move {
-                    sqlx::Executor::execute(conn, set.as_str()).await?;
-                    Ok(())
-                })
-            })
-            .connect(&url)
-            .await
-            .unwrap();
-        return (Queue::open(pool, Dialect::Postgres).await.unwrap(), "PostgreSQL".into());
-    }
-    let url = format!("sqlite://{}?mode=rwc", dir.join("caret.db").display());
-    let pool = AnyPoolOptions::new().max_connections(1).connect(&url).await.unwrap();
-    (Queue::open(pool, Dialect::Sqlite).await.unwrap(), "SQLite".into())
+    let (pool, postgres) = caret_test_support::database::scratch(dir.path(), "CARET_BENCH_DATABASE_URL").await;
+    let (dialect, name) = if postgres { (Dialect::Postgres, "PostgreSQL") } else { (Dialect::Sqlite, "SQLite") };
+    (Queue::open(pool, dialect).await.unwrap(), name.into())
 }
 
 async fn service(dir: &TempDir, gateway: Option<Arc<Gateway>>, settings: RunSettings) -> (Arc<RunService>, String) {

@@ -20,37 +20,11 @@ use caret_protocol::runs::{
 use caret_test_support::TempDir;
 use caret_test_support::scripted::{Answer, Behaviour, ScriptedUpstream};
 use serde_json::json;
-use sqlx::any::AnyPoolOptions;
 
 /// A fresh database: SQLite in `dir`, or a new schema on the test PostgreSQL.
 async fn database(dir: &TempDir) -> (sqlx::AnyPool, Dialect) {
-    sqlx::any::install_default_drivers();
-    if let Some(url) = std::env::var("CARET_TEST_DATABASE_URL").ok().filter(|u| !u.is_empty()) {
-        let schema = format!("anyrun_{:016x}", fastrand_u64());
-        let admin = AnyPoolOptions::new().max_connections(1).connect(&url).await.unwrap();
-        sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&admin).await.unwrap();
-        let set = format!("SET search_path TO {schema}");
-        let pool = AnyPoolOptions::new()
-            .max_connections(8)
-            .after_connect(move |conn, _| {
-                let set = set.clone();
-                Box::pin(async move {
-                    sqlx::Executor::execute(conn, set.as_str()).await?;
-                    Ok(())
-                })
-            })
-            .connect(&url)
-            .await
-            .unwrap();
-        return (pool, Dialect::Postgres);
-    }
-    let url = format!("sqlite://{}?mode=rwc", dir.join("caret.db").display());
-    (AnyPoolOptions::new().max_connections(1).connect(&url).await.unwrap(), Dialect::Sqlite)
-}
-
-fn fastrand_u64() -> u64 {
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
-    u64::from(t.subsec_nanos()) ^ (u64::from(std::process::id()) << 32) ^ t.as_secs()
+    let (pool, postgres) = caret_test_support::database::scratch(dir.path(), "CARET_TEST_DATABASE_URL").await;
+    (pool, if postgres { Dialect::Postgres } else { Dialect::Sqlite })
 }
 
 struct Setup {

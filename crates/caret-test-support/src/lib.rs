@@ -7,6 +7,7 @@
 //! panic names the step that failed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod database;
 pub mod scripted;
 
 use std::path::{Path, PathBuf};
