@@ -211,6 +211,15 @@ fn row(r: &sqlx::any::AnyRow) -> Result<RunRow> {
     })
 }
 
+/// An insert's outcome, where a row inserted meanwhile by another process is as good as ours.
+fn unless_duplicate(inserted: std::result::Result<sqlx::any::AnyQueryResult, sqlx::Error>) -> Result<()> {
+    match inserted {
+        Ok(_) => Ok(()),
+        Err(sqlx::Error::Database(d)) if d.is_unique_violation() => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// A run a worker leased.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leased {
@@ -308,11 +317,7 @@ impl Queue {
                 .bind(i64::from(max_running))
                 .execute(&self.pool)
                 .await;
-            match inserted {
-                Ok(_) => {}
-                Err(sqlx::Error::Database(d)) if d.is_unique_violation() => {}
-                Err(e) => return Err(e.into()),
-            }
+            unless_duplicate(inserted)?;
         }
         Ok(())
     }
@@ -797,11 +802,7 @@ impl Queue {
             .bind(now_ms)
             .execute(&self.pool)
             .await;
-            match inserted {
-                Ok(_) => {}
-                Err(sqlx::Error::Database(d)) if d.is_unique_violation() => {}
-                Err(e) => return Err(e.into()),
-            }
+            unless_duplicate(inserted)?;
         }
         Ok(())
     }
