@@ -18,9 +18,7 @@
 //! Payloads (the run's spec, events, secrets) arrive here already sealed: this module stores
 //! text it cannot read.
 
-use std::collections::HashMap;
-
-use caret_protocol::runs::{RunClass, RunState};
+use caret_protocol::runs::{LeaseRequest, RunClass, RunState};
 use sqlx::{AnyPool, Row as _};
 
 use crate::{Error, Result};
@@ -392,47 +390,49 @@ impl Queue {
         rows.iter().map(row).collect()
     }
 
-    /// Leases the next run to `worker` for `ttl_ms`, or `None` when nothing can start now.
-    pub async fn lease(&self, worker: &str, now_ms: i64, ttl_ms: i64) -> Result<Option<Leased>> {
+    /// Leases the next run to the worker asking for `ttl_ms`, or `None` when nothing can start
+    /// now. The worker's slots and load are recorded in the same transaction.
+    pub async fn lease(&self, worker: &LeaseRequest, now_ms: i64, ttl_ms: i64) -> Result<Option<Leased>> {
         let mut tx = self.pool.begin().await?;
         // A write first: on SQLite the transaction takes the write lock now, so two processes
         // cannot both read the queue and then collide on the update.
-        sqlx::query("UPDATE anyrun_workers SET last_seen_ms = $1 WHERE name = $2")
-            .bind(now_ms)
-            .bind(worker)
-            .execute(&mut *tx)
-            .await?;
-        let queued = sqlx::query(
-            "SELECT class_rank, tenant_id, MIN(created_ms) FROM anyrun_runs \
-             WHERE state = 'queued' GROUP BY class_rank, tenant_id",
+        sqlx::query(
+            "INSERT INTO anyrun_workers (name, slots, busy, sandbox, last_seen_ms) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (name) DO UPDATE SET slots = excluded.slots, busy = excluded.busy, \
+             sandbox = excluded.sandbox, last_seen_ms = excluded.last_seen_ms",
         )
-        .fetch_all(&mut *tx)
+        .bind(&worker.worker)
+        .bind(i64::from(worker.slots))
+        .bind(i64::from(worker.busy))
+        .bind(&worker.sandbox)
+        .bind(now_ms)
+        .execute(&mut *tx)
         .await?;
-        if queued.is_empty() {
-            tx.commit().await?;
-            return Ok(None);
-        }
-        let mut running: HashMap<String, i64> = HashMap::new();
-        for r in sqlx::query("SELECT tenant_id, COUNT(*) FROM anyrun_runs WHERE state = 'running' GROUP BY tenant_id")
-            .fetch_all(&mut *tx)
-            .await?
-        {
-            running.insert(r.try_get(0)?, r.try_get(1)?);
-        }
-        let mut caps: HashMap<String, i64> = HashMap::new();
-        for r in sqlx::query("SELECT tenant_id, max_running FROM anyrun_tenants").fetch_all(&mut *tx).await? {
-            caps.insert(r.try_get(0)?, r.try_get(1)?);
-        }
-        let mut candidates: Vec<(i64, i64, i64, String)> = Vec::with_capacity(queued.len());
-        for r in &queued {
-            let tenant: String = r.try_get(1)?;
-            let busy = running.get(&tenant).copied().unwrap_or(0);
-            if busy < caps.get(&tenant).copied().unwrap_or(i64::MAX) {
-                candidates.push((r.try_get(0)?, busy, r.try_get(2)?, tenant));
-            }
-        }
-        candidates.sort();
-        for (class_rank, _, _, tenant) in candidates {
+        // One statement finds every line that may start a run: the head of each (tenant, class)
+        // line is one index probe, so the cost follows the number of tenants, not the depth of
+        // the queue; tenants at their cap are left out. Sorted: class first, then the tenant
+        // with fewest running, then the oldest head.
+        let candidates: Vec<(i64, String)> = sqlx::query(&format!(
+            "WITH busy AS (\
+               SELECT tenant_id, COUNT(*) AS n FROM anyrun_runs WHERE state = 'running' GROUP BY tenant_id\
+             ), heads AS (\
+               SELECT t.tenant_id AS tenant_id, t.max_running AS cap, c.class_rank AS class_rank, \
+                 (SELECT MIN(r.created_ms) FROM anyrun_runs r WHERE r.state = 'queued' \
+                   AND r.class_rank = c.class_rank AND r.tenant_id = t.tenant_id) AS head \
+               FROM anyrun_tenants t CROSS JOIN (SELECT {} AS class_rank UNION ALL SELECT {}) c\
+             ) \
+             SELECT h.class_rank, h.tenant_id FROM heads h LEFT JOIN busy b ON b.tenant_id = h.tenant_id \
+             WHERE h.head IS NOT NULL AND COALESCE(b.n, 0) < h.cap \
+             ORDER BY h.class_rank, COALESCE(b.n, 0), h.head, h.tenant_id",
+            rank(RunClass::Interactive),
+            rank(RunClass::Batch)
+        ))
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect::<Result<_>>()?;
+        for (class_rank, tenant) in candidates {
             if self.dialect == Dialect::Postgres {
                 // Hold the tenant while counting its running runs; a tenant another worker
                 // holds is passed over.
@@ -471,7 +471,7 @@ impl Queue {
                  worker = $1, lease_expires_ms = $2, started_ms = $3 WHERE id = $4 AND state = 'queued' \
                  RETURNING {COLUMNS}"
             ))
-            .bind(worker)
+            .bind(&worker.worker)
             .bind(now_ms + ttl_ms)
             .bind(now_ms)
             .bind(&id)

@@ -3,6 +3,7 @@
 //! sealed with its tenant's key before it reaches the database or the object store.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -118,6 +119,8 @@ pub struct RunService {
     settings: RunSettings,
     /// Run figures for `/metrics`.
     pub metrics: RunMetrics,
+    /// When a lease last collected expired leases.
+    last_expire_ms: AtomicI64,
 }
 
 impl std::fmt::Debug for RunService {
@@ -165,7 +168,15 @@ impl RunService {
         gateway: Option<Arc<Gateway>>,
         settings: RunSettings,
     ) -> RunService {
-        RunService { queue, store, key, gateway, settings, metrics: RunMetrics::default() }
+        RunService {
+            queue,
+            store,
+            key,
+            gateway,
+            settings,
+            metrics: RunMetrics::default(),
+            last_expire_ms: AtomicI64::new(0),
+        }
     }
 
     /// The queue.
@@ -494,10 +505,16 @@ impl RunService {
     /// Gives a worker the next run, or `None`.
     pub async fn lease(&self, req: &LeaseRequest) -> Result<Option<Lease>> {
         let now = now_ms();
-        self.queue.worker_seen(&req.worker, req.slots, req.busy, &req.sandbox, now).await?;
-        self.expire().await?;
+        // Expired leases are collected here too (at most once a second, so a busy fleet does not
+        // pay a scan per lease) besides the server's upkeep.
+        let last = self.last_expire_ms.load(Ordering::Relaxed);
+        if now - last >= 1000
+            && self.last_expire_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
+            self.expire().await?;
+        }
         let ttl = i64::try_from(self.settings.lease_ttl.as_millis()).unwrap_or(30_000);
-        let Some(leased) = self.queue.lease(&req.worker, now, ttl).await? else { return Ok(None) };
+        let Some(leased) = self.queue.lease(req, now, ttl).await? else { return Ok(None) };
         let row = leased.run;
         let tenant = self.tenant_name(&row).await;
         self.metrics.observe("queue_wait_seconds", row.class, &tenant, (now - row.created_ms).max(0) as f64 / 1e3);

@@ -112,7 +112,7 @@ async fn a_lost_lease_is_fenced_and_the_run_is_leased_again_until_its_attempts_a
     let t = tenant("t");
     let id = s.submit(&t, git_run("task", RunClass::Interactive)).await.unwrap().id;
     let t0 = now_ms();
-    let first = q.lease("w1", t0, 1000).await.unwrap().unwrap().run;
+    let first = q.lease(&lease_req("w1"), t0, 1000).await.unwrap().unwrap().run;
     assert_eq!((first.attempt, first.lease_token), (1, 1));
     assert!(!q.heartbeat(&id, 1, t0 + 500, 1000).await.unwrap());
     // The worker goes silent: the lease ends; the run is queued again.
@@ -120,7 +120,7 @@ async fn a_lost_lease_is_fenced_and_the_run_is_leased_again_until_its_attempts_a
     let expired = q.expire(t0 + 1600).await.unwrap();
     assert_eq!(expired.len(), 1);
     assert_eq!(expired[0].now, RunState::Queued);
-    let second = q.lease("w2", t0 + 1700, 1000).await.unwrap().unwrap().run;
+    let second = q.lease(&lease_req("w2"), t0 + 1700, 1000).await.unwrap().unwrap().run;
     assert_eq!((second.attempt, second.lease_token, second.worker.as_deref()), (2, 2, Some("w2")));
     // The first worker wakes up: everything it says is refused.
     assert!(matches!(q.heartbeat(&id, 1, t0 + 1800, 1000).await, Err(Error::Fenced(_))));
@@ -141,7 +141,7 @@ async fn a_lost_lease_is_fenced_and_the_run_is_leased_again_until_its_attempts_a
     let row = q.get(&t.id, &id).await.unwrap().unwrap();
     assert_eq!(row.state, RunState::Failed);
     assert!(row.reason.unwrap().contains("lease expired"), "the reason says why");
-    assert!(q.lease("w3", t0 + 3100, 1000).await.unwrap().is_none());
+    assert!(q.lease(&lease_req("w3"), t0 + 3100, 1000).await.unwrap().is_none());
 }
 
 /// A repository whose `add.sh` subtracts, with a test that says so.
