@@ -18,16 +18,17 @@
 //! Payloads (the run's spec, events, secrets) arrive here already sealed: this module stores
 //! text it cannot read.
 
-use caret_protocol::runs::{LeaseRequest, RunClass, RunState};
+use caret_protocol::runs::{LeaseRequest, RunClass, RunState, SandboxUsage};
 use sqlx::{AnyPool, Row as _};
 
 use crate::{Error, Result};
 
 /// Schema versions, applied in order, each once (own version table: the queue can share a
 /// database with the server's tables).
-const MIGRATIONS: &[(i64, &str)] = &[(
-    1,
-    "CREATE TABLE anyrun_tenants (
+const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        "CREATE TABLE anyrun_tenants (
         tenant_id TEXT PRIMARY KEY,
         name TEXT NOT NULL,
         max_running BIGINT NOT NULL
@@ -76,7 +77,14 @@ const MIGRATIONS: &[(i64, &str)] = &[(
         sandbox TEXT NOT NULL,
         last_seen_ms BIGINT NOT NULL
     )",
-)];
+    ),
+    (
+        2,
+        "ALTER TABLE anyrun_runs ADD COLUMN usage_processes BIGINT;
+    ALTER TABLE anyrun_runs ADD COLUMN usage_memory_bytes BIGINT;
+    ALTER TABLE anyrun_runs ADD COLUMN usage_cpu_ms BIGINT",
+    ),
+];
 
 /// Which SQL the database speaks where the two differ (row locks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -468,7 +476,7 @@ impl Queue {
             let id: String = next.try_get(0)?;
             let leased = sqlx::query(&format!(
                 "UPDATE anyrun_runs SET state = 'running', attempt = attempt + 1, lease_token = lease_token + 1, \
-                 worker = $1, lease_expires_ms = $2, started_ms = $3 WHERE id = $4 AND state = 'queued' \
+                 usage_processes = NULL, usage_memory_bytes = NULL, usage_cpu_ms = NULL, worker = $1, lease_expires_ms = $2, started_ms = $3 WHERE id = $4 AND state = 'queued' \
                  RETURNING {COLUMNS}"
             ))
             .bind(&worker.worker)
@@ -489,20 +497,40 @@ impl Queue {
 
     /// Renews a lease; answers whether a cancel was asked for. [`Error::Fenced`] when the
     /// token is not the run's current lease.
-    pub async fn heartbeat(&self, id: &str, token: u64, now_ms: i64, ttl_ms: i64) -> Result<bool> {
+    pub async fn heartbeat(
+        &self,
+        id: &str,
+        token: u64,
+        usage: Option<SandboxUsage>,
+        now_ms: i64,
+        ttl_ms: i64,
+    ) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
         let r = sqlx::query(
-            "UPDATE anyrun_runs SET lease_expires_ms = $1 WHERE id = $2 AND lease_token = $3 AND state = 'running' \
-             RETURNING cancel_requested",
+            "UPDATE anyrun_runs SET lease_expires_ms = $1, \
+             usage_processes = COALESCE($2, usage_processes), usage_memory_bytes = COALESCE($3, usage_memory_bytes), \
+             usage_cpu_ms = COALESCE($4, usage_cpu_ms) \
+             WHERE id = $5 AND lease_token = $6 AND state = 'running' RETURNING cancel_requested, worker",
         )
         .bind(now_ms + ttl_ms)
+        .bind(usage.map(|u| i64::from(u.processes)))
+        .bind(usage.map(|u| i(u.memory_bytes)))
+        .bind(usage.map(|u| i(u.cpu_ms)))
         .bind(id)
         .bind(i(token))
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *tx)
         .await?;
-        match r {
-            Some(r) => Ok(r.try_get::<i64, _>(0)? != 0),
-            None => Err(Error::Fenced(id.to_owned())),
+        let Some(r) = r else { return Err(Error::Fenced(id.to_owned())) };
+        // A worker whose slots are all busy asks for no runs; its runs' heartbeats say it lives.
+        if let Some(worker) = r.try_get::<Option<String>, _>(1)? {
+            sqlx::query("UPDATE anyrun_workers SET last_seen_ms = $1 WHERE name = $2")
+                .bind(now_ms)
+                .bind(worker)
+                .execute(&mut *tx)
+                .await?;
         }
+        tx.commit().await?;
+        Ok(r.try_get::<i64, _>(0)? != 0)
     }
 
     /// Checks that `token` is the run's current lease (and returns the run).
@@ -843,24 +871,40 @@ impl Queue {
     }
 
     /// Running runs with their tenants' names, oldest first.
-    pub async fn running(&self) -> Result<Vec<(RunRow, String)>> {
+    pub async fn running(&self) -> Result<Vec<(RunRow, String, Option<SandboxUsage>)>> {
         self.with_names("r.state = 'running' ORDER BY r.started_ms", 1000).await
     }
 
     /// The most recently ended runs with their tenants' names.
     pub async fn recent(&self, limit: u32) -> Result<Vec<(RunRow, String)>> {
-        self.with_names("r.state IN ('succeeded', 'failed', 'cancelled') ORDER BY r.finished_ms DESC", limit).await
+        let rows = self
+            .with_names("r.state IN ('succeeded', 'failed', 'cancelled') ORDER BY r.finished_ms DESC", limit)
+            .await?;
+        Ok(rows.into_iter().map(|(r, name, _)| (r, name)).collect())
     }
 
-    async fn with_names(&self, filter: &str, limit: u32) -> Result<Vec<(RunRow, String)>> {
+    async fn with_names(&self, filter: &str, limit: u32) -> Result<Vec<(RunRow, String, Option<SandboxUsage>)>> {
         let columns = COLUMNS.split(", ").map(|c| format!("r.{c}")).collect::<Vec<_>>().join(", ");
         let rows = sqlx::query(&format!(
-            "SELECT {columns}, COALESCE(t.name, r.tenant_id) FROM anyrun_runs r \
-             LEFT JOIN anyrun_tenants t ON t.tenant_id = r.tenant_id WHERE {filter} LIMIT $1"
+            "SELECT {columns}, COALESCE(t.name, r.tenant_id), r.usage_processes, r.usage_memory_bytes, r.usage_cpu_ms \
+             FROM anyrun_runs r LEFT JOIN anyrun_tenants t ON t.tenant_id = r.tenant_id WHERE {filter} LIMIT $1"
         ))
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(|r| Ok((row(r)?, r.try_get(19)?))).collect()
+        rows.iter()
+            .map(|r| {
+                let processes: Option<i64> = r.try_get(20)?;
+                let usage = match processes {
+                    Some(p) => Some(SandboxUsage {
+                        processes: u32::try_from(p).unwrap_or(0),
+                        memory_bytes: u(r.try_get::<Option<i64>, _>(21)?.unwrap_or(0)),
+                        cpu_ms: u(r.try_get::<Option<i64>, _>(22)?.unwrap_or(0)),
+                    }),
+                    None => None,
+                };
+                Ok((row(r)?, r.try_get(19)?, usage))
+            })
+            .collect()
     }
 }

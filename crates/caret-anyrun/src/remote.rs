@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use caret_models::{EventStream, Provider as _};
 use caret_protocol::llm::ChatRequest;
 use caret_protocol::runs::{
-    Completion, EventBatch, Heartbeat, HeartbeatAnswer, Lease, LeaseRef, LeaseRequest, RunEvent,
+    Completion, EventBatch, Heartbeat, HeartbeatAnswer, Lease, LeaseRef, LeaseRequest, RunEvent, SandboxUsage,
 };
 
 use crate::worker::Coordinator;
@@ -83,8 +83,8 @@ impl Coordinator for Remote {
         Ok(resp.bytes().await.map_err(|e| Error::Unavailable(format!("reading the bundle: {e}")))?.to_vec())
     }
 
-    async fn heartbeat(&self, lease: &LeaseRef) -> Result<bool> {
-        let body = Heartbeat { lease: lease.clone() };
+    async fn heartbeat(&self, lease: &LeaseRef, usage: Option<SandboxUsage>) -> Result<bool> {
+        let body = Heartbeat { lease: lease.clone(), usage };
         let resp = self.send(self.client.post(self.run_url(&lease.run, "heartbeat")).json(&body)).await?;
         Ok(Self::json::<HeartbeatAnswer>(resp).await?.cancel)
     }

@@ -13,8 +13,9 @@ use caret_crypto::seal::Sealer;
 use caret_models::{CallContext, Class, EventStream, Gateway};
 use caret_protocol::llm::ChatRequest;
 use caret_protocol::runs::{
-    Completion, CreateRun, Fleet, Lease, LeaseRef, LeaseRequest, NumberedEvent, QueueDepth, RepoSource, RunClass,
-    RunEnvironment, RunEvent, RunInfo, RunLimits, RunResult, RunState, RunStatus, RunningRun, WorkerInfo,
+    Completion, CreateRun, EndedRun, Fleet, Lease, LeaseRef, LeaseRequest, NumberedEvent, QueueDepth, RepoSource,
+    RunClass, RunEnvironment, RunEvent, RunInfo, RunLimits, RunResult, RunState, RunStatus, RunningRun, SandboxUsage,
+    WorkerInfo,
 };
 use futures::StreamExt as _;
 use object_store::ObjectStore;
@@ -576,9 +577,9 @@ impl RunService {
     }
 
     /// Renews a lease; whether to cancel.
-    pub async fn heartbeat(&self, lease: &LeaseRef) -> Result<bool> {
+    pub async fn heartbeat(&self, lease: &LeaseRef, usage: Option<SandboxUsage>) -> Result<bool> {
         let ttl = i64::try_from(self.settings.lease_ttl.as_millis()).unwrap_or(30_000);
-        self.queue.heartbeat(&lease.run, lease.token, now_ms(), ttl).await
+        self.queue.heartbeat(&lease.run, lease.token, usage, now_ms(), ttl).await
     }
 
     /// Records events of a leased run.
@@ -688,19 +689,6 @@ impl RunService {
     /// The fleet as operators see it.
     pub async fn fleet(&self) -> Result<Fleet> {
         let now = now_ms();
-        let workers = self
-            .queue
-            .workers(now - 5 * 60_000)
-            .await?
-            .into_iter()
-            .map(|(name, slots, busy, sandbox, seen)| WorkerInfo {
-                name,
-                slots,
-                busy,
-                sandbox,
-                last_seen_ms_ago: now - seen,
-            })
-            .collect();
         let queue = self
             .queue
             .depth()
@@ -708,25 +696,54 @@ impl RunService {
             .into_iter()
             .map(|(class, tenant, queued, running)| QueueDepth { class, tenant, queued, running })
             .collect();
-        let running = self
+        let running: Vec<RunningRun> = self
             .queue
             .running()
             .await?
             .into_iter()
-            .map(|(r, tenant)| RunningRun {
+            .map(|(r, tenant, usage)| RunningRun {
                 id: r.id,
                 tenant,
                 class: r.class,
                 worker: r.worker.unwrap_or_default(),
                 attempt: r.attempt,
                 age_ms: r.started_ms.map_or(0, |s| now - s),
+                usage,
             })
             .collect();
-        let mut recent = Vec::new();
-        for (r, _) in self.queue.recent(20).await? {
-            recent.push(self.info(&r)?);
-        }
-        Ok(Fleet { workers, queue, running, recent })
+        // Busy slots are the runs a worker holds now (what it said at its last lease is older).
+        let workers = self
+            .queue
+            .workers(now - 5 * 60_000)
+            .await?
+            .into_iter()
+            .map(|(name, slots, _, sandbox, seen)| WorkerInfo {
+                busy: u32::try_from(running.iter().filter(|r| r.worker == name).count()).unwrap_or(u32::MAX),
+                name,
+                slots,
+                sandbox,
+                last_seen_ms_ago: now - seen,
+            })
+            .collect();
+        let recent = self
+            .queue
+            .recent(20)
+            .await?
+            .into_iter()
+            .map(|(r, tenant)| EndedRun {
+                id: r.id,
+                tenant,
+                class: r.class,
+                state: r.state,
+                attempt: r.attempt,
+                reason: r.reason,
+                created_ms: r.created_ms,
+                started_ms: r.started_ms,
+                finished_ms: r.finished_ms,
+                tokens_used: r.tokens_used,
+            })
+            .collect();
+        Ok(Fleet { workers, queue, running, recent, at_ms: now })
     }
 }
 

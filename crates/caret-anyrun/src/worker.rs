@@ -23,8 +23,8 @@ use caret_models::EventStream;
 use caret_protocol::agent::{Event, TurnEnd};
 use caret_protocol::llm::{ChatRequest, Role};
 use caret_protocol::runs::{
-    Completion, Lease, LeaseRef, LeaseRequest, RepoSource, RunEvent, RunResult, RunState, RunStatus, TestOutcome,
-    Timings, Usage,
+    Completion, Lease, LeaseRef, LeaseRequest, RepoSource, RunEvent, RunResult, RunState, RunStatus, SandboxUsage,
+    TestOutcome, Timings, Usage,
 };
 use caret_sandbox::Sandbox as _;
 use tokio::sync::{mpsc, watch};
@@ -40,8 +40,8 @@ pub trait Coordinator: Send + Sync {
     async fn lease(&self, req: &LeaseRequest) -> Result<Option<Lease>>;
     /// A leased run's uploaded bundle.
     async fn bundle(&self, lease: &LeaseRef) -> Result<Vec<u8>>;
-    /// Renews the lease; `true`: the user cancelled the run.
-    async fn heartbeat(&self, lease: &LeaseRef) -> Result<bool>;
+    /// Renews the lease, saying what the run's sandbox uses; `true`: the user cancelled the run.
+    async fn heartbeat(&self, lease: &LeaseRef, usage: Option<SandboxUsage>) -> Result<bool>;
     /// Records events.
     async fn events(&self, lease: &LeaseRef, events: Vec<RunEvent>) -> Result<()>;
     /// A model call for the run.
@@ -64,8 +64,8 @@ impl Coordinator for InProcess {
     async fn bundle(&self, lease: &LeaseRef) -> Result<Vec<u8>> {
         self.0.bundle(lease).await
     }
-    async fn heartbeat(&self, lease: &LeaseRef) -> Result<bool> {
-        self.0.heartbeat(lease).await
+    async fn heartbeat(&self, lease: &LeaseRef, usage: Option<SandboxUsage>) -> Result<bool> {
+        self.0.heartbeat(lease, usage).await
     }
     async fn events(&self, lease: &LeaseRef, events: Vec<RunEvent>) -> Result<()> {
         self.0.append_events(lease, &events).await
@@ -255,16 +255,27 @@ async fn attempt(
     let lease_ref = lease.lease.clone();
     let (stop_tx, stop_rx) = watch::channel(Stop::Go);
     let stop_tx = Arc::new(stop_tx);
-    // The heartbeat: renews the lease a few times per lease period.
+    let run_dir = config.work_dir.join(format!("{}-{}", lease_ref.run, lease_ref.token));
+    // The heartbeat: renews the lease a few times per lease period (at least every 2 s, so
+    // operators see the sandbox's use move), with a sample of what the sandbox uses.
     let beat = {
-        let (coord, lease_ref, stop_tx) = (coord.clone(), lease_ref.clone(), stop_tx.clone());
-        let every = Duration::from_millis((lease.lease_ttl_s * 1000 / 3).max(100));
+        let (coord, lease_ref, stop_tx, run_dir) = (coord.clone(), lease_ref.clone(), stop_tx.clone(), run_dir.clone());
+        let every = Duration::from_millis((lease.lease_ttl_s * 1000 / 3).clamp(100, 2000));
         let ttl = Duration::from_secs(lease.lease_ttl_s);
         tokio::spawn(async move {
             let mut last_ok = Instant::now();
             loop {
                 tokio::time::sleep(every).await;
-                match coord.heartbeat(&lease_ref).await {
+                let usage = match std::fs::canonicalize(run_dir.join("repo")) {
+                    Ok(ws) => tokio::task::spawn_blocking(move || caret_sandbox::usage::of_workspace(&ws)).await.ok(),
+                    Err(_) => None,
+                };
+                let usage = usage.map(|u| SandboxUsage {
+                    processes: u.processes,
+                    memory_bytes: u.memory_bytes,
+                    cpu_ms: u.cpu_ms,
+                });
+                match coord.heartbeat(&lease_ref, usage).await {
                     Ok(cancel) => {
                         last_ok = Instant::now();
                         if cancel {
@@ -287,7 +298,6 @@ async fn attempt(
             }
         })
     };
-    let run_dir = config.work_dir.join(format!("{}-{}", lease_ref.run, lease_ref.token));
     let work = {
         let (coord, config, run_dir) = (coord.clone(), config.clone(), run_dir.clone());
         tokio::spawn(async move { execute(coord, &config, &lease, &run_dir, stop_rx).await })

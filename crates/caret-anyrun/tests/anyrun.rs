@@ -114,7 +114,7 @@ async fn a_lost_lease_is_fenced_and_the_run_is_leased_again_until_its_attempts_a
     let t0 = now_ms();
     let first = q.lease(&lease_req("w1"), t0, 1000).await.unwrap().unwrap().run;
     assert_eq!((first.attempt, first.lease_token), (1, 1));
-    assert!(!q.heartbeat(&id, 1, t0 + 500, 1000).await.unwrap());
+    assert!(!q.heartbeat(&id, 1, None, t0 + 500, 1000).await.unwrap());
     // The worker goes silent: the lease ends; the run is queued again.
     assert!(q.expire(t0 + 1400).await.unwrap().is_empty(), "the heartbeat renewed it");
     let expired = q.expire(t0 + 1600).await.unwrap();
@@ -123,7 +123,7 @@ async fn a_lost_lease_is_fenced_and_the_run_is_leased_again_until_its_attempts_a
     let second = q.lease(&lease_req("w2"), t0 + 1700, 1000).await.unwrap().unwrap().run;
     assert_eq!((second.attempt, second.lease_token, second.worker.as_deref()), (2, 2, Some("w2")));
     // The first worker wakes up: everything it says is refused.
-    assert!(matches!(q.heartbeat(&id, 1, t0 + 1800, 1000).await, Err(Error::Fenced(_))));
+    assert!(matches!(q.heartbeat(&id, 1, None, t0 + 1800, 1000).await, Err(Error::Fenced(_))));
     assert!(matches!(q.append(&id, 1, &["x".into()]).await, Err(Error::Fenced(_))));
     assert!(matches!(q.add_tokens(&id, 1, 10).await, Err(Error::Fenced(_))));
     assert!(matches!(q.finish(&id, 1, RunState::Succeeded, None, None, t0).await, Err(Error::Fenced(_))));

@@ -414,6 +414,21 @@ pub struct HeartbeatAnswer {
 pub struct Heartbeat {
     /// The lease.
     pub lease: LeaseRef,
+    /// What the run's sandbox uses now, where the worker can tell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<SandboxUsage>,
+}
+
+/// What a run's sandbox uses at one moment: its live processes and their memory, and the CPU
+/// time they have had.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxUsage {
+    /// Processes alive in the sandbox.
+    pub processes: u32,
+    /// Their resident memory, bytes.
+    pub memory_bytes: u64,
+    /// CPU time (user + system) of those processes, milliseconds.
+    pub cpu_ms: u64,
 }
 
 /// `POST /v1/workers/runs/{id}/events` body.
@@ -455,7 +470,39 @@ pub struct Fleet {
     /// Runs now running.
     pub running: Vec<RunningRun>,
     /// The most recent runs that ended.
-    pub recent: Vec<RunInfo>,
+    pub recent: Vec<EndedRun>,
+    /// When this view was taken, Unix milliseconds.
+    #[serde(default)]
+    pub at_ms: i64,
+}
+
+/// A run that ended, for operators: whose, how it ended, how long it took — not its task
+/// (tenants' words are not operators' to read).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndedRun {
+    /// The run.
+    pub id: String,
+    /// Tenant name.
+    pub tenant: String,
+    /// Class.
+    pub class: RunClass,
+    /// How it ended.
+    pub state: RunState,
+    /// Attempts it took.
+    pub attempt: u32,
+    /// Why it failed or was cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Submitted, Unix milliseconds.
+    pub created_ms: i64,
+    /// Its last attempt started (none: cancelled while queued).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_ms: Option<i64>,
+    /// Ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_ms: Option<i64>,
+    /// Model tokens used.
+    pub tokens_used: u64,
 }
 
 /// One worker as the server last heard of it.
@@ -501,6 +548,9 @@ pub struct RunningRun {
     pub attempt: u32,
     /// Milliseconds since this attempt started.
     pub age_ms: i64,
+    /// What its sandbox used at the last heartbeat (none before the first).
+    #[serde(default)]
+    pub usage: Option<SandboxUsage>,
 }
 
 #[cfg(test)]

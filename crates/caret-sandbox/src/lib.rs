@@ -26,6 +26,7 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 
 pub mod landlock;
 pub mod limits;
+pub mod usage;
 pub use limits::Limits;
 
 /// What went wrong starting or running a command (its own failure is an [`Output`]).

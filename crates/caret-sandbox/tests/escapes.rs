@@ -253,3 +253,33 @@ async fn landlock_in_the_sandbox_leaves_ordinary_work_alone() {
     assert!(!missing.landlocked());
     assert!(missing.landlock_unavailable().unwrap().contains("no helper"), "{:?}", missing.landlock_unavailable());
 }
+
+#[tokio::test]
+async fn a_running_sandbox_is_sampled_by_its_workspace() {
+    let (b, s) = sandbox(false);
+    let other = TempDir::new();
+    let ws = std::fs::canonicalize(s.ws.path()).unwrap();
+    // A command that holds 64 MiB and burns CPU for a while.
+    let run = {
+        let b = b.clone();
+        let spec = spec(
+            "python3 -c 'x = bytearray(64 << 20); import time; t = time.time()\nwhile time.time() - t < 3: pass'",
+            &s,
+        );
+        tokio::spawn(async move { b.run(&spec).await })
+    };
+    let mut seen = caret_sandbox::usage::Usage::default();
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let u = caret_sandbox::usage::of_workspace(&ws);
+        if u.memory_bytes > 64 << 20 && u.cpu_ms > 300 {
+            seen = u;
+            break;
+        }
+    }
+    assert!(seen.processes >= 2, "bwrap and the command: {seen:?}");
+    assert!(seen.memory_bytes > 64 << 20, "{seen:?}");
+    assert_eq!(caret_sandbox::usage::of_workspace(other.path()), caret_sandbox::usage::Usage::default());
+    assert!(run.await.unwrap().unwrap().success());
+    assert_eq!(caret_sandbox::usage::of_workspace(&ws).processes, 0, "nothing left once the command ended");
+}

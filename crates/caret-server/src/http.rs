@@ -112,6 +112,11 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics))
+        // The fleet dashboard's page and assets: public, holding no data (the page asks for an
+        // operator token and reads /v1/fleet with it).
+        .route("/fleet", get(crate::runs::dashboard_page))
+        .route("/fleet/app.js", get(crate::runs::dashboard_script))
+        .route("/fleet/style.css", get(crate::runs::dashboard_style))
         .merge(v1)
         .merge(operators)
         .fallback(|| async { Error::NotFound("route".into()) })

@@ -236,7 +236,7 @@ pub(crate) async fn heartbeat(
     Json(req): Json<Heartbeat>,
 ) -> Result<Response> {
     same_run(&id, &req.lease)?;
-    let cancel = service(&s)?.heartbeat(&req.lease).await?;
+    let cancel = service(&s)?.heartbeat(&req.lease, req.usage).await?;
     Ok(AxumJson(HeartbeatAnswer { cancel }).into_response())
 }
 
@@ -282,4 +282,36 @@ pub(crate) async fn chat(
 
 pub(crate) async fn fleet(State(s): State<AppState>) -> Result<Response> {
     Ok(AxumJson(service(&s)?.fleet().await?).into_response())
+}
+
+/// The dashboard's headers: its own scripts and styles only, talking to this server only,
+/// never framed, never cached.
+fn dashboard_asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (axum::http::header::CONTENT_TYPE, content_type),
+            (
+                axum::http::header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
+                 base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+            ),
+            (axum::http::header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (axum::http::header::REFERRER_POLICY, "no-referrer"),
+            (axum::http::header::CACHE_CONTROL, "no-store"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+pub(crate) async fn dashboard_page() -> Response {
+    dashboard_asset("text/html; charset=utf-8", include_str!("fleet/index.html"))
+}
+
+pub(crate) async fn dashboard_script() -> Response {
+    dashboard_asset("text/javascript; charset=utf-8", include_str!("fleet/app.js"))
+}
+
+pub(crate) async fn dashboard_style() -> Response {
+    dashboard_asset("text/css; charset=utf-8", include_str!("fleet/style.css"))
 }

@@ -1441,3 +1441,220 @@ fn an_embedded_run_starts_a_local_worker_and_waits_for_it() {
     }
     assert!(!home.join("runs/worker.pid").exists(), "the local worker did not stop");
 }
+
+/// A headless Chromium driven over WebDriver (Debian's `chromium` and `chromium-driver`).
+struct Browser {
+    driver: Child,
+    url: String,
+    session: String,
+    http: reqwest::blocking::Client,
+}
+
+impl Browser {
+    fn start() -> Browser {
+        let chromedriver = ["/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("the dashboard test needs Debian's chromium and chromium-driver (.ci/run installs them)");
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let driver = Command::new(chromedriver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let url = format!("http://127.0.0.1:{port}");
+        let http = http();
+        let until = Instant::now() + Duration::from_secs(30);
+        while http.get(format!("{url}/status")).send().map(|r| !r.status().is_success()).unwrap_or(true) {
+            assert!(Instant::now() < until, "chromedriver did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": "/usr/bin/chromium",
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1000"]
+            }
+        }}});
+        let created: Value = http.post(format!("{url}/session")).json(&caps).send().unwrap().json().unwrap();
+        let session =
+            created["value"]["sessionId"].as_str().unwrap_or_else(|| panic!("no session: {created}")).to_owned();
+        Browser { driver, url, session, http }
+    }
+
+    fn open(&self, page: &str) {
+        let r = self.http.post(format!("{}/session/{}/url", self.url, self.session)).json(&json!({"url": page})).send();
+        assert!(r.unwrap().status().is_success());
+    }
+
+    /// Runs `script` in the page and answers its value.
+    fn eval(&self, script: &str) -> Value {
+        let r: Value = self
+            .http
+            .post(format!("{}/session/{}/execute/sync", self.url, self.session))
+            .json(&json!({"script": script, "args": []}))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        r["value"].clone()
+    }
+}
+
+impl Browser {
+    /// Saves what the page looks like now (PNG).
+    fn screenshot(&self, to: &Path) {
+        use base64::Engine as _;
+        let r: Value =
+            self.http.get(format!("{}/session/{}/screenshot", self.url, self.session)).send().unwrap().json().unwrap();
+        let png = base64::engine::general_purpose::STANDARD.decode(r["value"].as_str().unwrap()).unwrap();
+        std::fs::write(to, png).unwrap();
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.http.delete(format!("{}/session/{}", self.url, self.session)).send();
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+/// The figures the dashboard shows, as the page has rendered them.
+const PAGE_FIGURES: &str = r#"
+    const f = {};
+    for (const el of document.querySelectorAll('[data-figure]')) f[el.dataset.figure] = el.textContent;
+    f.sandbox_rows = [...document.querySelectorAll('#sandboxes tbody tr[data-run]')].map((tr) => tr.dataset.run);
+    f.sandbox_processes = [...document.querySelectorAll('#sandboxes tbody tr[data-run]')].map((tr) => tr.children[6].textContent);
+    f.recent_rows = [...document.querySelectorAll('#recent tbody tr[data-run]')].map((tr) => tr.dataset.run + ' ' + tr.children[3].textContent);
+    f.queue_rows = [...document.querySelectorAll('#queue tbody tr')].filter((tr) => tr.children.length === 4).map((tr) => [...tr.children].map((td) => td.textContent).join(' '));
+    f.status = document.querySelector('#status').textContent;
+    return f;
+"#;
+
+/// The same figures computed from the API's answer.
+fn api_figures(f: &Value) -> Value {
+    let sum = |list: &Value, key: &str| list.as_array().unwrap().iter().map(|x| x[key].as_u64().unwrap()).sum::<u64>();
+    let queued_of = |class: &str| {
+        f["queue"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|q| q["class"] == class)
+            .map(|q| q["queued"].as_u64().unwrap())
+            .sum::<u64>()
+    };
+    let running = f["running"].as_array().unwrap();
+    json!({
+        "workers": f["workers"].as_array().unwrap().len().to_string(),
+        "slots": sum(&f["workers"], "slots").to_string(),
+        "busy": sum(&f["workers"], "busy").to_string(),
+        "running": running.len().to_string(),
+        "queued": sum(&f["queue"], "queued").to_string(),
+        "queued-interactive": queued_of("interactive").to_string(),
+        "queued-batch": queued_of("batch").to_string(),
+        "sandboxes": running.iter().filter(|r| !r["usage"].is_null()).count().to_string(),
+        "sandbox_rows": running.iter().map(|r| r["id"].clone()).collect::<Vec<_>>(),
+        "recent_rows": f["recent"].as_array().unwrap().iter()
+            .map(|r| format!("{} {}", r["id"].as_str().unwrap(), r["state"].as_str().unwrap())).collect::<Vec<_>>(),
+        "queue_rows": f["queue"].as_array().unwrap().iter()
+            .map(|q| format!("{} {} {} {}", q["class"].as_str().unwrap(), q["tenant"].as_str().unwrap(), q["queued"], q["running"]))
+            .collect::<Vec<_>>(),
+    })
+}
+
+#[test]
+fn the_fleet_dashboard_shows_what_the_api_says_while_runs_start_and_finish() {
+    use caret_test_support::scripted::{Answer, Behaviour, ScriptedUpstream};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("agent-model"));
+    // Each run holds its sandbox for a few seconds with a live command, then ends.
+    up.set(Behaviour {
+        conversation: vec![
+            Answer::Calls(vec![("run_terminal_cmd".into(), json!({"command": "sleep 4"}))]),
+            Answer::Text("done".into()),
+        ],
+        ..Behaviour::default()
+    });
+    let config = format!(
+        "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
+        up.url
+    );
+    let server = Server::start_with_config(&[], &[], Some(&config));
+    let (alice, operator) = (server.tenant("alice"), server.admin(&["admin", "operator-token", "create"]));
+    let repo = buggy_repo();
+    let client = TempDir::new();
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let out = caret_cmd(
+            client.path(),
+            &["run", "wait a while", "-C", repo.path().to_str().unwrap(), "--server", &server.url, "--token", &alice],
+        );
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        ids.push(String::from_utf8(out.stdout).unwrap().trim().to_owned());
+    }
+    let http = http();
+    let fleet = || -> Value {
+        http.get(format!("{}/v1/fleet", server.url)).bearer_auth(&operator).send().unwrap().json().unwrap()
+    };
+    let browser = Browser::start();
+    // The page holds no data without a token: a tenant's token is refused.
+    browser.open(&format!("{}/fleet#token={alice}", server.url));
+    let until = Instant::now() + Duration::from_secs(20);
+    while browser.eval("return document.querySelector('#status').textContent") != "the operator token was refused" {
+        assert!(Instant::now() < until, "a tenant token was not refused: {}", browser.eval(PAGE_FIGURES));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    browser.open(&format!("{}/fleet#token={operator}", server.url));
+    // The token left the address bar.
+    assert_eq!(browser.eval("return location.hash"), "");
+
+    // Waits until the page shows what the API says, the API saying the same before and after
+    // the page is read (so the comparison is of one state); answers that state.
+    let matches = |what: &str, want: &dyn Fn(&Value) -> bool| -> Value {
+        let until = Instant::now() + Duration::from_secs(60);
+        loop {
+            let before = api_figures(&fleet());
+            let page = browser.eval(PAGE_FIGURES);
+            let after = api_figures(&fleet());
+            let shown: serde_json::Map<String, Value> =
+                before.as_object().unwrap().keys().map(|k| (k.clone(), page[k].clone())).collect();
+            if before == after && Value::Object(shown) == before && want(&page) {
+                return page;
+            }
+            assert!(
+                Instant::now() < until,
+                "{what}: the page never showed the API's figures: api {after:#}, page {page:#}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let queued = matches("queued", &|p| p["queued"] == "2" && p["workers"] == "0");
+    assert_eq!(queued["queued-interactive"], "2", "{queued}");
+
+    // A worker starts: runs start (one slot: one at a time) and finish.
+    let mut worker = Command::new(CARET)
+        .args(["worker", "--server", &server.url, "--token", &operator, "--slots", "1", "--exit-when-idle", "3s"])
+        .env("CARET_HOME", client.join("worker-home"))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let running = matches("running", &|p| {
+        p["running"] == "1" && p["sandboxes"] == "1" && p["sandbox_processes"][0].as_str().is_some_and(|n| n != "0")
+    });
+    assert_eq!((running["queued"].as_str(), running["busy"].as_str()), (Some("1"), Some("1")), "{running}");
+    if let Ok(path) = std::env::var("CARET_TEST_SCREENSHOT") {
+        browser.screenshot(Path::new(&path));
+    }
+    assert!(ids.contains(&running["sandbox_rows"][0].as_str().unwrap().to_owned()), "{running}");
+    let done = matches("finished", &|p| p["running"] == "0" && p["queued"] == "0");
+    let mut ended: Vec<String> =
+        done["recent_rows"].as_array().unwrap().iter().map(|r| r.as_str().unwrap().to_owned()).collect();
+    ended.sort();
+    let mut want: Vec<String> = ids.iter().map(|id| format!("{id} succeeded")).collect();
+    want.sort();
+    assert_eq!(ended, want);
+    assert!(worker.wait().unwrap().success());
+    assert!(up.violations().is_empty(), "{:?}", up.violations());
+}
