@@ -82,7 +82,8 @@ const MIGRATIONS: &[(i64, &str)] = &[
         2,
         "ALTER TABLE anyrun_runs ADD COLUMN usage_processes BIGINT;
     ALTER TABLE anyrun_runs ADD COLUMN usage_memory_bytes BIGINT;
-    ALTER TABLE anyrun_runs ADD COLUMN usage_cpu_ms BIGINT",
+    ALTER TABLE anyrun_runs ADD COLUMN usage_cpu_ms BIGINT;
+    ALTER TABLE anyrun_runs ADD COLUMN checkpoint_token BIGINT",
     ),
 ];
 
@@ -531,6 +532,34 @@ impl Queue {
         }
         tx.commit().await?;
         Ok(r.try_get::<i64, _>(0)? != 0)
+    }
+
+    /// Records that the attempt holding `token` stored a checkpoint (under its token);
+    /// [`Error::Fenced`] when it no longer holds the run.
+    pub async fn checkpointed(&self, id: &str, token: u64) -> Result<()> {
+        let r = sqlx::query(
+            "UPDATE anyrun_runs SET checkpoint_token = $1 WHERE id = $2 AND lease_token = $1 AND state = 'running'",
+        )
+        .bind(i(token))
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        if r.rows_affected() == 0 {
+            return Err(Error::Fenced(id.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// The lease token under which the run's last checkpoint was stored, if any.
+    pub async fn checkpoint_token(&self, id: &str) -> Result<Option<u64>> {
+        let r = sqlx::query("SELECT checkpoint_token FROM anyrun_runs WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(match r {
+            Some(r) => r.try_get::<Option<i64>, _>(0)?.map(u),
+            None => None,
+        })
     }
 
     /// Checks that `token` is the run's current lease (and returns the run).

@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use caret_models::{EventStream, Provider as _};
 use caret_protocol::llm::ChatRequest;
 use caret_protocol::runs::{
-    Completion, EventBatch, Heartbeat, HeartbeatAnswer, Lease, LeaseRef, LeaseRequest, RunEvent, SandboxUsage,
+    CheckpointBody, Completion, EventBatch, Heartbeat, HeartbeatAnswer, Lease, LeaseRef, LeaseRequest, RunEvent,
+    SandboxUsage,
 };
 
 use crate::worker::Coordinator;
@@ -87,6 +88,11 @@ impl Coordinator for Remote {
         let body = Heartbeat { lease: lease.clone(), usage };
         let resp = self.send(self.client.post(self.run_url(&lease.run, "heartbeat")).json(&body)).await?;
         Ok(Self::json::<HeartbeatAnswer>(resp).await?.cancel)
+    }
+
+    async fn checkpoint(&self, body: CheckpointBody) -> Result<()> {
+        self.send(self.client.post(self.run_url(&body.lease.run, "checkpoint")).json(&body)).await?;
+        Ok(())
     }
 
     async fn events(&self, lease: &LeaseRef, events: Vec<RunEvent>) -> Result<()> {

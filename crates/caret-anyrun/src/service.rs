@@ -13,9 +13,9 @@ use caret_crypto::seal::Sealer;
 use caret_models::{CallContext, Class, EventStream, Gateway};
 use caret_protocol::llm::ChatRequest;
 use caret_protocol::runs::{
-    Completion, CreateRun, EndedRun, Fleet, Lease, LeaseRef, LeaseRequest, NumberedEvent, QueueDepth, RepoSource,
-    RunClass, RunEnvironment, RunEvent, RunInfo, RunLimits, RunResult, RunState, RunStatus, RunningRun, SandboxUsage,
-    WorkerInfo,
+    CheckpointBody, Completion, CreateRun, EndedRun, Fleet, Lease, LeaseRef, LeaseRequest, NumberedEvent, QueueDepth,
+    RepoSource, RunCheckpoint, RunClass, RunEnvironment, RunEvent, RunInfo, RunLimits, RunResult, RunState, RunStatus,
+    RunningRun, SandboxUsage, WorkerInfo,
 };
 use futures::StreamExt as _;
 use object_store::ObjectStore;
@@ -110,6 +110,9 @@ impl RunMetrics {
         out
     }
 }
+
+/// The largest checkpoint (patch and conversation together).
+const MAX_CHECKPOINT_BYTES: usize = 48 << 20;
 
 /// The run service.
 pub struct RunService {
@@ -495,9 +498,74 @@ impl RunService {
         if let Some(started) = row.started_ms {
             self.metrics.observe("duration_seconds", row.class, &tenant, (now_ms() - started) as f64 / 1e3);
         }
-        match self.store.delete(&Self::object(&row.tenant_id, &row.id, "bundle")).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => tracing::warn!(run = %row.id, "deleting the bundle: {e}"),
+        // The bundle and every attempt's checkpoint go (the result holds the final patch).
+        let names =
+            std::iter::once("bundle".to_owned()).chain((1..=row.lease_token + 1).map(|t| format!("checkpoint-{t}")));
+        for name in names {
+            match self.store.delete(&Self::object(&row.tenant_id, &row.id, &name)).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => tracing::warn!(run = %row.id, "deleting the run's {name}: {e}"),
+            }
+        }
+    }
+
+    /// Stores an attempt's checkpoint (sealed, under its lease token; the latest of an attempt
+    /// replaces the one before). A stale attempt's checkpoint is refused and not kept.
+    pub async fn checkpoint(&self, body: &CheckpointBody) -> Result<()> {
+        let row = self.queue.check(&body.lease.run, body.lease.token).await?;
+        let size = body.checkpoint.patch.len() + body.checkpoint.transcript.len();
+        if size > MAX_CHECKPOINT_BYTES {
+            return Err(Error::BadRequest(format!(
+                "the checkpoint is {size} bytes; the most is {MAX_CHECKPOINT_BYTES}"
+            )));
+        }
+        let name = format!("checkpoint-{}", row.lease_token);
+        let text = serde_json::to_vec(&body.checkpoint).map_err(|e| Error::Internal(e.to_string()))?;
+        let sealed = self
+            .sealer(&row.tenant_id)
+            .seal(&format!("{}/{name}", row.id), &text)
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        let path = Self::object(&row.tenant_id, &row.id, &name);
+        self.store.put(&path, sealed.into()).await.map_err(|e| store_err("storing the checkpoint", e))?;
+        if let Err(e) = self.queue.checkpointed(&row.id, row.lease_token).await {
+            let _ = self.store.delete(&path).await;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// The last checkpoint a run's attempts saved, if any (for operators' tools and tests).
+    pub async fn saved_checkpoint(&self, id: &str) -> Result<Option<RunCheckpoint>> {
+        match self.queue.get_any(id).await? {
+            Some(row) => Ok(self.last_checkpoint(&row).await),
+            None => Ok(None),
+        }
+    }
+
+    /// The run's last checkpoint, if an attempt left one (and it can be read: one that
+    /// cannot is passed over, and the attempt starts afresh).
+    async fn last_checkpoint(&self, row: &RunRow) -> Option<RunCheckpoint> {
+        let token = self.queue.checkpoint_token(&row.id).await.ok()??;
+        let name = format!("checkpoint-{token}");
+        let read = async {
+            let bytes = self
+                .store
+                .get(&Self::object(&row.tenant_id, &row.id, &name))
+                .await
+                .map_err(|e| e.to_string())?
+                .bytes()
+                .await
+                .map_err(|e| e.to_string())?;
+            let text =
+                self.sealer(&row.tenant_id).open(&format!("{}/{name}", row.id), &bytes).map_err(|e| e.to_string())?;
+            serde_json::from_slice::<RunCheckpoint>(&text).map_err(|e| e.to_string())
+        };
+        match read.await {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::warn!(run = %row.id, "the run's checkpoint cannot be read, the attempt starts afresh: {e}");
+                None
+            }
         }
     }
 
@@ -543,6 +611,7 @@ impl RunService {
             let value = self.open_text(&row.tenant_id, &format!("secret/{name}"), &sealed)?;
             secret_values.insert(name.clone(), String::from_utf8_lossy(&value).into_owned());
         }
+        let checkpoint = if row.attempt > 1 { self.last_checkpoint(&row).await } else { None };
         self.system_event(&row, RunStatus::RunStarted { attempt: row.attempt, worker: req.worker.clone() }).await;
         tracing::info!(run = %row.id, attempt = row.attempt, worker = %req.worker, "run leased");
         Ok(Some(Lease {
@@ -557,6 +626,7 @@ impl RunService {
             secret_values,
             lease_ttl_s: self.settings.lease_ttl.as_secs().max(1),
             tokens_used: row.tokens_used,
+            checkpoint,
         }))
     }
 

@@ -21,10 +21,10 @@ use caret_agent::session::{ModelClient, Session};
 use caret_agent::tools::{Ctx, Registry};
 use caret_models::EventStream;
 use caret_protocol::agent::{Event, TurnEnd};
-use caret_protocol::llm::{ChatRequest, Role};
+use caret_protocol::llm::{ChatMessage, ChatRequest, Role};
 use caret_protocol::runs::{
-    Completion, Lease, LeaseRef, LeaseRequest, RepoSource, RunEvent, RunResult, RunState, RunStatus, SandboxUsage,
-    TestOutcome, Timings, Usage,
+    CheckpointBody, Completion, Lease, LeaseRef, LeaseRequest, RepoSource, RunCheckpoint, RunEvent, RunResult,
+    RunState, RunStatus, SandboxUsage, TestOutcome, Timings, Usage,
 };
 use caret_sandbox::Sandbox as _;
 use tokio::sync::{mpsc, watch};
@@ -44,6 +44,8 @@ pub trait Coordinator: Send + Sync {
     async fn heartbeat(&self, lease: &LeaseRef, usage: Option<SandboxUsage>) -> Result<bool>;
     /// Records events.
     async fn events(&self, lease: &LeaseRef, events: Vec<RunEvent>) -> Result<()>;
+    /// Saves where the attempt has got to.
+    async fn checkpoint(&self, body: CheckpointBody) -> Result<()>;
     /// A model call for the run.
     async fn chat(&self, lease: &LeaseRef, req: ChatRequest) -> caret_models::Result<EventStream>;
     /// Ends the attempt.
@@ -69,6 +71,9 @@ impl Coordinator for InProcess {
     }
     async fn events(&self, lease: &LeaseRef, events: Vec<RunEvent>) -> Result<()> {
         self.0.append_events(lease, &events).await
+    }
+    async fn checkpoint(&self, body: CheckpointBody) -> Result<()> {
+        self.0.checkpoint(&body).await
     }
     async fn chat(&self, lease: &LeaseRef, req: ChatRequest) -> caret_models::Result<EventStream> {
         self.0.chat(lease, req).await
@@ -434,7 +439,17 @@ impl ModelClient for LeaseModel {
 
 /// Runs `git` with a fixed identity and no hooks or prompts; its output, or why it failed.
 async fn git(dir: &Path, args: &[&str]) -> std::result::Result<String, String> {
-    let out = tokio::process::Command::new("git")
+    git_indexed(dir, None, args).await
+}
+
+/// `git` with an index file of its own (`GIT_INDEX_FILE`), so that it never contends with the
+/// agent's own git commands for the repository's index.
+async fn git_indexed(dir: &Path, index: Option<&Path>, args: &[&str]) -> std::result::Result<String, String> {
+    let mut command = tokio::process::Command::new("git");
+    if let Some(index) = index {
+        command.env("GIT_INDEX_FILE", index);
+    }
+    let out = command
         .args(["-c", "core.hooksPath=/dev/null", "-c", "user.name=caret", "-c", "user.email=caret@localhost"])
         .args(["-c", "commit.gpgsign=false", "-c", "advice.detachedHead=false"])
         .args(args)
@@ -608,6 +623,14 @@ async fn run_attempt(
         .map_err(|e| Failure { reason: format!("creating {}: {e}", run_dir.display()), retry: true })?;
     let repo = run_dir.join("repo");
     let base = checkout(coord.as_ref(), lease, run_dir, &repo).await?;
+    // An earlier attempt's work: its changes applied, its conversation ready to go on.
+    let transcript = run_dir.join("transcript.jsonl");
+    let mut resumed = false;
+    if let Some(cp) = &lease.checkpoint {
+        let (files, conversation) = restore(run_dir, &repo, &transcript, cp).await;
+        reporter.send(RunEvent::Run(RunStatus::Resumed { files, conversation }));
+        resumed = conversation;
+    }
     let prepared = crate::environment::prepare(&repo, &lease.environment).map_err(|e| fail(e.to_string()))?;
 
     // The sandbox: the checkout writable, the run's variables and secrets in every command.
@@ -662,6 +685,23 @@ async fn run_attempt(
     session.context_window = config.context_window;
     session.policy.approval = Approval::Never;
     session.policy.rules = config.rules.clone();
+    // The conversation is written as it grows: each checkpoint carries it.
+    let task = if resumed && session.resume(&transcript).is_ok() {
+        CONTINUE.to_owned()
+    } else {
+        let _ = std::fs::remove_file(&transcript);
+        session.persist(&transcript, &lease.lease.run).map_err(|e| fail(format!("the session file: {e}")))?;
+        lease.task.clone()
+    };
+    let (steps_tx, steps_rx) = mpsc::unbounded_channel::<()>();
+    let checkpointer = tokio::spawn(checkpoints(
+        coord.clone(),
+        lease.lease.clone(),
+        repo.clone(),
+        base.clone(),
+        transcript.clone(),
+        steps_rx,
+    ));
     let (events_tx, mut events_rx) = mpsc::unbounded_channel::<Event>();
     let (_ops_tx, mut ops_rx) = mpsc::unbounded_channel();
     let agent_started = Instant::now();
@@ -672,20 +712,28 @@ async fn run_attempt(
         let (tx, last_error) = (reporter.tx.clone(), last_error.clone());
         tokio::spawn(async move {
             while let Some(e) = events_rx.recv().await {
-                if let Event::Error { message } = &e {
-                    *last_error.lock().unwrap_or_else(PoisonError::into_inner) = Some(message.clone());
+                match &e {
+                    Event::Error { message } => {
+                        *last_error.lock().unwrap_or_else(PoisonError::into_inner) = Some(message.clone());
+                    }
+                    Event::ToolCallEnd { .. } => {
+                        let _ = steps_tx.send(());
+                    }
+                    _ => {}
                 }
                 let _ = tx.send(RunEvent::Agent(e));
             }
         })
     };
     let turn = tokio::select! {
-        end = session.turn(&lease.task, &events_tx, &mut ops_rx) => Some(end),
+        end = session.turn(&task, &events_tx, &mut ops_rx) => Some(end),
         () = stopped(stop) => None,
         () = tokio::time::sleep(wall) => None,
     };
     drop(events_tx);
     let _ = forward.await;
+    // The result supersedes any checkpoint still being made.
+    checkpointer.abort();
     timings.agent_ms = ms(agent_started.elapsed());
     timings.first_model_call_ms = model.first_call.get().map_or(0, |d| ms(*d));
     let (prompt, completion, calls) = session.usage();
@@ -753,4 +801,94 @@ async fn patch(repo: &Path, base: &str, result: &mut RunResult) -> std::result::
     }
     result.patch = text;
     Ok(())
+}
+
+/// What an attempt that continues an earlier one's conversation is told first.
+const CONTINUE: &str = "(This run moved to another machine part-way through. The workspace holds your changes so \
+                        far; a command that was running when it moved did not finish. Carry on with the task from \
+                        where you were.)";
+
+/// Applies an earlier attempt's checkpoint to a fresh checkout: its patch on the base, and its
+/// conversation written to `transcript` for the session to resume, calls left unanswered
+/// answered as interrupted. Answers (files changed, conversation ready); a patch that does not
+/// apply leaves the checkout as it was (the attempt starts afresh).
+async fn restore(run_dir: &Path, repo: &Path, transcript: &Path, cp: &RunCheckpoint) -> (u32, bool) {
+    if !cp.patch.trim().is_empty() {
+        let file = run_dir.join("checkpoint.patch");
+        let applied = match std::fs::write(&file, &cp.patch) {
+            Ok(()) => git(repo, &["apply", "--binary", "--whitespace=nowarn", &file.display().to_string()]).await,
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = applied {
+            tracing::warn!("the checkpoint's changes do not apply; starting afresh: {e}");
+            return (0, false);
+        }
+    }
+    let files = u32::try_from(cp.patch.lines().filter(|l| l.starts_with("diff --git ")).count()).unwrap_or(u32::MAX);
+    let mut lines = cp.transcript.lines();
+    let Some(header) = lines.next() else { return (files, false) };
+    let mut messages: Vec<ChatMessage> = lines.map_while(|l| serde_json::from_str(l).ok()).collect();
+    if messages.is_empty() {
+        return (files, false);
+    }
+    let answered: std::collections::HashSet<String> = messages.iter().filter_map(|m| m.tool_call_id.clone()).collect();
+    let unanswered: Vec<String> = messages
+        .iter()
+        .flat_map(|m| m.tool_calls.iter().map(|c| c.id.clone()))
+        .filter(|id| !answered.contains(id))
+        .collect();
+    for id in unanswered {
+        let mut m =
+            ChatMessage::text(Role::Tool, "interrupted: the run moved to another machine before this call ended");
+        m.tool_call_id = Some(id);
+        messages.push(m);
+    }
+    let mut text = format!("{header}\n");
+    for m in &messages {
+        match serde_json::to_string(m) {
+            Ok(line) => text += &(line + "\n"),
+            Err(_) => return (files, false),
+        }
+    }
+    (files, std::fs::write(transcript, text).is_ok())
+}
+
+/// Saves checkpoints while the agent works: after each tool call (coalesced: one per
+/// `pause`), the changes since `base` (through an index of its own) and the conversation so
+/// far. Stops when `steps` closes or the lease is lost.
+async fn checkpoints(
+    coord: Arc<dyn Coordinator>,
+    lease: LeaseRef,
+    repo: PathBuf,
+    base: String,
+    transcript: PathBuf,
+    mut steps: mpsc::UnboundedReceiver<()>,
+) {
+    let index = transcript.with_file_name("checkpoint.index");
+    while steps.recv().await.is_some() {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        while steps.try_recv().is_ok() {}
+        let patch = match git_indexed(&repo, Some(&index), &["add", "-A"]).await {
+            Ok(_) => git_indexed(&repo, Some(&index), &["diff", "--cached", "--binary", &base]).await,
+            Err(e) => Err(e),
+        };
+        let patch = match patch {
+            Ok(p) if p.len() <= MAX_PATCH_BYTES => p,
+            Ok(p) => {
+                tracing::warn!(run = %lease.run, "no checkpoint: the changes are {} bytes as a patch", p.len());
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(run = %lease.run, "no checkpoint: {e}");
+                continue;
+            }
+        };
+        let transcript = std::fs::read_to_string(&transcript).unwrap_or_default();
+        let body = CheckpointBody { lease: lease.clone(), checkpoint: RunCheckpoint { patch, transcript } };
+        match coord.checkpoint(body).await {
+            Ok(()) => {}
+            Err(Error::Fenced(_)) => return,
+            Err(e) => tracing::warn!(run = %lease.run, "saving a checkpoint: {e}"),
+        }
+    }
 }

@@ -437,3 +437,69 @@ async fn bad_submissions_are_refused_with_a_reason() {
     assert!(refused(s.submit(&t, req.clone()).await).contains("not a valid"));
     assert!(s.list(&t.id, 10).await.unwrap().is_empty(), "nothing was queued");
 }
+
+#[tokio::test]
+async fn a_run_whose_worker_dies_continues_from_its_last_checkpoint() {
+    let dir = TempDir::new();
+    let repo = buggy_repo(&dir);
+    // Read, fix, then a long command during which the worker dies; the next attempt is
+    // answered with the conversation's next step (the scripted model counts the assistant
+    // messages it is sent), so it only finishes if the conversation was carried over.
+    let conversation = vec![
+        Answer::Calls(vec![("read_file".into(), serde_json::json!({"path": "add.sh"}))]),
+        Answer::Calls(vec![(
+            "edit_file".into(),
+            serde_json::json!({"path": "add.sh", "edit": "<<<<<<< SEARCH\necho $(( $1 - $2 ))\n=======\necho $(( $1 + $2 ))\n>>>>>>> REPLACE"}),
+        )]),
+        Answer::Calls(vec![("run_terminal_cmd".into(), serde_json::json!({"command": "sleep 60"}))]),
+        Answer::Text("add.sh adds now.".into()),
+    ];
+    let (up, gateway) = scripted_gateway(conversation).await;
+    let settings = RunSettings { lease_ttl: Duration::from_secs(1), ..RunSettings::default() };
+    let service = setup(&dir, Some(gateway), settings).await.service;
+    let t = tenant("acme");
+    let mut req = git_run("make add.sh add", RunClass::Batch);
+    req.repo = RepoSource::Git { url: format!("file://{}", repo.display()), git_ref: None };
+    let id = service.submit(&t, req).await.unwrap().id;
+
+    let mut config = WorkerConfig::new("doomed", 1, dir.join("work-doomed"));
+    config.poll = Duration::from_millis(50);
+    let (_keep, drain) = tokio::sync::watch::channel(false);
+    // Its own runtime: shutting that down stops every task of the worker at once, as a killed
+    // process would (no heartbeat, no report).
+    let doomed = tokio::runtime::Runtime::new().unwrap();
+    doomed.spawn(Worker::new(Arc::new(InProcess(service.clone())), config).run(drain));
+    // Once the fix is in a checkpoint, the worker dies (no drain, no hand-back).
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let saved = service.saved_checkpoint(&id).await.unwrap();
+        if saved.as_ref().is_some_and(|c| c.patch.contains("+echo $(( $1 + $2 ))")) {
+            break;
+        }
+        assert!(Instant::now() < until, "no checkpoint with the fix: {saved:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    doomed.shutdown_background();
+
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let (_drain, drained) = tokio::sync::watch::channel(false);
+    worker(&service, &dir, 1).run(drained).await.unwrap();
+    let info = service.get(&t.id, &id).await.unwrap();
+    assert_eq!((info.state, info.attempt), (RunState::Succeeded, 2), "{info:?}");
+    let result = service.result(&t.id, &id).await.unwrap();
+    assert!(result.patch.contains("+echo $(( $1 + $2 ))"), "the first attempt's fix is in the result: {result:?}");
+    assert_eq!(result.test.as_ref().and_then(|t| t.exit_code), Some(0), "{result:?}");
+    let events = service.events(&t.id, &id, 0, 1000).await.unwrap();
+    assert!(
+        events.iter().any(|e| matches!(&e.event, RunEvent::Run(RunStatus::Resumed { files: 1, conversation: true }))),
+        "{events:?}"
+    );
+    // The second attempt went on with the conversation: told why, the killed call answered.
+    let last = up.chats().last().cloned().unwrap();
+    let text = last.to_string();
+    assert!(text.contains("moved to another machine part-way through"), "{text}");
+    assert!(text.contains("interrupted: the run moved"), "{text}");
+    assert_eq!(up.chats().len(), 4, "three model calls, then one that finished: no step was redone");
+    // The checkpoints went with the run's end.
+    assert!(service.saved_checkpoint(&id).await.unwrap().is_none());
+}

@@ -234,6 +234,14 @@ pub enum RunStatus {
         /// Milliseconds.
         duration_ms: u64,
     },
+    /// The attempt continues from an earlier attempt's checkpoint: its changes are in the
+    /// workspace and, when `conversation`, the agent carries on its conversation.
+    Resumed {
+        /// Files the checkpoint had changed.
+        files: u32,
+        /// Whether the conversation was picked up too.
+        conversation: bool,
+    },
     /// The run's attempt gave up for a reason outside the agent (a worker lost, say); another
     /// attempt follows if any are left.
     AttemptLost {
@@ -399,6 +407,30 @@ pub struct Lease {
     pub lease_ttl_s: u64,
     /// Model tokens the run has already used (earlier attempts).
     pub tokens_used: u64,
+    /// Where an earlier attempt got to, when one left a checkpoint: this attempt continues
+    /// from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<RunCheckpoint>,
+}
+
+/// A run's work so far, saved after each agent step so that another attempt can continue it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunCheckpoint {
+    /// The changes against the base commit (`git diff --binary`).
+    pub patch: String,
+    /// The agent's conversation so far (the session file: a header line, then one message
+    /// per line).
+    pub transcript: String,
+}
+
+/// `POST /v1/workers/runs/{id}/checkpoint` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointBody {
+    /// The lease.
+    pub lease: LeaseRef,
+    /// The checkpoint.
+    pub checkpoint: RunCheckpoint,
 }
 
 /// `POST /v1/workers/runs/{id}/heartbeat` answer.

@@ -104,6 +104,7 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
         .route("/v1/workers/runs/{id}/bundle", get(crate::runs::bundle))
         .route("/v1/workers/runs/{id}/heartbeat", post(crate::runs::heartbeat))
         .route("/v1/workers/runs/{id}/events", post(crate::runs::append_events))
+        .route("/v1/workers/runs/{id}/checkpoint", post(crate::runs::checkpoint))
         .route("/v1/workers/runs/{id}/complete", post(crate::runs::complete))
         .route("/v1/workers/runs/{id}/{token}/v1/chat/completions", post(crate::runs::chat))
         .route("/v1/fleet", get(crate::runs::fleet))

@@ -24,8 +24,8 @@ use axum::{Extension, Json as AxumJson};
 use caret_anyrun::service::{RunService, TenantRef};
 use caret_protocol::llm::ChatRequest;
 use caret_protocol::runs::{
-    Completion, CreateRun, EventBatch, Heartbeat, HeartbeatAnswer, LeaseRef, LeaseRequest, PutSecret, RunList,
-    SecretList,
+    CheckpointBody, Completion, CreateRun, EventBatch, Heartbeat, HeartbeatAnswer, LeaseRef, LeaseRequest, PutSecret,
+    RunList, SecretList,
 };
 use serde::Deserialize;
 
@@ -238,6 +238,16 @@ pub(crate) async fn heartbeat(
     same_run(&id, &req.lease)?;
     let cancel = service(&s)?.heartbeat(&req.lease, req.usage).await?;
     Ok(AxumJson(HeartbeatAnswer { cancel }).into_response())
+}
+
+pub(crate) async fn checkpoint(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    Json(req): Json<CheckpointBody>,
+) -> Result<Response> {
+    same_run(&id, &req.lease)?;
+    service(&s)?.checkpoint(&req).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 pub(crate) async fn append_events(

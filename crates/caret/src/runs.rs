@@ -570,6 +570,10 @@ fn print_event(e: &NumberedEvent, json: bool) {
         RunEvent::Run(RunStatus::SetupStep { command, exit_code, duration_ms, .. }) => {
             format!("$ {command}  → {}  ({duration_ms} ms)", exit_code.map_or("killed".into(), |c| c.to_string()))
         }
+        RunEvent::Run(RunStatus::Resumed { files, conversation }) => {
+            let talk = if *conversation { " and the conversation" } else { "" };
+            format!("── continuing from the last checkpoint ({files} changed files{talk})")
+        }
         RunEvent::Run(RunStatus::AttemptLost { attempt, reason }) => format!("── attempt {attempt} lost: {reason}"),
         RunEvent::Run(RunStatus::RunFinished { state, reason }) => {
             format!("── {}{}", state.as_str(), reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())
