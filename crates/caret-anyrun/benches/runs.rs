@@ -1,7 +1,7 @@
 //! Anyrun's figures: lease latency with a deep queue, and many concurrent sandboxed runs
 //! against a scripted model (a test double, so the figures are the orchestrator's own).
 //!
-//! `cargo bench -p caret-anyrun --bench runs [-- QUEUED LEASES RUNS]` (defaults 10000 500 200);
+//! `cargo bench -p caret-anyrun --bench runs [-- QUEUED LEASES RUNS PAIRS]` (defaults 10000 500 200 10);
 //! with `CARET_BENCH_DATABASE_URL=postgres://…` the queue is on PostgreSQL (a new schema).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -51,6 +51,9 @@ fn request(url: &str, class: RunClass) -> CreateRun {
 
 /// Lease latency with `queued` runs waiting (one tenant holds most of them, 19 others a few).
 async fn leases(queued: usize, leases: usize) {
+    if leases == 0 {
+        return;
+    }
     let dir = TempDir::new();
     let settings = RunSettings { max_running_per_tenant: 1_000_000, ..RunSettings::default() };
     let (s, db) = service(&dir, None, settings).await;
@@ -220,17 +223,129 @@ async fn concurrent(runs: usize) {
     }
 }
 
-/// The lease figures alone: `-- QUEUED LEASES 0`.
+/// A repository whose install step leaves `files` ignored files (a dependency tree).
+fn environment_repo(dir: &TempDir, files: usize) -> std::path::PathBuf {
+    dir.write("repo/add.sh", "echo $(( $1 + $2 ))\n");
+    dir.write("repo/.gitignore", "deps/\n");
+    dir.write(
+        "repo/.caret/environment.toml",
+        &format!("install = \"mkdir -p deps && for i in $(seq {files}); do echo $i > deps/f$i; done\"\n"),
+    );
+    let repo = dir.join("repo");
+    for args in
+        [&["init", "-q"][..], &["add", "-A"], &["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "-m", "i"]]
+    {
+        assert!(std::process::Command::new("git").args(args).current_dir(&repo).status().unwrap().success());
+    }
+    repo
+}
+
+/// Warm starts: a snapshot becoming a ready sandbox (each method), then whole runs of a
+/// 2,000-file environment cold (a tenant's first) and warm (its second).
+async fn warm(pairs: usize) {
+    use caret_anyrun::snapshot::{Method, Snapshots};
+    if pairs == 0 {
+        return;
+    }
+    const FILES: usize = 2000;
+    let dir = TempDir::new();
+    let repo = environment_repo(&dir, FILES);
+    // The snapshot alone: outputs saved once, then materialized over a checkout and a sandbox
+    // started on it, as a warm attempt does.
+    let install = format!("mkdir -p deps && for i in $(seq {FILES}); do echo $i > deps/f$i; done");
+    assert!(std::process::Command::new("sh").args(["-c", &install]).current_dir(&repo).status().unwrap().success());
+    let probe = Snapshots::new(dir.join("probe"), 1, &dir.join("none")).method();
+    let mut methods = vec![Method::Copy];
+    if probe == Method::Overlay {
+        methods.insert(0, Method::Overlay);
+    }
+    for method in methods {
+        let snaps = Arc::new(
+            Snapshots::new(dir.join(format!("snaps-{}", method.name())), 4, &dir.join("w")).with_method(method),
+        );
+        snaps.save("k", &repo).unwrap();
+        let mut times = Vec::new();
+        for i in 0..50 {
+            let run = dir.join(format!("w/{}-{i}", method.name()));
+            std::fs::create_dir_all(&run).unwrap();
+            let code = run.join("code");
+            let cloned = std::process::Command::new("git").args(["clone", "-q"]).arg(&repo).arg(&code).status();
+            assert!(cloned.unwrap().success());
+            let t = Instant::now();
+            let ws = snaps.materialize("k", &code, &run.join("repo"), &run.join("overlay")).unwrap();
+            let policy = caret_sandbox::Policy::new(&run.join("repo")).unwrap();
+            let sandbox = caret_sandbox::Bwrap::new(policy).unwrap();
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+            drop((sandbox, ws));
+            let _ = std::fs::remove_dir_all(&run);
+        }
+        times.sort_by(f64::total_cmp);
+        println!(
+            "warm start ({}, {FILES}-file snapshot → sandbox ready): p50 {:.1} ms p99 {:.1} ms over {} starts",
+            method.name(),
+            percentile(&times, 0.5),
+            percentile(&times, 0.99),
+            times.len()
+        );
+    }
+    let _ = std::fs::remove_dir_all(repo.join("deps"));
+
+    // Whole runs.
+    let up = ScriptedUpstream::start("bench-model").await;
+    up.set(Behaviour { conversation: vec![Answer::Text("done".into())], ..Behaviour::default() });
+    let provider = Arc::new(OpenAiProvider::new(&up.url, None).unwrap());
+    let mut g = Gateway::new(GatewaySettings::default());
+    g.add_alias("agent", vec![Deployment::new("scripted", provider, "m", 0, 1, DeploymentLimits::default())]);
+    let (s, db) = service(&dir, Some(Arc::new(g)), RunSettings::default()).await;
+    let mut config = WorkerConfig::new("bench", 1, dir.join("work"));
+    config.poll = Duration::from_millis(5);
+    let (drain_tx, drained) = tokio::sync::watch::channel(false);
+    let worker = tokio::spawn(Worker::new(Arc::new(InProcess(s.clone())), config).run(drained));
+    let url = format!("file://{}", repo.display());
+    let (mut cold, mut warm) = (Vec::new(), Vec::new());
+    for p in 0..pairs {
+        let tenant = TenantRef { id: format!("t{p}"), name: format!("t{p}") };
+        for into in [&mut cold, &mut warm] {
+            let id = s.submit(&tenant, request(&url, RunClass::Interactive)).await.unwrap().id;
+            while !s.get(&tenant.id, &id).await.unwrap().state.is_final() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let r = s.result(&tenant.id, &id).await.unwrap();
+            into.push((r.timings.launch_ms as f64, r.timings.first_model_call_ms as f64, r.timings.warm));
+        }
+    }
+    drain_tx.send_replace(true);
+    worker.await.unwrap().unwrap();
+    for (what, runs) in [("cold", &cold), ("warm", &warm)] {
+        let mut launch: Vec<f64> = runs.iter().map(|r| r.0).collect();
+        let mut first: Vec<f64> = runs.iter().map(|r| r.1).collect();
+        launch.sort_by(f64::total_cmp);
+        first.sort_by(f64::total_cmp);
+        println!(
+            "{what} runs ({db}, {FILES}-file environment, {} runs, {} from a snapshot): launch p50 {:.0} ms; \
+             lease → first model call p50 {:.0} ms p99 {:.0} ms",
+            runs.len(),
+            runs.iter().filter(|r| r.2).count(),
+            percentile(&launch, 0.5),
+            percentile(&first, 0.5),
+            percentile(&first, 0.99)
+        );
+    }
+}
+
+/// `-- QUEUED LEASES RUNS PAIRS`: `-- 10000 500 0 0` measures leases alone.
 fn main() {
     let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
-    let (queued, lease_count, runs) = (
+    let (queued, lease_count, runs, pairs) = (
         args.first().copied().unwrap_or(10_000),
         args.get(1).copied().unwrap_or(500),
         args.get(2).copied().unwrap_or(200),
+        args.get(3).copied().unwrap_or(10),
     );
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async {
         leases(queued, lease_count).await;
         concurrent(runs).await;
+        warm(pairs).await;
     });
 }

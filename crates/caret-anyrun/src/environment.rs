@@ -2,7 +2,8 @@
 //! with the code (the shape of Cursor's `environment.json`).
 //!
 //! ```toml
-//! install = ["pip install -e .", "npm ci"]   # idempotent; prepares the tree
+//! install = ["pip install -e .", "npm ci"]   # idempotent; prepares the tree (kept as a snapshot)
+//! install_inputs = ["package-lock.json"]     # files whose change means installing again
 //! start = "redis-server --daemonize yes"     # every run, after install
 //! test = "pytest -q"                         # after the agent; its output is in the result
 //! network = false                            # commands may use the network
@@ -48,8 +49,11 @@ impl Commands {
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct EnvironmentFile {
-    /// Idempotent preparation (dependencies).
+    /// Idempotent preparation (dependencies); its outputs are kept as a snapshot.
     pub install: Commands,
+    /// Files (repository paths) the install depends on besides its commands: a change to one
+    /// means a new snapshot.
+    pub install_inputs: Vec<String>,
     /// Run every time, after `install`.
     pub start: Commands,
     /// Run after the agent; output kept in the result.
@@ -60,11 +64,16 @@ pub struct EnvironmentFile {
     pub env: BTreeMap<String, String>,
 }
 
-/// What a run prepares, in order: the repository's install and start steps, then the
-/// request's own setup; variables and network from both (the request wins).
+/// What a run prepares, in order: the repository's install steps (skipped when a snapshot of
+/// their outputs is ready), its start steps, then the request's own setup; variables and
+/// network from both (the request wins).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Prepared {
-    /// Commands before the agent.
+    /// The install steps.
+    pub install: Vec<String>,
+    /// Files the install depends on.
+    pub install_inputs: Vec<String>,
+    /// Commands before the agent, every run.
     pub setup: Vec<String>,
     /// The test command.
     pub test: Option<String>,
@@ -92,12 +101,18 @@ pub fn parse(text: &str) -> Result<EnvironmentFile> {
 
 /// The file's steps and the request's, merged.
 pub fn merge(file: EnvironmentFile, request: &RunEnvironment) -> Prepared {
-    let mut setup = file.install.list();
-    setup.extend(file.start.list());
+    let mut setup = file.start.list();
     setup.extend(request.setup.iter().cloned());
     let mut env = file.env;
     env.extend(request.env.clone());
-    Prepared { setup, test: request.test.clone().or(file.test), env, network: file.network || request.network }
+    Prepared {
+        install: file.install.list(),
+        install_inputs: file.install_inputs,
+        setup,
+        test: request.test.clone().or(file.test),
+        env,
+        network: file.network || request.network,
+    }
 }
 
 #[cfg(test)]
@@ -118,7 +133,9 @@ mod tests {
         assert_eq!(
             merge(file, &request),
             Prepared {
-                setup: vec!["make deps".into(), "make gen".into(), "./serve &".into(), "echo ready".into()],
+                install: vec!["make deps".into(), "make gen".into()],
+                install_inputs: Vec::new(),
+                setup: vec!["./serve &".into(), "echo ready".into()],
                 test: Some("make test".into()),
                 env: BTreeMap::from([("A".into(), "1".into()), ("B".into(), "3".into())]),
                 network: false,

@@ -21,6 +21,7 @@ pub mod queue;
 pub mod redact;
 pub mod remote;
 pub mod service;
+pub mod snapshot;
 pub mod worker;
 
 /// Errors of this crate.

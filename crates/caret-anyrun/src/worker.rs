@@ -127,15 +127,19 @@ pub struct WorkerConfig {
     pub context_window: u32,
     /// After a drain is asked for, running attempts get this long before they are handed back.
     pub drain_timeout: Duration,
+    /// Prepared environments kept for warm starts (none: every run installs).
+    pub snapshots: Option<Arc<crate::snapshot::Snapshots>>,
 }
 
 impl WorkerConfig {
     /// A worker named `name` with `slots` slots working under `work_dir`.
     pub fn new(name: impl Into<String>, slots: u32, work_dir: impl Into<PathBuf>) -> WorkerConfig {
+        let work_dir: PathBuf = work_dir.into();
         WorkerConfig {
+            snapshots: Some(Arc::new(crate::snapshot::Snapshots::new(work_dir.join("snapshots"), 8, &work_dir))),
             name: name.into(),
             slots: slots.max(1),
-            work_dir: work_dir.into(),
+            work_dir,
             sandbox: SandboxKind::Bwrap,
             poll: Duration::from_millis(500),
             exit_when_idle: None,
@@ -495,13 +499,13 @@ fn fail(reason: impl Into<String>) -> Failure {
     Failure { reason: reason.into(), retry: false }
 }
 
-/// Fetches the code into `repo` and commits it as the base; the base commit.
+/// Fetches the code into `repo` (the uploaded bundle and its uncommitted changes, or a clone).
 async fn checkout(
     coord: &dyn Coordinator,
     lease: &Lease,
     run_dir: &Path,
     repo: &Path,
-) -> std::result::Result<String, Failure> {
+) -> std::result::Result<(), Failure> {
     let repo_s = repo.display().to_string();
     match &lease.repo {
         RepoSource::Bundle { head, patch, .. } => {
@@ -531,11 +535,39 @@ async fn checkout(
             }
         }
     }
+    Ok(())
+}
+
+/// Commits the workspace as it is (code and prepared environment) as the run's starting
+/// point; answers the commit.
+async fn commit_base(repo: &Path) -> std::result::Result<String, Failure> {
     git(repo, &["add", "-A"]).await.map_err(fail)?;
     git(repo, &["commit", "-q", "--allow-empty", "--no-verify", "-m", "caret: the run's starting point"])
         .await
         .map_err(fail)?;
     Ok(git(repo, &["rev-parse", "HEAD"]).await.map_err(fail)?.trim().to_owned())
+}
+
+/// The snapshot key of the checkout's environment (see [`crate::snapshot`]).
+async fn environment_key(
+    tenant: &str,
+    code: &Path,
+    prepared: &crate::environment::Prepared,
+) -> std::result::Result<String, String> {
+    let roots = git(code, &["rev-list", "--max-parents=0", "HEAD"]).await?;
+    let mut inputs = Vec::new();
+    for path in &prepared.install_inputs {
+        let inside = code.join(path);
+        // Only files inside the checkout count (no `..`, no links out).
+        let content = match std::fs::canonicalize(&inside) {
+            Ok(real) if real.starts_with(std::fs::canonicalize(code).map_err(|e| e.to_string())?) => {
+                std::fs::read(real).ok()
+            }
+            _ => None,
+        };
+        inputs.push((path.clone(), content));
+    }
+    Ok(crate::snapshot::Snapshots::key(tenant, roots.trim(), &prepared.install, &inputs))
 }
 
 /// Runs a command in the sandbox unless the attempt stops first.
@@ -621,17 +653,36 @@ async fn run_attempt(
     };
     std::fs::create_dir_all(run_dir)
         .map_err(|e| Failure { reason: format!("creating {}: {e}", run_dir.display()), retry: true })?;
-    let repo = run_dir.join("repo");
-    let base = checkout(coord.as_ref(), lease, run_dir, &repo).await?;
-    // An earlier attempt's work: its changes applied, its conversation ready to go on.
-    let transcript = run_dir.join("transcript.jsonl");
-    let mut resumed = false;
-    if let Some(cp) = &lease.checkpoint {
-        let (files, conversation) = restore(run_dir, &repo, &transcript, cp).await;
-        reporter.send(RunEvent::Run(RunStatus::Resumed { files, conversation }));
-        resumed = conversation;
-    }
-    let prepared = crate::environment::prepare(&repo, &lease.environment).map_err(|e| fail(e.to_string()))?;
+    let (code, repo) = (run_dir.join("code"), run_dir.join("repo"));
+    checkout(coord.as_ref(), lease, run_dir, &code).await?;
+    let prepared = crate::environment::prepare(&code, &lease.environment).map_err(|e| fail(e.to_string()))?;
+    // The environment's snapshot, when its install step has one ready: the workspace starts
+    // from it (the snapshot's tree over the checkout) and the install is skipped.
+    let key = match (&config.snapshots, prepared.install.is_empty()) {
+        (Some(_), false) => Some(environment_key(&lease.tenant, &code, &prepared).await.map_err(fail)?),
+        _ => None,
+    };
+    let warm_started = Instant::now();
+    let snapshots = config.snapshots.clone();
+    let workspace = match (&snapshots, &key) {
+        (Some(snaps), Some(k)) if snaps.get(k).is_some() => {
+            let (snaps, k, code, repo, scratch) =
+                (snaps.clone(), k.clone(), code.clone(), repo.clone(), run_dir.join("overlay"));
+            let made = tokio::task::spawn_blocking(move || snaps.materialize(&k, &code, &repo, &scratch))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r);
+            Some(made.map_err(|e| Failure {
+                reason: format!("starting from the environment's snapshot: {e}"),
+                retry: true,
+            })?)
+        }
+        _ => {
+            std::fs::rename(&code, &repo).map_err(|e| fail(format!("{}: {e}", repo.display())))?;
+            None
+        }
+    };
+    timings.warm = workspace.is_some();
 
     // The sandbox: the checkout writable, the run's variables and secrets in every command.
     let mut policy = caret_sandbox::Policy::new(&repo).map_err(|e| fail(e.to_string()))?.with_toolchains();
@@ -648,10 +699,19 @@ async fn run_attempt(
     let sandbox = Arc::new(sandbox);
     timings.launch_ms = ms(started.elapsed());
     coord.launched(&lease.lease, started.elapsed().as_secs_f64()).await;
+    if let Some(ws) = &workspace {
+        reporter.send(RunEvent::Run(RunStatus::Snapshot {
+            saved: false,
+            method: ws.method.name().to_owned(),
+            duration_ms: ms(warm_started.elapsed()),
+        }));
+    }
 
-    // The environment's steps.
+    // The environment's steps: install (unless warm; its outputs are then kept), start, the
+    // request's own.
     let setup_started = Instant::now();
-    for command in &prepared.setup {
+    let install = if workspace.is_some() { &[][..] } else { &prepared.install[..] };
+    for (n, command) in install.iter().chain(&prepared.setup).enumerate() {
         let mut spec = caret_sandbox::Spec::new(command.clone(), &repo);
         spec.timeout = left("setup")?;
         let t = Instant::now();
@@ -669,8 +729,38 @@ async fn run_attempt(
                 if out.timed_out { "ran out of time".to_owned() } else { format!("exited with {:?}", out.exit_code) };
             return Ok(Some(format!("setup step {command:?} {how}")));
         }
+        if n + 1 == install.len()
+            && let (Some(snaps), Some(k)) = (&snapshots, &key)
+        {
+            let t = Instant::now();
+            let (snaps_bg, k, tree) = (snaps.clone(), k.clone(), repo.clone());
+            // Copying the outputs blocks: off the async threads.
+            let saved = tokio::task::spawn_blocking(move || snaps_bg.save(&k, &tree))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r);
+            match saved {
+                Ok(()) => reporter.send(RunEvent::Run(RunStatus::Snapshot {
+                    saved: true,
+                    method: snaps.method().name().to_owned(),
+                    duration_ms: ms(t.elapsed()),
+                })),
+                Err(e) => tracing::warn!(run = %lease.lease.run, "keeping the environment's snapshot: {e}"),
+            }
+        }
     }
     timings.setup_ms = ms(setup_started.elapsed());
+    // The starting point the run's changes are measured from: the code and its prepared
+    // environment.
+    let base = commit_base(&repo).await?;
+    // An earlier attempt's work: its changes applied, its conversation ready to go on.
+    let transcript = run_dir.join("transcript.jsonl");
+    let mut resumed = false;
+    if let Some(cp) = &lease.checkpoint {
+        let (files, conversation) = restore(run_dir, &repo, &transcript, cp).await;
+        reporter.send(RunEvent::Run(RunStatus::Resumed { files, conversation }));
+        resumed = conversation;
+    }
 
     // The agent, with the tools `caret agent` has (the sandbox's terminal and linters).
     let ctx = Arc::new(Ctx::new(&repo).map_err(|e| fail(format!("opening the checkout: {e}")))?);

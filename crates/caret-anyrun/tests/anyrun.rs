@@ -330,7 +330,8 @@ async fn a_run_fixes_a_bug_in_its_sandbox_and_the_patch_passes_the_tests() {
     assert!(!bundle_dir.join("bundle").exists(), "the bundle is collected when the run ends");
     assert!(files_containing(dir.path(), canary.as_bytes()).is_empty(), "the secret canary is nowhere at rest");
     assert!(files_containing(&s.objects, b"$1 + $2").is_empty());
-    assert!(!dir.join("work").read_dir().unwrap().any(|_| true), "the run's directory is removed");
+    let left: Vec<_> = dir.join("work").read_dir().unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("snapshots")], "the run's directory is removed");
 
     // Collected on request: events, result and row.
     service.delete(&t.id, &id).await.unwrap();
@@ -502,4 +503,100 @@ async fn a_run_whose_worker_dies_continues_from_its_last_checkpoint() {
     assert_eq!(up.chats().len(), 4, "three model calls, then one that finished: no step was redone");
     // The checkpoints went with the run's end.
     assert!(service.saved_checkpoint(&id).await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn later_runs_of_an_environment_start_from_its_snapshot_and_leave_it_untouched() {
+    // Overlays where this machine can mount them, and copies everywhere.
+    let probe = TempDir::new();
+    let overlay = caret_anyrun::snapshot::Snapshots::new(probe.join("s"), 1, &probe.join("w")).method();
+    let mut methods = vec![caret_anyrun::snapshot::Method::Copy];
+    if overlay == caret_anyrun::snapshot::Method::Overlay {
+        methods.push(overlay);
+    } else {
+        eprintln!("overlay mounts are not possible here (not root, or no overlayfs): copies only");
+    }
+    for method in methods {
+        warm_starts(method).await;
+    }
+}
+
+async fn warm_starts(method: caret_anyrun::snapshot::Method) {
+    let dir = TempDir::new();
+    let repo = buggy_repo(&dir);
+    // The install leaves an ignored output; each run's agent counts its lines, then adds one.
+    std::fs::write(
+        repo.join(".caret/environment.toml"),
+        "install = \"mkdir -p deps && echo installed >> deps/log\"\ninstall_inputs = [\"add.sh\"]\ntest = \"sh test.sh\"\n",
+    )
+    .unwrap();
+    std::fs::write(repo.join(".gitignore"), "deps/\n").unwrap();
+    let git = |args: &[&str]| {
+        let ok = std::process::Command::new("git").args(args).current_dir(&repo).status().unwrap().success();
+        assert!(ok, "git {args:?}");
+    };
+    git(&["add", "-A"]);
+    git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "environment"]);
+    let conversation = vec![
+        Answer::Calls(vec![(
+            "run_terminal_cmd".into(),
+            json!({"command": "echo lines=$(wc -l < deps/log); echo run >> deps/log"}),
+        )]),
+        Answer::Text("counted".into()),
+    ];
+    let (_up, gateway) = scripted_gateway(conversation).await;
+    let service = setup(&dir, Some(gateway), RunSettings::default()).await.service;
+    let t = tenant("acme");
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let mut req = git_run("count", RunClass::Interactive);
+        req.repo = RepoSource::Git { url: format!("file://{}", repo.display()), git_ref: None };
+        ids.push(service.submit(&t, req).await.unwrap().id);
+    }
+    let (_drain, drained) = tokio::sync::watch::channel(false);
+    let mut config = WorkerConfig::new("test-worker", 1, dir.join("work"));
+    config.poll = Duration::from_millis(50);
+    config.exit_when_idle = Some(Duration::from_millis(300));
+    let snapshots = caret_anyrun::snapshot::Snapshots::new(dir.join("work/snapshots"), 8, &dir.join("work"));
+    config.snapshots = Some(Arc::new(snapshots.with_method(method)));
+    Worker::new(Arc::new(InProcess(service.clone())), config).run(drained).await.unwrap();
+    let mut seen = Vec::new();
+    for id in &ids {
+        let info = service.get(&t.id, id).await.unwrap();
+        assert_eq!(info.state, RunState::Succeeded, "{info:?}");
+        let events = service.events(&t.id, id, 0, 1000).await.unwrap();
+        let installs = events
+            .iter()
+            .filter(|e| matches!(&e.event, RunEvent::Run(RunStatus::SetupStep { command, .. }) if command.contains("deps/log")))
+            .count();
+        let snapshot = events.iter().find_map(|e| match &e.event {
+            RunEvent::Run(RunStatus::Snapshot { saved, method, .. }) => Some((*saved, method.clone())),
+            _ => None,
+        });
+        let counted = events
+            .iter()
+            .find_map(|e| match &e.event {
+                RunEvent::Agent(Event::ToolCallEnd { output, .. }) => {
+                    output.lines().find(|l| l.starts_with("lines=")).map(str::to_owned)
+                }
+                _ => None,
+            })
+            .unwrap_or_default();
+        let result = service.result(&t.id, id).await.unwrap();
+        seen.push((
+            installs,
+            snapshot.as_ref().map(|(saved, _)| *saved),
+            counted,
+            result.timings.warm,
+            result.files.is_empty(),
+        ));
+        if let Some((false, used)) = snapshot {
+            assert_eq!(used, method.name());
+        }
+    }
+    let first = (1, Some(true), "lines=1".to_owned(), false, true);
+    let warm = (0, Some(false), "lines=1".to_owned(), true, true);
+    assert_eq!(seen, vec![first, warm.clone(), warm], "install once; later runs see its output, never another run's");
+    let left: Vec<_> = dir.join("work").read_dir().unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("snapshots")], "runs' directories (and mounts) are gone");
 }

@@ -234,6 +234,16 @@ pub enum RunStatus {
         /// Milliseconds.
         duration_ms: u64,
     },
+    /// The environment's install step was skipped: the workspace started from a snapshot of
+    /// its outputs (`saved: false`); or a cold run kept its outputs as one (`saved: true`).
+    Snapshot {
+        /// Saved now (a cold run), rather than started from.
+        saved: bool,
+        /// How the workspace was made: `overlay` or `copy`.
+        method: String,
+        /// Milliseconds it took.
+        duration_ms: u64,
+    },
     /// The attempt continues from an earlier attempt's checkpoint: its changes are in the
     /// workspace and, when `conversation`, the agent carries on its conversation.
     Resumed {
@@ -338,6 +348,9 @@ pub struct Timings {
     pub test_ms: u64,
     /// The whole attempt.
     pub total_ms: u64,
+    /// The workspace started from a snapshot of its prepared environment (no install).
+    #[serde(default)]
+    pub warm: bool,
 }
 
 /// `PUT /v1/secrets/{name}`.

@@ -189,6 +189,10 @@ pub struct WorkerArgs {
     /// Where runs' directories are made (default $CARET_HOME/runs/work).
     #[arg(long)]
     work_dir: Option<PathBuf>,
+    /// Prepared environments kept for warm starts (least recently used dropped); 0: every
+    /// run installs its environment.
+    #[arg(long, default_value_t = 8)]
+    snapshots: usize,
 }
 
 /// The run service of the embedded queue (or a server's, in `caret serve`).
@@ -246,6 +250,13 @@ fn worker_config(config: &Config, slots: u32, idle: Option<Duration>, work_dir: 
     if let Some(window) = config.context_window("agent") {
         w.context_window = window;
     }
+    w
+}
+
+/// Keeps at most `keep` prepared environments (none: every run installs).
+fn with_snapshots(mut w: WorkerConfig, keep: usize) -> WorkerConfig {
+    w.snapshots = (keep > 0)
+        .then(|| Arc::new(caret_anyrun::snapshot::Snapshots::new(w.work_dir.join("snapshots"), keep, &w.work_dir)));
     w
 }
 
@@ -570,6 +581,12 @@ fn print_event(e: &NumberedEvent, json: bool) {
         RunEvent::Run(RunStatus::SetupStep { command, exit_code, duration_ms, .. }) => {
             format!("$ {command}  → {}  ({duration_ms} ms)", exit_code.map_or("killed".into(), |c| c.to_string()))
         }
+        RunEvent::Run(RunStatus::Snapshot { saved: false, method, duration_ms }) => {
+            format!("── environment ready from its snapshot ({method}, {duration_ms} ms)")
+        }
+        RunEvent::Run(RunStatus::Snapshot { saved: true, duration_ms, .. }) => {
+            format!("── environment snapshot saved ({duration_ms} ms)")
+        }
         RunEvent::Run(RunStatus::Resumed { files, conversation }) => {
             let talk = if *conversation { " and the conversation" } else { "" };
             format!("── continuing from the last checkpoint ({files} changed files{talk})")
@@ -802,7 +819,7 @@ pub fn worker(config: &Config, args: WorkerArgs) -> anyhow::Result<ExitCode> {
                     .timeout(Duration::from_secs(120))
                     .build()
                     .context("building the HTTP client")?;
-                let w = worker_config(config, args.slots, idle, args.work_dir.clone());
+                let w = with_snapshots(worker_config(config, args.slots, idle, args.work_dir.clone()), args.snapshots);
                 let coord = Arc::new(caret_anyrun::remote::Remote::new(server, &token, client));
                 eprintln!("caret worker: {} slot(s) taking runs from {server}", args.slots);
                 Worker::new(coord, w).run(drain).await?
@@ -817,7 +834,7 @@ pub fn worker(config: &Config, args: WorkerArgs) -> anyhow::Result<ExitCode> {
                     std::fs::create_dir_all(dir)?;
                 }
                 std::fs::write(&pid_file, std::process::id().to_string())?;
-                let w = worker_config(config, args.slots, idle, args.work_dir.clone());
+                let w = with_snapshots(worker_config(config, args.slots, idle, args.work_dir.clone()), args.snapshots);
                 let summary = Worker::new(Arc::new(InProcess(runs)), w).run(drain).await;
                 if std::fs::read_to_string(&pid_file).is_ok_and(|p| p.trim() == std::process::id().to_string()) {
                     let _ = std::fs::remove_file(&pid_file);
