@@ -219,6 +219,43 @@ fn row(r: &sqlx::any::AnyRow) -> Result<RunRow> {
 }
 
 /// An insert's outcome, where a row inserted meanwhile by another process is as good as ours.
+/// Appends sealed event bodies to a run inside `tx` (numbered after its last); with `token`,
+/// only while that lease holds the run. Answers the last number.
+async fn push_events(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    id: &str,
+    token: Option<u64>,
+    bodies: &[String],
+) -> Result<u64> {
+    let n = i64::try_from(bodies.len()).unwrap_or(i64::MAX);
+    let r = match token {
+        Some(token) => sqlx::query(
+            "UPDATE anyrun_runs SET events = events + $1 WHERE id = $2 AND lease_token = $3 AND state = 'running' \
+             RETURNING events, attempt",
+        )
+        .bind(n)
+        .bind(id)
+        .bind(i(token)),
+        None => sqlx::query("UPDATE anyrun_runs SET events = events + $1 WHERE id = $2 RETURNING events, attempt")
+            .bind(n)
+            .bind(id),
+    }
+    .fetch_optional(&mut **tx)
+    .await?;
+    let Some(r) = r else { return Err(Error::Fenced(id.to_owned())) };
+    let (last, attempt): (i64, i64) = (r.try_get(0)?, r.try_get(1)?);
+    for (k, body) in bodies.iter().enumerate() {
+        sqlx::query("INSERT INTO anyrun_events (run_id, seq, attempt, body) VALUES ($1, $2, $3, $4)")
+            .bind(id)
+            .bind(last - n + 1 + i64::try_from(k).unwrap_or(0))
+            .bind(attempt)
+            .bind(body)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(u(last))
+}
+
 fn unless_duplicate(inserted: std::result::Result<sqlx::any::AnyQueryResult, sqlx::Error>) -> Result<()> {
     match inserted {
         Ok(_) => Ok(()),
@@ -584,35 +621,10 @@ impl Queue {
         if bodies.is_empty() {
             return Ok(0);
         }
-        let n = i64::try_from(bodies.len()).unwrap_or(i64::MAX);
         let mut tx = self.pool.begin().await?;
-        let r = match token {
-            Some(token) => sqlx::query(
-                "UPDATE anyrun_runs SET events = events + $1 WHERE id = $2 AND lease_token = $3 AND state = 'running' \
-                 RETURNING events, attempt",
-            )
-            .bind(n)
-            .bind(id)
-            .bind(i(token)),
-            None => sqlx::query("UPDATE anyrun_runs SET events = events + $1 WHERE id = $2 RETURNING events, attempt")
-                .bind(n)
-                .bind(id),
-        }
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(r) = r else { return Err(Error::Fenced(id.to_owned())) };
-        let (last, attempt): (i64, i64) = (r.try_get(0)?, r.try_get(1)?);
-        for (k, body) in bodies.iter().enumerate() {
-            sqlx::query("INSERT INTO anyrun_events (run_id, seq, attempt, body) VALUES ($1, $2, $3, $4)")
-                .bind(id)
-                .bind(last - n + 1 + i64::try_from(k).unwrap_or(0))
-                .bind(attempt)
-                .bind(body)
-                .execute(&mut *tx)
-                .await?;
-        }
+        let last = push_events(&mut tx, id, token, bodies).await?;
         tx.commit().await?;
-        Ok(u(last))
+        Ok(last)
     }
 
     /// Events after `after`, at most `limit`.
@@ -684,7 +696,14 @@ impl Queue {
     /// Hands a run back under its current lease: queued again for another attempt, or failed
     /// when its attempts are used up (or cancelled when a cancel was asked for). Returns the
     /// state it is in now.
-    pub async fn hand_back(&self, id: &str, token: u64, reason: &str, now_ms: i64) -> Result<RunState> {
+    pub async fn hand_back(
+        &self,
+        id: &str,
+        token: u64,
+        reason: &str,
+        now_ms: i64,
+        event: Option<String>,
+    ) -> Result<RunState> {
         let mut tx = self.pool.begin().await?;
         let r = sqlx::query(
             "SELECT attempt, max_attempts, cancel_requested FROM anyrun_runs \
@@ -715,23 +734,37 @@ impl Queue {
         .bind(i(token))
         .execute(&mut *tx)
         .await?;
+        // The attempt's end is recorded with it: no event of a next attempt can come first.
+        if let Some(body) = event {
+            push_events(&mut tx, id, None, &[body]).await?;
+        }
         tx.commit().await?;
         Ok(state)
     }
 
-    /// Runs whose lease ran out by `now_ms`: each is handed back as its worker would have.
-    pub async fn expire(&self, now_ms: i64) -> Result<Vec<Expired>> {
+    /// Runs whose lease ran out by `now_ms`: each is handed back as its worker would have,
+    /// with the event `lost` makes (from the run's id, tenant, attempt and the reason)
+    /// recorded in the same transaction.
+    pub async fn expire(
+        &self,
+        now_ms: i64,
+        lost: impl Fn(&str, &str, u32, &str) -> Option<String>,
+    ) -> Result<Vec<Expired>> {
         let rows = sqlx::query(
-            "SELECT id, lease_token, attempt FROM anyrun_runs WHERE state = 'running' AND lease_expires_ms < $1",
+            "SELECT id, lease_token, attempt, tenant_id FROM anyrun_runs WHERE state = 'running' AND lease_expires_ms < $1",
         )
         .bind(now_ms)
         .fetch_all(&self.pool)
         .await?;
         let mut out = Vec::new();
+        const REASON: &str = "the worker stopped answering (lease expired)";
         for r in rows {
-            let (id, token, attempt): (String, i64, i64) = (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
-            match self.hand_back(&id, u(token), "the worker stopped answering (lease expired)", now_ms).await {
-                Ok(now) => out.push(Expired { id, attempt: u32::try_from(attempt).unwrap_or(0), now }),
+            let (id, token, attempt, tenant): (String, i64, i64, String) =
+                (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?);
+            let attempt = u32::try_from(attempt).unwrap_or(0);
+            let event = lost(&id, &tenant, attempt, REASON);
+            match self.hand_back(&id, u(token), REASON, now_ms, event).await {
+                Ok(now) => out.push(Expired { id, attempt, now }),
                 // Renewed or ended meanwhile.
                 Err(Error::Fenced(_)) => {}
                 Err(e) => return Err(e),

@@ -458,13 +458,15 @@ impl RunService {
 
     /// Hands back runs whose workers went silent; records each lost attempt.
     pub async fn expire(&self) -> Result<usize> {
-        let expired = self.queue.expire(now_ms()).await?;
+        let lost = |id: &str, tenant: &str, attempt: u32, reason: &str| {
+            self.sealed_event(tenant, id, RunStatus::AttemptLost { attempt, reason: reason.to_owned() })
+        };
+        let expired = self.queue.expire(now_ms(), lost).await?;
         for e in &expired {
             let Some(row) = self.queue.get_any(&e.id).await? else { continue };
             let tenant = self.tenant_name(&row).await;
             self.metrics.observe("lease_expiries", row.class, &tenant, 0.0);
             let reason = row.reason.clone().unwrap_or_default();
-            self.system_event(&row, RunStatus::AttemptLost { attempt: e.attempt, reason: reason.clone() }).await;
             if e.now.is_final() {
                 self.finished(&row, e.now, Some(reason)).await;
             } else {
@@ -477,6 +479,18 @@ impl RunService {
     /// The tenant's name for operators' figures (its id when unknown).
     async fn tenant_name(&self, row: &RunRow) -> String {
         self.queue.tenant_name(&row.tenant_id).await.ok().flatten().unwrap_or_else(|| row.tenant_id.clone())
+    }
+
+    /// A lifecycle event sealed for a run (none, logged, when it cannot be).
+    fn sealed_event(&self, tenant_id: &str, run: &str, status: RunStatus) -> Option<String> {
+        let text = serde_json::to_vec(&RunEvent::Run(status)).ok()?;
+        match self.seal_text(tenant_id, &format!("{run}/event"), &text) {
+            Ok(sealed) => Some(sealed),
+            Err(e) => {
+                tracing::warn!(%run, "sealing a run event: {e}");
+                None
+            }
+        }
     }
 
     async fn system_event(&self, row: &RunRow, status: RunStatus) {
@@ -712,8 +726,12 @@ impl RunService {
         let now = now_ms();
         if done.retry {
             let reason = done.reason.clone().unwrap_or_else(|| "the worker handed the run back".into());
-            let state = self.queue.hand_back(&row.id, row.lease_token, &reason, now).await?;
-            self.system_event(&row, RunStatus::AttemptLost { attempt: row.attempt, reason: reason.clone() }).await;
+            let lost = self.sealed_event(
+                &row.tenant_id,
+                &row.id,
+                RunStatus::AttemptLost { attempt: row.attempt, reason: reason.clone() },
+            );
+            let state = self.queue.hand_back(&row.id, row.lease_token, &reason, now, lost).await?;
             if state.is_final() {
                 self.finished(&row, state, Some(reason)).await;
             }

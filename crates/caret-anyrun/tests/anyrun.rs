@@ -116,8 +116,8 @@ async fn a_lost_lease_is_fenced_and_the_run_is_leased_again_until_its_attempts_a
     assert_eq!((first.attempt, first.lease_token), (1, 1));
     assert!(!q.heartbeat(&id, 1, None, t0 + 500, 1000).await.unwrap());
     // The worker goes silent: the lease ends; the run is queued again.
-    assert!(q.expire(t0 + 1400).await.unwrap().is_empty(), "the heartbeat renewed it");
-    let expired = q.expire(t0 + 1600).await.unwrap();
+    assert!(q.expire(t0 + 1400, |_, _, _, _| None).await.unwrap().is_empty(), "the heartbeat renewed it");
+    let expired = q.expire(t0 + 1600, |_, _, _, _| None).await.unwrap();
     assert_eq!(expired.len(), 1);
     assert_eq!(expired[0].now, RunState::Queued);
     let second = q.lease(&lease_req("w2"), t0 + 1700, 1000).await.unwrap().unwrap().run;
@@ -136,7 +136,7 @@ async fn a_lost_lease_is_fenced_and_the_run_is_leased_again_until_its_attempts_a
     };
     assert!(matches!(s.complete(stale).await, Err(Error::Fenced(_))));
     // The second attempt is lost too: no attempts are left, so the run fails with the reason.
-    let expired = q.expire(t0 + 3000).await.unwrap();
+    let expired = q.expire(t0 + 3000, |_, _, _, _| None).await.unwrap();
     assert_eq!(expired[0].now, RunState::Failed);
     let row = q.get(&t.id, &id).await.unwrap().unwrap();
     assert_eq!(row.state, RunState::Failed);

@@ -34,6 +34,42 @@ pub struct Config {
     pub models: Vec<ModelAlias>,
     pub gateway: GatewaySection,
     pub agent: AgentSection,
+    pub runs: RunsSection,
+}
+
+/// Background runs' queue (`[runs]`): how long a silent worker keeps a run, attempts, the
+/// per-tenant cap of new tenants, how long ended runs are kept.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunsSection {
+    /// A lease lasts this long without a heartbeat ("30s").
+    pub lease_ttl: Option<String>,
+    /// Attempts a run gets.
+    pub max_attempts: Option<u32>,
+    /// Runs a new tenant may have running at once.
+    pub max_running_per_tenant: Option<u32>,
+    /// Ended runs are deleted after this long ("7d").
+    pub retention: Option<String>,
+}
+
+impl RunsSection {
+    /// The queue's settings: the defaults, overridden by what the section sets.
+    pub fn settings(&self) -> anyhow::Result<caret_anyrun::service::RunSettings> {
+        let mut s = caret_anyrun::service::RunSettings::default();
+        if let Some(t) = &self.lease_ttl {
+            s.lease_ttl = parse_duration(t).context("[runs] lease_ttl")?.max(std::time::Duration::from_secs(1));
+        }
+        if let Some(n) = self.max_attempts {
+            s.max_attempts = n.max(1);
+        }
+        if let Some(n) = self.max_running_per_tenant {
+            s.max_running_per_tenant = n.max(1);
+        }
+        if let Some(t) = &self.retention {
+            s.retention = parse_duration(t).context("[runs] retention")?;
+        }
+        Ok(s)
+    }
 }
 
 /// The agent's command rules and sandbox limits (`caret agent`, `caret exec`, server sessions).
@@ -293,7 +329,8 @@ pub fn parse_duration(s: &str) -> anyhow::Result<std::time::Duration> {
         "" | "s" => n,
         "m" => n * 60,
         "h" => n * 3600,
-        other => bail!("invalid duration {s:?}: unknown unit {other:?} (use s, m or h)"),
+        "d" => n * 86_400,
+        other => bail!("invalid duration {s:?}: unknown unit {other:?} (use s, m, h or d)"),
     };
     anyhow::ensure!(secs > 0, "invalid duration {s:?}: must be positive");
     Ok(std::time::Duration::from_secs(secs))
@@ -361,6 +398,7 @@ impl Default for Config {
             models: Vec::new(),
             gateway: GatewaySection::default(),
             agent: AgentSection::default(),
+            runs: RunsSection::default(),
         }
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use base64::Engine as _;
-use caret_anyrun::service::{RunService, RunSettings, TenantRef};
+use caret_anyrun::service::{RunService, TenantRef};
 use caret_anyrun::worker::{InProcess, Worker, WorkerConfig};
 use caret_protocol::agent::Event;
 use caret_protocol::runs::{
@@ -202,7 +202,7 @@ pub async fn open_service(
     gateway: Option<Arc<caret_models::Gateway>>,
 ) -> anyhow::Result<RunService> {
     let key = data_dir(config).join("runs.key");
-    caret_server::open_runs(service, &config.storage(), &key, gateway, RunSettings::default())
+    caret_server::open_runs(service, &config.storage(), &key, gateway, config.runs.settings()?)
         .await
         .context("opening the run queue")
 }

@@ -1,0 +1,220 @@
+//! Background runs under worker crashes: `caret serve` with 4 `caret worker` processes and
+//! 200 queued runs (a scripted model: a test double, so the figures are the orchestrator's),
+//! 20 workers SIGKILLed at random moments (each replaced at once). Every run must end exactly
+//! once — succeeded, or failed with a reason — and none may be lost or run twice at once.
+//!
+//! `cargo bench -p caret --bench chaos [-- RUNS KILLS WORKERS]` (defaults 200 20 4); with
+//! `CARET_BENCH_DATABASE_URL=postgres://…` the queue is on PostgreSQL (a schema of its own),
+//! else SQLite.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead as _, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use caret_test_support::TempDir;
+use caret_test_support::scripted::{Answer, Behaviour, ScriptedUpstream};
+use serde_json::{Value, json};
+
+const CARET: &str = env!("CARGO_BIN_EXE_caret");
+
+fn admin(home: &Path, data: &Path, db: &[String], args: &[&str]) -> String {
+    let out =
+        Command::new(CARET).args(args).arg("--data-dir").arg(data).args(db).env("CARET_HOME", home).output().unwrap();
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+fn worker(url: &str, token: &str, dir: &Path, n: usize) -> Child {
+    Command::new(CARET)
+        .args(["worker", "--server", url, "--token", token, "--slots", "8"])
+        .arg("--work-dir")
+        .arg(dir.join(format!("work-{n}")))
+        .env("CARET_HOME", dir.join(format!("worker-{n}")))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// One run's history from its events: how many ends, whether two attempts overlapped,
+/// whether it was re-leased, its end and reason.
+struct History {
+    ends: usize,
+    overlapped: bool,
+    releases: usize,
+    end: Option<(String, Option<String>)>,
+}
+
+fn history(events: &[Value]) -> History {
+    let mut h = History { ends: 0, overlapped: false, releases: 0, end: None };
+    let mut open = false;
+    for e in events {
+        let e = &e["event"];
+        match e["type"].as_str() {
+            Some("run_started") => {
+                h.overlapped |= open;
+                open = true;
+                if e["attempt"].as_u64().unwrap_or(1) > 1 {
+                    h.releases += 1;
+                }
+            }
+            Some("attempt_lost") => open = false,
+            Some("run_finished") => {
+                open = false;
+                h.ends += 1;
+                h.end =
+                    Some((e["state"].as_str().unwrap_or_default().to_owned(), e["reason"].as_str().map(str::to_owned)));
+            }
+            _ => {}
+        }
+    }
+    h
+}
+
+fn main() {
+    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let (runs, kills, workers) =
+        (args.first().copied().unwrap_or(200), args.get(1).copied().unwrap_or(20), args.get(2).copied().unwrap_or(4));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("chaos-model"));
+    // Each run: a command that takes a while (so kills land mid-run), then an answer.
+    up.set(Behaviour {
+        conversation: vec![
+            Answer::Calls(vec![("run_terminal_cmd".into(), json!({"command": "sleep 2; echo worked"}))]),
+            Answer::Text("done".into()),
+        ],
+        ..Behaviour::default()
+    });
+    let dir = TempDir::new();
+    let (home, data) = (dir.join("home"), dir.join("srv"));
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(
+        home.join("config.toml"),
+        format!(
+            "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n\
+             [runs]\nlease_ttl = \"3s\"\nmax_running_per_tenant = 1000\n",
+            up.url
+        ),
+    )
+    .unwrap();
+    let (db, db_name) = match std::env::var("CARET_BENCH_DATABASE_URL").ok().filter(|u| !u.is_empty()) {
+        Some(url) => {
+            let schema = format!("chaos_{}", fastrand::u32(..));
+            let made = Command::new("psql").arg(&url).arg("-qc").arg(format!("CREATE SCHEMA {schema}")).status();
+            assert!(made.is_ok_and(|s| s.success()), "creating a schema (psql)");
+            let sep = if url.contains('?') { '&' } else { '?' };
+            (vec!["--database-url".to_owned(), format!("{url}{sep}options=-csearch_path%3D{schema}")], "PostgreSQL")
+        }
+        None => (Vec::new(), "SQLite"),
+    };
+    let mut server = Command::new(CARET)
+        .args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .args(&db)
+        .env("CARET_HOME", &home)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(dir.join("server.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let url = line.trim().rsplit(' ').next().unwrap().to_owned();
+    assert!(url.starts_with("http"), "the server did not start: {line}");
+    admin(&home, &data, &db, &["admin", "tenant", "create", "chaos"]);
+    let token = admin(&home, &data, &db, &["admin", "token", "create", "--tenant", "chaos"]);
+    let operator = admin(&home, &data, &db, &["admin", "operator-token", "create"]);
+
+    let repo = dir.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(repo.join("README"), "chaos\n").unwrap();
+    for a in
+        [&["init", "-q"][..], &["add", "-A"], &["-c", "user.name=c", "-c", "user.email=c@c", "commit", "-q", "-m", "i"]]
+    {
+        assert!(Command::new("git").args(a).current_dir(&repo).status().unwrap().success());
+    }
+    let http = reqwest::blocking::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
+    let mut ids = Vec::new();
+    for i in 0..runs {
+        let body = json!({
+            "repo": {"kind": "git", "url": format!("file://{}", repo.display())},
+            "task": format!("chaos {i}"),
+            "class": if i % 2 == 0 { "batch" } else { "interactive" },
+        });
+        let r: Value =
+            http.post(format!("{url}/v1/runs")).bearer_auth(&token).json(&body).send().unwrap().json().unwrap();
+        ids.push(r["id"].as_str().unwrap_or_else(|| panic!("{r}")).to_owned());
+    }
+
+    let started = Instant::now();
+    let mut fleet: Vec<Child> = (0..workers).map(|n| worker(&url, &operator, dir.path(), n)).collect();
+    let mut spawned = workers;
+    let ended = |id: &str| -> bool {
+        let r: Value = http.get(format!("{url}/v1/runs/{id}")).bearer_auth(&token).send().unwrap().json().unwrap();
+        ["succeeded", "failed", "cancelled"].contains(&r["state"].as_str().unwrap_or_default())
+    };
+    for _ in 0..kills {
+        std::thread::sleep(Duration::from_millis(fastrand::u64(300..2500)));
+        let victim = fastrand::usize(..fleet.len());
+        let _ = fleet[victim].kill();
+        let _ = fleet[victim].wait();
+        fleet[victim] = worker(&url, &operator, dir.path(), spawned);
+        spawned += 1;
+    }
+    let until = Instant::now() + Duration::from_secs(1800);
+    while !ids.iter().all(|id| ended(id)) {
+        assert!(Instant::now() < until, "runs did not all end within 30 minutes");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let wall = started.elapsed();
+    for mut w in fleet {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+
+    let (mut ends, mut reasons) = (BTreeMap::<String, usize>::new(), BTreeMap::<String, usize>::new());
+    let (mut not_once, mut overlapped, mut releases) = (0, 0, 0);
+    for id in &ids {
+        let events: Value = http
+            .get(format!("{url}/v1/runs/{id}/events?follow=false"))
+            .bearer_auth(&token)
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        let list = events.as_array().map_or(&[][..], Vec::as_slice);
+        let h = history(list);
+        if h.ends != 1 || h.overlapped {
+            let kinds: Vec<String> = list
+                .iter()
+                .filter(|e| {
+                    e["event"]["type"].as_str().is_some_and(|t| t.starts_with("run_") || t.starts_with("attempt"))
+                })
+                .map(|e| e["event"].to_string())
+                .collect();
+            println!("  {id}: {kinds:#?}");
+        }
+        not_once += usize::from(h.ends != 1);
+        overlapped += usize::from(h.overlapped);
+        releases += h.releases;
+        if let Some((state, reason)) = h.end {
+            *ends.entry(state).or_default() += 1;
+            if let Some(r) = reason {
+                *reasons.entry(r.chars().take(70).collect()).or_default() += 1;
+            }
+        }
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    println!(
+        "chaos ({db_name}, {workers} workers × 8 slots, {runs} runs, {kills} SIGKILLs): all ended in {:.1} s; {ends:?}; \
+         runs not ended exactly once: {not_once}; runs with overlapping attempts: {overlapped}; attempts re-leased: {releases}",
+        wall.as_secs_f64()
+    );
+    if !reasons.is_empty() {
+        println!("  reasons: {reasons:?}");
+    }
+    assert_eq!((not_once, overlapped), (0, 0), "a run was lost, ended twice or ran twice at once");
+}
