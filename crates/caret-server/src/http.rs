@@ -165,18 +165,30 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
     next.run(req).await
 }
 
-/// Lets through requests bearing an operator token (rate limited per client address first).
+/// Lets through requests bearing an operator token. A fleet of workers behind one address
+/// (a NAT) makes many requests a second, so valid operator requests are not charged to the
+/// client address's limit; refused ones are, and an address over its limit is refused before
+/// any token is looked up (guessing stays bounded).
 async fn authenticate_operator(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    if let Some(axum::extract::ConnectInfo(peer)) =
-        req.extensions().get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        && let Err(retry_after) = state.ip_limiter.check(&peer.ip().to_string(), Instant::now())
-    {
+    let peer = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|axum::extract::ConnectInfo(peer)| peer.ip().to_string());
+    if let Some(retry_after) = peer.as_ref().and_then(|p| state.ip_limiter.exhausted(p, Instant::now())) {
         return Error::RateLimited { retry_after }.into_response();
     }
-    let Some(token) = bearer(req.headers()) else { return Error::Unauthorized.into_response() };
+    let refused = |state: &AppState| {
+        if let Some(p) = &peer
+            && let Err(retry_after) = state.ip_limiter.check(p, Instant::now())
+        {
+            return Error::RateLimited { retry_after }.into_response();
+        }
+        Error::Unauthorized.into_response()
+    };
+    let Some(token) = bearer(req.headers()) else { return refused(&state) };
     match state.service.db().authenticate_operator(token).await {
         Ok(Some(_)) => next.run(req).await,
-        Ok(None) => Error::Unauthorized.into_response(),
+        Ok(None) => refused(&state),
         Err(e) => e.into_response(),
     }
 }

@@ -40,6 +40,15 @@ impl Limiter {
         Limiter { limit, buckets: Mutex::new(HashMap::new()) }
     }
 
+    /// Whether `key`'s bucket is empty now (`Some(seconds)` to wait), without taking from it.
+    pub fn exhausted(&self, key: &str, now: Instant) -> Option<u64> {
+        let buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        let (tokens, last) = buckets.get(key)?;
+        let tokens = (tokens + now.saturating_duration_since(*last).as_secs_f64() * self.limit.per_second)
+            .min(f64::from(self.limit.burst.max(1)));
+        (tokens < 1.0).then(|| ((1.0 - tokens) / self.limit.per_second.max(f64::MIN_POSITIVE)).ceil().max(1.0) as u64)
+    }
+
     /// Takes one request from `key`'s bucket; `Err(seconds)` to wait when it is empty.
     pub fn check(&self, key: &str, now: Instant) -> Result<(), u64> {
         let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
@@ -73,5 +82,9 @@ mod tests {
         assert!(l.check("b", t).is_ok(), "buckets are per key");
         assert!(l.check("a", t + Duration::from_millis(600)).is_ok(), "refilled after 0.5 s");
         assert!(l.check("a", t + Duration::from_millis(600)).is_err());
+        assert_eq!(l.exhausted("a", t + Duration::from_millis(600)), Some(1));
+        assert_eq!(l.exhausted("a", t + Duration::from_millis(1200)), None, "refilled; looking takes nothing");
+        assert_eq!(l.exhausted("a", t + Duration::from_millis(1200)), None);
+        assert_eq!(l.exhausted("c", t), None, "an unseen key has its whole burst");
     }
 }

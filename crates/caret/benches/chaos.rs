@@ -151,9 +151,25 @@ fn main() {
     let started = Instant::now();
     let mut fleet: Vec<Child> = (0..workers).map(|n| worker(&url, &operator, dir.path(), n)).collect();
     let mut spawned = workers;
-    let ended = |id: &str| -> bool {
-        let r: Value = http.get(format!("{url}/v1/runs/{id}")).bearer_auth(&token).send().unwrap().json().unwrap();
-        ["succeeded", "failed", "cancelled"].contains(&r["state"].as_str().unwrap_or_default())
+    // A GET as the tenant, waiting out rate limits.
+    let get = |path: &str| -> Value {
+        loop {
+            let r = http.get(format!("{url}{path}")).bearer_auth(&token).send().unwrap();
+            if r.status() == reqwest::StatusCode::TOO_MANY_REQUESTS {
+                std::thread::sleep(Duration::from_millis(500));
+                continue;
+            }
+            assert!(r.status().is_success(), "{path}: {}", r.status());
+            return r.json().unwrap();
+        }
+    };
+    let all_ended = || -> bool {
+        let list = get(&format!("/v1/runs?limit={}", runs + 10));
+        let list = list["runs"].as_array().cloned().unwrap_or_default();
+        list.len() == runs
+            && list
+                .iter()
+                .all(|r| ["succeeded", "failed", "cancelled"].contains(&r["state"].as_str().unwrap_or_default()))
     };
     for _ in 0..kills {
         std::thread::sleep(Duration::from_millis(fastrand::u64(300..2500)));
@@ -164,7 +180,7 @@ fn main() {
         spawned += 1;
     }
     let until = Instant::now() + Duration::from_secs(1800);
-    while !ids.iter().all(|id| ended(id)) {
+    while !all_ended() {
         assert!(Instant::now() < until, "runs did not all end within 30 minutes");
         std::thread::sleep(Duration::from_millis(500));
     }
@@ -177,13 +193,7 @@ fn main() {
     let (mut ends, mut reasons) = (BTreeMap::<String, usize>::new(), BTreeMap::<String, usize>::new());
     let (mut not_once, mut overlapped, mut releases) = (0, 0, 0);
     for id in &ids {
-        let events: Value = http
-            .get(format!("{url}/v1/runs/{id}/events?follow=false"))
-            .bearer_auth(&token)
-            .send()
-            .unwrap()
-            .json()
-            .unwrap();
+        let events = get(&format!("/v1/runs/{id}/events?follow=false"));
         let list = events.as_array().map_or(&[][..], Vec::as_slice);
         let h = history(list);
         if h.ends != 1 || h.overlapped {

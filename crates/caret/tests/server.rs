@@ -483,6 +483,21 @@ fn a_client_address_is_limited_across_tokens_and_failed_logins() {
 }
 
 #[test]
+fn a_fleet_of_workers_behind_one_address_is_not_limited_but_guessing_operator_tokens_is() {
+    let server = Server::start(&[], &["--ip-rate-limit", "0.2", "--ip-rate-limit-burst", "5"]);
+    let operator = server.admin(&["admin", "operator-token", "create"]);
+    let h = http();
+    let get =
+        |token: &str| h.get(format!("{}/v1/fleet", server.url)).bearer_auth(token).send().unwrap().status().as_u16();
+    let valid: Vec<u16> = (0..12).map(|_| get(&operator)).collect();
+    assert_eq!(valid, vec![200; 12], "an operator's requests are not charged to its address");
+    let guesses: Vec<u16> = (0..7).map(|n| get(&format!("guess-{n}"))).collect();
+    assert_eq!(guesses, [401, 401, 401, 401, 401, 429, 429], "refused tokens are");
+    assert_eq!(get(&operator), 429, "an address over its limit is refused before any lookup");
+    server.stop();
+}
+
+#[test]
 fn rate_limits_answer_429_with_retry_after() {
     let server = Server::start(&[], &["--rate-limit", "0.5", "--rate-limit-burst", "3"]);
     let token = server.tenant("r");
