@@ -26,7 +26,6 @@ use caret_protocol::runs::{
     CheckpointBody, Completion, Lease, LeaseRef, LeaseRequest, RepoSource, RunCheckpoint, RunEvent, RunResult,
     RunState, RunStatus, SandboxUsage, TestOutcome, Timings, Usage,
 };
-use caret_sandbox::Sandbox as _;
 use tokio::sync::{mpsc, watch};
 
 use crate::redact::Redactor;
@@ -91,6 +90,8 @@ impl Coordinator for InProcess {
 pub enum SandboxKind {
     /// bubblewrap + Landlock + seccomp + cgroups.
     Bwrap,
+    /// gVisor (`runsc`): an application kernel per command.
+    Gvisor,
 }
 
 impl SandboxKind {
@@ -98,6 +99,16 @@ impl SandboxKind {
     pub fn name(self) -> &'static str {
         match self {
             SandboxKind::Bwrap => "bwrap",
+            SandboxKind::Gvisor => "gvisor",
+        }
+    }
+
+    /// The backend named `name`.
+    pub fn parse(name: &str) -> Option<SandboxKind> {
+        match name {
+            "bwrap" => Some(SandboxKind::Bwrap),
+            "gvisor" | "runsc" => Some(SandboxKind::Gvisor),
+            _ => None,
         }
     }
 }
@@ -265,18 +276,21 @@ async fn attempt(
     let (stop_tx, stop_rx) = watch::channel(Stop::Go);
     let stop_tx = Arc::new(stop_tx);
     let run_dir = config.work_dir.join(format!("{}-{}", lease_ref.run, lease_ref.token));
-    // The heartbeat: renews the lease a few times per lease period (at least every 2 s, so
-    // operators see the sandbox's use move), with a sample of what the sandbox uses.
+    // The heartbeat: renews the lease a few times per lease period (at least every 5 s, so
+    // operators see the sandbox's use move; the first after a second, so a new sandbox shows
+    // at once), with a sample of what the sandbox uses.
     let beat = {
         let (coord, lease_ref, stop_tx, run_dir) = (coord.clone(), lease_ref.clone(), stop_tx.clone(), run_dir.clone());
-        let every = Duration::from_millis((lease.lease_ttl_s * 1000 / 3).clamp(100, 2000));
+        let every = Duration::from_millis((lease.lease_ttl_s * 1000 / 3).clamp(100, 5000));
         let ttl = Duration::from_secs(lease.lease_ttl_s);
         tokio::spawn(async move {
             let mut last_ok = Instant::now();
+            let mut first = true;
             loop {
-                tokio::time::sleep(every).await;
+                tokio::time::sleep(if first { every.min(Duration::from_secs(1)) } else { every }).await;
+                first = false;
                 let usage = match std::fs::canonicalize(run_dir.join("repo")) {
-                    Ok(ws) => tokio::task::spawn_blocking(move || caret_sandbox::usage::of_workspace(&ws)).await.ok(),
+                    Ok(ws) => tokio::task::spawn_blocking(move || sampler().sample().of_workspace(&ws)).await.ok(),
                     Err(_) => None,
                 };
                 let usage = usage.map(|u| SandboxUsage {
@@ -370,6 +384,13 @@ async fn attempt(
             false
         }
     }
+}
+
+/// The process's view of its sandboxes: `/proc` read at most once a second, whatever the
+/// number of runs.
+fn sampler() -> &'static caret_sandbox::usage::Sampler {
+    static SAMPLER: OnceLock<caret_sandbox::usage::Sampler> = OnceLock::new();
+    SAMPLER.get_or_init(|| caret_sandbox::usage::Sampler::new(Duration::from_secs(1)))
 }
 
 /// Sends events in batches as they come: every 200 ms or 64 events, redacted.
@@ -572,7 +593,7 @@ async fn environment_key(
 
 /// Runs a command in the sandbox unless the attempt stops first.
 async fn sandboxed(
-    sandbox: &caret_sandbox::Bwrap,
+    sandbox: &Arc<dyn caret_sandbox::Sandbox>,
     spec: &caret_sandbox::Spec,
     stop: &mut watch::Receiver<Stop>,
 ) -> std::result::Result<caret_sandbox::Output, String> {
@@ -692,11 +713,16 @@ async fn run_attempt(
     if let Some(helper) = &config.landlock_helper {
         policy = policy.with_landlock(helper.clone());
     }
-    let sandbox = tokio::task::spawn_blocking(move || caret_sandbox::Bwrap::new(policy))
-        .await
-        .map_err(|e| Failure { reason: format!("starting the sandbox: {e}"), retry: true })?
-        .map_err(|e| Failure { reason: format!("starting the sandbox: {e}"), retry: true })?;
-    let sandbox = Arc::new(sandbox);
+    let kind = config.sandbox;
+    let sandbox = tokio::task::spawn_blocking(move || -> caret_sandbox::Result<Arc<dyn caret_sandbox::Sandbox>> {
+        Ok(match kind {
+            SandboxKind::Bwrap => Arc::new(caret_sandbox::Bwrap::new(policy)?),
+            SandboxKind::Gvisor => Arc::new(caret_sandbox::Gvisor::new(policy)?),
+        })
+    })
+    .await
+    .map_err(|e| Failure { reason: format!("starting the sandbox: {e}"), retry: true })?
+    .map_err(|e| Failure { reason: format!("starting the sandbox: {e}"), retry: true })?;
     timings.launch_ms = ms(started.elapsed());
     coord.launched(&lease.lease, started.elapsed().as_secs_f64()).await;
     if let Some(ws) = &workspace {
@@ -765,9 +791,8 @@ async fn run_attempt(
     // The agent, with the tools `caret agent` has (the sandbox's terminal and linters).
     let ctx = Arc::new(Ctx::new(&repo).map_err(|e| fail(format!("opening the checkout: {e}")))?);
     let mut tools = Registry::workspace();
-    let dyn_sandbox: Arc<dyn caret_sandbox::Sandbox> = sandbox.clone();
-    tools.add(Arc::new(caret_agent::tools::terminal::RunTerminalCmd::new(dyn_sandbox.clone())));
-    tools.add(Arc::new(caret_agent::tools::lints::ReadLints::new(dyn_sandbox)));
+    tools.add(Arc::new(caret_agent::tools::terminal::RunTerminalCmd::new(sandbox.clone())));
+    tools.add(Arc::new(caret_agent::tools::lints::ReadLints::new(sandbox.clone())));
     let model =
         Arc::new(LeaseModel { coord: coord.clone(), lease: lease.lease.clone(), started, first_call: OnceLock::new() });
     let mut session = Session::new(model.clone(), &lease.model, tools, ctx);

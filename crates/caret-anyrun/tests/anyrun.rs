@@ -600,3 +600,52 @@ async fn warm_starts(method: caret_anyrun::snapshot::Method) {
     let left: Vec<_> = dir.join("work").read_dir().unwrap().flatten().map(|e| e.file_name()).collect();
     assert_eq!(left, vec![std::ffi::OsString::from("snapshots")], "runs' directories (and mounts) are gone");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_in_gvisor_fixes_the_bug_like_one_in_bubblewrap() {
+    if !["/usr/bin/runsc", "/usr/local/bin/runsc"].iter().any(|p| std::path::Path::new(p).exists()) {
+        eprintln!("runsc is not installed: the gVisor backend's absence is checked in caret-sandbox");
+        return;
+    }
+    let dir = TempDir::new();
+    let repo = buggy_repo(&dir);
+    let conversation = vec![
+        Answer::Calls(vec![(
+            "edit_file".into(),
+            json!({"path": "add.sh", "edit": "<<<<<<< SEARCH\necho $(( $1 - $2 ))\n=======\necho $(( $1 + $2 ))\n>>>>>>> REPLACE"}),
+        )]),
+        Answer::Calls(vec![(
+            "run_terminal_cmd".into(),
+            json!({"command": "sh test.sh; grep CapEff /proc/self/status"}),
+        )]),
+        Answer::Text("fixed".into()),
+    ];
+    let (_up, gateway) = scripted_gateway(conversation).await;
+    let service = setup(&dir, Some(gateway), RunSettings::default()).await.service;
+    let t = tenant("acme");
+    let mut req = git_run("make add.sh add", RunClass::Interactive);
+    req.repo = RepoSource::Git { url: format!("file://{}", repo.display()), git_ref: None };
+    let id = service.submit(&t, req).await.unwrap().id;
+    let mut config = WorkerConfig::new("gvisor-worker", 1, dir.join("work"));
+    config.poll = Duration::from_millis(50);
+    config.exit_when_idle = Some(Duration::from_millis(300));
+    config.sandbox = caret_anyrun::worker::SandboxKind::Gvisor;
+    let (_drain, drained) = tokio::sync::watch::channel(false);
+    Worker::new(Arc::new(InProcess(service.clone())), config).run(drained).await.unwrap();
+    let info = service.get(&t.id, &id).await.unwrap();
+    assert_eq!(info.state, RunState::Succeeded, "{info:?}");
+    let result = service.result(&t.id, &id).await.unwrap();
+    assert_eq!(result.test.as_ref().and_then(|t| t.exit_code), Some(0), "{result:?}");
+    assert!(result.patch.contains("+echo $(( $1 + $2 ))"));
+    let events = service.events(&t.id, &id, 0, 1000).await.unwrap();
+    let terminal = events
+        .iter()
+        .find_map(|e| match &e.event {
+            RunEvent::Agent(Event::ToolCallEnd { name, output, .. }) if name == "run_terminal_cmd" => {
+                Some(output.clone())
+            }
+            _ => None,
+        })
+        .unwrap();
+    assert!(terminal.contains("tests pass") && terminal.contains("CapEff:\t0000000000000000"), "{terminal}");
+}

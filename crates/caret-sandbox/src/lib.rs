@@ -24,9 +24,11 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 
+pub mod gvisor;
 pub mod landlock;
 pub mod limits;
 pub mod usage;
+pub use gvisor::Gvisor;
 pub use limits::Limits;
 
 /// What went wrong starting or running a command (its own failure is an [`Output`]).

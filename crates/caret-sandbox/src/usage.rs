@@ -1,5 +1,6 @@
-//! What the sandboxes of one workspace use now, read from `/proc`: the bubblewrap processes
-//! whose arguments name the workspace, and everything under them.
+//! What the sandboxes of one workspace use now, read from `/proc`: the sandbox launchers
+//! (bubblewrap, gVisor's `runsc`) whose arguments name the workspace, and everything under
+//! them.
 //!
 //! Commands come and go during a run (each tool call is its own sandbox), so the figure is a
 //! sample: the processes alive at this moment, their resident memory, and the CPU time they
@@ -58,48 +59,109 @@ fn read(pid: u32) -> Option<Proc> {
     Some(Proc { parent, name, cpu_ticks: utime + stime })
 }
 
-/// Whether a bubblewrap process's arguments name `workspace`.
-fn names_workspace(pid: u32, workspace: &[u8]) -> bool {
-    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.split(|b| *b == 0).any(|arg| arg == workspace))
+/// Sandbox launchers whose arguments name their workspace: bubblewrap, and gVisor's `runsc`
+/// (its sandbox and gofer processes carry the same arguments).
+fn is_launcher(name: &str) -> bool {
+    name == "bwrap" || name.starts_with("runsc")
 }
 
-/// What the sandboxes working in `workspace` (as given to their [`crate::Policy`]) use now.
-pub fn of_workspace(workspace: &Path) -> Usage {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Usage::default() };
-    let table: HashMap<u32, Proc> = dir
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|pid| Some((pid, read(pid)?)))
-        .collect();
-    let wanted = workspace.as_os_str().as_encoded_bytes();
-    let roots: Vec<u32> = table
-        .iter()
-        .filter(|(pid, p)| p.name == "bwrap" && names_workspace(**pid, wanted))
-        .map(|(pid, _)| *pid)
-        .collect();
-    // SAFETY: sysconf reads a constant of the running system.
-    let mut usage = Usage::default();
-    for (pid, p) in &table {
-        // Inside when a root is among its ancestors (or it is one).
-        let mut at = *pid;
-        let mut inside = false;
-        for _ in 0..64 {
-            if roots.contains(&at) {
-                inside = true;
-                break;
+/// Every sandbox on the machine at one moment: each launcher's arguments and what it and
+/// the processes under it use.
+#[derive(Debug, Default)]
+pub struct Sample {
+    sandboxes: Vec<(Vec<Vec<u8>>, Usage)>,
+}
+
+impl Sample {
+    /// Reads `/proc` once.
+    pub fn take() -> Sample {
+        let Ok(dir) = std::fs::read_dir("/proc") else { return Sample::default() };
+        let table: HashMap<u32, Proc> = dir
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter_map(|pid| Some((pid, read(pid)?)))
+            .collect();
+        // The outermost launcher above each process, if any.
+        let root_of = |pid: u32| -> Option<u32> {
+            let (mut at, mut root) = (pid, None);
+            for _ in 0..64 {
+                let Some(p) = table.get(&at) else { break };
+                if is_launcher(&p.name) {
+                    root = Some(at);
+                }
+                if p.parent <= 1 {
+                    break;
+                }
+                at = p.parent;
             }
-            match table.get(&at) {
-                Some(q) if q.parent > 1 => at = q.parent,
-                _ => break,
+            root
+        };
+        let mut by_root: HashMap<u32, Usage> = HashMap::new();
+        for (pid, p) in &table {
+            if let Some(root) = root_of(*pid) {
+                let u = by_root.entry(root).or_default();
+                u.processes += 1;
+                u.memory_bytes += rss_kb(*pid) * 1024;
+                u.cpu_ms += p.cpu_ticks * 1000 / USER_HZ;
             }
         }
-        if inside {
-            usage.processes += 1;
-            usage.memory_bytes += rss_kb(*pid) * 1024;
-            usage.cpu_ms += p.cpu_ticks * 1000 / USER_HZ;
-        }
+        let sandboxes = by_root
+            .into_iter()
+            .filter_map(|(root, usage)| {
+                let args = std::fs::read(format!("/proc/{root}/cmdline")).ok()?;
+                Some((args.split(|b| *b == 0).map(<[u8]>::to_vec).collect(), usage))
+            })
+            .collect();
+        Sample { sandboxes }
     }
-    usage
+
+    /// What the sandboxes working in `workspace` (as given to their [`crate::Policy`]) use:
+    /// those whose launcher's arguments name it.
+    pub fn of_workspace(&self, workspace: &Path) -> Usage {
+        let wanted = workspace.as_os_str().as_encoded_bytes();
+        let mut total = Usage::default();
+        for (args, u) in &self.sandboxes {
+            if args.iter().any(|a| a == wanted) {
+                total.processes += u.processes;
+                total.memory_bytes += u.memory_bytes;
+                total.cpu_ms += u.cpu_ms;
+            }
+        }
+        total
+    }
+}
+
+/// Samples shared by many callers: `/proc` is read at most once per `max_age` however many
+/// runs ask (a worker with 200 runs would otherwise read it 200 times per heartbeat).
+#[derive(Debug)]
+pub struct Sampler {
+    max_age: std::time::Duration,
+    last: std::sync::Mutex<Option<(std::time::Instant, std::sync::Arc<Sample>)>>,
+}
+
+impl Sampler {
+    /// A sampler whose samples serve for `max_age`.
+    pub fn new(max_age: std::time::Duration) -> Sampler {
+        Sampler { max_age, last: std::sync::Mutex::new(None) }
+    }
+
+    /// A sample at most `max_age` old.
+    pub fn sample(&self) -> std::sync::Arc<Sample> {
+        let mut last = self.last.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((at, s)) = &*last
+            && at.elapsed() < self.max_age
+        {
+            return s.clone();
+        }
+        let s = std::sync::Arc::new(Sample::take());
+        *last = Some((std::time::Instant::now(), s.clone()));
+        s
+    }
+}
+
+/// What the sandboxes working in `workspace` use now (a fresh sample).
+pub fn of_workspace(workspace: &Path) -> Usage {
+    Sample::take().of_workspace(workspace)
 }
 
 #[cfg(test)]

@@ -180,7 +180,8 @@ pub struct WorkerArgs {
     /// Runs at once.
     #[arg(long, default_value_t = 2)]
     slots: u32,
-    /// Sandbox backend.
+    /// Sandbox backend: bwrap (bubblewrap + Landlock + seccomp + cgroups) or gvisor (runsc,
+    /// needs root).
     #[arg(long, default_value = "bwrap")]
     sandbox: String,
     /// Stop after the queue has been empty this long (e.g. 30s); default: run until SIGTERM.
@@ -797,12 +798,21 @@ pub fn secret(config: &Config, cmd: SecretCommand) -> anyhow::Result<ExitCode> {
 }
 
 pub fn worker(config: &Config, args: WorkerArgs) -> anyhow::Result<ExitCode> {
-    if args.sandbox != "bwrap" {
+    let Some(sandbox) = caret_anyrun::worker::SandboxKind::parse(&args.sandbox) else {
         bail!(
-            "sandbox {:?} is not available in this build: bwrap (bubblewrap + Landlock + seccomp + cgroups) is",
+            "unknown sandbox {:?}: bwrap (bubblewrap + Landlock + seccomp + cgroups) or gvisor (runsc)",
             args.sandbox
         );
-    }
+    };
+    // The backend must work here before any run is taken.
+    let probe = args.work_dir.clone().unwrap_or_else(|| config.home.join("runs").join("work")).join(".sandbox-probe");
+    std::fs::create_dir_all(&probe).with_context(|| format!("creating {}", probe.display()))?;
+    let works = caret_sandbox::Policy::new(&probe).and_then(|policy| match sandbox {
+        caret_anyrun::worker::SandboxKind::Bwrap => caret_sandbox::Bwrap::new(policy).map(drop),
+        caret_anyrun::worker::SandboxKind::Gvisor => caret_sandbox::Gvisor::new(policy).map(drop),
+    });
+    let _ = std::fs::remove_dir_all(&probe);
+    works?;
     let idle =
         args.exit_when_idle.as_deref().map(crate::config::parse_duration).transpose().context("--exit-when-idle")?;
     runtime()?.block_on(async {
@@ -819,7 +829,9 @@ pub fn worker(config: &Config, args: WorkerArgs) -> anyhow::Result<ExitCode> {
                     .timeout(Duration::from_secs(120))
                     .build()
                     .context("building the HTTP client")?;
-                let w = with_snapshots(worker_config(config, args.slots, idle, args.work_dir.clone()), args.snapshots);
+                let mut w =
+                    with_snapshots(worker_config(config, args.slots, idle, args.work_dir.clone()), args.snapshots);
+                w.sandbox = sandbox;
                 let coord = Arc::new(caret_anyrun::remote::Remote::new(server, &token, client));
                 eprintln!("caret worker: {} slot(s) taking runs from {server}", args.slots);
                 Worker::new(coord, w).run(drain).await?
@@ -834,7 +846,9 @@ pub fn worker(config: &Config, args: WorkerArgs) -> anyhow::Result<ExitCode> {
                     std::fs::create_dir_all(dir)?;
                 }
                 std::fs::write(&pid_file, std::process::id().to_string())?;
-                let w = with_snapshots(worker_config(config, args.slots, idle, args.work_dir.clone()), args.snapshots);
+                let mut w =
+                    with_snapshots(worker_config(config, args.slots, idle, args.work_dir.clone()), args.snapshots);
+                w.sandbox = sandbox;
                 let summary = Worker::new(Arc::new(InProcess(runs)), w).run(drain).await;
                 if std::fs::read_to_string(&pid_file).is_ok_and(|p| p.trim() == std::process::id().to_string()) {
                     let _ = std::fs::remove_file(&pid_file);

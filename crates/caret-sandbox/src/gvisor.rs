@@ -1,0 +1,222 @@
+//! The gVisor backend: each command in its own gVisor sandbox (`runsc`, Debian's `runsc`
+//! package), an application kernel between the command and the host's.
+//!
+//! A command gets an OCI bundle made from the [`Policy`]: the host's root read-only, the
+//! workspace bound read-write, an empty `/tmp`, the hidden directories (the user's home) as
+//! empty ones, the exposed toolchains bound back read-only, no capabilities, its own PID, IPC,
+//! UTS, mount and network namespaces — no network at all (`--network=none`) unless the policy
+//! allows it (then the host's, `--network=host`). The policy's limits become the container's
+//! cgroup limits. Seccomp and Landlock are not applied: the system calls a command makes are
+//! served by gVisor's own kernel, which is the boundary here.
+//!
+//! `runsc` needs root on the host; where it is missing or cannot start a sandbox,
+//! [`Gvisor::new`] says so.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use serde_json::json;
+
+use crate::{Error, Output, PATH, Policy, Result, Sandbox, Spec, read_capped};
+
+/// The gVisor backend.
+#[derive(Debug)]
+pub struct Gvisor {
+    policy: Policy,
+    program: PathBuf,
+    /// `runsc --root`: the containers' state, and their bundles.
+    state: PathBuf,
+}
+
+/// Names containers apart.
+static CONTAINERS: AtomicU64 = AtomicU64::new(0);
+
+impl Gvisor {
+    /// A sandbox with `policy`, if `runsc` is installed and starts a sandbox here (checked by
+    /// running `true` in one).
+    pub fn new(policy: Policy) -> Result<Gvisor> {
+        let program = ["/usr/bin/runsc", "/usr/local/bin/runsc", "/usr/sbin/runsc"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())
+            .ok_or_else(|| Error::Unavailable("gVisor (runsc) is not installed (Debian: runsc)".into()))?;
+        // runsc starts its sandboxes as root; /proc/self belongs to the effective user.
+        let root = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self")?) == 0;
+        if !root {
+            return Err(Error::Unavailable("gVisor (runsc) needs root to start sandboxes".into()));
+        }
+        let state = std::env::temp_dir().join(format!("caret-runsc-{}", std::process::id()));
+        std::fs::create_dir_all(state.join("bundles"))?;
+        let g = Gvisor { policy, program, state };
+        // The probe: `true` in a sandbox as commands will run.
+        let id = format!("caret-probe-{}-{}", std::process::id(), CONTAINERS.fetch_add(1, Ordering::Relaxed));
+        let bundle = g.state.join("bundles").join(&id);
+        std::fs::create_dir_all(&bundle)?;
+        let spec = Spec::new("true", g.policy.workspace.clone());
+        std::fs::write(bundle.join("config.json"), g.config(&spec, &g.policy.workspace).to_string())?;
+        let probe = std::process::Command::new(&g.program)
+            .arg("--root")
+            .arg(&g.state)
+            .args(["--network=none", "run", "--bundle"])
+            .arg(&bundle)
+            .arg(&id)
+            .stdin(Stdio::null())
+            .output()?;
+        let _ = std::fs::remove_dir_all(&bundle);
+        if !probe.status.success() {
+            let why = String::from_utf8_lossy(&probe.stderr);
+            return Err(Error::Unavailable(format!(
+                "runsc cannot start a sandbox here: {}",
+                why.trim().lines().last().unwrap_or_default()
+            )));
+        }
+        Ok(g)
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The OCI configuration of one command.
+    fn config(&self, spec: &Spec, cwd: &std::path::Path) -> serde_json::Value {
+        let home = self.policy.hidden.first().map_or_else(|| "/tmp".to_owned(), |h| h.display().to_string());
+        let path = self.policy.path.iter().map(|p| format!("{}:", p.display())).collect::<String>() + PATH;
+        let defaults = [("PATH", path.as_str()), ("HOME", home.as_str()), ("LANG", "C.UTF-8"), ("TERM", "dumb")];
+        let own = self.policy.env.iter().chain(&spec.env).map(|(k, v)| (k.as_str(), v.as_str()));
+        let env: Vec<String> = defaults.into_iter().chain(own).map(|(k, v)| format!("{k}={v}")).collect();
+        let mut mounts = vec![
+            json!({"destination": "/proc", "type": "proc", "source": "proc"}),
+            json!({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs"}),
+        ];
+        for h in &self.policy.hidden {
+            if h.exists() && !h.starts_with(&self.policy.workspace) {
+                mounts.push(json!({"destination": h, "type": "tmpfs", "source": "tmpfs"}));
+            }
+        }
+        for d in self.policy.exposed.iter().filter(|d| d.exists()) {
+            mounts.push(json!({"destination": d, "type": "bind", "source": d, "options": ["rbind", "ro"]}));
+        }
+        let ws = &self.policy.workspace;
+        mounts.push(json!({"destination": ws, "type": "bind", "source": ws, "options": ["rbind", "rw"]}));
+        let mut resources = serde_json::Map::new();
+        if let Some(m) = self.policy.limits.memory_bytes {
+            resources.insert("memory".into(), json!({"limit": m}));
+        }
+        if let Some(p) = self.policy.limits.pids {
+            resources.insert("pids".into(), json!({"limit": p}));
+        }
+        if let Some(c) = self.policy.limits.cpus {
+            let period = 100_000u64;
+            resources.insert(
+                "cpu".into(),
+                json!({"quota": ((c.max(0.01) * period as f64) as u64).max(1000), "period": period}),
+            );
+        }
+        // With the network allowed, the host's stack is used (no namespace of its own).
+        let mut namespaces =
+            vec![json!({"type": "pid"}), json!({"type": "ipc"}), json!({"type": "uts"}), json!({"type": "mount"})];
+        if !self.policy.network {
+            namespaces.push(json!({"type": "network"}));
+        }
+        json!({
+            "ociVersion": "1.0.0",
+            "process": {
+                "terminal": false,
+                "user": {"uid": 0, "gid": 0},
+                "args": ["bash", "-c", spec.command],
+                "env": env,
+                "cwd": cwd,
+                "noNewPrivileges": true,
+                "capabilities": {"bounding": [], "effective": [], "inheritable": [], "permitted": [], "ambient": []}
+            },
+            "root": {"path": "/", "readonly": true},
+            "hostname": "sandbox",
+            "mounts": mounts,
+            "linux": {"namespaces": namespaces, "resources": resources}
+        })
+    }
+
+    fn runsc(&self) -> tokio::process::Command {
+        let mut c = tokio::process::Command::new(&self.program);
+        c.arg("--root").arg(&self.state);
+        c
+    }
+
+    /// Stops and removes a container (best effort: it may be gone already).
+    async fn remove(&self, id: &str) {
+        for args in [&["kill", id, "KILL"][..], &["delete", "--force", id]] {
+            let _ = self.runsc().args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().await;
+        }
+    }
+}
+
+impl Drop for Gvisor {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.state);
+    }
+}
+
+#[async_trait::async_trait]
+impl Sandbox for Gvisor {
+    fn name(&self) -> &'static str {
+        "gvisor"
+    }
+
+    async fn run(&self, spec: &Spec) -> Result<Output> {
+        let cwd = std::fs::canonicalize(&spec.cwd)
+            .map_err(|e| Error::Refused(format!("working directory {}: {e}", spec.cwd.display())))?;
+        if !cwd.starts_with(&self.policy.workspace) {
+            return Err(Error::Refused(format!("working directory {} is outside the workspace", cwd.display())));
+        }
+        let id = format!("caret-{}-{}", std::process::id(), CONTAINERS.fetch_add(1, Ordering::Relaxed));
+        let bundle = self.state.join("bundles").join(&id);
+        std::fs::create_dir_all(&bundle)?;
+        std::fs::write(bundle.join("config.json"), self.config(spec, &cwd).to_string())?;
+        let network = if self.policy.network { "--network=host" } else { "--network=none" };
+        let started = Instant::now();
+        let mut child = self
+            .runsc()
+            .arg(network)
+            .args(["run", "--bundle"])
+            .arg(&bundle)
+            .arg(&id)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+        let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
+            return Err(Error::Unavailable("no pipes to the command".into()));
+        };
+        let (limit, live) = (spec.output_limit, spec.live.clone());
+        let readers =
+            tokio::spawn(
+                async move { tokio::join!(read_capped(out, limit, live.clone()), read_capped(err, limit, live)) },
+            );
+        let (status, timed_out) = match tokio::time::timeout(spec.timeout, child.wait()).await {
+            Ok(status) => (Some(status?), false),
+            Err(_) => {
+                // The sandbox goes with its container: every process in it.
+                self.remove(&id).await;
+                child.kill().await?;
+                (None, true)
+            }
+        };
+        let ((stdout, more_out), (stderr, more_err)) =
+            readers.await.map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
+        self.remove(&id).await;
+        let _ = std::fs::remove_dir_all(&bundle);
+        Ok(Output {
+            exit_code: status.and_then(|s| s.code()),
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+            timed_out,
+            truncated: more_out || more_err,
+            oom_killed: false,
+            duration: started.elapsed(),
+        })
+    }
+}
