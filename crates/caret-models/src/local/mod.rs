@@ -57,7 +57,7 @@ pub struct LocalSettings {
     /// to the cache on its own, so verification batches (speculative edits) gain nothing from
     /// being batches, and with it on a batch rounds differently from a single token (answers
     /// drift from plain decoding's); with keys cached as `q8_0` plain decoding is faster
-    /// without it too (ARCHITECTURE.md, "Apply"). `CARET_FLASH_ATTN=0|1` overrides.
+    /// without it too (docs/apply.md). `CARET_FLASH_ATTN=0|1` overrides.
     pub flash_attention: bool,
     /// How attention keys are cached (values stay `f16`: llama.cpp quantises them only with
     /// flash attention). `q8_0` by default: half the memory, and the key products run on
