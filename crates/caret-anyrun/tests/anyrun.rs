@@ -197,6 +197,19 @@ async fn scripted_gateway(conversation: Vec<Answer>) -> (ScriptedUpstream, Arc<G
     (up, Arc::new(g))
 }
 
+/// What the run's first terminal command printed (as its event reports it).
+fn terminal_output(events: &[caret_protocol::runs::NumberedEvent]) -> String {
+    events
+        .iter()
+        .find_map(|e| match &e.event {
+            RunEvent::Agent(Event::ToolCallEnd { name, output, .. }) if name == "run_terminal_cmd" => {
+                Some(output.clone())
+            }
+            _ => None,
+        })
+        .expect("a terminal command ran")
+}
+
 fn worker(s: &Arc<RunService>, dir: &TempDir, slots: u32) -> Worker {
     let mut config = WorkerConfig::new("test-worker", slots, dir.join("work"));
     config.poll = Duration::from_millis(50);
@@ -309,15 +322,7 @@ async fn a_run_fixes_a_bug_in_its_sandbox_and_the_patch_passes_the_tests() {
         })
         .collect();
     assert_eq!(steps, vec!["echo installing", "echo setup-ok"]);
-    let terminal = events
-        .iter()
-        .find_map(|e| match &e.event {
-            RunEvent::Agent(Event::ToolCallEnd { name, output, .. }) if name == "run_terminal_cmd" => {
-                Some(output.clone())
-            }
-            _ => None,
-        })
-        .unwrap();
+    let terminal = terminal_output(&events);
     assert!(terminal.contains("token=[secret DEPLOY_TOKEN]") && terminal.contains("tests pass"), "{terminal}");
     assert!(matches!(
         events.last().unwrap().event,
@@ -573,15 +578,8 @@ async fn warm_starts(method: caret_anyrun::snapshot::Method) {
             RunEvent::Run(RunStatus::Snapshot { saved, method, .. }) => Some((*saved, method.clone())),
             _ => None,
         });
-        let counted = events
-            .iter()
-            .find_map(|e| match &e.event {
-                RunEvent::Agent(Event::ToolCallEnd { output, .. }) => {
-                    output.lines().find(|l| l.starts_with("lines=")).map(str::to_owned)
-                }
-                _ => None,
-            })
-            .unwrap_or_default();
+        let counted =
+            terminal_output(&events).lines().find(|l| l.starts_with("lines=")).map(str::to_owned).unwrap_or_default();
         let result = service.result(&t.id, id).await.unwrap();
         seen.push((
             installs,
@@ -638,14 +636,6 @@ async fn a_run_in_gvisor_fixes_the_bug_like_one_in_bubblewrap() {
     assert_eq!(result.test.as_ref().and_then(|t| t.exit_code), Some(0), "{result:?}");
     assert!(result.patch.contains("+echo $(( $1 + $2 ))"));
     let events = service.events(&t.id, &id, 0, 1000).await.unwrap();
-    let terminal = events
-        .iter()
-        .find_map(|e| match &e.event {
-            RunEvent::Agent(Event::ToolCallEnd { name, output, .. }) if name == "run_terminal_cmd" => {
-                Some(output.clone())
-            }
-            _ => None,
-        })
-        .unwrap();
+    let terminal = terminal_output(&events);
     assert!(terminal.contains("tests pass") && terminal.contains("CapEff:\t0000000000000000"), "{terminal}");
 }

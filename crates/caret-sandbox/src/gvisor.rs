@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use crate::{Error, Output, PATH, Policy, Result, Sandbox, Spec, read_capped};
+use crate::{Error, Output, PATH, Policy, Result, Sandbox, Spec, finish};
 
 /// The gVisor backend.
 #[derive(Debug)]
@@ -177,7 +177,7 @@ impl Sandbox for Gvisor {
         std::fs::write(bundle.join("config.json"), self.config(spec, &cwd).to_string())?;
         let network = if self.policy.network { "--network=host" } else { "--network=none" };
         let started = Instant::now();
-        let mut child = self
+        let child = self
             .runsc()
             .arg(network)
             .args(["run", "--bundle"])
@@ -188,33 +188,17 @@ impl Sandbox for Gvisor {
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()?;
-        let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
-            return Err(Error::Unavailable("no pipes to the command".into()));
-        };
-        let (limit, live) = (spec.output_limit, spec.live.clone());
-        let readers =
-            tokio::spawn(
-                async move { tokio::join!(read_capped(out, limit, live.clone()), read_capped(err, limit, live)) },
-            );
-        let (status, timed_out) = match tokio::time::timeout(spec.timeout, child.wait()).await {
-            Ok(status) => (Some(status?), false),
-            Err(_) => {
-                // The sandbox goes with its container: every process in it.
-                self.remove(&id).await;
-                child.kill().await?;
-                (None, true)
-            }
-        };
-        let ((stdout, more_out), (stderr, more_err)) =
-            readers.await.map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
+        // At the deadline the container goes, and every process in it.
+        let done = finish(child, spec, self.remove(&id)).await;
         self.remove(&id).await;
         let _ = std::fs::remove_dir_all(&bundle);
+        let done = done?;
         Ok(Output {
-            exit_code: status.and_then(|s| s.code()),
-            stdout: String::from_utf8_lossy(&stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&stderr).into_owned(),
-            timed_out,
-            truncated: more_out || more_err,
+            exit_code: done.status.and_then(|s| s.code()),
+            stdout: String::from_utf8_lossy(&done.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&done.stderr).into_owned(),
+            timed_out: done.timed_out,
+            truncated: done.truncated,
             oom_killed: false,
             duration: started.elapsed(),
         })

@@ -359,6 +359,41 @@ impl Bwrap {
     }
 }
 
+/// A command that ended, or was killed at its deadline, and its output.
+struct Finished {
+    status: Option<std::process::ExitStatus>,
+    timed_out: bool,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    truncated: bool,
+}
+
+/// Waits for a started command (stdout and stderr piped) until the spec's deadline, reading
+/// its output up to the limit; at the deadline `at_deadline` runs, then the child is killed.
+async fn finish(
+    mut child: tokio::process::Child,
+    spec: &Spec,
+    at_deadline: impl std::future::Future<Output = ()>,
+) -> Result<Finished> {
+    let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(Error::Unavailable("no pipes to the command".into()));
+    };
+    let (limit, live) = (spec.output_limit, spec.live.clone());
+    let readers =
+        tokio::spawn(async move { tokio::join!(read_capped(out, limit, live.clone()), read_capped(err, limit, live)) });
+    let (status, timed_out) = match tokio::time::timeout(spec.timeout, child.wait()).await {
+        Ok(status) => (Some(status?), false),
+        Err(_) => {
+            at_deadline.await;
+            child.kill().await?;
+            (None, true)
+        }
+    };
+    let ((stdout, more_out), (stderr, more_err)) =
+        readers.await.map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
+    Ok(Finished { status, timed_out, stdout, stderr, truncated: more_out || more_err })
+}
+
 /// Reads a stream to its end, keeping at most `limit` bytes; `true` if more came.
 async fn read_capped(mut r: impl AsyncRead + Unpin, limit: usize, live: Option<Live>) -> (Vec<u8>, bool) {
     let (mut kept, mut buf, mut more) = (Vec::new(), vec![0u8; 16 << 10], false);
@@ -413,31 +448,14 @@ impl Sandbox for Bwrap {
         if let (Some(mut stdin), Some(program)) = (child.stdin.take(), self.seccomp.clone()) {
             stdin.write_all(&program).await?;
         }
-        let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
-            return Err(Error::Unavailable("no pipes to the command".into()));
-        };
-        let limit = spec.output_limit;
-        let live = spec.live.clone();
-        let readers =
-            tokio::spawn(
-                async move { tokio::join!(read_capped(out, limit, live.clone()), read_capped(err, limit, live)) },
-            );
-        let (status, timed_out) = match tokio::time::timeout(spec.timeout, child.wait()).await {
-            Ok(status) => (Some(status?), false),
-            Err(_) => {
-                // bwrap's death takes the sandbox's PID namespace, and all in it, along.
-                child.kill().await?;
-                (None, true)
-            }
-        };
-        let ((stdout, more_out), (stderr, more_err)) =
-            readers.await.map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?;
+        // bwrap's death takes the sandbox's PID namespace, and all in it, along.
+        let done = finish(child, spec, async {}).await?;
         Ok(Output {
-            exit_code: status.and_then(|s| s.code()),
-            stdout: String::from_utf8_lossy(&stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&stderr).into_owned(),
-            timed_out,
-            truncated: more_out || more_err,
+            exit_code: done.status.and_then(|s| s.code()),
+            stdout: String::from_utf8_lossy(&done.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&done.stderr).into_owned(),
+            timed_out: done.timed_out,
+            truncated: done.truncated,
             oom_killed: group.as_ref().is_some_and(limits::Group::oom_killed),
             duration: started.elapsed(),
         })
