@@ -46,6 +46,8 @@ fn request(url: &str, class: RunClass) -> CreateRun {
         limits: RunLimits::default(),
         environment: RunEnvironment::default(),
         class,
+        push: None,
+        git_credential: None,
     }
 }
 

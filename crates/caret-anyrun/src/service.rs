@@ -13,9 +13,9 @@ use caret_crypto::seal::Sealer;
 use caret_models::{CallContext, Class, EventStream, Gateway};
 use caret_protocol::llm::ChatRequest;
 use caret_protocol::runs::{
-    CheckpointBody, Completion, CreateRun, EndedRun, Fleet, Lease, LeaseRef, LeaseRequest, NumberedEvent, QueueDepth,
-    RepoSource, RunCheckpoint, RunClass, RunEnvironment, RunEvent, RunInfo, RunLimits, RunResult, RunState, RunStatus,
-    RunningRun, SandboxUsage, WorkerInfo,
+    CheckpointBody, Completion, CreateRun, EndedRun, Fleet, Lease, LeaseRef, LeaseRequest, NumberedEvent, PushTarget,
+    QueueDepth, RepoSource, RunCheckpoint, RunClass, RunEnvironment, RunEvent, RunInfo, RunLimits, RunResult, RunState,
+    RunStatus, RunningRun, SandboxUsage, WorkerInfo,
 };
 use futures::StreamExt as _;
 use object_store::ObjectStore;
@@ -73,6 +73,34 @@ struct Spec {
     environment: RunEnvironment,
     /// A bundle's `bundle` field is empty here (the bytes are an object of their own).
     repo: RepoSource,
+    /// Where to push, url and branch resolved.
+    #[serde(default)]
+    push: Option<PushTarget>,
+    /// The secret holding the https token for clone and push.
+    #[serde(default)]
+    git_credential: Option<String>,
+}
+
+/// A remote the workers may clone from or push to.
+fn check_remote(url: &str) -> Result<()> {
+    let allowed = ["file://", "https://", "http://"];
+    if allowed.iter().any(|p| url.starts_with(p)) {
+        Ok(())
+    } else {
+        Err(Error::BadRequest(format!("repository URL {url:?}: use file://, https:// or http://")))
+    }
+}
+
+/// A branch name git takes and that cannot be read as an option or climb out of refs/heads.
+fn valid_branch(b: &str) -> bool {
+    !b.is_empty()
+        && b.len() <= 200
+        && !b.starts_with(['-', '/', '.'])
+        && !b.ends_with(['/', '.'])
+        && !b.contains("..")
+        && !b.contains("//")
+        && !b.ends_with(".lock")
+        && b.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
 }
 
 /// A series of [`RunMetrics`]: (metric, class, tenant name).
@@ -275,14 +303,34 @@ impl RunService {
                 return Err(Error::BadRequest(format!("no secret named {name:?} (PUT /v1/secrets/{name} first)")));
             }
         }
+        if let Some(name) = &req.git_credential
+            && self.queue.secret(&tenant.id, name).await?.is_none()
+        {
+            return Err(Error::BadRequest(format!("no secret named {name:?} (PUT /v1/secrets/{name} first)")));
+        }
         let model = self.model_alias(req.model.as_deref())?;
         let id = new_run_id();
+        let push = match req.push {
+            None => None,
+            Some(p) => {
+                let url = match (p.url, &req.repo) {
+                    (Some(url), _) => url,
+                    (None, RepoSource::Git { url, .. }) => url.clone(),
+                    (None, RepoSource::Bundle { .. }) => {
+                        return Err(Error::BadRequest("push: an uploaded bundle needs the remote's url".into()));
+                    }
+                };
+                check_remote(&url)?;
+                let branch = p.branch.unwrap_or_else(|| format!("caret/{id}"));
+                if !valid_branch(&branch) {
+                    return Err(Error::BadRequest(format!("push: {branch:?} is not a usable branch name")));
+                }
+                Some(PushTarget { url: Some(url), branch: Some(branch) })
+            }
+        };
         let repo = match req.repo {
             RepoSource::Git { url, git_ref } => {
-                let allowed = ["file://", "https://", "http://"];
-                if !allowed.iter().any(|p| url.starts_with(p)) {
-                    return Err(Error::BadRequest(format!("repository URL {url:?}: use file://, https:// or http://")));
-                }
+                check_remote(&url)?;
                 if git_ref.as_deref().is_some_and(|r| r.starts_with('-') || r.contains("..")) {
                     return Err(Error::BadRequest("git_ref must name a branch, tag or commit".into()));
                 }
@@ -314,8 +362,15 @@ impl RunService {
                 RepoSource::Bundle { bundle: String::new(), head, patch }
             }
         };
-        let spec =
-            Spec { task: req.task, model: model.clone(), limits: req.limits, environment: req.environment, repo };
+        let spec = Spec {
+            task: req.task,
+            model: model.clone(),
+            limits: req.limits,
+            environment: req.environment,
+            repo,
+            push,
+            git_credential: req.git_credential,
+        };
         let text = serde_json::to_vec(&spec).map_err(|e| Error::Internal(e.to_string()))?;
         let sealed = self.seal_text(&tenant.id, &format!("{id}/spec"), &text)?;
         self.queue.ensure_tenant(&tenant.id, &tenant.name, self.settings.max_running_per_tenant).await?;
@@ -625,6 +680,19 @@ impl RunService {
             let value = self.open_text(&row.tenant_id, &format!("secret/{name}"), &sealed)?;
             secret_values.insert(name.clone(), String::from_utf8_lossy(&value).into_owned());
         }
+        let git_credential = match &spec.git_credential {
+            None => None,
+            Some(name) => {
+                let Some(sealed) = self.queue.secret(&row.tenant_id, name).await? else {
+                    let reason = format!("secret {name:?} (the git credential) was deleted before the run started");
+                    self.queue.finish(&row.id, row.lease_token, RunState::Failed, Some(&reason), None, now).await?;
+                    self.finished(&row, RunState::Failed, Some(reason)).await;
+                    return Ok(None);
+                };
+                let value = self.open_text(&row.tenant_id, &format!("secret/{name}"), &sealed)?;
+                Some(String::from_utf8_lossy(&value).into_owned())
+            }
+        };
         let checkpoint = if row.attempt > 1 { self.last_checkpoint(&row).await } else { None };
         self.system_event(&row, RunStatus::RunStarted { attempt: row.attempt, worker: req.worker.clone() }).await;
         tracing::info!(run = %row.id, attempt = row.attempt, worker = %req.worker, "run leased");
@@ -640,6 +708,8 @@ impl RunService {
             secret_values,
             lease_ttl_s: self.settings.lease_ttl.as_secs().max(1),
             tokens_used: row.tokens_used,
+            push: spec.push,
+            git_credential,
             checkpoint,
         }))
     }

@@ -23,8 +23,8 @@ use caret_models::EventStream;
 use caret_protocol::agent::{Event, TurnEnd};
 use caret_protocol::llm::{ChatMessage, ChatRequest, Role};
 use caret_protocol::runs::{
-    CheckpointBody, Completion, Lease, LeaseRef, LeaseRequest, RepoSource, RunCheckpoint, RunEvent, RunResult,
-    RunState, RunStatus, SandboxUsage, TestOutcome, Timings, Usage,
+    CheckpointBody, Completion, Lease, LeaseRef, LeaseRequest, PushOutcome, PushTarget, RepoSource, RunCheckpoint,
+    RunEvent, RunResult, RunState, RunStatus, SandboxUsage, TestOutcome, Timings, Usage,
 };
 use tokio::sync::{mpsc, watch};
 
@@ -464,15 +464,41 @@ impl ModelClient for LeaseModel {
 
 /// Runs `git` with a fixed identity and no hooks or prompts; its output, or why it failed.
 async fn git(dir: &Path, args: &[&str]) -> std::result::Result<String, String> {
-    git_indexed(dir, None, args).await
+    git_with(dir, None, None, args).await
 }
 
 /// `git` with an index file of its own (`GIT_INDEX_FILE`), so that it never contends with the
 /// agent's own git commands for the repository's index.
 async fn git_indexed(dir: &Path, index: Option<&Path>, args: &[&str]) -> std::result::Result<String, String> {
+    git_with(dir, index, None, args).await
+}
+
+/// The HTTP header that authenticates to an https remote with the run's git credential
+/// (basic auth, the token as the password), when the run has one and the remote is https.
+fn remote_auth(url: &str, lease: &Lease) -> Option<String> {
+    use base64::Engine as _;
+    let token = lease.git_credential.as_ref().filter(|_| url.starts_with("https://"))?;
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{token}"));
+    Some(format!("Authorization: Basic {basic}"))
+}
+
+/// `git` with, optionally, its own index and an `http.extraHeader` (given through the
+/// environment, so no other process sees it in a command line).
+async fn git_with(
+    dir: &Path,
+    index: Option<&Path>,
+    header: Option<String>,
+    args: &[&str],
+) -> std::result::Result<String, String> {
     let mut command = tokio::process::Command::new("git");
     if let Some(index) = index {
         command.env("GIT_INDEX_FILE", index);
+    }
+    if let Some(header) = header {
+        command
+            .env("GIT_CONFIG_COUNT", "1")
+            .env("GIT_CONFIG_KEY_0", "http.extraHeader")
+            .env("GIT_CONFIG_VALUE_0", header);
     }
     let out = command
         .args(["-c", "core.hooksPath=/dev/null", "-c", "user.name=caret", "-c", "user.email=caret@localhost"])
@@ -550,7 +576,9 @@ async fn checkout(
             }
         }
         RepoSource::Git { url, git_ref } => {
-            git(run_dir, &["clone", "-q", "--", url, &repo_s]).await.map_err(fail)?;
+            git_with(run_dir, None, remote_auth(url, lease), &["clone", "-q", "--", url, &repo_s])
+                .await
+                .map_err(fail)?;
             if let Some(r) = git_ref {
                 git(repo, &["checkout", "-q", "--detach", r]).await.map_err(fail)?;
             }
@@ -626,7 +654,11 @@ async fn execute(
 ) -> Completion {
     let started = Instant::now();
     let deadline = started + Duration::from_secs(lease.limits.wall_time_s);
-    let redactor = Redactor::new(&lease.secret_values);
+    let mut secrets = lease.secret_values.clone();
+    if let Some(token) = &lease.git_credential {
+        secrets.insert("git credential".into(), token.clone());
+    }
+    let redactor = Redactor::new(&secrets);
     let reporter = Reporter::start(coord.clone(), lease.lease.clone(), redactor.clone());
     let mut timings = Timings::default();
     let mut result = RunResult::default();
@@ -896,7 +928,41 @@ async fn run_attempt(
             output: tail(&format!("{}{}", out.stdout, out.stderr), 16_000),
         });
     }
+    if let (None, Some(target)) = (&failed, &lease.push) {
+        let outcome = push(&repo, lease, target).await;
+        let error = outcome.error.clone();
+        result.push = Some(outcome);
+        if let Some(e) = error {
+            return Ok(Some(format!("the push failed: {e}")));
+        }
+    }
     Ok(failed)
+}
+
+/// Pushes the run's changes (staged by [`patch`]) as one commit on the code's head, to the
+/// target's branch. The starting-point commit is dropped when it adds nothing (no uncommitted
+/// work came with the code, no install output git does not ignore); otherwise the branch has
+/// it too.
+async fn push(repo: &Path, lease: &Lease, target: &PushTarget) -> PushOutcome {
+    let url = target.url.clone().unwrap_or_default();
+    let branch = target.branch.clone().unwrap_or_else(|| format!("caret/{}", lease.lease.run));
+    let pushed = async {
+        if git(repo, &["diff", "--quiet", "HEAD~1", "HEAD"]).await.is_ok() {
+            git(repo, &["reset", "-q", "--soft", "HEAD~1"]).await?;
+        }
+        let subject: String = lease.task.lines().next().unwrap_or_default().chars().take(72).collect();
+        let body = format!("Made by caret run {}.", lease.lease.run);
+        git(repo, &["commit", "-q", "--no-verify", "--allow-empty", "-m", &subject, "-m", &body]).await?;
+        let commit = git(repo, &["rev-parse", "HEAD"]).await?.trim().to_owned();
+        let refspec = format!("HEAD:refs/heads/{branch}");
+        git_with(repo, None, remote_auth(&url, lease), &["push", "-q", "--", &url, &refspec]).await?;
+        Ok::<_, String>(commit)
+    }
+    .await;
+    match pushed {
+        Ok(commit) => PushOutcome { url, branch, commit: Some(commit), error: None },
+        Err(e) => PushOutcome { url, branch, commit: None, error: Some(e) },
+    }
 }
 
 /// The largest patch a run returns.
@@ -1005,5 +1071,30 @@ async fn checkpoints(
             Err(Error::Fenced(_)) => return,
             Err(e) => tracing::warn!(run = %lease.run, "saving a checkpoint: {e}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_git_credential_goes_to_https_remotes_only() {
+        let mut lease: Lease = serde_json::from_value(serde_json::json!({
+            "lease": {"run": "run-1", "token": 1}, "tenant": "t", "attempt": 1, "task": "x", "model": "m",
+            "limits": caret_protocol::runs::RunLimits::default(), "repo": {"kind": "git", "url": "https://git.example.com/a.git"},
+            "environment": caret_protocol::runs::RunEnvironment::default(), "secret_values": {},
+            "lease_ttl_s": 30, "tokens_used": 0
+        }))
+        .unwrap();
+        assert_eq!(remote_auth("https://git.example.com/a.git", &lease), None, "no credential, no header");
+        lease.git_credential = Some("tok".into());
+        // base64("x-access-token:tok")
+        assert_eq!(
+            remote_auth("https://git.example.com/a.git", &lease).as_deref(),
+            Some("Authorization: Basic eC1hY2Nlc3MtdG9rZW46dG9r")
+        );
+        assert_eq!(remote_auth("http://git.example.com/a.git", &lease), None, "never over plain http");
+        assert_eq!(remote_auth("file:///srv/a.git", &lease), None);
     }
 }

@@ -54,6 +54,8 @@ fn git_run(task: &str, class: RunClass) -> CreateRun {
         limits: RunLimits::default(),
         environment: RunEnvironment::default(),
         class,
+        push: None,
+        git_credential: None,
     }
 }
 
@@ -277,6 +279,8 @@ async fn a_run_fixes_a_bug_in_its_sandbox_and_the_patch_passes_the_tests() {
             ..RunEnvironment::default()
         },
         class: RunClass::Interactive,
+        push: None,
+        git_credential: None,
     };
     let id = service.submit(&t, req).await.unwrap().id;
     let bundle_dir = s.objects.join("anyrun").join(&t.id).join(&id);
@@ -638,4 +642,44 @@ async fn a_run_in_gvisor_fixes_the_bug_like_one_in_bubblewrap() {
     let events = service.events(&t.id, &id, 0, 1000).await.unwrap();
     let terminal = terminal_output(&events);
     assert!(terminal.contains("tests pass") && terminal.contains("CapEff:\t0000000000000000"), "{terminal}");
+}
+
+#[tokio::test]
+async fn a_run_pushes_its_changes_as_a_branch_when_asked() {
+    let dir = TempDir::new();
+    let repo = buggy_repo(&dir);
+    let conversation = vec![
+        Answer::Calls(vec![(
+            "edit_file".into(),
+            json!({"path": "add.sh", "edit": "<<<<<<< SEARCH\necho $(( $1 - $2 ))\n=======\necho $(( $1 + $2 ))\n>>>>>>> REPLACE"}),
+        )]),
+        Answer::Text("fixed".into()),
+    ];
+    let (_up, gateway) = scripted_gateway(conversation).await;
+    let service = setup(&dir, Some(gateway), RunSettings::default()).await.service;
+    let t = tenant("acme");
+    let mut req = git_run("Make add.sh add\n\nIt subtracted.", RunClass::Interactive);
+    req.repo = RepoSource::Git { url: format!("file://{}", repo.display()), git_ref: None };
+    req.push = Some(caret_protocol::runs::PushTarget { url: None, branch: Some("-f".into()) });
+    let refused = service.submit(&t, req.clone()).await.unwrap_err().to_string();
+    assert!(refused.contains("not a usable branch name"), "{refused}");
+    req.push = Some(caret_protocol::runs::PushTarget::default());
+    let id = service.submit(&t, req).await.unwrap().id;
+    let (_drain, drained) = tokio::sync::watch::channel(false);
+    worker(&service, &dir, 1).run(drained).await.unwrap();
+    let info = service.get(&t.id, &id).await.unwrap();
+    assert_eq!(info.state, RunState::Succeeded, "{info:?}");
+    let pushed = service.result(&t.id, &id).await.unwrap().push.unwrap();
+    assert_eq!((pushed.branch.as_str(), pushed.error.as_deref()), (format!("caret/{id}").as_str(), None));
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git").args(args).current_dir(&repo).output().unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let branch = format!("caret/{id}");
+    assert_eq!(git(&["rev-parse", &branch]), pushed.commit.unwrap());
+    assert_eq!(git(&["show", &format!("{branch}:add.sh")]), "echo $(( $1 + $2 ))");
+    assert_eq!(git(&["log", "-1", "--format=%s", &branch]), "Make add.sh add");
+    // One commit on the code's head: the empty starting point was dropped.
+    assert_eq!(git(&["rev-parse", &format!("{branch}~1")]), git(&["rev-parse", "main"]));
 }

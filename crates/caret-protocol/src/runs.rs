@@ -122,6 +122,41 @@ pub struct CreateRun {
     /// Priority class.
     #[serde(default)]
     pub class: RunClass,
+    /// Push the finished run's changes as a branch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push: Option<PushTarget>,
+    /// A stored secret holding an https token for the repository's host: used to clone a git
+    /// source and to push, never put in the sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_credential: Option<String>,
+}
+
+/// Where a run's changes are pushed when it succeeds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PushTarget {
+    /// The remote (`file://`, `https://`; default: a git source's URL; an uploaded bundle
+    /// needs one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The branch (default `caret/<run id>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+}
+
+/// What a push did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PushOutcome {
+    /// The remote.
+    pub url: String,
+    /// The branch.
+    pub branch: String,
+    /// The commit pushed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// Why it failed, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Where a run is.
@@ -309,6 +344,9 @@ pub struct RunResult {
     pub usage: Usage,
     /// Where the time went, in milliseconds.
     pub timings: Timings,
+    /// The push asked for, and what came of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push: Option<PushOutcome>,
 }
 
 /// The environment's test command after the agent.
@@ -420,6 +458,12 @@ pub struct Lease {
     pub lease_ttl_s: u64,
     /// Model tokens the run has already used (earlier attempts).
     pub tokens_used: u64,
+    /// Where to push the changes when the run succeeds (url and branch resolved).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push: Option<PushTarget>,
+    /// The https token for the repository's host, when the run names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_credential: Option<String>,
     /// Where an earlier attempt got to, when one left a checkpoint: this attempt continues
     /// from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

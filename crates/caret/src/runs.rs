@@ -14,8 +14,8 @@ use caret_anyrun::service::{RunService, TenantRef};
 use caret_anyrun::worker::{InProcess, Worker, WorkerConfig};
 use caret_protocol::agent::Event;
 use caret_protocol::runs::{
-    CreateRun, NumberedEvent, PutSecret, RepoSource, RunClass, RunEnvironment, RunEvent, RunInfo, RunLimits, RunList,
-    RunResult, RunStatus, SecretList,
+    CreateRun, NumberedEvent, PushTarget, PutSecret, RepoSource, RunClass, RunEnvironment, RunEvent, RunInfo,
+    RunLimits, RunList, RunResult, RunStatus, SecretList,
 };
 
 use crate::config::Config;
@@ -81,6 +81,19 @@ pub struct RunArgs {
     /// Follow the run's events until it ends (exit code 0 only if it succeeded).
     #[arg(long)]
     wait: bool,
+    /// When the run succeeds, push its changes as a branch (to --push-url, else the
+    /// repository's URL or the checkout's `origin`).
+    #[arg(long)]
+    push: bool,
+    /// Where to push (implies --push).
+    #[arg(long)]
+    push_url: Option<String>,
+    /// The branch to push (default caret/RUN-ID; implies --push).
+    #[arg(long)]
+    branch: Option<String>,
+    /// A stored secret holding an https token for the repository's host (clone and push).
+    #[arg(long)]
+    git_credential: Option<String>,
     #[command(flatten)]
     target: Target,
 }
@@ -488,6 +501,13 @@ fn bundle_checkout(path: &Path) -> anyhow::Result<RepoSource> {
     Ok(RepoSource::Bundle { bundle: base64::engine::general_purpose::STANDARD.encode(bytes), head, patch })
 }
 
+/// The checkout's `origin` URL.
+fn origin_url(path: &Path) -> anyhow::Result<String> {
+    let out = std::process::Command::new("git").args(["remote", "get-url", "origin"]).current_dir(path).output()?;
+    anyhow::ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr).trim());
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
 fn tempdir() -> anyhow::Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!("caret-run-{}-{:08x}", std::process::id(), fastrand_u32()));
     std::fs::create_dir_all(&dir)?;
@@ -517,7 +537,21 @@ pub fn run(config: &Config, args: RunArgs) -> anyhow::Result<ExitCode> {
             network: args.network,
         },
         class: args.class,
+        push: None,
+        git_credential: args.git_credential.clone(),
     };
+    let mut req = req;
+    if args.push || args.push_url.is_some() || args.branch.is_some() {
+        let url = match (&args.push_url, &args.repo) {
+            (Some(url), _) => Some(url.clone()),
+            (None, Some(_)) => None,
+            (None, None) => Some(
+                origin_url(&args.path)
+                    .context("--push: the checkout has no `origin` remote; say where with --push-url")?,
+            ),
+        };
+        req.push = Some(PushTarget { url, branch: args.branch.clone() });
+    }
     runtime()?.block_on(async {
         let runs = Runs::open(config, &args.target).await?;
         let info = runs.submit(req).await?;
