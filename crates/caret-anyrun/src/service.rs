@@ -290,8 +290,11 @@ impl RunService {
         if req.task.trim().is_empty() {
             return Err(Error::BadRequest("task must not be empty".into()));
         }
-        if req.limits.wall_time_s == 0 || req.limits.steps == 0 || req.limits.model_tokens == 0 {
-            return Err(Error::BadRequest("limits must be positive (wall_time_s, model_tokens, steps)".into()));
+        let l = req.limits;
+        if l.wall_time_s == 0 || l.steps == 0 || l.model_tokens == 0 || l.disk_bytes == 0 {
+            return Err(Error::BadRequest(
+                "limits must be positive (wall_time_s, model_tokens, steps, disk_bytes)".into(),
+            ));
         }
         for name in req.environment.secrets.iter().chain(req.environment.env.keys()) {
             if !valid_name(name) {

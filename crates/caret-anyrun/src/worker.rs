@@ -185,6 +185,8 @@ enum Stop {
     Cancel,
     Lost,
     Drain,
+    /// The run's directory grew past its disk limit.
+    Disk,
 }
 
 impl Worker {
@@ -283,16 +285,27 @@ async fn attempt(
         let (coord, lease_ref, stop_tx, run_dir) = (coord.clone(), lease_ref.clone(), stop_tx.clone(), run_dir.clone());
         let every = Duration::from_millis((lease.lease_ttl_s * 1000 / 3).clamp(100, 5000));
         let ttl = Duration::from_secs(lease.lease_ttl_s);
+        let disk_limit = lease.limits.disk_bytes;
         tokio::spawn(async move {
             let mut last_ok = Instant::now();
             let mut first = true;
             loop {
                 tokio::time::sleep(if first { every.min(Duration::from_secs(1)) } else { every }).await;
                 first = false;
-                let usage = match std::fs::canonicalize(run_dir.join("repo")) {
-                    Ok(ws) => tokio::task::spawn_blocking(move || sampler().sample().of_workspace(&ws)).await.ok(),
-                    Err(_) => None,
+                let (usage, disk) = {
+                    let run_dir = run_dir.clone();
+                    tokio::task::spawn_blocking(move || {
+                        let usage = std::fs::canonicalize(run_dir.join("repo"))
+                            .ok()
+                            .map(|ws| sampler().sample().of_workspace(&ws));
+                        (usage, disk_used(&run_dir))
+                    })
+                    .await
+                    .unwrap_or((None, 0))
                 };
+                if disk > disk_limit {
+                    stop_tx.send_if_modified(|s| std::mem::replace(s, Stop::Disk) == Stop::Go);
+                }
                 let usage = usage.map(|u| SandboxUsage {
                     processes: u.processes,
                     memory_bytes: u.memory_bytes,
@@ -384,6 +397,28 @@ async fn attempt(
             false
         }
     }
+}
+
+/// Bytes under `dir` on its own file system (a mount inside, such as a warm workspace's
+/// overlay, is not entered: its writes are counted in its upper directory, which is here).
+fn disk_used(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(top) = std::fs::symlink_metadata(dir) else { return 0 };
+    let (dev, mut total, mut stack) = (top.dev(), 0u64, vec![dir.to_path_buf()]);
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            if m.dev() != dev {
+                continue;
+            }
+            if m.is_dir() {
+                stack.push(e.path());
+            } else {
+                total += m.blocks() * 512;
+            }
+        }
+    }
+    total
 }
 
 /// The process's view of its sandboxes: `/proc` read at most once a second, whatever the
@@ -670,6 +705,11 @@ async fn execute(
     let stop_now = *stop.borrow();
     let (state, reason, retry) = match (stop_now, outcome) {
         (Stop::Cancel, _) => (RunState::Cancelled, Some("cancelled by the user".to_owned()), false),
+        (Stop::Disk, _) => (
+            RunState::Failed,
+            Some(format!("the run's directory grew past its disk limit ({} bytes)", lease.limits.disk_bytes)),
+            false,
+        ),
         (_, Ok(None)) => (RunState::Succeeded, None, false),
         (_, Ok(Some(why))) => (RunState::Failed, Some(why), false),
         (_, Err(f)) => (RunState::Failed, Some(f.reason), f.retry),

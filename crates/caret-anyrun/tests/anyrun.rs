@@ -683,3 +683,34 @@ async fn a_run_pushes_its_changes_as_a_branch_when_asked() {
     // One commit on the code's head: the empty starting point was dropped.
     assert_eq!(git(&["rev-parse", &format!("{branch}~1")]), git(&["rev-parse", "main"]));
 }
+
+#[tokio::test]
+async fn a_run_that_fills_its_disk_is_stopped_with_the_reason() {
+    let dir = TempDir::new();
+    let repo = buggy_repo(&dir);
+    let conversation = vec![
+        Answer::Calls(vec![(
+            "run_terminal_cmd".into(),
+            json!({"command": "head -c 40000000 /dev/urandom > big.bin; sleep 20; echo never"}),
+        )]),
+        Answer::Text("done".into()),
+    ];
+    let (_up, gateway) = scripted_gateway(conversation).await;
+    let service = setup(&dir, Some(gateway), RunSettings::default()).await.service;
+    let t = tenant("acme");
+    let mut req = git_run("fill the disk", RunClass::Interactive);
+    req.repo = RepoSource::Git { url: format!("file://{}", repo.display()), git_ref: None };
+    req.limits.disk_bytes = 20 << 20;
+    let id = service.submit(&t, req).await.unwrap().id;
+    let (_drain, drained) = tokio::sync::watch::channel(false);
+    worker(&service, &dir, 1).run(drained).await.unwrap();
+    let info = service.get(&t.id, &id).await.unwrap();
+    assert_eq!(info.state, RunState::Failed, "{info:?}");
+    assert!(info.reason.as_deref().unwrap_or_default().contains("disk limit"), "{info:?}");
+    let events = service.events(&t.id, &id, 0, 1000).await.unwrap();
+    assert!(
+        !events.iter().any(|e| matches!(&e.event, RunEvent::Agent(Event::ToolCallEnd { .. }))),
+        "the command was stopped, not left to finish: {events:?}"
+    );
+    assert!(!dir.join("work").read_dir().unwrap().flatten().any(|e| e.file_name() != "snapshots"));
+}

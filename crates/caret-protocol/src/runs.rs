@@ -76,11 +76,13 @@ pub struct RunLimits {
     pub model_tokens: u64,
     /// Model calls the agent may make.
     pub steps: u32,
+    /// Disk the run's directory may take (checkout, what its commands write), in bytes.
+    pub disk_bytes: u64,
 }
 
 impl Default for RunLimits {
     fn default() -> Self {
-        RunLimits { wall_time_s: 1800, model_tokens: 2_000_000, steps: 50 }
+        RunLimits { wall_time_s: 1800, model_tokens: 2_000_000, steps: 50, disk_bytes: 10 << 30 }
     }
 }
 

@@ -78,6 +78,9 @@ pub struct RunArgs {
     /// Model tokens the run may use.
     #[arg(long, default_value_t = RunLimits::default().model_tokens)]
     model_tokens: u64,
+    /// Disk the run's directory may take (checkout and what its commands write): 10G, 500M.
+    #[arg(long, default_value = "10G")]
+    disk: String,
     /// Follow the run's events until it ends (exit code 0 only if it succeeded).
     #[arg(long)]
     wait: bool,
@@ -528,7 +531,12 @@ pub fn run(config: &Config, args: RunArgs) -> anyhow::Result<ExitCode> {
         repo,
         task: args.task.clone(),
         model: args.model.clone(),
-        limits: RunLimits { wall_time_s: wall.as_secs().max(1), model_tokens: args.model_tokens, steps: args.steps },
+        limits: RunLimits {
+            wall_time_s: wall.as_secs().max(1),
+            model_tokens: args.model_tokens,
+            steps: args.steps,
+            disk_bytes: crate::config::parse_size(&args.disk).context("--disk")?,
+        },
         environment: RunEnvironment {
             setup: args.setup.clone(),
             env: args.env.iter().cloned().collect(),
