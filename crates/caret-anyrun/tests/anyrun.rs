@@ -199,6 +199,14 @@ async fn scripted_gateway(conversation: Vec<Answer>) -> (ScriptedUpstream, Arc<G
     (up, Arc::new(g))
 }
 
+/// The scripted agent's edit that makes `add.sh` of [`buggy_repo`] add.
+fn fix_add() -> Answer {
+    Answer::Calls(vec![(
+        "edit_file".into(),
+        json!({"path": "add.sh", "edit": "<<<<<<< SEARCH\necho $(( $1 - $2 ))\n=======\necho $(( $1 + $2 ))\n>>>>>>> REPLACE"}),
+    )])
+}
+
 /// What the run's first terminal command printed (as its event reports it).
 fn terminal_output(events: &[caret_protocol::runs::NumberedEvent]) -> String {
     events
@@ -255,10 +263,7 @@ async fn a_run_fixes_a_bug_in_its_sandbox_and_the_patch_passes_the_tests() {
     let repo = buggy_repo(&dir);
     let conversation = vec![
         Answer::Calls(vec![("read_file".into(), json!({"path": "add.sh"}))]),
-        Answer::Calls(vec![(
-            "edit_file".into(),
-            json!({"path": "add.sh", "edit": "<<<<<<< SEARCH\necho $(( $1 - $2 ))\n=======\necho $(( $1 + $2 ))\n>>>>>>> REPLACE"}),
-        )]),
+        fix_add(),
         Answer::Calls(vec![("run_terminal_cmd".into(), json!({"command": "echo token=$DEPLOY_TOKEN; sh test.sh"}))]),
         Answer::Text("Fixed add.sh: it subtracted.".into()),
     ];
@@ -457,10 +462,7 @@ async fn a_run_whose_worker_dies_continues_from_its_last_checkpoint() {
     // messages it is sent), so it only finishes if the conversation was carried over.
     let conversation = vec![
         Answer::Calls(vec![("read_file".into(), serde_json::json!({"path": "add.sh"}))]),
-        Answer::Calls(vec![(
-            "edit_file".into(),
-            serde_json::json!({"path": "add.sh", "edit": "<<<<<<< SEARCH\necho $(( $1 - $2 ))\n=======\necho $(( $1 + $2 ))\n>>>>>>> REPLACE"}),
-        )]),
+        fix_add(),
         Answer::Calls(vec![("run_terminal_cmd".into(), serde_json::json!({"command": "sleep 60"}))]),
         Answer::Text("add.sh adds now.".into()),
     ];
@@ -612,10 +614,7 @@ async fn a_run_in_gvisor_fixes_the_bug_like_one_in_bubblewrap() {
     let dir = TempDir::new();
     let repo = buggy_repo(&dir);
     let conversation = vec![
-        Answer::Calls(vec![(
-            "edit_file".into(),
-            json!({"path": "add.sh", "edit": "<<<<<<< SEARCH\necho $(( $1 - $2 ))\n=======\necho $(( $1 + $2 ))\n>>>>>>> REPLACE"}),
-        )]),
+        fix_add(),
         Answer::Calls(vec![(
             "run_terminal_cmd".into(),
             json!({"command": "sh test.sh; grep CapEff /proc/self/status"}),
@@ -648,13 +647,7 @@ async fn a_run_in_gvisor_fixes_the_bug_like_one_in_bubblewrap() {
 async fn a_run_pushes_its_changes_as_a_branch_when_asked() {
     let dir = TempDir::new();
     let repo = buggy_repo(&dir);
-    let conversation = vec![
-        Answer::Calls(vec![(
-            "edit_file".into(),
-            json!({"path": "add.sh", "edit": "<<<<<<< SEARCH\necho $(( $1 - $2 ))\n=======\necho $(( $1 + $2 ))\n>>>>>>> REPLACE"}),
-        )]),
-        Answer::Text("fixed".into()),
-    ];
+    let conversation = vec![fix_add(), Answer::Text("fixed".into())];
     let (_up, gateway) = scripted_gateway(conversation).await;
     let service = setup(&dir, Some(gateway), RunSettings::default()).await.service;
     let t = tenant("acme");

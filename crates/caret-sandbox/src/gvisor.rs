@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use crate::{Error, Output, PATH, Policy, Result, Sandbox, Spec, finish};
+use crate::{Error, Output, PATH, Policy, Result, Sandbox, Spec, finish, working_directory};
 
 /// The gVisor backend.
 #[derive(Debug)]
@@ -166,11 +166,7 @@ impl Sandbox for Gvisor {
     }
 
     async fn run(&self, spec: &Spec) -> Result<Output> {
-        let cwd = std::fs::canonicalize(&spec.cwd)
-            .map_err(|e| Error::Refused(format!("working directory {}: {e}", spec.cwd.display())))?;
-        if !cwd.starts_with(&self.policy.workspace) {
-            return Err(Error::Refused(format!("working directory {} is outside the workspace", cwd.display())));
-        }
+        let cwd = working_directory(&self.policy, spec)?;
         let id = format!("caret-{}-{}", std::process::id(), CONTAINERS.fetch_add(1, Ordering::Relaxed));
         let bundle = self.state.join("bundles").join(&id);
         std::fs::create_dir_all(&bundle)?;

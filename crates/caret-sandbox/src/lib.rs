@@ -359,6 +359,16 @@ impl Bwrap {
     }
 }
 
+/// The command's working directory, real path, refused unless inside the workspace.
+fn working_directory(policy: &Policy, spec: &Spec) -> Result<PathBuf> {
+    let cwd = std::fs::canonicalize(&spec.cwd)
+        .map_err(|e| Error::Refused(format!("working directory {}: {e}", spec.cwd.display())))?;
+    if !cwd.starts_with(&policy.workspace) {
+        return Err(Error::Refused(format!("working directory {} is outside the workspace", cwd.display())));
+    }
+    Ok(cwd)
+}
+
 /// A command that ended, or was killed at its deadline, and its output.
 struct Finished {
     status: Option<std::process::ExitStatus>,
@@ -421,11 +431,7 @@ impl Sandbox for Bwrap {
     }
 
     async fn run(&self, spec: &Spec) -> Result<Output> {
-        let cwd = std::fs::canonicalize(&spec.cwd)
-            .map_err(|e| Error::Refused(format!("working directory {}: {e}", spec.cwd.display())))?;
-        if !cwd.starts_with(&self.policy.workspace) {
-            return Err(Error::Refused(format!("working directory {} is outside the workspace", cwd.display())));
-        }
+        let cwd = working_directory(&self.policy, spec)?;
         let mut args = self.arguments(&cwd, &spec.env);
         args.extend(self.command(&["bash".to_owned(), "-c".to_owned(), spec.command.clone()]));
         let group = if self.unlimited.is_none() { new_group(&self.policy.limits).ok() } else { None };
