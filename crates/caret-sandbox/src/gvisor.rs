@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use crate::{Error, Output, PATH, Policy, Result, Sandbox, Spec, finish, working_directory};
+use crate::{Error, Output, Policy, Result, Sandbox, Spec, finish, installed, working_directory};
 
 /// The gVisor backend.
 #[derive(Debug)]
@@ -37,11 +37,8 @@ impl Gvisor {
     /// A sandbox with `policy`, if `runsc` is installed and starts a sandbox here (checked by
     /// running `true` in one).
     pub fn new(policy: Policy) -> Result<Gvisor> {
-        let program = ["/usr/bin/runsc", "/usr/local/bin/runsc", "/usr/sbin/runsc"]
-            .iter()
-            .map(PathBuf::from)
-            .find(|p| p.exists())
-            .ok_or_else(|| Error::Unavailable("gVisor (runsc) is not installed (Debian: runsc)".into()))?;
+        let program =
+            installed(&["/usr/bin/runsc", "/usr/local/bin/runsc", "/usr/sbin/runsc"], "gVisor (runsc)", "runsc")?;
         // runsc starts its sandboxes as root; /proc/self belongs to the effective user.
         let root = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self")?) == 0;
         if !root {
@@ -82,11 +79,8 @@ impl Gvisor {
 
     /// The OCI configuration of one command.
     fn config(&self, spec: &Spec, cwd: &std::path::Path) -> serde_json::Value {
-        let home = self.policy.hidden.first().map_or_else(|| "/tmp".to_owned(), |h| h.display().to_string());
-        let path = self.policy.path.iter().map(|p| format!("{}:", p.display())).collect::<String>() + PATH;
-        let defaults = [("PATH", path.as_str()), ("HOME", home.as_str()), ("LANG", "C.UTF-8"), ("TERM", "dumb")];
-        let own = self.policy.env.iter().chain(&spec.env).map(|(k, v)| (k.as_str(), v.as_str()));
-        let env: Vec<String> = defaults.into_iter().chain(own).map(|(k, v)| format!("{k}={v}")).collect();
+        let env: Vec<String> =
+            self.policy.command_env(&spec.env).into_iter().map(|(k, v)| format!("{k}={v}")).collect();
         let mut mounts = vec![
             json!({"destination": "/proc", "type": "proc", "source": "proc"}),
             json!({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs"}),

@@ -179,6 +179,21 @@ impl Policy {
         self
     }
 
+    /// A command's whole environment, in order: the defaults (`PATH` with the exposed
+    /// toolchains first, `HOME` the hidden home, `LANG`, `TERM`), the policy's variables, then
+    /// the command's own.
+    pub fn command_env(&self, own: &[(String, String)]) -> Vec<(String, String)> {
+        let home = self.hidden.first().map_or_else(|| "/tmp".to_owned(), |h| h.display().to_string());
+        let path = self.path.iter().map(|p| format!("{}:", p.display())).collect::<String>() + PATH;
+        let defaults = [
+            ("PATH".to_owned(), path),
+            ("HOME".to_owned(), home),
+            ("LANG".into(), "C.UTF-8".into()),
+            ("TERM".into(), "dumb".into()),
+        ];
+        defaults.into_iter().chain(self.env.iter().chain(own).cloned()).collect()
+    }
+
     /// Also fences writes with Landlock, through `helper` (a binary that becomes the helper
     /// when asked: `caret` itself, `std::env::current_exe()`), where the kernel has it.
     pub fn with_landlock(mut self, helper: PathBuf) -> Policy {
@@ -219,6 +234,15 @@ fn new_group(limits: &Limits) -> std::result::Result<limits::Group, String> {
     limits::Group::create(&format!("caret-{}-{n}", std::process::id()), limits)
 }
 
+/// The first of `paths` that exists, or why the backend is unavailable.
+fn installed(paths: &[&str], what: &str, debian: &str) -> Result<PathBuf> {
+    paths
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .ok_or_else(|| Error::Unavailable(format!("{what} is not installed (Debian: {debian})")))
+}
+
 /// `PATH` inside the sandbox.
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -226,11 +250,8 @@ impl Bwrap {
     /// A sandbox with `policy`, if bubblewrap is installed and works here (checked by
     /// running `true` in one).
     pub fn new(policy: Policy) -> Result<Bwrap> {
-        let program = ["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"]
-            .iter()
-            .map(PathBuf::from)
-            .find(|p| p.exists())
-            .ok_or_else(|| Error::Unavailable("bubblewrap (bwrap) is not installed (Debian: bubblewrap)".into()))?;
+        let program =
+            installed(&["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"], "bubblewrap (bwrap)", "bubblewrap")?;
         let seccomp = if policy.seccomp {
             limits::seccomp_program().map_err(Error::Unavailable)?.map(std::sync::Arc::new)
         } else {
@@ -347,12 +368,8 @@ impl Bwrap {
         if self.policy.network {
             a.push("--share-net".to_owned());
         }
-        let home = self.policy.hidden.first().map_or_else(|| "/tmp".to_owned(), |h| h.display().to_string());
-        let path = self.policy.path.iter().map(|p| format!("{}:", p.display())).collect::<String>() + PATH;
-        let defaults = [("PATH", path.as_str()), ("HOME", &home), ("LANG", "C.UTF-8"), ("TERM", "dumb")];
-        let own = self.policy.env.iter().chain(env).map(|(k, v)| (k.as_str(), v.as_str()));
-        for (k, v) in defaults.into_iter().chain(own) {
-            a.extend(["--setenv".to_owned(), k.to_owned(), v.to_owned()]);
+        for (k, v) in self.policy.command_env(env) {
+            a.extend(["--setenv".to_owned(), k, v]);
         }
         a.extend(["--chdir".to_owned(), cwd.display().to_string(), "--".to_owned()]);
         a
