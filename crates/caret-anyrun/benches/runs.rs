@@ -256,15 +256,13 @@ async fn warm(pairs: usize) {
     // started on it, as a warm attempt does.
     let install = format!("mkdir -p deps && for i in $(seq {FILES}); do echo $i > deps/f$i; done");
     assert!(std::process::Command::new("sh").args(["-c", &install]).current_dir(&repo).status().unwrap().success());
-    let probe = Snapshots::new(dir.join("probe"), 1, &dir.join("none")).method();
+    let probe = Snapshots::new(dir.join("probe"), 1).method();
     let mut methods = vec![Method::Copy];
     if probe == Method::Overlay {
         methods.insert(0, Method::Overlay);
     }
     for method in methods {
-        let snaps = Arc::new(
-            Snapshots::new(dir.join(format!("snaps-{}", method.name())), 4, &dir.join("w")).with_method(method),
-        );
+        let snaps = Arc::new(Snapshots::new(dir.join(format!("snaps-{}", method.name())), 4).with_method(method));
         snaps.save("k", &repo).unwrap();
         let mut times = Vec::new();
         for i in 0..50 {

@@ -55,6 +55,8 @@ pub struct Snapshots {
     method: OnceLock<Method>,
     /// Snapshots in use by running attempts (not evicted meanwhile).
     in_use: Mutex<HashMap<String, usize>>,
+    /// The work directory's lock, while this worker holds it.
+    claimed: Mutex<Option<std::fs::File>>,
 }
 
 /// A workspace made from a snapshot; dropping it releases the snapshot (and unmounts an
@@ -102,9 +104,23 @@ fn option_safe(p: &Path) -> bool {
 }
 
 impl Snapshots {
-    /// Snapshots under `dir`, at most `max`. Overlay mounts left by a worker that crashed
-    /// under `work_dir` are unmounted.
-    pub fn new(dir: PathBuf, max: usize, work_dir: &Path) -> Snapshots {
+    /// Snapshots under `dir`, at most `max`.
+    pub fn new(dir: PathBuf, max: usize) -> Snapshots {
+        Snapshots { dir, max: max.max(1), method: OnceLock::new(), in_use: Mutex::default(), claimed: Mutex::default() }
+    }
+
+    /// Claims `work_dir` for this worker (a lock file held while the snapshots live) and
+    /// unmounts the overlay mounts a crashed worker left under it. A directory another live
+    /// worker holds is left alone (its mounts are in use): answers whether the claim held.
+    pub fn claim(&self, work_dir: &Path) -> bool {
+        let lock = std::fs::create_dir_all(work_dir).and_then(|()| {
+            std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(work_dir.join(".worker.lock"))
+        });
+        let Ok(lock) = lock else { return false };
+        if lock.try_lock().is_err() {
+            tracing::warn!(dir = %work_dir.display(), "another worker uses this directory: its mounts are left alone");
+            return false;
+        }
         if let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") {
             for line in mounts.lines() {
                 let mut fields = line.split(' ');
@@ -114,7 +130,8 @@ impl Snapshots {
                 }
             }
         }
-        Snapshots { dir, max: max.max(1), method: OnceLock::new(), in_use: Mutex::default() }
+        *self.claimed.lock().unwrap_or_else(PoisonError::into_inner) = Some(lock);
+        true
     }
 
     /// Makes workspaces by `method` only (copies where overlays would work, say).
@@ -298,7 +315,7 @@ mod tests {
         repo.write("deps/lib/a.txt", "output\n");
         repo.write("built.o", "output\n");
         let work = caret_test_support::TempDir::new();
-        let snaps = Arc::new(Snapshots::new(work.join("snapshots"), 2, work.path()).with_method(Method::Copy));
+        let snaps = Arc::new(Snapshots::new(work.join("snapshots"), 2).with_method(Method::Copy));
         snaps.save("one", repo.path()).unwrap();
         let tree = snaps.get("one").unwrap().join("tree");
         assert!(tree.join("deps/lib/a.txt").is_file() && tree.join("built.o").is_file());

@@ -147,7 +147,7 @@ impl WorkerConfig {
     pub fn new(name: impl Into<String>, slots: u32, work_dir: impl Into<PathBuf>) -> WorkerConfig {
         let work_dir: PathBuf = work_dir.into();
         WorkerConfig {
-            snapshots: Some(Arc::new(crate::snapshot::Snapshots::new(work_dir.join("snapshots"), 8, &work_dir))),
+            snapshots: Some(Arc::new(crate::snapshot::Snapshots::new(work_dir.join("snapshots"), 8))),
             name: name.into(),
             slots: slots.max(1),
             work_dir,
@@ -200,6 +200,9 @@ impl Worker {
     pub async fn run(self, drain: watch::Receiver<bool>) -> Result<WorkerSummary> {
         std::fs::create_dir_all(&self.config.work_dir)
             .map_err(|e| Error::Unavailable(format!("creating {}: {e}", self.config.work_dir.display())))?;
+        if let Some(snapshots) = &self.config.snapshots {
+            snapshots.claim(&self.config.work_dir);
+        }
         let busy = Arc::new(AtomicU32::new(0));
         let last_active = Arc::new(Mutex::new(Instant::now()));
         let mut slots = Vec::new();

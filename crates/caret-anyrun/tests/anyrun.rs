@@ -199,6 +199,13 @@ async fn scripted_gateway(conversation: Vec<Answer>) -> (ScriptedUpstream, Arc<G
     (up, Arc::new(g))
 }
 
+/// What is left in the worker's directory besides its lock file: the snapshots only, once
+/// runs are over.
+fn run_dirs_left(dir: &TempDir) -> Vec<std::ffi::OsString> {
+    let names = dir.join("work").read_dir().unwrap().flatten().map(|e| e.file_name());
+    names.filter(|n| n != ".worker.lock").collect()
+}
+
 /// The scripted agent's edit that makes `add.sh` of [`buggy_repo`] add.
 fn fix_add() -> Answer {
     Answer::Calls(vec![(
@@ -344,7 +351,7 @@ async fn a_run_fixes_a_bug_in_its_sandbox_and_the_patch_passes_the_tests() {
     assert!(!bundle_dir.join("bundle").exists(), "the bundle is collected when the run ends");
     assert!(files_containing(dir.path(), canary.as_bytes()).is_empty(), "the secret canary is nowhere at rest");
     assert!(files_containing(&s.objects, b"$1 + $2").is_empty());
-    let left: Vec<_> = dir.join("work").read_dir().unwrap().flatten().map(|e| e.file_name()).collect();
+    let left = run_dirs_left(&dir);
     assert_eq!(left, vec![std::ffi::OsString::from("snapshots")], "the run's directory is removed");
 
     // Collected on request: events, result and row.
@@ -520,7 +527,7 @@ async fn a_run_whose_worker_dies_continues_from_its_last_checkpoint() {
 async fn later_runs_of_an_environment_start_from_its_snapshot_and_leave_it_untouched() {
     // Overlays where this machine can mount them, and copies everywhere.
     let probe = TempDir::new();
-    let overlay = caret_anyrun::snapshot::Snapshots::new(probe.join("s"), 1, &probe.join("w")).method();
+    let overlay = caret_anyrun::snapshot::Snapshots::new(probe.join("s"), 1).method();
     let mut methods = vec![caret_anyrun::snapshot::Method::Copy];
     if overlay == caret_anyrun::snapshot::Method::Overlay {
         methods.push(overlay);
@@ -568,7 +575,7 @@ async fn warm_starts(method: caret_anyrun::snapshot::Method) {
     let mut config = WorkerConfig::new("test-worker", 1, dir.join("work"));
     config.poll = Duration::from_millis(50);
     config.exit_when_idle = Some(Duration::from_millis(300));
-    let snapshots = caret_anyrun::snapshot::Snapshots::new(dir.join("work/snapshots"), 8, &dir.join("work"));
+    let snapshots = caret_anyrun::snapshot::Snapshots::new(dir.join("work/snapshots"), 8);
     config.snapshots = Some(Arc::new(snapshots.with_method(method)));
     Worker::new(Arc::new(InProcess(service.clone())), config).run(drained).await.unwrap();
     let mut seen = Vec::new();
@@ -601,7 +608,7 @@ async fn warm_starts(method: caret_anyrun::snapshot::Method) {
     let first = (1, Some(true), "lines=1".to_owned(), false, true);
     let warm = (0, Some(false), "lines=1".to_owned(), true, true);
     assert_eq!(seen, vec![first, warm.clone(), warm], "install once; later runs see its output, never another run's");
-    let left: Vec<_> = dir.join("work").read_dir().unwrap().flatten().map(|e| e.file_name()).collect();
+    let left = run_dirs_left(&dir);
     assert_eq!(left, vec![std::ffi::OsString::from("snapshots")], "runs' directories (and mounts) are gone");
 }
 
@@ -705,5 +712,5 @@ async fn a_run_that_fills_its_disk_is_stopped_with_the_reason() {
         !events.iter().any(|e| matches!(&e.event, RunEvent::Agent(Event::ToolCallEnd { .. }))),
         "the command was stopped, not left to finish: {events:?}"
     );
-    assert!(!dir.join("work").read_dir().unwrap().flatten().any(|e| e.file_name() != "snapshots"));
+    assert_eq!(run_dirs_left(&dir), vec![std::ffi::OsString::from("snapshots")]);
 }

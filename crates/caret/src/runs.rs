@@ -272,8 +272,8 @@ fn worker_config(config: &Config, slots: u32, idle: Option<Duration>, work_dir: 
 
 /// Keeps at most `keep` prepared environments (none: every run installs).
 fn with_snapshots(mut w: WorkerConfig, keep: usize) -> WorkerConfig {
-    w.snapshots = (keep > 0)
-        .then(|| Arc::new(caret_anyrun::snapshot::Snapshots::new(w.work_dir.join("snapshots"), keep, &w.work_dir)));
+    w.snapshots =
+        (keep > 0).then(|| Arc::new(caret_anyrun::snapshot::Snapshots::new(w.work_dir.join("snapshots"), keep)));
     w
 }
 
