@@ -281,11 +281,14 @@ async fn attempt(
     let (stop_tx, stop_rx) = watch::channel(Stop::Go);
     let stop_tx = Arc::new(stop_tx);
     let run_dir = config.work_dir.join(format!("{}-{}", lease_ref.run, lease_ref.token));
+    // The attempt's sandbox once it exists, for the heartbeat's figures.
+    let live: Arc<OnceLock<Arc<dyn caret_sandbox::Sandbox>>> = Arc::default();
     // The heartbeat: renews the lease a few times per lease period (at least every 5 s, so
     // operators see the sandbox's use move; the first after a second, so a new sandbox shows
     // at once), with a sample of what the sandbox uses.
     let beat = {
-        let (coord, lease_ref, stop_tx, run_dir) = (coord.clone(), lease_ref.clone(), stop_tx.clone(), run_dir.clone());
+        let (coord, lease_ref, stop_tx, run_dir, live) =
+            (coord.clone(), lease_ref.clone(), stop_tx.clone(), run_dir.clone(), live.clone());
         let every = Duration::from_millis((lease.lease_ttl_s * 1000 / 3).clamp(100, 5000));
         let ttl = Duration::from_secs(lease.lease_ttl_s);
         let disk_limit = lease.limits.disk_bytes;
@@ -295,6 +298,10 @@ async fn attempt(
             loop {
                 tokio::time::sleep(if first { every.min(Duration::from_secs(1)) } else { every }).await;
                 first = false;
+                let own = match live.get() {
+                    Some(sandbox) => sandbox.usage().await,
+                    None => None,
+                };
                 let (usage, disk) = {
                     let run_dir = run_dir.clone();
                     tokio::task::spawn_blocking(move || {
@@ -309,7 +316,7 @@ async fn attempt(
                 if disk > disk_limit {
                     stop_tx.send_if_modified(|s| std::mem::replace(s, Stop::Disk) == Stop::Go);
                 }
-                let usage = usage.map(|u| SandboxUsage {
+                let usage = own.or(usage).map(|u| SandboxUsage {
                     processes: u.processes,
                     memory_bytes: u.memory_bytes,
                     cpu_ms: u.cpu_ms,
@@ -339,7 +346,8 @@ async fn attempt(
     };
     let work = {
         let (coord, config, run_dir) = (coord.clone(), config.clone(), run_dir.clone());
-        tokio::spawn(async move { execute(coord, &config, &lease, &run_dir, stop_rx).await })
+        let live = live.clone();
+        tokio::spawn(async move { execute(coord, &config, &lease, &run_dir, stop_rx, &live).await })
     };
     tokio::pin!(work);
     // A drain gives the attempt the drain timeout to end by itself.
@@ -689,6 +697,7 @@ async fn execute(
     lease: &Lease,
     run_dir: &Path,
     mut stop: watch::Receiver<Stop>,
+    live: &OnceLock<Arc<dyn caret_sandbox::Sandbox>>,
 ) -> Completion {
     let started = Instant::now();
     let deadline = started + Duration::from_secs(lease.limits.wall_time_s);
@@ -701,7 +710,8 @@ async fn execute(
     let mut timings = Timings::default();
     let mut result = RunResult::default();
     let outcome =
-        run_attempt(&coord, config, lease, run_dir, &mut stop, &reporter, &mut timings, &mut result, deadline).await;
+        run_attempt(&coord, config, lease, run_dir, &mut stop, &reporter, &mut timings, &mut result, deadline, live)
+            .await;
     timings.total_ms = ms(started.elapsed());
     result.timings = timings;
     reporter.finish().await;
@@ -739,6 +749,7 @@ async fn run_attempt(
     timings: &mut Timings,
     result: &mut RunResult,
     deadline: Instant,
+    live: &OnceLock<Arc<dyn caret_sandbox::Sandbox>>,
 ) -> std::result::Result<Option<String>, Failure> {
     let started = Instant::now();
     let left = |what: &str| {
@@ -798,6 +809,7 @@ async fn run_attempt(
     .await
     .map_err(|e| Failure { reason: format!("starting the sandbox: {e}"), retry: true })?
     .map_err(|e| Failure { reason: format!("starting the sandbox: {e}"), retry: true })?;
+    let _ = live.set(sandbox.clone());
     timings.launch_ms = ms(started.elapsed());
     coord.launched(&lease.lease, started.elapsed().as_secs_f64()).await;
     if let Some(ws) = &workspace {

@@ -9,6 +9,9 @@
 //! cgroup limits. Seccomp and Landlock are not applied: the system calls a command makes are
 //! served by gVisor's own kernel, which is the boundary here.
 //!
+//! Its live commands' use comes from `runsc events --stats` (the containers' cgroups as
+//! gVisor counts them), not from `/proc`.
+//!
 //! `runsc` needs root on the host; where it is missing or cannot start a sandbox,
 //! [`Gvisor::new`] says so.
 
@@ -28,6 +31,8 @@ pub struct Gvisor {
     program: PathBuf,
     /// `runsc --root`: the containers' state, and their bundles.
     state: PathBuf,
+    /// Containers running now.
+    live: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// Names containers apart.
@@ -46,7 +51,7 @@ impl Gvisor {
         }
         let state = std::env::temp_dir().join(format!("caret-runsc-{}", std::process::id()));
         std::fs::create_dir_all(state.join("bundles"))?;
-        let g = Gvisor { policy, program, state };
+        let g = Gvisor { policy, program, state, live: std::sync::Mutex::default() };
         // The probe: `true` in a sandbox as commands will run.
         let id = format!("caret-probe-{}-{}", std::process::id(), CONTAINERS.fetch_add(1, Ordering::Relaxed));
         let bundle = g.state.join("bundles").join(&id);
@@ -159,6 +164,24 @@ impl Sandbox for Gvisor {
         "gvisor"
     }
 
+    /// The containers' own figures (`runsc events --stats`): CPU, memory, processes.
+    async fn usage(&self) -> Option<crate::usage::Usage> {
+        let ids: Vec<String> =
+            self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().cloned().collect();
+        let mut total = crate::usage::Usage::default();
+        for id in ids {
+            let Ok(out) = self.runsc().args(["events", "--stats", &id]).stderr(Stdio::null()).output().await else {
+                continue;
+            };
+            let Ok(stats) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else { continue };
+            let data = &stats["data"];
+            total.cpu_ms += data["cpu"]["usage"]["total"].as_u64().unwrap_or(0) / 1_000_000;
+            total.memory_bytes += data["memory"]["usage"]["usage"].as_u64().unwrap_or(0);
+            total.processes += u32::try_from(data["pids"]["current"].as_u64().unwrap_or(0)).unwrap_or(u32::MAX);
+        }
+        Some(total)
+    }
+
     async fn run(&self, spec: &Spec) -> Result<Output> {
         let cwd = working_directory(&self.policy, spec)?;
         let id = format!("caret-{}-{}", std::process::id(), CONTAINERS.fetch_add(1, Ordering::Relaxed));
@@ -178,8 +201,10 @@ impl Sandbox for Gvisor {
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()?;
+        self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id.clone());
         // At the deadline the container goes, and every process in it.
         let done = finish(child, spec, self.remove(&id)).await;
+        self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
         self.remove(&id).await;
         let _ = std::fs::remove_dir_all(&bundle);
         let done = done?;

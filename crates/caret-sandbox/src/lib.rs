@@ -116,6 +116,11 @@ pub trait Sandbox: Send + Sync {
     fn name(&self) -> &'static str;
     /// Runs a command and waits for it (or its deadline).
     async fn run(&self, spec: &Spec) -> Result<Output>;
+    /// What its live commands use now, when the backend can say; none: sample `/proc` by
+    /// workspace ([`usage::Sample`]).
+    async fn usage(&self) -> Option<usage::Usage> {
+        None
+    }
 }
 
 /// What a sandbox allows.

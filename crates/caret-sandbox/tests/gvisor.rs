@@ -75,6 +75,25 @@ async fn gvisor_runs_commands_in_the_workspace_and_nowhere_else_or_says_why_not(
     env.env.push(("EXTRA".into(), "yes".into()));
     assert_eq!(g.run(&env).await.unwrap().stdout, format!("yes|{}\n", home.path().display()));
 
+    // Its live commands' use, from gVisor's own figures.
+    let g = std::sync::Arc::new(g);
+    let busy = {
+        let (g, spec) = (g.clone(), spec("x=$(head -c 30000000 /dev/zero | tr '\\0' a); sleep 3", &ws));
+        tokio::spawn(async move { g.run(&spec).await })
+    };
+    let mut seen = caret_sandbox::usage::Usage::default();
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let u = g.usage().await.unwrap();
+        if u.memory_bytes > 30_000_000 {
+            seen = u;
+            break;
+        }
+    }
+    assert!(seen.processes >= 1 && seen.cpu_ms > 0, "{seen:?}");
+    assert!(busy.await.unwrap().unwrap().success());
+    assert_eq!(g.usage().await, Some(caret_sandbox::usage::Usage::default()), "nothing live once it ended");
+
     // Outside the workspace is refused before anything runs.
     let err = g.run(&Spec::new("true", outside.path())).await.unwrap_err();
     assert!(err.to_string().contains("outside the workspace"), "{err}");
