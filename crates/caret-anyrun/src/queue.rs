@@ -869,51 +869,18 @@ impl Queue {
         Ok(r.rows_affected() > 0)
     }
 
-    /// Records what a worker said of itself.
-    pub async fn worker_seen(&self, name: &str, slots: u32, busy: u32, sandbox: &str, now_ms: i64) -> Result<()> {
-        let r = sqlx::query(
-            "UPDATE anyrun_workers SET slots = $1, busy = $2, sandbox = $3, last_seen_ms = $4 WHERE name = $5",
-        )
-        .bind(i64::from(slots))
-        .bind(i64::from(busy))
-        .bind(sandbox)
-        .bind(now_ms)
-        .bind(name)
-        .execute(&self.pool)
-        .await?;
-        if r.rows_affected() == 0 {
-            let inserted = sqlx::query(
-                "INSERT INTO anyrun_workers (name, slots, busy, sandbox, last_seen_ms) VALUES ($1, $2, $3, $4, $5)",
-            )
-            .bind(name)
-            .bind(i64::from(slots))
-            .bind(i64::from(busy))
-            .bind(sandbox)
-            .bind(now_ms)
-            .execute(&self.pool)
-            .await;
-            unless_duplicate(inserted)?;
-        }
-        Ok(())
-    }
-
-    /// Workers heard from since `since_ms`: (name, slots, busy, sandbox, last seen).
-    pub async fn workers(&self, since_ms: i64) -> Result<Vec<(String, u32, u32, String, i64)>> {
+    /// Workers heard from since `since_ms`: (name, slots, sandbox, last seen). How many slots
+    /// are busy is counted from the runs each holds, not from what it said at its last lease.
+    pub async fn workers(&self, since_ms: i64) -> Result<Vec<(String, u32, String, i64)>> {
         let rows = sqlx::query(
-            "SELECT name, slots, busy, sandbox, last_seen_ms FROM anyrun_workers WHERE last_seen_ms >= $1 ORDER BY name",
+            "SELECT name, slots, sandbox, last_seen_ms FROM anyrun_workers WHERE last_seen_ms >= $1 ORDER BY name",
         )
         .bind(since_ms)
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
             .map(|r| {
-                Ok((
-                    r.try_get(0)?,
-                    u32::try_from(r.try_get::<i64, _>(1)?).unwrap_or(0),
-                    u32::try_from(r.try_get::<i64, _>(2)?).unwrap_or(0),
-                    r.try_get(3)?,
-                    r.try_get(4)?,
-                ))
+                Ok((r.try_get(0)?, u32::try_from(r.try_get::<i64, _>(1)?).unwrap_or(0), r.try_get(2)?, r.try_get(3)?))
             })
             .collect()
     }

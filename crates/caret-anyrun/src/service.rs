@@ -872,13 +872,12 @@ impl RunService {
                 usage,
             })
             .collect();
-        // Busy slots are the runs a worker holds now (what it said at its last lease is older).
         let workers = self
             .queue
             .workers(now - 5 * 60_000)
             .await?
             .into_iter()
-            .map(|(name, slots, _, sandbox, seen)| WorkerInfo {
+            .map(|(name, slots, sandbox, seen)| WorkerInfo {
                 busy: u32::try_from(running.iter().filter(|r| r.worker == name).count()).unwrap_or(u32::MAX),
                 name,
                 slots,

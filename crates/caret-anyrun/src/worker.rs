@@ -305,9 +305,11 @@ async fn attempt(
                 let (usage, disk) = {
                     let run_dir = run_dir.clone();
                     tokio::task::spawn_blocking(move || {
-                        let usage = std::fs::canonicalize(run_dir.join("repo"))
-                            .ok()
-                            .map(|ws| sampler().sample().of_workspace(&ws));
+                        // `/proc` only for a backend without figures of its own.
+                        let usage = own.or_else(|| {
+                            let ws = std::fs::canonicalize(run_dir.join("repo")).ok()?;
+                            Some(sampler().sample().of_workspace(&ws))
+                        });
                         (usage, disk_used(&run_dir))
                     })
                     .await
@@ -316,7 +318,7 @@ async fn attempt(
                 if disk > disk_limit {
                     stop_tx.send_if_modified(|s| std::mem::replace(s, Stop::Disk) == Stop::Go);
                 }
-                let usage = own.or(usage).map(|u| SandboxUsage {
+                let usage = usage.map(|u| SandboxUsage {
                     processes: u.processes,
                     memory_bytes: u.memory_bytes,
                     cpu_ms: u.cpu_ms,

@@ -205,17 +205,12 @@ impl Sandbox for Gvisor {
         // At the deadline the container goes, and every process in it.
         let done = finish(child, spec, self.remove(&id)).await;
         self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
-        self.remove(&id).await;
+        // `runsc run` deletes its container when the command ends, and the deadline removes it;
+        // only a wait that failed can leave one behind.
+        if done.is_err() {
+            self.remove(&id).await;
+        }
         let _ = std::fs::remove_dir_all(&bundle);
-        let done = done?;
-        Ok(Output {
-            exit_code: done.status.and_then(|s| s.code()),
-            stdout: String::from_utf8_lossy(&done.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&done.stderr).into_owned(),
-            timed_out: done.timed_out,
-            truncated: done.truncated,
-            oom_killed: false,
-            duration: started.elapsed(),
-        })
+        Ok(done?.output(false, started))
     }
 }

@@ -426,6 +426,21 @@ async fn finish(
     Ok(Finished { status, timed_out, stdout, stderr, truncated: more_out || more_err })
 }
 
+impl Finished {
+    /// The command's [`Output`], started at `started`.
+    fn output(self, oom_killed: bool, started: Instant) -> Output {
+        Output {
+            exit_code: self.status.and_then(|s| s.code()),
+            stdout: String::from_utf8_lossy(&self.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&self.stderr).into_owned(),
+            timed_out: self.timed_out,
+            truncated: self.truncated,
+            oom_killed,
+            duration: started.elapsed(),
+        }
+    }
+}
+
 /// Reads a stream to its end, keeping at most `limit` bytes; `true` if more came.
 async fn read_capped(mut r: impl AsyncRead + Unpin, limit: usize, live: Option<Live>) -> (Vec<u8>, bool) {
     let (mut kept, mut buf, mut more) = (Vec::new(), vec![0u8; 16 << 10], false);
@@ -478,14 +493,6 @@ impl Sandbox for Bwrap {
         }
         // bwrap's death takes the sandbox's PID namespace, and all in it, along.
         let done = finish(child, spec, async {}).await?;
-        Ok(Output {
-            exit_code: done.status.and_then(|s| s.code()),
-            stdout: String::from_utf8_lossy(&done.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&done.stderr).into_owned(),
-            timed_out: done.timed_out,
-            truncated: done.truncated,
-            oom_killed: group.as_ref().is_some_and(limits::Group::oom_killed),
-            duration: started.elapsed(),
-        })
+        Ok(done.output(group.as_ref().is_some_and(limits::Group::oom_killed), started))
     }
 }
