@@ -23,6 +23,9 @@ command -v clang >/dev/null 2>&1 || need+=(clang)
 ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
 # The agent's sandbox runs commands under bubblewrap (its tests need it too).
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+# The fleet dashboard's test drives a headless Chromium over WebDriver.
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing system packages: ${need[*]}"
   sudo_cmd=""
