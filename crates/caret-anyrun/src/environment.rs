@@ -6,7 +6,8 @@
 //! install_inputs = ["package-lock.json"]     # files whose change means installing again
 //! start = "redis-server --daemonize yes"     # every run, after install
 //! test = "pytest -q"                         # after the agent; its output is in the result
-//! network = false                            # commands may use the network
+//! network = false                            # commands may use the whole network
+//! hosts = ["pypi.org", "*.pythonhosted.org"] # or only these (80/443 unless a :port is given)
 //! [env]
 //! RUST_BACKTRACE = "1"
 //! ```
@@ -60,6 +61,8 @@ pub struct EnvironmentFile {
     pub test: Option<String>,
     /// Whether commands may use the network.
     pub network: bool,
+    /// Hosts commands may reach without the network (through the worker's proxy).
+    pub hosts: Vec<String>,
     /// Environment variables.
     pub env: BTreeMap<String, String>,
 }
@@ -81,13 +84,19 @@ pub struct Prepared {
     pub env: BTreeMap<String, String>,
     /// Network allowed.
     pub network: bool,
+    /// Hosts allowed without the network (both lists).
+    pub hosts: Vec<String>,
 }
 
 /// Reads the repository's file (if any) and merges the request's environment into it.
 pub fn prepare(repo: &Path, request: &RunEnvironment) -> Result<Prepared> {
     let path = repo.join(FILE);
     let file = match std::fs::read_to_string(&path) {
-        Ok(text) => parse(&text)?,
+        Ok(text) => {
+            let file = parse(&text)?;
+            check_hosts(&file.hosts).map_err(|e| Error::BadRequest(format!("{FILE}: {e}")))?;
+            file
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => EnvironmentFile::default(),
         Err(e) => return Err(Error::BadRequest(format!("reading {FILE}: {e}"))),
     };
@@ -97,6 +106,11 @@ pub fn prepare(repo: &Path, request: &RunEnvironment) -> Result<Prepared> {
 /// Parses the file's text.
 pub fn parse(text: &str) -> Result<EnvironmentFile> {
     toml::from_str(text).map_err(|e| Error::BadRequest(format!("{FILE}: {e}")))
+}
+
+/// Whether allowed hosts are well formed (the first bad one is the error).
+pub fn check_hosts(hosts: &[String]) -> std::result::Result<(), String> {
+    caret_sandbox::netproxy::AllowList::parse(hosts).map(drop)
 }
 
 /// The file's steps and the request's, merged.
@@ -112,6 +126,11 @@ pub fn merge(file: EnvironmentFile, request: &RunEnvironment) -> Prepared {
         test: request.test.clone().or(file.test),
         env,
         network: file.network || request.network,
+        hosts: {
+            let mut hosts = file.hosts;
+            hosts.extend(request.hosts.iter().filter(|h| !hosts.contains(h)).cloned().collect::<Vec<_>>());
+            hosts
+        },
     }
 }
 
@@ -139,6 +158,7 @@ mod tests {
                 test: Some("make test".into()),
                 env: BTreeMap::from([("A".into(), "1".into()), ("B".into(), "3".into())]),
                 network: false,
+                hosts: Vec::new(),
             }
         );
         let err = parse("instal = \"x\"").unwrap_err().to_string();

@@ -301,6 +301,8 @@ impl RunService {
                 return Err(Error::BadRequest(format!("{name:?} is not a valid environment variable name")));
             }
         }
+        crate::environment::check_hosts(&req.environment.hosts)
+            .map_err(|e| Error::BadRequest(format!("environment: {e}")))?;
         for name in &req.environment.secrets {
             if self.queue.secret(&tenant.id, name).await?.is_none() {
                 return Err(Error::BadRequest(format!("no secret named {name:?} (PUT /v1/secrets/{name} first)")));

@@ -796,6 +796,7 @@ async fn run_attempt(
     // The sandbox: the checkout writable, the run's variables and secrets in every command.
     let mut policy = caret_sandbox::Policy::new(&repo).map_err(|e| fail(e.to_string()))?.with_toolchains();
     policy.network = prepared.network;
+    policy.hosts = caret_sandbox::netproxy::AllowList::parse(&prepared.hosts).map_err(fail)?;
     policy.limits = config.limits;
     policy.env = prepared.env.iter().chain(&lease.secret_values).map(|(k, v)| (k.clone(), v.clone())).collect();
     if let Some(helper) = &config.landlock_helper {

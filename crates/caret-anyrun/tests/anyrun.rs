@@ -457,6 +457,9 @@ async fn bad_submissions_are_refused_with_a_reason() {
     assert!(refused(s.submit(&t, req.clone()).await).contains("no secret named"));
     req.environment.secrets = vec!["BAD NAME".into()];
     assert!(refused(s.submit(&t, req.clone()).await).contains("not a valid"));
+    req.environment.secrets = Vec::new();
+    req.environment.hosts = vec!["pypi.org".into(), "https://evil.example/x".into()];
+    assert!(refused(s.submit(&t, req.clone()).await).contains("a host name, not a URL"));
     assert!(s.list(&t.id, 10).await.unwrap().is_empty(), "nothing was queued");
 }
 

@@ -100,8 +100,13 @@ pub struct RunEnvironment {
     /// A command run after the agent whose output is kept in the result (the tests).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub test: Option<String>,
-    /// Whether commands may use the network.
+    /// Whether commands may use the network (all of it).
     pub network: bool,
+    /// Without the network, the hosts commands may still reach through the worker's proxy
+    /// (`example.com`, `*.example.com`, an address, each with an optional `:port`; without
+    /// one, ports 80 and 443).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<String>,
 }
 
 /// `POST /v1/runs`.

@@ -5,7 +5,9 @@
 //! workspace bound read-write, an empty `/tmp`, the hidden directories (the user's home) as
 //! empty ones, the exposed toolchains bound back read-only, no capabilities, its own PID, IPC,
 //! UTS, mount and network namespaces — no network at all (`--network=none`) unless the policy
-//! allows it (then the host's, `--network=host`). The policy's limits become the container's
+//! allows it (then the host's, `--network=host`). Allowed hosts without the network go through
+//! the allow-list proxy (see [`crate::netproxy`]): its socket and the helper program (the
+//! forwarder) are bound in, and runsc may open host sockets (`--host-uds=open`). The policy's limits become the container's
 //! cgroup limits. Seccomp and Landlock are not applied: the system calls a command makes are
 //! served by gVisor's own kernel, which is the boundary here.
 //!
@@ -33,6 +35,8 @@ pub struct Gvisor {
     state: PathBuf,
     /// Containers running now.
     live: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// The allow-list proxy, when the policy allows hosts.
+    proxy: Option<std::sync::Arc<crate::netproxy::Proxy>>,
 }
 
 /// Names containers apart.
@@ -51,7 +55,13 @@ impl Gvisor {
         }
         let state = std::env::temp_dir().join(format!("caret-runsc-{}", std::process::id()));
         std::fs::create_dir_all(state.join("bundles"))?;
-        let g = Gvisor { policy, program, state, live: std::sync::Mutex::default() };
+        let proxy = crate::proxy_for(&policy)?;
+        if proxy.is_some() && !policy.landlock.as_ref().is_some_and(|h| h.is_file()) {
+            return Err(Error::Unavailable(
+                "allowed hosts need the helper program in the sandbox (Policy::with_landlock)".into(),
+            ));
+        }
+        let g = Gvisor { policy, program, state, live: std::sync::Mutex::default(), proxy };
         // The probe: `true` in a sandbox as commands will run.
         let id = format!("caret-probe-{}-{}", std::process::id(), CONTAINERS.fetch_add(1, Ordering::Relaxed));
         let bundle = g.state.join("bundles").join(&id);
@@ -61,7 +71,9 @@ impl Gvisor {
         let probe = std::process::Command::new(&g.program)
             .arg("--root")
             .arg(&g.state)
-            .args(["--network=none", "run", "--bundle"])
+            .args(["--network=none"])
+            .args(g.proxy.as_ref().map(|_| "--host-uds=open"))
+            .args(["run", "--bundle"])
             .arg(&bundle)
             .arg(&id)
             .stdin(Stdio::null())
@@ -100,6 +112,17 @@ impl Gvisor {
         }
         let ws = &self.policy.workspace;
         mounts.push(json!({"destination": ws, "type": "bind", "source": ws, "options": ["rbind", "rw"]}));
+        let mut args = vec!["bash".to_owned(), "-c".to_owned(), spec.command.clone()];
+        if let (Some(proxy), Some(helper)) = (&self.proxy, &self.policy.landlock) {
+            mounts.push(json!({"destination": crate::HELPER_INSIDE, "type": "bind", "source": helper, "options": ["bind", "ro"]}));
+            mounts.push(json!({"destination": crate::netproxy::SOCKET_INSIDE, "type": "bind", "source": proxy.socket(), "options": ["bind"]}));
+            let rules = crate::landlock::Rules {
+                forward: Some(crate::netproxy::SOCKET_INSIDE.into()),
+                no_landlock: true,
+                ..crate::landlock::Rules::default()
+            };
+            args = std::iter::once(crate::HELPER_INSIDE.to_owned()).chain(rules.arguments(&args)).collect();
+        }
         let mut resources = serde_json::Map::new();
         if let Some(m) = self.policy.limits.memory_bytes {
             resources.insert("memory".into(), json!({"limit": m}));
@@ -125,7 +148,7 @@ impl Gvisor {
             "process": {
                 "terminal": false,
                 "user": {"uid": 0, "gid": 0},
-                "args": ["bash", "-c", spec.command],
+                "args": args,
                 "env": env,
                 "cwd": cwd,
                 "noNewPrivileges": true,
@@ -193,6 +216,7 @@ impl Sandbox for Gvisor {
         let child = self
             .runsc()
             .arg(network)
+            .args(self.proxy.as_ref().map(|_| "--host-uds=open"))
             .args(["run", "--bundle"])
             .arg(&bundle)
             .arg(&id)

@@ -9,8 +9,13 @@
 //! restricts itself, then `exec`s the real command:
 //!
 //! ```text
-//! HELPER __caret-landlock --write DIR... [--no-net] -- bash -c COMMAND
+//! HELPER __caret-landlock --write DIR... [--no-net] [--forward SOCKET] [--no-landlock] -- bash -c COMMAND
 //! ```
+//!
+//! With `--forward SOCKET` it first starts the network forwarder of an allow-listed sandbox
+//! (see [`crate::netproxy`]): a child process listening on `127.0.0.1:`[`crate::netproxy::PORT`]
+//! that passes each connection to the proxy's Unix socket; the command may then connect to that
+//! port and no other. `--no-landlock` forwards without restricting (a kernel without Landlock).
 //!
 //! What it enforces: reading and executing anywhere the sandbox shows; writing, creating,
 //! removing, renaming and truncating only beneath the `--write` directories (the workspace,
@@ -24,12 +29,15 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
-    Scope, path_beneath_rules,
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr, RulesetCreatedAttr,
+    RulesetStatus, Scope, path_beneath_rules,
 };
 
 /// The first argument that makes a binary the helper.
 pub const HELPER_ARG: &str = "__caret-landlock";
+
+/// The first argument that makes a binary the network forwarder (started by the helper).
+const FORWARD_ARG: &str = "__caret-forward";
 
 /// The helper's exit code when the kernel enforces no Landlock rule.
 pub const UNAVAILABLE_EXIT: i32 = 125;
@@ -44,6 +52,10 @@ pub struct Rules {
     pub writable: Vec<PathBuf>,
     /// Refuse TCP bind and connect.
     pub no_network: bool,
+    /// The allow-list proxy's socket: forward `127.0.0.1:PORT` to it (and allow connecting there).
+    pub forward: Option<PathBuf>,
+    /// Forward only; restrict nothing.
+    pub no_landlock: bool,
 }
 
 impl Rules {
@@ -55,6 +67,12 @@ impl Rules {
         }
         if self.no_network {
             a.push("--no-net".to_owned());
+        }
+        if let Some(socket) = &self.forward {
+            a.extend(["--forward".to_owned(), socket.display().to_string()]);
+        }
+        if self.no_landlock {
+            a.push("--no-landlock".to_owned());
         }
         a.push("--".to_owned());
         a.extend(command.iter().cloned());
@@ -74,6 +92,15 @@ impl Rules {
                 }
                 Some("--no-net") => {
                     rules.no_network = true;
+                    i += 1;
+                }
+                Some("--forward") => {
+                    let socket = args.get(i + 1).ok_or("--forward needs a socket")?;
+                    rules.forward = Some(PathBuf::from(socket));
+                    i += 2;
+                }
+                Some("--no-landlock") => {
+                    rules.no_landlock = true;
                     i += 1;
                 }
                 Some("--") => {
@@ -101,11 +128,14 @@ impl Rules {
             ruleset = ruleset.handle_access(AccessNet::from_all(abi))?;
         }
         ruleset = ruleset.scope(Scope::from_all(abi))?;
-        let status = ruleset
+        let mut created = ruleset
             .create()?
             .add_rules(path_beneath_rules(["/"], AccessFs::from_read(abi)))?
-            .add_rules(path_beneath_rules(&self.writable, AccessFs::from_all(abi)))?
-            .restrict_self()?;
+            .add_rules(path_beneath_rules(&self.writable, AccessFs::from_all(abi)))?;
+        if self.no_network && self.forward.is_some() {
+            created = created.add_rule(NetPort::new(crate::netproxy::PORT, AccessNet::ConnectTcp))?;
+        }
+        let status = created.restrict_self()?;
         Ok(status.ruleset != RulesetStatus::NotEnforced)
     }
 }
@@ -123,7 +153,13 @@ pub fn helper_main() -> ! {
             std::process::exit(FAILED_EXIT);
         }
     };
-    match rules.restrict_self() {
+    if let Some(socket) = &rules.forward
+        && let Err(e) = start_forwarder(socket)
+    {
+        eprintln!("caret-landlock: starting the network forwarder: {e}");
+        std::process::exit(FAILED_EXIT);
+    }
+    match if rules.no_landlock { Ok(true) } else { rules.restrict_self() } {
         Ok(true) => {}
         Ok(false) => {
             eprintln!("caret-landlock: this kernel enforces no Landlock rules");
@@ -139,12 +175,49 @@ pub fn helper_main() -> ! {
     std::process::exit(FAILED_EXIT);
 }
 
-/// Becomes the helper when the process's first argument is [`HELPER_ARG`]; else returns.
-/// Call first thing in `main`.
+/// Becomes the helper when the process's first argument is [`HELPER_ARG`] (or the forwarder it
+/// starts); else returns. Call first thing in `main`.
 pub fn enter_helper_if_asked() {
-    if std::env::args_os().nth(1).is_some_and(|a| a == HELPER_ARG) {
-        helper_main();
+    match std::env::args_os().nth(1) {
+        Some(a) if a == HELPER_ARG => helper_main(),
+        Some(a) if a == FORWARD_ARG => forwarder_main(),
+        _ => {}
     }
+}
+
+/// Listens on the forwarder's port here, then starts this binary again as the forwarder with
+/// the listening socket as its standard input (so the port is open before the command runs).
+fn start_forwarder(socket: &std::path::Path) -> std::io::Result<()> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", crate::netproxy::PORT))?;
+    std::process::Command::new(std::env::current_exe()?)
+        .arg(FORWARD_ARG)
+        .arg(socket)
+        .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(listener)))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    Ok(())
+}
+
+/// The forwarder: each connection to the listening socket on its standard input goes to the
+/// proxy's Unix socket. It lives as long as the sandbox (its PID namespace ends it).
+fn forwarder_main() -> ! {
+    use std::os::fd::AsFd as _;
+    let socket = std::env::args_os().nth(2).map(PathBuf::from).unwrap_or_default();
+    let listener = match std::io::stdin().as_fd().try_clone_to_owned() {
+        Ok(fd) => std::net::TcpListener::from(fd),
+        Err(_) => std::process::exit(FAILED_EXIT),
+    };
+    for conn in listener.incoming() {
+        let Ok(conn) = conn else { continue };
+        let socket = socket.clone();
+        std::thread::spawn(move || {
+            if let Ok(proxy) = std::os::unix::net::UnixStream::connect(&socket) {
+                crate::netproxy::splice(conn, proxy);
+            }
+        });
+    }
+    std::process::exit(0);
 }
 
 #[cfg(test)]
@@ -153,7 +226,7 @@ mod tests {
 
     #[test]
     fn arguments_round_trip() {
-        let rules = Rules { writable: vec!["/ws".into(), "/tmp".into()], no_network: true };
+        let rules = Rules { writable: vec!["/ws".into(), "/tmp".into()], no_network: true, ..Rules::default() };
         let args = rules.arguments(&["bash".into(), "-c".into(), "echo --write".into()]);
         assert_eq!(args[0], HELPER_ARG);
         let os: Vec<OsString> = args[1..].iter().map(OsString::from).collect();

@@ -27,6 +27,7 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 pub mod gvisor;
 pub mod landlock;
 pub mod limits;
+pub mod netproxy;
 pub mod usage;
 pub use gvisor::Gvisor;
 pub use limits::Limits;
@@ -135,8 +136,11 @@ pub struct Policy {
     pub exposed: Vec<PathBuf>,
     /// Directories put before the system's on `PATH` (exposed `bin` directories).
     pub path: Vec<PathBuf>,
-    /// Whether commands may use the network.
+    /// Whether commands may use the network (all of it).
     pub network: bool,
+    /// Without the network, the hosts commands may still reach (through a proxy, see
+    /// [`netproxy`]); empty: none.
+    pub hosts: netproxy::AllowList,
     /// Environment variables of every command (a background run's environment and secrets),
     /// set after the defaults and before a command's own.
     pub env: Vec<(String, String)>,
@@ -161,6 +165,7 @@ impl Policy {
             exposed: Vec::new(),
             path: Vec::new(),
             network: false,
+            hosts: netproxy::AllowList::default(),
             env: Vec::new(),
             limits: Limits::standard(),
             seccomp: true,
@@ -184,9 +189,14 @@ impl Policy {
         self
     }
 
+    /// Whether commands reach the allowed hosts through the proxy.
+    pub fn proxied(&self) -> bool {
+        !self.network && !self.hosts.is_empty()
+    }
+
     /// A command's whole environment, in order: the defaults (`PATH` with the exposed
-    /// toolchains first, `HOME` the hidden home, `LANG`, `TERM`), the policy's variables, then
-    /// the command's own.
+    /// toolchains first, `HOME` the hidden home, `LANG`, `TERM`, the proxy's variables when
+    /// hosts are allowed), the policy's variables, then the command's own.
     pub fn command_env(&self, own: &[(String, String)]) -> Vec<(String, String)> {
         let home = self.hidden.first().map_or_else(|| "/tmp".to_owned(), |h| h.display().to_string());
         let path = self.path.iter().map(|p| format!("{}:", p.display())).collect::<String>() + PATH;
@@ -196,7 +206,8 @@ impl Policy {
             ("LANG".into(), "C.UTF-8".into()),
             ("TERM".into(), "dumb".into()),
         ];
-        defaults.into_iter().chain(self.env.iter().chain(own).cloned()).collect()
+        let proxy = if self.proxied() { netproxy::proxy_env() } else { Vec::new() };
+        defaults.into_iter().chain(proxy).chain(self.env.iter().chain(own).cloned()).collect()
     }
 
     /// Also fences writes with Landlock, through `helper` (a binary that becomes the helper
@@ -208,7 +219,7 @@ impl Policy {
 }
 
 /// Where the Landlock helper appears inside the sandbox (`/tmp` is the sandbox's own).
-const HELPER_INSIDE: &str = "/tmp/.caret-landlock";
+pub(crate) const HELPER_INSIDE: &str = "/tmp/.caret-landlock";
 
 /// The bubblewrap backend.
 #[derive(Debug, Clone)]
@@ -223,6 +234,8 @@ pub struct Bwrap {
     seccomp: Option<std::sync::Arc<Vec<u8>>>,
     /// Why limits are not enforced here (cgroups could not be made), if so.
     unlimited: Option<String>,
+    /// The allow-list proxy, when the policy allows hosts.
+    proxy: Option<std::sync::Arc<netproxy::Proxy>>,
 }
 
 /// Joins the cgroups given before `--` (the shell's own pid into each `cgroup.procs`), then
@@ -267,7 +280,13 @@ impl Bwrap {
             Ok(_) => None,
             Err(why) => Some(format!("limits not enforced (cannot make cgroups: {why})")),
         };
-        let mut b = Bwrap { policy, program, landlock: false, no_landlock: None, seccomp, unlimited };
+        let proxy = proxy_for(&policy)?;
+        if proxy.is_some() && !policy.landlock.as_ref().is_some_and(|h| h.is_file()) {
+            return Err(Error::Unavailable(
+                "allowed hosts need the helper program in the sandbox (Policy::with_landlock)".into(),
+            ));
+        }
+        let mut b = Bwrap { policy, program, landlock: false, no_landlock: None, seccomp, unlimited, proxy };
         let probe = b.probe()?;
         if !probe.status.success() {
             let why = String::from_utf8_lossy(&probe.stderr).trim().to_owned();
@@ -304,14 +323,24 @@ impl Bwrap {
         Ok(probe.wait_with_output()?)
     }
 
-    /// What runs inside for `command`: itself, or the Landlock helper and then it.
+    /// Whether the helper runs first (Landlock, or the allow-list's forwarder).
+    fn helped(&self) -> bool {
+        self.landlock || self.proxy.is_some()
+    }
+
+    /// What runs inside for `command`: itself, or the helper and then it.
     fn command(&self, command: &[String]) -> Vec<String> {
-        if !self.landlock {
+        if !self.helped() {
             return command.to_vec();
         }
         let mut writable = vec![self.policy.workspace.clone(), PathBuf::from("/tmp"), PathBuf::from("/dev")];
         writable.extend(self.policy.hidden.iter().filter(|h| h.exists()).cloned());
-        let rules = landlock::Rules { writable, no_network: !self.policy.network };
+        let rules = landlock::Rules {
+            writable,
+            no_network: !self.policy.network,
+            forward: self.proxy.as_ref().map(|_| PathBuf::from(netproxy::SOCKET_INSIDE)),
+            no_landlock: !self.landlock,
+        };
         let mut all = vec![HELPER_INSIDE.to_owned()];
         all.extend(rules.arguments(command));
         all
@@ -345,8 +374,11 @@ impl Bwrap {
             .iter()
             .map(|s| (*s).to_owned())
             .collect();
-        if let (true, Some(helper)) = (self.landlock, &self.policy.landlock) {
+        if let (true, Some(helper)) = (self.helped(), &self.policy.landlock) {
             a.extend(["--ro-bind".to_owned(), helper.display().to_string(), HELPER_INSIDE.to_owned()]);
+        }
+        if let Some(proxy) = &self.proxy {
+            a.extend(["--bind".to_owned(), proxy.socket().display().to_string(), netproxy::SOCKET_INSIDE.to_owned()]);
         }
         for h in &self.policy.hidden {
             // A hidden directory may hold the workspace (it is bound again below), not lie in it.
@@ -379,6 +411,21 @@ impl Bwrap {
         a.extend(["--chdir".to_owned(), cwd.display().to_string(), "--".to_owned()]);
         a
     }
+}
+
+/// Names proxy sockets apart.
+static PROXIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The allow-list proxy a policy needs (none when it allows no host or the whole network).
+fn proxy_for(policy: &Policy) -> Result<Option<std::sync::Arc<netproxy::Proxy>>> {
+    if !policy.proxied() {
+        return Ok(None);
+    }
+    let n = PROXIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let socket = std::env::temp_dir().join(format!("caret-proxy-{}-{n}.sock", std::process::id()));
+    let proxy = netproxy::Proxy::start(&socket, policy.hosts.clone())
+        .map_err(|e| Error::Unavailable(format!("starting the allowed-hosts proxy at {}: {e}", socket.display())))?;
+    Ok(Some(std::sync::Arc::new(proxy)))
 }
 
 /// The command's working directory, real path, refused unless inside the workspace.

@@ -283,3 +283,48 @@ async fn a_running_sandbox_is_sampled_by_its_workspace() {
     assert!(run.await.unwrap().unwrap().success());
     assert_eq!(caret_sandbox::usage::of_workspace(&ws).processes, 0, "nothing left once the command ended");
 }
+
+/// A tiny HTTP server on the host's loopback answering every request with `body`.
+fn http_server(body: &'static str) -> u16 {
+    use std::io::{Read as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let _ = write!(conn, "HTTP/1.0 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+        }
+    });
+    port
+}
+
+/// Without the network, the environment's allowed hosts are reached through the proxy — over
+/// CONNECT and as plain HTTP — and nothing else: another port is refused with the reason, a
+/// listed name that resolves to loopback is refused, and connecting directly still fails.
+#[tokio::test]
+async fn allowed_hosts_are_reached_through_the_proxy_and_nothing_else() {
+    let (allowed, other) = (http_server("allowed-body"), http_server("other-body"));
+    let (plain, s) = sandbox(false);
+    let mut policy = plain.policy().clone().with_landlock(HELPER.into());
+    policy.hosts =
+        caret_sandbox::netproxy::AllowList::parse(&[format!("127.0.0.1:{allowed}"), format!("localhost:{other}")])
+            .unwrap();
+    let b = Bwrap::new(policy).unwrap();
+    let curl = "curl -sS --max-time 10 --noproxy ''";
+    let script = format!(
+        "{curl} -p -x \"$HTTPS_PROXY\" http://127.0.0.1:{allowed}/tunnel; echo; \
+         {curl} -x \"$HTTP_PROXY\" http://127.0.0.1:{allowed}/plain; echo; \
+         {curl} -x \"$HTTP_PROXY\" http://127.0.0.1:{other}/; echo; \
+         {curl} -x \"$HTTP_PROXY\" http://localhost:{other}/; echo; \
+         curl -sS --max-time 10 --noproxy '*' http://127.0.0.1:{allowed}/direct || echo direct-refused"
+    );
+    let out = b.run(&spec(&script, &s)).await.unwrap();
+    let lines: Vec<&str> = out.stdout.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(lines[..2], ["allowed-body", "allowed-body"], "{out:?}");
+    assert!(lines[2].contains(&format!("127.0.0.1:{other} is not among the environment's allowed hosts")), "{out:?}");
+    assert!(lines[3].contains("resolves only to internal addresses"), "{out:?}");
+    assert_eq!(lines.last(), Some(&"direct-refused"), "{out:?}");
+    assert!(!out.stdout.contains("other-body"), "{out:?}");
+}

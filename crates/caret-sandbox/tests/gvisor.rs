@@ -98,3 +98,38 @@ async fn gvisor_runs_commands_in_the_workspace_and_nowhere_else_or_says_why_not(
     let err = g.run(&Spec::new("true", outside.path())).await.unwrap_err();
     assert!(err.to_string().contains("outside the workspace"), "{err}");
 }
+
+/// Allowed hosts without the network: reached through the proxy, others refused, and a direct
+/// connection still fails.
+#[tokio::test]
+async fn gvisor_reaches_allowed_hosts_through_the_proxy_only() {
+    if !installed() {
+        eprintln!("runsc is not installed: skipped");
+        return;
+    }
+    use std::io::{Read as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let _ = conn.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 7\r\n\r\nallowed");
+        }
+    });
+    let (ws, home) = (TempDir::new(), TempDir::new());
+    let mut policy = Policy::new(ws.path()).unwrap().with_landlock(env!("CARGO_BIN_EXE_caret-landlock").into());
+    policy.hidden = vec![home.path().to_path_buf()];
+    policy.hosts = caret_sandbox::netproxy::AllowList::parse(&[format!("127.0.0.1:{port}")]).unwrap();
+    let g = Gvisor::new(policy).expect("runsc is installed and must start sandboxes here (as root)");
+    let script = format!(
+        "curl -sS --max-time 10 --noproxy '' -x \"$HTTP_PROXY\" http://127.0.0.1:{port}/; echo; \
+         curl -sS --max-time 10 --noproxy '' -x \"$HTTP_PROXY\" http://127.0.0.1:1/; echo; \
+         curl -sS --max-time 5 --noproxy '*' http://127.0.0.1:{port}/ || echo direct-refused"
+    );
+    let out = g.run(&spec(&script, &ws)).await.unwrap();
+    let lines: Vec<&str> = out.stdout.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(lines.first(), Some(&"allowed"), "{out:?}");
+    assert!(lines[1].contains("127.0.0.1:1 is not among the environment's allowed hosts"), "{out:?}");
+    assert_eq!(lines.last(), Some(&"direct-refused"), "{out:?}");
+}

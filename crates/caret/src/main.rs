@@ -77,7 +77,7 @@ enum Command {
     /// Run the agent on a task without a terminal UI (events as JSON lines).
     Exec(exec::ExecArgs),
     /// Hand a task to a background agent (on a server, or the embedded queue).
-    Run(runs::RunArgs),
+    Run(Box<runs::RunArgs>),
     /// Background runs: list, show, logs, diff, apply, cancel, rm.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
@@ -128,7 +128,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Agent(args) => agent::run(&config, args),
         Command::Exec(args) => exec::run(&config, args),
         Command::Bench(cmd) => bench::run(&config, cmd),
-        Command::Run(args) => runs::run(&config, args),
+        Command::Run(args) => runs::run(&config, *args),
         Command::Runs(cmd) => runs::runs(&config, cmd),
         Command::Worker(args) => runs::worker(&config, args),
         Command::Secret(cmd) => runs::secret(&config, cmd),

@@ -69,6 +69,10 @@ pub struct RunArgs {
     /// Let commands use the network.
     #[arg(long)]
     network: bool,
+    /// Without --network, a host commands may still reach (repeatable): example.com,
+    /// *.example.com, an address; 80/443 unless a :port is given.
+    #[arg(long = "allow-host")]
+    allow_host: Vec<String>,
     /// Wall time of an attempt (e.g. 30m).
     #[arg(long, default_value = "30m")]
     wall_time: String,
@@ -543,6 +547,7 @@ pub fn run(config: &Config, args: RunArgs) -> anyhow::Result<ExitCode> {
             secrets: args.secret.clone(),
             test: args.test.clone(),
             network: args.network,
+            hosts: args.allow_host.clone(),
         },
         class: args.class,
         push: None,

@@ -1436,8 +1436,20 @@ fn an_embedded_run_starts_a_local_worker_and_waits_for_it() {
     );
     let repo = buggy_repo();
     let repo_path = repo.path().display().to_string();
+    // A host the run's environment allows, reached through the worker's proxy.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let allowed = format!("127.0.0.1:{}", listener.local_addr().unwrap().port());
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = std::io::Read::read(&mut conn, &mut buf);
+            let _ = std::io::Write::write_all(&mut conn, b"HTTP/1.0 200 OK\r\nContent-Length: 13\r\n\r\nfrom-the-host");
+        }
+    });
+    let fetch =
+        format!("curl -sS --max-time 10 --noproxy '' -x \"$HTTP_PROXY\" http://{allowed}/ | grep -q from-the-host");
     let out = Command::new(CARET)
-        .args(["run", "make add.sh add", "-C", &repo_path, "--wait"])
+        .args(["run", "make add.sh add", "-C", &repo_path, "--wait", "--allow-host", &allowed, "--setup", &fetch])
         .env("CARET_HOME", home.path())
         .env("CARET_LOCAL_WORKER_IDLE", "1s")
         .env_remove("CARET_SERVER")
@@ -1447,6 +1459,8 @@ fn an_embedded_run_starts_a_local_worker_and_waits_for_it() {
     let log = std::fs::read_to_string(home.join("runs/worker.log")).unwrap_or_default();
     assert!(out.status.success(), "{stdout}\n{stderr}\nworker log:\n{log}");
     assert!(stdout.contains("edited add.sh") && stderr.contains("succeeded"), "{stdout}\n{stderr}");
+    // The setup step (which fails unless it read the host's answer) succeeded.
+    assert!(stdout.contains("grep -q from-the-host  → 0"), "{stdout}");
     let ls = caret_cmd(home.path(), &["runs", "ls"]);
     assert!(String::from_utf8_lossy(&ls.stdout).contains("succeeded"));
     // The local worker stops by itself once the queue is empty.

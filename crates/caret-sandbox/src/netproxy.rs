@@ -1,0 +1,404 @@
+//! Per-host network allow-lists: a sandbox without the network reaches the hosts its
+//! environment names, and nothing else, through an HTTP proxy on the host side.
+//!
+//! The sandbox keeps its own network namespace (loopback only). The proxy listens on a Unix
+//! socket that the backend puts inside the sandbox; a forwarder in the sandbox (the helper,
+//! see [`crate::landlock`], or the microVM's guest agent) listens on `127.0.0.1:`[`PORT`] and
+//! passes each connection to that socket, and every command gets `HTTP_PROXY`/`HTTPS_PROXY`
+//! pointing there. Tools that honour them (curl, git, pip, npm, cargo) work unchanged.
+//!
+//! The proxy answers `CONNECT host:port` (TLS passes through untouched) and plain-HTTP
+//! requests in absolute form; a host not on the list gets `403` with the reason in the body.
+//! Names are resolved here, on the host, and a name that resolves to a loopback, link-local
+//! (cloud metadata), unspecified or multicast address is refused unless the list names that
+//! address itself — so a listed name cannot be pointed at the worker's own services.
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs as _};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// The port the forwarder listens on inside a sandbox.
+pub const PORT: u16 = 3128;
+
+/// Where the proxy's socket appears inside a sandbox.
+pub const SOCKET_INSIDE: &str = "/tmp/.caret-proxy.sock";
+
+/// The variables that point a command's tools at the proxy.
+pub fn proxy_env() -> Vec<(String, String)> {
+    let url = format!("http://127.0.0.1:{PORT}");
+    let mut env: Vec<(String, String)> =
+        ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"]
+            .iter()
+            .map(|k| ((*k).to_owned(), url.clone()))
+            .collect();
+    env.extend(["NO_PROXY", "no_proxy"].map(|k| (k.to_owned(), "localhost,127.0.0.1,::1".to_owned())));
+    env
+}
+
+/// One allowed host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Pattern {
+    /// This name exactly (lowercase, no trailing dot).
+    Name(String),
+    /// Any name under this suffix (`*.example.com`: `a.example.com`, not `example.com`).
+    Suffix(String),
+    /// This address.
+    Address(IpAddr),
+}
+
+/// Hosts a sandbox may reach: `example.com`, `*.example.com`, an IP address, each with an
+/// optional `:port` (default: 80 and 443 only).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AllowList {
+    entries: Vec<(Pattern, Option<u16>)>,
+}
+
+impl AllowList {
+    /// Parses entries; the first bad one is the error.
+    pub fn parse<S: AsRef<str>>(entries: &[S]) -> Result<AllowList, String> {
+        let mut list = AllowList::default();
+        for e in entries {
+            list.entries.push(parse_entry(e.as_ref())?);
+        }
+        Ok(list)
+    }
+
+    /// No host allowed.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Whether `host:port` is allowed (before resolution).
+    pub fn allows(&self, host: &str, port: u16) -> bool {
+        self.matching(host, port).is_some()
+    }
+
+    /// The entry allowing `host:port`, if any.
+    fn matching(&self, host: &str, port: u16) -> Option<&Pattern> {
+        let name = host.trim_end_matches('.').to_ascii_lowercase();
+        let address = name.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().ok();
+        self.entries.iter().find_map(|(p, allowed_port)| {
+            let port_ok = allowed_port.map_or(port == 80 || port == 443, |a| a == port);
+            let host_ok = match (p, address) {
+                (Pattern::Address(a), Some(b)) => *a == b,
+                (Pattern::Address(_), None) | (_, Some(_)) => false,
+                (Pattern::Name(n), None) => *n == name,
+                (Pattern::Suffix(s), None) => name.len() > s.len() + 1 && name.ends_with(&format!(".{s}")),
+            };
+            (port_ok && host_ok).then_some(p)
+        })
+    }
+}
+
+fn parse_entry(entry: &str) -> Result<(Pattern, Option<u16>), String> {
+    let bad = |why: &str| format!("allowed host {entry:?}: {why}");
+    let e = entry.trim();
+    if e.is_empty() {
+        return Err(bad("empty"));
+    }
+    if e.contains("://") || e.contains('/') {
+        return Err(bad("a host name, not a URL"));
+    }
+    // A bare IPv6 address, or [v6]:port, or host[:port].
+    if let Ok(a) = e.parse::<IpAddr>() {
+        return Ok((Pattern::Address(a), None));
+    }
+    let (host, port) = if let Some(rest) = e.strip_prefix('[') {
+        let (h, after) = rest.split_once(']').ok_or_else(|| bad("unclosed ["))?;
+        (h, after.strip_prefix(':'))
+    } else {
+        match e.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (e, None),
+        }
+    };
+    let port = port.map(|p| p.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| bad("bad port"))).transpose()?;
+    if let Ok(a) = host.parse::<IpAddr>() {
+        return Ok((Pattern::Address(a), port));
+    }
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    let (wild, name) = match host.strip_prefix("*.") {
+        Some(n) => (true, n.to_owned()),
+        None => (false, host),
+    };
+    let label_ok = |l: &str| {
+        !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    if name.is_empty() || name.len() > 253 || !name.split('.').all(label_ok) {
+        return Err(bad("not a host name"));
+    }
+    Ok((if wild { Pattern::Suffix(name) } else { Pattern::Name(name) }, port))
+}
+
+/// An address a name may not lead to unless listed as itself.
+fn internal(a: IpAddr) -> bool {
+    match a {
+        IpAddr::V4(v4) => {
+            v4.is_loopback() || v4.is_link_local() || v4.is_unspecified() || v4.is_multicast() || v4.is_broadcast()
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return internal(IpAddr::V4(v4));
+            }
+            v6.is_loopback() || v6.is_unspecified() || v6.is_multicast() || (v6.segments()[0] & 0xffc0) == 0xfe80
+        }
+    }
+}
+
+/// Counts of what the proxy did.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Connections made to allowed hosts.
+    pub allowed: AtomicU64,
+    /// Requests refused.
+    pub refused: AtomicU64,
+}
+
+/// A running proxy; stopped (and its socket removed) when dropped.
+#[derive(Debug)]
+pub struct Proxy {
+    socket: PathBuf,
+    stop: Arc<AtomicBool>,
+    counters: Arc<Counters>,
+}
+
+impl Proxy {
+    /// Listens on `socket` (a new path) for sandboxes allowed `allow`.
+    pub fn start(socket: &Path, allow: AllowList) -> std::io::Result<Proxy> {
+        let _ = std::fs::remove_file(socket);
+        let listener = UnixListener::bind(socket)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let counters = Arc::new(Counters::default());
+        let (stop_bg, counters_bg, allow) = (stop.clone(), counters.clone(), Arc::new(allow));
+        std::thread::Builder::new().name("caret-netproxy".into()).spawn(move || {
+            for conn in listener.incoming() {
+                if stop_bg.load(Ordering::Acquire) {
+                    return;
+                }
+                let Ok(conn) = conn else { continue };
+                let (allow, counters) = (allow.clone(), counters_bg.clone());
+                let _ = std::thread::Builder::new().name("caret-netproxy-conn".into()).spawn(move || {
+                    serve(conn, &allow, &counters);
+                });
+            }
+        })?;
+        Ok(Proxy { socket: socket.to_owned(), stop, counters })
+    }
+
+    /// The socket's path.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// What it has done so far.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        // Wakes the accepting thread so that it sees the flag.
+        let _ = UnixStream::connect(&self.socket);
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+/// Longest request head read.
+const HEAD_LIMIT: usize = 16 << 10;
+
+/// One client connection: its first request decides where it goes.
+fn serve(conn: UnixStream, allow: &AllowList, counters: &Counters) {
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
+    let Ok(reader_side) = conn.try_clone() else { return };
+    let mut reader = BufReader::new(reader_side);
+    let mut head = Vec::new();
+    loop {
+        let before = head.len();
+        match reader.by_ref().take((HEAD_LIMIT - head.len()) as u64).read_until(b'\n', &mut head) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        if !head.ends_with(b"\n") {
+            return refuse(conn, counters, "431 Request Header Fields Too Large", "request head too long");
+        }
+        // The empty line ends the head.
+        if before > 0 && matches!(&head[before..], b"\r\n" | b"\n") {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&head).into_owned();
+    let first = text.lines().next().unwrap_or_default();
+    let mut parts = first.split_whitespace();
+    let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
+        return refuse(conn, counters, "400 Bad Request", "not an HTTP proxy request");
+    };
+    let connect = method.eq_ignore_ascii_case("CONNECT");
+    let Some((host, port)) = (if connect { split_authority(target, 443) } else { absolute_target(target) }) else {
+        return refuse(conn, counters, "400 Bad Request", "the request names no host (use it as an HTTP proxy)");
+    };
+    let Some(pattern) = allow.matching(&host, port) else {
+        return refuse(
+            conn,
+            counters,
+            "403 Forbidden",
+            &format!("caret: {host}:{port} is not among the environment's allowed hosts"),
+        );
+    };
+    let literal = matches!(pattern, Pattern::Address(_));
+    let bare = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+    let addresses: Vec<SocketAddr> = match (bare.as_str(), port).to_socket_addrs() {
+        Ok(a) => a.filter(|a| literal || !internal(a.ip())).collect(),
+        Err(e) => return refuse(conn, counters, "502 Bad Gateway", &format!("caret: resolving {host}: {e}")),
+    };
+    let Some(upstream) = addresses.iter().find_map(|a| TcpStream::connect_timeout(a, Duration::from_secs(10)).ok())
+    else {
+        let why = if addresses.is_empty() {
+            format!("caret: {host} resolves only to internal addresses")
+        } else {
+            format!("caret: cannot connect to {host}:{port}")
+        };
+        return refuse(conn, counters, "502 Bad Gateway", &why);
+    };
+    counters.allowed.fetch_add(1, Ordering::Relaxed);
+    let mut client = conn;
+    let _ = client.set_read_timeout(None);
+    let mut up = upstream;
+    if connect {
+        if client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").is_err() {
+            return;
+        }
+    } else {
+        // The request goes on as it came (servers take absolute-form targets).
+        if up.write_all(&head).is_err() {
+            return;
+        }
+    }
+    // Bytes the reader already took past the head go first.
+    let buffered = reader.buffer().to_vec();
+    if !buffered.is_empty() && up.write_all(&buffered).is_err() {
+        return;
+    }
+    splice(client, up);
+}
+
+/// A stream that can be copied both ways at once (a TCP or Unix socket).
+pub trait Duplex: std::io::Read + std::io::Write + Send + Sized + 'static {
+    /// A second handle to the same stream.
+    fn duplicate(&self) -> std::io::Result<Self>;
+    /// Ends the writing half (the peer reads end-of-stream).
+    fn close_write(&self);
+}
+
+impl Duplex for TcpStream {
+    fn duplicate(&self) -> std::io::Result<Self> {
+        self.try_clone()
+    }
+    fn close_write(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Write);
+    }
+}
+
+impl Duplex for UnixStream {
+    fn duplicate(&self) -> std::io::Result<Self> {
+        self.try_clone()
+    }
+    fn close_write(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Write);
+    }
+}
+
+/// Copies both ways until both sides have ended (each end passed on as it comes).
+pub fn splice(a: impl Duplex, b: impl Duplex) {
+    let (Ok(mut a2), Ok(mut b2)) = (a.duplicate(), b.duplicate()) else { return };
+    let back = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut b2, &mut a2);
+        a2.close_write();
+    });
+    let (mut a, mut b) = (a, b);
+    let _ = std::io::copy(&mut a, &mut b);
+    b.close_write();
+    let _ = back.join();
+}
+
+fn refuse(mut conn: UnixStream, counters: &Counters, status: &str, why: &str) {
+    counters.refused.fetch_add(1, Ordering::Relaxed);
+    let body = format!("{why}\n");
+    let _ = write!(
+        conn,
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+/// `host:port` (or `[v6]:port`), the port defaulting to `default`.
+fn split_authority(authority: &str, default: u16) -> Option<(String, u16)> {
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    if authority.starts_with('[') {
+        let end = authority.find(']')?;
+        let port = authority[end + 1..].strip_prefix(':').map_or(Some(default), |p| p.parse().ok())?;
+        return Some((authority[..=end].to_owned(), port));
+    }
+    match authority.rsplit_once(':') {
+        Some((h, p)) => Some((h.to_owned(), p.parse().ok()?)),
+        None if !authority.is_empty() => Some((authority.to_owned(), default)),
+        None => None,
+    }
+}
+
+/// The host and port of an absolute-form target (`http://host[:port]/path`).
+fn absolute_target(target: &str) -> Option<(String, u16)> {
+    let rest = target.strip_prefix("http://").or_else(|| target.strip_prefix("HTTP://"))?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    split_authority(authority, 80)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(entries: &[&str]) -> AllowList {
+        AllowList::parse(entries).unwrap()
+    }
+
+    #[test]
+    fn entries_allow_their_hosts_and_ports_only() {
+        let l = list(&["crates.io", "*.github.com", "10.1.2.3:8080", "[::1]:9000", "static.example.org:8443"]);
+        let cases = [
+            ("crates.io", 443, true),
+            ("CRATES.IO.", 80, true),
+            ("crates.io", 22, false),
+            ("index.crates.io", 443, false),
+            ("api.github.com", 443, true),
+            ("github.com", 443, false),
+            ("evilgithub.com", 443, false),
+            ("10.1.2.3", 8080, true),
+            ("10.1.2.3", 443, false),
+            ("[::1]", 9000, true),
+            ("static.example.org", 8443, true),
+            ("static.example.org", 443, false),
+        ];
+        for (host, port, want) in cases {
+            assert_eq!(l.allows(host, port), want, "{host}:{port}");
+        }
+        for bad in ["", "https://crates.io", "a b", "host:0", "host:99999", "[::1", "*."] {
+            assert!(AllowList::parse(&[bad]).is_err(), "{bad:?} parsed");
+        }
+    }
+
+    #[test]
+    fn request_targets_name_host_and_port() {
+        assert_eq!(split_authority("crates.io:443", 443), Some(("crates.io".into(), 443)));
+        assert_eq!(split_authority("[::1]:80", 443), Some(("[::1]".into(), 80)));
+        assert_eq!(absolute_target("http://example.com/a?b"), Some(("example.com".into(), 80)));
+        assert_eq!(absolute_target("http://example.com:8080"), Some(("example.com".into(), 8080)));
+        assert_eq!(absolute_target("/relative"), None);
+        assert!(internal("127.0.0.1".parse().unwrap()) && internal("169.254.169.254".parse().unwrap()));
+        assert!(internal("::ffff:127.0.0.1".parse().unwrap()) && !internal("140.82.112.3".parse().unwrap()));
+    }
+}
