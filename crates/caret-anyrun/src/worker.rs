@@ -86,30 +86,42 @@ impl Coordinator for InProcess {
 }
 
 /// Which sandbox runs a run's commands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SandboxKind {
     /// bubblewrap + Landlock + seccomp + cgroups.
     Bwrap,
     /// gVisor (`runsc`): an application kernel per command.
     Gvisor,
+    /// A Firecracker microVM per run, booted from these.
+    Firecracker(Arc<caret_sandbox::firecracker::Config>),
 }
 
 impl SandboxKind {
     /// Its name.
-    pub fn name(self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self {
             SandboxKind::Bwrap => "bwrap",
             SandboxKind::Gvisor => "gvisor",
+            SandboxKind::Firecracker(_) => "firecracker",
         }
     }
 
-    /// The backend named `name`.
+    /// The backend named `name` (bwrap or gvisor; Firecracker needs its configuration).
     pub fn parse(name: &str) -> Option<SandboxKind> {
         match name {
             "bwrap" => Some(SandboxKind::Bwrap),
             "gvisor" | "runsc" => Some(SandboxKind::Gvisor),
             _ => None,
         }
+    }
+
+    /// A sandbox of this kind with `policy` (blocking: a microVM boots here).
+    pub fn open(&self, policy: caret_sandbox::Policy) -> caret_sandbox::Result<Arc<dyn caret_sandbox::Sandbox>> {
+        Ok(match self {
+            SandboxKind::Bwrap => Arc::new(caret_sandbox::Bwrap::new(policy)?),
+            SandboxKind::Gvisor => Arc::new(caret_sandbox::Gvisor::new(policy)?),
+            SandboxKind::Firecracker(config) => Arc::new(caret_sandbox::firecracker::Firecracker::new(policy, config)?),
+        })
     }
 }
 
@@ -802,13 +814,8 @@ async fn run_attempt(
     if let Some(helper) = &config.landlock_helper {
         policy = policy.with_landlock(helper.clone());
     }
-    let kind = config.sandbox;
-    let sandbox = tokio::task::spawn_blocking(move || -> caret_sandbox::Result<Arc<dyn caret_sandbox::Sandbox>> {
-        Ok(match kind {
-            SandboxKind::Bwrap => Arc::new(caret_sandbox::Bwrap::new(policy)?),
-            SandboxKind::Gvisor => Arc::new(caret_sandbox::Gvisor::new(policy)?),
-        })
-    })
+    let kind = config.sandbox.clone();
+    let sandbox = tokio::task::spawn_blocking(move || kind.open(policy))
     .await
     .map_err(|e| Failure { reason: format!("starting the sandbox: {e}"), retry: true })?
     .map_err(|e| Failure { reason: format!("starting the sandbox: {e}"), retry: true })?;

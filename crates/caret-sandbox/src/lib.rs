@@ -24,9 +24,12 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 
+pub mod firecracker;
+pub mod guest;
 pub mod gvisor;
 pub mod landlock;
 pub mod limits;
+pub mod mirror;
 pub mod netproxy;
 pub mod usage;
 pub use gvisor::Gvisor;
@@ -253,7 +256,7 @@ fn new_group(limits: &Limits) -> std::result::Result<limits::Group, String> {
 }
 
 /// The first of `paths` that exists, or why the backend is unavailable.
-fn installed(paths: &[&str], what: &str, debian: &str) -> Result<PathBuf> {
+pub(crate) fn installed(paths: &[&str], what: &str, debian: &str) -> Result<PathBuf> {
     paths
         .iter()
         .map(PathBuf::from)
@@ -429,7 +432,7 @@ fn proxy_for(policy: &Policy) -> Result<Option<std::sync::Arc<netproxy::Proxy>>>
 }
 
 /// The command's working directory, real path, refused unless inside the workspace.
-fn working_directory(policy: &Policy, spec: &Spec) -> Result<PathBuf> {
+pub(crate) fn working_directory(policy: &Policy, spec: &Spec) -> Result<PathBuf> {
     let cwd = std::fs::canonicalize(&spec.cwd)
         .map_err(|e| Error::Refused(format!("working directory {}: {e}", spec.cwd.display())))?;
     if !cwd.starts_with(&policy.workspace) {

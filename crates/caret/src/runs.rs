@@ -200,10 +200,23 @@ pub struct WorkerArgs {
     /// Runs at once.
     #[arg(long, default_value_t = 2)]
     slots: u32,
-    /// Sandbox backend: bwrap (bubblewrap + Landlock + seccomp + cgroups) or gvisor (runsc,
-    /// needs root).
+    /// Sandbox backend: bwrap (bubblewrap + Landlock + seccomp + cgroups), gvisor (runsc,
+    /// needs root) or firecracker (a microVM per run; needs KVM, --vm-kernel, --vm-rootfs).
     #[arg(long, default_value = "bwrap")]
     sandbox: String,
+    /// Firecracker: the guest kernel (uncompressed vmlinux with virtio-blk, vsock, ext4 and
+    /// overlayfs built in).
+    #[arg(long)]
+    vm_kernel: Option<PathBuf>,
+    /// Firecracker: the base system, an ext4 image with what commands need (shared read-only).
+    #[arg(long)]
+    vm_rootfs: Option<PathBuf>,
+    /// Firecracker: its binary (default /usr/local/bin/firecracker or /usr/bin/firecracker).
+    #[arg(long)]
+    firecracker: Option<PathBuf>,
+    /// Firecracker: the guest agent (default: caret-guest beside this program).
+    #[arg(long)]
+    vm_guest: Option<PathBuf>,
     /// Stop after the queue has been empty this long (e.g. 30s); default: run until SIGTERM.
     #[arg(long)]
     exit_when_idle: Option<String>,
@@ -845,19 +858,37 @@ pub fn secret(config: &Config, cmd: SecretCommand) -> anyhow::Result<ExitCode> {
 }
 
 pub fn worker(config: &Config, args: WorkerArgs) -> anyhow::Result<ExitCode> {
-    let Some(sandbox) = caret_anyrun::worker::SandboxKind::parse(&args.sandbox) else {
-        bail!(
-            "unknown sandbox {:?}: bwrap (bubblewrap + Landlock + seccomp + cgroups) or gvisor (runsc)",
-            args.sandbox
-        );
+    let sandbox = match args.sandbox.as_str() {
+        "firecracker" => {
+            let (Some(kernel), Some(rootfs)) = (args.vm_kernel.clone(), args.vm_rootfs.clone()) else {
+                bail!("--sandbox firecracker needs --vm-kernel and --vm-rootfs");
+            };
+            let mut vm = caret_sandbox::firecracker::Config::new(kernel, rootfs);
+            if let Some(p) = &args.firecracker {
+                vm.firecracker = p.clone();
+            }
+            if let Some(p) = &args.vm_guest {
+                vm.guest = p.clone();
+            }
+            vm.check()?;
+            caret_anyrun::worker::SandboxKind::Firecracker(Arc::new(vm))
+        }
+        name => match caret_anyrun::worker::SandboxKind::parse(name) {
+            Some(kind) => kind,
+            None => bail!(
+                "unknown sandbox {name:?}: bwrap (bubblewrap + Landlock + seccomp + cgroups), gvisor (runsc) or \
+                 firecracker (a microVM per run)"
+            ),
+        },
     };
     // The backend must work here before any run is taken.
     let probe = args.work_dir.clone().unwrap_or_else(|| config.home.join("runs").join("work")).join(".sandbox-probe");
     std::fs::create_dir_all(&probe).with_context(|| format!("creating {}", probe.display()))?;
-    let works = caret_sandbox::Policy::new(&probe).and_then(|policy| match sandbox {
-        caret_anyrun::worker::SandboxKind::Bwrap => caret_sandbox::Bwrap::new(policy).map(drop),
-        caret_anyrun::worker::SandboxKind::Gvisor => caret_sandbox::Gvisor::new(policy).map(drop),
-    });
+    // (A microVM is not booted for this: its configuration was checked above.)
+    let works = match &sandbox {
+        caret_anyrun::worker::SandboxKind::Firecracker(_) => Ok(()),
+        kind => caret_sandbox::Policy::new(&probe).and_then(|policy| kind.open(policy)).map(drop),
+    };
     let _ = std::fs::remove_dir_all(&probe);
     works?;
     let idle =
@@ -878,7 +909,7 @@ pub fn worker(config: &Config, args: WorkerArgs) -> anyhow::Result<ExitCode> {
                     .context("building the HTTP client")?;
                 let mut w =
                     with_snapshots(worker_config(config, args.slots, idle, args.work_dir.clone()), args.snapshots);
-                w.sandbox = sandbox;
+                w.sandbox = sandbox.clone();
                 let coord = Arc::new(caret_anyrun::remote::Remote::new(server, &token, client));
                 eprintln!("caret worker: {} slot(s) taking runs from {server}", args.slots);
                 Worker::new(coord, w).run(drain).await?
