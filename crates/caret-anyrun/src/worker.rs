@@ -816,9 +816,9 @@ async fn run_attempt(
     }
     let kind = config.sandbox.clone();
     let sandbox = tokio::task::spawn_blocking(move || kind.open(policy))
-    .await
-    .map_err(|e| Failure { reason: format!("starting the sandbox: {e}"), retry: true })?
-    .map_err(|e| Failure { reason: format!("starting the sandbox: {e}"), retry: true })?;
+        .await
+        .map_err(|e| Failure { reason: format!("starting the sandbox: {e}"), retry: true })?
+        .map_err(|e| Failure { reason: format!("starting the sandbox: {e}"), retry: true })?;
     let _ = live.set(sandbox.clone());
     timings.launch_ms = ms(started.elapsed());
     coord.launched(&lease.lease, started.elapsed().as_secs_f64()).await;

@@ -110,7 +110,6 @@ impl GuestLink {
     pub fn policy(&self) -> &Policy {
         &self.policy
     }
-
 }
 
 impl Drop for GuestLink {

@@ -141,9 +141,12 @@ fn without_firecracker_the_reason_is_plain() {
 /// are.
 #[tokio::test]
 async fn a_microvm_runs_commands_on_the_workspace() {
-    let (Ok(kernel), Ok(rootfs)) = (std::env::var("CARET_FIRECRACKER_KERNEL"), std::env::var("CARET_FIRECRACKER_ROOTFS"))
+    let (Ok(kernel), Ok(rootfs)) =
+        (std::env::var("CARET_FIRECRACKER_KERNEL"), std::env::var("CARET_FIRECRACKER_ROOTFS"))
     else {
-        eprintln!("skipped: set CARET_FIRECRACKER_KERNEL and CARET_FIRECRACKER_ROOTFS (and install firecracker) on a KVM host");
+        eprintln!(
+            "skipped: set CARET_FIRECRACKER_KERNEL and CARET_FIRECRACKER_ROOTFS (and install firecracker) on a KVM host"
+        );
         return;
     };
     let mut config = Config::new(kernel.into(), rootfs.into());
@@ -154,7 +157,10 @@ async fn a_microvm_runs_commands_on_the_workspace() {
     let t = Instant::now();
     let vm = Firecracker::new(Policy::new(ws.path()).unwrap(), &config).expect("the microVM boots");
     eprintln!("booted in {:?}", t.elapsed());
-    let out = vm.run(&spec("cat in.txt; echo made > out.txt; uname -r; (exec 3<>/dev/tcp/1.1.1.1/80) 2>&1 | head -1", &ws)).await.unwrap();
+    let out = vm
+        .run(&spec("cat in.txt; echo made > out.txt; uname -r; (exec 3<>/dev/tcp/1.1.1.1/80) 2>&1 | head -1", &ws))
+        .await
+        .unwrap();
     assert!(out.stdout.starts_with("hello\n"), "{out:?}");
     assert_eq!(std::fs::read_to_string(ws.join("out.txt")).unwrap(), "made\n");
     assert!(out.stdout.contains("unreachable") || out.stdout.contains("not"), "no network: {out:?}");
