@@ -54,6 +54,8 @@ pub struct Session {
     model: Arc<dyn ModelClient>,
     model_name: String,
     tools: Registry,
+    /// Temperature and seed of model calls (none: 0 and none).
+    sampling: (Option<f64>, Option<u64>),
     ctx: Arc<Ctx>,
     /// The command policy (session approvals are added to it).
     pub policy: Policy,
@@ -134,6 +136,7 @@ impl Session {
             context_window: 32_768,
             counted: None,
             usage: (0, 0, 0),
+            sampling: (None, None),
         }
     }
 
@@ -358,9 +361,14 @@ impl Session {
         &self.messages
     }
 
-    fn request(&self) -> ChatRequest {
-        let tools = self
-            .tools
+    /// Sets how the model is sampled (none: temperature 0, no seed).
+    pub fn set_sampling(&mut self, temperature: Option<f64>, seed: Option<u64>) {
+        self.sampling = (temperature, seed);
+    }
+
+    /// The tool definitions every model call carries.
+    pub fn tool_defs(&self) -> Vec<ToolDef> {
+        self.tools
             .specs()
             .into_iter()
             .map(|s| ToolDef {
@@ -371,19 +379,23 @@ impl Session {
                     parameters: Some(s.parameters.clone()),
                 },
             })
-            .collect();
+            .collect()
+    }
+
+    fn request(&self) -> ChatRequest {
+        let tools = self.tool_defs();
         ChatRequest {
             model: self.model_name.clone(),
             messages: self.messages.clone(),
             tools,
             tool_choice: None,
             max_tokens: Some(4096),
-            temperature: Some(0.0),
+            temperature: Some(self.sampling.0.unwrap_or(0.0) as f32),
             top_p: None,
             stop: None,
             stream: true,
             stream_options: Some(StreamOptions { include_usage: true }),
-            seed: None,
+            seed: self.sampling.1,
             prediction: None,
         }
     }

@@ -48,6 +48,7 @@ fn request(url: &str, class: RunClass) -> CreateRun {
         class,
         push: None,
         git_credential: None,
+        rollout: None,
     }
 }
 

@@ -79,6 +79,9 @@ struct Spec {
     /// The secret holding the https token for clone and push.
     #[serde(default)]
     git_credential: Option<String>,
+    /// A rollout's sampling and recording.
+    #[serde(default)]
+    rollout: Option<caret_protocol::runs::RolloutOptions>,
 }
 
 /// A remote the workers may clone from or push to.
@@ -301,6 +304,11 @@ impl RunService {
                 return Err(Error::BadRequest(format!("{name:?} is not a valid environment variable name")));
             }
         }
+        if let Some(t) = req.rollout.as_ref().and_then(|r| r.temperature)
+            && !(0.0..=2.0).contains(&t)
+        {
+            return Err(Error::BadRequest(format!("rollout temperature {t} is outside 0..=2")));
+        }
         crate::environment::check_hosts(&req.environment.hosts)
             .map_err(|e| Error::BadRequest(format!("environment: {e}")))?;
         for name in &req.environment.secrets {
@@ -375,6 +383,7 @@ impl RunService {
             repo,
             push,
             git_credential: req.git_credential,
+            rollout: req.rollout,
         };
         let text = serde_json::to_vec(&spec).map_err(|e| Error::Internal(e.to_string()))?;
         let sealed = self.seal_text(&tenant.id, &format!("{id}/spec"), &text)?;
@@ -716,6 +725,7 @@ impl RunService {
             push: spec.push,
             git_credential,
             checkpoint,
+            rollout: spec.rollout,
         }))
     }
 

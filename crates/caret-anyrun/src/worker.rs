@@ -897,6 +897,9 @@ async fn run_attempt(
     session.context_window = config.context_window;
     session.policy.approval = Approval::Never;
     session.policy.rules = config.rules.clone();
+    if let Some(r) = &lease.rollout {
+        session.set_sampling(r.temperature, r.seed);
+    }
     // The conversation is written as it grows: each checkpoint carries it.
     let task = if resumed && session.resume(&transcript).is_ok() {
         CONTINUE.to_owned()
@@ -957,6 +960,14 @@ async fn run_attempt(
         .find(|m| m.role == Role::Assistant && !m.content_text().trim().is_empty())
         .map(|m| m.content_text())
         .unwrap_or_default();
+    if let Some(r) = lease.rollout.as_ref().filter(|r| r.transcript) {
+        result.transcript = Some(caret_protocol::runs::Transcript {
+            tools: session.tool_defs(),
+            messages: session.messages().to_vec(),
+            temperature: r.temperature,
+            seed: r.seed,
+        });
+    }
     result.turn_end = match turn {
         Some(end) => serde_json::to_value(end).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
         None if *stop.borrow() != Stop::Go => "interrupted".into(),
@@ -984,12 +995,14 @@ async fn run_attempt(
     if let (None, Some(command)) = (&failed, &prepared.test) {
         let t = Instant::now();
         let mut spec = caret_sandbox::Spec::new(command.clone(), &repo);
-        spec.timeout = left("the tests")?.min(Duration::from_secs(1800));
+        let own = lease.environment.test_timeout_s.map_or(Duration::from_secs(1800), Duration::from_secs);
+        spec.timeout = left("the tests")?.min(own);
         let out = sandboxed(&sandbox, &spec, stop).await.map_err(|e| fail(format!("test command: {e}")))?;
         timings.test_ms = ms(t.elapsed());
         result.test = Some(TestOutcome {
             command: command.clone(),
             exit_code: out.exit_code,
+            timed_out: out.timed_out,
             output: tail(&format!("{}{}", out.stdout, out.stderr), 16_000),
         });
     }

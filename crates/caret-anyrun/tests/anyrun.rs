@@ -56,6 +56,7 @@ fn git_run(task: &str, class: RunClass) -> CreateRun {
         class,
         push: None,
         git_credential: None,
+        rollout: None,
     }
 }
 
@@ -293,6 +294,7 @@ async fn a_run_fixes_a_bug_in_its_sandbox_and_the_patch_passes_the_tests() {
         class: RunClass::Interactive,
         push: None,
         git_credential: None,
+        rollout: None,
     };
     let id = service.submit(&t, req).await.unwrap().id;
     let bundle_dir = s.objects.join("anyrun").join(&t.id).join(&id);

@@ -97,9 +97,14 @@ pub struct RunEnvironment {
     pub env: BTreeMap<String, String>,
     /// Names of the tenant's stored secrets to inject as environment variables.
     pub secrets: Vec<String>,
-    /// A command run after the agent whose output is kept in the result (the tests).
+    /// A command run after the agent whose output is kept in the result (the tests; a
+    /// rollout's grader).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub test: Option<String>,
+    /// The test command's own time limit, seconds (default: what is left of the wall time,
+    /// at most 30 minutes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_timeout_s: Option<u64>,
     /// Whether commands may use the network (all of it).
     pub network: bool,
     /// Without the network, the hosts commands may still reach through the worker's proxy
@@ -110,7 +115,7 @@ pub struct RunEnvironment {
 }
 
 /// `POST /v1/runs`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateRun {
     /// Where the code comes from.
@@ -136,6 +141,37 @@ pub struct CreateRun {
     /// source and to push, never put in the sandbox.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git_credential: Option<String>,
+    /// Sampling and recording for rollouts (evaluation, RL); none: a user's run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutOptions>,
+}
+
+/// What a rollout run does besides a user's: how its model is sampled, and keeping the
+/// conversation exactly as the model saw it. Tools, prompt, sandbox and limits stay the same.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RolloutOptions {
+    /// Sampling temperature (none: the agent's, 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// Sampling seed (a seeded rollout on the local engine is reproducible).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// Keep the transcript (tool definitions and every message) in the result.
+    pub transcript: bool,
+}
+
+/// A run's conversation as the model saw it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Transcript {
+    /// The tool definitions every model call carried.
+    pub tools: Vec<crate::llm::Tool>,
+    /// The messages, system prompt first.
+    pub messages: Vec<crate::llm::ChatMessage>,
+    /// The sampling used.
+    pub temperature: Option<f64>,
+    /// The seed used.
+    pub seed: Option<u64>,
 }
 
 /// Where a run's changes are pushed when it succeeds.
@@ -354,6 +390,9 @@ pub struct RunResult {
     /// The push asked for, and what came of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub push: Option<PushOutcome>,
+    /// The conversation, when the run asked for it (rollouts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transcript: Option<Transcript>,
 }
 
 /// The environment's test command after the agent.
@@ -363,6 +402,9 @@ pub struct TestOutcome {
     pub command: String,
     /// Exit code (none: killed).
     pub exit_code: Option<i32>,
+    /// Killed at its time limit.
+    #[serde(default)]
+    pub timed_out: bool,
     /// The end of its output.
     pub output: String,
 }
@@ -475,6 +517,9 @@ pub struct Lease {
     /// from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<RunCheckpoint>,
+    /// Sampling and recording, for a rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutOptions>,
 }
 
 /// A run's work so far, saved after each agent step so that another attempt can continue it.

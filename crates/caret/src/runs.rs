@@ -561,10 +561,12 @@ pub fn run(config: &Config, args: RunArgs) -> anyhow::Result<ExitCode> {
             test: args.test.clone(),
             network: args.network,
             hosts: args.allow_host.clone(),
+            test_timeout_s: None,
         },
         class: args.class,
         push: None,
         git_credential: args.git_credential.clone(),
+        rollout: None,
     };
     let mut req = req;
     if args.push || args.push_url.is_some() || args.branch.is_some() {
