@@ -20,6 +20,7 @@ pub mod environment;
 pub mod queue;
 pub mod redact;
 pub mod remote;
+pub mod rollout;
 pub mod service;
 pub mod snapshot;
 pub mod worker;
