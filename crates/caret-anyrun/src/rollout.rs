@@ -220,7 +220,8 @@ mod tests {
 
     #[test]
     fn task_files_are_read_with_their_errors_located() {
-        let text = "# tasks\n{\"id\":\"a\",\"repo\":\"/r\",\"prompt\":\"fix\",\"grader\":{\"command\":\"make test\"}}\n\n";
+        let text =
+            "# tasks\n{\"id\":\"a\",\"repo\":\"/r\",\"prompt\":\"fix\",\"grader\":{\"command\":\"make test\"}}\n\n";
         let tasks = parse_tasks(text).unwrap();
         assert_eq!(tasks[0].grader, Grader { command: "make test".into(), timeout_s: None });
         let twice = format!("{}{}", text, text.lines().nth(1).unwrap());

@@ -107,7 +107,10 @@ async fn main() {
     let alone = std::process::Command::new("bash").args(["-c", script]).current_dir(scratch.path()).status().unwrap();
     assert!(alone.success());
     let alone = start.elapsed();
-    println!("{:<52} {round:>9.2?}  (the script alone on the host {alone:.2?})", "  a command writing 1,000 files, whole round");
+    println!(
+        "{:<52} {round:>9.2?}  (the script alone on the host {alone:.2?})",
+        "  a command writing 1,000 files, whole round"
+    );
     let _ = agent.kill();
     let _ = agent.wait();
 }

@@ -17,6 +17,7 @@ mod index;
 mod lsp;
 mod merge;
 mod models;
+mod rollout;
 mod runs;
 mod scan;
 mod server;
@@ -78,6 +79,9 @@ enum Command {
     Exec(exec::ExecArgs),
     /// Hand a task to a background agent (on a server, or the embedded queue).
     Run(Box<runs::RunArgs>),
+    /// Many graded attempts per task (evaluation, RL): `caret rollout TASKS.jsonl -n 8`,
+    /// `caret rollout report DIR`.
+    Rollout(Box<rollout::RolloutArgs>),
     /// Background runs: list, show, logs, diff, apply, cancel, rm.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
@@ -130,6 +134,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(cmd) => bench::run(&config, cmd),
         Command::Run(args) => runs::run(&config, *args),
         Command::Runs(cmd) => runs::runs(&config, cmd),
+        Command::Rollout(args) => rollout::run(&config, *args),
         Command::Worker(args) => runs::worker(&config, args),
         Command::Secret(cmd) => runs::secret(&config, cmd),
     }

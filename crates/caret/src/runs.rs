@@ -299,13 +299,13 @@ fn hostname() -> String {
 }
 
 /// A run service client: the embedded queue, or a server over HTTP.
-enum Runs {
+pub(crate) enum Runs {
     Local { service: Arc<RunService>, tenant: TenantRef, config: Box<Config> },
     Remote { base: String, token: String, client: reqwest::Client },
 }
 
 impl Runs {
-    async fn open(config: &Config, target: &Target) -> anyhow::Result<Runs> {
+    pub(crate) async fn open(config: &Config, target: &Target) -> anyhow::Result<Runs> {
         if let Some(base) = &target.server {
             let token = target.token.clone().context("--server needs --token (or CARET_TOKEN)")?;
             let client = reqwest::Client::builder()
@@ -348,7 +348,7 @@ impl Runs {
         }
     }
 
-    async fn submit(&self, req: CreateRun) -> anyhow::Result<RunInfo> {
+    pub(crate) async fn submit(&self, req: CreateRun) -> anyhow::Result<RunInfo> {
         match self {
             Runs::Local { service, tenant, config } => {
                 let mut req = req;
@@ -371,7 +371,7 @@ impl Runs {
         }
     }
 
-    async fn get(&self, id: &str) -> anyhow::Result<RunInfo> {
+    pub(crate) async fn get(&self, id: &str) -> anyhow::Result<RunInfo> {
         match self {
             Runs::Local { service, tenant, .. } => Ok(service.get(&tenant.id, id).await?),
             Runs::Remote { client, .. } => self.call(client.get(self.url(&format!("/v1/runs/{id}")))).await,
@@ -392,14 +392,14 @@ impl Runs {
         }
     }
 
-    async fn result(&self, id: &str) -> anyhow::Result<RunResult> {
+    pub(crate) async fn result(&self, id: &str) -> anyhow::Result<RunResult> {
         match self {
             Runs::Local { service, tenant, .. } => Ok(service.result(&tenant.id, id).await?),
             Runs::Remote { client, .. } => self.call(client.get(self.url(&format!("/v1/runs/{id}/result")))).await,
         }
     }
 
-    async fn events(&self, id: &str, after: u64) -> anyhow::Result<Vec<NumberedEvent>> {
+    pub(crate) async fn events(&self, id: &str, after: u64) -> anyhow::Result<Vec<NumberedEvent>> {
         match self {
             Runs::Local { service, tenant, .. } => Ok(service.events(&tenant.id, id, after, 1000).await?),
             Runs::Remote { client, .. } => {
@@ -485,7 +485,7 @@ fn ensure_local_worker(config: &Config) -> anyhow::Result<()> {
 
 /// The checkout as a bundle of HEAD plus its uncommitted changes (untracked files included,
 /// ignored ones not), without touching the user's index.
-fn bundle_checkout(path: &Path) -> anyhow::Result<RepoSource> {
+pub(crate) fn bundle_checkout(path: &Path) -> anyhow::Result<RepoSource> {
     let git = |args: &[&str], index: Option<&Path>| -> anyhow::Result<Vec<u8>> {
         let mut c = std::process::Command::new("git");
         c.args(args).current_dir(path);

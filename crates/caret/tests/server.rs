@@ -1687,3 +1687,104 @@ fn the_fleet_dashboard_shows_what_the_api_says_while_runs_start_and_finish() {
     assert!(worker.wait().unwrap().success());
     assert!(up.violations().is_empty(), "{:?}", up.violations());
 }
+
+/// `caret rollout` on the embedded queue: N graded attempts per task as batch runs, the same
+/// tools and system prompt as a user's run (byte for byte), trajectories with rewards,
+/// advantages, transcripts and tool steps, and the report.
+#[test]
+fn a_rollout_grades_attempts_like_user_runs_and_writes_trajectories() {
+    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("agent-model"));
+    up.set(Behaviour { conversation: fixing_conversation(), ..Behaviour::default() });
+    let home = TempDir::new();
+    home.write(
+        "config.toml",
+        &format!(
+            "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
+            up.url
+        ),
+    );
+    let repo = buggy_repo();
+    let caret = |args: &[&str]| {
+        Command::new(CARET)
+            .args(args)
+            .env("CARET_HOME", home.path())
+            .env("CARET_LOCAL_WORKER_IDLE", "2s")
+            .env_remove("CARET_SERVER")
+            .output()
+            .unwrap()
+    };
+    // A user's run first: its first model call is the reference.
+    let out = caret(&["run", "make add.sh add", "-C", repo.path().to_str().unwrap(), "--wait"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let user_first = up.chats()[0].clone();
+
+    let tasks = home.join("tasks.jsonl");
+    let repo_path = repo.path().display().to_string();
+    let lines = [
+        json!({"id": "fix-add", "repo": repo_path, "prompt": "make add.sh add", "grader": {"command": "sh test.sh"}}),
+        json!({"id": "never", "repo": repo_path, "prompt": "make add.sh add", "grader": {"command": "echo 'reward: 0.25'; exit 1", "timeout_s": 30}}),
+    ];
+    std::fs::write(&tasks, lines.iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+    let out_dir = home.join("out");
+    let out = caret(&[
+        "rollout",
+        tasks.to_str().unwrap(),
+        "-n",
+        "3",
+        "--out",
+        out_dir.to_str().unwrap(),
+        "--concurrency",
+        "4",
+        "--temperature",
+        "0.7",
+        "--seed",
+        "100",
+    ]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+
+    let text = std::fs::read_to_string(out_dir.join("trajectories.jsonl")).unwrap();
+    let ts: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(ts.len(), 6, "{text}");
+    let of = |id: &str| ts.iter().filter(|t| t["task_id"] == id).collect::<Vec<_>>();
+    for t in of("fix-add") {
+        assert_eq!((t["reward"].as_f64(), t["advantage"].as_f64()), (Some(1.0), Some(0.0)), "{t}");
+        assert!(t["grader"]["output"].as_str().unwrap().contains("tests pass"));
+    }
+    for t in of("never") {
+        assert_eq!((t["reward"].as_f64(), t["advantage"].as_f64()), (Some(0.25), Some(0.0)), "stated reward: {t}");
+    }
+    let mut seeds: Vec<u64> = of("fix-add").iter().map(|t| t["seed"].as_u64().unwrap()).collect();
+    seeds.sort();
+    assert_eq!(seeds, vec![100, 101, 102]);
+    let t = &ts[0];
+    assert_eq!(t["temperature"].as_f64(), Some(0.7));
+    assert_eq!(t["messages"][0]["role"], "system");
+    assert!(t["steps"].as_array().unwrap().iter().any(|s| s["tool"] == "edit_file" && s["ok"] == true), "{t}");
+    assert!(t["patch"].as_str().unwrap().contains("+echo $(( $1 + $2 ))"));
+
+    // Production identity: every attempt's first model call carried the user run's tools and
+    // system prompt, byte for byte; only the sampling differs.
+    let firsts: Vec<serde_json::Value> =
+        up.chats().into_iter().skip(1).filter(|c| c["messages"].as_array().is_some_and(|m| m.len() == 2)).collect();
+    assert_eq!(firsts.len(), 6);
+    for c in &firsts {
+        assert_eq!(c["tools"].to_string(), user_first["tools"].to_string());
+        assert_eq!(c["messages"][0].to_string(), user_first["messages"][0].to_string());
+        assert_eq!(c["temperature"].as_f64().map(|t| (t * 10.0).round()), Some(7.0));
+    }
+    assert_eq!(user_first["temperature"].as_f64(), Some(0.0));
+
+    // The report: pass@1 per task and overall.
+    let out = caret(&["rollout", "report", out_dir.to_str().unwrap()]);
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{report}");
+    let row = |name: &str| {
+        report.lines().find(|l| l.starts_with(name)).unwrap().split_whitespace().map(str::to_owned).collect::<Vec<_>>()
+    };
+    assert_eq!(row("fix-add")[3], "1.000", "{report}");
+    assert_eq!(row("never")[3], "0.000", "{report}");
+    assert_eq!(row("overall")[2], "0.500", "{report}");
+}

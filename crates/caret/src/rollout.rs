@@ -1,0 +1,304 @@
+//! `caret rollout`: N attempts of every task of a task file as batch background runs, graded,
+//! written as trajectories; `caret rollout report DIR` summarises them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use caret_anyrun::rollout::{Failure, Task, advantages, pass_at_k, score};
+use caret_protocol::agent::Event;
+use caret_protocol::runs::{
+    CreateRun, RepoSource, RolloutOptions, RunClass, RunEnvironment, RunEvent, RunInfo, RunResult, RunState,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::runs::{Runs, Target};
+use crate::server::runtime;
+
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct RolloutArgs {
+    #[command(subcommand)]
+    report: Option<RolloutCommand>,
+    /// The task file (JSON lines; docs/rollout-task.schema.json).
+    tasks: Option<PathBuf>,
+    /// Attempts per task.
+    #[arg(short = 'n', long, default_value_t = 8)]
+    attempts: u32,
+    /// Model alias.
+    #[arg(long)]
+    model: Option<String>,
+    /// Where trajectories and the summary go.
+    #[arg(long, default_value = "rollouts")]
+    out: PathBuf,
+    /// Attempts queued or running at once.
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Sampling temperature of every attempt.
+    #[arg(long, default_value_t = 1.0)]
+    temperature: f64,
+    /// Seed of the first attempt of each task (attempt i gets seed + i); none: unseeded.
+    #[arg(long)]
+    seed: Option<u64>,
+    #[command(flatten)]
+    target: Target,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum RolloutCommand {
+    /// pass@1 / pass@k per task and overall, tokens, time, failures by kind.
+    Report {
+        /// A rollout's output directory.
+        dir: PathBuf,
+    },
+}
+
+/// One attempt, as written to `trajectories.jsonl`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Trajectory {
+    pub task_id: String,
+    pub attempt: u32,
+    pub run_id: String,
+    pub reward: Option<f64>,
+    pub advantage: Option<f64>,
+    pub failure: Option<Failure>,
+    pub state: RunState,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub turn_end: String,
+    pub grader: Option<caret_protocol::runs::TestOutcome>,
+    pub usage: caret_protocol::runs::Usage,
+    pub timings: caret_protocol::runs::Timings,
+    pub temperature: Option<f64>,
+    pub seed: Option<u64>,
+    /// Tool definitions and messages exactly as the model saw them.
+    pub tools: Vec<caret_protocol::llm::Tool>,
+    pub messages: Vec<caret_protocol::llm::ChatMessage>,
+    /// Each tool call: name, arguments, result, time.
+    pub steps: Vec<Step>,
+    pub patch: String,
+}
+
+/// A tool call of an attempt.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Step {
+    pub call_id: String,
+    pub tool: String,
+    pub arguments: serde_json::Value,
+    pub ok: bool,
+    pub output: String,
+    pub duration_ms: f64,
+}
+
+pub fn run(config: &Config, args: RolloutArgs) -> anyhow::Result<ExitCode> {
+    if let Some(RolloutCommand::Report { dir }) = &args.report {
+        return report(dir);
+    }
+    let Some(path) = &args.tasks else { bail!("give a task file (or `caret rollout report DIR`)") };
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let tasks = caret_anyrun::rollout::parse_tasks(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    anyhow::ensure!(!tasks.is_empty(), "{} holds no tasks", path.display());
+    anyhow::ensure!(args.attempts > 0, "-n must be at least 1");
+    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    // Each task's request, its code bundled once.
+    let mut requests = Vec::new();
+    for task in &tasks {
+        requests.push(request(task, base, &args).with_context(|| format!("task {}", task.id))?);
+    }
+    runtime()?.block_on(async {
+        let runs = Runs::open(config, &args.target).await?;
+        let started = Instant::now();
+        let mut pending: Vec<(usize, u32)> =
+            (0..tasks.len()).flat_map(|t| (0..args.attempts).map(move |a| (t, a))).rev().collect();
+        let total = pending.len();
+        let mut live: Vec<(usize, u32, String)> = Vec::new();
+        let mut done: Vec<Trajectory> = Vec::new();
+        while !pending.is_empty() || !live.is_empty() {
+            while live.len() < args.concurrency.max(1)
+                && let Some((t, a)) = pending.pop()
+            {
+                let mut req = requests[t].clone();
+                if let Some(r) = req.rollout.as_mut() {
+                    r.seed = args.seed.map(|s| s + u64::from(a));
+                }
+                let info = runs.submit(req).await?;
+                live.push((t, a, info.id));
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let mut still = Vec::new();
+            for (t, a, id) in live.drain(..) {
+                let info = runs.get(&id).await?;
+                if matches!(info.state, RunState::Queued | RunState::Running) {
+                    still.push((t, a, id));
+                    continue;
+                }
+                let trajectory = collect(&runs, &tasks[t], a, &info).await?;
+                eprintln!(
+                    "[{}/{total}] {} #{}: {} reward {}",
+                    done.len() + 1,
+                    trajectory.task_id,
+                    a,
+                    info.state.as_str(),
+                    trajectory.reward.map_or("none".to_owned(), |r| format!("{r}"))
+                );
+                done.push(trajectory);
+            }
+            live = still;
+        }
+        // Advantages within each task's group, then written in task and attempt order.
+        done.sort_by(|a, b| (&a.task_id, a.attempt).cmp(&(&b.task_id, b.attempt)));
+        let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (i, t) in done.iter().enumerate() {
+            groups.entry(t.task_id.clone()).or_default().push(i);
+        }
+        for idx in groups.values() {
+            let adv = advantages(&idx.iter().map(|i| done[*i].reward).collect::<Vec<_>>());
+            for (i, a) in idx.iter().zip(adv) {
+                done[*i].advantage = a;
+            }
+        }
+        let mut lines = String::new();
+        for t in &done {
+            lines.push_str(&serde_json::to_string(t)?);
+            lines.push('\n');
+        }
+        let file = args.out.join("trajectories.jsonl");
+        std::fs::write(&file, lines).with_context(|| format!("writing {}", file.display()))?;
+        eprintln!("{} attempts in {:.1} s → {}", done.len(), started.elapsed().as_secs_f64(), file.display());
+        report(&args.out)
+    })
+}
+
+/// A task's run request (the code bundled once; every attempt reuses it).
+fn request(task: &Task, base: &Path, args: &RolloutArgs) -> anyhow::Result<CreateRun> {
+    let repo = if task.repo.contains("://") {
+        RepoSource::Git { url: task.repo.clone(), git_ref: task.git_ref.clone() }
+    } else {
+        let dir = base.join(&task.repo);
+        crate::runs::bundle_checkout(&dir).with_context(|| format!("bundling {}", dir.display()))?
+    };
+    let mut environment: RunEnvironment = task.environment.clone().unwrap_or_default();
+    environment.test = Some(task.grader.command.clone());
+    environment.test_timeout_s = Some(task.grader.timeout_s.unwrap_or(600));
+    Ok(CreateRun {
+        repo,
+        task: task.prompt.clone(),
+        model: args.model.clone(),
+        limits: task.limits.unwrap_or_default(),
+        environment,
+        class: RunClass::Batch,
+        push: None,
+        git_credential: None,
+        rollout: Some(RolloutOptions { temperature: Some(args.temperature), seed: None, transcript: true }),
+    })
+}
+
+/// An ended attempt's trajectory (advantage filled in later, per group).
+async fn collect(runs: &Runs, task: &Task, attempt: u32, info: &RunInfo) -> anyhow::Result<Trajectory> {
+    let result: Option<RunResult> = runs.result(&info.id).await.ok();
+    let scored = score(info, result.as_ref());
+    let mut steps: Vec<Step> = Vec::new();
+    let mut after = 0;
+    loop {
+        let batch = runs.events(&info.id, after).await?;
+        let Some(last) = batch.last() else { break };
+        after = last.seq;
+        for e in batch {
+            match e.event {
+                RunEvent::Agent(Event::ToolCallBegin { call_id, name, arguments }) => steps.push(Step {
+                    call_id,
+                    tool: name,
+                    arguments,
+                    ok: false,
+                    output: String::new(),
+                    duration_ms: 0.0,
+                }),
+                RunEvent::Agent(Event::ToolCallEnd { call_id, ok, output, duration_ms, .. }) => {
+                    if let Some(s) = steps.iter_mut().rev().find(|s| s.call_id == call_id) {
+                        s.ok = ok;
+                        s.output = output;
+                        s.duration_ms = duration_ms;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let r = result.unwrap_or_default();
+    let transcript = r.transcript.unwrap_or_default();
+    Ok(Trajectory {
+        task_id: task.id.clone(),
+        attempt,
+        run_id: info.id.clone(),
+        reward: scored.reward,
+        advantage: None,
+        failure: scored.failure,
+        state: info.state,
+        reason: info.reason.clone(),
+        turn_end: r.turn_end,
+        grader: r.test,
+        usage: r.usage,
+        timings: r.timings,
+        temperature: transcript.temperature,
+        seed: transcript.seed,
+        tools: transcript.tools,
+        messages: transcript.messages,
+        steps,
+        patch: r.patch,
+    })
+}
+
+/// Prints pass@1 / pass@k per task and overall, tokens, time and failures by kind.
+fn report(dir: &Path) -> anyhow::Result<ExitCode> {
+    let file = dir.join("trajectories.jsonl");
+    let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+    let mut by_task: BTreeMap<String, Vec<Trajectory>> = BTreeMap::new();
+    for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let t: Trajectory = serde_json::from_str(line).with_context(|| format!("{} line {}", file.display(), n + 1))?;
+        by_task.entry(t.task_id.clone()).or_default().push(t);
+    }
+    let k = by_task.values().map(Vec::len).max().unwrap_or(1);
+    println!(
+        "{:<28} {:>5} {:>6} {:>8} {:>8} {:>10} {:>8}",
+        "task",
+        "n",
+        "scored",
+        "pass@1",
+        format!("pass@{k}"),
+        "tokens",
+        "s/att"
+    );
+    let (mut p1, mut pk, mut counted) = (0.0, 0.0, 0usize);
+    let mut failures: BTreeMap<String, usize> = BTreeMap::new();
+    for (task, ts) in &by_task {
+        let scored: Vec<f64> = ts.iter().filter_map(|t| t.reward).collect();
+        let correct = scored.iter().filter(|r| **r >= 1.0).count();
+        let n = scored.len();
+        let tokens: u64 = ts.iter().map(|t| t.usage.prompt_tokens + t.usage.completion_tokens).sum();
+        let secs = ts.iter().map(|t| t.timings.total_ms as f64 / 1000.0).sum::<f64>() / ts.len() as f64;
+        for t in ts {
+            if let Some(f) = &t.failure {
+                *failures.entry(serde_json::to_value(f)?.as_str().unwrap_or_default().to_owned()).or_default() += 1;
+            }
+        }
+        let (a, b) = (pass_at_k(n, correct, 1), pass_at_k(n, correct, k.min(n.max(1))));
+        if n > 0 {
+            p1 += a;
+            pk += b;
+            counted += 1;
+        }
+        println!("{task:<28} {:>5} {n:>6} {a:>8.3} {b:>8.3} {tokens:>10} {secs:>8.1}", ts.len());
+    }
+    let mean = |v: f64| if counted == 0 { 0.0 } else { v / counted as f64 };
+    println!("{:<28} {:>5} {:>6} {:>8.3} {:>8.3}", "overall", "", counted, mean(p1), mean(pk));
+    if !failures.is_empty() {
+        let list: Vec<String> = failures.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        println!("not graded normally: {}", list.join(", "));
+    }
+    Ok(ExitCode::SUCCESS)
+}
