@@ -53,7 +53,9 @@ impl Gvisor {
         if !root {
             return Err(Error::Unavailable("gVisor (runsc) needs root to start sandboxes".into()));
         }
-        let state = std::env::temp_dir().join(format!("caret-runsc-{}", std::process::id()));
+        // Each sandbox its own state (another in this process may end while this one runs).
+        let n = CONTAINERS.fetch_add(1, Ordering::Relaxed);
+        let state = std::env::temp_dir().join(format!("caret-runsc-{}-{n}", std::process::id()));
         std::fs::create_dir_all(state.join("bundles"))?;
         let proxy = crate::proxy_for(&policy)?;
         if proxy.is_some() && !policy.landlock.as_ref().is_some_and(|h| h.is_file()) {
