@@ -6,7 +6,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{Read as _, Write as _};
 use std::time::{Duration, Instant};
 
 use caret_sandbox::firecracker::GuestLink;
@@ -42,15 +41,7 @@ async fn main() {
     let ws = tempfile::tempdir().unwrap();
     let plain = Bwrap::new(Policy::new(ws.path()).unwrap().with_landlock(helper.into())).unwrap();
     timed("bwrap + Landlock launch (`true`)", 50, &plain, &Spec::new("true", ws.path())).await;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for mut conn in listener.incoming().flatten() {
-            let mut buf = [0u8; 4096];
-            let _ = conn.read(&mut buf);
-            let _ = conn.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok");
-        }
-    });
+    let port = caret_test_support::http_server("ok");
     let mut policy = Policy::new(ws.path()).unwrap().with_landlock(helper.into());
     policy.hosts = caret_sandbox::netproxy::AllowList::parse(&[format!("127.0.0.1:{port}")]).unwrap();
     let proxied = Bwrap::new(policy).unwrap();

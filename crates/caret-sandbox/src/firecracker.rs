@@ -308,6 +308,11 @@ impl Firecracker {
         }
         booted
     }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.link.policy
+    }
 }
 
 fn boot(policy: Policy, config: &Config, dir: &Path) -> Result<Firecracker> {
@@ -515,13 +520,6 @@ impl Sandbox for Firecracker {
 
     async fn run(&self, spec: &Spec) -> Result<Output> {
         self.link.run(spec).await
-    }
-}
-
-impl Firecracker {
-    /// The policy.
-    pub fn policy(&self) -> &Policy {
-        &self.link.policy
     }
 }
 

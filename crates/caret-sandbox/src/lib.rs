@@ -284,11 +284,6 @@ impl Bwrap {
             Err(why) => Some(format!("limits not enforced (cannot make cgroups: {why})")),
         };
         let proxy = proxy_for(&policy)?;
-        if proxy.is_some() && !policy.landlock.as_ref().is_some_and(|h| h.is_file()) {
-            return Err(Error::Unavailable(
-                "allowed hosts need the helper program in the sandbox (Policy::with_landlock)".into(),
-            ));
-        }
         let mut b = Bwrap { policy, program, landlock: false, no_landlock: None, seccomp, unlimited, proxy };
         let probe = b.probe()?;
         if !probe.status.success() {
@@ -419,10 +414,16 @@ impl Bwrap {
 /// Names proxy sockets apart.
 static PROXIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// The allow-list proxy a policy needs (none when it allows no host or the whole network).
+/// The allow-list proxy a policy needs (none when it allows no host or the whole network);
+/// the helper program, which starts the forwarder inside, must be there.
 fn proxy_for(policy: &Policy) -> Result<Option<std::sync::Arc<netproxy::Proxy>>> {
     if !policy.proxied() {
         return Ok(None);
+    }
+    if !policy.landlock.as_ref().is_some_and(|h| h.is_file()) {
+        return Err(Error::Unavailable(
+            "allowed hosts need the helper program in the sandbox (Policy::with_landlock)".into(),
+        ));
     }
     let n = PROXIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let socket = std::env::temp_dir().join(format!("caret-proxy-{}-{n}.sock", std::process::id()));

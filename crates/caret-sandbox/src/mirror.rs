@@ -390,35 +390,30 @@ mod tests {
     #[test]
     fn paths_leaving_the_root_are_refused() {
         let root = caret_test_support::TempDir::new();
-        for bad in [&b"../escape"[..], b"/etc/passwd", b"a/../../b", b"", b"a//b"] {
+        // A file record claiming `len` bytes, followed by `rest`.
+        let file = |path: &[u8], len: u64, rest: &[u8]| {
             let mut wire = vec![b'F'];
-            wire.extend_from_slice(&(bad.len() as u32).to_le_bytes());
-            wire.extend_from_slice(bad);
+            wire.extend_from_slice(&(path.len() as u32).to_le_bytes());
+            wire.extend_from_slice(path);
             wire.extend_from_slice(&0o644u32.to_le_bytes());
-            wire.extend_from_slice(&1u64.to_le_bytes());
-            wire.extend_from_slice(b"xE");
+            wire.extend_from_slice(&len.to_le_bytes());
+            wire.extend_from_slice(rest);
+            wire
+        };
+        for bad in [&b"../escape"[..], b"/etc/passwd", b"a/../../b", b"", b"a//b"] {
+            let wire = file(bad, 1, b"xE");
             let err = receive(&mut wire.as_slice(), root.path(), &mut Manifest::new()).unwrap_err();
             assert!(err.to_string().contains("refusing path"), "{err}");
         }
         // Nothing is written through a symbolic link.
         let outside = caret_test_support::TempDir::new();
         std::os::unix::fs::symlink(outside.path(), root.join("out")).unwrap();
-        let mut wire = vec![b'F'];
-        wire.extend_from_slice(&5u32.to_le_bytes());
-        wire.extend_from_slice(b"out/f");
-        wire.extend_from_slice(&0o644u32.to_le_bytes());
-        wire.extend_from_slice(&1u64.to_le_bytes());
-        wire.extend_from_slice(b"xE");
+        let wire = file(b"out/f", 1, b"xE");
         let err = receive(&mut wire.as_slice(), root.path(), &mut Manifest::new()).unwrap_err();
         assert!(err.to_string().contains("symbolic link"), "{err}");
         assert!(!outside.join("f").exists());
         // A cut-short change set is an error, not a silently short file.
-        let mut wire = vec![b'F'];
-        wire.extend_from_slice(&1u32.to_le_bytes());
-        wire.extend_from_slice(b"f");
-        wire.extend_from_slice(&0o644u32.to_le_bytes());
-        wire.extend_from_slice(&100u64.to_le_bytes());
-        wire.extend_from_slice(b"short");
+        let wire = file(b"f", 100, b"short");
         assert!(receive(&mut wire.as_slice(), root.path(), &mut Manifest::new()).is_err());
     }
 }

@@ -284,28 +284,13 @@ async fn a_running_sandbox_is_sampled_by_its_workspace() {
     assert_eq!(caret_sandbox::usage::of_workspace(&ws).processes, 0, "nothing left once the command ended");
 }
 
-/// A tiny HTTP server on the host's loopback answering every request with `body`.
-fn http_server(body: &'static str) -> u16 {
-    use std::io::{Read as _, Write as _};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
-            let mut buf = [0u8; 4096];
-            let _ = conn.read(&mut buf);
-            let _ = write!(conn, "HTTP/1.0 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
-        }
-    });
-    port
-}
-
 /// Without the network, the environment's allowed hosts are reached through the proxy — over
 /// CONNECT and as plain HTTP — and nothing else: another port is refused with the reason, a
 /// listed name that resolves to loopback is refused, and connecting directly still fails.
 #[tokio::test]
 async fn allowed_hosts_are_reached_through_the_proxy_and_nothing_else() {
-    let (allowed, other) = (http_server("allowed-body"), http_server("other-body"));
+    let (allowed, other) =
+        (caret_test_support::http_server("allowed-body"), caret_test_support::http_server("other-body"));
     let (plain, s) = sandbox(false);
     let mut policy = plain.policy().clone().with_landlock(HELPER.into());
     policy.hosts =

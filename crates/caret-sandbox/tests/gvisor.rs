@@ -107,16 +107,7 @@ async fn gvisor_reaches_allowed_hosts_through_the_proxy_only() {
         eprintln!("runsc is not installed: skipped");
         return;
     }
-    use std::io::{Read as _, Write as _};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for mut conn in listener.incoming().flatten() {
-            let mut buf = [0u8; 4096];
-            let _ = conn.read(&mut buf);
-            let _ = conn.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 7\r\n\r\nallowed");
-        }
-    });
+    let port = caret_test_support::http_server("allowed");
     let (ws, home) = (TempDir::new(), TempDir::new());
     let mut policy = Policy::new(ws.path()).unwrap().with_landlock(env!("CARGO_BIN_EXE_caret-landlock").into());
     policy.hidden = vec![home.path().to_path_buf()];

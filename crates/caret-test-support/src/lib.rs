@@ -111,3 +111,19 @@ impl TempDir {
         visit(self.path(), when);
     }
 }
+
+/// An HTTP server on the host's loopback that answers every request with `body` (status 200);
+/// its port. It serves until the test process ends.
+pub fn http_server(body: &'static str) -> u16 {
+    use std::io::{Read as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binding a loopback port");
+    let port = listener.local_addr().expect("the bound port").port();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let _ = write!(conn, "HTTP/1.0 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+        }
+    });
+    port
+}

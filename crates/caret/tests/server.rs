@@ -1296,6 +1296,22 @@ fn buggy_repo() -> TempDir {
     repo
 }
 
+/// A config whose `agent` alias is the scripted upstream at `url`.
+fn agent_config(url: &str) -> String {
+    format!(
+        "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{url}\", model = \"m\" }}]\n"
+    )
+}
+
+/// A scripted upstream playing [`fixing_conversation`] (and the runtime that serves it).
+fn fixing_upstream() -> (tokio::runtime::Runtime, caret_test_support::scripted::ScriptedUpstream) {
+    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("agent-model"));
+    up.set(Behaviour { conversation: fixing_conversation(), ..Behaviour::default() });
+    (rt, up)
+}
+
 /// The scripted agent that fixes [`buggy_repo`]: read, edit, say so.
 fn fixing_conversation() -> Vec<caret_test_support::scripted::Answer> {
     use caret_test_support::scripted::Answer;
@@ -1315,14 +1331,8 @@ fn caret_cmd(home: &Path, args: &[&str]) -> Output {
 
 #[test]
 fn background_runs_go_through_the_server_to_a_remote_worker_and_back() {
-    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let up = rt.block_on(ScriptedUpstream::start("agent-model"));
-    up.set(Behaviour { conversation: fixing_conversation(), ..Behaviour::default() });
-    let config = format!(
-        "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
-        up.url
-    );
+    let (_rt, up) = fixing_upstream();
+    let config = agent_config(&up.url);
     for (backend, storage) in backends() {
         let server = Server::start_with_config(&storage, &[], Some(&config));
         let (alice, bob) = (server.tenant("alice"), server.tenant("bob"));
@@ -1422,30 +1432,13 @@ fn background_runs_go_through_the_server_to_a_remote_worker_and_back() {
 
 #[test]
 fn an_embedded_run_starts_a_local_worker_and_waits_for_it() {
-    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let up = rt.block_on(ScriptedUpstream::start("agent-model"));
-    up.set(Behaviour { conversation: fixing_conversation(), ..Behaviour::default() });
+    let (_rt, up) = fixing_upstream();
     let home = TempDir::new();
-    home.write(
-        "config.toml",
-        &format!(
-            "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
-            up.url
-        ),
-    );
+    home.write("config.toml", &agent_config(&up.url));
     let repo = buggy_repo();
     let repo_path = repo.path().display().to_string();
     // A host the run's environment allows, reached through the worker's proxy.
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let allowed = format!("127.0.0.1:{}", listener.local_addr().unwrap().port());
-    std::thread::spawn(move || {
-        for mut conn in listener.incoming().flatten() {
-            let mut buf = [0u8; 4096];
-            let _ = std::io::Read::read(&mut conn, &mut buf);
-            let _ = std::io::Write::write_all(&mut conn, b"HTTP/1.0 200 OK\r\nContent-Length: 13\r\n\r\nfrom-the-host");
-        }
-    });
+    let allowed = format!("127.0.0.1:{}", caret_test_support::http_server("from-the-host"));
     let fetch =
         format!("curl -sS --max-time 10 --noproxy '' -x \"$HTTP_PROXY\" http://{allowed}/ | grep -q from-the-host");
     let out = Command::new(CARET)
@@ -1606,10 +1599,7 @@ fn the_fleet_dashboard_shows_what_the_api_says_while_runs_start_and_finish() {
         ],
         ..Behaviour::default()
     });
-    let config = format!(
-        "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
-        up.url
-    );
+    let config = agent_config(&up.url);
     let server = Server::start_with_config(&[], &[], Some(&config));
     let (alice, operator) = (server.tenant("alice"), server.admin(&["admin", "operator-token", "create"]));
     let repo = buggy_repo();
@@ -1693,18 +1683,9 @@ fn the_fleet_dashboard_shows_what_the_api_says_while_runs_start_and_finish() {
 /// advantages, transcripts and tool steps, and the report.
 #[test]
 fn a_rollout_grades_attempts_like_user_runs_and_writes_trajectories() {
-    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let up = rt.block_on(ScriptedUpstream::start("agent-model"));
-    up.set(Behaviour { conversation: fixing_conversation(), ..Behaviour::default() });
+    let (_rt, up) = fixing_upstream();
     let home = TempDir::new();
-    home.write(
-        "config.toml",
-        &format!(
-            "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
-            up.url
-        ),
-    );
+    home.write("config.toml", &agent_config(&up.url));
     let repo = buggy_repo();
     let caret = |args: &[&str]| {
         Command::new(CARET)
