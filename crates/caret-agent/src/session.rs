@@ -9,6 +9,7 @@ use caret_protocol::agent::{Decision, Event, Op, TurnEnd};
 use caret_protocol::llm::{
     ChatMessage, ChatRequest, Content, FunctionCall, FunctionDef, Role, StreamOptions, Tool as ToolDef, ToolCall,
 };
+use caret_protocol::runs::CallTokens;
 use futures::StreamExt as _;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -76,6 +77,12 @@ pub struct Session {
     counted: Option<(u32, usize)>,
     /// Tokens used by every model call of the session (prompt, completion) and calls made.
     usage: (u64, u64, u32),
+    /// Whether model calls ask for token ids and log probabilities.
+    token_view: bool,
+    /// What each model call read and sampled in tokens, when asked for.
+    calls: Vec<CallTokens>,
+    /// What the answer being read said in tokens.
+    reading: CallTokens,
 }
 
 /// Share of the window at which older turns are summarised.
@@ -137,6 +144,9 @@ impl Session {
             counted: None,
             usage: (0, 0, 0),
             sampling: (None, None),
+            token_view: false,
+            calls: Vec::new(),
+            reading: CallTokens::default(),
         }
     }
 
@@ -366,6 +376,18 @@ impl Session {
         self.sampling = (temperature, seed);
     }
 
+    /// Asks every model call for its token ids and log probabilities: the sampled ids go
+    /// back to the engine with the conversation (token in, token out) and
+    /// [`Session::token_calls`] keeps what each call read and sampled.
+    pub fn keep_tokens(&mut self) {
+        self.token_view = true;
+    }
+
+    /// What each model call read and sampled, in tokens (when [`Session::keep_tokens`] asked).
+    pub fn token_calls(&self) -> &[CallTokens] {
+        &self.calls
+    }
+
     /// The tool definitions every model call carries.
     pub fn tool_defs(&self) -> Vec<ToolDef> {
         self.tools
@@ -397,6 +419,8 @@ impl Session {
             stream_options: Some(StreamOptions { include_usage: true }),
             seed: self.sampling.1,
             prediction: None,
+            logprobs: self.token_view.then_some(true),
+            return_token_ids: self.token_view.then_some(true),
         }
     }
 
@@ -484,12 +508,18 @@ impl Session {
                     function: FunctionCall { name: c.name.clone(), arguments: c.arguments.to_string() },
                 })
                 .collect();
+            let reading = std::mem::take(&mut self.reading);
+            let token_ids = (self.token_view && !reading.ids.is_empty()).then(|| reading.ids.clone());
+            if self.token_view {
+                self.calls.push(reading);
+            }
             self.push(ChatMessage {
                 role: Role::Assistant,
                 content: (!text.is_empty()).then_some(Content::Text(text)),
                 tool_calls,
                 tool_call_id: None,
                 name: None,
+                token_ids,
             });
             if calls.is_empty() {
                 // Small models fall silent right after a failed call, the task undone: asked
@@ -523,6 +553,7 @@ impl Session {
         events: &mpsc::UnboundedSender<Event>,
         ops: &mut mpsc::UnboundedReceiver<Op>,
     ) -> Option<(caret_models::Result<String>, Vec<Call>)> {
+        self.reading = CallTokens::default();
         let mut text = String::new();
         // (id, name, arguments text) per call index.
         let mut pieces: Vec<(String, String, String)> = Vec::new();
@@ -571,6 +602,11 @@ impl Session {
                         });
                     }
                     Some(Ok(ModelEvent::Finish(_))) => {}
+                    Some(Ok(ModelEvent::PromptTokens(ids))) => self.reading.prompt_ids = ids,
+                    Some(Ok(ModelEvent::Tokens { ids, logprobs })) => {
+                        self.reading.ids.extend(ids);
+                        self.reading.logprobs.extend(logprobs.iter().map(|l| l.logprob));
+                    }
                 },
             }
         }
@@ -716,5 +752,6 @@ fn tool_message(id: &str, output: &str) -> ChatMessage {
         tool_calls: Vec::new(),
         tool_call_id: Some(id.to_owned()),
         name: None,
+        token_ids: None,
     }
 }

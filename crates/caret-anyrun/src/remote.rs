@@ -108,7 +108,9 @@ impl Coordinator for Remote {
                 Some(p) => p.clone(),
                 None => {
                     let base = self.run_url(&lease.run, &lease.token.to_string());
-                    let p = Arc::new(caret_models::openai::OpenAiProvider::new(&base, Some(self.token.clone()))?);
+                    let p = Arc::new(
+                        caret_models::openai::OpenAiProvider::new(&base, Some(self.token.clone()))?.caret_upstream(),
+                    );
                     models.insert(lease.clone(), p.clone());
                     p
                 }

@@ -24,7 +24,7 @@ use caret_protocol::agent::{Event, TurnEnd};
 use caret_protocol::llm::{ChatMessage, ChatRequest, Role};
 use caret_protocol::runs::{
     CheckpointBody, Completion, Lease, LeaseRef, LeaseRequest, PushOutcome, PushTarget, RepoSource, RunCheckpoint,
-    RunEvent, RunResult, RunState, RunStatus, SandboxUsage, TestOutcome, Timings, Usage,
+    RunEvent, RunResult, RunState, RunStatus, SandboxUsage, TestOutcome, Timings, TokenView, Transcript, Usage,
 };
 use tokio::sync::{mpsc, watch};
 
@@ -506,6 +506,30 @@ impl Reporter {
     }
 }
 
+/// A rollout's conversation as the model saw it, with its token view when asked for.
+fn transcript_of(session: &Session, options: &caret_protocol::runs::RolloutOptions) -> Transcript {
+    // The sampled ids are in the token view; the messages stay text.
+    let messages = session.messages().iter().cloned().map(|m| ChatMessage { token_ids: None, ..m }).collect();
+    let mut transcript = Transcript {
+        tools: session.tool_defs(),
+        messages,
+        temperature: options.temperature,
+        seed: options.seed,
+        ..Transcript::default()
+    };
+    if options.tokens {
+        let calls = session.token_calls();
+        match TokenView::assemble(calls) {
+            Ok(view) => transcript.tokens = Some(view),
+            Err(why) => {
+                transcript.tokens_missing = Some(why);
+                transcript.logprobs = calls.iter().map(|c| c.logprobs.clone()).filter(|l| !l.is_empty()).collect();
+            }
+        }
+    }
+    transcript
+}
+
 /// The agent's model: calls through the coordinator under the run's lease.
 struct LeaseModel {
     coord: Arc<dyn Coordinator>,
@@ -899,6 +923,9 @@ async fn run_attempt(
     session.policy.rules = config.rules.clone();
     if let Some(r) = &lease.rollout {
         session.set_sampling(r.temperature, r.seed);
+        if r.tokens {
+            session.keep_tokens();
+        }
     }
     // The conversation is written as it grows: each checkpoint carries it.
     let task = if resumed && session.resume(&transcript).is_ok() {
@@ -961,12 +988,7 @@ async fn run_attempt(
         .map(|m| m.content_text())
         .unwrap_or_default();
     if let Some(r) = lease.rollout.as_ref().filter(|r| r.transcript) {
-        result.transcript = Some(caret_protocol::runs::Transcript {
-            tools: session.tool_defs(),
-            messages: session.messages().to_vec(),
-            temperature: r.temperature,
-            seed: r.seed,
-        });
+        result.transcript = Some(transcript_of(&session, r));
     }
     result.turn_end = match turn {
         Some(end) => serde_json::to_value(end).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),

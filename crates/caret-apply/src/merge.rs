@@ -46,6 +46,8 @@ impl MergePlan {
             stream_options: None,
             seed: None,
             prediction: predict.then(|| Prediction::content(self.prediction.clone())),
+            logprobs: None,
+            return_token_ids: None,
         }
     }
 }

@@ -18,13 +18,23 @@ pub struct OpenAiProvider {
     base: String,
     api_key: Option<String>,
     client: reqwest::Client,
+    /// The upstream is a Caret server: requests keep Caret's extensions (sampled token ids
+    /// on messages, `return_token_ids`), which other servers would refuse.
+    caret: bool,
 }
 
 impl OpenAiProvider {
     /// A provider for the server at `url` (with or without the trailing `/v1`).
     pub fn new(url: &str, api_key: Option<String>) -> Result<Self> {
         let base = url.trim_end_matches('/').trim_end_matches("/v1").to_owned();
-        Ok(OpenAiProvider { base, api_key, client: http_client()? })
+        Ok(OpenAiProvider { base, api_key, client: http_client()?, caret: false })
+    }
+
+    /// Requests keep Caret's extensions: the upstream is a Caret server.
+    #[must_use]
+    pub fn caret_upstream(mut self) -> Self {
+        self.caret = true;
+        self
     }
 
     async fn post(&self, path: &str, body: &impl serde::Serialize) -> Result<reqwest::Response> {
@@ -107,6 +117,9 @@ fn parse<T: serde::de::DeserializeOwned>(upstream: &str, data: &str) -> Result<T
 
 fn chat_events(chunk: ChatChunk) -> Vec<Event> {
     let mut out = Vec::new();
+    if let Some(ids) = chunk.prompt_token_ids {
+        out.push(Event::PromptTokens(ids));
+    }
     for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
         if let Some(t) = choice.delta.content.filter(|t| !t.is_empty()) {
             out.push(Event::Text(t));
@@ -118,6 +131,11 @@ fn chat_events(chunk: ChatChunk) -> Vec<Event> {
                 name: call.function.name,
                 arguments: call.function.arguments.unwrap_or_default(),
             });
+        }
+        let ids = choice.token_ids.unwrap_or_default();
+        let logprobs = choice.logprobs.map(|l| l.content).unwrap_or_default();
+        if !ids.is_empty() || !logprobs.is_empty() {
+            out.push(Event::Tokens { ids, logprobs });
         }
         if let Some(f) = choice.finish_reason {
             out.push(Event::Finish(f));
@@ -170,6 +188,12 @@ impl Provider for OpenAiProvider {
     }
 
     async fn chat(&self, mut req: ChatRequest) -> Result<EventStream> {
+        if !self.caret {
+            req.return_token_ids = None;
+            for m in &mut req.messages {
+                m.token_ids = None;
+            }
+        }
         req.stream = true;
         req.stream_options = Some(StreamOptions { include_usage: true });
         let resp = self.post("/v1/chat/completions", &req).await?;

@@ -2,7 +2,7 @@
 
 use caret_protocol::llm::{
     ChatMessage, ChatRequest, CompletionRequest, EmbeddingsRequest, EmbeddingsResponse, FinishReason, FunctionCall,
-    Role, ToolCall, Usage,
+    Role, TokenLogprob, ToolCall, Usage,
 };
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
@@ -29,6 +29,16 @@ pub enum Event {
     Finish(FinishReason),
     /// Token counts.
     Usage(Usage),
+    /// The prompt's token ids as the engine read it (asked for with `return_token_ids`).
+    PromptTokens(Vec<u32>),
+    /// Sampled tokens of the answer, in order: their ids (asked for with `return_token_ids`,
+    /// from engines that give them) and log probabilities (asked for with `logprobs`).
+    Tokens {
+        /// Token ids (empty when the engine gave none).
+        ids: Vec<u32>,
+        /// Log probabilities (empty when none were asked for or given).
+        logprobs: Vec<TokenLogprob>,
+    },
 }
 
 /// A model's answer as it arrives. An `Err` item ends it.
@@ -66,12 +76,16 @@ pub trait Provider: Send + Sync {
 /// Everything a chat stream said, as one assistant message.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Collected {
-    /// Text and tool calls.
+    /// Text and tool calls (and the sampled token ids, when the engine gave them).
     pub message: ChatMessage,
     /// Why it stopped.
     pub finish: Option<FinishReason>,
     /// Token counts, when the provider gave them.
     pub usage: Option<Usage>,
+    /// The prompt's token ids, when asked for and given.
+    pub prompt_ids: Vec<u32>,
+    /// Log probabilities of the sampled tokens, when asked for and given.
+    pub logprobs: Vec<TokenLogprob>,
 }
 
 /// Reads a chat stream to its end.
@@ -79,8 +93,14 @@ pub async fn collect_chat(mut stream: EventStream) -> Result<Collected> {
     let mut text = String::new();
     let mut calls: Vec<ToolCall> = Vec::new();
     let (mut finish, mut usage) = (None, None);
+    let (mut prompt_ids, mut ids, mut logprobs) = (Vec::new(), Vec::new(), Vec::new());
     while let Some(event) = stream.next().await {
         match event? {
+            Event::PromptTokens(p) => prompt_ids = p,
+            Event::Tokens { ids: more, logprobs: lp } => {
+                ids.extend(more);
+                logprobs.extend(lp);
+            }
             Event::Text(t) => text.push_str(&t),
             Event::ToolCall { index, id, name, arguments } => {
                 let i = index as usize;
@@ -110,7 +130,8 @@ pub async fn collect_chat(mut stream: EventStream) -> Result<Collected> {
         }
         message.tool_calls = calls;
     }
-    Ok(Collected { message, finish, usage })
+    message.token_ids = (!ids.is_empty()).then_some(ids);
+    Ok(Collected { message, finish, usage, prompt_ids, logprobs })
 }
 
 /// Reads a completion stream to its end: the text, why it stopped, and the usage.

@@ -13,6 +13,7 @@ use caret_models::{
     CallContext, Class, Deployment, DeploymentLimits, Error, Gateway, GatewaySettings, Provider, collect_chat,
 };
 use caret_protocol::llm::{ChatMessage, ChatRequest, CompletionRequest, FinishReason, Role};
+use caret_protocol::runs::{CallTokens, TokenView};
 use futures::StreamExt as _;
 
 fn small_model() -> Option<PathBuf> {
@@ -80,6 +81,72 @@ async fn a_small_model_answers_a_conversation_deterministically_and_reuses_its_p
     let c = collect_chat(fresh.chat(chat(longer, 12)).await.unwrap()).await.unwrap();
     assert_eq!(b.message.content_text(), c.message.content_text());
     assert_eq!(fresh.stats().reused_tokens, 0);
+}
+
+/// A sampled (temperature 1, seeded) request asking for token ids and log probabilities.
+fn sampled(messages: Vec<ChatMessage>, seed: u64) -> ChatRequest {
+    let mut r = chat(messages, 24);
+    r.temperature = Some(1.0);
+    r.seed = Some(seed);
+    r.logprobs = Some(true);
+    r.return_token_ids = Some(true);
+    r
+}
+
+/// Two turns of a seeded conversation, the first answer going back as the ids sampled (token
+/// in, token out); what each call read and sampled.
+async fn two_turns(model: &LocalProvider, seed: u64) -> Vec<CallTokens> {
+    let mut messages = vec![ChatMessage::text(Role::User, "Write a short poem about the sea.")];
+    let mut calls = Vec::new();
+    for turn in 0..2 {
+        let c = collect_chat(model.chat(sampled(messages.clone(), seed + turn)).await.unwrap()).await.unwrap();
+        let ids = c.message.token_ids.clone().expect("sampled ids");
+        assert_eq!(c.logprobs.len(), ids.len(), "a log probability per sampled token");
+        assert!(c.logprobs.iter().all(|l| l.logprob <= 0.0 && l.logprob.is_finite()), "{:?}", c.logprobs);
+        calls.push(CallTokens {
+            prompt_ids: c.prompt_ids.clone(),
+            ids,
+            logprobs: c.logprobs.iter().map(|l| l.logprob).collect(),
+        });
+        messages.push(c.message);
+        messages.push(ChatMessage::text(Role::User, "Another one, about rivers."));
+    }
+    calls
+}
+
+#[tokio::test]
+async fn tokens_go_out_and_back_in_and_a_seeded_conversation_is_reproducible() {
+    let Some(dir) = small_model() else { return };
+    let fresh = LocalProvider::load(&dir, settings()).unwrap();
+    let first = two_turns(&fresh, 7).await;
+    // The second prompt continues the first prompt and answer token for token.
+    let view = TokenView::assemble(&first).unwrap();
+    assert_eq!(view.prompt_ids, first[0].prompt_ids);
+    assert_eq!(view.response_ids.len(), view.response_mask.len());
+    assert_eq!(view.response_mask.iter().filter(|m| **m == 1).count(), first[0].ids.len() + first[1].ids.len());
+    assert!(view.response_mask.contains(&0), "the second user turn is template and text, masked 0");
+
+    // A busy engine (its cache holding another conversation of the same start, read in other
+    // batches) gives the same seeded conversation token for token.
+    let busy = LocalProvider::load(&dir, settings()).unwrap();
+    let other = vec![ChatMessage::text(Role::User, "Write a short poem about the sea, please.")];
+    collect_chat(busy.chat(chat(other, 8)).await.unwrap()).await.unwrap();
+    let _ = two_turns(&busy, 1000).await;
+    let again = two_turns(&busy, 7).await;
+    assert_eq!(again, first);
+    // Another seed samples another conversation.
+    assert_ne!(two_turns(&busy, 8).await, first);
+
+    // Ids outside the vocabulary are refused, not read.
+    let mut bad = ChatMessage::text(Role::Assistant, "x");
+    bad.token_ids = Some(vec![u32::MAX]);
+    let refused = collect_chat(
+        busy.chat(sampled(vec![ChatMessage::text(Role::User, "hi"), bad, ChatMessage::text(Role::User, "go")], 1))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert!(matches!(refused, Err(Error::BadRequest(ref m)) if m.contains("vocabulary")), "{refused:?}");
 }
 
 #[tokio::test]

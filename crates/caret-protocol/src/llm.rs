@@ -68,6 +68,12 @@ pub struct ChatMessage {
     /// Optional author name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Caret's extension, on an assistant message: the token ids the engine sampled for it
+    /// (from `return_token_ids`). An in-process engine puts them back into later prompts
+    /// verbatim instead of tokenising the message's text again (token in, token out); other
+    /// providers never receive them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_ids: Option<Vec<u32>>,
 }
 
 impl ChatMessage {
@@ -79,6 +85,7 @@ impl ChatMessage {
             tool_calls: Vec::new(),
             tool_call_id: None,
             name: None,
+            token_ids: None,
         }
     }
 
@@ -202,6 +209,13 @@ pub struct ChatRequest {
     /// model verifies it as a speculative draft; OpenAI-compatible servers get it as is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prediction: Option<Prediction>,
+    /// The log probability of each sampled token (OpenAI's `logprobs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<bool>,
+    /// The token ids of the prompt and of the answer (vLLM's `return_token_ids`): the prompt's
+    /// on the first chunk (`prompt_token_ids`), the answer's on its choice (`token_ids`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub return_token_ids: Option<bool>,
 }
 
 /// A predicted output: `{"type": "content", "content": "…"}`.
@@ -317,6 +331,9 @@ pub struct ChatChunk {
     /// On the last chunk when `stream_options.include_usage` was set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// The prompt's token ids, on one chunk, when asked for with `return_token_ids`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_token_ids: Option<Vec<u32>>,
 }
 
 /// A delta of a streamed choice.
@@ -328,6 +345,43 @@ pub struct ChunkChoice {
     pub delta: ChatDelta,
     /// Set on the choice's last chunk.
     pub finish_reason: Option<FinishReason>,
+    /// Log probabilities of the tokens of this delta (when asked for with `logprobs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<ChoiceLogprobs>,
+    /// Ids of the tokens of this delta (when asked for with `return_token_ids`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_ids: Option<Vec<u32>>,
+}
+
+/// OpenAI's `logprobs` of a choice.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChoiceLogprobs {
+    /// One entry per sampled token of the content (tool-call text included).
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub content: Vec<TokenLogprob>,
+}
+
+/// A sampled token and its log probability.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenLogprob {
+    /// The token's text (lossy where it is part of a character).
+    pub token: String,
+    /// Its log probability under the sampling distribution.
+    pub logprob: f32,
+    /// The token's bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<Vec<u8>>,
+    /// The most likely alternatives (Caret's engine gives none).
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub top_logprobs: Vec<serde_json::Value>,
+}
+
+fn null_as_empty<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
 }
 
 /// New content of a streamed message.

@@ -159,6 +159,9 @@ pub struct RolloutOptions {
     pub seed: Option<u64>,
     /// Keep the transcript (tool definitions and every message) in the result.
     pub transcript: bool,
+    /// Ask the model for token ids and log probabilities, and keep the token view in the
+    /// transcript.
+    pub tokens: bool,
 }
 
 /// A run's conversation as the model saw it.
@@ -172,6 +175,88 @@ pub struct Transcript {
     pub temperature: Option<f64>,
     /// The seed used.
     pub seed: Option<u64>,
+    /// The conversation as token ids, when they were asked for and the engine gave them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<TokenView>,
+    /// Why there is no token view although one was asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_missing: Option<String>,
+    /// Without a token view: the log probabilities of each model call's sampled tokens, where
+    /// the provider gave them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub logprobs: Vec<Vec<f32>>,
+}
+
+/// What one model call read and sampled, in token ids.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CallTokens {
+    /// The whole prompt.
+    pub prompt_ids: Vec<u32>,
+    /// The sampled tokens (the turn's end token included when the model ended so).
+    pub ids: Vec<u32>,
+    /// Their log probabilities (empty when not given).
+    pub logprobs: Vec<f32>,
+}
+
+/// A multi-turn conversation in the layout RL trainers consume (verl's agent loop output,
+/// SkyRL's generator output): the first prompt, then everything after it as one response
+/// whose mask tells the model's sampled tokens (1) from tool output and template (0).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TokenView {
+    /// The first model call's prompt.
+    pub prompt_ids: Vec<u32>,
+    /// Every token after it: sampled answers, tool results, template.
+    pub response_ids: Vec<u32>,
+    /// 1 for a token the model sampled, 0 for the rest.
+    pub response_mask: Vec<u8>,
+    /// The sampling log probability of each sampled token; 0 for the rest.
+    pub response_logprobs: Vec<f32>,
+}
+
+impl TokenView {
+    /// Joins the calls of one conversation: each call's prompt must begin with the previous
+    /// prompt and answer (the ids carried through, never tokenised again); what it adds is
+    /// masked 0, its sampled tokens 1.
+    pub fn assemble(calls: &[CallTokens]) -> Result<TokenView, String> {
+        let first = calls.first().ok_or("no model call")?;
+        let mut view = TokenView { prompt_ids: first.prompt_ids.clone(), ..TokenView::default() };
+        for (i, call) in calls.iter().enumerate() {
+            if call.ids.is_empty() {
+                return Err(format!("model call {} gave no token ids", i + 1));
+            }
+            if !call.logprobs.is_empty() && call.logprobs.len() != call.ids.len() {
+                return Err(format!(
+                    "model call {} gave {} log probabilities for {} tokens",
+                    i + 1,
+                    call.logprobs.len(),
+                    call.ids.len()
+                ));
+            }
+            let so_far = view.prompt_ids.len() + view.response_ids.len();
+            let extends = call.prompt_ids.len() >= so_far
+                && call.prompt_ids[..view.prompt_ids.len()] == view.prompt_ids[..]
+                && call.prompt_ids[view.prompt_ids.len()..so_far] == view.response_ids[..];
+            if !extends {
+                return Err(format!(
+                    "model call {}'s prompt does not continue the conversation's tokens (it was compacted or \
+                     rewritten)",
+                    i + 1
+                ));
+            }
+            let added = &call.prompt_ids[so_far..];
+            view.response_ids.extend_from_slice(added);
+            view.response_mask.extend(std::iter::repeat_n(0, added.len()));
+            view.response_logprobs.extend(std::iter::repeat_n(0.0, added.len()));
+            view.response_ids.extend_from_slice(&call.ids);
+            view.response_mask.extend(std::iter::repeat_n(1, call.ids.len()));
+            if call.logprobs.is_empty() {
+                view.response_logprobs.extend(std::iter::repeat_n(0.0, call.ids.len()));
+            } else {
+                view.response_logprobs.extend_from_slice(&call.logprobs);
+            }
+        }
+        Ok(view)
+    }
 }
 
 /// Where a run's changes are pushed when it succeeds.
@@ -721,5 +806,35 @@ mod tests {
         assert_eq!(req.class, RunClass::Interactive);
         assert_eq!(req.limits, RunLimits::default());
         assert!(serde_json::from_str::<CreateRun>(r#"{"repo":{"kind":"git","url":"x"},"task":"t","x":1}"#).is_err());
+    }
+
+    #[test]
+    fn a_token_view_masks_sampled_tokens_1_and_what_came_between_0() {
+        let calls = [
+            CallTokens { prompt_ids: vec![1, 2, 3], ids: vec![10, 11], logprobs: vec![-0.5, -0.25] },
+            // The tool's answer and the template (20, 21) after the first answer.
+            CallTokens { prompt_ids: vec![1, 2, 3, 10, 11, 20, 21], ids: vec![12], logprobs: vec![-1.0] },
+        ];
+        let view = TokenView::assemble(&calls).unwrap();
+        assert_eq!(view.prompt_ids, [1, 2, 3]);
+        assert_eq!(view.response_ids, [10, 11, 20, 21, 12]);
+        assert_eq!(view.response_mask, [1, 1, 0, 0, 1]);
+        assert_eq!(view.response_logprobs, [-0.5, -0.25, 0.0, 0.0, -1.0]);
+    }
+
+    #[test]
+    fn a_token_view_refuses_a_prompt_that_does_not_continue_the_conversation() {
+        let first = CallTokens { prompt_ids: vec![1, 2], ids: vec![10], logprobs: vec![] };
+        // Re-tokenised: the sampled 10 came back as 9.
+        let rewritten = CallTokens { prompt_ids: vec![1, 2, 9, 20], ids: vec![11], logprobs: vec![] };
+        let e = TokenView::assemble(&[first.clone(), rewritten]).unwrap_err();
+        assert!(e.contains("call 2") && e.contains("does not continue"), "{e}");
+        let short = CallTokens { prompt_ids: vec![1], ids: vec![11], logprobs: vec![] };
+        assert!(TokenView::assemble(&[first.clone(), short]).is_err());
+        let no_ids = CallTokens { prompt_ids: vec![1, 2, 10], ids: vec![], logprobs: vec![] };
+        assert!(TokenView::assemble(&[first.clone(), no_ids]).unwrap_err().contains("no token ids"));
+        let odd = CallTokens { prompt_ids: vec![1, 2], ids: vec![10, 11], logprobs: vec![-1.0] };
+        assert!(TokenView::assemble(&[odd]).unwrap_err().contains("1 log probabilities for 2 tokens"));
+        assert!(TokenView::assemble(&[]).is_err());
     }
 }

@@ -15,7 +15,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use caret_models::{CallContext, Class, Event, EventStream, Gateway, collect_chat};
 use caret_protocol::llm::{
-    ApiError, ApiErrorDetail, ChatChoice, ChatChunk, ChatDelta, ChatRequest, ChatResponse, ChunkChoice,
+    ApiError, ApiErrorDetail, ChatChoice, ChatChunk, ChatDelta, ChatRequest, ChatResponse, ChoiceLogprobs, ChunkChoice,
     CompletionChoice, CompletionRequest, CompletionResponse, EmbeddingsRequest, FinishReason, FunctionCallDelta,
     ModelCard, ModelList, Role, ToolCallDelta, Usage,
 };
@@ -204,23 +204,45 @@ pub(crate) async fn chat_completions(
     stream_chat(events, alias, usage_wanted)
 }
 
+/// What one streamed chunk carries.
+#[derive(Default)]
+struct Piece {
+    delta: ChatDelta,
+    finish: Option<FinishReason>,
+    usage: Option<Usage>,
+    prompt_ids: Option<Vec<u32>>,
+    ids: Option<Vec<u32>>,
+    logprobs: Option<ChoiceLogprobs>,
+}
+
 /// A chat answer as OpenAI's streamed chunks (server-sent events).
 pub(crate) fn stream_chat(events: EventStream, alias: String, usage_wanted: bool) -> Response {
     let (id, created) = (response_id("chatcmpl"), now_secs());
-    let chunk = move |delta: ChatDelta, finish: Option<FinishReason>, usage: Option<Usage>| {
-        let choices =
-            if usage.is_some() { Vec::new() } else { vec![ChunkChoice { index: 0, delta, finish_reason: finish }] };
+    let chunk = move |p: Piece| {
+        let choices = if p.usage.is_some() || p.prompt_ids.is_some() {
+            Vec::new()
+        } else {
+            vec![ChunkChoice {
+                index: 0,
+                delta: p.delta,
+                finish_reason: p.finish,
+                logprobs: p.logprobs,
+                token_ids: p.ids,
+            }]
+        };
         let c = ChatChunk {
             id: id.clone(),
             object: "chat.completion.chunk".into(),
             created,
             model: alias.clone(),
             choices,
-            usage,
+            usage: p.usage,
+            prompt_token_ids: p.prompt_ids,
         };
         serde_json::to_string(&c).unwrap_or_default()
     };
-    let first = chunk(ChatDelta { role: Some(Role::Assistant), ..ChatDelta::default() }, None, None);
+    let first =
+        chunk(Piece { delta: ChatDelta { role: Some(Role::Assistant), ..ChatDelta::default() }, ..Piece::default() });
     let rest = chat_payloads(events, chunk, usage_wanted);
     sse(futures::stream::once(async move { first }).chain(rest))
 }
@@ -228,20 +250,28 @@ pub(crate) fn stream_chat(events: EventStream, alias: String, usage_wanted: bool
 /// Events as chat chunk payloads (usage only when asked for; an error ends the stream).
 fn chat_payloads<F>(events: EventStream, chunk: F, usage_wanted: bool) -> impl futures::Stream<Item = String> + Send
 where
-    F: Fn(ChatDelta, Option<FinishReason>, Option<Usage>) -> String + Send + 'static,
+    F: Fn(Piece) -> String + Send + 'static,
 {
     until_error(events).filter_map(move |e| {
         let payload = match e {
-            Ok(Event::Text(t)) => Some(chunk(ChatDelta { content: Some(t), ..ChatDelta::default() }, None, None)),
+            Ok(Event::Text(t)) => {
+                Some(chunk(Piece { delta: ChatDelta { content: Some(t), ..ChatDelta::default() }, ..Piece::default() }))
+            }
             Ok(Event::ToolCall { index, id, name, arguments }) => {
                 let kind = id.as_ref().map(|_| "function".to_owned());
                 let function = FunctionCallDelta { name, arguments: Some(arguments) };
                 let delta =
                     ChatDelta { tool_calls: vec![ToolCallDelta { index, id, kind, function }], ..ChatDelta::default() };
-                Some(chunk(delta, None, None))
+                Some(chunk(Piece { delta, ..Piece::default() }))
             }
-            Ok(Event::Finish(f)) => Some(chunk(ChatDelta::default(), Some(f), None)),
-            Ok(Event::Usage(u)) => usage_wanted.then(|| chunk(ChatDelta::default(), None, Some(u))),
+            Ok(Event::Finish(f)) => Some(chunk(Piece { finish: Some(f), ..Piece::default() })),
+            Ok(Event::Usage(u)) => usage_wanted.then(|| chunk(Piece { usage: Some(u), ..Piece::default() })),
+            Ok(Event::PromptTokens(ids)) => Some(chunk(Piece { prompt_ids: Some(ids), ..Piece::default() })),
+            Ok(Event::Tokens { ids, logprobs }) => Some(chunk(Piece {
+                ids: (!ids.is_empty()).then_some(ids),
+                logprobs: (!logprobs.is_empty()).then_some(ChoiceLogprobs { content: logprobs }),
+                ..Piece::default()
+            })),
             Err(e) => Some(stream_error(&e)),
         };
         futures::future::ready(payload)
@@ -290,7 +320,7 @@ pub(crate) async fn completions(
             Ok(Event::Text(t)) => Some(make(t, None, None)),
             Ok(Event::Finish(f)) => Some(make(String::new(), Some(f), None)),
             Ok(Event::Usage(u)) => usage_wanted.then(|| make(String::new(), None, Some(u))),
-            Ok(Event::ToolCall { .. }) => None,
+            Ok(Event::ToolCall { .. } | Event::PromptTokens(_) | Event::Tokens { .. }) => None,
             Err(e) => return futures::future::ready(Some(stream_error(&e))),
         };
         futures::future::ready(payload.map(|p| serde_json::to_string(&p).unwrap_or_default()))

@@ -297,6 +297,9 @@ fn offered(req: &Value, format: Format) -> Vec<String> {
 /// message.
 fn check_openai(req: &Value) -> Result<(), String> {
     let messages = req["messages"].as_array().ok_or("no messages")?;
+    if req.get("return_token_ids").is_some() || messages.iter().any(|m| m.get("token_ids").is_some()) {
+        return Err("Caret's token-id extensions were sent to an OpenAI-compatible upstream".to_owned());
+    }
     let mut open: Vec<String> = Vec::new();
     for (i, m) in messages.iter().enumerate() {
         let role = m["role"].as_str().ok_or(format!("message {i} has no role"))?;
@@ -456,7 +459,14 @@ async fn chat(State(s): State<Arc<Script>>, headers: axum::http::HeaderMap, Json
         }
         Ok(Answer::Text(text)) => {
             for word in text.split_inclusive(' ') {
-                events.push(chunk(json!({"content": word}), Value::Null));
+                let mut c = chunk(json!({"content": word}), Value::Null);
+                // As OpenAI answers `logprobs: true`: an entry per token of the content (a
+                // word is a token here).
+                if req["logprobs"] == true {
+                    c["choices"][0]["logprobs"] =
+                        json!({"content": [{"token": word, "logprob": -0.5, "bytes": null, "top_logprobs": []}]});
+                }
+                events.push(c);
             }
             "stop"
         }

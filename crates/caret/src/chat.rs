@@ -79,7 +79,7 @@ impl Backend {
     ) -> anyhow::Result<Option<(Backend, String)>> {
         if let Some(url) = server {
             let token = token.context("--server needs an API token: --token or CARET_TOKEN")?;
-            let provider = caret_models::openai::OpenAiProvider::new(url, Some(token.to_owned()))?;
+            let provider = caret_models::openai::OpenAiProvider::new(url, Some(token.to_owned()))?.caret_upstream();
             return Ok(Some((Backend::Server(provider), model.unwrap_or(server_default).to_owned())));
         }
         let Some(gateway) = config.gateway()? else { return Ok(None) };
@@ -122,6 +122,8 @@ pub fn run(config: &Config, args: ChatArgs) -> anyhow::Result<ExitCode> {
             stream_options: None,
             seed: None,
             prediction: None,
+            logprobs: None,
+            return_token_ids: None,
         };
         let answer = rt.block_on(async {
             let mut stream = backend.chat(req).await?;

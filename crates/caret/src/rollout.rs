@@ -43,6 +43,9 @@ pub struct RolloutArgs {
     /// Seed of the first attempt of each task (attempt i gets seed + i); none: unseeded.
     #[arg(long)]
     seed: Option<u64>,
+    /// Leave out the token view (token ids, mask and log probabilities of each attempt).
+    #[arg(long)]
+    no_tokens: bool,
     #[command(flatten)]
     target: Target,
 }
@@ -81,6 +84,15 @@ pub struct Trajectory {
     /// Each tool call: name, arguments, result, time.
     pub steps: Vec<Step>,
     pub patch: String,
+    /// The token view: `prompt_ids`, `response_ids`, `response_mask`, `response_logprobs`.
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<caret_protocol::runs::TokenView>,
+    /// Why there is no token view (an upstream that gives no token ids, say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_missing: Option<String>,
+    /// Without a token view: each model call's sampled-token log probabilities, if given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub logprobs: Vec<Vec<f32>>,
 }
 
 /// A tool call of an attempt.
@@ -194,7 +206,12 @@ fn request(task: &Task, base: &Path, args: &RolloutArgs) -> anyhow::Result<Creat
         class: RunClass::Batch,
         push: None,
         git_credential: None,
-        rollout: Some(RolloutOptions { temperature: Some(args.temperature), seed: None, transcript: true }),
+        rollout: Some(RolloutOptions {
+            temperature: Some(args.temperature),
+            seed: None,
+            transcript: true,
+            tokens: !args.no_tokens,
+        }),
     })
 }
 
@@ -250,6 +267,9 @@ async fn collect(runs: &Runs, task: &Task, attempt: u32, info: &RunInfo) -> anyh
         messages: transcript.messages,
         steps,
         patch: r.patch,
+        tokens: transcript.tokens,
+        tokens_missing: transcript.tokens_missing,
+        logprobs: transcript.logprobs,
     })
 }
 

@@ -1303,6 +1303,58 @@ fn agent_config(url: &str) -> String {
     )
 }
 
+#[test]
+fn a_seeded_rollout_on_the_local_engine_carries_its_tokens_and_is_reproducible() {
+    let Some(model) = std::env::var_os("CARET_TEST_LLM_DIR") else {
+        eprintln!("CARET_TEST_LLM_DIR is not set: skipping the local-engine rollout test");
+        return;
+    };
+    let home = TempDir::new();
+    home.write(
+        "config.toml",
+        &format!(
+            "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"local\", model = {:?}, context_tokens = 2048 }}]\n",
+            model.to_string_lossy()
+        ),
+    );
+    let repo = buggy_repo();
+    let tasks = home.join("tasks.jsonl");
+    let task = json!({"id": "fix-add", "repo": repo.path().display().to_string(), "prompt": "make add.sh add",
+                      "grader": {"command": "sh test.sh"}, "limits": {"steps": 2, "model_tokens": 20000}});
+    std::fs::write(&tasks, format!("{task}\n")).unwrap();
+    let rollout = |out: &str| -> serde_json::Value {
+        let out_dir = home.join(out);
+        let run = Command::new(CARET)
+            .args(["rollout", tasks.to_str().unwrap(), "-n", "1", "--seed", "5", "--temperature", "1"])
+            .args(["--out", out_dir.to_str().unwrap()])
+            .env("CARET_HOME", home.path())
+            .env("CARET_LOCAL_WORKER_IDLE", "2s")
+            .env_remove("CARET_SERVER")
+            .output()
+            .unwrap();
+        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+        let text = std::fs::read_to_string(out_dir.join("trajectories.jsonl")).unwrap();
+        serde_json::from_str(text.lines().next().unwrap()).unwrap()
+    };
+    let a = rollout("a");
+    let n = a["response_ids"].as_array().unwrap_or_else(|| panic!("no token view: {a}")).len();
+    assert!(a["prompt_ids"].as_array().unwrap().len() > 100, "the system prompt and tools, as tokens");
+    assert_eq!(a["response_mask"].as_array().unwrap().len(), n);
+    assert_eq!(a["response_logprobs"].as_array().unwrap().len(), n);
+    // Every sampled token, and each call's end token where it ended with one.
+    let sampled = a["response_mask"].as_array().unwrap().iter().filter(|m| **m == 1).count() as u64;
+    let (completion, calls) =
+        (a["usage"]["completion_tokens"].as_u64().unwrap(), a["usage"]["calls"].as_u64().unwrap());
+    assert!(
+        sampled >= completion && sampled <= completion + calls,
+        "{sampled} sampled of {completion} in {calls} calls"
+    );
+    // The same seed on the same task gives the same rollout.
+    let b = rollout("b");
+    assert_eq!(a["response_ids"], b["response_ids"]);
+    assert_eq!(a["messages"], b["messages"]);
+}
+
 /// A scripted upstream playing [`fixing_conversation`] (and the runtime that serves it).
 fn fixing_upstream() -> (tokio::runtime::Runtime, caret_test_support::scripted::ScriptedUpstream) {
     use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
@@ -1757,6 +1809,13 @@ fn a_rollout_grades_attempts_like_user_runs_and_writes_trajectories() {
         assert_eq!(c["temperature"].as_f64().map(|t| (t * 10.0).round()), Some(7.0));
     }
     assert_eq!(user_first["temperature"].as_f64(), Some(0.0));
+
+    // An OpenAI-compatible upstream gives log probabilities but no token ids (and is never
+    // sent Caret's token extensions: the scripted upstream records that as a violation).
+    assert!(up.violations().is_empty(), "{:?}", up.violations());
+    assert!(t["tokens_missing"].as_str().unwrap().contains("no token ids"), "{t}");
+    assert_eq!(t["logprobs"].as_array().unwrap().last().unwrap()[0].as_f64(), Some(-0.5), "{t}");
+    assert!(firsts.iter().all(|c| c["logprobs"] == true));
 
     // The report: pass@1 per task and overall.
     let out = caret(&["rollout", "report", out_dir.to_str().unwrap()]);

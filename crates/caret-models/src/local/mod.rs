@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use caret_protocol::llm::{ChatRequest, CompletionRequest, CompletionTokensDetails, FinishReason, Usage};
+use caret_protocol::llm::{ChatRequest, CompletionRequest, CompletionTokensDetails, FinishReason, TokenLogprob, Usage};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::context::params::{KvCacheType, LlamaContextParams};
 use llama_cpp_2::llama_backend::LlamaBackend;
@@ -30,7 +30,7 @@ use llama_cpp_2::vocab::LlamaVocab;
 
 use self::draft::{DraftLengths, Drafter};
 use self::output::{StopScan, ToolCallParser, Utf8Joiner};
-pub use self::prompt::{ChatFormat, chat_prompt};
+pub use self::prompt::{ChatFormat, Piece, chat_pieces, chat_prompt};
 use crate::{Error, Event, EventStream, Provider, Result};
 
 /// How to run a local model.
@@ -207,6 +207,8 @@ impl std::fmt::Debug for LocalProvider {
 enum Input {
     /// A prompt whose special tokens (`<|im_start|>`) are parsed.
     Text(String),
+    /// A chat prompt: text, and ids sampled earlier read back as they are.
+    Pieces(Vec<Piece>),
     /// Fill in between a prefix and a suffix.
     Fim { prefix: String, suffix: String },
 }
@@ -225,6 +227,10 @@ struct Job {
     /// Without a draft: propose what followed the answer's last tokens where they occur in
     /// the prompt (prompt lookup; completions repeat names and lines of their context).
     lookup: bool,
+    /// Send the prompt's and the answer's token ids.
+    token_ids: bool,
+    /// Send each sampled token's log probability.
+    logprobs: bool,
     events: tokio::sync::mpsc::Sender<Result<Event>>,
 }
 
@@ -333,7 +339,7 @@ impl Provider for LocalProvider {
 
     async fn chat(&self, req: ChatRequest) -> Result<EventStream> {
         let format = self.info.chat.clone().map_err(Error::Unsupported)?;
-        let prompt = chat_prompt(&format, &req);
+        let prompt = chat_pieces(&format, &req);
         let (temperature, top_p) = sampling(req.temperature, req.top_p);
         let offered = req.tool_choice.as_ref().is_none_or(|c| c != "none");
         let tools = if offered { req.tools.iter().map(|t| t.function.name.clone()).collect() } else { Vec::new() };
@@ -344,7 +350,7 @@ impl Provider for LocalProvider {
             ChatFormat::ChatMl { .. } => stops.push("<|im_start|>".to_owned()),
         }
         self.submit(|events| Job {
-            input: Input::Text(prompt),
+            input: Input::Pieces(prompt),
             max_tokens: req.max_tokens,
             temperature,
             top_p,
@@ -353,6 +359,8 @@ impl Provider for LocalProvider {
             tools,
             draft: req.prediction.as_ref().map(|p| p.content.text()),
             lookup: false,
+            token_ids: req.return_token_ids == Some(true),
+            logprobs: req.logprobs == Some(true),
             events,
         })
     }
@@ -379,6 +387,8 @@ impl Provider for LocalProvider {
             tools: Vec::new(),
             draft: None,
             lookup: self.prompt_lookup,
+            token_ids: false,
+            logprobs: false,
             events,
         })
     }
@@ -480,8 +490,14 @@ fn engine(
         return;
     }
     let step = batch_tokens as usize;
-    let mut engine =
-        Engine { model: &model, cached: Vec::new(), batch: LlamaBatch::new(step, 1), step, lengths: draft_lengths() };
+    let mut engine = Engine {
+        model: &model,
+        cached: Vec::new(),
+        exact: 0,
+        batch: LlamaBatch::new(step, 1),
+        step,
+        lengths: draft_lengths(),
+    };
     while let Ok(job) = queue.recv() {
         let events = job.events.clone();
         if let Err(e) = engine.serve(&mut ctx, job, counters) {
@@ -491,6 +507,7 @@ fn engine(
             // The cache may hold half a batch: start clean next time.
             ctx.clear_kv_cache();
             engine.cached.clear();
+            engine.exact = 0;
             let _ = events.blocking_send(Err(e));
         }
     }
@@ -500,12 +517,21 @@ struct Engine<'m> {
     model: &'m LlamaModel,
     /// The tokens whose keys and values are in the KV cache, in order from position 0.
     cached: Vec<LlamaToken>,
+    /// How many of them were read in whole [`EXACT_CHUNK`]s from position 0, as a seeded
+    /// request reads its prompt.
+    exact: usize,
     batch: LlamaBatch<'static>,
     /// The batch's capacity.
     step: usize,
     /// How many drafted tokens to verify per pass.
     lengths: DraftLengths,
 }
+
+/// The batch a seeded request reads its prompt in, from a multiple of it. A batch's rounding
+/// depends on its size and its start, so a seeded prompt is read in the same batches whatever
+/// the cache held before (reusing only what earlier seeded requests read so): its answer is
+/// the same on a fresh engine as on a busy one.
+const EXACT_CHUNK: usize = 64;
 
 /// Draft lengths of prompt lookup: short (a completion is a few lines; a missed draft costs a
 /// wider pass).
@@ -558,6 +584,18 @@ fn near_tie(logits: &[f32]) -> bool {
     first - second < TIE_MARGIN
 }
 
+/// The log probability of `token` under the sampling distribution of `logits` (softmax at
+/// `temperature`; greedy picks are scored at temperature 1). Top-p truncation is not applied.
+fn logprob(logits: &[f32], token: LlamaToken, temperature: f32) -> f32 {
+    let t = if temperature > 0.0 { temperature } else { 1.0 };
+    let Some(&picked) = usize::try_from(token.0).ok().and_then(|i| logits.get(i)) else {
+        return f32::NEG_INFINITY;
+    };
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| f64::from((l - max) / t).exp()).sum();
+    ((picked - max) / t) - sum.ln() as f32
+}
+
 /// Runs one llama.cpp computation under the process-wide lock.
 fn decode(ctx: &mut LlamaContext<'_>, batch: &mut LlamaBatch<'_>) -> Result<()> {
     let _turn = COMPUTE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -565,10 +603,34 @@ fn decode(ctx: &mut LlamaContext<'_>, batch: &mut LlamaBatch<'_>) -> Result<()> 
 }
 
 impl Engine<'_> {
-    fn tokens(&self, input: &Input) -> Vec<LlamaToken> {
+    fn tokens(&self, input: &Input) -> Result<Vec<LlamaToken>> {
         let vocab = self.model.vocab();
-        match input {
+        Ok(match input {
             Input::Text(text) => vocab.tokenize(text.as_bytes(), true, true),
+            Input::Pieces(pieces) => {
+                let n_vocab = u32::try_from(self.model.n_vocab()).unwrap_or(0);
+                let mut t: Vec<LlamaToken> = Vec::new();
+                for (i, piece) in pieces.iter().enumerate() {
+                    match piece {
+                        Piece::Text(text) => t.extend(vocab.tokenize(text.as_bytes(), i == 0, true)),
+                        Piece::Sampled(ids) => {
+                            if let Some(bad) = ids.iter().find(|&&id| id >= n_vocab) {
+                                return Err(Error::BadRequest(format!(
+                                    "token id {bad} on an assistant message is not in this model's vocabulary \
+                                     ({n_vocab} tokens)"
+                                )));
+                            }
+                            t.extend(ids.iter().map(|&id| LlamaToken(i32::try_from(id).unwrap_or(0))));
+                        }
+                        Piece::EndOfTurn(marker) => {
+                            if !t.last().is_some_and(|&last| vocab.is_eog(last)) {
+                                t.extend(vocab.tokenize(marker.as_bytes(), false, true));
+                            }
+                        }
+                    }
+                }
+                t
+            }
             Input::Fim { prefix, suffix } => {
                 let mut t = Vec::new();
                 if vocab.should_add_bos() {
@@ -581,7 +643,7 @@ impl Engine<'_> {
                 t.push(vocab.fim_mid());
                 t
             }
-        }
+        })
     }
 
     /// Makes the KV cache hold exactly `tokens` and leaves the last one's logits ready.
@@ -590,6 +652,14 @@ impl Engine<'_> {
         // At least the last token is evaluated, for its logits.
         let mut keep =
             self.cached.iter().zip(tokens).take_while(|(a, b)| a == b).count().min(tokens.len().saturating_sub(1));
+        let seeded = job.seed.is_some();
+        let chunk = if seeded {
+            keep = keep.min(self.exact);
+            keep -= keep % EXACT_CHUNK;
+            EXACT_CHUNK.min(self.step)
+        } else {
+            self.step
+        };
         if keep < self.cached.len() {
             let from = u32::try_from(keep).unwrap_or(u32::MAX);
             if !ctx.clear_kv_cache_seq(Some(0), Some(from), None).unwrap_or(false) {
@@ -598,7 +668,8 @@ impl Engine<'_> {
             }
             self.cached.truncate(keep);
         }
-        for chunk in tokens[keep..].chunks(self.step) {
+        self.exact = if seeded { keep + (tokens.len() - keep) / chunk * chunk } else { self.exact.min(keep) };
+        for chunk in tokens[keep..].chunks(chunk) {
             if job.events.is_closed() {
                 return Err(failed("reading the prompt", "the caller went away"));
             }
@@ -618,7 +689,7 @@ impl Engine<'_> {
 
     /// Serves one job: prefill, then sample until an end token, a stop sequence or the limit.
     fn serve(&mut self, ctx: &mut LlamaContext<'_>, job: Job, counters: &Counters) -> Result<()> {
-        let tokens = self.tokens(&job.input);
+        let tokens = self.tokens(&job.input)?;
         let window = ctx.n_ctx() as usize;
         if tokens.is_empty() {
             return Err(Error::BadRequest("the prompt is empty".to_owned()));
@@ -631,6 +702,10 @@ impl Engine<'_> {
         }
         let limit = (window - tokens.len()).min(job.max_tokens.map_or(usize::MAX, |m| m as usize));
         let reused = self.prefill(ctx, &tokens, &job)?;
+        if job.token_ids {
+            let ids = tokens.iter().map(|t| u32::try_from(t.0).unwrap_or(0)).collect();
+            let _ = job.events.blocking_send(Ok(Event::PromptTokens(ids)));
+        }
         counters.requests.fetch_add(1, Ordering::Relaxed);
         counters.prompt_tokens.fetch_add(tokens.len() as u64, Ordering::Relaxed);
         counters.reused_tokens.fetch_add(reused as u64, Ordering::Relaxed);
@@ -655,12 +730,18 @@ impl Engine<'_> {
         let greedy = job.temperature <= 0.0;
         let mut out = Output::new(&job, limit);
         let (mut accepted_total, mut rejected_total, mut redecided) = (0usize, 0usize, 0usize);
-        let mut next = sampler.sample(ctx, self.batch.n_tokens() - 1);
+        // The sampling log probability of a token picked from the logits at `index`.
+        let logprob_of = |ctx: &LlamaContext<'_>, index: i32, token: LlamaToken| {
+            if job.logprobs { logprob(ctx.get_logits_ith(index), token, job.temperature) } else { 0.0 }
+        };
+        let first = self.batch.n_tokens() - 1;
+        let mut next = sampler.sample(ctx, first);
+        let mut next_logprob = logprob_of(ctx, first, next);
         // Each pass: emit `next`, evaluate it with the drafted tokens after it, and take the
         // drafted tokens as long as they are what the sampler picks at their positions — so
         // the answer is what plain decoding would give (up to batch rounding; see `near_tie`).
         let finish = 'passes: loop {
-            match out.push(&vocab, next) {
+            match out.push(&vocab, next, next_logprob) {
                 Flow::More => {}
                 Flow::Done(f) => break f,
                 Flow::Gone => break FinishReason::Stop,
@@ -702,15 +783,18 @@ impl Engine<'_> {
                     decode(ctx, &mut self.batch)?;
                     redecided += 1;
                     next = sampler.sample(ctx, 0);
+                    next_logprob = logprob_of(ctx, 0, next);
                     break;
                 }
-                next = sampler.sample(ctx, i32::try_from(accepted).unwrap_or(i32::MAX));
+                let index = i32::try_from(accepted).unwrap_or(i32::MAX);
+                next = sampler.sample(ctx, index);
+                next_logprob = logprob_of(ctx, index, next);
                 if accepted == proposal.len() || next != proposal[accepted] {
                     break;
                 }
                 self.cached.push(next);
                 accepted += 1;
-                match out.push(&vocab, next) {
+                match out.push(&vocab, next, next_logprob) {
                     Flow::More => {}
                     Flow::Done(f) => {
                         stopped = Some(f);
@@ -760,7 +844,7 @@ impl Engine<'_> {
                 rejected_prediction_tokens: rejected_total as u32,
             });
         }
-        out.finish(finish, usage);
+        out.finish(&vocab, finish, usage);
         Ok(())
     }
 }
@@ -783,6 +867,8 @@ struct Output<'j> {
     stops: StopScan,
     parser: Option<ToolCallParser>,
     gone: bool,
+    /// The sampled tokens and their log probabilities (when the job wants either).
+    sampled: Vec<(LlamaToken, f32)>,
 }
 
 impl<'j> Output<'j> {
@@ -795,6 +881,13 @@ impl<'j> Output<'j> {
             stops: StopScan::new(job.stops.clone()),
             parser: (!job.tools.is_empty()).then(|| ToolCallParser::new(job.tools.clone())),
             gone: false,
+            sampled: Vec::new(),
+        }
+    }
+
+    fn record(&mut self, token: LlamaToken, logprob: f32) {
+        if self.job.token_ids || self.job.logprobs {
+            self.sampled.push((token, logprob));
         }
     }
 
@@ -811,14 +904,17 @@ impl<'j> Output<'j> {
         }
     }
 
-    fn push(&mut self, vocab: &LlamaVocab<'_>, token: LlamaToken) -> Flow {
+    fn push(&mut self, vocab: &LlamaVocab<'_>, token: LlamaToken, logprob: f32) -> Flow {
         if self.generated >= self.limit {
             return Flow::Done(FinishReason::Length);
         }
         if vocab.is_eog(token) {
+            // Sampled too: the turn's end is part of what the model wrote.
+            self.record(token, logprob);
             return Flow::Done(FinishReason::Stop);
         }
         self.generated += 1;
+        self.record(token, logprob);
         let (text, hit) = self.stops.push(&self.joiner.push(&vocab.token_to_piece(token, true, None)));
         let events = self.events(text);
         if !self.send(events) {
@@ -833,7 +929,7 @@ impl<'j> Output<'j> {
         }
     }
 
-    fn finish(mut self, mut finish: FinishReason, usage: Usage) {
+    fn finish(mut self, vocab: &LlamaVocab<'_>, mut finish: FinishReason, usage: Usage) {
         let (tail, _) = self.stops.push(&self.joiner.finish());
         let tail = tail + &self.stops.finish();
         let mut events = self.events(tail);
@@ -842,6 +938,30 @@ impl<'j> Output<'j> {
             if p.calls() > 0 {
                 finish = FinishReason::ToolCalls;
             }
+        }
+        if !self.sampled.is_empty() {
+            let ids = if self.job.token_ids {
+                self.sampled.iter().map(|(t, _)| u32::try_from(t.0).unwrap_or(0)).collect()
+            } else {
+                Vec::new()
+            };
+            let logprobs = if self.job.logprobs {
+                self.sampled
+                    .iter()
+                    .map(|&(t, logprob)| {
+                        let bytes = vocab.token_to_piece(t, true, None);
+                        TokenLogprob {
+                            token: String::from_utf8_lossy(&bytes).into_owned(),
+                            logprob,
+                            bytes: Some(bytes),
+                            top_logprobs: Vec::new(),
+                        }
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            events.push(Event::Tokens { ids, logprobs });
         }
         events.push(Event::Finish(finish));
         events.push(Event::Usage(usage));
@@ -860,6 +980,20 @@ mod tests {
         // The best twice is a tie; order does not matter.
         assert!(near_tie(&[3.0, 1.0, 3.0]));
         assert!(!near_tie(&[1.0, 9.0, 2.0]));
+    }
+
+    #[test]
+    fn log_probabilities_are_a_softmax_at_the_sampling_temperature() {
+        let logits = [0.0f32, 1.0, 2.0];
+        let z: f32 = logits.iter().map(|l| l.exp()).sum();
+        assert!((logprob(&logits, LlamaToken(2), 1.0) - (2.0f32.exp() / z).ln()).abs() < 1e-5);
+        // Greedy is scored at temperature 1.
+        assert_eq!(logprob(&logits, LlamaToken(2), 0.0), logprob(&logits, LlamaToken(2), 1.0));
+        let z2: f32 = logits.iter().map(|l| (l / 0.5).exp()).sum();
+        assert!((logprob(&logits, LlamaToken(0), 0.5) - (1.0 / z2).ln()).abs() < 1e-5);
+        let total: f32 = (0..3).map(|i| logprob(&logits, LlamaToken(i), 0.7).exp()).sum();
+        assert!((total - 1.0).abs() < 1e-5);
+        assert_eq!(logprob(&logits, LlamaToken(5), 1.0), f32::NEG_INFINITY);
     }
 
     #[test]

@@ -102,7 +102,50 @@ fn arguments_json(arguments: &str) -> String {
     }
 }
 
-fn turn(out: &mut String, role: &str, content: &str) {
+/// A piece of a prompt as the engine reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    /// Text to tokenise (special tokens such as `<|im_start|>` parsed).
+    Text(String),
+    /// Token ids the model sampled earlier, read back as they are (never tokenised again).
+    Sampled(Vec<u32>),
+    /// The end of a sampled turn: this marker's tokens, unless the sampled ids already end
+    /// with an end-of-generation token.
+    EndOfTurn(&'static str),
+}
+
+/// A prompt being written: text runs, with sampled ids spliced in.
+#[derive(Default)]
+struct Writer {
+    pieces: Vec<Piece>,
+    text: String,
+}
+
+impl Writer {
+    fn push_str(&mut self, s: &str) {
+        self.text.push_str(s);
+    }
+
+    fn push(&mut self, c: char) {
+        self.text.push(c);
+    }
+
+    fn splice(&mut self, piece: Piece) {
+        if !self.text.is_empty() {
+            self.pieces.push(Piece::Text(std::mem::take(&mut self.text)));
+        }
+        self.pieces.push(piece);
+    }
+
+    fn finish(mut self) -> Vec<Piece> {
+        if !self.text.is_empty() {
+            self.pieces.push(Piece::Text(self.text));
+        }
+        self.pieces
+    }
+}
+
+fn turn(out: &mut Writer, role: &str, content: &str) {
     out.push_str("<|im_start|>");
     out.push_str(role);
     out.push('\n');
@@ -110,10 +153,28 @@ fn turn(out: &mut String, role: &str, content: &str) {
     out.push_str("<|im_end|>\n");
 }
 
-/// The prompt for a chat request, ending with the opened assistant turn.
+/// The prompt for a chat request, ending with the opened assistant turn, as text (assistant
+/// messages written from their text, sampled ids or not).
 pub fn chat_prompt(format: &ChatFormat, req: &ChatRequest) -> String {
+    render(format, req, false)
+        .into_iter()
+        .map(|p| match p {
+            Piece::Text(t) => t,
+            Piece::Sampled(_) | Piece::EndOfTurn(_) => String::new(),
+        })
+        .collect()
+}
+
+/// The prompt for a chat request as the engine reads it: an assistant message that carries
+/// the ids its model sampled is those ids, so that a conversation's tokens only ever grow
+/// (what an RL trainer needs); the rest is text.
+pub fn chat_pieces(format: &ChatFormat, req: &ChatRequest) -> Vec<Piece> {
+    render(format, req, true)
+}
+
+fn render(format: &ChatFormat, req: &ChatRequest, sampled: bool) -> Vec<Piece> {
     let ChatFormat::ChatMl { default_system } = format;
-    let mut out = String::new();
+    let mut out = Writer::default();
     let messages = &req.messages;
     let leading_system = messages.first().filter(|m| m.role == Role::System);
     let system = leading_system.map(ChatMessage::content_text).or_else(|| default_system.clone());
@@ -140,6 +201,13 @@ pub fn chat_prompt(format: &ChatFormat, req: &ChatRequest) -> String {
                 out.push_str("<|im_end|>\n");
                 continue;
             }
+            Role::Assistant if sampled && m.token_ids.as_ref().is_some_and(|ids| !ids.is_empty()) => {
+                // The generation prompt, then what was sampled after it.
+                out.push_str("<|im_start|>assistant\n");
+                out.splice(Piece::Sampled(m.token_ids.clone().unwrap_or_default()));
+                out.splice(Piece::EndOfTurn("<|im_end|>"));
+                out.push('\n');
+            }
             Role::Assistant if !m.tool_calls.is_empty() => {
                 out.push_str("<|im_start|>assistant");
                 let text = m.content_text();
@@ -161,7 +229,7 @@ pub fn chat_prompt(format: &ChatFormat, req: &ChatRequest) -> String {
         i += 1;
     }
     out.push_str("<|im_start|>assistant\n");
-    out
+    out.finish()
 }
 
 fn role_name(role: Role) -> &'static str {
@@ -270,5 +338,27 @@ For each function call, return a json object with function name and arguments wi
 <|im_start|>user\n<tool_response>\nfn main() {}\n</tool_response>\n<tool_response>\nsecond\n</tool_response><|im_end|>\n\
 <|im_start|>assistant\n";
         assert_eq!(chat_prompt(&format, &r), expected);
+    }
+
+    #[test]
+    fn sampled_ids_are_spliced_in_after_the_generation_prompt() {
+        let format = ChatFormat::ChatMl { default_system: None };
+        let mut answer = ChatMessage::text(Role::Assistant, "hello");
+        answer.token_ids = Some(vec![7, 8, 9]);
+        let r = req(vec![ChatMessage::text(Role::User, "hi"), answer, ChatMessage::text(Role::User, "more")], vec![]);
+        assert_eq!(
+            chat_pieces(&format, &r),
+            [
+                Piece::Text("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n".to_owned()),
+                Piece::Sampled(vec![7, 8, 9]),
+                Piece::EndOfTurn("<|im_end|>"),
+                Piece::Text("\n<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n".to_owned()),
+            ]
+        );
+        // The first turn's whole prompt is a prefix of the second's text up to the splice.
+        let first = chat_prompt(&format, &req(vec![ChatMessage::text(Role::User, "hi")], vec![]));
+        assert_eq!(chat_pieces(&format, &r)[0], Piece::Text(first));
+        // As text, the message is written from its content.
+        assert!(chat_prompt(&format, &r).contains("<|im_start|>assistant\nhello<|im_end|>\n<|im_start|>user\nmore"));
     }
 }
