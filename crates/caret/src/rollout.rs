@@ -46,6 +46,10 @@ pub struct RolloutArgs {
     /// Leave out the token view (token ids, mask and log probabilities of each attempt).
     #[arg(long)]
     no_tokens: bool,
+    /// Times an attempt that failed for the environment's sake (sandbox, setup, provider,
+    /// grader timeout) is run again before it is recorded with no reward.
+    #[arg(long, default_value_t = 1)]
+    retries: u32,
     #[command(flatten)]
     target: Target,
 }
@@ -65,6 +69,13 @@ pub struct Trajectory {
     pub task_id: String,
     pub attempt: u32,
     pub run_id: String,
+    /// Times this attempt was run again after an environment failure.
+    #[serde(default)]
+    pub retries: u32,
+    /// Anyrun attempts its last run took (more than 1: a worker was lost and it started
+    /// again on another).
+    #[serde(default)]
+    pub run_attempts: u32,
     pub reward: Option<f64>,
     pub advantage: Option<f64>,
     pub failure: Option<Failure>,
@@ -125,31 +136,61 @@ pub fn run(config: &Config, args: RolloutArgs) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         let runs = Runs::open(config, &args.target).await?;
         let started = Instant::now();
-        let mut pending: Vec<(usize, u32)> =
-            (0..tasks.len()).flat_map(|t| (0..args.attempts).map(move |a| (t, a))).rev().collect();
-        let total = pending.len();
-        let mut live: Vec<(usize, u32, String)> = Vec::new();
-        let mut done: Vec<Trajectory> = Vec::new();
+        // Attempts finished by an earlier, interrupted invocation on the same output are kept.
+        let progress = args.out.join("attempts.jsonl");
+        let mut done = read_progress(&progress)?;
+        done.retain(|t| t.attempt < args.attempts && tasks.iter().any(|task| task.id == t.task_id));
+        let mut log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&progress)
+            .with_context(|| format!("opening {}", progress.display()))?;
+        let finished: std::collections::HashSet<(String, u32)> =
+            done.iter().map(|t| (t.task_id.clone(), t.attempt)).collect();
+        if !finished.is_empty() {
+            eprintln!("{} attempts already done in {}", finished.len(), progress.display());
+        }
+        // (task, attempt, retries so far), last first.
+        let mut pending: Vec<(usize, u32, u32)> = (0..tasks.len())
+            .flat_map(|t| (0..args.attempts).map(move |a| (t, a, 0)))
+            .filter(|(t, a, _)| !finished.contains(&(tasks[*t].id.clone(), *a)))
+            .rev()
+            .collect();
+        let total = done.len() + pending.len();
+        let mut live: Vec<(usize, u32, u32, String)> = Vec::new();
         while !pending.is_empty() || !live.is_empty() {
             while live.len() < args.concurrency.max(1)
-                && let Some((t, a)) = pending.pop()
+                && let Some((t, a, retries)) = pending.pop()
             {
                 let mut req = requests[t].clone();
                 if let Some(r) = req.rollout.as_mut() {
                     r.seed = args.seed.map(|s| s + u64::from(a));
                 }
                 let info = runs.submit(req).await?;
-                live.push((t, a, info.id));
+                live.push((t, a, retries, info.id));
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
             let mut still = Vec::new();
-            for (t, a, id) in live.drain(..) {
+            for (t, a, retries, id) in live.drain(..) {
                 let info = runs.get(&id).await?;
                 if matches!(info.state, RunState::Queued | RunState::Running) {
-                    still.push((t, a, id));
+                    still.push((t, a, retries, id));
                     continue;
                 }
-                let trajectory = collect(&runs, &tasks[t], a, &info).await?;
+                let mut trajectory = collect(&runs, &tasks[t], a, &info).await?;
+                trajectory.retries = retries;
+                let environmental = matches!(trajectory.failure, Some(Failure::Environment | Failure::GraderTimeout));
+                if environmental && retries < args.retries {
+                    eprintln!(
+                        "{} #{a}: {} ({}); running it again",
+                        trajectory.task_id,
+                        info.state.as_str(),
+                        info.reason.as_deref().unwrap_or("no grade")
+                    );
+                    // Next to start.
+                    pending.push((t, a, retries + 1));
+                    continue;
+                }
                 eprintln!(
                     "[{}/{total}] {} #{}: {} reward {}",
                     done.len() + 1,
@@ -158,6 +199,9 @@ pub fn run(config: &Config, args: RolloutArgs) -> anyhow::Result<ExitCode> {
                     info.state.as_str(),
                     trajectory.reward.map_or("none".to_owned(), |r| format!("{r}"))
                 );
+                use std::io::Write as _;
+                writeln!(log, "{}", serde_json::to_string(&trajectory)?)
+                    .with_context(|| format!("writing {}", progress.display()))?;
                 done.push(trajectory);
             }
             live = still;
@@ -184,6 +228,31 @@ pub fn run(config: &Config, args: RolloutArgs) -> anyhow::Result<ExitCode> {
         eprintln!("{} attempts in {:.1} s → {}", done.len(), started.elapsed().as_secs_f64(), file.display());
         report(&args.out)
     })
+}
+
+/// The attempts an earlier invocation finished (`attempts.jsonl`); a torn last line (the
+/// process killed while writing it) is dropped.
+fn read_progress(path: &Path) -> anyhow::Result<Vec<Trajectory>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let mut out = Vec::new();
+    for (n, line) in lines.iter().enumerate() {
+        match serde_json::from_str::<Trajectory>(line) {
+            Ok(t) => out.push(t),
+            Err(_) if n + 1 == lines.len() && !text.ends_with('\n') => {}
+            Err(e) => bail!("{} line {}: {e}", path.display(), n + 1),
+        }
+    }
+    if !text.is_empty() && !text.ends_with('\n') {
+        // Drop the torn line so that appends start on a line of their own.
+        let keep: String = out.iter().map(|t| serde_json::to_string(t).map(|l| l + "\n")).collect::<Result<_, _>>()?;
+        std::fs::write(path, keep).with_context(|| format!("rewriting {}", path.display()))?;
+    }
+    Ok(out)
 }
 
 /// A task's run request (the code bundled once; every attempt reuses it).
@@ -252,6 +321,8 @@ async fn collect(runs: &Runs, task: &Task, attempt: u32, info: &RunInfo) -> anyh
         task_id: task.id.clone(),
         attempt,
         run_id: info.id.clone(),
+        retries: 0,
+        run_attempts: info.attempt,
         reward: scored.reward,
         advantage: None,
         failure: scored.failure,
@@ -321,4 +392,35 @@ fn report(dir: &Path) -> anyhow::Result<ExitCode> {
         println!("not graded normally: {}", list.join(", "));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trajectory(task: &str, attempt: u32) -> Trajectory {
+        serde_json::from_value(serde_json::json!({
+            "task_id": task, "attempt": attempt, "run_id": "run-1", "reward": 1.0, "advantage": null,
+            "failure": null, "state": "succeeded", "grader": null,
+            "usage": caret_protocol::runs::Usage::default(), "timings": caret_protocol::runs::Timings::default(),
+            "temperature": null, "seed": null, "tools": [], "messages": [], "steps": [], "patch": ""
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn progress_keeps_whole_lines_and_drops_a_torn_last_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("attempts.jsonl");
+        assert!(read_progress(&path).unwrap().is_empty(), "no file: nothing done");
+        let whole = serde_json::to_string(&trajectory("a", 0)).unwrap();
+        let torn = &serde_json::to_string(&trajectory("a", 1)).unwrap()[..40];
+        std::fs::write(&path, format!("{whole}\n{torn}")).unwrap();
+        let done = read_progress(&path).unwrap();
+        assert_eq!(done.iter().map(|t| (t.task_id.as_str(), t.attempt)).collect::<Vec<_>>(), [("a", 0)]);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), format!("{whole}\n"), "appends start on a new line");
+        // A bad line in the middle is not silently dropped.
+        std::fs::write(&path, format!("{torn}\n{whole}\n")).unwrap();
+        assert!(read_progress(&path).unwrap_err().to_string().contains("line 1"));
+    }
 }

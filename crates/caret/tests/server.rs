@@ -1303,6 +1303,68 @@ fn agent_config(url: &str) -> String {
     )
 }
 
+/// A rollout against a server whose worker is killed mid-way: the lost attempts start again
+/// on another worker and every trajectory is written and graded.
+#[test]
+fn a_rollout_survives_a_killed_worker() {
+    use caret_test_support::scripted::Behaviour;
+    let (_rt, up) = fixing_upstream();
+    // Each answer takes a while, so the attempts are mid-way when the worker dies.
+    up.set(Behaviour {
+        conversation: fixing_conversation(),
+        delay: Duration::from_millis(700),
+        ..Behaviour::default()
+    });
+    let config = format!("{}\n[runs]\nlease_ttl = \"2s\"\n", agent_config(&up.url));
+    let server = Server::start_with_config(&[], &[], Some(&config));
+    let alice = server.tenant("alice");
+    let operator = server.admin(&["admin", "operator-token", "create"]);
+    let repo = buggy_repo();
+    let client = TempDir::new();
+    let tasks = client.join("tasks.jsonl");
+    let task = json!({"id": "fix-add", "repo": repo.path().display().to_string(), "prompt": "make add.sh add",
+                      "grader": {"command": "sh test.sh"}});
+    std::fs::write(&tasks, format!("{task}\n")).unwrap();
+    let out_dir = client.join("out");
+    let rollout = Command::new(CARET)
+        .args(["rollout", tasks.to_str().unwrap(), "-n", "4", "--out", out_dir.to_str().unwrap()])
+        .args(["--server", &server.url, "--token", &alice])
+        .env("CARET_HOME", client.join("home"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let worker = |idle: &str| {
+        Command::new(CARET)
+            .args(["worker", "--server", &server.url, "--token", &operator, "--slots", "4", "--exit-when-idle", idle])
+            .env("CARET_HOME", client.join("worker-home"))
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut first = worker("60s");
+    // Killed once it has asked the model something for every attempt.
+    let until = Instant::now() + Duration::from_secs(60);
+    while up.chats().len() < 4 {
+        assert!(Instant::now() < until, "the attempts never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let mut second = worker("3s");
+    let out = rollout.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(second.wait().unwrap().success());
+    let text = std::fs::read_to_string(out_dir.join("trajectories.jsonl")).unwrap();
+    let ts: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(ts.len(), 4, "{text}");
+    for t in &ts {
+        assert_eq!(t["reward"].as_f64(), Some(1.0), "{t}");
+        assert!(t["run_attempts"].as_u64().unwrap() >= 2, "started again after the worker died: {t}");
+    }
+}
+
 #[test]
 fn a_seeded_rollout_on_the_local_engine_carries_its_tokens_and_is_reproducible() {
     let Some(model) = std::env::var_os("CARET_TEST_LLM_DIR") else {
