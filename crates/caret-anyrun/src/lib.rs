@@ -17,6 +17,7 @@
 //! This crate never serves HTTP itself.
 
 pub mod environment;
+pub mod envs;
 pub mod queue;
 pub mod redact;
 pub mod remote;
@@ -41,6 +42,9 @@ pub enum Error {
     /// run has ended.
     #[error("the lease on run {0} is no longer held (another worker took it over, or the run ended)")]
     Fenced(String),
+    /// A bound of the tenant's is reached (open episodes).
+    #[error("{0}")]
+    TooMany(String),
     /// Something needed is missing or failing (no models, the object store).
     #[error("{0}")]
     Unavailable(String),

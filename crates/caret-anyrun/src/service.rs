@@ -40,6 +40,8 @@ pub struct RunSettings {
     pub max_bundle_bytes: usize,
     /// Largest sealed event body, in bytes: longer tool outputs are cut.
     pub max_event_bytes: usize,
+    /// Episodes of the environment API.
+    pub envs: crate::envs::EnvSettings,
 }
 
 impl Default for RunSettings {
@@ -51,6 +53,7 @@ impl Default for RunSettings {
             retention: Duration::from_secs(7 * 24 * 3600),
             max_bundle_bytes: 256 << 20,
             max_event_bytes: 256 << 10,
+            envs: crate::envs::EnvSettings::default(),
         }
     }
 }
@@ -156,6 +159,8 @@ pub struct RunService {
     pub metrics: RunMetrics,
     /// When a lease last collected expired leases.
     last_expire_ms: AtomicI64,
+    /// Episodes of the environment API, open on this server.
+    episodes: crate::envs::Episodes,
 }
 
 impl std::fmt::Debug for RunService {
@@ -208,9 +213,10 @@ impl RunService {
             store,
             key,
             gateway,
-            settings,
             metrics: RunMetrics::default(),
             last_expire_ms: AtomicI64::new(0),
+            episodes: crate::envs::Episodes::new(settings.envs.clone()),
+            settings,
         }
     }
 
@@ -222,6 +228,11 @@ impl RunService {
     /// The settings.
     pub fn settings(&self) -> &RunSettings {
         &self.settings
+    }
+
+    /// The environment API's open episodes.
+    pub fn episodes(&self) -> &crate::envs::Episodes {
+        &self.episodes
     }
 
     fn sealer(&self, tenant_id: &str) -> Sealer {
@@ -290,6 +301,18 @@ impl RunService {
 
     /// Queues a run.
     pub async fn submit(&self, tenant: &TenantRef, req: CreateRun) -> Result<RunInfo> {
+        if req.rollout.as_ref().is_some_and(|r| r.policy) {
+            return Err(Error::BadRequest("a run answered by an external policy is started with POST /v1/envs".into()));
+        }
+        self.queue_run(tenant, req).await
+    }
+
+    /// Queues an episode's run (its model calls go to the policy, not the gateway).
+    pub(crate) async fn submit_episode(&self, tenant: &TenantRef, req: CreateRun) -> Result<RunInfo> {
+        self.queue_run(tenant, req).await
+    }
+
+    async fn queue_run(&self, tenant: &TenantRef, req: CreateRun) -> Result<RunInfo> {
         if req.task.trim().is_empty() {
             return Err(Error::BadRequest("task must not be empty".into()));
         }
@@ -321,7 +344,8 @@ impl RunService {
         {
             return Err(Error::BadRequest(format!("no secret named {name:?} (PUT /v1/secrets/{name} first)")));
         }
-        let model = self.model_alias(req.model.as_deref())?;
+        let policy = req.rollout.as_ref().is_some_and(|r| r.policy);
+        let model = if policy { "policy".to_owned() } else { self.model_alias(req.model.as_deref())? };
         let id = new_run_id();
         let push = match req.push {
             None => None,
@@ -775,6 +799,9 @@ impl RunService {
             |status: u16, message: String| caret_models::Error::Rejected { upstream: "anyrun".into(), status, message };
         let row = self.queue.check(&lease.run, lease.token).await.map_err(|e| refused(409, e.to_string()))?;
         let spec = self.spec(&row).map_err(|e| refused(500, e.to_string()))?;
+        if spec.rollout.as_ref().is_some_and(|r| r.policy) {
+            return self.episodes.model_call(&lease.run, req).await;
+        }
         if row.tokens_used >= spec.limits.model_tokens {
             return Err(refused(403, format!("the run's model token limit ({}) is used up", spec.limits.model_tokens)));
         }

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 pub mod agent;
 pub mod apply;
 pub mod complete;
+pub mod envs;
 pub mod llm;
 pub mod runs;
 

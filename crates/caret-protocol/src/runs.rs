@@ -162,6 +162,10 @@ pub struct RolloutOptions {
     /// Ask the model for token ids and log probabilities, and keep the token view in the
     /// transcript.
     pub tokens: bool,
+    /// The model is an external policy answering through the environment API (`/v1/envs`);
+    /// set by the server only.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub policy: bool,
 }
 
 /// A run's conversation as the model saw it.

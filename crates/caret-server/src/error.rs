@@ -26,6 +26,9 @@ pub enum Error {
         /// Seconds to wait.
         retry_after: u64,
     },
+    /// A bound of the tenant's is reached (open episodes, say); retry once some are closed.
+    #[error("{0}")]
+    TooMany(String),
     /// An edit that does not fit the text it was sent with (no place, or several). The
     /// message quotes the caller's own edit back to it; nothing of it is logged or stored.
     #[error("{0}")]
@@ -63,6 +66,7 @@ impl Error {
             Error::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             Error::MissingChunks(_) => (StatusCode::CONFLICT, "missing_chunks"),
             Error::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+            Error::TooMany(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many"),
             Error::EditDoesNotFit(_) => (StatusCode::UNPROCESSABLE_ENTITY, "edit_does_not_fit"),
             Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Error::Database(_) | Error::Store(_) | Error::Internal(_) => {
@@ -88,6 +92,9 @@ impl IntoResponse for Error {
                 if let Ok(v) = HeaderValue::from_str(&retry_after.to_string()) {
                     response.headers_mut().insert(header::RETRY_AFTER, v);
                 }
+            }
+            Error::TooMany(_) => {
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
             }
             Error::Unauthorized => {
                 response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

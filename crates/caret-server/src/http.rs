@@ -95,6 +95,10 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
         .route("/v1/runs/{id}/cancel", post(crate::runs::cancel))
         .route("/v1/runs/{id}/events", get(crate::runs::events))
         .route("/v1/runs/{id}/result", get(crate::runs::result))
+        .route("/v1/envs", post(crate::runs::create_env).get(crate::runs::list_envs))
+        .route("/v1/envs/{id}", axum::routing::delete(crate::runs::close_env))
+        .route("/v1/envs/{id}/step", post(crate::runs::step_env))
+        .route("/v1/envs/{id}/grade", post(crate::runs::grade_env))
         .route("/v1/secrets", get(crate::runs::list_secrets))
         .route("/v1/secrets/{name}", put(crate::runs::put_secret).delete(crate::runs::delete_secret))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));

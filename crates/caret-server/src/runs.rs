@@ -10,7 +10,11 @@
 //!   as a JSON array instead.
 //! - `GET /v1/runs/{id}/result` → `RunResult` (409 until the run has ended with one).
 //!
-//! Another tenant's run answers exactly like a missing one.
+//! - `POST /v1/envs` `CreateEnv` → 201 `Observation`; `GET /v1/envs`;
+//!   `POST /v1/envs/{id}/step` `Step` → `Observation`; `POST /v1/envs/{id}/grade` → `Graded`;
+//!   `DELETE /v1/envs/{id}` (the environment API: episodes for an external policy).
+//!
+//! Another tenant's run (or episode) answers exactly like a missing one.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -22,6 +26,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json as AxumJson};
 use caret_anyrun::service::{RunService, TenantRef};
+use caret_protocol::envs::{CreateEnv, EnvList, Step};
 use caret_protocol::llm::ChatRequest;
 use caret_protocol::runs::{
     CheckpointBody, Completion, CreateRun, EventBatch, Heartbeat, HeartbeatAnswer, LeaseRef, LeaseRequest, PutSecret,
@@ -40,6 +45,7 @@ impl From<caret_anyrun::Error> for Error {
             E::BadRequest(m) => Error::BadRequest(m),
             E::NotFound(m) => Error::NotFound(m),
             E::Conflict(m) => Error::Conflict(m),
+            E::TooMany(m) => Error::TooMany(m),
             e @ E::Fenced(_) => Error::Conflict(e.to_string()),
             E::Unavailable(m) => Error::Unavailable(m),
             E::Database(e) => Error::Database(e.to_string()),
@@ -288,6 +294,50 @@ pub(crate) async fn chat(
         Ok(events) => crate::llm::stream_chat(events, alias, usage_wanted),
         Err(e) => crate::llm::gateway_error(&e),
     }
+}
+
+/// `POST /v1/envs`: an episode for an external policy → 201 and its first observation.
+pub(crate) async fn create_env(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    Json(req): Json<CreateEnv>,
+) -> Result<Response> {
+    let obs = service(&s)?.create_episode(&tenant(&t), req).await?;
+    Ok((StatusCode::CREATED, AxumJson(obs)).into_response())
+}
+
+/// `GET /v1/envs`: the tenant's open episodes.
+pub(crate) async fn list_envs(State(s): State<AppState>, Extension(t): Extension<Tenant>) -> Result<Response> {
+    Ok(AxumJson(EnvList { episodes: service(&s)?.episodes().list(&t.id) }).into_response())
+}
+
+/// `POST /v1/envs/{id}/step`: the policy's message → what the tools answered.
+pub(crate) async fn step_env(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    Path(id): Path<String>,
+    Json(req): Json<Step>,
+) -> Result<Response> {
+    Ok(AxumJson(service(&s)?.step_episode(&t.id, &id, req.message).await?).into_response())
+}
+
+/// `POST /v1/envs/{id}/grade`: ends the turn, runs the grader → the reward.
+pub(crate) async fn grade_env(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Response> {
+    Ok(AxumJson(service(&s)?.grade_episode(&t.id, &id).await?).into_response())
+}
+
+/// `DELETE /v1/envs/{id}`: closes the episode (its run cancelled if still going).
+pub(crate) async fn close_env(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Result<Response> {
+    service(&s)?.close_episode(&t.id, &id).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 pub(crate) async fn fleet(State(s): State<AppState>) -> Result<Response> {

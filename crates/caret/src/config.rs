@@ -50,6 +50,10 @@ pub struct RunsSection {
     pub max_running_per_tenant: Option<u32>,
     /// Ended runs are deleted after this long ("7d").
     pub retention: Option<String>,
+    /// Episodes of the environment API a tenant may hold open at once.
+    pub max_episodes_per_tenant: Option<usize>,
+    /// An episode left this long without a call is closed ("10m").
+    pub episode_idle: Option<String>,
 }
 
 impl RunsSection {
@@ -67,6 +71,12 @@ impl RunsSection {
         }
         if let Some(t) = &self.retention {
             s.retention = parse_duration(t).context("[runs] retention")?;
+        }
+        if let Some(n) = self.max_episodes_per_tenant {
+            s.envs.max_per_tenant = n.max(1);
+        }
+        if let Some(t) = &self.episode_idle {
+            s.envs.idle = parse_duration(t).context("[runs] episode_idle")?.max(std::time::Duration::from_secs(1));
         }
         Ok(s)
     }

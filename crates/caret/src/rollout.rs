@@ -280,6 +280,7 @@ fn request(task: &Task, base: &Path, args: &RolloutArgs) -> anyhow::Result<Creat
             seed: None,
             transcript: true,
             tokens: !args.no_tokens,
+            policy: false,
         }),
     })
 }

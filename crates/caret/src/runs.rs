@@ -255,6 +255,10 @@ pub fn spawn_upkeep(runs: Arc<RunService>) -> tokio::task::JoinHandle<()> {
             if let Err(e) = runs.expire().await {
                 tracing::warn!("expiring leases: {e}");
             }
+            let reaped = runs.reap_episodes().await;
+            if reaped > 0 {
+                tracing::info!(episodes = reaped, "idle episodes closed");
+            }
             if last_collect.elapsed() > Duration::from_secs(3600) {
                 last_collect = std::time::Instant::now();
                 match runs.collect_expired().await {

@@ -1417,6 +1417,128 @@ fn a_seeded_rollout_on_the_local_engine_carries_its_tokens_and_is_reproducible()
     assert_eq!(a["messages"], b["messages"]);
 }
 
+/// The environment API by hand: an episode's observation is what the agent sends a model;
+/// steps run the policy's calls in the sandbox; grading scores the change; tenants are apart,
+/// bounded, and an idle episode is closed.
+#[test]
+fn episodes_run_the_policys_calls_and_grade_them() {
+    let config = "[runs]\nmax_episodes_per_tenant = 1\nepisode_idle = \"2s\"\n";
+    let server = Server::start_with_config(&[], &["--workers", "2"], Some(config));
+    let (alice, bob) = (server.tenant("alice"), server.tenant("bob"));
+    let repo = buggy_repo();
+    let http = reqwest::blocking::Client::new();
+    let call = |method: reqwest::Method, path: &str, token: &str, body: Option<Value>| -> (u16, Value) {
+        let mut r = http.request(method, format!("{}{path}", server.url)).bearer_auth(token);
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        let resp = r.send().unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().unwrap_or(Value::Null))
+    };
+    let task = json!({"repo": {"kind": "git", "url": format!("file://{}", repo.path().display())},
+                      "prompt": "make add.sh add", "grader": {"command": "sh test.sh", "timeout_s": 60}});
+    let (status, obs) = call(reqwest::Method::POST, "/v1/envs", &alice, Some(task.clone()));
+    assert_eq!(status, 201, "{obs}");
+    let id = obs["episode"].as_str().unwrap().to_owned();
+    // The observation is the agent's own first model call: its system prompt and tools.
+    assert!(obs["messages"][0]["content"].as_str().unwrap().starts_with("You are a coding agent"), "{obs}");
+    assert_eq!(obs["messages"][1]["content"].as_str().unwrap().lines().next(), Some("make add.sh add"));
+    let tools: Vec<&str> =
+        obs["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    assert!(tools.contains(&"edit_file") && tools.contains(&"run_terminal_cmd"), "{tools:?}");
+
+    // Bounded per tenant; another tenant's episode is a missing one.
+    let (status, _) = call(reqwest::Method::POST, "/v1/envs", &alice, Some(task.clone()));
+    assert_eq!(status, 429);
+    let step = |token: &str, message: Value| {
+        call(reqwest::Method::POST, &format!("/v1/envs/{id}/step"), token, Some(json!({"message": message})))
+    };
+    let read = json!({"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "run_terminal_cmd", "arguments": "{\"command\": \"cat add.sh; echo hi > new.txt\"}"}}]});
+    assert_eq!(step(&bob, read.clone()).0, 404);
+    assert_eq!(call(reqwest::Method::GET, "/v1/envs", &bob, None).1["episodes"], json!([]));
+    assert_eq!(step(&alice, json!({"role": "user", "content": "x"})).0, 400);
+
+    // A command runs in the sandbox, on the task's checkout.
+    let (status, obs) = step(&alice, read);
+    assert_eq!(status, 200, "{obs}");
+    assert_eq!(obs["messages"].as_array().unwrap().len(), 1, "{obs}");
+    assert_eq!(obs["messages"][0]["role"], "tool");
+    assert_eq!(obs["messages"][0]["tool_call_id"], "c1");
+    assert!(obs["messages"][0]["content"].as_str().unwrap().contains("$1 - $2"), "{obs}");
+    assert!(obs["server_ms"].as_f64().unwrap() >= 0.0 && obs["worker_ms"].as_f64().unwrap() > 0.0);
+    let fix = json!({"role": "assistant", "content": "Fixing.", "tool_calls": [{"id": "c2", "type": "function",
+        "function": {"name": "edit_file", "arguments": json!({"path": "add.sh",
+            "edit": "<<<<<<< SEARCH\necho $(( $1 - $2 ))\n=======\necho $(( $1 + $2 ))\n>>>>>>> REPLACE"}).to_string()}}]});
+    let (status, obs) = step(&alice, fix);
+    assert_eq!((status, obs["done"].as_bool()), (200, Some(false)), "{obs}");
+    // Grading ends the turn (no final message needed) and scores the change.
+    let (status, graded) = call(reqwest::Method::POST, &format!("/v1/envs/{id}/grade"), &alice, None);
+    assert_eq!(status, 200, "{graded}");
+    assert_eq!(graded["reward"].as_f64(), Some(1.0), "{graded}");
+    assert!(graded["grader"]["output"].as_str().unwrap().contains("tests pass"));
+    assert!(graded["patch"].as_str().unwrap().contains("+echo $(( $1 + $2 ))"));
+    assert!(graded["patch"].as_str().unwrap().contains("new.txt"));
+    // The turn is over: no model call waits.
+    assert_eq!(step(&alice, json!({"role": "assistant", "content": "more"})).0, 409);
+    assert_eq!(call(reqwest::Method::DELETE, &format!("/v1/envs/{id}"), &alice, None).0, 204);
+    assert_eq!(call(reqwest::Method::DELETE, &format!("/v1/envs/{id}"), &alice, None).0, 404);
+
+    // An idle episode is closed and its run stopped.
+    let (status, obs) = call(reqwest::Method::POST, "/v1/envs", &alice, Some(task));
+    assert_eq!(status, 201, "{obs}");
+    let run = obs["run"].as_str().unwrap().to_owned();
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let listed = call(reqwest::Method::GET, "/v1/envs", &alice, None).1;
+        let state = call(reqwest::Method::GET, &format!("/v1/runs/{run}"), &alice, None).1["state"].clone();
+        if listed["episodes"] == json!([]) && state == "cancelled" {
+            break;
+        }
+        assert!(Instant::now() < until, "the idle episode was not closed: {listed} {state}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Runs answered by a policy start only through the environment API.
+    let sneaky = json!({"repo": {"kind": "git", "url": format!("file://{}", repo.path().display())}, "task": "t",
+                        "rollout": {"policy": true}});
+    assert_eq!(call(reqwest::Method::POST, "/v1/runs", &alice, Some(sneaky)).0, 400);
+}
+
+/// A real Ray program (`ray` from PyPI, a local cluster) drives the environment API through the
+/// Python client: actors step 16 episodes at once and collect their rewards.
+#[test]
+fn a_ray_program_steps_episodes_concurrently() {
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python");
+    let has_ray = Command::new("python3").args(["-c", "import ray"]).output().is_ok_and(|o| o.status.success());
+    if !has_ray {
+        eprintln!("python3 cannot import ray (pip install ray): skipping the Ray test");
+        return;
+    }
+    let config = "[runs]\nmax_running_per_tenant = 64\n";
+    let server = Server::start_with_config(&[], &["--workers", "16"], Some(config));
+    let alice = server.tenant("alice");
+    let repo = buggy_repo();
+    let out = Command::new("python3")
+        .arg(python.join("tests/ray_episodes.py"))
+        .args(["--url", &server.url, "--token", &alice, "--repo", repo.path().to_str().unwrap()])
+        .args(["--episodes", "16", "--actors", "4"])
+        .env("PYTHONPATH", &python)
+        .env("RAY_USAGE_STATS_ENABLED", "0")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}\n{stderr}\nserver log:\n{}",
+        std::fs::read_to_string(&server.log).unwrap_or_default()
+    );
+    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(summary["rewards"], json!(vec![1.0; 16]), "{summary}");
+    assert_eq!(summary["patched"], 16, "{summary}");
+    eprintln!("ray episodes: {summary}");
+}
+
 /// A scripted upstream playing [`fixing_conversation`] (and the runtime that serves it).
 fn fixing_upstream() -> (tokio::runtime::Runtime, caret_test_support::scripted::ScriptedUpstream) {
     use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
