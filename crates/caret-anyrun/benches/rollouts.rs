@@ -8,17 +8,16 @@
 //! 96 8 7 10: Pareto shape 1.0).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use caret_anyrun::queue::{Dialect, Queue};
 use caret_anyrun::service::{RunService, RunSettings, TenantRef};
 use caret_anyrun::worker::{InProcess, Worker, WorkerConfig};
-use caret_models::openai::OpenAiProvider;
-use caret_models::{Deployment, DeploymentLimits, Gateway, GatewaySettings};
 use caret_protocol::runs::{CreateRun, RepoSource, RunClass, RunEnvironment, RunLimits, RunState};
 use caret_test_support::TempDir;
-use caret_test_support::scripted::{Answer, Behaviour, ScriptedUpstream};
 
 /// Attempt lengths: Pareto (`shape`) from 0.1 s, capped at 10 s.
 fn lengths(n: usize, shape: f64, seed: u64) -> Vec<f64> {
@@ -122,21 +121,8 @@ fn main() {
         let dir = TempDir::new();
         dir.write("repo/README", "wait\n");
         let repo = dir.join("repo");
-        for a in [&["init", "-q"][..], &["add", "-A"], &["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "-m", "i"]] {
-            assert!(std::process::Command::new("git").args(a).current_dir(&repo).status().unwrap().success());
-        }
-        let up = ScriptedUpstream::start("bench-model").await;
-        up.set(Behaviour {
-            conversation: vec![
-                Answer::Calls(vec![("run_terminal_cmd".into(), serde_json::json!({"command": "sleep $SECONDS_TO_WAIT"}))]),
-                Answer::Text("done".into()),
-            ],
-            ..Behaviour::default()
-        });
-        let provider = Arc::new(OpenAiProvider::new(&up.url, None).unwrap());
-        let mut g = Gateway::new(GatewaySettings::default());
-        let limits = DeploymentLimits { max_concurrency: 1024, max_queue: 4096, ..DeploymentLimits::default() };
-        g.add_alias("agent", vec![Deployment::new("scripted", provider, "m", 0, 1, limits)]);
+        common::commit_all(&repo);
+        let (_up, g) = common::scripted_agent("sleep $SECONDS_TO_WAIT").await;
         let (pool, _) = caret_test_support::database::scratch(dir.path(), "CARET_BENCH_DATABASE_URL").await;
         let q = Queue::open(pool, Dialect::Sqlite).await.unwrap();
         std::fs::create_dir_all(dir.join("objects")).unwrap();

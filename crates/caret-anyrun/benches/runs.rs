@@ -5,6 +5,8 @@
 //! with `CARET_BENCH_DATABASE_URL=postgres://…` the queue is on PostgreSQL (a new schema).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -149,23 +151,8 @@ async fn concurrent(runs: usize) {
     let dir = TempDir::new();
     dir.write("repo/add.sh", "echo $(( $1 - $2 ))\n");
     let repo = dir.join("repo");
-    for args in
-        [&["init", "-q"][..], &["add", "-A"], &["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "-m", "i"]]
-    {
-        assert!(std::process::Command::new("git").args(args).current_dir(&repo).status().unwrap().success());
-    }
-    let up = ScriptedUpstream::start("bench-model").await;
-    up.set(Behaviour {
-        conversation: vec![
-            Answer::Calls(vec![("run_terminal_cmd".into(), serde_json::json!({"command": "sleep 2; sh add.sh 2 3"}))]),
-            Answer::Text("done".into()),
-        ],
-        ..Behaviour::default()
-    });
-    let provider = Arc::new(OpenAiProvider::new(&up.url, None).unwrap());
-    let mut g = Gateway::new(GatewaySettings::default());
-    let limits = DeploymentLimits { max_concurrency: 1024, max_queue: 4096, ..DeploymentLimits::default() };
-    g.add_alias("agent", vec![Deployment::new("scripted", provider, "m", 0, 1, limits)]);
+    common::commit_all(&repo);
+    let (_up, g) = common::scripted_agent("sleep 2; sh add.sh 2 3").await;
     let settings = RunSettings { max_running_per_tenant: runs as u32, ..RunSettings::default() };
     let (s, db) = service(&dir, Some(Arc::new(g)), settings).await;
     let tenant = TenantRef { id: "t".into(), name: "t".into() };
