@@ -18,6 +18,8 @@ use crate::config::Config;
 use crate::runs::{Runs, Target};
 use crate::server::runtime;
 
+mod convert;
+
 #[derive(Debug, clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct RolloutArgs {
@@ -61,6 +63,8 @@ pub enum RolloutCommand {
         /// A rollout's output directory.
         dir: PathBuf,
     },
+    /// A public task set as a task file with one small git repository per problem.
+    Convert(convert::ConvertArgs),
 }
 
 /// One attempt, as written to `trajectories.jsonl`.
@@ -118,8 +122,10 @@ pub struct Step {
 }
 
 pub fn run(config: &Config, args: RolloutArgs) -> anyhow::Result<ExitCode> {
-    if let Some(RolloutCommand::Report { dir }) = &args.report {
-        return report(dir);
+    match &args.report {
+        Some(RolloutCommand::Report { dir }) => return report(dir),
+        Some(RolloutCommand::Convert(convert)) => return convert::run(convert),
+        None => {}
     }
     let Some(path) = &args.tasks else { bail!("give a task file (or `caret rollout report DIR`)") };
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;

