@@ -164,6 +164,26 @@ pub fn run(config: &Config, args: RolloutArgs) -> anyhow::Result<ExitCode> {
             .collect();
         let total = done.len() + pending.len();
         let mut live: Vec<(usize, u32, u32, String)> = Vec::new();
+        // Runs an earlier, interrupted invocation submitted and did not collect are adopted,
+        // not submitted again: they may be running, or done.
+        let submitted_file = args.out.join("submitted.jsonl");
+        for s in read_submitted(&submitted_file)? {
+            let Some(at) = pending.iter().position(|(t, a, _)| tasks[*t].id == s.task_id && *a == s.attempt) else {
+                continue;
+            };
+            if runs.get(&s.run_id).await.is_ok() {
+                let (t, a, _) = pending.remove(at);
+                live.push((t, a, s.retries, s.run_id));
+            }
+        }
+        if !live.is_empty() {
+            eprintln!("{} attempts an earlier invocation started are followed again", live.len());
+        }
+        let mut submitted = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&submitted_file)
+            .with_context(|| format!("opening {}", submitted_file.display()))?;
         while !pending.is_empty() || !live.is_empty() {
             while live.len() < args.concurrency.max(1)
                 && let Some((t, a, retries)) = pending.pop()
@@ -173,12 +193,28 @@ pub fn run(config: &Config, args: RolloutArgs) -> anyhow::Result<ExitCode> {
                     r.seed = args.seed.map(|s| s + u64::from(a));
                 }
                 let info = runs.submit(req).await?;
+                let line = Submitted { task_id: tasks[t].id.clone(), attempt: a, retries, run_id: info.id.clone() };
+                use std::io::Write as _;
+                writeln!(submitted, "{}", serde_json::to_string(&line)?)
+                    .with_context(|| format!("writing {}", submitted_file.display()))?;
                 live.push((t, a, retries, info.id));
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
             let mut still = Vec::new();
+            // One listing a tick finds the live runs (the latest ones, as a rule); a run it
+            // misses is asked for alone.
+            let listed: std::collections::HashMap<String, RunInfo> = match live.len() {
+                0 => Default::default(),
+                n => runs.list(u32::try_from(2 * n + 16).unwrap_or(1000).min(1000)).await?,
+            }
+            .into_iter()
+            .map(|r| (r.id.clone(), r))
+            .collect();
             for (t, a, retries, id) in live.drain(..) {
-                let info = runs.get(&id).await?;
+                let info = match listed.get(&id) {
+                    Some(info) => info.clone(),
+                    None => runs.get(&id).await?,
+                };
                 if matches!(info.state, RunState::Queued | RunState::Running) {
                     still.push((t, a, retries, id));
                     continue;
@@ -234,6 +270,36 @@ pub fn run(config: &Config, args: RolloutArgs) -> anyhow::Result<ExitCode> {
         eprintln!("{} attempts in {:.1} s → {}", done.len(), started.elapsed().as_secs_f64(), file.display());
         report(&args.out)
     })
+}
+
+/// A submitted attempt, as written to `submitted.jsonl`.
+#[derive(Debug, Serialize, Deserialize)]
+struct Submitted {
+    task_id: String,
+    attempt: u32,
+    retries: u32,
+    run_id: String,
+}
+
+/// The runs earlier invocations submitted, the latest per attempt last; unreadable lines (a
+/// torn last one) are skipped — at worst an attempt is submitted again.
+fn read_submitted(path: &Path) -> anyhow::Result<Vec<Submitted>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let mut latest: BTreeMap<(String, u32), Submitted> = BTreeMap::new();
+    for s in text.lines().filter_map(|l| serde_json::from_str::<Submitted>(l).ok()) {
+        latest.insert((s.task_id.clone(), s.attempt), s);
+    }
+    if !text.is_empty() && !text.ends_with('\n') {
+        // Appends start on a line of their own.
+        let mut f = std::fs::OpenOptions::new().append(true).open(path)?;
+        use std::io::Write as _;
+        writeln!(f)?;
+    }
+    Ok(latest.into_values().collect())
 }
 
 /// The attempts an earlier invocation finished (`attempts.jsonl`); a torn last line (the
@@ -413,6 +479,23 @@ mod tests {
             "temperature": null, "seed": null, "tools": [], "messages": [], "steps": [], "patch": ""
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn the_latest_run_of_each_submitted_attempt_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("submitted.jsonl");
+        assert!(read_submitted(&path).unwrap().is_empty());
+        let line = |task: &str, attempt: u32, retries: u32, run: &str| {
+            serde_json::to_string(&Submitted { task_id: task.into(), attempt, retries, run_id: run.into() }).unwrap()
+        };
+        let torn = &line("b", 0, 0, "run-4")[..20];
+        let text = format!("{}\n{}\n{}\n{torn}", line("a", 0, 0, "run-1"), line("a", 1, 0, "run-2"), line("a", 0, 1, "run-3"));
+        std::fs::write(&path, text).unwrap();
+        let got: Vec<(String, u32, u32, String)> =
+            read_submitted(&path).unwrap().into_iter().map(|s| (s.task_id, s.attempt, s.retries, s.run_id)).collect();
+        assert_eq!(got, [("a".into(), 0, 1, "run-3".into()), ("a".into(), 1, 0, "run-2".into())]);
+        assert!(std::fs::read_to_string(&path).unwrap().ends_with('\n'), "appends start on a new line");
     }
 
     #[test]

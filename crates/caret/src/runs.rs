@@ -333,7 +333,23 @@ impl Runs {
 
     async fn call<T: serde::de::DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> anyhow::Result<T> {
         let Runs::Remote { token, .. } = self else { bail!("not a server") };
-        let resp = req.bearer_auth(token).send().await.context("reaching the server")?;
+        // Rate limited: wait as the server says (a while in all), then give up.
+        let mut waited = Duration::ZERO;
+        let resp = loop {
+            let attempt = req.try_clone().context("a request that cannot be sent again")?;
+            let resp = attempt.bearer_auth(token).send().await.context("reaching the server")?;
+            if resp.status() != reqwest::StatusCode::TOO_MANY_REQUESTS || waited >= Duration::from_secs(120) {
+                break resp;
+            }
+            let after = resp
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+                .unwrap_or(1)
+                .clamp(1, 30);
+            tokio::time::sleep(Duration::from_secs(after)).await;
+            waited += Duration::from_secs(after);
+        };
         let status = resp.status();
         let text = resp.text().await.context("reading the server's answer")?;
         if !status.is_success() {
@@ -365,7 +381,7 @@ impl Runs {
         }
     }
 
-    async fn list(&self, limit: u32) -> anyhow::Result<Vec<RunInfo>> {
+    pub(crate) async fn list(&self, limit: u32) -> anyhow::Result<Vec<RunInfo>> {
         match self {
             Runs::Local { service, tenant, .. } => Ok(service.list(&tenant.id, limit).await?),
             Runs::Remote { client, .. } => {
