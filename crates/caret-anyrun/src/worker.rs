@@ -264,15 +264,16 @@ async fn slot(
                 }
                 continue;
             }
-            Ok(None) => {
-                if let Some(idle) = config.exit_when_idle {
-                    let quiet = last_active.lock().unwrap_or_else(PoisonError::into_inner).elapsed();
-                    if busy.load(Ordering::Relaxed) == 0 && quiet >= idle {
-                        return summary;
-                    }
-                }
-            }
+            Ok(None) => {}
             Err(e) => tracing::warn!(worker = %config.name, "asking for a run: {e}"),
+        }
+        // Idle — no run to take, or no coordinator answering (its storage gone, say) — for
+        // long enough: done.
+        if let Some(idle) = config.exit_when_idle {
+            let quiet = last_active.lock().unwrap_or_else(PoisonError::into_inner).elapsed();
+            if busy.load(Ordering::Relaxed) == 0 && quiet >= idle {
+                return summary;
+            }
         }
         tokio::select! {
             () = tokio::time::sleep(config.poll) => {}

@@ -719,3 +719,24 @@ async fn a_run_that_fills_its_disk_is_stopped_with_the_reason() {
     );
     assert_eq!(run_dirs_left(&dir), vec![std::ffi::OsString::from("snapshots")]);
 }
+
+/// A worker told to exit when idle also exits when its coordinator stops answering (a server
+/// gone, a local one's storage deleted) rather than asking forever.
+#[tokio::test]
+async fn an_idle_worker_whose_coordinator_is_gone_exits() {
+    let dir = TempDir::new();
+    // A port nobody listens on: every lease fails.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let remote = caret_anyrun::remote::Remote::new(&url, "operator-token", reqwest::Client::new());
+    let mut config = WorkerConfig::new("orphan", 2, dir.join("work"));
+    config.poll = Duration::from_millis(50);
+    config.exit_when_idle = Some(Duration::from_millis(300));
+    let (_drain, drained) = tokio::sync::watch::channel(false);
+    let summary = tokio::time::timeout(Duration::from_secs(20), Worker::new(Arc::new(remote), config).run(drained))
+        .await
+        .expect("the worker did not exit")
+        .unwrap();
+    assert_eq!((summary.completed, summary.abandoned), (0, 0));
+}
