@@ -2011,6 +2011,32 @@ fn a_rollout_grades_attempts_like_user_runs_and_writes_trajectories() {
     assert_eq!(row("fix-add")[3], "1.000", "{report}");
     assert_eq!(row("never")[3], "0.000", "{report}");
     assert_eq!(row("overall")[2], "0.500", "{report}");
+
+    // The same trajectories as Parquet (python/caret_env/parquet.py), where pyarrow is
+    // installed (CI installs it).
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python");
+    let has_pyarrow = Command::new("python3").args(["-c", "import pyarrow"]).output().is_ok_and(|o| o.status.success());
+    if !has_pyarrow {
+        eprintln!("python3 cannot import pyarrow: skipping the Parquet check");
+        return;
+    }
+    let out = Command::new("python3").args(["-m", "caret_env.parquet"]).arg(&out_dir).env("PYTHONPATH", &python).output();
+    let out = out.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let read = "import json, sys, pyarrow.parquet as pq\n\
+                t = pq.read_table(sys.argv[1])\n\
+                print(json.dumps({c: t.column(c).to_pylist() for c in ['task_id', 'attempt', 'reward', 'advantage', 'seed', 'messages', 'usage_calls']}))";
+    let out = Command::new("python3").args(["-c", read]).arg(out_dir.join("trajectories.parquet")).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for (i, t) in ts.iter().enumerate() {
+        for c in ["task_id", "attempt", "reward", "advantage", "seed"] {
+            assert_eq!(table[c][i], t[c], "{c} of row {i}");
+        }
+        let messages: Value = serde_json::from_str(table["messages"][i].as_str().unwrap()).unwrap();
+        assert_eq!(messages, t["messages"]);
+        assert_eq!(table["usage_calls"][i].as_f64(), t["usage"]["calls"].as_f64());
+    }
 }
 
 /// Runs a converted task's grader in a fresh clone of its repository (outside any sandbox),
