@@ -57,7 +57,7 @@ fn task(dir: &Path, i: usize) -> Value {
     {
         assert!(Command::new("git").args(a).current_dir(&repo).status().unwrap().success());
     }
-    let extra = if i % 5 == 0 { " && test -f NEVER" } else { "" };
+    let extra = if i.is_multiple_of(5) { " && test -f NEVER" } else { "" };
     json!({"id": format!("t{i}"), "repo": format!("repos/t{i}"), "prompt": "make add.sh add",
            "grader": {"command": format!("[ \"$(sh add.sh 2 3)\" = 5 ]{extra}"), "timeout_s": 60}})
 }
@@ -168,14 +168,15 @@ fn main() {
     for t in &ts {
         let id = t["task_id"].as_str().unwrap().to_owned();
         *seen.entry((id.clone(), t["attempt"].as_u64().unwrap())).or_default() += 1;
-        let expected = if id[1..].parse::<usize>().unwrap() % 5 == 0 { 0.0 } else { 1.0 };
+        let expected = if id[1..].parse::<usize>().unwrap().is_multiple_of(5) { 0.0 } else { 1.0 };
         if t["reward"].as_f64() != Some(expected) {
             wrong += 1;
             println!("  {id} #{}: reward {} ({})", t["attempt"], t["reward"], t["reason"]);
         }
         run_attempts += usize::from(t["run_attempts"].as_u64().unwrap_or(1) > 1);
         retried += usize::from(t["retries"].as_u64().unwrap_or(0) > 0);
-        tokens += t["usage"]["prompt_tokens"].as_u64().unwrap_or(0) + t["usage"]["completion_tokens"].as_u64().unwrap_or(0);
+        tokens +=
+            t["usage"]["prompt_tokens"].as_u64().unwrap_or(0) + t["usage"]["completion_tokens"].as_u64().unwrap_or(0);
     }
     let twice = seen.values().filter(|n| **n > 1).count();
     let log = std::fs::read_to_string(dir.join("rollout.log")).unwrap_or_default();

@@ -490,7 +490,8 @@ mod tests {
             serde_json::to_string(&Submitted { task_id: task.into(), attempt, retries, run_id: run.into() }).unwrap()
         };
         let torn = &line("b", 0, 0, "run-4")[..20];
-        let text = format!("{}\n{}\n{}\n{torn}", line("a", 0, 0, "run-1"), line("a", 1, 0, "run-2"), line("a", 0, 1, "run-3"));
+        let text =
+            format!("{}\n{}\n{}\n{torn}", line("a", 0, 0, "run-1"), line("a", 1, 0, "run-2"), line("a", 0, 1, "run-3"));
         std::fs::write(&path, text).unwrap();
         let got: Vec<(String, u32, u32, String)> =
             read_submitted(&path).unwrap().into_iter().map(|s| (s.task_id, s.attempt, s.retries, s.run_id)).collect();

@@ -2020,7 +2020,8 @@ fn a_rollout_grades_attempts_like_user_runs_and_writes_trajectories() {
         eprintln!("python3 cannot import pyarrow: skipping the Parquet check");
         return;
     }
-    let out = Command::new("python3").args(["-m", "caret_env.parquet"]).arg(&out_dir).env("PYTHONPATH", &python).output();
+    let out =
+        Command::new("python3").args(["-m", "caret_env.parquet"]).arg(&out_dir).env("PYTHONPATH", &python).output();
     let out = out.unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let read = "import json, sys, pyarrow.parquet as pq\n\
@@ -2108,7 +2109,8 @@ fn converted_task_sets_grade_like_their_own_harnesses() {
         assert!(lib.contains("todo!()") && !lib.contains("#[test]"), "{lib}");
         let (passed, output) = grade_clone(&repo, grader, |_| {});
         assert!(!passed && output.contains("not yet implemented"), "{}: {output}", t["id"]);
-        let (passed, output) = grade_clone(&repo, grader, |c| std::fs::write(c.join("src/lib.rs"), solution(&t["id"])).unwrap());
+        let (passed, output) =
+            grade_clone(&repo, grader, |c| std::fs::write(c.join("src/lib.rs"), solution(&t["id"])).unwrap());
         assert!(passed, "{}'s reference solution fails: {output}", t["id"]);
     }
 
