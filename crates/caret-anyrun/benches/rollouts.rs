@@ -135,8 +135,9 @@ fn main() {
         let work: f64 = mix.iter().sum();
         let longest = mix.iter().copied().fold(0.0, f64::max);
         println!(
-            "rollout mix: {attempts} attempts of `sleep` 0.1–10 s (Pareto {shape}, seed {seed}): {work:.1} s of work, longest {longest:.1} s, {slots} slots; bound max(work/slots, longest) = {:.1} s",
-            (work / slots as f64).max(longest)
+            "rollout mix: {attempts} attempts of `sleep` 0.1–10 s (Pareto {shape}, seed {seed}): {work:.1} s of work, longest {longest:.1} s, {slots} slots; bound max(work/slots, longest) = {:.1} s, so no scheduler keeps slots over {:.0}% busy",
+            (work / slots as f64).max(longest),
+            100.0 * work / (slots as f64 * (work / slots as f64).max(longest))
         );
         for (name, pull) in [("pull (a slot takes the next attempt when it frees)", true), ("static round-robin partition", false)] {
             let o = run_mix(&s, &url, &mix, slots, pull).await;
