@@ -8,36 +8,17 @@
 //! else SQLite.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::io::{BufRead as _, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use caret_test_support::TempDir;
 use caret_test_support::scripted::{Answer, Behaviour, ScriptedUpstream};
 use serde_json::{Value, json};
 
-const CARET: &str = env!("CARGO_BIN_EXE_caret");
-
-fn admin(home: &Path, data: &Path, db: &[String], args: &[&str]) -> String {
-    let out =
-        Command::new(CARET).args(args).arg("--data-dir").arg(data).args(db).env("CARET_HOME", home).output().unwrap();
-    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
-fn worker(url: &str, token: &str, dir: &Path, n: usize) -> Child {
-    Command::new(CARET)
-        .args(["worker", "--server", url, "--token", token, "--slots", "8"])
-        .arg("--work-dir")
-        .arg(dir.join(format!("work-{n}")))
-        .env("CARET_HOME", dir.join(format!("worker-{n}")))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
-}
+use common::{Server, worker};
 
 /// One run's history from its events: how many ends, whether two attempts overlapped,
 /// whether it was re-leased, its end and reason.
@@ -89,17 +70,7 @@ fn main() {
         ..Behaviour::default()
     });
     let dir = TempDir::new();
-    let (home, data) = (dir.join("home"), dir.join("srv"));
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::write(
-        home.join("config.toml"),
-        format!(
-            "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n\
-             [runs]\nlease_ttl = \"3s\"\nmax_running_per_tenant = 1000\n",
-            up.url
-        ),
-    )
-    .unwrap();
+    let config = common::agent_config(&up.url, "[runs]\nlease_ttl = \"3s\"\nmax_running_per_tenant = 1000\n");
     let (db, db_name) = match std::env::var("CARET_BENCH_DATABASE_URL").ok().filter(|u| !u.is_empty()) {
         Some(url) => {
             let schema = format!("chaos_{}", fastrand::u32(..));
@@ -110,31 +81,11 @@ fn main() {
         }
         None => (Vec::new(), "SQLite"),
     };
-    let mut server = Command::new(CARET)
-        .args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
-        .arg(&data)
-        .args(&db)
-        .env("CARET_HOME", &home)
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(dir.join("server.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let url = line.trim().rsplit(' ').next().unwrap().to_owned();
-    assert!(url.starts_with("http"), "the server did not start: {line}");
-    admin(&home, &data, &db, &["admin", "tenant", "create", "chaos"]);
-    let token = admin(&home, &data, &db, &["admin", "token", "create", "--tenant", "chaos"]);
-    let operator = admin(&home, &data, &db, &["admin", "operator-token", "create"]);
+    let server = Server::start(dir.path(), &config, &[], db, "chaos");
+    let (url, token) = (server.url.clone(), server.token.clone());
 
     let repo = dir.join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    std::fs::write(repo.join("README"), "chaos\n").unwrap();
-    for a in
-        [&["init", "-q"][..], &["add", "-A"], &["-c", "user.name=c", "-c", "user.email=c@c", "commit", "-q", "-m", "i"]]
-    {
-        assert!(Command::new("git").args(a).current_dir(&repo).status().unwrap().success());
-    }
+    common::committed_repo(&repo, &[("README", "chaos\n")]);
     let http = reqwest::blocking::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
     let mut ids = Vec::new();
     for i in 0..runs {
@@ -149,7 +100,7 @@ fn main() {
     }
 
     let started = Instant::now();
-    let mut fleet: Vec<Child> = (0..workers).map(|n| worker(&url, &operator, dir.path(), n)).collect();
+    let mut fleet: Vec<Child> = (0..workers).map(|n| worker(&server, dir.path(), n, 8)).collect();
     let mut spawned = workers;
     // A GET as the tenant, waiting out rate limits.
     let get = |path: &str| -> Value {
@@ -176,7 +127,7 @@ fn main() {
         let victim = fastrand::usize(..fleet.len());
         let _ = fleet[victim].kill();
         let _ = fleet[victim].wait();
-        fleet[victim] = worker(&url, &operator, dir.path(), spawned);
+        fleet[victim] = worker(&server, dir.path(), spawned, 8);
         spawned += 1;
     }
     let until = Instant::now() + Duration::from_secs(1800);
@@ -216,8 +167,7 @@ fn main() {
             }
         }
     }
-    let _ = server.kill();
-    let _ = server.wait();
+    server.stop();
     println!(
         "chaos ({db_name}, {workers} workers × 8 slots, {runs} runs, {kills} SIGKILLs): all ended in {:.1} s; {ends:?}; \
          runs not ended exactly once: {not_once}; runs with overlapping attempts: {overlapped}; attempts re-leased: {releases}",

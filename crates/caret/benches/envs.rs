@@ -7,23 +7,17 @@
 //! `cargo bench -p caret --bench envs [-- EPISODES]` (default 64).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead as _, BufReader};
-use std::path::Path;
-use std::process::{Command, Stdio};
+mod common;
+
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use caret_test_support::TempDir;
 use serde_json::{Value, json};
 
-const CARET: &str = env!("CARGO_BIN_EXE_caret");
-const FIX: &str = "<<<<<<< SEARCH\necho $(( $1 - $2 ))\n=======\necho $(( $1 + $2 ))\n>>>>>>> REPLACE";
+use common::{Server, quantile};
 
-fn admin(home: &Path, data: &Path, args: &[&str]) -> String {
-    let out = Command::new(CARET).args(args).arg("--data-dir").arg(data).env("CARET_HOME", home).output().unwrap();
-    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
+const FIX: &str = "<<<<<<< SEARCH\necho $(( $1 - $2 ))\n=======\necho $(( $1 + $2 ))\n>>>>>>> REPLACE";
 
 fn call(id: u32, name: &str, arguments: Value) -> Value {
     json!({"id": format!("call_{id}"), "type": "function",
@@ -86,44 +80,14 @@ fn episode(http: &reqwest::blocking::Client, url: &str, token: &str, task: &Valu
     e
 }
 
-fn pct(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(((v.len() as f64 * p) as usize).min(v.len().saturating_sub(1))).copied().unwrap_or(f64::NAN)
-}
-
 fn main() {
     let n: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(64);
     let dir = TempDir::new();
-    let (home, data) = (dir.join("home"), dir.join("srv"));
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::write(
-        home.join("config.toml"),
-        format!("[runs]\nmax_running_per_tenant = {n}\nmax_episodes_per_tenant = {n}\n"),
-    )
-    .unwrap();
-    let mut server = Command::new(CARET)
-        .args(["serve", "--addr", "127.0.0.1:0", "--workers", &n.to_string(), "--data-dir"])
-        .arg(&data)
-        .env("CARET_HOME", &home)
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(dir.join("server.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let url = line.trim().rsplit(' ').next().unwrap().to_owned();
-    assert!(url.starts_with("http"), "the server did not start: {line}");
-    admin(&home, &data, &["admin", "tenant", "create", "rl"]);
-    let token = admin(&home, &data, &["admin", "token", "create", "--tenant", "rl"]);
-
+    let config = format!("[runs]\nmax_running_per_tenant = {n}\nmax_episodes_per_tenant = {n}\n");
+    let server = Server::start(dir.path(), &config, &["--workers", &n.to_string()], Vec::new(), "rl");
+    let (url, token) = (server.url.clone(), server.token.clone());
     let repo = dir.join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    std::fs::write(repo.join("add.sh"), "echo $(( $1 - $2 ))\n").unwrap();
-    for a in
-        [&["init", "-q"][..], &["add", "-A"], &["-c", "user.name=c", "-c", "user.email=c@c", "commit", "-q", "-m", "i"]]
-    {
-        assert!(Command::new("git").args(a).current_dir(&repo).status().unwrap().success());
-    }
+    common::committed_repo(&repo, &[("add.sh", "echo $(( $1 - $2 ))\n")]);
     let task = json!({"repo": {"kind": "git", "url": format!("file://{}", repo.display())}, "prompt": "make add.sh add",
                       "grader": {"command": "[ \"$(sh add.sh 2 3)\" = 5 ]", "timeout_s": 60}});
     let http = reqwest::blocking::Client::builder().timeout(Duration::from_secs(600)).build().unwrap();
@@ -142,8 +106,7 @@ fn main() {
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let wall = started.elapsed().as_secs_f64();
-    let _ = server.kill();
-    let _ = server.wait();
+    server.stop();
 
     let failed: Vec<&String> = episodes.iter().filter_map(|e| e.error.as_ref()).collect();
     let rewarded = episodes.iter().filter(|e| e.reward == Some(1.0)).count();
@@ -155,12 +118,12 @@ fn main() {
          failed: {}; start p50 {:.0} ms p99 {:.0} ms; step server_ms p50 {:.2} p99 {:.2}; \
          step round trip less worker p50 {:.2} ms p99 {:.2} ms",
         failed.len(),
-        pct(&mut starts, 0.5),
-        pct(&mut starts, 0.99),
-        pct(&mut server_ms, 0.5),
-        pct(&mut server_ms, 0.99),
-        pct(&mut overhead, 0.5),
-        pct(&mut overhead, 0.99),
+        quantile(&mut starts, 0.5),
+        quantile(&mut starts, 0.99),
+        quantile(&mut server_ms, 0.5),
+        quantile(&mut server_ms, 0.99),
+        quantile(&mut overhead, 0.5),
+        quantile(&mut overhead, 0.99),
     );
     for f in &failed {
         println!("  {f}");

@@ -9,35 +9,18 @@
 //! 1,000 attempts, two workers of 8 slots).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::io::{BufRead as _, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use caret_test_support::TempDir;
 use caret_test_support::scripted::{Answer, Behaviour, ScriptedUpstream};
 use serde_json::{Value, json};
 
-const CARET: &str = env!("CARGO_BIN_EXE_caret");
-
-fn admin(home: &Path, data: &Path, args: &[&str]) -> String {
-    let out = Command::new(CARET).args(args).arg("--data-dir").arg(data).env("CARET_HOME", home).output().unwrap();
-    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
-fn worker(url: &str, token: &str, dir: &Path, n: usize, slots: usize) -> Child {
-    Command::new(CARET)
-        .args(["worker", "--server", url, "--token", token, "--slots", &slots.to_string()])
-        .arg("--work-dir")
-        .arg(dir.join(format!("work-{n}")))
-        .env("CARET_HOME", dir.join(format!("worker-{n}")))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
-}
+use common::{CARET, Server, worker};
 
 /// Lines of the rollout's progress file (finished attempts).
 fn finished(out: &Path) -> usize {
@@ -48,15 +31,10 @@ fn finished(out: &Path) -> usize {
 /// grader also wants a file nobody writes (reward 0: the model's failure, not the
 /// environment's).
 fn task(dir: &Path, i: usize) -> Value {
-    let repo = dir.join(format!("repos/t{i}"));
-    std::fs::create_dir_all(&repo).unwrap();
-    std::fs::write(repo.join("add.sh"), "echo $(( $1 - $2 ))\n").unwrap();
-    std::fs::write(repo.join("README"), format!("task {i}\n")).unwrap();
-    for a in
-        [&["init", "-q"][..], &["add", "-A"], &["-c", "user.name=c", "-c", "user.email=c@c", "commit", "-q", "-m", "i"]]
-    {
-        assert!(Command::new("git").args(a).current_dir(&repo).status().unwrap().success());
-    }
+    common::committed_repo(
+        &dir.join(format!("repos/t{i}")),
+        &[("add.sh", "echo $(( $1 - $2 ))\n"), ("README", &format!("task {i}\n"))],
+    );
     let extra = if i.is_multiple_of(5) { " && test -f NEVER" } else { "" };
     json!({"id": format!("t{i}"), "repo": format!("repos/t{i}"), "prompt": "make add.sh add",
            "grader": {"command": format!("[ \"$(sh add.sh 2 3)\" = 5 ]{extra}"), "timeout_s": 60}})
@@ -83,32 +61,9 @@ fn main() {
         ..Behaviour::default()
     });
     let dir = TempDir::new();
-    let (home, data) = (dir.join("home"), dir.join("srv"));
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::write(
-        home.join("config.toml"),
-        format!(
-            "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n\
-             [runs]\nlease_ttl = \"3s\"\nmax_running_per_tenant = 10000\n",
-            up.url
-        ),
-    )
-    .unwrap();
-    let mut server = Command::new(CARET)
-        .args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
-        .arg(&data)
-        .env("CARET_HOME", &home)
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(dir.join("server.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let url = line.trim().rsplit(' ').next().unwrap().to_owned();
-    assert!(url.starts_with("http"), "the server did not start: {line}");
-    admin(&home, &data, &["admin", "tenant", "create", "soak"]);
-    let token = admin(&home, &data, &["admin", "token", "create", "--tenant", "soak"]);
-    let operator = admin(&home, &data, &["admin", "operator-token", "create"]);
+    let config = common::agent_config(&up.url, "[runs]\nlease_ttl = \"3s\"\nmax_running_per_tenant = 10000\n");
+    let server = Server::start(dir.path(), &config, &[], Vec::new(), "soak");
+    let (url, token) = (server.url.clone(), server.token.clone());
 
     let lines: String = (0..tasks).map(|i| format!("{}\n", task(dir.path(), i))).collect();
     let task_file = dir.join("tasks.jsonl");
@@ -129,7 +84,7 @@ fn main() {
     };
     let started = Instant::now();
     let mut client = rollout();
-    let mut fleet = [worker(&url, &operator, dir.path(), 0, slots), worker(&url, &operator, dir.path(), 1, slots)];
+    let mut fleet = [worker(&server, dir.path(), 0, slots), worker(&server, dir.path(), 1, slots)];
     let wait_for = |n: usize| {
         let until = Instant::now() + Duration::from_secs(3600);
         while finished(&out) < n {
@@ -141,7 +96,7 @@ fn main() {
     let _ = fleet[0].kill();
     let _ = fleet[0].wait();
     let worker_killed_at = finished(&out);
-    fleet[0] = worker(&url, &operator, dir.path(), 2, slots);
+    fleet[0] = worker(&server, dir.path(), 2, slots);
     wait_for(2 * total / 3);
     let _ = client.kill();
     let _ = client.wait();
@@ -158,8 +113,7 @@ fn main() {
         let _ = w.kill();
         let _ = w.wait();
     }
-    let _ = server.kill();
-    let _ = server.wait();
+    server.stop();
 
     let text = std::fs::read_to_string(out.join("trajectories.jsonl")).unwrap();
     let ts: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
