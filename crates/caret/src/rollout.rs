@@ -42,7 +42,8 @@ pub struct RolloutArgs {
     /// Sampling temperature of every attempt.
     #[arg(long, default_value_t = 1.0)]
     temperature: f64,
-    /// Seed of the first attempt of each task (attempt i gets seed + i); none: unseeded.
+    /// Seeds every attempt: attempt i of task T gets `attempt_seed(seed, T, i)` (S + i in
+    /// the low 32 bits, a hash of the task's id above); none: unseeded.
     #[arg(long)]
     seed: Option<u64>,
     /// Leave out the token view (token ids, mask and log probabilities of each attempt).
@@ -190,7 +191,7 @@ pub fn run(config: &Config, args: RolloutArgs) -> anyhow::Result<ExitCode> {
             {
                 let mut req = requests[t].clone();
                 if let Some(r) = req.rollout.as_mut() {
-                    r.seed = args.seed.map(|s| s + u64::from(a));
+                    r.seed = args.seed.map(|s| attempt_seed(s, &tasks[t].id, a));
                 }
                 let info = runs.submit(req).await?;
                 let line = Submitted { task_id: tasks[t].id.clone(), attempt: a, retries, run_id: info.id.clone() };
@@ -270,6 +271,18 @@ pub fn run(config: &Config, args: RolloutArgs) -> anyhow::Result<ExitCode> {
         eprintln!("{} attempts in {:.1} s → {}", done.len(), started.elapsed().as_secs_f64(), file.display());
         report(&args.out)
     })
+}
+
+/// The seed of attempt `attempt` of task `task` under `--seed base`: `base + attempt` in the
+/// low 32 bits and a hash of the task's id in the high ones. Attempt i of two tasks must not
+/// share a seed: with one sampler stream for every task, the draws that decide (say) a tool
+/// call or a text answer after the same system prompt come out alike across tasks, and the
+/// attempts of a pass@k estimate stop being independent.
+pub(crate) fn attempt_seed(base: u64, task: &str, attempt: u32) -> u64 {
+    let hash = blake3::hash(task.as_bytes());
+    let high =
+        u64::from(u32::from_le_bytes([hash.as_bytes()[0], hash.as_bytes()[1], hash.as_bytes()[2], hash.as_bytes()[3]]));
+    (high << 32) ^ base.wrapping_add(u64::from(attempt))
 }
 
 /// A submitted attempt, as written to `submitted.jsonl`.
@@ -479,6 +492,16 @@ mod tests {
             "temperature": null, "seed": null, "tools": [], "messages": [], "steps": [], "patch": ""
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn attempts_of_different_tasks_never_share_a_seed() {
+        let a: Vec<u64> = (0..4).map(|i| attempt_seed(100, "fix-add", i)).collect();
+        let b: Vec<u64> = (0..4).map(|i| attempt_seed(100, "fix-sub", i)).collect();
+        assert!(a.iter().all(|s| !b.contains(s)), "{a:?} {b:?}");
+        assert_eq!(a.iter().map(|s| s & 0xffff_ffff).collect::<Vec<_>>(), [100, 101, 102, 103]);
+        assert!(a.iter().all(|s| s >> 32 == a[0] >> 32), "one task's attempts share the high half");
+        assert_eq!(attempt_seed(100, "fix-add", 2), a[2], "the same every time");
     }
 
     #[test]

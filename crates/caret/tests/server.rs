@@ -1973,9 +1973,14 @@ fn a_rollout_grades_attempts_like_user_runs_and_writes_trajectories() {
     for t in of("never") {
         assert_eq!((t["reward"].as_f64(), t["advantage"].as_f64()), (Some(0.25), Some(0.0)), "stated reward: {t}");
     }
-    let mut seeds: Vec<u64> = of("fix-add").iter().map(|t| t["seed"].as_u64().unwrap()).collect();
-    seeds.sort();
-    assert_eq!(seeds, vec![100, 101, 102]);
+    // Seeds: S + i in the low half, the task's own high half (no two tasks share one).
+    let seeds = |id: &str| {
+        let mut s: Vec<u64> = of(id).iter().map(|t| t["seed"].as_u64().unwrap()).collect();
+        s.sort();
+        s
+    };
+    assert_eq!(seeds("fix-add").iter().map(|s| s & 0xffff_ffff).collect::<Vec<_>>(), vec![100, 101, 102]);
+    assert!(seeds("fix-add").iter().all(|s| !seeds("never").contains(s)));
     let t = &ts[0];
     assert_eq!(t["temperature"].as_f64(), Some(0.7));
     assert_eq!(t["messages"][0]["role"], "system");

@@ -713,7 +713,9 @@ impl Engine<'_> {
         let mut sampler = if job.temperature <= 0.0 {
             LlamaSampler::greedy()
         } else {
-            let seed = job.seed.map_or_else(|| fastrand::u32(..), |s| s as u32);
+            // The sampler takes 32 bits: both halves of the seed count (a rollout puts the
+            // task in the high half).
+            let seed = job.seed.map_or_else(|| fastrand::u32(..), |s| (s ^ (s >> 32)) as u32);
             LlamaSampler::chain_simple([
                 LlamaSampler::top_p(job.top_p, 1),
                 LlamaSampler::temp(job.temperature),
