@@ -278,7 +278,7 @@ pub fn run(config: &Config, args: RolloutArgs) -> anyhow::Result<ExitCode> {
 /// share a seed: with one sampler stream for every task, the draws that decide (say) a tool
 /// call or a text answer after the same system prompt come out alike across tasks, and the
 /// attempts of a pass@k estimate stop being independent.
-pub(crate) fn attempt_seed(base: u64, task: &str, attempt: u32) -> u64 {
+fn attempt_seed(base: u64, task: &str, attempt: u32) -> u64 {
     let hash = blake3::hash(task.as_bytes());
     let high =
         u64::from(u32::from_le_bytes([hash.as_bytes()[0], hash.as_bytes()[1], hash.as_bytes()[2], hash.as_bytes()[3]]));
