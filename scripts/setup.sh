@@ -24,6 +24,10 @@ ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
 # The agent's sandbox runs commands under bubblewrap (its tests need it too).
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 # The fleet dashboard's test drives a headless Chromium over WebDriver.
+# The workspace page (`caret ui`) is bundled from web/ at build time with Node.js and npm
+# (packages from the npm registry, pinned by web/package-lock.json).
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 if [ ${#need[@]} -gt 0 ]; then

@@ -75,7 +75,7 @@ pub enum BenchCommand {
         #[arg(long, default_value = "qwen2.5-coder-1.5b-instruct-q4")]
         model: String,
         /// The file (default: a built-in 61-line Python module).
-        #[arg(long, requires = "lines")]
+        #[arg(long)]
         file: Option<PathBuf>,
         /// Lines typed back, 1-based and inclusive: `FIRST-LAST`.
         #[arg(long)]
@@ -93,6 +93,12 @@ pub enum BenchCommand {
         /// instead of the model family's (e.g. suffix first).
         #[arg(long)]
         template: Option<String>,
+        /// Instead of the typing replay, the first suggestion in a cold file: the file is
+        /// opened with the cursor on a line, the user pauses this many seconds and types the
+        /// line's first character; each of 5 lines is tried with the warm-up on open and
+        /// without it.
+        #[arg(long, value_name = "PAUSE_SECONDS")]
+        cold: Option<f64>,
     },
     /// Model merge of a lazy edit into a ~300-line file with the same local model, plain
     /// decoding vs speculative edits (the file as the draft): tokens/s, speed-up, draft
@@ -194,7 +200,7 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
             }
             bench_embed(&config, &path, chunks, threads, dump.as_deref())
         }
-        BenchCommand::Tab { model, file, lines, threads, budget, suffix_share, template } => {
+        BenchCommand::Tab { model, file, lines, threads, budget, suffix_share, template, cold } => {
             let lines = match lines {
                 Some(l) => {
                     let (a, b) = l.split_once('-').with_context(|| format!("--lines FIRST-LAST, not {l:?}"))?;
@@ -202,7 +208,13 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
                 }
                 None => None,
             };
-            let bench = crate::bench_tab::TabBench { model, file, lines, threads, budget, suffix_share, template };
+            anyhow::ensure!(
+                file.is_none() || lines.is_some() || cold.is_some(),
+                "--file needs --lines (the lines typed back), or --cold"
+            );
+            let cold = cold.map(std::time::Duration::from_secs_f64);
+            let bench =
+                crate::bench_tab::TabBench { model, file, lines, threads, budget, suffix_share, template, cold };
             crate::bench_tab::run(config, bench)
         }
         BenchCommand::Merge { model, file, edit, expected, threads, exact, flash_attention, key_cache } => {

@@ -9,6 +9,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use caret_complete::Family;
@@ -37,6 +38,8 @@ pub struct TabBench {
     pub suffix_share: Option<f32>,
     /// A custom FIM prompt.
     pub template: Option<String>,
+    /// The cold-file case with this pause instead of the typing replay.
+    pub cold: Option<Duration>,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -53,7 +56,8 @@ pub fn run(config: &Config, args: TabBench) -> anyhow::Result<ExitCode> {
         }
         None => ("inventory.py".to_owned(), FILE.to_owned()),
     };
-    let (first, last) = args.lines.unwrap_or(LINES);
+    // (The cold-file case types no lines back.)
+    let (first, last) = if args.cold.is_some() { (1, 1) } else { args.lines.unwrap_or(LINES) };
     let lines: Vec<&str> = text.split_inclusive('\n').collect();
     anyhow::ensure!(
         first >= 1 && first <= last && last <= lines.len(),
@@ -81,7 +85,11 @@ pub fn run(config: &Config, args: TabBench) -> anyhow::Result<ExitCode> {
         budget.suffix_share = share.clamp(0.0, 0.9);
     }
     let source = Source::Model { backend: Backend::Embedded(Arc::new(gateway)), family: family.clone() };
-    let completer = Completer::new(source, "tab".to_owned(), budget);
+    let mut completer = Completer::new(source, "tab".to_owned(), budget);
+    completer.set_local(true);
+    if let Some(pause) = args.cold {
+        return cold(&completer, &local, &name, &text, pause, args.budget);
+    }
     println!(
         "model {} ({:?} template), {} threads, {}; {name}: typing lines {first}–{last} back ({} characters), \
          budget {} tokens",
@@ -177,4 +185,100 @@ pub fn run(config: &Config, args: TabBench) -> anyhow::Result<ExitCode> {
         100.0 * accepted_proxy as f64 / n.max(1) as f64
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Lines of the cold-file case: these fractions of the file's lines.
+const COLD_LINES: [f64; 5] = [0.2, 0.35, 0.5, 0.65, 0.8];
+
+/// The cold-file case: for each of [`COLD_LINES`], the file is opened (the line's text after
+/// its indentation taken out, the cursor there: a line about to be written), `pause` passes,
+/// the line's first character is typed and the suggestion is waited for — once with the
+/// warm-up an editor's open sends, once without. The engine's cache is emptied of the file
+/// before each try.
+fn cold(
+    completer: &Completer,
+    local: &LocalProvider,
+    name: &str,
+    text: &str,
+    pause: Duration,
+    budget: usize,
+) -> anyhow::Result<ExitCode> {
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    anyhow::ensure!(lines.len() >= 10, "--cold needs a file of at least 10 lines");
+    println!("cold file: {name}, pause {:.1} s after opening, budget {budget} tokens", pause.as_secs_f64());
+    let rt = runtime()?;
+    let (mut warm_ms, mut cold_ms) = (Vec::new(), Vec::new());
+    let (mut warm_read, mut cold_read) = (0u64, 0u64);
+    rt.block_on(async {
+        for fraction in COLD_LINES {
+            // The nearest line at or after the fraction with text to type.
+            let mut n = ((lines.len() as f64) * fraction) as usize;
+            while n < lines.len() && lines[n].trim().is_empty() {
+                n += 1;
+            }
+            let Some(line) = lines.get(n) else { continue };
+            let start: usize = lines[..n].iter().map(|l| l.len()).sum();
+            let indent = line.len() - line.trim_start().len();
+            let cursor = start + indent;
+            let end = start + line.trim_end_matches(['\n', '\r']).len();
+            let opened = format!("{}{}", &text[..cursor], &text[end..]);
+            let first = line.trim_start().chars().next().unwrap_or('x');
+            let typed = format!("{}{first}{}", &text[..cursor], &text[end..]);
+            for warm in [true, false] {
+                // Another file's request empties the cache of this one.
+                flush(local).await?;
+                let doc = format!("{name}#{n}#{warm}");
+                if warm {
+                    completer.warm(&opened, cursor, Some(name), &[]).await;
+                }
+                tokio::time::sleep(pause).await;
+                let before = local.stats();
+                let s = completer.suggest(&doc, &typed, cursor + first.len_utf8(), Some(name), &[]).await?;
+                let after = local.stats();
+                let read = (after.prompt_tokens - before.prompt_tokens) - (after.reused_tokens - before.reused_tokens);
+                println!(
+                    "  line {:>3} {:<7} first suggestion {:>6.0} ms, prompt tokens read then {read}",
+                    n + 1,
+                    if warm { "warm" } else { "no warm" },
+                    s.total_ms
+                );
+                if warm {
+                    warm_ms.push(s.total_ms);
+                    warm_read += read;
+                } else {
+                    cold_ms.push(s.total_ms);
+                    cold_read += read;
+                }
+            }
+        }
+        anyhow::Ok(())
+    })?;
+    for v in [&mut warm_ms, &mut cold_ms] {
+        v.sort_by(f64::total_cmp);
+    }
+    let n = warm_ms.len().max(1) as u64;
+    println!(
+        "  first suggestion, warmed on open: p50 {:.0} ms, max {:.0} ms, prompt tokens read at the request {:.0} on average",
+        percentile(&warm_ms, 0.5),
+        percentile(&warm_ms, 1.0),
+        warm_read as f64 / n as f64
+    );
+    println!(
+        "  first suggestion, not warmed:     p50 {:.0} ms, max {:.0} ms, prompt tokens read at the request {:.0} on average",
+        percentile(&cold_ms, 0.5),
+        percentile(&cold_ms, 1.0),
+        cold_read as f64 / n as f64
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A one-token request for an unrelated prompt: the cache then holds none of the file.
+async fn flush(local: &LocalProvider) -> anyhow::Result<()> {
+    use futures::StreamExt as _;
+    let req = caret_protocol::llm::CompletionRequest::greedy("local", "# scratch\n".to_owned(), 1);
+    let mut events = local.complete(req).await?;
+    while let Some(e) = events.next().await {
+        e?;
+    }
+    Ok(())
 }

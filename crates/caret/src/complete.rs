@@ -100,12 +100,60 @@ pub struct Completer {
     model: String,
     budget: Budget,
     cache: Mutex<Cache>,
+    /// The model runs in this process (see [`Completer::warm`]).
+    local: bool,
 }
 
 impl Completer {
     /// A completer for `model` from `source`.
     pub fn new(source: Source, model: String, budget: Budget) -> Completer {
-        Completer { source, model, budget, cache: Mutex::new(Cache::default()) }
+        Completer { source, model, budget, cache: Mutex::new(Cache::default()), local: false }
+    }
+
+    /// Says whether the model runs in this process, where [`Completer::warm`] helps.
+    pub fn set_local(&mut self, local: bool) {
+        self.local = local;
+    }
+
+    /// Warms the model's cache for a cursor at byte `cursor` of `text`: the prompt a
+    /// suggestion there would read is sent as a warm-up (`max_tokens: 0`), which the local
+    /// engine reads in the background in small batches and any real request pre-empts — so
+    /// the first suggestion in a file opened a moment ago costs only what changed since.
+    /// Nothing for a model elsewhere (a server's, or a remote upstream's). Returns whether a
+    /// warm-up was sent.
+    pub async fn warm(&self, text: &str, cursor: usize, path: Option<&str>, snippets: &[Snippet]) -> bool {
+        let Source::Model { backend, family } = &self.source else { return false };
+        if !self.local {
+            return false;
+        }
+        let cursor = caret_complete::plan::floor_boundary(text, cursor);
+        let plan = |text: &str, cursor| {
+            caret_complete::plan(text, cursor, path, snippets, self.budget, family.as_ref(), Limits::default()).prompt
+        };
+        // On a blank line the request comes after the first character is typed, and then the
+        // line starts the middle (see `caret_complete::plan`): warm that prompt, without the
+        // character.
+        let line = &text[text[..cursor].rfind('\n').map_or(0, |i| i + 1)..cursor];
+        let prompt = if line.trim().is_empty() {
+            let typed = format!("{}{TYPED}{}", &text[..cursor], &text[cursor..]);
+            match plan(&typed, cursor + TYPED.len()).strip_suffix(TYPED) {
+                Some(p) => p.to_owned(),
+                None => plan(text, cursor),
+            }
+        } else {
+            plan(text, cursor)
+        };
+        let req = caret_protocol::llm::CompletionRequest::greedy(self.model.clone(), prompt, 0);
+        match backend.complete(req).await {
+            Ok(stream) => {
+                drop(stream);
+                true
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "warm-up not taken");
+                false
+            }
+        }
     }
 
     /// Uses a custom fill-in-the-middle template (the engine here only: a server's engine
@@ -197,6 +245,9 @@ impl Completer {
     }
 }
 
+/// The character a warm-up supposes typed on a blank line.
+const TYPED: &str = "x";
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -265,7 +316,12 @@ pub fn connect(
         .map(|d| d.model.clone())
         .collect();
     let family = family(family_name, &model, &models).map_err(|e| anyhow::anyhow!("--{e}"))?;
-    Ok(Some(Completer::new(Source::Model { backend, family }, model, budget)))
+    let kinds: Vec<_> =
+        config.models.iter().filter(|m| m.alias == model).flat_map(|m| &m.deployments).map(|d| d.provider).collect();
+    let local = !kinds.is_empty() && kinds.iter().all(|k| *k == crate::config::ProviderKind::Local);
+    let mut completer = Completer::new(Source::Model { backend, family }, model, budget);
+    completer.set_local(local);
+    Ok(Some(completer))
 }
 
 /// Byte offset of a 1-based line and character column (clamped to the line).

@@ -60,6 +60,23 @@ pub struct SessionArgs {
     token: Option<String>,
 }
 
+impl SessionArgs {
+    /// A new session in `path` with `model` (default: the `agent` alias), commands needing
+    /// approval when risky, the embedded gateway.
+    pub fn new(path: PathBuf, model: Option<String>) -> SessionArgs {
+        SessionArgs {
+            path,
+            model,
+            approval: ApprovalArg::Risky,
+            max_steps: 25,
+            network: false,
+            resume: None,
+            server: None,
+            token: None,
+        }
+    }
+}
+
 /// `--approval`.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum ApprovalArg {

@@ -9,6 +9,11 @@
 //! drops the model's stream and stops generation. Settings come in `initializationOptions`:
 //! `model`, `family`, `template` (a custom fill-in-the-middle prompt), `budget`,
 //! `suffix_share`, `debounce_ms` (the debounce's floor).
+//!
+//! A document that goes quiet a moment after `didOpen` (warmed for its end), `didChange`
+//! (for where the change ended) or a `caret/focus` notification (`{textDocument, position}`:
+//! the cursor moved; sent by Caret's own editor extensions) has its prompt read into a local
+//! model's cache ahead of the request — a warm-up that any request pre-empts.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -90,8 +95,9 @@ pub fn offset_at(text: &str, line: u64, character: u64) -> usize {
     end
 }
 
-/// Applies one `contentChanges` entry: a range replaced, or the whole text.
-fn apply_change(text: &mut String, change: &Value) {
+/// Applies one `contentChanges` entry: a range replaced, or the whole text. Returns the byte
+/// offset just after the new text (where a typing user's cursor is).
+fn apply_change(text: &mut String, change: &Value) -> usize {
     let new = change["text"].as_str().unwrap_or("");
     match change.get("range") {
         Some(r) if !r.is_null() => {
@@ -100,8 +106,47 @@ fn apply_change(text: &mut String, change: &Value) {
             let (a, b) = (pos(&r["start"]), pos(&r["end"]));
             let (a, b) = (a.min(b), a.max(b));
             text.replace_range(a..b, new);
+            a + new.len()
         }
-        _ => *text = new.to_owned(),
+        _ => {
+            *text = new.to_owned();
+            text.len()
+        }
+    }
+}
+
+/// How long a document must stay quiet (no change, no request) before it is warmed.
+const WARM_QUIET: Duration = Duration::from_millis(250);
+
+/// Warms the model for a cursor at byte `at` of document `uri` once it has been quiet for
+/// `quiet` (see [`Completer::warm`]); a later change, focus or request for the document
+/// replaces or cancels it.
+async fn warm_later(server: &Arc<Server>, uri: &str, at: usize, quiet: Duration) {
+    let Some(completer) = server.completer.lock().await.clone() else { return };
+    let srv = server.clone();
+    let doc = uri.to_owned();
+    let mut warming = server.warming.lock().await;
+    let task = tokio::spawn(async move {
+        tokio::time::sleep(quiet).await;
+        let root = srv.root.lock().await.clone();
+        let found = {
+            let mut docs = srv.docs.lock().await;
+            let line = docs.open.get(&doc).map(|d| d.text[..at.min(d.text.len())].matches('\n').count() as u64);
+            line.and_then(|line| docs.prepare(&doc, line, root.as_deref()))
+        };
+        {
+            let mut warming = srv.warming.lock().await;
+            if warming.get(&doc).is_some_and(|h| h.id() == tokio::task::id()) {
+                warming.remove(&doc);
+            }
+        }
+        if let Some((text, snippets, _)) = found {
+            let path = relative(&doc, root.as_deref());
+            completer.warm(&text, at.min(text.len()), Some(&path), &snippets).await;
+        }
+    });
+    if let Some(old) = warming.insert(uri.to_owned(), task.abort_handle()) {
+        old.abort();
     }
 }
 
@@ -116,6 +161,8 @@ struct Server {
     docs: Mutex<Docs>,
     /// Requests in flight: id → (document, task).
     flight: Mutex<HashMap<String, (String, tokio::task::AbortHandle)>>,
+    /// Warm-ups waiting for a quiet moment: document → task.
+    warming: Mutex<HashMap<String, tokio::task::AbortHandle>>,
     completer: Mutex<Option<Arc<Completer>>>,
     debounce: Mutex<Duration>,
     out: mpsc::UnboundedSender<Value>,
@@ -157,6 +204,7 @@ pub fn run(config: &Config, args: LspArgs) -> anyhow::Result<ExitCode> {
         next_request: std::sync::atomic::AtomicU64::new(1),
         docs: Mutex::new(Docs::default()),
         flight: Mutex::new(HashMap::new()),
+        warming: Mutex::new(HashMap::new()),
         completer: Mutex::new(None),
         debounce: Mutex::new(Duration::from_millis(25)),
         out: out_tx,
@@ -208,17 +256,37 @@ pub fn run(config: &Config, args: LspArgs) -> anyhow::Result<ExitCode> {
                     let d = &msg["params"]["textDocument"];
                     if let (Some(uri), Some(text)) = (d["uri"].as_str(), d["text"].as_str()) {
                         server.docs.lock().await.open(uri, text, *server.debounce.lock().await);
+                        // Where the user will type is not known yet: the end, whose prompt
+                        // holds the most of the file.
+                        warm_later(&server, uri, text.len(), WARM_QUIET).await;
                     }
                 }
                 "textDocument/didChange" => {
                     let uri = msg["params"]["textDocument"]["uri"].as_str().unwrap_or("").to_owned();
                     let mut docs = server.docs.lock().await;
+                    let mut cursor = None;
                     if let Some(doc) = docs.open.get_mut(&uri) {
                         for change in msg["params"]["contentChanges"].as_array().into_iter().flatten() {
-                            apply_change(&mut doc.text, change);
+                            cursor = Some(apply_change(&mut doc.text, change));
                         }
                         doc.edited = Instant::now();
                         doc.rhythm.keystroke(doc.edited);
+                    }
+                    drop(docs);
+                    if let Some(at) = cursor {
+                        warm_later(&server, &uri, at, WARM_QUIET).await;
+                    }
+                }
+                // The editor's cursor moved (sent by Caret's own extensions): a suggestion
+                // there is likely next.
+                "caret/focus" => {
+                    let p = &msg["params"];
+                    let uri = p["textDocument"]["uri"].as_str().unwrap_or("").to_owned();
+                    let (line, character) =
+                        (p["position"]["line"].as_u64().unwrap_or(0), p["position"]["character"].as_u64().unwrap_or(0));
+                    let at = server.docs.lock().await.open.get(&uri).map(|d| offset_at(&d.text, line, character));
+                    if let Some(at) = at {
+                        warm_later(&server, &uri, at, WARM_QUIET).await;
                     }
                 }
                 "textDocument/didClose" => {
@@ -313,6 +381,9 @@ async fn suggest(server: &Arc<Server>, id: Value, inline: bool, params: &Value) 
         let _ = server.out.send(json!({"jsonrpc": "2.0", "id": id, "result": empty}));
         return;
     };
+    if let Some(warm) = server.warming.lock().await.remove(&uri) {
+        warm.abort(); // the request reads the prompt itself
+    }
     let key = id.to_string();
     {
         // A newer keystroke's request makes the document's older one stale.
@@ -379,12 +450,12 @@ async fn suggest(server: &Arc<Server>, id: Value, inline: bool, params: &Value) 
 }
 
 /// An open document.
-struct Doc {
-    text: String,
+pub(crate) struct Doc {
+    pub(crate) text: String,
     /// Its last change.
-    edited: Instant,
+    pub(crate) edited: Instant,
     /// The user's typing rhythm in it.
-    rhythm: Debounce,
+    pub(crate) rhythm: Debounce,
     /// Neighbour snippets picked for it, and what they were picked for.
     snippets: Option<(SnippetKey, Vec<Snippet>)>,
 }
@@ -396,8 +467,8 @@ type SnippetKey = (Vec<(String, usize, Instant)>, u64);
 
 /// Documents open, and those closed recently (their last text still a source of snippets).
 #[derive(Default)]
-struct Docs {
-    open: HashMap<String, Doc>,
+pub(crate) struct Docs {
+    pub(crate) open: HashMap<String, Doc>,
     /// Newest last; at most [`RECENT`].
     closed: Vec<(String, String, Instant)>,
 }
@@ -406,7 +477,7 @@ struct Docs {
 const RECENT: usize = 8;
 
 impl Docs {
-    fn open(&mut self, uri: &str, text: &str, floor: Duration) {
+    pub(crate) fn open(&mut self, uri: &str, text: &str, floor: Duration) {
         self.closed.retain(|(u, _, _)| u != uri);
         let doc = Doc {
             text: text.to_owned(),
@@ -427,7 +498,12 @@ impl Docs {
     }
 
     /// The document's text, its neighbour snippets for a cursor on `line`, and the debounce.
-    fn prepare(&mut self, uri: &str, line: u64, root: Option<&Path>) -> Option<(String, Vec<Snippet>, Duration)> {
+    pub(crate) fn prepare(
+        &mut self,
+        uri: &str,
+        line: u64,
+        root: Option<&Path>,
+    ) -> Option<(String, Vec<Snippet>, Duration)> {
         // Other documents, most recently changed first.
         let mut others: Vec<(&str, &str, Instant)> = self
             .open
@@ -457,7 +533,7 @@ impl Docs {
 
 /// A document's path for the prompt: relative to the workspace root when under it, else its
 /// file name.
-fn relative(uri: &str, root: Option<&Path>) -> String {
+pub(crate) fn relative(uri: &str, root: Option<&Path>) -> String {
     let path = uri_to_path(uri);
     if let (Some(p), Some(r)) = (&path, root)
         && let Ok(rel) = p.strip_prefix(r)
@@ -501,7 +577,7 @@ fn uri_to_path(uri: &str) -> Option<PathBuf> {
 
 /// The `file://` URI of an absolute path (characters other than unreserved ones and `/`
 /// percent-encoded).
-fn path_to_uri(path: &Path) -> String {
+pub(crate) fn path_to_uri(path: &Path) -> String {
     let mut out = String::from("file://");
     for b in path.to_string_lossy().bytes() {
         if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {

@@ -22,6 +22,7 @@ mod runs;
 mod scan;
 mod server;
 mod sync;
+mod ui;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -73,6 +74,8 @@ enum Command {
     Complete(complete::CompleteArgs),
     /// Language server over stdio: Tab completions in any editor.
     Lsp(lsp::LspArgs),
+    /// Open the workspace in a browser: editor, Tab, agent, search (loopback only).
+    Ui(ui::UiArgs),
     /// The coding agent in an interactive terminal UI.
     Agent(agent::AgentArgs),
     /// Run the agent on a task without a terminal UI (events as JSON lines).
@@ -129,6 +132,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Apply(args) => apply::run(&config, args),
         Command::Complete(args) => complete::run(&config, args),
         Command::Lsp(args) => lsp::run(&config, args),
+        Command::Ui(args) => ui::run(&config, args),
         Command::Agent(args) => agent::run(&config, args),
         Command::Exec(args) => exec::run(&config, args),
         Command::Bench(cmd) => bench::run(&config, cmd),

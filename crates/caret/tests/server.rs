@@ -12,6 +12,10 @@ use std::time::{Duration, Instant};
 use caret_test_support::TempDir;
 use serde_json::{Value, json};
 
+#[path = "common/browser.rs"]
+mod browser;
+use browser::Browser;
+
 const CARET: &str = env!("CARGO_BIN_EXE_caret");
 
 /// Storage flags of one backend.
@@ -1698,85 +1702,6 @@ fn an_embedded_run_starts_a_local_worker_and_waits_for_it() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(!home.join("runs/worker.pid").exists(), "the local worker did not stop");
-}
-
-/// A headless Chromium driven over WebDriver (Debian's `chromium` and `chromium-driver`).
-struct Browser {
-    driver: Child,
-    url: String,
-    session: String,
-    http: reqwest::blocking::Client,
-}
-
-impl Browser {
-    fn start() -> Browser {
-        let chromedriver = ["/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver"]
-            .into_iter()
-            .find(|p| Path::new(p).exists())
-            .expect("the dashboard test needs Debian's chromium and chromium-driver (.ci/run installs them)");
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let driver = Command::new(chromedriver)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let url = format!("http://127.0.0.1:{port}");
-        let http = http();
-        let until = Instant::now() + Duration::from_secs(30);
-        while http.get(format!("{url}/status")).send().map(|r| !r.status().is_success()).unwrap_or(true) {
-            assert!(Instant::now() < until, "chromedriver did not start");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let caps = json!({"capabilities": {"alwaysMatch": {
-            "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": "/usr/bin/chromium",
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1000"]
-            }
-        }}});
-        let created: Value = http.post(format!("{url}/session")).json(&caps).send().unwrap().json().unwrap();
-        let session =
-            created["value"]["sessionId"].as_str().unwrap_or_else(|| panic!("no session: {created}")).to_owned();
-        Browser { driver, url, session, http }
-    }
-
-    fn open(&self, page: &str) {
-        let r = self.http.post(format!("{}/session/{}/url", self.url, self.session)).json(&json!({"url": page})).send();
-        assert!(r.unwrap().status().is_success());
-    }
-
-    /// Runs `script` in the page and answers its value.
-    fn eval(&self, script: &str) -> Value {
-        let r: Value = self
-            .http
-            .post(format!("{}/session/{}/execute/sync", self.url, self.session))
-            .json(&json!({"script": script, "args": []}))
-            .send()
-            .unwrap()
-            .json()
-            .unwrap();
-        r["value"].clone()
-    }
-}
-
-impl Browser {
-    /// Saves what the page looks like now (PNG).
-    fn screenshot(&self, to: &Path) {
-        use base64::Engine as _;
-        let r: Value =
-            self.http.get(format!("{}/session/{}/screenshot", self.url, self.session)).send().unwrap().json().unwrap();
-        let png = base64::engine::general_purpose::STANDARD.decode(r["value"].as_str().unwrap()).unwrap();
-        std::fs::write(to, png).unwrap();
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.http.delete(format!("{}/session/{}", self.url, self.session)).send();
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
-    }
 }
 
 /// The figures the dashboard shows, as the page has rendered them.

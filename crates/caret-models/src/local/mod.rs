@@ -179,6 +179,8 @@ pub struct LocalProvider {
     jobs: std::sync::mpsc::Sender<Job>,
     alive: Arc<AtomicBool>,
     counters: Arc<Counters>,
+    /// Who is waiting for the engine (see [`Waiting`]).
+    waiting: Arc<Waiting>,
     /// Completions are drafted from their prompt (see [`LocalSettings::prompt_lookup`]).
     prompt_lookup: bool,
     /// The engine thread, joined on drop: it must not be computing while the process exits
@@ -215,6 +217,9 @@ enum Input {
 
 struct Job {
     input: Input,
+    /// A warm-up: read the prompt into the cache and answer nothing; stop for any other job
+    /// (see [`Waiting`]). The number is the warm-up's, newest highest.
+    warm: Option<u64>,
     max_tokens: Option<u32>,
     temperature: f32,
     top_p: f32,
@@ -233,6 +238,30 @@ struct Job {
     logprobs: bool,
     events: tokio::sync::mpsc::Sender<Result<Event>>,
 }
+
+/// Who waits for the engine: real requests submitted and not yet taken up, and the newest
+/// warm-up. A warm-up reads its prompt in small batches and stops between two when a real
+/// request waits or a newer warm-up exists; what it read stays in the cache (a prefix of the
+/// prompt), so the request that pre-empted it reuses that much.
+#[derive(Default)]
+struct Waiting {
+    requests: AtomicU64,
+    newest_warm: AtomicU64,
+}
+
+impl Waiting {
+    /// Whether warm-up `n` should stop.
+    fn supersedes(&self, n: u64) -> bool {
+        self.requests.load(Ordering::SeqCst) > 0 || self.newest_warm.load(Ordering::SeqCst) != n
+    }
+}
+
+/// Tokens a warm-up reads per batch: small, so that a request that pre-empts it waits for
+/// at most one such batch (~0.3 s of a 1.5B model on 2 cores).
+const WARM_CHUNK: usize = 16;
+
+/// Warm-ups numbered across the process.
+static WARMUPS: AtomicU64 = AtomicU64::new(0);
 
 /// The llama.cpp backend, initialised once per process.
 fn backend() -> std::result::Result<&'static LlamaBackend, String> {
@@ -278,11 +307,12 @@ impl LocalProvider {
         let (ready_tx, ready) = std::sync::mpsc::channel();
         let alive = Arc::new(AtomicBool::new(true));
         let counters = Arc::new(Counters::default());
-        let (thread_alive, thread_counters) = (alive.clone(), counters.clone());
+        let waiting = Arc::new(Waiting::default());
+        let (thread_alive, thread_counters, thread_waiting) = (alive.clone(), counters.clone(), waiting.clone());
         let thread = std::thread::Builder::new()
             .name(format!("llama {name}"))
             .spawn(move || {
-                engine(&file, &settings, &ready_tx, &queue, &thread_counters);
+                engine(&file, &settings, &ready_tx, &queue, &thread_counters, &thread_waiting);
                 thread_alive.store(false, Ordering::SeqCst);
             })
             .map_err(|e| load_error(format!("starting the engine thread: {e}")))?;
@@ -290,7 +320,7 @@ impl LocalProvider {
             .recv()
             .map_err(|_| load_error("the engine thread ended while loading".to_owned()))?
             .map_err(load_error)?;
-        Ok(LocalProvider { name, info, jobs, alive, counters, prompt_lookup, thread: Some(thread) })
+        Ok(LocalProvider { name, info, jobs, alive, counters, waiting, prompt_lookup, thread: Some(thread) })
     }
 
     /// What the engine found in the model file.
@@ -318,11 +348,30 @@ impl LocalProvider {
 
     fn submit(&self, job: impl FnOnce(tokio::sync::mpsc::Sender<Result<Event>>) -> Job) -> Result<EventStream> {
         let (tx, mut rx) = tokio::sync::mpsc::channel(64);
-        self.jobs.send(job(tx)).map_err(|_| Error::Upstream {
-            upstream: self.upstream(),
-            status: None,
-            message: "the engine thread has stopped".to_owned(),
-        })?;
+        let job = job(tx);
+        match job.warm {
+            Some(n) => self.waiting.newest_warm.store(n, Ordering::SeqCst),
+            None => {
+                self.waiting.requests.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let warm = job.warm.is_some();
+        if self.jobs.send(job).is_err() {
+            if !warm {
+                self.waiting.requests.fetch_sub(1, Ordering::SeqCst);
+            }
+            return Err(Error::Upstream {
+                upstream: self.upstream(),
+                status: None,
+                message: "the engine thread has stopped".to_owned(),
+            });
+        }
+        if warm {
+            // Nobody waits for a warm-up: it answers at once that it was taken.
+            drop(rx);
+            let events = vec![Ok(Event::Finish(FinishReason::Length)), Ok(Event::Usage(Usage::default()))];
+            return Ok(Box::pin(futures::stream::iter(events)));
+        }
         Ok(Box::pin(futures::stream::poll_fn(move |cx| rx.poll_recv(cx))))
     }
 }
@@ -351,6 +400,7 @@ impl Provider for LocalProvider {
         }
         self.submit(|events| Job {
             input: Input::Pieces(prompt),
+            warm: None,
             max_tokens: req.max_tokens,
             temperature,
             top_p,
@@ -377,8 +427,11 @@ impl Provider for LocalProvider {
             None => Input::Text(req.prompt.text().to_owned()),
         };
         let (temperature, top_p) = sampling(req.temperature, req.top_p);
+        // `max_tokens: 0` asks for a warm-up (see [`Waiting`]).
+        let warm = (req.max_tokens == Some(0)).then(|| WARMUPS.fetch_add(1, Ordering::SeqCst) + 1);
         self.submit(|events| Job {
             input,
+            warm,
             max_tokens: req.max_tokens,
             temperature,
             top_p,
@@ -414,6 +467,7 @@ fn engine(
     ready: &std::sync::mpsc::Sender<std::result::Result<ModelInfo, String>>,
     queue: &std::sync::mpsc::Receiver<Job>,
     counters: &Counters,
+    waiting: &Waiting,
 ) {
     let loaded = (|| {
         let backend = backend()?;
@@ -499,6 +553,22 @@ fn engine(
         lengths: draft_lengths(),
     };
     while let Ok(job) = queue.recv() {
+        match job.warm {
+            Some(n) => {
+                if !waiting.supersedes(n)
+                    && let Err(e) = engine.warm(&mut ctx, &job, waiting, n)
+                {
+                    tracing::debug!(error = %e, "warm-up failed");
+                    ctx.clear_kv_cache();
+                    engine.cached.clear();
+                    engine.exact = 0;
+                }
+                continue;
+            }
+            None => {
+                waiting.requests.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
         let events = job.events.clone();
         if let Err(e) = engine.serve(&mut ctx, job, counters) {
             if !events.is_closed() {
@@ -649,6 +719,40 @@ impl Engine<'_> {
     /// Makes the KV cache hold exactly `tokens` and leaves the last one's logits ready.
     /// Returns how many tokens were reused.
     fn prefill(&mut self, ctx: &mut LlamaContext<'_>, tokens: &[LlamaToken], job: &Job) -> Result<usize> {
+        self.read(ctx, tokens, job, None).map(|(kept, _)| kept)
+    }
+
+    /// A warm-up: reads `job`'s prompt into the cache in [`WARM_CHUNK`]s until it is read
+    /// or `waiting` says to stop. (The last token is left for the request, which needs its
+    /// logits computed anyway.)
+    fn warm(&mut self, ctx: &mut LlamaContext<'_>, job: &Job, waiting: &Waiting, n: u64) -> Result<()> {
+        let tokens = self.tokens(&job.input)?;
+        if tokens.len() < 2 || tokens.len() >= ctx.n_ctx() as usize {
+            return Ok(());
+        }
+        let started = std::time::Instant::now();
+        let (kept, read) = self.read(ctx, &tokens[..tokens.len() - 1], job, Some((waiting, n)))?;
+        tracing::debug!(
+            prompt = tokens.len(),
+            kept,
+            read,
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            stopped = kept + read + 1 < tokens.len(),
+            "warm-up"
+        );
+        Ok(())
+    }
+
+    /// Makes the KV cache hold `tokens` (or, for a warm-up told to stop, a prefix of them),
+    /// leaving the last one's logits ready. Returns how many tokens were reused and how many
+    /// read.
+    fn read(
+        &mut self,
+        ctx: &mut LlamaContext<'_>,
+        tokens: &[LlamaToken],
+        job: &Job,
+        warm: Option<(&Waiting, u64)>,
+    ) -> Result<(usize, usize)> {
         // At least the last token is evaluated, for its logits.
         let mut keep =
             self.cached.iter().zip(tokens).take_while(|(a, b)| a == b).count().min(tokens.len().saturating_sub(1));
@@ -657,6 +761,8 @@ impl Engine<'_> {
             keep = keep.min(self.exact);
             keep -= keep % EXACT_CHUNK;
             EXACT_CHUNK.min(self.step)
+        } else if warm.is_some() {
+            WARM_CHUNK.min(self.step)
         } else {
             self.step
         };
@@ -669,10 +775,15 @@ impl Engine<'_> {
             self.cached.truncate(keep);
         }
         self.exact = if seeded { keep + (tokens.len() - keep) / chunk * chunk } else { self.exact.min(keep) };
+        let mut read = 0;
         for chunk in tokens[keep..].chunks(chunk) {
-            if job.events.is_closed() {
-                return Err(failed("reading the prompt", "the caller went away"));
+            match warm {
+                Some((waiting, n)) if waiting.supersedes(n) => break,
+                Some(_) => {}
+                None if job.events.is_closed() => return Err(failed("reading the prompt", "the caller went away")),
+                None => {}
             }
+            read += chunk.len();
             self.batch.clear();
             for &t in chunk {
                 let pos = self.cached.len();
@@ -684,7 +795,7 @@ impl Engine<'_> {
             }
             decode(ctx, &mut self.batch)?;
         }
-        Ok(keep)
+        Ok((keep, read))
     }
 
     /// Serves one job: prefill, then sample until an end token, a stop sequence or the limit.

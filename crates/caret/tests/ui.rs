@@ -1,0 +1,223 @@
+//! `caret ui` in a real headless Chromium (Debian's `chromium` and `chromium-driver`, over
+//! WebDriver) against a scripted model server: open a file, type, see and accept Tab's ghost
+//! text; save; a file changed on disk reloads, or shows the conflict when the tab has unsaved
+//! edits; an agent turn changes two files, one is rejected and one accepted from the panel
+//! and the files on disk match; requests without the launch token, from another origin or
+//! for another host are refused. Screenshots go to `$CARGO_TARGET_TMPDIR/ui-screenshots`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use caret_test_support::TempDir;
+use caret_test_support::scripted::{Answer, Behaviour, ScriptedUpstream};
+use serde_json::{Value, json};
+
+#[path = "common/browser.rs"]
+mod browser;
+use browser::Browser;
+
+const CARET: &str = env!("CARGO_BIN_EXE_caret");
+
+/// A running `caret ui`.
+struct Ui {
+    child: Child,
+    /// `http://127.0.0.1:PORT`
+    base: String,
+    token: String,
+}
+
+impl Drop for Ui {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_ui(home: &Path, workspace: &Path) -> Ui {
+    let mut child = Command::new(CARET)
+        .args(["ui", workspace.to_str().unwrap()])
+        .env("CARET_HOME", home)
+        .env("HOME", home)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let url = line.trim().strip_prefix("caret ui: ").unwrap_or_else(|| panic!("no address printed: {line:?}"));
+    let (base, token) = url.split_once("/#token=").unwrap();
+    assert!(base.starts_with("http://127.0.0.1:"), "loopback only: {base}");
+    assert_eq!(token.len(), 64);
+    Ui { child, base: base.to_owned(), token: token.to_owned() }
+}
+
+fn read(ws: &TempDir, rel: &str) -> String {
+    std::fs::read_to_string(ws.path().join(rel)).unwrap()
+}
+
+fn http() -> reqwest::blocking::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).build().unwrap()
+}
+
+fn screenshots() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn shot(browser: &Browser, name: &str) {
+    let path = screenshots().join(format!("{name}.png"));
+    browser.screenshot(&path);
+    println!("screenshot: {}", path.display());
+}
+
+/// Text of the ghost text Monaco shows.
+const GHOST: &str = "return [...document.querySelectorAll('.ghost-text-decoration, .ghost-text')].map((e) => e.textContent).join('').replace(/\\u00a0/g, ' ')";
+
+#[test]
+fn the_workspace_page_edits_completes_reloads_and_reviews_the_agents_changes() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("ui-model"));
+    // Completions continue whatever was typed with this; chat answers come from the queue.
+    up.set(Behaviour { answer: Some("urn a + b\n".to_owned()), ..Behaviour::default() });
+    let home = TempDir::new();
+    home.write(
+        "config.toml",
+        &format!(
+            "[[models]]\nalias = \"tab\"\ndeployments = [{{ provider = \"openai\", url = \"{0}\", model = \"qwen2.5-coder-1.5b\" }}]\n\
+             [[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{0}\", model = \"m\" }}]\n",
+            up.url
+        ),
+    );
+    let ws = TempDir::new();
+    ws.write(".gitignore", "ignored.txt\n");
+    ws.write("ignored.txt", "not listed\n");
+    ws.write("app.py", "def add(a, b):\n    \n");
+    ws.write("lib/other.py", "VALUE = 1\n");
+    ws.write("notes.md", "# Notes\n");
+    std::process::Command::new("git").args(["init", "-q"]).current_dir(ws.path()).status().unwrap();
+    let ui = start_ui(home.path(), ws.path());
+    let c = http();
+
+    // Security: the token, the host and the origin.
+    let tree = |token: Option<&str>, origin: Option<&str>, host: Option<&str>| {
+        let mut r = c.get(format!("{}/api/tree", ui.base));
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        if let Some(o) = origin {
+            r = r.header("origin", o);
+        }
+        if let Some(h) = host {
+            r = r.header("host", h);
+        }
+        r.send().unwrap()
+    };
+    assert_eq!(tree(None, None, None).status(), 401);
+    assert_eq!(tree(Some("0".repeat(64).as_str()), None, None).status(), 401);
+    assert_eq!(tree(Some(&ui.token), Some("http://evil.example"), None).status(), 403);
+    assert_eq!(tree(Some(&ui.token), None, Some("evil.example")).status(), 403, "DNS rebinding");
+    let listed: Value = tree(Some(&ui.token), Some(&ui.base), None).json().unwrap();
+    assert_eq!(listed["files"], json!([".gitignore", "app.py", "lib/other.py", "notes.md"]), "{listed}");
+    let opts = c
+        .request(reqwest::Method::OPTIONS, format!("{}/api/tree", ui.base))
+        .header("origin", "http://evil.example")
+        .send()
+        .unwrap();
+    assert!(opts.headers().get("access-control-allow-origin").is_none(), "no CORS");
+    let escape = c.get(format!("{}/api/file?path=../etc/passwd", ui.base)).bearer_auth(&ui.token).send().unwrap();
+    assert_eq!(escape.status(), 400);
+
+    let browser = Browser::start();
+    let started = Instant::now();
+    browser.open(&format!("{}/?open=app.py#token={}", ui.base, ui.token));
+    browser.wait_for("the file open in the editor", 30, "return window.caret?.editor?.getModel()?.getValue()");
+    println!("page load to an editable file: {} ms", started.elapsed().as_millis());
+    assert_eq!(browser.eval("return location.hash"), "", "the token leaves the address bar");
+    let tree_rows = browser.eval("return [...document.querySelectorAll('#tree li.file')].map((li) => li.dataset.path)");
+    assert_eq!(
+        tree_rows,
+        json!(["lib/other.py", ".gitignore", "app.py", "notes.md"]),
+        "directories first; ignored files not shown"
+    );
+
+    // Type on the empty line of the body; the ghost text appears and Tab accepts it.
+    browser.eval("caret.editor.setPosition({lineNumber: 2, column: 5}); caret.editor.focus();");
+    browser.keys("ret");
+    let ghost = browser.wait_for("ghost text", 20, GHOST);
+    assert_eq!(ghost, "urn a + b", "the model's continuation, cut at the line's end");
+    shot(&browser, "1-ghost-text");
+    browser.keys("\u{E004}");
+    browser.wait_for(
+        "the suggestion accepted",
+        10,
+        "return caret.editor.getModel().getValue().includes('return a + b')",
+    );
+    assert_eq!(browser.eval("return caret.editor.getModel().getValue()"), "def add(a, b):\n    return a + b\n");
+    let metrics = c.get(format!("{}/metrics", ui.base)).bearer_auth(&ui.token).send().unwrap().text().unwrap();
+    assert!(metrics.contains("caret_tab_shown_total{model=\"tab\"} 1"), "{metrics}");
+    assert!(metrics.contains("caret_tab_accepted_total{model=\"tab\"} 1"), "{metrics}");
+    assert!(metrics.contains("caret_tab_accept_rate{model=\"tab\"} 1"), "{metrics}");
+    let asked = up.last_request().unwrap().1;
+    assert!(asked["prompt"].as_str().unwrap().contains("def add(a, b):"), "the page's text reached the model: {asked}");
+
+    // Save (Ctrl-S) writes the file.
+    browser.keys("\u{E009}s");
+    browser.wait_for("saved", 10, "return !document.querySelector('#tabs .tab.dirty')");
+    assert_eq!(read(&ws, "app.py"), "def add(a, b):\n    return a + b\n");
+
+    // Changed on disk with no unsaved edits: reloads.
+    std::fs::write(ws.path().join("app.py"), "def add(a, b):\n    return b + a\n").unwrap();
+    browser.wait_for("the reload", 15, "return caret.editor.getModel().getValue().includes('b + a')");
+
+    // Changed on disk with unsaved edits: the edits stay, the conflict shows, nothing lost.
+    browser.eval("caret.editor.setPosition({lineNumber: 2, column: 17}); caret.editor.focus();");
+    browser.keys("  # mine");
+    std::fs::write(ws.path().join("app.py"), "def add(a, b):\n    return theirs\n").unwrap();
+    browser.wait_for("the conflict", 15, "return !document.querySelector('#conflict').hidden");
+    assert!(browser.eval("return caret.editor.getModel().getValue()").as_str().unwrap().contains("# mine"));
+    shot(&browser, "2-conflict");
+    browser.eval("document.querySelector('#conflict-mine').click()");
+    browser.wait_for("mine saved", 10, "return document.querySelector('#conflict').hidden");
+    assert!(read(&ws, "app.py").contains("# mine"), "{}", read(&ws, "app.py"));
+
+    // An agent turn changes two files; reject one, accept the other.
+    up.queue([
+        Answer::Calls(vec![
+            ("write_file".into(), json!({"path": "lib/other.py", "content": "VALUE = 2\n"})),
+            ("write_file".into(), json!({"path": "notes.md", "content": "# Notes\n\nAdded by the agent.\n"})),
+        ]),
+        Answer::Text("Changed both files.".into()),
+    ]);
+    browser.eval("const i = document.querySelector('[data-role=input]'); i.value = 'Update @lib/other.py and @notes.md'; document.querySelector('[data-role=send]').click();");
+    browser.wait_for("the turn's end", 30, "return document.querySelector('#agent').dataset.busy === 'no' && document.querySelectorAll('.changes .changed').length === 2");
+    let tools = browser.eval("return [...document.querySelectorAll('.entry.tool.ok')].map((e) => e.dataset.tool)");
+    assert_eq!(tools, json!(["write_file", "write_file"]));
+    let said =
+        browser.eval("return [...document.querySelectorAll('.entry.assistant')].map((e) => e.textContent).join('')");
+    assert_eq!(said, "Changed both files.");
+    let attached = up.chats().into_iter().find(|c| c.get("messages").is_some()).unwrap();
+    assert!(attached.to_string().contains("VALUE = 1"), "@lib/other.py was attached: {attached}");
+    browser.eval("document.querySelector('.changes .changed[data-path=\"lib/other.py\"] a').click()");
+    browser.wait_for(
+        "the diff",
+        10,
+        "return !document.querySelector('#diff').hidden && caret.diffEditor.getModel()?.modified.getValue()",
+    );
+    assert_eq!(browser.eval("return caret.diffEditor.getModel().original.getValue()"), "VALUE = 1\n");
+    assert_eq!(browser.eval("return caret.diffEditor.getModel().modified.getValue()"), "VALUE = 2\n");
+    shot(&browser, "3-agent-diff");
+    browser.eval("document.querySelector('.changes .changed[data-path=\"lib/other.py\"] .reject').click()");
+    browser.eval("document.querySelector('.changes .changed[data-path=\"notes.md\"] .accept').click()");
+    browser.wait_for("the review emptied", 10, "return document.querySelectorAll('.changes .changed').length === 0");
+    assert_eq!(read(&ws, "lib/other.py"), "VALUE = 1\n", "rejected: restored");
+    assert_eq!(read(&ws, "notes.md"), "# Notes\n\nAdded by the agent.\n", "accepted: kept");
+    shot(&browser, "4-after-review");
+    assert!(up.violations().is_empty(), "{:?}", up.violations());
+}

@@ -1,0 +1,301 @@
+// The agent panel: a conversation with the agent (text as it streams, tool calls folded,
+// approvals in place, the todo list), the files the agent changed with per-file accept and
+// reject, and a checkpoint before every turn to roll the workspace back to. It knows nothing
+// of how it is hosted: `host` gives it the calls (the page's HTTP API, or a VS Code webview's
+// messages to its extension).
+//
+// host = {
+//   start(): Promise<{id, model}>           a new session
+//   send(id, op): Promise                    an Op (user_input, approval, interrupt)
+//   events(id, onEvent, signal): Promise     the session's events from its first
+//   review(): Promise<{files, checkpoints}>  what the agent changed, the turns' checkpoints
+//   accept(path), reject(path), restore(turn): Promise
+//   showDiff(path), openFile(path, line)     the host's editor
+//   paths(): string[]                        workspace files, for @ mentions
+// }
+
+const el = (tag, attrs = {}, ...children) => {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === 'class') e.className = v;
+    else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+    else if (v !== undefined && v !== null && v !== false) e.setAttribute(k, v === true ? '' : v);
+  }
+  for (const c of children.flat()) if (c !== null && c !== undefined) e.append(c);
+  return e;
+};
+
+const summary = (name, args) => {
+  const a = args || {};
+  const s = a.command || (a.query && JSON.stringify(a.query)) || a.pattern || a.path || '';
+  const text = typeof s === 'string' ? s : JSON.stringify(s);
+  return text.length > 90 ? `${text.slice(0, 90)}…` : text;
+};
+
+// Assistant text with ``` fences as code blocks.
+const renderText = (node, text) => {
+  node.replaceChildren();
+  const parts = text.split(/```[^\n]*\n?/);
+  parts.forEach((p, i) => {
+    if (!p) return;
+    node.append(i % 2 ? el('pre', { class: 'code' }, p) : el('span', {}, p));
+  });
+};
+
+export class AgentPanel {
+  constructor(root, host) {
+    this.root = root;
+    this.host = host;
+    this.session = null;
+    this.busy = false;
+    this.calls = new Map();
+    this.abort = null;
+    this.build();
+  }
+
+  build() {
+    this.title = el('span', { class: 'title' }, 'Agent');
+    this.newButton = el('button', { class: 'small', onclick: () => this.reset() }, 'New chat');
+    this.log = el('div', { class: 'log', 'data-role': 'log' });
+    this.todos = el('ul', { class: 'todos', hidden: true });
+    this.changes = el('div', { class: 'changes', hidden: true });
+    this.input = el('textarea', {
+      rows: 3,
+      placeholder: 'Ask the agent… (@ attaches a file, Enter sends, Shift-Enter a new line)',
+      'data-role': 'input',
+    });
+    this.mentions = el('ul', { class: 'mentions', hidden: true });
+    this.sendButton = el('button', { class: 'primary', 'data-role': 'send', onclick: () => this.submit() }, 'Send');
+    this.stopButton = el('button', { hidden: true, onclick: () => this.interrupt() }, 'Stop');
+    this.usage = el('span', { class: 'usage' });
+    this.root.replaceChildren(
+      el('div', { class: 'agent-head' }, this.title, this.usage, this.newButton),
+      this.log,
+      this.todos,
+      this.changes,
+      el('div', { class: 'agent-input' }, this.mentions, this.input, el('div', { class: 'row' }, this.stopButton, this.sendButton)),
+    );
+    this.input.addEventListener('keydown', (e) => this.key(e));
+    this.input.addEventListener('input', () => this.mention());
+  }
+
+  reset() {
+    this.abort?.abort();
+    this.session = null;
+    this.busy = false;
+    this.calls.clear();
+    this.log.replaceChildren();
+    this.todos.hidden = true;
+    this.setBusy(false);
+  }
+
+  key(e) {
+    if (!this.mentions.hidden && (e.key === 'Tab' || (e.key === 'Enter' && !e.shiftKey))) {
+      const first = this.mentions.querySelector('li');
+      if (first) {
+        e.preventDefault();
+        first.click();
+        return;
+      }
+    }
+    if (e.key === 'Escape') this.mentions.hidden = true;
+    if (e.key === 'Enter' && !e.shiftKey) {
+      e.preventDefault();
+      this.submit();
+    }
+  }
+
+  // "@par" → the workspace paths containing "par", to attach.
+  mention() {
+    const upto = this.input.value.slice(0, this.input.selectionStart);
+    const m = /@([\w./-]*)$/.exec(upto);
+    if (!m) {
+      this.mentions.hidden = true;
+      return;
+    }
+    const q = m[1].toLowerCase();
+    const hits = this.host.paths().filter((p) => p.toLowerCase().includes(q)).slice(0, 8);
+    this.mentions.replaceChildren(
+      ...hits.map((p) =>
+        el('li', {
+          onclick: () => {
+            const at = upto.length - m[0].length;
+            this.input.value = `${this.input.value.slice(0, at)}@${p} ${this.input.value.slice(upto.length)}`;
+            this.mentions.hidden = true;
+            this.input.focus();
+          },
+        }, p),
+      ),
+    );
+    this.mentions.hidden = hits.length === 0;
+  }
+
+  setBusy(busy) {
+    this.busy = busy;
+    this.stopButton.hidden = !busy;
+    this.root.dataset.busy = busy ? 'yes' : 'no';
+  }
+
+  async ensureSession() {
+    if (this.session) return this.session;
+    const s = await this.host.start();
+    this.session = s.id;
+    this.title.textContent = `Agent · ${s.model}`;
+    this.abort = new AbortController();
+    this.host.events(s.id, (e) => this.event(e), this.abort.signal).catch((e) => {
+      if (e.name !== 'AbortError') this.notice(`event stream: ${e.message}`, 'error');
+    });
+    return s.id;
+  }
+
+  async submit() {
+    const text = this.input.value.trim();
+    if (!text) return;
+    this.input.value = '';
+    this.mentions.hidden = true;
+    try {
+      const id = await this.ensureSession();
+      await this.host.send(id, { type: 'user_input', text });
+    } catch (e) {
+      this.notice(e.message, 'error');
+    }
+  }
+
+  async interrupt() {
+    if (this.session) await this.host.send(this.session, { type: 'interrupt' });
+  }
+
+  scroll() {
+    this.log.scrollTop = this.log.scrollHeight;
+  }
+
+  notice(text, kind = 'notice') {
+    this.log.append(el('div', { class: `entry ${kind}` }, text));
+    this.scroll();
+  }
+
+  event(e) {
+    switch (e.type) {
+      case 'turn_begin':
+        this.setBusy(true);
+        this.current = null;
+        break;
+      case 'text_delta': {
+        if (!this.current) {
+          this.current = { text: '', node: el('div', { class: 'entry assistant' }) };
+          this.log.append(this.current.node);
+        }
+        this.current.text += e.text;
+        renderText(this.current.node, this.current.text);
+        break;
+      }
+      case 'tool_call_begin': {
+        this.current = null;
+        const out = el('pre', { class: 'output' });
+        const head = el('summary', {}, el('span', { class: 'tool-name' }, e.name), ' ', el('span', { class: 'tool-arg' }, summary(e.name, e.arguments)));
+        const node = el('details', { class: 'entry tool running', 'data-call': e.call_id, 'data-tool': e.name }, head, out);
+        this.calls.set(e.call_id, { node, out });
+        this.log.append(node);
+        break;
+      }
+      case 'tool_call_end': {
+        const c = this.calls.get(e.call_id);
+        if (c) {
+          c.node.classList.remove('running');
+          c.node.classList.add(e.ok ? 'ok' : 'failed');
+          c.out.textContent = e.output;
+        }
+        break;
+      }
+      case 'file_change': {
+        const node = el('div', { class: 'entry change', 'data-path': e.path },
+          el('span', { class: `kind ${e.kind}` }, e.kind), ' ',
+          el('a', { href: '#', onclick: (ev) => { ev.preventDefault(); this.host.showDiff(e.path); } }, e.path));
+        this.log.append(node);
+        this.refreshReview();
+        break;
+      }
+      case 'todo_update':
+        this.todos.replaceChildren(...e.items.map((t) => el('li', { class: t.status }, t.content)));
+        this.todos.hidden = e.items.length === 0;
+        break;
+      case 'approval_request': {
+        const decide = (decision) => async () => {
+          node.querySelectorAll('button').forEach((b) => (b.disabled = true));
+          node.dataset.decided = decision;
+          await this.host.send(this.session, { type: 'approval', call_id: e.call_id, decision });
+        };
+        const node = el('div', { class: 'entry approval', 'data-call': e.call_id },
+          el('div', {}, `Run this? ${e.reason}`),
+          el('pre', { class: 'code' }, e.command),
+          el('div', { class: 'row' },
+            el('button', { class: 'primary', onclick: decide('approve') }, 'Run'),
+            el('button', { onclick: decide('approve_for_session') }, 'Always'),
+            el('button', { onclick: decide('deny') }, 'Deny')));
+        this.log.append(node);
+        break;
+      }
+      case 'token_usage':
+        this.usage.textContent = `${Math.round((100 * e.context_tokens) / Math.max(1, e.context_window))}% of context`;
+        break;
+      case 'error':
+        this.notice(e.message, 'error');
+        break;
+      case 'turn_end':
+        this.setBusy(false);
+        this.current = null;
+        if (e.reason !== 'done') this.notice(`turn ended: ${e.reason.replace('_', ' ')}`);
+        this.refreshReview();
+        break;
+      case 'user_message': {
+        // The page's own echo of what was sent, with the checkpoint taken before its turn.
+        const restore = el('button', {
+          class: 'small restore',
+          title: 'Roll the workspace back to before this message',
+          onclick: async () => {
+            if (!confirm('Restore the files the agent changed since this message?')) return;
+            await this.host.restore(e.turn);
+            this.notice(`restored the checkpoint before turn ${e.turn}`);
+            this.refreshReview();
+          },
+        }, 'Restore checkpoint');
+        this.log.append(el('div', { class: 'entry user', 'data-turn': e.turn }, el('div', {}, e.text), restore));
+        break;
+      }
+      default:
+        break;
+    }
+    this.scroll();
+  }
+
+  async refreshReview() {
+    let review;
+    try {
+      review = await this.host.review();
+    } catch (e) {
+      return;
+    }
+    const files = review.files || [];
+    this.changes.hidden = files.length === 0;
+    const act = (fn, path) => async () => {
+      try {
+        await fn(path);
+      } catch (e) {
+        this.notice(e.message, 'error');
+      }
+      this.refreshReview();
+    };
+    this.changes.replaceChildren(
+      el('div', { class: 'changes-head' }, el('span', {}, `${files.length} file${files.length === 1 ? '' : 's'} changed`),
+        el('button', { class: 'small', onclick: async () => { for (const f of files) await this.host.accept(f.path); this.refreshReview(); } }, 'Accept all'),
+        el('button', { class: 'small', onclick: async () => { for (const f of files) await this.host.reject(f.path); this.refreshReview(); } }, 'Reject all')),
+      ...files.map((f) =>
+        el('div', { class: 'changed', 'data-path': f.path },
+          el('span', { class: `kind ${f.kind}` }, f.kind[0].toUpperCase()),
+          el('a', { href: '#', onclick: (ev) => { ev.preventDefault(); this.host.showDiff(f.path); } }, f.path),
+          el('span', { class: 'counts' }, `+${f.added} −${f.removed}`),
+          el('button', { class: 'small accept', title: 'Keep this change', onclick: act(this.host.accept, f.path) }, '✓'),
+          el('button', { class: 'small reject', title: 'Undo this change', onclick: act(this.host.reject, f.path) }, '✗'))),
+    );
+  }
+}
