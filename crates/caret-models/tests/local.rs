@@ -83,6 +83,52 @@ async fn a_small_model_answers_a_conversation_deterministically_and_reuses_its_p
     assert_eq!(fresh.stats().reused_tokens, 0);
 }
 
+#[tokio::test]
+async fn a_warm_up_reads_a_prompt_ahead_and_any_request_pre_empts_it() {
+    use futures::StreamExt as _;
+    let Some(dir) = small_model() else { return };
+    let model = LocalProvider::load(&dir, settings()).unwrap();
+    let drain = |mut s: caret_models::EventStream| async move {
+        let mut events = Vec::new();
+        while let Some(e) = s.next().await {
+            events.push(e.unwrap());
+        }
+        events
+    };
+    let body: String = (0..60).map(|i| format!("def step_{i}(x):\n    return x * {i} + {}\n\n", i % 7)).collect();
+    // A warm-up answers at once (nobody waits for it) and reads the prompt in the background.
+    let warm = drain(model.complete(completion(&body, None, 0)).await.unwrap()).await;
+    assert!(matches!(warm.first(), Some(caret_models::Event::Finish(FinishReason::Length))), "{warm:?}");
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    // (Counted when the warm-up ends.)
+    while model.stats().warmed_tokens == 0 {
+        assert!(std::time::Instant::now() < until, "the warm-up did not end");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let last = model.stats().warmed_tokens;
+    assert_eq!((model.stats().warmups, model.stats().requests), (1, 0), "a warm-up is not a request");
+    assert!(last > 500, "the prompt was read: {last} tokens");
+    // The request for that prompt, one line further on, reads only the new line.
+    let before = model.stats();
+    let more = format!("{body}def step_60(x):\n");
+    drain(model.complete(completion(&more, None, 4)).await.unwrap()).await;
+    let after = model.stats();
+    let read = (after.prompt_tokens - before.prompt_tokens) - (after.reused_tokens - before.reused_tokens);
+    assert!(after.reused_tokens - before.reused_tokens >= last, "{before:?} → {after:?}");
+    assert!(read < 20, "read {read} tokens at the request");
+
+    // A long warm-up, then at once a request for something else: the request does not wait
+    // for the warm-up, which stops reading within a batch.
+    let other: String = (0..80).map(|i| format!("class Shape{i}:\n    sides = {i}\n\n")).collect();
+    let before = model.stats();
+    drain(model.complete(completion(&other, None, 0)).await.unwrap()).await;
+    let answer = drain(model.complete(completion("fn main() {", None, 3)).await.unwrap()).await;
+    assert!(answer.iter().any(|e| matches!(e, caret_models::Event::Finish(_))), "{answer:?}");
+    let after = model.stats();
+    assert_eq!(after.requests - before.requests, 1);
+    assert!(after.warmed_tokens - before.warmed_tokens < 200, "the warm-up went on: {before:?} → {after:?}");
+}
+
 /// A sampled (temperature 1, seeded) request asking for token ids and log probabilities.
 fn sampled(messages: Vec<ChatMessage>, seed: u64) -> ChatRequest {
     let mut r = chat(messages, 24);

@@ -159,6 +159,10 @@ pub struct LocalStats {
     pub rejected_tokens: u64,
     /// Greedy picks a verification batch made by a hair, made again by a single-token step.
     pub redecided_tokens: u64,
+    /// Warm-ups taken up (not skipped as superseded).
+    pub warmups: u64,
+    /// Prompt tokens warm-ups read into the cache.
+    pub warmed_tokens: u64,
 }
 
 #[derive(Default)]
@@ -170,6 +174,8 @@ struct Counters {
     accepted_tokens: AtomicU64,
     rejected_tokens: AtomicU64,
     redecided_tokens: AtomicU64,
+    warmups: AtomicU64,
+    warmed_tokens: AtomicU64,
 }
 
 /// A GGUF model run in this process by llama.cpp.
@@ -339,6 +345,8 @@ impl LocalProvider {
             accepted_tokens: c.accepted_tokens.load(Ordering::Relaxed),
             rejected_tokens: c.rejected_tokens.load(Ordering::Relaxed),
             redecided_tokens: c.redecided_tokens.load(Ordering::Relaxed),
+            warmups: c.warmups.load(Ordering::Relaxed),
+            warmed_tokens: c.warmed_tokens.load(Ordering::Relaxed),
         }
     }
 
@@ -556,7 +564,7 @@ fn engine(
         match job.warm {
             Some(n) => {
                 if !waiting.supersedes(n)
-                    && let Err(e) = engine.warm(&mut ctx, &job, waiting, n)
+                    && let Err(e) = engine.warm(&mut ctx, &job, waiting, n, counters)
                 {
                     tracing::debug!(error = %e, "warm-up failed");
                     ctx.clear_kv_cache();
@@ -725,13 +733,22 @@ impl Engine<'_> {
     /// A warm-up: reads `job`'s prompt into the cache in [`WARM_CHUNK`]s until it is read
     /// or `waiting` says to stop. (The last token is left for the request, which needs its
     /// logits computed anyway.)
-    fn warm(&mut self, ctx: &mut LlamaContext<'_>, job: &Job, waiting: &Waiting, n: u64) -> Result<()> {
+    fn warm(
+        &mut self,
+        ctx: &mut LlamaContext<'_>,
+        job: &Job,
+        waiting: &Waiting,
+        n: u64,
+        counters: &Counters,
+    ) -> Result<()> {
         let tokens = self.tokens(&job.input)?;
         if tokens.len() < 2 || tokens.len() >= ctx.n_ctx() as usize {
             return Ok(());
         }
         let started = std::time::Instant::now();
+        counters.warmups.fetch_add(1, Ordering::Relaxed);
         let (kept, read) = self.read(ctx, &tokens[..tokens.len() - 1], job, Some((waiting, n)))?;
+        counters.warmed_tokens.fetch_add(read as u64, Ordering::Relaxed);
         tracing::debug!(
             prompt = tokens.len(),
             kept,
