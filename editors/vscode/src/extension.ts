@@ -1,0 +1,219 @@
+// Caret in VS Code, kept thin: Tab comes from `caret lsp` through vscode-languageclient; the
+// agent panel is the workspace page's own panel component in a webview, talking (through this
+// extension) to a `caret ui` server started for the workspace folder; search is a quick pick
+// over the same server's search.
+import { ChildProcess, spawn } from 'node:child_process';
+import * as readline from 'node:readline';
+import * as vscode from 'vscode';
+import { LanguageClient, LanguageClientOptions, ServerOptions } from 'vscode-languageclient/node';
+import {
+  Hit,
+  SseParser,
+  Settings,
+  debounce,
+  focusParams,
+  initializationOptions,
+  lspArgs,
+  parseUiAddress,
+  readSettings,
+  searchItems,
+  uiArgs,
+} from './logic';
+
+let client: LanguageClient | undefined;
+let page: PageServer | undefined;
+const before = new Map<string, string>();
+
+function settings(): Settings {
+  const c = vscode.workspace.getConfiguration('caret');
+  return readSettings((k) => c.get(k));
+}
+
+function root(): string | undefined {
+  return vscode.workspace.workspaceFolders?.[0]?.uri.fsPath;
+}
+
+/** A `caret ui` server for the workspace folder, started on first use. */
+class PageServer {
+  private child: ChildProcess | undefined;
+  private ready: Promise<{ base: string; token: string }> | undefined;
+
+  constructor(private readonly folder: string, private readonly s: Settings) {}
+
+  address(): Promise<{ base: string; token: string }> {
+    if (!this.ready) {
+      this.ready = new Promise((resolve, reject) => {
+        const child = spawn(this.s.path, uiArgs(this.folder, this.s), { stdio: ['ignore', 'pipe', 'pipe'] });
+        this.child = child;
+        child.on('error', (e) => reject(new Error(`starting ${this.s.path}: ${e.message}`)));
+        child.on('exit', (code) => reject(new Error(`caret ui exited (${code})`)));
+        readline.createInterface({ input: child.stdout! }).once('line', (line) => {
+          const a = parseUiAddress(line);
+          if (a) resolve(a);
+          else reject(new Error(`caret ui printed ${JSON.stringify(line)}`));
+        });
+      });
+    }
+    return this.ready;
+  }
+
+  async call(method: string, path: string, body?: unknown): Promise<any> {
+    const { base, token } = await this.address();
+    const r = await fetch(base + path, {
+      method,
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await r.text();
+    const data = text ? JSON.parse(text) : null;
+    if (!r.ok) throw new Error(data?.error?.message ?? `${r.status}`);
+    return data;
+  }
+
+  /** Forwards the event stream at `path` to `onEvent` until it ends. */
+  async stream(path: string, onEvent: (e: unknown) => void): Promise<void> {
+    const { base, token } = await this.address();
+    const r = await fetch(base + path, { headers: { authorization: `Bearer ${token}` } });
+    if (!r.ok || !r.body) throw new Error(`${r.status}`);
+    const parser = new SseParser();
+    const decoder = new TextDecoder();
+    for await (const chunk of r.body as unknown as AsyncIterable<Uint8Array>) {
+      for (const e of parser.push(decoder.decode(chunk, { stream: true }))) onEvent(e);
+    }
+  }
+
+  dispose() {
+    this.child?.kill();
+  }
+}
+
+function server(): PageServer {
+  const folder = root();
+  if (!folder) throw new Error('open a folder first: the agent and search work in a workspace folder');
+  page ??= new PageServer(folder, settings());
+  return page;
+}
+
+async function openAt(path: string, line?: number) {
+  const folder = root();
+  if (!folder) return;
+  const doc = await vscode.workspace.openTextDocument(vscode.Uri.joinPath(vscode.Uri.file(folder), path));
+  const pos = new vscode.Position(Math.max(0, (line ?? 1) - 1), 0);
+  await vscode.window.showTextDocument(doc, { selection: new vscode.Range(pos, pos) });
+}
+
+async function showDiff(path: string) {
+  const d = await server().call('GET', `/api/review/diff?path=${encodeURIComponent(path)}`);
+  before.set(path, d.before ?? '');
+  const left = vscode.Uri.from({ scheme: 'caret-before', path: `/${path}` });
+  const right = vscode.Uri.joinPath(vscode.Uri.file(root()!), path);
+  await vscode.commands.executeCommand('vscode.diff', left, right, `${path} (the agent's change)`);
+}
+
+function openAgent(context: vscode.ExtensionContext) {
+  const panel = vscode.window.createWebviewPanel('caret.agent', 'Caret Agent', vscode.ViewColumn.Beside, {
+    enableScripts: true,
+    retainContextWhenHidden: true,
+    localResourceRoots: [vscode.Uri.joinPath(context.extensionUri, 'media')],
+  });
+  const media = (f: string) => panel.webview.asWebviewUri(vscode.Uri.joinPath(context.extensionUri, 'media', f));
+  panel.webview.html = `<!doctype html><html><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src ${panel.webview.cspSource}; style-src ${panel.webview.cspSource} 'unsafe-inline'; font-src ${panel.webview.cspSource};">
+<link rel="stylesheet" href="${media('panel.css')}"></head>
+<body class="vscode"><div id="agent"></div><script src="${media('panel.js')}"></script></body></html>`;
+  const s = server();
+  const methods: Record<string, (...a: any[]) => Promise<unknown>> = {
+    start: () => s.call('POST', '/api/agent/sessions', {}),
+    send: (id: string, op: unknown) => s.call('POST', `/api/agent/sessions/${id}/ops`, op),
+    events: async (id: string) => {
+      s.stream(`/api/agent/sessions/${id}/events`, (data) => panel.webview.postMessage({ type: 'event', session: id, data })).catch(
+        (e) => panel.webview.postMessage({ type: 'event', session: id, data: { type: 'error', message: String(e) } }),
+      );
+    },
+    review: () => s.call('GET', '/api/review'),
+    accept: (path: string) => s.call('POST', '/api/review/accept', { path }),
+    reject: (path: string) => s.call('POST', '/api/review/reject', { path }),
+    restore: (turn: number) => s.call('POST', '/api/checkpoints/restore', { turn }),
+    showDiff: (path: string) => showDiff(path),
+    openFile: (path: string, line?: number) => openAt(path, line),
+    paths: async () => (await s.call('GET', '/api/tree')).files,
+  };
+  panel.webview.onDidReceiveMessage(async (m: { type: string; id: number; method: string; args: unknown[] }) => {
+    if (m.type !== 'call') return;
+    try {
+      const result = await methods[m.method](...m.args);
+      panel.webview.postMessage({ type: 'reply', id: m.id, result });
+    } catch (e) {
+      panel.webview.postMessage({ type: 'reply', id: m.id, error: e instanceof Error ? e.message : String(e) });
+    }
+  });
+}
+
+async function search(mode: 'semantic' | 'grep') {
+  const s = server();
+  const pick = vscode.window.createQuickPick<vscode.QuickPickItem & { path: string; line: number }>();
+  pick.placeholder = mode === 'grep' ? 'Grep the workspace (a regular expression)' : 'Search the codebase by meaning';
+  pick.matchOnDescription = true;
+  pick.matchOnDetail = true;
+  const run = debounce(async (q: string) => {
+    if (!q.trim()) return;
+    pick.busy = true;
+    try {
+      const r = await s.call('GET', `/api/search?mode=${mode}&q=${encodeURIComponent(q)}`);
+      pick.items = searchItems(r.hits as Hit[]);
+      pick.title = r.note;
+    } catch (e) {
+      pick.title = e instanceof Error ? e.message : String(e);
+    }
+    pick.busy = false;
+  }, 300);
+  pick.onDidChangeValue(run);
+  pick.onDidAccept(() => {
+    const item = pick.selectedItems[0];
+    pick.hide();
+    if (item) openAt(item.path, item.line);
+  });
+  pick.show();
+}
+
+function startClient(): LanguageClient {
+  const s = settings();
+  const serverOptions: ServerOptions = { command: s.path, args: lspArgs(s) };
+  const clientOptions: LanguageClientOptions = {
+    documentSelector: [{ scheme: 'file' }],
+    initializationOptions: initializationOptions(s),
+  };
+  const c = new LanguageClient('caret', 'Caret', serverOptions, clientOptions);
+  c.start();
+  return c;
+}
+
+export function activate(context: vscode.ExtensionContext) {
+  client = startClient();
+  // The cursor resting somewhere: the server warms the model for a suggestion there.
+  const focus = debounce((e: vscode.TextEditorSelectionChangeEvent) => {
+    const p = e.selections[0]?.active;
+    if (p && client?.isRunning()) client.sendNotification('caret/focus', focusParams(e.textEditor.document.uri.toString(), p.line, p.character));
+  }, 250);
+  context.subscriptions.push(
+    vscode.window.onDidChangeTextEditorSelection(focus),
+    vscode.workspace.registerTextDocumentContentProvider('caret-before', {
+      provideTextDocumentContent: (uri) => before.get(uri.path.slice(1)) ?? '',
+    }),
+    vscode.commands.registerCommand('caret.openAgent', () => openAgent(context)),
+    vscode.commands.registerCommand('caret.search', () => search('semantic')),
+    vscode.commands.registerCommand('caret.grep', () => search('grep')),
+    vscode.commands.registerCommand('caret.restartServer', async () => {
+      await client?.stop();
+      client = startClient();
+    }),
+    vscode.workspace.onDidChangeConfiguration((e) => {
+      if (e.affectsConfiguration('caret')) vscode.commands.executeCommand('caret.restartServer');
+    }),
+  );
+}
+
+export async function deactivate() {
+  page?.dispose();
+  await client?.stop();
+}

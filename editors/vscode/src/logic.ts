@@ -1,0 +1,139 @@
+// What the extension decides without VS Code: settings → the language server's arguments and
+// initializationOptions, `caret ui`'s address, server-sent events, search hits → quick pick
+// items. Tested with Node's test runner (test/logic.test.ts).
+
+export interface Settings {
+  path: string;
+  tabModel: string;
+  agentModel: string;
+  family: string;
+  budget: number;
+  debounceMs: number;
+  server: string;
+  token: string;
+}
+
+export const defaults: Settings = {
+  path: 'caret',
+  tabModel: '',
+  agentModel: '',
+  family: '',
+  budget: 0,
+  debounceMs: 0,
+  server: '',
+  token: '',
+};
+
+/** Settings read through `get` (VS Code's configuration), defaults for what is unset. */
+export function readSettings(get: (key: string) => unknown): Settings {
+  const s = { ...defaults };
+  for (const key of Object.keys(defaults) as (keyof Settings)[]) {
+    const v = get(key);
+    if (typeof v === typeof defaults[key]) (s as Record<string, unknown>)[key] = v;
+  }
+  return s;
+}
+
+/** `caret lsp`'s arguments. */
+export function lspArgs(s: Settings): string[] {
+  const args = ['lsp'];
+  if (s.server) args.push('--server', s.server);
+  if (s.server && s.token) args.push('--token', s.token);
+  return args;
+}
+
+/** The language server's `initializationOptions` (only what is set). */
+export function initializationOptions(s: Settings): Record<string, unknown> {
+  const o: Record<string, unknown> = {};
+  if (s.tabModel) o.model = s.tabModel;
+  if (s.family) o.family = s.family;
+  if (s.budget > 0) o.budget = Math.floor(s.budget);
+  if (s.debounceMs > 0) o.debounce_ms = Math.floor(s.debounceMs);
+  return o;
+}
+
+/** `caret ui`'s arguments for a workspace folder (the page's server, for the agent and search). */
+export function uiArgs(root: string, s: Settings): string[] {
+  const args = ['ui', root];
+  if (s.agentModel) args.push('--model', s.agentModel);
+  if (s.tabModel) args.push('--tab-model', s.tabModel);
+  return args;
+}
+
+/** The address `caret ui` prints first: `caret ui: http://127.0.0.1:PORT/#token=T`. */
+export function parseUiAddress(line: string): { base: string; token: string } | null {
+  const m = /^caret ui: (http:\/\/127\.0\.0\.1:\d+)\/#token=([0-9a-f]{64})\s*$/.exec(line);
+  return m ? { base: m[1], token: m[2] } : null;
+}
+
+/** Splits a server-sent event stream into the JSON values of its `data:` lines. */
+export class SseParser {
+  private buf = '';
+
+  push(chunk: string): unknown[] {
+    this.buf += chunk;
+    const out: unknown[] = [];
+    let i: number;
+    while ((i = this.buf.indexOf('\n\n')) >= 0) {
+      const block = this.buf.slice(0, i);
+      this.buf = this.buf.slice(i + 2);
+      const data = block
+        .split('\n')
+        .filter((l) => l.startsWith('data:'))
+        .map((l) => l.slice(5).trimStart())
+        .join('\n');
+      if (!data) continue;
+      try {
+        out.push(JSON.parse(data));
+      } catch {
+        // A malformed event is skipped; the stream goes on.
+      }
+    }
+    return out;
+  }
+}
+
+export interface Hit {
+  path: string;
+  line: number;
+  end_line?: number;
+  snippet: string;
+  score?: number;
+}
+
+export interface PickItem {
+  label: string;
+  description: string;
+  detail: string;
+  path: string;
+  line: number;
+}
+
+/** Search hits as quick pick items: the file name, its folder and line, the first code line. */
+export function searchItems(hits: Hit[]): PickItem[] {
+  return hits.map((h) => {
+    const slash = h.path.lastIndexOf('/');
+    const first = h.snippet.split('\n').find((l) => l.trim()) ?? '';
+    return {
+      label: slash >= 0 ? h.path.slice(slash + 1) : h.path,
+      description: `${slash >= 0 ? h.path.slice(0, slash) + ' · ' : ''}line ${h.line}${h.end_line && h.end_line !== h.line ? `–${h.end_line}` : ''}`,
+      detail: first.trim().slice(0, 160),
+      path: h.path,
+      line: h.line,
+    };
+  });
+}
+
+/** The `caret/focus` notification for a cursor (0-based line and UTF-16 character). */
+export function focusParams(uri: string, line: number, character: number) {
+  return { textDocument: { uri }, position: { line, character } };
+}
+
+/** Calls `f` once calls stop for `ms`, with the last call's arguments. */
+export function debounce<A extends unknown[]>(f: (...a: A) => void, ms: number): (...a: A) => void {
+  let t: ReturnType<typeof setTimeout> | undefined;
+  return (...a: A) => {
+    if (t) clearTimeout(t);
+    t = setTimeout(() => f(...a), ms);
+  };
+}

@@ -1,0 +1,63 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import {
+  SseParser,
+  debounce,
+  defaults,
+  focusParams,
+  initializationOptions,
+  lspArgs,
+  parseUiAddress,
+  readSettings,
+  searchItems,
+  uiArgs,
+} from '../src/logic';
+
+test('settings map to the language server and the page server', () => {
+  const values: Record<string, unknown> = { tabModel: 'tab-big', budget: 1024.7, debounceMs: 40, family: 'qwen-coder', token: 7 };
+  const s = readSettings((k) => values[k]);
+  assert.equal(s.path, 'caret', 'unset: the default');
+  assert.equal(s.token, '', 'a value of the wrong type is ignored');
+  assert.deepEqual(initializationOptions(s), { model: 'tab-big', family: 'qwen-coder', budget: 1024, debounce_ms: 40 });
+  assert.deepEqual(initializationOptions(defaults), {});
+  assert.deepEqual(lspArgs(s), ['lsp']);
+  assert.deepEqual(lspArgs({ ...s, server: 'https://caret.example', token: 't0k' }), ['lsp', '--server', 'https://caret.example', '--token', 't0k']);
+  assert.deepEqual(uiArgs('/w', { ...s, agentModel: 'agent-x' }), ['ui', '/w', '--model', 'agent-x', '--tab-model', 'tab-big']);
+});
+
+test("caret ui's address is read from its first line, and nothing else passes", () => {
+  const token = 'ab'.repeat(32);
+  assert.deepEqual(parseUiAddress(`caret ui: http://127.0.0.1:4242/#token=${token}\n`), { base: 'http://127.0.0.1:4242', token });
+  assert.equal(parseUiAddress(`caret ui: http://evil.example:4242/#token=${token}`), null, 'loopback only');
+  assert.equal(parseUiAddress('caret ui: http://127.0.0.1:4242/#token=short'), null);
+  assert.equal(parseUiAddress('warning: something'), null);
+});
+
+test('server-sent events are split across chunks and bad ones skipped', () => {
+  const p = new SseParser();
+  assert.deepEqual(p.push('data: {"type":"turn_begin","turn":1}\n\ndata: {"ty'), [{ type: 'turn_begin', turn: 1 }]);
+  assert.deepEqual(p.push('pe":"text_delta","text":"hi"}\n\n: comment\n\ndata: {not json}\n\n'), [{ type: 'text_delta', text: 'hi' }]);
+  assert.deepEqual(p.push('event: x\ndata: [1,\ndata: 2]\n\n'), [[1, 2]], 'data lines join');
+});
+
+test('search hits become quick pick items that open at their line', () => {
+  const items = searchItems([
+    { path: 'src/auth/token.rs', line: 12, end_line: 30, snippet: '\n  pub fn check(token: &str) -> bool {\n', score: 0.9 },
+    { path: 'README.md', line: 3, snippet: 'Caret' },
+  ]);
+  assert.deepEqual(items[0], { label: 'token.rs', description: 'src/auth · line 12–30', detail: 'pub fn check(token: &str) -> bool {', path: 'src/auth/token.rs', line: 12 });
+  assert.deepEqual(items[1], { label: 'README.md', description: 'line 3', detail: 'Caret', path: 'README.md', line: 3 });
+});
+
+test('focus notifications and the debounce', async () => {
+  assert.deepEqual(focusParams('file:///w/a.py', 3, 8), { textDocument: { uri: 'file:///w/a.py' }, position: { line: 3, character: 8 } });
+  const seen: number[] = [];
+  const f = debounce((n: number) => seen.push(n), 20);
+  f(1);
+  f(2);
+  f(3);
+  await new Promise((r) => setTimeout(r, 60));
+  f(4);
+  await new Promise((r) => setTimeout(r, 60));
+  assert.deepEqual(seen, [3, 4]);
+});

@@ -1,0 +1,49 @@
+// The agent panel in VS Code's webview: the workspace page's own component (web/src), its
+// calls posted to the extension, which makes them against `caret ui`.
+import { AgentPanel } from '../../../web/src/agent-panel.js';
+import '../../../web/src/style.css';
+import './panel.css';
+
+const vscode = acquireVsCodeApi();
+const pending = new Map();
+const listeners = new Map();
+let next = 1;
+let paths = [];
+
+window.addEventListener('message', (e) => {
+  const m = e.data;
+  if (m.type === 'reply') {
+    const p = pending.get(m.id);
+    pending.delete(m.id);
+    if (m.error) p?.reject(new Error(m.error));
+    else p?.resolve(m.result);
+  } else if (m.type === 'event') {
+    listeners.get(m.session)?.(m.data);
+  }
+});
+
+const call = (method, ...args) =>
+  new Promise((resolve, reject) => {
+    const id = next++;
+    pending.set(id, { resolve, reject });
+    vscode.postMessage({ type: 'call', id, method, args });
+  });
+
+const host = {
+  start: () => call('start'),
+  send: (id, op) => call('send', id, op),
+  events: (id, onEvent) => {
+    listeners.set(id, onEvent);
+    return call('events', id);
+  },
+  review: () => call('review'),
+  accept: (path) => call('accept', path),
+  reject: (path) => call('reject', path),
+  restore: (turn) => call('restore', turn),
+  showDiff: (path) => call('showDiff', path),
+  openFile: (path, line) => call('openFile', path, line),
+  paths: () => paths,
+};
+
+call('paths').then((p) => (paths = p)).catch(() => {});
+new AgentPanel(document.getElementById('agent'), host);
