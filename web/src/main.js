@@ -53,6 +53,8 @@ const uriOf = (path) => monaco.Uri.from({ scheme: 'file', path: `/${path}` });
 const pathOf = (model) => model.uri.path.slice(1);
 
 function showPane(which) {
+  $('#review-accept').hidden = false;
+  $('#review-reject').hidden = false;
   $('#editor').hidden = which !== 'editor';
   $('#diff').hidden = which !== 'diff';
   $('#empty').hidden = which !== 'empty';
@@ -515,6 +517,7 @@ for (const b of document.querySelectorAll('.side-tabs button')) {
   };
 }
 
+// A run's patch, to look at (applying it is the run's own button).
 function showPatch(title, before, after, lang) {
   diffEditor.setModel({
     original: monaco.editor.createModel(before, lang),
@@ -523,6 +526,8 @@ function showPatch(title, before, after, lang) {
   state.review = null;
   $('#review-title').textContent = title;
   showPane('diff');
+  $('#review-accept').hidden = true;
+  $('#review-reject').hidden = true;
 }
 
 // ---- start ------------------------------------------------------------------------------

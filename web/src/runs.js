@@ -56,7 +56,8 @@ async function open(run, openFile, showPatch, li) {
   log.className = 'run-log';
   li.append(log);
   stream(`/api/runs/${run.id}/events`, (e) => {
-    log.textContent += `${e.kind || e.type}: ${JSON.stringify(e.data ?? e).slice(0, 200)}\n`;
+    const line = describe(e);
+    if (line) log.textContent += `${line}\n`;
   }, watching.signal).catch(() => {});
   const r = await get(`/api/runs/${run.id}/patch`).catch(() => null);
   if (!r?.files?.length) return;
@@ -84,4 +85,31 @@ async function open(run, openFile, showPatch, li) {
     }
   };
   li.append(files, apply);
+}
+
+// One line for a run's event: its lifecycle, the agent's tool calls and turns, errors.
+function describe(e) {
+  if (e.type === 'end') return `— ${e.state}`;
+  if (e.type === 'error') return `error: ${e.message}`;
+  const ev = e.event || {};
+  switch (ev.type) {
+    case 'tool_call_begin': {
+      const a = ev.arguments || {};
+      return `▸ ${ev.name} ${a.path || a.command || a.pattern || ''}`;
+    }
+    case 'tool_call_end':
+      return ev.ok ? null : `  ✗ ${ev.name}: ${(ev.output || '').split('\n')[0].slice(0, 120)}`;
+    case 'file_change':
+      return `  ${ev.kind} ${ev.path}`;
+    case 'text_delta':
+    case 'token_usage':
+    case 'turn_begin':
+      return null;
+    case 'turn_end':
+      return `turn ended: ${ev.reason}`;
+    case 'error':
+      return `error: ${ev.message}`;
+    default:
+      return ev.type ? ev.type.replaceAll('_', ' ') : null;
+  }
 }

@@ -35,6 +35,13 @@ pub struct Target {
     json: bool,
 }
 
+impl Target {
+    /// The embedded queue.
+    pub fn embedded() -> Target {
+        Target { server: None, token: None, json: false }
+    }
+}
+
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// What the agent should do.
@@ -818,7 +825,7 @@ pub fn runs(config: &Config, cmd: RunsCommand) -> anyhow::Result<ExitCode> {
 
 /// Applies a run's patch with `git apply --3way`, refusing when a file it changes has
 /// uncommitted changes (unless forced): the user's work is never mixed into silently.
-fn apply_patch(path: &Path, result: &RunResult, force: bool) -> anyhow::Result<()> {
+pub(crate) fn apply_patch(path: &Path, result: &RunResult, force: bool) -> anyhow::Result<()> {
     if result.patch.is_empty() {
         bail!("the run changed nothing");
     }

@@ -11,7 +11,9 @@
 //!   `GET /api/agent/sessions/{id}/events`; the review of its changes: `GET /api/review`,
 //!   `GET /api/review/diff?path=`, `POST /api/review/accept|reject` `{path}`,
 //!   `POST /api/checkpoints/restore` `{turn}`;
-//! - `POST /api/edit` (an instruction applied to a selection: Cmd-K), `GET /api/search?q=&mode=`.
+//! - `POST /api/edit` (an instruction applied to a selection: Cmd-K), `GET /api/search?q=&mode=`;
+//! - background runs on the embedded queue: `GET|POST /api/runs`, `GET /api/runs/{id}/events`,
+//!   `GET /api/runs/{id}/patch`, `POST /api/runs/{id}/apply`.
 //!
 //! Security: the server binds loopback only, and every API request must carry the launch
 //! token (random per launch, 256 bits; in the printed address's fragment, sent by the page as
@@ -22,6 +24,7 @@
 mod agent;
 mod files;
 mod review;
+mod runs;
 mod search;
 mod tab;
 
@@ -84,6 +87,8 @@ pub struct Ui {
     tab: tab::Tab,
     agents: agent::Agents,
     review: Arc<tokio::sync::Mutex<review::Review>>,
+    /// The embedded run queue, opened on first use.
+    runs: tokio::sync::OnceCell<crate::runs::Runs>,
 }
 
 /// An API error: a status and a message, as `{"error": {"message"}}`.
@@ -224,6 +229,10 @@ pub fn router(ui: Arc<Ui>) -> Router {
         .route("/api/checkpoints/restore", post(restore))
         .route("/api/edit", post(edit))
         .route("/api/search", get(search_route))
+        .route("/api/runs", get(runs_list).post(runs_start))
+        .route("/api/runs/{id}/events", get(runs_events))
+        .route("/api/runs/{id}/patch", get(runs_patch))
+        .route("/api/runs/{id}/apply", post(runs_apply))
         .layer(axum::middleware::from_fn_with_state(ui.clone(), guard))
         .layer(axum::extract::DefaultBodyLimit::max(64 << 20));
     Router::new().route("/", get(page)).route("/assets/{*path}", get(page)).merge(api).with_state(ui)
@@ -288,9 +297,12 @@ fn sse(past: Vec<Value>, live: Option<broadcast::Receiver<Value>>) -> Response {
             }
         }
     });
-    let body = futures::stream::iter(past)
-        .chain(live)
-        .map(|e| Ok::<_, Infallible>(bytes::Bytes::from(format!("data: {e}\n\n"))));
+    event_stream(futures::stream::iter(past).chain(live))
+}
+
+/// `values` as a server-sent event stream.
+fn event_stream(values: impl futures::Stream<Item = Value> + Send + 'static) -> Response {
+    let body = values.map(|e| Ok::<_, Infallible>(bytes::Bytes::from(format!("data: {e}\n\n"))));
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-store")
@@ -468,6 +480,55 @@ async fn search_route(State(ui): State<Arc<Ui>>, Query(q): Query<SearchQuery>) -
     Ok(Json(found).into_response())
 }
 
+async fn run_queue(ui: &Ui) -> Result<&crate::runs::Runs, ApiError> {
+    let target = crate::runs::Target::embedded();
+    ui.runs
+        .get_or_try_init(|| crate::runs::Runs::open(&ui.config, &target))
+        .await
+        .map_err(|e| ApiError(StatusCode::SERVICE_UNAVAILABLE, format!("the run queue: {e:#}"), None))
+}
+
+fn failed(e: anyhow::Error) -> ApiError {
+    ApiError(StatusCode::CONFLICT, format!("{e:#}"), None)
+}
+
+async fn runs_list(State(ui): State<Arc<Ui>>) -> ApiResult {
+    Ok(Json(runs::list(run_queue(&ui).await?).await.map_err(failed)?).into_response())
+}
+
+#[derive(Deserialize)]
+struct StartRun {
+    task: String,
+    model: Option<String>,
+}
+
+async fn runs_start(State(ui): State<Arc<Ui>>, Json(r): Json<StartRun>) -> ApiResult {
+    let model = r.model.or_else(|| ui.model.clone());
+    let info = runs::start(run_queue(&ui).await?, &ui.root, &r.task, model).await.map_err(failed)?;
+    Ok(Json(info).into_response())
+}
+
+async fn runs_events(State(ui): State<Arc<Ui>>, UrlPath(id): UrlPath<String>) -> ApiResult {
+    run_queue(&ui).await?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let ui2 = ui.clone();
+    tokio::spawn(async move {
+        let Some(queue) = ui2.runs.get() else { return };
+        if let Err(e) = runs::follow(queue, &id, tx.clone()).await {
+            let _ = tx.send(json!({"type": "error", "message": format!("{e:#}")}));
+        }
+    });
+    Ok(event_stream(futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|v| (v, rx)) })))
+}
+
+async fn runs_patch(State(ui): State<Arc<Ui>>, UrlPath(id): UrlPath<String>) -> ApiResult {
+    Ok(Json(runs::patch(run_queue(&ui).await?, &ui.root, &id).await.map_err(failed)?).into_response())
+}
+
+async fn runs_apply(State(ui): State<Arc<Ui>>, UrlPath(id): UrlPath<String>) -> ApiResult {
+    Ok(Json(runs::apply(run_queue(&ui).await?, &ui.root, &id).await.map_err(failed)?).into_response())
+}
+
 pub fn run(config: &Config, args: UiArgs) -> anyhow::Result<ExitCode> {
     let root = args.path.canonicalize().with_context(|| format!("opening {}", args.path.display()))?;
     anyhow::ensure!(root.is_dir(), "{} is not a directory", root.display());
@@ -498,6 +559,7 @@ pub fn run(config: &Config, args: UiArgs) -> anyhow::Result<ExitCode> {
             tab: tab::Tab::new(root.clone(), completer),
             agents: agent::Agents { sessions: std::sync::Mutex::new(HashMap::new()) },
             review: Arc::new(tokio::sync::Mutex::new(review::Review::new(&root))),
+            runs: tokio::sync::OnceCell::new(),
             root: root.clone(),
         });
         let url = format!("http://{addr}/#token={token}");

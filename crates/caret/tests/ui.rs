@@ -219,5 +219,93 @@ fn the_workspace_page_edits_completes_reloads_and_reviews_the_agents_changes() {
     assert_eq!(read(&ws, "lib/other.py"), "VALUE = 1\n", "rejected: restored");
     assert_eq!(read(&ws, "notes.md"), "# Notes\n\nAdded by the agent.\n", "accepted: kept");
     shot(&browser, "4-after-review");
+
+    // Cmd-K: the selected line rewritten by the model, applied as a search/replace edit (the
+    // page shows the result as a diff before it is kept; nothing is written here).
+    up.queue([Answer::Text("Here:\n```python\n    return a + b  # the sum\n```\n".into())]);
+    let text = "def add(a, b):\n    return a + b\n\nprint(add(1, 2))\n";
+    let edited: Value = c
+        .post(format!("{}/api/edit", ui.base))
+        .bearer_auth(&ui.token)
+        .json(&json!({"path": "app.py", "text": text, "start": 20, "end": 24, "instruction": "comment it"}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(edited["text"], "def add(a, b):\n    return a + b  # the sum\n\nprint(add(1, 2))\n", "{edited}");
+    assert_eq!(edited["format"], "search-replace");
+    // Grep, a hit at its line.
+    let found: Value = c
+        .get(format!("{}/api/search?mode=grep&q=Added%20by", ui.base))
+        .bearer_auth(&ui.token)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(
+        found["hits"],
+        json!([{"path": "notes.md", "line": 3, "end_line": 3, "snippet": "Added by the agent."}])
+    );
     assert!(up.violations().is_empty(), "{:?}", up.violations());
+}
+
+#[test]
+fn a_background_run_started_from_the_page_is_reviewed_and_applied() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("run-model"));
+    up.set(Behaviour {
+        conversation: vec![
+            Answer::Calls(vec![("read_file".into(), json!({"path": "add.sh"}))]),
+            Answer::Calls(vec![(
+                "edit_file".into(),
+                json!({"path": "add.sh", "edit": "<<<<<<< SEARCH\necho $(( $1 - $2 ))\n=======\necho $(( $1 + $2 ))\n>>>>>>> REPLACE"}),
+            )]),
+            Answer::Text("add.sh adds now.".into()),
+        ],
+        ..Behaviour::default()
+    });
+    let home = TempDir::new();
+    home.write(
+        "config.toml",
+        &format!(
+            "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
+            up.url
+        ),
+    );
+    let repo = TempDir::new();
+    repo.write("add.sh", "echo $(( $1 - $2 ))\n");
+    repo.git_init();
+    repo.git(&["add", "-A"]);
+    repo.git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init"]);
+    let ui = start_ui(home.path(), repo.path());
+    let browser = Browser::start();
+    browser.open(&format!("{}/#token={}", ui.base, ui.token));
+    browser.wait_for("the page", 30, "return window.caret?.ready");
+    browser.eval("document.querySelector('.side-tabs button[data-side=runs]').click()");
+    browser.eval("document.querySelector('#run-task').value = 'make add.sh add'; document.querySelector('#run-form button').click();");
+    browser.wait_for("the run to succeed", 120, "const li = document.querySelector('#run-list li'); return li && (li.className === 'failed' ? 'failed: ' + li.textContent : li.className === 'succeeded')");
+    assert_eq!(browser.eval("return document.querySelector('#run-list li').className"), "succeeded");
+    browser.eval("document.querySelector('#run-list li').click()");
+    browser.wait_for(
+        "the run's patch",
+        20,
+        "return [...document.querySelectorAll('#run-list li a')].map((a) => a.textContent).join(',')",
+    );
+    browser.eval("document.querySelector('#run-list li a').click()");
+    browser.wait_for(
+        "the patch's diff",
+        10,
+        "return !document.querySelector('#diff').hidden && caret.diffEditor.getModel()?.modified.getValue()",
+    );
+    assert_eq!(browser.eval("return caret.diffEditor.getModel().modified.getValue()"), "echo $(( $1 + $2 ))\n");
+    shot(&browser, "5-run-patch");
+    assert_eq!(read(&repo, "add.sh"), "echo $(( $1 - $2 ))\n", "nothing applied before asked");
+    browser.eval(
+        "[...document.querySelectorAll('#run-list li button')].find((b) => b.textContent.startsWith('Apply')).click()",
+    );
+    let until = Instant::now() + Duration::from_secs(20);
+    while read(&repo, "add.sh") != "echo $(( $1 + $2 ))\n" {
+        assert!(Instant::now() < until, "the patch was not applied: {}", read(&repo, "add.sh"));
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
