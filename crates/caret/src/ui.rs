@@ -244,6 +244,10 @@ async fn info(State(ui): State<Arc<Ui>>) -> ApiResult {
         "name": ui.name,
         "tab": ui.tab.model(),
         "version": env!("CARGO_PKG_VERSION"),
+        "bundle": {
+            "files": assets::ASSETS.len(),
+            "bytes": assets::ASSETS.iter().map(|(_, _, b)| b.len()).sum::<usize>(),
+        },
     }))
     .into_response())
 }
