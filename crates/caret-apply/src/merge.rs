@@ -33,22 +33,14 @@ impl MergePlan {
     pub fn request(&self, model: &str, predict: bool) -> ChatRequest {
         // The answer is about as long as the region: room for growth, not for rambling.
         let budget = u32::try_from(self.prediction.len() / 2 + self.user.len() / 8 + 256).unwrap_or(u32::MAX);
-        ChatRequest {
-            model: model.to_owned(),
-            messages: vec![ChatMessage::text(Role::System, &self.system), ChatMessage::text(Role::User, &self.user)],
-            tools: Vec::new(),
-            tool_choice: None,
-            max_tokens: Some(budget),
-            temperature: Some(0.0),
-            top_p: None,
-            stop: None,
-            stream: true,
-            stream_options: None,
-            seed: None,
-            prediction: predict.then(|| Prediction::content(self.prediction.clone())),
-            logprobs: None,
-            return_token_ids: None,
-        }
+        let mut req = ChatRequest::new(
+            model,
+            vec![ChatMessage::text(Role::System, &self.system), ChatMessage::text(Role::User, &self.user)],
+        );
+        req.max_tokens = Some(budget);
+        req.temperature = Some(0.0);
+        req.prediction = predict.then(|| Prediction::content(self.prediction.clone()));
+        req
     }
 }
 

@@ -218,6 +218,29 @@ pub struct ChatRequest {
     pub return_token_ids: Option<bool>,
 }
 
+impl ChatRequest {
+    /// A streamed request for `messages` with nothing else set (no tools, the server's
+    /// sampling defaults).
+    pub fn new(model: impl Into<String>, messages: Vec<ChatMessage>) -> ChatRequest {
+        ChatRequest {
+            model: model.into(),
+            messages,
+            tools: Vec::new(),
+            tool_choice: None,
+            max_tokens: None,
+            temperature: None,
+            top_p: None,
+            stop: None,
+            stream: true,
+            stream_options: None,
+            seed: None,
+            prediction: None,
+            logprobs: None,
+            return_token_ids: None,
+        }
+    }
+}
+
 /// A predicted output: `{"type": "content", "content": "…"}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Prediction {

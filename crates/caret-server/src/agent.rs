@@ -290,12 +290,21 @@ pub(crate) async fn events(
         let g = h.events.lock().unwrap_or_else(PoisonError::into_inner);
         (g.0.clone(), g.1.as_ref().map(broadcast::Sender::subscribe))
     };
+    Ok(event_stream(past, live))
+}
+
+/// A server-sent event stream of `past`, then of `live` until it closes (a subscriber too slow
+/// for the channel's capacity loses the oldest and goes on). Each event is one `data:` line of
+/// JSON.
+pub fn event_stream<T: Serialize + Clone + Send + 'static>(
+    past: Vec<T>,
+    live: Option<broadcast::Receiver<T>>,
+) -> Response {
     let live = futures::stream::unfold(live, |rx| async move {
         let mut rx = rx?;
         loop {
             match rx.recv().await {
                 Ok(e) => return Some((e, Some(rx))),
-                // A subscriber too slow for 1,024 events loses the oldest; it goes on.
                 Err(broadcast::error::RecvError::Lagged(_)) => {}
                 Err(broadcast::error::RecvError::Closed) => return None,
             }
@@ -309,5 +318,5 @@ pub(crate) async fn events(
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache")
         .body(Body::from_stream(body))
-        .map_err(|e| Error::Unavailable(e.to_string()))
+        .unwrap_or_else(|e| Error::Unavailable(e.to_string()).into_response())
 }

@@ -84,7 +84,14 @@ fn main() {
 }
 
 /// `caret lsp` typing: (model-served latencies in ms, answers).
-fn lsp_side(home: &Path, ws: &Path, before: &str, after: &str, typed: &str, keys: &[(usize, String)]) -> (Vec<f64>, usize) {
+fn lsp_side(
+    home: &Path,
+    ws: &Path,
+    before: &str,
+    after: &str,
+    typed: &str,
+    keys: &[(usize, String)],
+) -> (Vec<f64>, usize) {
     let mut child = Command::new(CARET)
         .arg("lsp")
         .env("CARET_HOME", home)
@@ -123,10 +130,14 @@ fn lsp_side(home: &Path, ws: &Path, before: &str, after: &str, typed: &str, keys
         }
     };
     let uri = format!("file://{}", ws.join("inventory.py").display());
-    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"rootUri": format!("file://{}", ws.display()), "capabilities": {}}}));
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"rootUri": format!("file://{}", ws.display()), "capabilities": {}}}),
+    );
     recv(1);
     send(json!({"jsonrpc": "2.0", "method": "initialized", "params": {}}));
-    send(json!({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": format!("{before}\n{after}")}}}));
+    send(
+        json!({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": format!("{before}\n{after}")}}}),
+    );
     // As the page does: the file opened, a moment to read it, then typing.
     std::thread::sleep(Duration::from_secs(8));
     let (mut served, mut answers) = (Vec::new(), 0);
@@ -136,10 +147,14 @@ fn lsp_side(home: &Path, ws: &Path, before: &str, after: &str, typed: &str, keys
         let cursor = before.len() + k;
         let line = text[..cursor].matches('\n').count();
         let character: usize = text[..cursor].rsplit('\n').next().unwrap().chars().map(char::len_utf16).sum();
-        send(json!({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {"textDocument": {"uri": uri, "version": n + 2}, "contentChanges": [{"text": text}]}}));
+        send(
+            json!({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {"textDocument": {"uri": uri, "version": n + 2}, "contentChanges": [{"text": text}]}}),
+        );
         id += 1;
         let started = Instant::now();
-        send(json!({"jsonrpc": "2.0", "id": id, "method": "textDocument/inlineCompletion", "params": {"textDocument": {"uri": uri}, "position": {"line": line, "character": character}, "context": {"triggerKind": 2}}}));
+        send(
+            json!({"jsonrpc": "2.0", "id": id, "method": "textDocument/inlineCompletion", "params": {"textDocument": {"uri": uri}, "position": {"line": line, "character": character}, "context": {"triggerKind": 2}}}),
+        );
         let r = recv(id);
         let ms = started.elapsed().as_secs_f64() * 1e3;
         answers += 1;
@@ -174,9 +189,15 @@ fn page_side(home: &Path, ws: &Path, blank: usize, keys: &[(usize, String)]) -> 
     browser.wait_for("the file", 30, "return window.caret?.openedAt");
     let wall = started.elapsed().as_secs_f64() * 1e3;
     let in_page = browser.eval("return window.caret.openedAt").as_f64().unwrap();
-    println!("  page load to an editable file: {in_page:.0} ms in the page (navigation start → file in the editor), {wall:.0} ms as WebDriver saw it");
+    println!(
+        "  page load to an editable file: {in_page:.0} ms in the page (navigation start → file in the editor), {wall:.0} ms as WebDriver saw it"
+    );
     let info = browser.eval("return fetch('/api/info', {headers: {authorization: 'Bearer ' + sessionStorage.getItem('caret-token')}}).then((r) => r.json())");
-    println!("  the page's bundle: {} files, {:.2} MiB", info["bundle"]["files"], info["bundle"]["bytes"].as_f64().unwrap_or(0.0) / 1048576.0);
+    println!(
+        "  the page's bundle: {} files, {:.2} MiB",
+        info["bundle"]["files"],
+        info["bundle"]["bytes"].as_f64().unwrap_or(0.0) / 1048576.0
+    );
     // The cursor on the blank line where the typed lines go; the editor's own typing aids off.
     browser.eval(&format!(
         "caret.editor.updateOptions({{autoClosingBrackets: 'never', autoClosingQuotes: 'never', autoIndent: 'none', autoSurround: 'never'}}); \

@@ -109,22 +109,9 @@ pub fn run(config: &Config, args: ChatArgs) -> anyhow::Result<ExitCode> {
     let rt = runtime()?;
     let turn = |history: &mut Vec<ChatMessage>, text: String| -> anyhow::Result<()> {
         history.push(ChatMessage::text(Role::User, text));
-        let req = ChatRequest {
-            model: model.clone(),
-            messages: history.clone(),
-            tools: Vec::new(),
-            tool_choice: None,
-            max_tokens: Some(args.max_tokens),
-            temperature: args.temperature,
-            top_p: None,
-            stop: None,
-            stream: true,
-            stream_options: None,
-            seed: None,
-            prediction: None,
-            logprobs: None,
-            return_token_ids: None,
-        };
+        let mut req = ChatRequest::new(model.clone(), history.clone());
+        req.max_tokens = Some(args.max_tokens);
+        req.temperature = args.temperature;
         let answer = rt.block_on(async {
             let mut stream = backend.chat(req).await?;
             let mut answer = String::new();

@@ -291,17 +291,7 @@ async fn save_file(State(ui): State<Arc<Ui>>, Json(s): Json<Save>) -> ApiResult 
 
 /// A server-sent event stream of JSON values: `past` first, then `live` until it closes.
 fn sse(past: Vec<Value>, live: Option<broadcast::Receiver<Value>>) -> Response {
-    let live = futures::stream::unfold(live, |rx| async move {
-        let mut rx = rx?;
-        loop {
-            match rx.recv().await {
-                Ok(e) => return Some((e, Some(rx))),
-                Err(broadcast::error::RecvError::Lagged(_)) => {}
-                Err(broadcast::error::RecvError::Closed) => return None,
-            }
-        }
-    });
-    event_stream(futures::stream::iter(past).chain(live))
+    caret_server::agent::event_stream(past, live)
 }
 
 /// `values` as a server-sent event stream.

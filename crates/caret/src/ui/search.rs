@@ -111,22 +111,10 @@ pub async fn edit(
         "File {path}, the lines before:\n```\n{before}\n```\nThe lines to rewrite:\n```\n{}\n```\nThe lines after:\n```\n{after}\n```\nInstruction: {instruction}",
         selected.trim_end_matches('\n')
     );
-    let req = ChatRequest {
-        model,
-        messages: vec![ChatMessage::text(Role::System, system), ChatMessage::text(Role::User, user)],
-        tools: Vec::new(),
-        tool_choice: None,
-        max_tokens: Some(2048),
-        temperature: Some(0.0),
-        top_p: None,
-        stop: None,
-        stream: true,
-        stream_options: None,
-        seed: None,
-        prediction: None,
-        logprobs: None,
-        return_token_ids: None,
-    };
+    let mut req =
+        ChatRequest::new(model, vec![ChatMessage::text(Role::System, system), ChatMessage::text(Role::User, user)]);
+    req.max_tokens = Some(2048);
+    req.temperature = Some(0.0);
     let mut events = backend.chat(req).await?;
     let mut answer = String::new();
     while let Some(e) = events.next().await {
