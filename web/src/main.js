@@ -323,7 +323,10 @@ monaco.languages.registerInlineCompletionsProvider({ pattern: '**' }, {
     const started = performance.now();
     let r;
     try {
-      r = await post('/api/tab/complete', { path: pathOf(model), text: model.getValue(), cursor: model.getOffsetAt(position) }, ac.signal);
+      // Monaco asks 50 ms after a keystroke (its fixed inline-completions debounce): the
+      // server takes that off its own adaptive wait.
+      const waited = Math.round(started - (state.lastKey ?? started));
+      r = await post('/api/tab/complete', { path: pathOf(model), text: model.getValue(), cursor: model.getOffsetAt(position), waited_ms: waited }, ac.signal);
     } catch (e) {
       if (e.name !== 'AbortError' && e.status !== 409) $('#tab-status').textContent = `Tab: ${e.message}`;
       window.caret.tabLog.push({ ms: null });

@@ -71,8 +71,11 @@ fn main() {
     let keys = keystrokes(&typed);
     println!("typing lines {first}–{last} of inventory.py back: {} keystrokes, model {}", keys.len(), model.display());
 
+    // The page is opened first and stays open (idle) while `caret lsp` is measured, so both
+    // sides share the machine with the same browser.
+    let page = Page::open(&home, &ws, before.lines().count() + 1);
     let lsp = lsp_side(&home, &ws, &before, &after, &typed, &keys);
-    let page = page_side(&home, &ws, before.lines().count() + 1, &keys);
+    let page = page.type_keys(&keys);
     for (name, mut v, calls) in [("caret lsp", lsp.0, lsp.1), ("page     ", page.0, page.1)] {
         let n = v.len();
         println!(
@@ -170,61 +173,83 @@ fn lsp_side(
     (served, answers)
 }
 
-/// The page typing: (model-served latencies in ms, answers).
-fn page_side(home: &Path, ws: &Path, blank: usize, keys: &[(usize, String)]) -> (Vec<f64>, usize) {
-    let mut ui = Command::new(CARET)
-        .args(["ui", ws.to_str().unwrap()])
-        .env("CARET_HOME", home)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(ui.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let url = line.trim().strip_prefix("caret ui: ").unwrap().to_owned();
-    let (base, token) = url.split_once("/#token=").unwrap();
-    let browser = browser::Browser::start();
-    let started = Instant::now();
-    browser.open(&format!("{base}/?open=inventory.py#token={token}"));
-    browser.wait_for("the file", 30, "return window.caret?.openedAt");
-    let wall = started.elapsed().as_secs_f64() * 1e3;
-    let in_page = browser.eval("return window.caret.openedAt").as_f64().unwrap();
-    println!(
-        "  page load to an editable file: {in_page:.0} ms in the page (navigation start → file in the editor), {wall:.0} ms as WebDriver saw it"
-    );
-    let info = browser.eval("return fetch('/api/info', {headers: {authorization: 'Bearer ' + sessionStorage.getItem('caret-token')}}).then((r) => r.json())");
-    println!(
-        "  the page's bundle: {} files, {:.2} MiB",
-        info["bundle"]["files"],
-        info["bundle"]["bytes"].as_f64().unwrap_or(0.0) / 1048576.0
-    );
-    // The cursor on the blank line where the typed lines go; the editor's own typing aids off.
-    browser.eval(&format!(
-        "caret.editor.updateOptions({{autoClosingBrackets: 'never', autoClosingQuotes: 'never', autoIndent: 'none', autoSurround: 'never'}}); \
-         caret.editor.setPosition({{lineNumber: {blank}, column: 1}}); caret.editor.focus();"
-    ));
-    std::thread::sleep(Duration::from_secs(8));
-    let mut answers = 0usize;
-    for (_, key) in keys {
-        let seen = browser.eval("return caret.tabLog.length").as_u64().unwrap();
-        browser.keys(key);
-        // Monaco asks the provider after most keystrokes; when it keeps the ghost text the
-        // user is typing along, it does not.
-        let until = Instant::now() + Duration::from_secs(15);
-        while browser.eval("return caret.tabLog.length").as_u64().unwrap() == seen && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        answers += 1;
+/// `caret ui` with the file open in Chromium.
+struct Page {
+    ui: std::process::Child,
+    browser: browser::Browser,
+}
+
+impl Page {
+    fn open(home: &Path, ws: &Path, blank: usize) -> Page {
+        let mut ui = Command::new(CARET)
+            .args(["ui", ws.to_str().unwrap()])
+            .env("CARET_HOME", home)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(ui.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let url = line.trim().strip_prefix("caret ui: ").unwrap().to_owned();
+        let (base, token) = url.split_once("/#token=").unwrap();
+        let browser = browser::Browser::start();
+        let started = Instant::now();
+        browser.open(&format!("{base}/?open=inventory.py#token={token}"));
+        browser.wait_for("the file", 30, "return window.caret?.openedAt");
+        let wall = started.elapsed().as_secs_f64() * 1e3;
+        let in_page = browser.eval("return window.caret.openedAt").as_f64().unwrap();
+        println!(
+            "  page load to an editable file: {in_page:.0} ms in the page (navigation start → file in the editor), {wall:.0} ms as WebDriver saw it"
+        );
+        let info = browser.eval("return fetch('/api/info', {headers: {authorization: 'Bearer ' + sessionStorage.getItem('caret-token')}}).then((r) => r.json())");
+        println!(
+            "  the page's bundle: {} files, {:.2} MiB",
+            info["bundle"]["files"],
+            info["bundle"]["bytes"].as_f64().unwrap_or(0.0) / 1048576.0
+        );
+        // The cursor on the blank line where the typed lines go; the editor's own typing aids off.
+        browser.eval(&format!(
+            "caret.editor.updateOptions({{autoClosingBrackets: 'never', autoClosingQuotes: 'never', autoIndent: 'none', autoSurround: 'never'}}); \
+             caret.editor.setPosition({{lineNumber: {blank}, column: 1}}); caret.editor.focus();"
+        ));
+        Page { ui, browser }
     }
-    let log = browser.eval("return caret.tabLog");
-    let served: Vec<f64> = log
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["cached"] == false && e["text"].as_str().is_some_and(|t| !t.is_empty()))
-        .filter_map(|e| e["ms"].as_f64())
-        .collect();
-    let _ = ui.kill();
-    let _ = ui.wait();
-    (served, answers)
+
+    /// Types the keys: (model-served latencies in ms, answers).
+    fn type_keys(mut self, keys: &[(usize, String)]) -> (Vec<f64>, usize) {
+        let browser = &self.browser;
+        std::thread::sleep(Duration::from_secs(8));
+        let mut answers = 0usize;
+        // Waiting happens in the page (a 10 ms timer), not by polling over WebDriver, which would
+        // take CPU from the model.
+        const WAIT: &str = "const [seen, done] = arguments; const t0 = performance.now(); \
+        const tick = () => caret.tabLog.length > seen || performance.now() - t0 > 10000 ? done(caret.tabLog.length) : setTimeout(tick, 10); tick();";
+        for (_, key) in keys {
+            let seen = browser.eval("return caret.tabLog.length");
+            browser.keys(key);
+            browser.eval_async(WAIT, json!([seen]));
+            answers += 1;
+        }
+        let log = browser.eval("return caret.tabLog");
+        let entries = log.as_array().unwrap();
+        let count = |f: &dyn Fn(&Value) -> bool| entries.iter().filter(|e| f(e)).count();
+        println!(
+            "  page: {} provider answers: {} cancelled or failed, {} from the typed-ahead cache, {} empty, {} from the model",
+            entries.len(),
+            count(&|e| e["ms"].is_null()),
+            count(&|e| e["cached"] == true),
+            count(&|e| e["cached"] == false && e["text"] == ""),
+            count(&|e| e["cached"] == false && e["text"].as_str().is_some_and(|t| !t.is_empty())),
+        );
+        let served: Vec<f64> = log
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["cached"] == false && e["text"].as_str().is_some_and(|t| !t.is_empty()))
+            .filter_map(|e| e["ms"].as_f64())
+            .collect();
+        let _ = self.ui.kill();
+        let _ = self.ui.wait();
+        (served, answers)
+    }
 }

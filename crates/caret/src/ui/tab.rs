@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Mutex;
 
@@ -89,12 +89,15 @@ impl Tab {
                 doc.edited = Instant::now();
                 doc.rhythm.keystroke(doc.edited);
             }
-            None => docs.open(uri, text, std::time::Duration::from_millis(25)),
+            None => docs.open(uri, text, Duration::from_millis(25)),
         }
     }
 
-    /// The suggestion at UTF-16 offset `cursor` of `text` (the page's buffer of `path`).
-    pub async fn complete(&self, path: &str, text: String, cursor: usize) -> Outcome {
+    /// The suggestion at UTF-16 offset `cursor` of `text` (the page's buffer of `path`);
+    /// `waited` is how long the editor already waited after the keystroke (Monaco's own
+    /// debounce), taken off the adaptive debounce so a suggestion waits as long as through
+    /// `caret lsp`.
+    pub async fn complete(&self, path: &str, text: String, cursor: usize, waited: Duration) -> Outcome {
         let Some(completer) = self.completer.clone() else {
             return Outcome::Failed("no Tab model is configured".to_owned());
         };
@@ -107,6 +110,7 @@ impl Tab {
         let Some((text, snippets, debounce)) = self.docs.lock().await.prepare(&uri, line, Some(&self.root)) else {
             return Outcome::Failed("the document is gone".to_owned());
         };
+        let debounce = debounce.saturating_sub(waited);
         let rel = relative(&uri, Some(&self.root));
         let doc = uri.clone();
         let task = {

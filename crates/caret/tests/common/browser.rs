@@ -112,6 +112,20 @@ impl Browser {
         assert!(r.status().is_success(), "{}", r.text().unwrap_or_default());
     }
 
+    /// Runs `script` as an asynchronous script (it ends by calling its last argument) and
+    /// answers the value it was called with; `args` are its first arguments.
+    pub fn eval_async(&self, script: &str, args: Value) -> Value {
+        let r: Value = self
+            .http
+            .post(format!("{}/session/{}/execute/async", self.url, self.session))
+            .json(&json!({"script": script, "args": args}))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        r["value"].clone()
+    }
+
     /// Waits until `script` returns something truthy (at most `secs` seconds) and returns it.
     pub fn wait_for(&self, what: &str, secs: u64, script: &str) -> Value {
         let until = Instant::now() + Duration::from_secs(secs);
