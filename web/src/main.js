@@ -295,12 +295,35 @@ function warm() {
 editor.onDidChangeCursorSelection((e) => {
   const p = e.selection.getPosition();
   $('#cursor').textContent = `Ln ${p.lineNumber}, Col ${p.column}`;
+  const model = editor.getModel();
   if (e.reason !== 0 /* not from typing */) warm();
+  // Typing: ask at once, as an editor speaking LSP would; Monaco asks the provider 50 ms
+  // later (its own debounce), which then takes this same request.
+  else if (e.source === 'keyboard' && model && state.info?.tab) ask(model, model.getOffsetAt(p)).catch(() => {});
 });
+
+// The request in flight, shared by the keystroke that sent it and Monaco's provider call for
+// the same text and cursor.
+let inFlight = null;
+function ask(model, offset) {
+  const key = `${model.uri}|${model.getAlternativeVersionId()}|${offset}`;
+  if (inFlight?.key === key) return inFlight.promise;
+  inFlight?.ac.abort();
+  const ac = new AbortController();
+  const promise = post('/api/tab/complete', { path: pathOf(model), text: model.getValue(), cursor: offset }, ac.signal);
+  inFlight = { key, ac, promise };
+  return promise;
+}
 
 // Keystroke → suggestion, for benchmarks: each provider call's time from the last key press to
 // the suggestion handed to the editor.
 window.caret.tabLog = [];
+// Callbacks waiting for the next provider answer (benchmarks wait without polling).
+window.caret.tabWaiters = [];
+const logTab = (entry) => {
+  window.caret.tabLog.push(entry);
+  for (const w of window.caret.tabWaiters.splice(0)) w(window.caret.tabLog.length);
+};
 editor.onKeyDown(() => {
   state.lastKey = performance.now();
 });
@@ -318,21 +341,21 @@ monaco.editor.registerCommand('caret.tab.accepted', (_accessor, item) => {
 monaco.languages.registerInlineCompletionsProvider({ pattern: '**' }, {
   async provideInlineCompletions(model, position, _context, token) {
     if (!state.info?.tab) return { items: [] };
-    const ac = new AbortController();
-    token.onCancellationRequested(() => ac.abort());
     const started = performance.now();
     let r;
     try {
-      // Monaco asks 50 ms after a keystroke (its fixed inline-completions debounce): the
-      // server takes that off its own adaptive wait.
-      const waited = Math.round(started - (state.lastKey ?? started));
-      r = await post('/api/tab/complete', { path: pathOf(model), text: model.getValue(), cursor: model.getOffsetAt(position), waited_ms: waited }, ac.signal);
+      const asked = ask(model, model.getOffsetAt(position));
+      const mine = inFlight;
+      token.onCancellationRequested(() => {
+        if (inFlight === mine) mine.ac.abort();
+      });
+      r = await asked;
     } catch (e) {
       if (e.name !== 'AbortError' && e.status !== 409) $('#tab-status').textContent = `Tab: ${e.message}`;
-      window.caret.tabLog.push({ ms: null });
+      logTab({ ms: null });
       return { items: [] };
     }
-    window.caret.tabLog.push({ ms: performance.now() - (state.lastKey ?? started), cached: r?.cached, text: r?.text ?? '' });
+    logTab({ ms: performance.now() - (state.lastKey ?? started), cached: r?.cached, text: r?.text ?? '' });
     if (!r?.text) return { items: [] };
     $('#tab-status').textContent = `Tab ${r.cached ? 'cached' : `${Math.round(r.ms)} ms`} · round trip ${Math.round(performance.now() - started)} ms`;
     const item = {

@@ -220,10 +220,10 @@ impl Page {
         let browser = &self.browser;
         std::thread::sleep(Duration::from_secs(8));
         let mut answers = 0usize;
-        // Waiting happens in the page (a 10 ms timer), not by polling over WebDriver, which would
-        // take CPU from the model.
-        const WAIT: &str = "const [seen, done] = arguments; const t0 = performance.now(); \
-        const tick = () => caret.tabLog.length > seen || performance.now() - t0 > 10000 ? done(caret.tabLog.length) : setTimeout(tick, 10); tick();";
+        // Waiting happens in the page, woken by the answer itself: no polling, over WebDriver or
+        // by a timer, takes CPU from the model meanwhile.
+        const WAIT: &str = "const [seen, done] = arguments; if (caret.tabLog.length > seen) { done(caret.tabLog.length); return; } \
+        const t = setTimeout(() => done(null), 10000); caret.tabWaiters.push((n) => { clearTimeout(t); done(n); });";
         for (_, key) in keys {
             let seen = browser.eval("return caret.tabLog.length");
             browser.keys(key);

@@ -313,15 +313,11 @@ struct TabRequest {
     path: String,
     text: String,
     cursor: usize,
-    /// How long the editor waited after the keystroke before asking.
-    #[serde(default)]
-    waited_ms: u64,
 }
 
 async fn tab_complete(State(ui): State<Arc<Ui>>, Json(r): Json<TabRequest>) -> ApiResult {
     files::resolve(&ui.root, &r.path)?;
-    let waited = std::time::Duration::from_millis(r.waited_ms.min(1000));
-    match ui.tab.complete(&r.path, r.text, r.cursor, waited).await {
+    match ui.tab.complete(&r.path, r.text, r.cursor).await {
         tab::Outcome::Suggestion(s) => Ok(Json(json!({
             "text": s.text,
             "cached": s.cached,

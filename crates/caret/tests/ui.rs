@@ -78,7 +78,7 @@ fn shot(browser: &Browser, name: &str) {
 }
 
 /// Text of the ghost text Monaco shows.
-const GHOST: &str = "return [...document.querySelectorAll('.ghost-text-decoration, .ghost-text')].map((e) => e.textContent).join('').replace(/\\u00a0/g, ' ')";
+const GHOST: &str = "return [...new Set([...document.querySelectorAll('.view-lines [class*=ghost-text]')].map((e) => e.textContent))].join('').replace(/\\u00a0/g, ' ')";
 
 #[test]
 fn the_workspace_page_edits_completes_reloads_and_reviews_the_agents_changes() {

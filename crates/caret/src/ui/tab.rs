@@ -93,11 +93,8 @@ impl Tab {
         }
     }
 
-    /// The suggestion at UTF-16 offset `cursor` of `text` (the page's buffer of `path`);
-    /// `waited` is how long the editor already waited after the keystroke (Monaco's own
-    /// debounce), taken off the adaptive debounce so a suggestion waits as long as through
-    /// `caret lsp`.
-    pub async fn complete(&self, path: &str, text: String, cursor: usize, waited: Duration) -> Outcome {
+    /// The suggestion at UTF-16 offset `cursor` of `text` (the page's buffer of `path`).
+    pub async fn complete(&self, path: &str, text: String, cursor: usize) -> Outcome {
         let Some(completer) = self.completer.clone() else {
             return Outcome::Failed("no Tab model is configured".to_owned());
         };
@@ -110,7 +107,6 @@ impl Tab {
         let Some((text, snippets, debounce)) = self.docs.lock().await.prepare(&uri, line, Some(&self.root)) else {
             return Outcome::Failed("the document is gone".to_owned());
         };
-        let debounce = debounce.saturating_sub(waited);
         let rel = relative(&uri, Some(&self.root));
         let doc = uri.clone();
         let task = {
