@@ -307,7 +307,7 @@ editor.onDidChangeCursorSelection((e) => {
 let inFlight = null;
 function ask(model, offset) {
   const key = `${model.uri}|${model.getAlternativeVersionId()}|${offset}`;
-  if (inFlight?.key === key) return inFlight.promise;
+  if (inFlight?.key === key && !inFlight.ac.signal.aborted) return inFlight.promise;
   inFlight?.ac.abort();
   const ac = new AbortController();
   const promise = post('/api/tab/complete', { path: pathOf(model), text: model.getValue(), cursor: offset }, ac.signal);
@@ -332,8 +332,14 @@ const feedback = (event, item) => {
   post('/api/tab/feedback', { event, model: item?.model || state.info?.tab || '' }).catch(() => {});
 };
 
+// Live provider items per suggestion key, and what became of each suggestion shown.
+const suggestions = new Map();
+const outcome = new Map();
+
 monaco.editor.registerCommand('caret.tab.accepted', (_accessor, item) => {
-  item.accepted = true;
+  // (Accepted whole after a part: counted once, as accepted.)
+  if (outcome.get(item.key) === 'accepted' || outcome.get(item.key) === 'reported') return;
+  outcome.set(item.key, 'accepted');
   state.tab.accepted += 1;
   feedback('accepted', item);
 });
@@ -346,8 +352,13 @@ monaco.languages.registerInlineCompletionsProvider({ pattern: '**' }, {
     try {
       const asked = ask(model, model.getOffsetAt(position));
       const mine = inFlight;
+      // Monaco cancels a call it no longer needs (and may ask again for the same spot at
+      // once, which then sends a new request).
       token.onCancellationRequested(() => {
-        if (inFlight === mine) mine.ac.abort();
+        if (inFlight === mine) {
+          mine.ac.abort();
+          inFlight = null;
+        }
       });
       r = await asked;
     } catch (e) {
@@ -362,23 +373,44 @@ monaco.languages.registerInlineCompletionsProvider({ pattern: '**' }, {
       insertText: r.text,
       range: new monaco.Range(position.lineNumber, position.column, position.lineNumber, position.column),
       model: r.model,
+      // The same suggestion for the same text and spot, however often Monaco asks for it.
+      key: `${model.uri}|${model.getAlternativeVersionId()}|${model.getOffsetAt(position)}|${r.text}`,
     };
+    suggestions.set(item.key, (suggestions.get(item.key) ?? 0) + 1);
     item.command = { id: 'caret.tab.accepted', title: 'accepted', arguments: [item] };
     return { items: [item] };
   },
+  // Counted once per suggestion (text and spot), not per provider item: Monaco may ask again
+  // for a suggestion it is showing.
   handleItemDidShow(_completions, item) {
-    if (item.shown) return;
     item.shown = true;
+    if (outcome.has(item.key)) return;
+    outcome.set(item.key, 'shown');
     state.tab.shown += 1;
     feedback('shown', item);
   },
+  // Accepted in part: reported when the suggestion goes, unless it was then accepted whole.
   handlePartialAccept(_completions, item) {
-    if (item.partial) return;
-    item.partial = true;
-    feedback('partial', item);
+    if (outcome.get(item.key) === 'shown') outcome.set(item.key, 'partial');
   },
   freeInlineCompletions(completions) {
-    for (const item of completions.items) if (item.shown && !item.accepted && !item.partial) feedback('rejected', item);
+    for (const item of completions.items) {
+      const left = (suggestions.get(item.key) ?? 1) - 1;
+      if (left > 0) {
+        suggestions.set(item.key, left);
+        continue;
+      }
+      suggestions.delete(item.key);
+      if (!item.shown) continue;
+      // Monaco may free a suggestion accepted in part just before it runs the command of the
+      // whole accept: the outcome is read a moment later.
+      setTimeout(() => {
+        const end = outcome.get(item.key);
+        if (end === 'shown' || end === 'partial') feedback(end === 'shown' ? 'rejected' : 'partial', item);
+        if (end !== undefined) outcome.set(item.key, 'reported');
+        if (outcome.size > 1000) outcome.delete(outcome.keys().next().value);
+      }, 1000);
+    }
   },
 });
 

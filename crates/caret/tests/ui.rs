@@ -153,17 +153,33 @@ fn the_workspace_page_edits_completes_reloads_and_reviews_the_agents_changes() {
     let ghost = browser.wait_for("ghost text", 20, GHOST);
     assert_eq!(ghost, "urn a + b", "the model's continuation, cut at the line's end");
     shot(&browser, "1-ghost-text");
-    browser.keys("\u{E004}");
-    browser.wait_for(
-        "the suggestion accepted",
-        10,
-        "return caret.editor.getModel().getValue().includes('return a + b')",
-    );
+    // Tab accepts. (On a loaded machine a key press can land while Monaco is re-showing the
+    // same suggestion and do nothing: it is pressed again while the ghost text is there.)
+    let accepted = "return caret.editor.getModel().getValue().includes('return')";
+    for _ in 0..3 {
+        browser.keys("\u{E004}");
+        let until = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < until && browser.eval(accepted) != true {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if browser.eval(accepted) == true || browser.eval(GHOST) != "urn a + b" {
+            break;
+        }
+    }
     assert_eq!(browser.eval("return caret.editor.getModel().getValue()"), "def add(a, b):\n    return a + b\n");
     let metrics = c.get(format!("{}/metrics", ui.base)).bearer_auth(&ui.token).send().unwrap().text().unwrap();
-    assert!(metrics.contains("caret_tab_shown_total{model=\"tab\"} 1"), "{metrics}");
-    assert!(metrics.contains("caret_tab_accepted_total{model=\"tab\"} 1"), "{metrics}");
-    assert!(metrics.contains("caret_tab_accept_rate{model=\"tab\"} 1"), "{metrics}");
+    // One suggestion accepted; on a slow machine the one for "re" may have shown too.
+    let figure = |name: &str| -> f64 {
+        let line = metrics.lines().find(|l| l.starts_with(&format!("{name}{{model=\"tab\"}} "))).unwrap();
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let (shown, accepted, partial) = (
+        figure("caret_tab_shown_total"),
+        figure("caret_tab_accepted_total"),
+        figure("caret_tab_partially_accepted_total"),
+    );
+    assert!(accepted == 1.0 && partial == 0.0 && (1.0..=3.0).contains(&shown), "{metrics}");
+    assert_eq!(figure("caret_tab_accept_rate"), accepted / shown, "{metrics}");
     let asked = up.last_request().unwrap().1;
     assert!(asked["prompt"].as_str().unwrap().contains("def add(a, b):"), "the page's text reached the model: {asked}");
 
