@@ -505,10 +505,20 @@ async fn a_run_whose_worker_dies_continues_from_its_last_checkpoint() {
     }
     doomed.shutdown_background();
 
+    // Once the lost lease expires (a heartbeat in flight at the kill may have renewed it a
+    // moment later), a new worker takes the run; one that finds nothing yet exits when idle
+    // and the next one asks again.
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let (_drain, drained) = tokio::sync::watch::channel(false);
-    worker(&service, &dir, 1).run(drained).await.unwrap();
-    let info = service.get(&t.id, &id).await.unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    let info = loop {
+        worker(&service, &dir, 1).run(drained.clone()).await.unwrap();
+        let info = service.get(&t.id, &id).await.unwrap();
+        if info.state.is_final() || Instant::now() > until {
+            break info;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     assert_eq!((info.state, info.attempt), (RunState::Succeeded, 2), "{info:?}");
     let result = service.result(&t.id, &id).await.unwrap();
     assert!(result.patch.contains("+echo $(( $1 + $2 ))"), "the first attempt's fix is in the result: {result:?}");
