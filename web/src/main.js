@@ -6,6 +6,7 @@ import 'monaco-editor/esm/vs/basic-languages/monaco.contribution.js';
 import './style.css';
 import { call, get, post, put, stream } from './api.js';
 import { AgentPanel } from './agent-panel.js';
+import * as runs from './runs.js';
 
 self.MonacoEnvironment = { getWorkerUrl: () => '/assets/editor.worker.js' };
 
@@ -579,7 +580,7 @@ for (const b of document.querySelectorAll('.side-tabs button')) {
   b.onclick = () => {
     for (const x of document.querySelectorAll('.side-tabs button')) x.classList.toggle('on', x === b);
     for (const p of document.querySelectorAll('.side-pane')) p.classList.toggle('on', p.id === b.dataset.side);
-    if (b.dataset.side === 'runs') import('./runs.js').then((m) => m.show(openFile, showPatch));
+    if (b.dataset.side === 'runs') runs.show(openFile, showPatch);
     if (b.dataset.side === 'search') $('#search-q').focus();
   };
 }

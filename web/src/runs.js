@@ -16,8 +16,9 @@ export function show(openFile, showPatch) {
       try {
         await post('/api/runs', { task });
         $('#run-task').value = '';
+        $('#run-note').textContent = '';
       } catch (err) {
-        alert(`starting the run: ${err.message}`);
+        $('#run-note').textContent = `starting the run: ${err.message}`;
       }
       refresh(openFile, showPatch);
     };
@@ -79,9 +80,10 @@ async function open(run, openFile, showPatch, li) {
     ev.stopPropagation();
     try {
       const out = await post(`/api/runs/${run.id}/apply`, {});
+      $('#run-note').textContent = `applied: ${out.changed.join(', ')}`;
       for (const p of out.changed) openFile(p);
     } catch (err) {
-      alert(`applying: ${err.message}`);
+      $('#run-note').textContent = `applying: ${err.message}`;
     }
   };
   li.append(files, apply);
