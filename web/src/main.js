@@ -458,14 +458,7 @@ function afterReview(path) {
   changedOnDisk(path);
 }
 
-$('#review-accept').onclick = async () => {
-  await reviewHost.accept(state.review);
-  panel.refreshReview();
-};
-$('#review-reject').onclick = async () => {
-  await reviewHost.reject(state.review);
-  panel.refreshReview();
-};
+restoreReviewButtons();
 $('#review-close').onclick = () => {
   state.review = null;
   showPane(state.active ? 'editor' : 'empty');
@@ -533,6 +526,7 @@ editor.addAction({
   },
 });
 
+// The review bar's buttons act on the agent's change shown (Cmd-K borrows them meanwhile).
 function restoreReviewButtons() {
   $('#review-accept').onclick = async () => {
     await reviewHost.accept(state.review);
