@@ -329,7 +329,10 @@ editor.onKeyDown(() => {
   state.lastKey = performance.now();
 });
 
+// What was reported, for tests.
+window.caret.feedbackLog = [];
 const feedback = (event, item) => {
+  window.caret.feedbackLog.push({ event, key: item?.key });
   post('/api/tab/feedback', { event, model: item?.model || state.info?.tab || '' }).catch(() => {});
 };
 
@@ -391,8 +394,9 @@ monaco.languages.registerInlineCompletionsProvider({ pattern: '**' }, {
     feedback('shown', item);
   },
   // Accepted in part: reported when the suggestion goes, unless it was then accepted whole.
-  handlePartialAccept(_completions, item) {
-    if (outcome.get(item.key) === 'shown') outcome.set(item.key, 'partial');
+  // (Monaco also calls this with nothing accepted, when a Tab lands mid-refresh.)
+  handlePartialAccept(_completions, item, acceptedCharacters) {
+    if (acceptedCharacters > 0 && outcome.get(item.key) === 'shown') outcome.set(item.key, 'partial');
   },
   freeInlineCompletions(completions) {
     for (const item of completions.items) {

@@ -178,7 +178,11 @@ fn the_workspace_page_edits_completes_reloads_and_reviews_the_agents_changes() {
         figure("caret_tab_accepted_total"),
         figure("caret_tab_partially_accepted_total"),
     );
-    assert!(accepted == 1.0 && partial == 0.0 && (1.0..=3.0).contains(&shown), "{metrics}");
+    assert!(
+        accepted == 1.0 && partial == 0.0 && (1.0..=3.0).contains(&shown),
+        "{metrics}\n{}",
+        browser.eval("return JSON.stringify(caret.feedbackLog, null, 1)")
+    );
     assert_eq!(figure("caret_tab_accept_rate"), accepted / shown, "{metrics}");
     let asked = up.last_request().unwrap().1;
     assert!(asked["prompt"].as_str().unwrap().contains("def add(a, b):"), "the page's text reached the model: {asked}");
