@@ -62,6 +62,19 @@ pub enum Answer {
     Calls(Vec<(String, Value)>),
 }
 
+/// The conversation of an agent that fixes `add.sh` (`echo $(( $1 - $2 ))` → `+`): it reads
+/// the file, edits it, and says so — three model calls, two tools.
+pub fn fix_add_conversation() -> Vec<Answer> {
+    vec![
+        Answer::Calls(vec![("read_file".into(), json!({"path": "add.sh"}))]),
+        Answer::Calls(vec![(
+            "edit_file".into(),
+            json!({"path": "add.sh", "edit": "<<<<<<< SEARCH\necho $(( $1 - $2 ))\n=======\necho $(( $1 + $2 ))\n>>>>>>> REPLACE"}),
+        )]),
+        Answer::Text("add.sh adds now.".into()),
+    ]
+}
+
 struct Script {
     name: String,
     queue: Mutex<VecDeque<Answer>>,

@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use caret_test_support::TempDir;
-use caret_test_support::scripted::{Answer, Behaviour, ScriptedUpstream};
+use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
 use serde_json::{Value, json};
 
 use common::{CARET, Server, worker};
@@ -49,14 +49,7 @@ fn main() {
     let up = rt.block_on(ScriptedUpstream::start("soak-model"));
     // Read, fix, say so: three model calls and two tools per attempt.
     up.set(Behaviour {
-        conversation: vec![
-            Answer::Calls(vec![("read_file".into(), json!({"path": "add.sh"}))]),
-            Answer::Calls(vec![(
-                "edit_file".into(),
-                json!({"path": "add.sh", "edit": "<<<<<<< SEARCH\necho $(( $1 - $2 ))\n=======\necho $(( $1 + $2 ))\n>>>>>>> REPLACE"}),
-            )]),
-            Answer::Text("add.sh adds now.".into()),
-        ],
+        conversation: caret_test_support::scripted::fix_add_conversation(),
         delay: Duration::from_millis(100),
         ..Behaviour::default()
     });

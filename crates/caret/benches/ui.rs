@@ -21,6 +21,8 @@ use serde_json::{Value, json};
 
 #[path = "../tests/common/browser.rs"]
 mod browser;
+#[path = "../tests/common/ui.rs"]
+mod ui;
 
 const CARET: &str = env!("CARGO_BIN_EXE_caret");
 const FILE: &str = include_str!("../src/bench_data/tab/inventory.py.txt");
@@ -175,23 +177,14 @@ fn lsp_side(
 
 /// `caret ui` with the file open in Chromium.
 struct Page {
-    ui: std::process::Child,
+    ui: ui::Ui,
     browser: browser::Browser,
 }
 
 impl Page {
     fn open(home: &Path, ws: &Path, blank: usize) -> Page {
-        let mut ui = Command::new(CARET)
-            .args(["ui", ws.to_str().unwrap()])
-            .env("CARET_HOME", home)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(ui.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let url = line.trim().strip_prefix("caret ui: ").unwrap().to_owned();
-        let (base, token) = url.split_once("/#token=").unwrap();
+        let ui = ui::start(CARET, home, ws);
+        let (base, token) = (&ui.base, &ui.token);
         let browser = browser::Browser::start();
         let started = Instant::now();
         browser.open(&format!("{base}/?open=inventory.py#token={token}"));
@@ -216,7 +209,7 @@ impl Page {
     }
 
     /// Types the keys: (model-served latencies in ms, answers).
-    fn type_keys(mut self, keys: &[(usize, String)]) -> (Vec<f64>, usize) {
+    fn type_keys(self, keys: &[(usize, String)]) -> (Vec<f64>, usize) {
         let browser = &self.browser;
         std::thread::sleep(Duration::from_secs(8));
         let mut answers = 0usize;
@@ -248,8 +241,7 @@ impl Page {
             .filter(|e| e["cached"] == false && e["text"].as_str().is_some_and(|t| !t.is_empty()))
             .filter_map(|e| e["ms"].as_f64())
             .collect();
-        let _ = self.ui.kill();
-        let _ = self.ui.wait();
+        drop(self.ui);
         (served, answers)
     }
 }

@@ -1315,7 +1315,7 @@ fn a_rollout_survives_a_killed_worker() {
     let (_rt, up) = fixing_upstream();
     // Each answer takes a while, so the attempts are mid-way when the worker dies.
     up.set(Behaviour {
-        conversation: fixing_conversation(),
+        conversation: caret_test_support::scripted::fix_add_conversation(),
         delay: Duration::from_millis(700),
         ..Behaviour::default()
     });
@@ -1548,21 +1548,8 @@ fn fixing_upstream() -> (tokio::runtime::Runtime, caret_test_support::scripted::
     use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
     let rt = tokio::runtime::Runtime::new().unwrap();
     let up = rt.block_on(ScriptedUpstream::start("agent-model"));
-    up.set(Behaviour { conversation: fixing_conversation(), ..Behaviour::default() });
+    up.set(Behaviour { conversation: caret_test_support::scripted::fix_add_conversation(), ..Behaviour::default() });
     (rt, up)
-}
-
-/// The scripted agent that fixes [`buggy_repo`]: read, edit, say so.
-fn fixing_conversation() -> Vec<caret_test_support::scripted::Answer> {
-    use caret_test_support::scripted::Answer;
-    vec![
-        Answer::Calls(vec![("read_file".into(), json!({"path": "add.sh"}))]),
-        Answer::Calls(vec![(
-            "edit_file".into(),
-            json!({"path": "add.sh", "edit": "<<<<<<< SEARCH\necho $(( $1 - $2 ))\n=======\necho $(( $1 + $2 ))\n>>>>>>> REPLACE"}),
-        )]),
-        Answer::Text("add.sh adds now.".into()),
-    ]
 }
 
 fn caret_cmd(home: &Path, args: &[&str]) -> Output {

@@ -7,9 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use caret_test_support::TempDir;
@@ -18,42 +16,15 @@ use serde_json::{Value, json};
 
 #[path = "common/browser.rs"]
 mod browser;
+#[path = "common/ui.rs"]
+mod ui;
 use browser::Browser;
+use ui::Ui;
 
 const CARET: &str = env!("CARGO_BIN_EXE_caret");
 
-/// A running `caret ui`.
-struct Ui {
-    child: Child,
-    /// `http://127.0.0.1:PORT`
-    base: String,
-    token: String,
-}
-
-impl Drop for Ui {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn start_ui(home: &Path, workspace: &Path) -> Ui {
-    let mut child = Command::new(CARET)
-        .args(["ui", workspace.to_str().unwrap()])
-        .env("CARET_HOME", home)
-        .env("HOME", home)
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let url = line.trim().strip_prefix("caret ui: ").unwrap_or_else(|| panic!("no address printed: {line:?}"));
-    let (base, token) = url.split_once("/#token=").unwrap();
-    assert!(base.starts_with("http://127.0.0.1:"), "loopback only: {base}");
-    assert_eq!(token.len(), 64);
-    Ui { child, base: base.to_owned(), token: token.to_owned() }
+    ui::start(CARET, home, workspace)
 }
 
 fn read(ws: &TempDir, rel: &str) -> String {
@@ -101,7 +72,7 @@ fn the_workspace_page_edits_completes_reloads_and_reviews_the_agents_changes() {
     ws.write("app.py", "def add(a, b):\n    \n");
     ws.write("lib/other.py", "VALUE = 1\n");
     ws.write("notes.md", "# Notes\n");
-    std::process::Command::new("git").args(["init", "-q"]).current_dir(ws.path()).status().unwrap();
+    ws.git_init();
     let ui = start_ui(home.path(), ws.path());
     let c = http();
 
@@ -273,17 +244,7 @@ fn the_workspace_page_edits_completes_reloads_and_reviews_the_agents_changes() {
 fn a_background_run_started_from_the_page_is_reviewed_and_applied() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let up = rt.block_on(ScriptedUpstream::start("run-model"));
-    up.set(Behaviour {
-        conversation: vec![
-            Answer::Calls(vec![("read_file".into(), json!({"path": "add.sh"}))]),
-            Answer::Calls(vec![(
-                "edit_file".into(),
-                json!({"path": "add.sh", "edit": "<<<<<<< SEARCH\necho $(( $1 - $2 ))\n=======\necho $(( $1 + $2 ))\n>>>>>>> REPLACE"}),
-            )]),
-            Answer::Text("add.sh adds now.".into()),
-        ],
-        ..Behaviour::default()
-    });
+    up.set(Behaviour { conversation: caret_test_support::scripted::fix_add_conversation(), ..Behaviour::default() });
     let home = TempDir::new();
     home.write(
         "config.toml",
