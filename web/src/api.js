@@ -1,8 +1,9 @@
-// The page's calls to the `caret ui` server. The launch token comes in the URL's fragment
-// (`#token=…`, never sent to a server or kept in its logs) and goes with every request as a
-// bearer token.
+// The page's calls to its server: `caret ui` (the launch token comes in the URL's fragment,
+// `#token=…`, never sent to a server or kept in its logs) or a team's `caret serve` (an API
+// token, typed into the sign-in form or given the same way). The token goes with every
+// request as a bearer token. Paths are relative to the page (`/ui/NAME/` on a server).
 
-const token = (() => {
+let token = (() => {
   const m = /(?:^|[#&])token=([^&]+)/.exec(location.hash);
   if (m) {
     sessionStorage.setItem('caret-token', decodeURIComponent(m[1]));
@@ -10,6 +11,18 @@ const token = (() => {
   }
   return sessionStorage.getItem('caret-token') || '';
 })();
+
+// Keeps `value` as the token for this tab's session.
+export function signIn(value) {
+  token = value.trim();
+  sessionStorage.setItem('caret-token', token);
+}
+
+// Whether the page is a team's, on `caret serve` (under `/ui/NAME/`).
+export const onServer = location.pathname !== '/';
+
+// `/api/x` → `api/x`: the page's own API, wherever the page is.
+const here = (path) => path.replace(/^\//, '');
 
 export class ApiError extends Error {
   constructor(status, message, body) {
@@ -25,7 +38,7 @@ export async function call(method, path, body, signal) {
     init.headers['content-type'] = 'application/json';
     init.body = JSON.stringify(body);
   }
-  const r = await fetch(path, init);
+  const r = await fetch(here(path), init);
   const text = await r.text();
   let data = null;
   try {
@@ -44,7 +57,7 @@ export const put = (path, body) => call('PUT', path, body);
 // Reads a server-sent event stream, calling `onEvent(data)` for each event's JSON; returns
 // when the stream ends or `signal` aborts. Reconnects are the caller's.
 export async function stream(path, onEvent, signal) {
-  const r = await fetch(path, { headers: { authorization: `Bearer ${token}` }, signal });
+  const r = await fetch(here(path), { headers: { authorization: `Bearer ${token}` }, signal });
   if (!r.ok) throw new ApiError(r.status, await r.text());
   const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = '';

@@ -4,11 +4,11 @@
 import * as monaco from 'monaco-editor/esm/vs/editor/edcore.main.js';
 import 'monaco-editor/esm/vs/basic-languages/monaco.contribution.js';
 import './style.css';
-import { call, get, post, put, stream } from './api.js';
+import { call, get, onServer, post, put, signIn, stream } from './api.js';
 import { AgentPanel } from './agent-panel.js';
 import * as runs from './runs.js';
 
-self.MonacoEnvironment = { getWorkerUrl: () => '/assets/editor.worker.js' };
+self.MonacoEnvironment = { getWorkerUrl: () => 'assets/editor.worker.js' };
 
 const $ = (sel) => document.querySelector(sel);
 const state = {
@@ -598,11 +598,42 @@ function showPatch(title, before, after, lang) {
 
 // ---- start ------------------------------------------------------------------------------
 
+// A team's page: the API token, kept for this tab's session.
+function askToken() {
+  status('sign in with an API token', 'error');
+  const empty = $('#empty');
+  empty.replaceChildren();
+  const form = document.createElement('form');
+  form.id = 'sign-in';
+  const input = document.createElement('input');
+  input.type = 'password';
+  input.placeholder = 'API token (caret admin token create)';
+  input.autocomplete = 'off';
+  const button = document.createElement('button');
+  button.type = 'submit';
+  button.textContent = 'Sign in';
+  form.append(input, button);
+  form.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    if (!input.value.trim()) return;
+    signIn(input.value);
+    empty.replaceChildren('Open a file from the tree.');
+    start();
+  });
+  empty.append(form);
+  showPane('empty');
+  input.focus();
+}
+
 async function start() {
   try {
     state.info = await get('/api/info');
   } catch (e) {
-    status(e.status === 401 ? 'open the address `caret ui` printed (it carries the token)' : e.message, 'error');
+    if (e.status === 401 && onServer) {
+      askToken();
+    } else {
+      status(e.status === 401 ? 'open the address `caret ui` printed (it carries the token)' : e.message, 'error');
+    }
     return;
   }
   $('#workspace').textContent = state.info.root;

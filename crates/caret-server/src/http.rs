@@ -41,6 +41,8 @@ pub struct AppState {
     pub agent: Option<Arc<crate::agent::AgentHost>>,
     /// Background runs, when enabled.
     pub runs: Option<Arc<caret_anyrun::service::RunService>>,
+    /// Turns true when the server stops: event streams end.
+    pub stopping: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 /// JSON bodies whose rejections (malformed, truncated, wrong type, too large) become our
@@ -71,7 +73,7 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Json<T> 
 }
 
 /// The router. `body_limit` caps request bodies (413 beyond it).
-pub fn router(state: AppState, body_limit: usize) -> Router {
+pub fn router(state: AppState, body_limit: usize, pages: Option<crate::Pages>) -> Router {
     let v1 = Router::new()
         .route("/v1/workspaces", get(list_workspaces))
         .route("/v1/workspaces/{id}", put(create_workspace).get(workspace).delete(delete_workspace))
@@ -113,7 +115,12 @@ pub fn router(state: AppState, body_limit: usize) -> Router {
         .route("/v1/workers/runs/{id}/{token}/v1/chat/completions", post(crate::runs::chat))
         .route("/v1/fleet", get(crate::runs::fleet))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate_operator));
-    Router::new()
+    let mut router = Router::new();
+    if let Some(pages) = pages {
+        let tenant = pages.tenant.route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
+        router = router.nest_service("/ui", pages.public.merge(tenant));
+    }
+    router
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics))

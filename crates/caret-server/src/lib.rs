@@ -138,6 +138,26 @@ pub struct ServeConfig {
     pub agent: agent::AgentSettings,
     /// Background runs (none: `/v1/runs` answers 503).
     pub runs: Option<Arc<caret_anyrun::service::RunService>>,
+    /// A front end served under `/ui` (the team's editor page), when there is one.
+    pub pages: Option<Pages>,
+}
+
+/// A front end served under `/ui` beside the API. `public` holds no data and needs no token
+/// (the page and its scripts); `tenant` runs behind the same checks as `/v1` (token, rate
+/// limits) and finds the caller's [`db::Tenant`] in the request's extensions. Paths are
+/// relative to `/ui`.
+#[derive(Clone, Default)]
+pub struct Pages {
+    /// Static files.
+    pub public: axum::Router,
+    /// Everything that reads or changes data.
+    pub tenant: axum::Router,
+}
+
+impl std::fmt::Debug for Pages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Pages")
+    }
 }
 
 impl ServeConfig {
@@ -156,6 +176,15 @@ impl ServeConfig {
 
 /// Builds the router for a service.
 pub fn app(service: Arc<Service>, config: &ServeConfig) -> axum::Router {
+    app_stopping(service, config, Arc::new(tokio::sync::watch::channel(false).0))
+}
+
+/// [`app`], whose event streams end when `stopping` turns true.
+fn app_stopping(
+    service: Arc<Service>,
+    config: &ServeConfig,
+    stopping: Arc<tokio::sync::watch::Sender<bool>>,
+) -> axum::Router {
     let state = http::AppState {
         service,
         limiter: Arc::new(Limiter::new(config.rate_limit)),
@@ -164,11 +193,16 @@ pub fn app(service: Arc<Service>, config: &ServeConfig) -> axum::Router {
         gateway: config.gateway.clone(),
         agent: (!config.agent.workspaces.is_empty()).then(|| Arc::new(agent::AgentHost::new(config.agent.clone()))),
         runs: config.runs.clone(),
+        stopping,
     };
-    http::router(state, config.body_limit)
+    http::router(state, config.body_limit, config.pages.clone())
 }
 
-/// Serves until `shutdown` resolves, then drains in-flight requests.
+/// How long connections may take to finish once the server stops.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Serves until `shutdown` resolves, then drains in-flight requests (event streams end at
+/// once; anything else has [`DRAIN`]).
 pub async fn serve(
     service: Arc<Service>,
     config: ServeConfig,
@@ -176,7 +210,13 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     config.check()?;
-    let app = app(service, &config);
+    let stopping = Arc::new(tokio::sync::watch::channel(false).0);
+    let app = app_stopping(service, &config, stopping.clone());
+    let mut stopped = stopping.subscribe();
+    let shutdown = async move {
+        shutdown.await;
+        stopping.send_replace(true);
+    };
     listener.set_nonblocking(true).map_err(|e| Error::Internal(format!("configuring the listener: {e}")))?;
     match &config.tls {
         Some((cert, key)) => {
@@ -188,7 +228,7 @@ pub async fn serve(
             let h = handle.clone();
             tokio::spawn(async move {
                 shutdown.await;
-                h.graceful_shutdown(Some(std::time::Duration::from_secs(30)));
+                h.graceful_shutdown(Some(DRAIN));
             });
             axum_server::from_tcp_rustls(listener, tls)
                 .handle(handle)
@@ -199,10 +239,19 @@ pub async fn serve(
         None => {
             let listener = tokio::net::TcpListener::from_std(listener)
                 .map_err(|e| Error::Internal(format!("configuring the listener: {e}")))?;
-            axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-                .with_graceful_shutdown(shutdown)
-                .await
-                .map_err(|e| Error::Internal(format!("serving: {e}")))
+            let serving = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+                .with_graceful_shutdown(shutdown);
+            let drained = async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+                tokio::time::sleep(DRAIN).await;
+            };
+            tokio::select! {
+                served = serving => served.map_err(|e| Error::Internal(format!("serving: {e}"))),
+                () = drained => {
+                    tracing::warn!("connections still open {DRAIN:?} after the stop: closing them");
+                    Ok(())
+                }
+            }
         }
     }
 }

@@ -182,7 +182,7 @@ pub(crate) async fn events(
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache")
-        .body(Body::from_stream(stream))
+        .body(Body::from_stream(crate::agent::until_stopping(stream, s.stopping.subscribe())))
         .map_err(|e| Error::Internal(e.to_string()))
 }
 

@@ -59,6 +59,7 @@ fn bench(config: &Config, path: &Path, changes: usize, scratch: &Path) -> anyhow
             gateway: None,
             agent: Default::default(),
             runs: None,
+            pages: None,
         };
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(caret_server::serve(service, serve, listener, async move {

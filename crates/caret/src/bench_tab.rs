@@ -84,7 +84,10 @@ pub fn run(config: &Config, args: TabBench) -> anyhow::Result<ExitCode> {
     if let Some(share) = args.suffix_share {
         budget.suffix_share = share.clamp(0.0, 0.9);
     }
-    let source = Source::Model { backend: Backend::Embedded(Arc::new(gateway)), family: family.clone() };
+    let source = Source::Model {
+        backend: Backend::Embedded { gateway: Arc::new(gateway), tenant: "local".to_owned() },
+        family: family.clone(),
+    };
     let mut completer = Completer::new(source, "tab".to_owned(), budget);
     completer.set_local(true);
     if let Some(pause) = args.cold {

@@ -38,17 +38,18 @@ pub struct ChatArgs {
     token: Option<String>,
 }
 
-/// Where answers come from: the embedded gateway or a server's.
+/// Where answers come from: a gateway in this process (calls charged to `tenant`: `local`
+/// for the embedded one, the caller's on a team's page) or a server's.
 pub(crate) enum Backend {
-    Embedded(Arc<Gateway>),
+    Embedded { gateway: Arc<Gateway>, tenant: String },
     Server(caret_models::openai::OpenAiProvider),
 }
 
 impl Backend {
     pub(crate) async fn chat(&self, req: ChatRequest) -> caret_models::Result<EventStream> {
         match self {
-            Backend::Embedded(g) => {
-                g.chat(req, CallContext::new(Class::Interactive, Duration::from_secs(600), "local")).await
+            Backend::Embedded { gateway, tenant } => {
+                gateway.chat(req, CallContext::new(Class::Interactive, Duration::from_secs(600), tenant.clone())).await
             }
             Backend::Server(p) => p.chat(req).await,
         }
@@ -59,8 +60,10 @@ impl Backend {
         req: caret_protocol::llm::CompletionRequest,
     ) -> caret_models::Result<EventStream> {
         match self {
-            Backend::Embedded(g) => {
-                g.complete(req, CallContext::new(Class::Interactive, Duration::from_secs(30), "local")).await
+            Backend::Embedded { gateway, tenant } => {
+                gateway
+                    .complete(req, CallContext::new(Class::Interactive, Duration::from_secs(30), tenant.clone()))
+                    .await
             }
             Backend::Server(p) => p.complete(req).await,
         }
@@ -83,17 +86,22 @@ impl Backend {
             return Ok(Some((Backend::Server(provider), model.unwrap_or(server_default).to_owned())));
         }
         let Some(gateway) = config.gateway()? else { return Ok(None) };
+        let model = Backend::alias(&gateway, model, preferred)?;
+        Ok(Some((Backend::Embedded { gateway, tenant: "local".to_owned() }, model)))
+    }
+
+    /// `model`, else the first of `preferred` that `gateway` has, else its first alias.
+    pub(crate) fn alias(gateway: &Gateway, model: Option<&str>, preferred: &[&str]) -> anyhow::Result<String> {
         let aliases = gateway.aliases();
-        let model = match model {
-            Some(m) => m.to_owned(),
+        match model {
+            Some(m) => Ok(m.to_owned()),
             None => preferred
                 .iter()
                 .find(|p| aliases.iter().any(|a| a == *p))
                 .map(|p| (*p).to_owned())
                 .or_else(|| aliases.first().cloned())
-                .context("no model aliases")?,
-        };
-        Ok(Some((Backend::Embedded(gateway), model)))
+                .context("no model aliases"),
+        }
     }
 }
 

@@ -308,6 +308,18 @@ pub fn connect(
         return Ok(Some(Completer::new(source, model.unwrap_or("tab").to_owned(), budget)));
     }
     let Some((backend, model)) = Backend::connect(config, None, None, model, &["tab"], "tab")? else { return Ok(None) };
+    with_backend(config, backend, model, family_name, budget).map(Some)
+}
+
+/// A completer on `backend` (a gateway in this process, configured by `config`) for alias
+/// `model`.
+pub(crate) fn with_backend(
+    config: &Config,
+    backend: Backend,
+    model: String,
+    family_name: Option<&str>,
+    budget: Budget,
+) -> anyhow::Result<Completer> {
     let models: Vec<String> = config
         .models
         .iter()
@@ -321,7 +333,7 @@ pub fn connect(
     let local = !kinds.is_empty() && kinds.iter().all(|k| *k == crate::config::ProviderKind::Local);
     let mut completer = Completer::new(Source::Model { backend, family }, model, budget);
     completer.set_local(local);
-    Ok(Some(completer))
+    Ok(completer)
 }
 
 /// Byte offset of a 1-based line and character column (clamped to the line).

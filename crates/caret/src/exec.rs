@@ -110,6 +110,16 @@ pub fn open_session(config: &Config, args: &SessionArgs) -> anyhow::Result<(Sess
         "no models are configured: add [[models]] to the config (an `agent` alias is used first; for a local \
          model, `caret models pull qwen2.5-coder-1.5b-instruct-q4`), or use --server",
     )?;
+    session_on(config, args, backend, model)
+}
+
+/// [`open_session`] with the model `model` of `backend`.
+pub(crate) fn session_on(
+    config: &Config,
+    args: &SessionArgs,
+    backend: Backend,
+    model: String,
+) -> anyhow::Result<(Session, String, String, PathBuf)> {
     let ctx = Arc::new(Ctx::new(&args.path).with_context(|| format!("opening {}", args.path.display()))?);
     let mut tools = Registry::workspace();
     let remote = crate::sync::Remote { server: args.server.clone(), token: args.token.clone() };

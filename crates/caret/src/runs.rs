@@ -309,9 +309,10 @@ fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "host".into())
 }
 
-/// A run service client: the embedded queue, or a server over HTTP.
+/// A run service client: a service in this process (the embedded queue, whose worker starts
+/// on demand, or a server's own, whose workers it has), or a server over HTTP.
 pub(crate) enum Runs {
-    Local { service: Arc<RunService>, tenant: TenantRef, config: Box<Config> },
+    Local { service: Arc<RunService>, tenant: TenantRef, config: Box<Config>, start_worker: bool },
     Remote { base: String, token: String, client: reqwest::Client },
 }
 
@@ -335,7 +336,13 @@ impl Runs {
             service: Arc::new(runs),
             tenant: TenantRef { id: tenant.id, name: tenant.name },
             config: Box::new(config.clone()),
+            start_worker: true,
         })
+    }
+
+    /// A server's own service, for `tenant`'s calls from the page it serves.
+    pub(crate) fn served(config: &Config, service: Arc<RunService>, tenant: TenantRef) -> Runs {
+        Runs::Local { service, tenant, config: Box::new(config.clone()), start_worker: false }
     }
 
     async fn call<T: serde::de::DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> anyhow::Result<T> {
@@ -377,11 +384,13 @@ impl Runs {
 
     pub(crate) async fn submit(&self, req: CreateRun) -> anyhow::Result<RunInfo> {
         match self {
-            Runs::Local { service, tenant, config } => {
+            Runs::Local { service, tenant, config, start_worker } => {
                 let mut req = req;
                 req.model = Some(default_alias(config, req.model.as_deref())?);
                 let info = service.submit(tenant, req).await?;
-                ensure_local_worker(config)?;
+                if *start_worker {
+                    ensure_local_worker(config)?;
+                }
                 Ok(info)
             }
             Runs::Remote { client, .. } => self.call(client.post(self.url("/v1/runs")).json(&req)).await,

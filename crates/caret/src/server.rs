@@ -99,6 +99,7 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
         body_limit: usize::try_from(args.body_limit.unwrap_or(config.server.body_limit.0)).unwrap_or(usize::MAX),
         gateway: config.gateway()?,
         runs: None,
+        pages: None,
         agent: caret_server::agent::AgentSettings {
             workspaces: config.server.agent_workspaces.clone(),
             rules: config.agent.rules(),
@@ -136,6 +137,10 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
         serve.runs = Some(runs.clone());
         let _upkeep = crate::runs::spawn_upkeep(runs.clone());
         let (drain_tx, drain) = tokio::sync::watch::channel(false);
+        // The editor page of each agent workspace, for the tenants' tokens.
+        if !config.server.agent_workspaces.is_empty() {
+            serve.pages = Some(crate::ui::pages(&config, serve.gateway.clone(), Some(runs.clone()), drain.clone()));
+        }
         let workers = (worker_slots > 0).then(|| {
             let worker = crate::runs::local_worker(&config, runs.clone(), worker_slots, None);
             tokio::spawn(worker.run(drain.clone()))
@@ -146,6 +151,11 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
         let scheme = if serve.tls.is_some() { "https" } else { "http" };
         // Printed for scripts and tests that ask for port 0.
         println!("caret serve listening on {scheme}://{local}");
+        for name in config.server.agent_workspaces.keys() {
+            tracing::info!(
+                "the editor page of workspace {name}: {scheme}://{local}/ui/{name}/ (sign in with an API token)"
+            );
+        }
         tracing::info!(addr = %local, tls = serve.tls.is_some(), "serving");
         let stopping = async move {
             shutdown_signal().await;

@@ -27,8 +27,10 @@ mod review;
 mod runs;
 mod search;
 mod tab;
+mod team;
 
-use std::collections::HashMap;
+pub use team::pages;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -42,7 +44,7 @@ use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use futures::StreamExt as _;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -74,21 +76,84 @@ pub struct UiArgs {
     model: Option<String>,
 }
 
-/// The server's state.
+/// One workspace's page: its files, Tab, agent sessions and their review, runs.
 pub struct Ui {
     root: PathBuf,
     name: String,
-    token: String,
-    /// `127.0.0.1:PORT`.
-    host: String,
+    access: Access,
     config: Config,
+    /// The gateway the page's models are called through (none: no models configured) and
+    /// the tenant its calls are charged to.
+    gateway: Option<Arc<caret_models::Gateway>>,
+    tenant: String,
     model: Option<String>,
     changes: broadcast::Sender<Value>,
     tab: tab::Tab,
     agents: agent::Agents,
     review: Arc<tokio::sync::Mutex<review::Review>>,
-    /// The embedded run queue, opened on first use.
+    /// The run queue: the embedded one, opened on first use, or the server's.
     runs: tokio::sync::OnceCell<crate::runs::Runs>,
+    /// Turns true when the server stops: the page's event streams end.
+    stopping: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Who may call a page's API.
+enum Access {
+    /// `caret ui`: whoever has this launch's token, at `127.0.0.1:PORT`.
+    Launch { token: String, host: String },
+    /// A team's page on `caret serve`: the server has checked the tenant's token.
+    Tenant,
+}
+
+/// What a page is built from, besides its workspace.
+struct Parts {
+    config: Config,
+    gateway: Option<Arc<caret_models::Gateway>>,
+    tenant: String,
+    model: Option<String>,
+    tab_model: Option<String>,
+    changes: broadcast::Sender<Value>,
+    stopping: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Ui {
+    fn new(root: PathBuf, access: Access, parts: Parts) -> anyhow::Result<Ui> {
+        let Parts { config, gateway, tenant, model, tab_model, changes, stopping } = parts;
+        let completer = match &gateway {
+            Some(g) => {
+                let alias = crate::chat::Backend::alias(g, tab_model.as_deref(), &["tab"])?;
+                let backend = crate::chat::Backend::Embedded { gateway: g.clone(), tenant: tenant.clone() };
+                let budget = caret_server::tab::budget(None);
+                Some(tokio::task::block_in_place(|| {
+                    crate::complete::with_backend(&config, backend, alias, None, budget)
+                })?)
+            }
+            None => None,
+        };
+        Ok(Ui {
+            name: root.file_name().map_or_else(|| root.display().to_string(), |n| n.to_string_lossy().into_owned()),
+            access,
+            config,
+            gateway,
+            tenant,
+            model,
+            changes,
+            tab: tab::Tab::new(root.clone(), completer),
+            agents: agent::Agents::default(),
+            review: Arc::new(tokio::sync::Mutex::new(review::Review::new(&root))),
+            runs: tokio::sync::OnceCell::new(),
+            stopping,
+            root,
+        })
+    }
+
+    /// The agent's model (`model`, else the page's, else the `agent` alias, else the first)
+    /// and the gateway to call it through.
+    fn agent_model(&self, model: Option<&str>) -> anyhow::Result<(crate::chat::Backend, String)> {
+        let gateway = self.gateway.clone().context("no models are configured: add [[models]] to caret's config")?;
+        let alias = crate::chat::Backend::alias(&gateway, model.or(self.model.as_deref()), &["agent"])?;
+        Ok((crate::chat::Backend::Embedded { gateway, tenant: self.tenant.clone() }, alias))
+    }
 }
 
 /// An API error: a status and a message, as `{"error": {"message"}}`.
@@ -140,26 +205,27 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The checks of every API request: the launch token, this server's `Host`, and no foreign
-/// `Origin`.
-async fn guard(State(ui): State<Arc<Ui>>, req: Request, next: Next) -> Response {
+/// The checks of every API request of `caret ui`: the launch token, this server's `Host`,
+/// and no foreign `Origin`; then the page goes with the request.
+async fn guard(State(ui): State<Arc<Ui>>, mut req: Request, next: Next) -> Response {
+    let Access::Launch { token: launch, host } = &ui.access else {
+        return internal("a team's page behind a launch token").into_response();
+    };
     let h = req.headers();
-    let host_ok = h.get(header::HOST).and_then(|v| v.to_str().ok()).is_some_and(|v| {
-        let port = ui.host.rsplit(':').next().unwrap_or("");
-        v == ui.host || v == format!("localhost:{port}")
-    });
+    let port = host.rsplit(':').next().unwrap_or("");
+    let host_ok = h
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v == host || v == format!("localhost:{port}"));
     if !host_ok {
         return ApiError(StatusCode::FORBIDDEN, "this server answers only to its own address".into(), None)
             .into_response();
     }
     if let Some(origin) = h.get(header::ORIGIN) {
-        let port = ui.host.rsplit(':').next().unwrap_or("");
-        let ok = origin
-            .to_str()
-            .is_ok_and(|o| o == format!("http://{}", ui.host) || o == format!("http://localhost:{port}"));
+        let ok =
+            origin.to_str().is_ok_and(|o| o == format!("http://{host}") || o == format!("http://localhost:{port}"));
         if !ok {
-            return ApiError(StatusCode::FORBIDDEN, "requests from other origins are refused".into(), None)
-                .into_response();
+            return foreign_origin();
         }
     }
     let token = h
@@ -167,7 +233,7 @@ async fn guard(State(ui): State<Arc<Ui>>, req: Request, next: Next) -> Response 
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    if !same(token.as_bytes(), ui.token.as_bytes()) {
+    if !same(token.as_bytes(), launch.as_bytes()) {
         return ApiError(
             StatusCode::UNAUTHORIZED,
             "a missing or wrong launch token: open the address `caret ui` printed".into(),
@@ -175,7 +241,12 @@ async fn guard(State(ui): State<Arc<Ui>>, req: Request, next: Next) -> Response 
         )
         .into_response();
     }
+    req.extensions_mut().insert(ui.clone());
     next.run(req).await
+}
+
+fn foreign_origin() -> Response {
+    ApiError(StatusCode::FORBIDDEN, "requests from other origins are refused".into(), None).into_response()
 }
 
 /// A static response with the page's security headers.
@@ -198,19 +269,23 @@ fn asset(content_type: &str, body: &'static [u8]) -> Response {
         .into_response()
 }
 
-/// The page's files: `/` is `index.html`, the rest under `/assets/`.
-async fn page(req: Request) -> Response {
-    let path = req.uri().path();
-    let rel = if path == "/" { "index.html" } else { path.strip_prefix("/assets/").unwrap_or("") };
+/// The page's file `rel` (`index.html`, or one under `assets/`).
+fn asset_named(rel: &str) -> Response {
     match assets::ASSETS.iter().find(|(p, _, _)| *p == rel) {
         Some((_, ct, body)) => asset(ct, body),
         None => (StatusCode::NOT_FOUND, "not found").into_response(),
     }
 }
 
-/// The routes of the page and its API over `ui`.
-pub fn router(ui: Arc<Ui>) -> Router {
-    let api = Router::new()
+/// The page's files: `/` is `index.html`, the rest under `/assets/`.
+async fn page(req: Request) -> Response {
+    let path = req.uri().path();
+    asset_named(if path == "/" { "index.html" } else { path.strip_prefix("/assets/").unwrap_or("") })
+}
+
+/// The API's routes; each handler finds its page in the request's extensions.
+fn api() -> Router {
+    Router::new()
         .route("/api/info", get(info))
         .route("/api/tree", get(tree))
         .route("/api/file", get(read_file).put(save_file))
@@ -233,14 +308,22 @@ pub fn router(ui: Arc<Ui>) -> Router {
         .route("/api/runs/{id}/events", get(runs_events))
         .route("/api/runs/{id}/patch", get(runs_patch))
         .route("/api/runs/{id}/apply", post(runs_apply))
-        .layer(axum::middleware::from_fn_with_state(ui.clone(), guard))
-        .layer(axum::extract::DefaultBodyLimit::max(64 << 20));
-    Router::new().route("/", get(page)).route("/assets/{*path}", get(page)).merge(api).with_state(ui)
+        .layer(axum::extract::DefaultBodyLimit::max(64 << 20))
 }
 
-async fn info(State(ui): State<Arc<Ui>>) -> ApiResult {
+/// The routes of `caret ui`: the page and its API over `ui`.
+pub fn router(ui: Arc<Ui>) -> Router {
+    let api = api().layer(axum::middleware::from_fn_with_state(ui, guard));
+    Router::new().route("/", get(page)).route("/assets/{*path}", get(page)).merge(api)
+}
+
+async fn info(Extension(ui): Extension<Arc<Ui>>) -> ApiResult {
     Ok(Json(json!({
-        "root": ui.root.display().to_string(),
+        // A team's page does not say where the server keeps the workspace.
+        "root": match ui.access {
+            Access::Launch { .. } => ui.root.display().to_string(),
+            Access::Tenant => ui.name.clone(),
+        },
         "name": ui.name,
         "tab": ui.tab.model(),
         "version": env!("CARGO_PKG_VERSION"),
@@ -252,7 +335,7 @@ async fn info(State(ui): State<Arc<Ui>>) -> ApiResult {
     .into_response())
 }
 
-async fn tree(State(ui): State<Arc<Ui>>) -> ApiResult {
+async fn tree(Extension(ui): Extension<Arc<Ui>>) -> ApiResult {
     let root = ui.root.clone();
     let (files, truncated) = tokio::task::spawn_blocking(move || files::tree(&root))
         .await
@@ -266,7 +349,7 @@ struct PathQuery {
     path: String,
 }
 
-async fn read_file(State(ui): State<Arc<Ui>>, Query(q): Query<PathQuery>) -> ApiResult {
+async fn read_file(Extension(ui): Extension<Arc<Ui>>, Query(q): Query<PathQuery>) -> ApiResult {
     let root = ui.root.clone();
     let (text, version) =
         tokio::task::spawn_blocking(move || files::read(&root, &q.path)).await.map_err(internal)??;
@@ -281,7 +364,7 @@ struct Save {
     base: Option<String>,
 }
 
-async fn save_file(State(ui): State<Arc<Ui>>, Json(s): Json<Save>) -> ApiResult {
+async fn save_file(Extension(ui): Extension<Arc<Ui>>, Json(s): Json<Save>) -> ApiResult {
     let root = ui.root.clone();
     let version = tokio::task::spawn_blocking(move || files::save(&root, &s.path, &s.text, s.base.as_deref()))
         .await
@@ -289,13 +372,15 @@ async fn save_file(State(ui): State<Arc<Ui>>, Json(s): Json<Save>) -> ApiResult 
     Ok(Json(json!({"version": version})).into_response())
 }
 
-/// A server-sent event stream of JSON values: `past` first, then `live` until it closes.
-fn sse(past: Vec<Value>, live: Option<broadcast::Receiver<Value>>) -> Response {
-    caret_server::agent::event_stream(past, live)
+/// A server-sent event stream of JSON values: `past` first, then `live` until it closes or
+/// the server stops.
+fn sse(ui: &Ui, past: Vec<Value>, live: Option<broadcast::Receiver<Value>>) -> Response {
+    caret_server::agent::event_stream(past, live, ui.stopping.clone())
 }
 
-/// `values` as a server-sent event stream.
-fn event_stream(values: impl futures::Stream<Item = Value> + Send + 'static) -> Response {
+/// `values` as a server-sent event stream, until the server stops.
+fn event_stream(ui: &Ui, values: impl futures::Stream<Item = Value> + Send + 'static) -> Response {
+    let values = caret_server::agent::until_stopping(values, ui.stopping.clone());
     let body = values.map(|e| Ok::<_, Infallible>(bytes::Bytes::from(format!("data: {e}\n\n"))));
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
@@ -304,8 +389,8 @@ fn event_stream(values: impl futures::Stream<Item = Value> + Send + 'static) -> 
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-async fn watch(State(ui): State<Arc<Ui>>) -> Response {
-    sse(vec![json!({"type": "hello"})], Some(ui.changes.subscribe()))
+async fn watch(Extension(ui): Extension<Arc<Ui>>) -> Response {
+    sse(&ui, vec![json!({"type": "hello"})], Some(ui.changes.subscribe()))
 }
 
 #[derive(Deserialize)]
@@ -315,7 +400,7 @@ struct TabRequest {
     cursor: usize,
 }
 
-async fn tab_complete(State(ui): State<Arc<Ui>>, Json(r): Json<TabRequest>) -> ApiResult {
+async fn tab_complete(Extension(ui): Extension<Arc<Ui>>, Json(r): Json<TabRequest>) -> ApiResult {
     files::resolve(&ui.root, &r.path)?;
     match ui.tab.complete(&r.path, r.text, r.cursor).await {
         tab::Outcome::Suggestion(s) => Ok(Json(json!({
@@ -334,7 +419,7 @@ async fn tab_complete(State(ui): State<Arc<Ui>>, Json(r): Json<TabRequest>) -> A
     }
 }
 
-async fn tab_open(State(ui): State<Arc<Ui>>, Json(r): Json<TabRequest>) -> ApiResult {
+async fn tab_open(Extension(ui): Extension<Arc<Ui>>, Json(r): Json<TabRequest>) -> ApiResult {
     files::resolve(&ui.root, &r.path)?;
     let warmed = ui.tab.warm(&r.path, r.text, r.cursor).await;
     Ok(Json(json!({"warmed": warmed})).into_response())
@@ -347,12 +432,12 @@ struct Feedback {
     model: String,
 }
 
-async fn tab_feedback(State(ui): State<Arc<Ui>>, Json(f): Json<Feedback>) -> ApiResult {
+async fn tab_feedback(Extension(ui): Extension<Arc<Ui>>, Json(f): Json<Feedback>) -> ApiResult {
     ui.tab.feedback(&f.model, &f.event).map_err(bad)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-async fn metrics(State(ui): State<Arc<Ui>>) -> Response {
+async fn metrics(Extension(ui): Extension<Arc<Ui>>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], ui.tab.metrics()).into_response()
 }
 
@@ -361,25 +446,21 @@ struct StartSession {
     model: Option<String>,
 }
 
-async fn start_session(State(ui): State<Arc<Ui>>, body: Option<Json<StartSession>>) -> ApiResult {
-    let model = body.and_then(|b| b.0.model).or_else(|| ui.model.clone());
-    let (id, model) = agent::start(&ui.config, &ui.agents, ui.review.clone(), &ui.root, model)
-        .map_err(|e| ApiError(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}"), None))?;
+async fn start_session(Extension(ui): Extension<Arc<Ui>>, body: Option<Json<StartSession>>) -> ApiResult {
+    let unavailable = |e: anyhow::Error| ApiError(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}"), None);
+    let (backend, model) = ui.agent_model(body.and_then(|b| b.0.model).as_deref()).map_err(unavailable)?;
+    let kept = ui.config.server.agent_sessions_per_tenant.max(1);
+    let (id, model) =
+        agent::start(&ui.config, &ui.agents, ui.review.clone(), &ui.root, backend, model, kept).map_err(unavailable)?;
     Ok(Json(json!({"id": id, "model": model})).into_response())
 }
 
 fn hosted(ui: &Ui, id: &str) -> Result<Arc<agent::Hosted>, ApiError> {
-    ui.agents
-        .sessions
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .get(id)
-        .cloned()
-        .ok_or_else(|| ApiError(StatusCode::NOT_FOUND, format!("no session {id}"), None))
+    ui.agents.get(id).ok_or_else(|| ApiError(StatusCode::NOT_FOUND, format!("no session {id}"), None))
 }
 
 async fn session_op(
-    State(ui): State<Arc<Ui>>,
+    Extension(ui): Extension<Arc<Ui>>,
     UrlPath(id): UrlPath<String>,
     Json(op): Json<caret_protocol::agent::Op>,
 ) -> ApiResult {
@@ -388,29 +469,29 @@ async fn session_op(
     Ok(StatusCode::ACCEPTED.into_response())
 }
 
-async fn session_events(State(ui): State<Arc<Ui>>, UrlPath(id): UrlPath<String>) -> ApiResult {
+async fn session_events(Extension(ui): Extension<Arc<Ui>>, UrlPath(id): UrlPath<String>) -> ApiResult {
     let (past, live) = hosted(&ui, &id)?.subscribe();
-    Ok(sse(past, live))
+    Ok(sse(&ui, past, live))
 }
 
-async fn review_list(State(ui): State<Arc<Ui>>) -> ApiResult {
+async fn review_list(Extension(ui): Extension<Arc<Ui>>) -> ApiResult {
     let mut r = ui.review.lock().await;
     let files = tokio::task::block_in_place(|| r.list());
     Ok(Json(json!({"files": files})).into_response())
 }
 
-async fn review_diff(State(ui): State<Arc<Ui>>, Query(q): Query<PathQuery>) -> ApiResult {
+async fn review_diff(Extension(ui): Extension<Arc<Ui>>, Query(q): Query<PathQuery>) -> ApiResult {
     let r = ui.review.lock().await;
     let (before, after) = r.diff(&q.path).map_err(|e| ApiError(StatusCode::NOT_FOUND, format!("{e:#}"), None))?;
     Ok(Json(json!({"path": q.path, "before": before, "after": after})).into_response())
 }
 
-async fn review_accept(State(ui): State<Arc<Ui>>, Json(q): Json<PathQuery>) -> ApiResult {
+async fn review_accept(Extension(ui): Extension<Arc<Ui>>, Json(q): Json<PathQuery>) -> ApiResult {
     ui.review.lock().await.accept(&q.path).map_err(|e| ApiError(StatusCode::NOT_FOUND, format!("{e:#}"), None))?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-async fn review_reject(State(ui): State<Arc<Ui>>, Json(q): Json<PathQuery>) -> ApiResult {
+async fn review_reject(Extension(ui): Extension<Arc<Ui>>, Json(q): Json<PathQuery>) -> ApiResult {
     let mut r = ui.review.lock().await;
     tokio::task::block_in_place(|| r.reject(&q.path))
         .map_err(|e| ApiError(StatusCode::CONFLICT, format!("{e:#}"), None))?;
@@ -422,7 +503,7 @@ struct Restore {
     turn: u32,
 }
 
-async fn restore(State(ui): State<Arc<Ui>>, Json(q): Json<Restore>) -> ApiResult {
+async fn restore(Extension(ui): Extension<Arc<Ui>>, Json(q): Json<Restore>) -> ApiResult {
     let mut r = ui.review.lock().await;
     let restored = tokio::task::block_in_place(|| r.restore(q.turn))
         .map_err(|e| ApiError(StatusCode::CONFLICT, format!("{e:#}"), None))?;
@@ -438,11 +519,13 @@ struct EditRequest {
     instruction: String,
 }
 
-async fn edit(State(ui): State<Arc<Ui>>, Json(r): Json<EditRequest>) -> ApiResult {
+async fn edit(Extension(ui): Extension<Arc<Ui>>, Json(r): Json<EditRequest>) -> ApiResult {
     files::resolve(&ui.root, &r.path)?;
     let start = tab::byte_offset(&r.text, r.start);
     let end = tab::byte_offset(&r.text, r.end);
-    let (text, format) = search::edit(&ui.config, ui.model.as_deref(), &r.path, &r.text, start, end, &r.instruction)
+    let unprocessable = |e: anyhow::Error| ApiError(StatusCode::UNPROCESSABLE_ENTITY, format!("{e:#}"), None);
+    let (backend, model) = ui.agent_model(None).map_err(unprocessable)?;
+    let (text, format) = search::edit(&backend, &model, &r.path, &r.text, start, end, &r.instruction)
         .await
         .map_err(|e| ApiError(StatusCode::UNPROCESSABLE_ENTITY, format!("{e:#}"), None))?;
     Ok(Json(json!({"text": text, "format": format})).into_response())
@@ -457,7 +540,7 @@ struct SearchQuery {
     k: Option<usize>,
 }
 
-async fn search_route(State(ui): State<Arc<Ui>>, Query(q): Query<SearchQuery>) -> ApiResult {
+async fn search_route(Extension(ui): Extension<Arc<Ui>>, Query(q): Query<SearchQuery>) -> ApiResult {
     if q.q.trim().is_empty() {
         return Err(bad("an empty query"));
     }
@@ -475,6 +558,10 @@ async fn search_route(State(ui): State<Arc<Ui>>, Query(q): Query<SearchQuery>) -
 }
 
 async fn run_queue(ui: &Ui) -> Result<&crate::runs::Runs, ApiError> {
+    if matches!(ui.access, Access::Tenant) && ui.runs.get().is_none() {
+        let message = "background runs are not enabled on this server".to_owned();
+        return Err(ApiError(StatusCode::SERVICE_UNAVAILABLE, message, None));
+    }
     let target = crate::runs::Target::embedded();
     ui.runs
         .get_or_try_init(|| crate::runs::Runs::open(&ui.config, &target))
@@ -486,7 +573,7 @@ fn failed(e: anyhow::Error) -> ApiError {
     ApiError(StatusCode::CONFLICT, format!("{e:#}"), None)
 }
 
-async fn runs_list(State(ui): State<Arc<Ui>>) -> ApiResult {
+async fn runs_list(Extension(ui): Extension<Arc<Ui>>) -> ApiResult {
     Ok(Json(runs::list(run_queue(&ui).await?).await.map_err(failed)?).into_response())
 }
 
@@ -496,13 +583,13 @@ struct StartRun {
     model: Option<String>,
 }
 
-async fn runs_start(State(ui): State<Arc<Ui>>, Json(r): Json<StartRun>) -> ApiResult {
+async fn runs_start(Extension(ui): Extension<Arc<Ui>>, Json(r): Json<StartRun>) -> ApiResult {
     let model = r.model.or_else(|| ui.model.clone());
     let info = runs::start(run_queue(&ui).await?, &ui.root, &r.task, model).await.map_err(failed)?;
     Ok(Json(info).into_response())
 }
 
-async fn runs_events(State(ui): State<Arc<Ui>>, UrlPath(id): UrlPath<String>) -> ApiResult {
+async fn runs_events(Extension(ui): Extension<Arc<Ui>>, UrlPath(id): UrlPath<String>) -> ApiResult {
     run_queue(&ui).await?;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let ui2 = ui.clone();
@@ -512,14 +599,14 @@ async fn runs_events(State(ui): State<Arc<Ui>>, UrlPath(id): UrlPath<String>) ->
             let _ = tx.send(json!({"type": "error", "message": format!("{e:#}")}));
         }
     });
-    Ok(event_stream(futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|v| (v, rx)) })))
+    Ok(event_stream(&ui, futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|v| (v, rx)) })))
 }
 
-async fn runs_patch(State(ui): State<Arc<Ui>>, UrlPath(id): UrlPath<String>) -> ApiResult {
+async fn runs_patch(Extension(ui): Extension<Arc<Ui>>, UrlPath(id): UrlPath<String>) -> ApiResult {
     Ok(Json(runs::patch(run_queue(&ui).await?, &ui.root, &id).await.map_err(failed)?).into_response())
 }
 
-async fn runs_apply(State(ui): State<Arc<Ui>>, UrlPath(id): UrlPath<String>) -> ApiResult {
+async fn runs_apply(Extension(ui): Extension<Arc<Ui>>, UrlPath(id): UrlPath<String>) -> ApiResult {
     Ok(Json(runs::apply(run_queue(&ui).await?, &ui.root, &id).await.map_err(failed)?).into_response())
 }
 
@@ -537,25 +624,22 @@ pub fn run(config: &Config, args: UiArgs) -> anyhow::Result<ExitCode> {
             getrandom::fill(&mut b).map_err(|e| anyhow::anyhow!("no randomness for the launch token: {e}"))?;
             b.iter().map(|x| format!("{x:02x}")).collect::<String>()
         };
-        let budget = caret_server::tab::budget(None);
-        let completer = tokio::task::block_in_place(|| {
-            crate::complete::connect(config, None, None, args.tab_model.as_deref(), None, budget)
-        })?;
         let (changes, _) = broadcast::channel(1024);
         let _watcher = files::watch(&root, changes.clone())?;
-        let ui = Arc::new(Ui {
-            name: root.file_name().map_or_else(|| root.display().to_string(), |n| n.to_string_lossy().into_owned()),
-            token: token.clone(),
-            host: addr.to_string(),
+        let (stop, stopping) = tokio::sync::watch::channel(false);
+        // One gateway for Tab, the agent and Cmd-K: a local model's weights are loaded once.
+        let gateway = config.gateway()?;
+        let parts = Parts {
             config: config.clone(),
+            gateway,
+            tenant: "local".to_owned(),
             model: args.model.clone(),
+            tab_model: args.tab_model.clone(),
             changes,
-            tab: tab::Tab::new(root.clone(), completer),
-            agents: agent::Agents { sessions: std::sync::Mutex::new(HashMap::new()) },
-            review: Arc::new(tokio::sync::Mutex::new(review::Review::new(&root))),
-            runs: tokio::sync::OnceCell::new(),
-            root: root.clone(),
-        });
+            stopping,
+        };
+        let access = Access::Launch { token: token.clone(), host: addr.to_string() };
+        let ui = Arc::new(Ui::new(root.clone(), access, parts)?);
         let url = format!("http://{addr}/#token={token}");
         println!("caret ui: {url}");
         eprintln!(
@@ -570,8 +654,9 @@ pub fn run(config: &Config, args: UiArgs) -> anyhow::Result<ExitCode> {
                 .spawn();
         }
         axum::serve(listener, router(ui))
-            .with_graceful_shutdown(async {
+            .with_graceful_shutdown(async move {
                 let _ = tokio::signal::ctrl_c().await;
+                stop.send_replace(true);
             })
             .await
             .context("serving the page")?;

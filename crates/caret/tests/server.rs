@@ -2065,3 +2065,99 @@ fn converted_task_sets_grade_like_their_own_harnesses() {
         assert!(patch.contains("-    todo!()") && !patch.contains("caret_hidden_tests"), "{patch}");
     }
 }
+
+/// The team's editor page on `caret serve`: `/ui/NAME/` for each agent workspace, the page
+/// public, its API behind tenant tokens (401 without, 403 from another origin, 404 for a
+/// workspace the operator did not configure, another tenant's agent session 404), the page
+/// signs in with a token typed into its form and gets Tab from the server's gateway.
+#[test]
+fn the_team_page_serves_each_workspace_behind_tenant_tokens() {
+    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("team-model"));
+    up.set(Behaviour { answer: Some("urn a + b\n".to_owned()), ..Behaviour::default() });
+    let ws = TempDir::new();
+    ws.write(".gitignore", "ignored.txt\n");
+    ws.write("ignored.txt", "not listed\n");
+    ws.write("app.py", "def add(a, b):\n    \n");
+    let config = format!(
+        "[[models]]\nalias = \"tab\"\ndeployments = [{{ provider = \"openai\", url = \"{0}\", model = \"qwen2.5-coder-1.5b\" }}]\n\
+         [[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{0}\", model = \"m\" }}]\n\n\
+         [server.agent_workspaces]\ndemo = \"{1}\"\n",
+        up.url,
+        ws.path().display()
+    );
+    let server = Server::start_with_config(&[], &[], Some(&config));
+    let (a, b) = (server.tenant("page-a"), server.tenant("page-b"));
+    let c = http();
+    let at = |p: &str| format!("{}/ui/{p}", server.url);
+
+    // The page is public and holds no data; unknown workspaces are not served.
+    let page = c.get(at("demo/")).send().unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.headers()["content-security-policy"].to_str().unwrap().contains("default-src 'self'"));
+    assert!(page.text().unwrap().contains("assets/app.js"));
+    assert_eq!(c.get(at("demo/assets/app.js")).send().unwrap().status(), 200);
+    assert_eq!(c.get(at("nope/")).send().unwrap().status(), 404);
+    let no_redirects =
+        reqwest::blocking::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let moved = no_redirects.get(at("demo")).send().unwrap();
+    assert_eq!((moved.status().as_u16(), moved.headers()["location"].to_str().unwrap()), (308, "demo/"));
+
+    // The API: a tenant's token, this server's origin.
+    let tree = |token: Option<&str>, origin: Option<&str>, workspace: &str| {
+        let mut r = c.get(at(&format!("{workspace}/api/tree")));
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        if let Some(o) = origin {
+            r = r.header("origin", o);
+        }
+        r.send().unwrap()
+    };
+    assert_eq!(tree(None, None, "demo").status(), 401);
+    assert_eq!(tree(Some("caret_wrong"), None, "demo").status(), 401);
+    assert_eq!(tree(Some(&a), Some("https://evil.example"), "demo").status(), 403);
+    assert_eq!(tree(Some(&a), None, "nope").status(), 404);
+    let listed: Value = tree(Some(&a), Some(&server.url), "demo").json().unwrap();
+    assert_eq!(listed["files"], json!([".gitignore", "app.py"]), "{listed}");
+    let get = |token: &str, p: &str| c.get(at(&format!("demo/{p}"))).bearer_auth(token).send().unwrap();
+    assert_eq!(get(&a, "api/file?path=../../etc/passwd").status(), 400);
+    let info: Value = get(&a, "api/info").json().unwrap();
+    assert_eq!((info["root"].as_str(), info["tab"].as_str()), (Some("demo"), Some("tab")), "no server path: {info}");
+    assert_eq!(get(&a, "api/runs").json::<Value>().unwrap()["runs"], json!([]), "the server's queue");
+
+    // Agent sessions belong to the tenant whose page started them.
+    let started = c.post(at("demo/api/agent/sessions")).bearer_auth(&a).json(&json!({})).send().unwrap();
+    assert_eq!(started.status(), 200);
+    let id = started.json::<Value>().unwrap()["id"].as_str().unwrap().to_owned();
+    let other = get(&b, &format!("api/agent/sessions/{id}/events"));
+    assert_eq!(other.status(), 404, "another tenant's session: {}", other.text().unwrap());
+    assert_eq!(get(&a, &format!("api/agent/sessions/{id}/events")).status(), 200);
+
+    // The page: no token → the sign-in form; the token typed in → the workspace, and Tab's
+    // ghost text from the server's gateway.
+    let browser = Browser::start();
+    browser.open(&at("demo/?open=app.py"));
+    browser.wait_for("the sign-in form", 30, "return !!document.querySelector('#sign-in input')");
+    browser.eval(&format!(
+        "const i = document.querySelector('#sign-in input'); i.value = '{a}'; document.querySelector('#sign-in button').click();"
+    ));
+    browser.wait_for("the tree", 30, "return document.querySelectorAll('#tree li.file').length === 2");
+    browser.eval("document.querySelector('#tree li.file[data-path=\"app.py\"]').click()");
+    browser.wait_for("the file open in the editor", 30, "return window.caret?.editor?.getModel()?.getValue()");
+    browser.eval("caret.editor.setPosition({lineNumber: 2, column: 5}); caret.editor.focus();");
+    browser.keys("ret");
+    assert_eq!(browser.wait_for("ghost text", 30, browser::GHOST), "urn a + b");
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    browser.screenshot(&dir.join("6-team-page.png"));
+    println!("screenshot: {}", dir.join("6-team-page.png").display());
+    let asked = up.last_request().unwrap().1;
+    assert!(asked["prompt"].as_str().unwrap().contains("def add(a, b):"), "the page's text reached the model: {asked}");
+    let metrics = get(&a, "metrics").text().unwrap();
+    assert!(metrics.contains("caret_tab_requests_total{model=\"tab\"}"), "{metrics}");
+    let others = get(&b, "metrics").text().unwrap();
+    assert!(!others.contains("caret_tab_requests_total{model=\"tab\"} "), "each tenant's own counts: {others}");
+    server.stop();
+}

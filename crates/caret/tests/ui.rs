@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 mod browser;
 #[path = "common/ui.rs"]
 mod ui;
-use browser::Browser;
+use browser::{Browser, GHOST};
 use ui::Ui;
 
 const CARET: &str = env!("CARGO_BIN_EXE_caret");
@@ -47,9 +47,6 @@ fn shot(browser: &Browser, name: &str) {
     browser.screenshot(&path);
     println!("screenshot: {}", path.display());
 }
-
-/// Text of the ghost text Monaco shows.
-const GHOST: &str = "return [...new Set([...document.querySelectorAll('.view-lines [class*=ghost-text]')].map((e) => e.textContent))].join('').replace(/\\u00a0/g, ' ')";
 
 #[test]
 fn the_workspace_page_edits_completes_reloads_and_reviews_the_agents_changes() {

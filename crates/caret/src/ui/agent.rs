@@ -3,7 +3,7 @@
 //! streamed to any number of watchers, and a checkpoint taken before each turn (see
 //! [`Review`]).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use caret_protocol::agent::{Event, Op};
@@ -11,8 +11,9 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
 use super::review::Review;
+use crate::chat::Backend;
 use crate::config::Config;
-use crate::exec::{SessionArgs, open_session};
+use crate::exec::{SessionArgs, session_on};
 
 /// A session and what it said.
 pub struct Hosted {
@@ -37,24 +38,50 @@ impl Hosted {
     }
 }
 
-/// The page's sessions.
+/// The page's sessions, oldest first.
+#[derive(Default)]
 pub struct Agents {
-    pub sessions: Mutex<HashMap<String, Arc<Hosted>>>,
+    sessions: Mutex<VecDeque<(String, Arc<Hosted>)>>,
 }
 
-/// Starts a session in `root`; returns its id and model.
+impl Agents {
+    /// Session `id`, when the page has it.
+    pub fn get(&self, id: &str) -> Option<Arc<Hosted>> {
+        let sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+        sessions.iter().find(|(i, _)| i == id).map(|(_, h)| h.clone())
+    }
+
+    /// Adds a session, ending and forgetting the oldest beyond `kept` (a reloaded page starts
+    /// a new session and leaves its last one behind).
+    fn add(&self, id: String, hosted: Arc<Hosted>, kept: usize) {
+        let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+        sessions.push_back((id, hosted));
+        while sessions.len() > kept.max(1) {
+            if let Some((_, old)) = sessions.pop_front() {
+                let _ = old.ops.send(Op::Interrupt);
+                let _ = old.ops.send(Op::Shutdown);
+            }
+        }
+    }
+}
+
+/// Starts a session in `root` with `model` of `backend`, keeping the page's newest `kept`;
+/// returns its id and model.
 pub fn start(
     config: &Config,
     agents: &Agents,
     review: Arc<tokio::sync::Mutex<Review>>,
     root: &std::path::Path,
-    model: Option<String>,
+    backend: Backend,
+    model: String,
+    kept: usize,
 ) -> anyhow::Result<(String, String)> {
-    let (mut session, id, model, root) = open_session(config, &SessionArgs::new(root.to_path_buf(), model))?;
+    let args = SessionArgs::new(root.to_path_buf(), None);
+    let (mut session, id, model, root) = session_on(config, &args, backend, model)?;
     let (ops_tx, mut ops) = mpsc::unbounded_channel::<Op>();
     let (live, _) = broadcast::channel(1024);
     let hosted = Arc::new(Hosted { ops: ops_tx, events: Mutex::new((Vec::new(), Some(live))) });
-    agents.sessions.lock().unwrap_or_else(PoisonError::into_inner).insert(id.clone(), hosted.clone());
+    agents.add(id.clone(), hosted.clone(), kept);
     hosted.emit(
         json!({"type": "session_configured", "session_id": id, "model": model, "cwd": root.display().to_string()}),
     );

@@ -81,8 +81,8 @@ fn fenced(answer: &str) -> String {
 /// Cmd-K: the lines of `text` that bytes `start..end` touch, rewritten by the model as
 /// `instruction` says, applied as a search/replace edit. Returns the new text and the format.
 pub async fn edit(
-    config: &Config,
-    model: Option<&str>,
+    backend: &crate::chat::Backend,
+    model: &str,
     path: &str,
     text: &str,
     start: usize,
@@ -103,16 +103,16 @@ pub async fn edit(
     let before: String =
         text[..from].lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
     let after: String = text[to..].lines().take(20).collect::<Vec<_>>().join("\n");
-    let (backend, model) = crate::chat::Backend::connect(config, None, None, model, &["agent"], "agent")?
-        .context("no models are configured: add [[models]] to caret's config")?;
     let system = "You rewrite code. You get lines of a file and an instruction. Answer with the rewritten lines only, \
                   in one fenced code block, keeping the indentation of the lines around them. No explanation.";
     let user = format!(
         "File {path}, the lines before:\n```\n{before}\n```\nThe lines to rewrite:\n```\n{}\n```\nThe lines after:\n```\n{after}\n```\nInstruction: {instruction}",
         selected.trim_end_matches('\n')
     );
-    let mut req =
-        ChatRequest::new(model, vec![ChatMessage::text(Role::System, system), ChatMessage::text(Role::User, user)]);
+    let mut req = ChatRequest::new(
+        model.to_owned(),
+        vec![ChatMessage::text(Role::System, system), ChatMessage::text(Role::User, user)],
+    );
     req.max_tokens = Some(2048);
     req.temperature = Some(0.0);
     let mut events = backend.chat(req).await?;

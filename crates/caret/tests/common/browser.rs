@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+/// A script answering the ghost text Monaco shows (the page tests).
+pub const GHOST: &str = "return [...new Set([...document.querySelectorAll('.view-lines [class*=ghost-text]')].map((e) => e.textContent))].join('').replace(/\\u00a0/g, ' ')";
+
 /// A headless Chromium driven over WebDriver (Debian's `chromium` and `chromium-driver`).
 pub struct Browser {
     driver: Child,
