@@ -220,9 +220,10 @@ export class AgentPanel {
         this.todos.hidden = e.items.length === 0;
         break;
       case 'approval_request': {
+        const said = { approve: 'Run once', approve_for_session: 'Run, and like it for this session', deny: 'Denied' };
         const decide = (decision) => async () => {
-          node.querySelectorAll('button').forEach((b) => (b.disabled = true));
           node.dataset.decided = decision;
+          node.querySelector('.row').replaceChildren(el('span', { class: 'decided' }, said[decision]));
           await this.host.send(this.session, { type: 'approval', call_id: e.call_id, decision });
         };
         const node = el('div', { class: 'entry approval', 'data-call': e.call_id },

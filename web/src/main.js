@@ -487,48 +487,76 @@ window.caret.panel = panel;
 
 // ---- Cmd-K: an instruction applied to the selection -------------------------------------
 
+// Ctrl-K opens an instruction box above the editor for the selected lines; Enter sends it,
+// and the model's rewrite comes back as a diff to accept or reject.
+const cmdk = { form: $('#cmdk'), input: $('#cmdk-input'), selection: null };
+
+function closeCmdk() {
+  cmdk.form.hidden = true;
+  cmdk.selection = null;
+  editor.focus();
+}
+
 editor.addAction({
   id: 'caret.edit-selection',
   label: 'Caret: Edit the selection with an instruction',
   keybindings: [monaco.KeyMod.CtrlCmd | monaco.KeyCode.KeyK],
-  run: async (ed) => {
+  run: (ed) => {
     const model = ed.getModel();
     const sel = ed.getSelection();
     if (!model || !sel) return;
-    const instruction = prompt('Edit the selection: what should change?');
-    if (!instruction) return;
-    status('editing…', 'busy');
-    try {
-      const r = await post('/api/edit', {
-        path: pathOf(model),
-        text: model.getValue(),
-        start: model.getOffsetAt(sel.getStartPosition()),
-        end: model.getOffsetAt(sel.getEndPosition()),
-        instruction,
-      });
-      const path = pathOf(model);
-      diffEditor.setModel({
-        original: monaco.editor.createModel(model.getValue(), model.getLanguageId()),
-        modified: monaco.editor.createModel(r.text, model.getLanguageId()),
-      });
-      state.review = null;
-      $('#review-title').textContent = `${path} — proposed edit (${r.format})`;
-      showPane('diff');
-      $('#review-accept').onclick = () => {
-        model.pushEditOperations([], [{ range: model.getFullModelRange(), text: r.text }], () => null);
-        showPane('editor');
-        restoreReviewButtons();
-      };
-      $('#review-reject').onclick = () => {
-        showPane('editor');
-        restoreReviewButtons();
-      };
-      status('edit proposed: accept or reject');
-    } catch (e) {
-      status(`edit: ${e.message}`, 'error');
-    }
+    cmdk.selection = { model, start: model.getOffsetAt(sel.getStartPosition()), end: model.getOffsetAt(sel.getEndPosition()) };
+    cmdk.form.hidden = false;
+    cmdk.input.select();
+    cmdk.input.focus();
   },
 });
+
+$('#cmdk-cancel').onclick = closeCmdk;
+cmdk.input.addEventListener('keydown', (ev) => {
+  if (ev.key === 'Escape') closeCmdk();
+});
+
+cmdk.form.onsubmit = async (ev) => {
+  ev.preventDefault();
+  const instruction = cmdk.input.value.trim();
+  const target = cmdk.selection;
+  if (!instruction || !target) return;
+  const { model } = target;
+  const path = pathOf(model);
+  const before = model.getValue();
+  cmdk.form.hidden = true;
+  cmdk.selection = null;
+  status('editing…', 'busy');
+  try {
+    const r = await post('/api/edit', { path, text: before, start: target.start, end: target.end, instruction });
+    diffEditor.setModel({
+      original: monaco.editor.createModel(before, model.getLanguageId()),
+      modified: monaco.editor.createModel(r.text, model.getLanguageId()),
+    });
+    state.review = null;
+    $('#review-title').textContent = `${path} — proposed edit (${r.format})`;
+    showPane('diff');
+    $('#review-accept').onclick = () => {
+      if (model.getValue() !== before) {
+        status('the file changed while the edit was made: ask again', 'error');
+      } else {
+        model.pushEditOperations([], [{ range: model.getFullModelRange(), text: r.text }], () => null);
+        status('edit kept (unsaved)');
+      }
+      showPane('editor');
+      restoreReviewButtons();
+    };
+    $('#review-reject').onclick = () => {
+      showPane('editor');
+      restoreReviewButtons();
+      status('edit dropped');
+    };
+    status('edit proposed: accept or reject');
+  } catch (e) {
+    status(`edit: ${e.message}`, 'error');
+  }
+};
 
 // The review bar's buttons act on the agent's change shown (Cmd-K borrows them meanwhile).
 function restoreReviewButtons() {

@@ -95,6 +95,8 @@ pub struct Ui {
     runs: tokio::sync::OnceCell<crate::runs::Runs>,
     /// Turns true when the server stops: the page's event streams end.
     stopping: tokio::sync::watch::Receiver<bool>,
+    /// When search last synced the workspace.
+    synced: tokio::sync::Mutex<Option<std::time::Instant>>,
 }
 
 /// Who may call a page's API.
@@ -143,6 +145,7 @@ impl Ui {
             review: Arc::new(tokio::sync::Mutex::new(review::Review::new(&root))),
             runs: tokio::sync::OnceCell::new(),
             stopping,
+            synced: tokio::sync::Mutex::new(None),
             root,
         })
     }
@@ -550,7 +553,7 @@ async fn search_route(Extension(ui): Extension<Arc<Ui>>, Query(q): Query<SearchQ
             let root = ui.root.clone();
             tokio::task::spawn_blocking(move || search::grep(&root, &q.q, k * 10)).await.map_err(internal)?
         }
-        "semantic" => search::semantic(&ui.config, &ui.root, &q.q, k).await,
+        "semantic" => search::semantic(&ui.config, &ui.root, &q.q, k, &ui.synced).await,
         other => return Err(bad(format!("mode {other:?}: semantic or grep"))),
     }
     .map_err(|e| bad(format!("{e:#}")))?;

@@ -208,8 +208,60 @@ fn the_workspace_page_edits_completes_reloads_and_reviews_the_agents_changes() {
     assert_eq!(read(&ws, "notes.md"), "# Notes\n\nAdded by the agent.\n", "accepted: kept");
     shot(&browser, "4-after-review");
 
-    // Cmd-K: the selected line rewritten by the model, applied as a search/replace edit (the
-    // page shows the result as a diff before it is kept; nothing is written here).
+    // A risky command waits for an approval in place: denied, it does not run. Then
+    // "Restore checkpoint" on that turn's message rolls back what the turn wrote.
+    up.queue([
+        Answer::Calls(vec![("write_file".into(), json!({"path": "lib/other.py", "content": "VALUE = 3\n"}))]),
+        Answer::Calls(vec![("run_terminal_cmd".into(), json!({"command": "rm notes.md"}))]),
+        Answer::Text("Left the notes.".into()),
+    ]);
+    browser.eval("const i = document.querySelector('[data-role=input]'); i.value = 'Bump the value, drop the notes'; document.querySelector('[data-role=send]').click();");
+    browser.wait_for("the approval", 30, "return !!document.querySelector('.entry.approval button')");
+    assert_eq!(browser.eval("return document.querySelector('.entry.approval pre').textContent"), "rm notes.md");
+    shot(&browser, "4b-approval");
+    browser.eval("[...document.querySelectorAll('.entry.approval button')].find((b) => b.textContent === 'Deny').click()");
+    browser.wait_for("the turn's end", 30, "return document.querySelector('#agent').dataset.busy === 'no' && document.querySelectorAll('.changes .changed').length === 1");
+    assert_eq!(browser.eval("return document.querySelector('.entry.approval').dataset.decided"), "deny");
+    assert!(ws.path().join("notes.md").exists(), "a denied command does not run");
+    assert_eq!(read(&ws, "lib/other.py"), "VALUE = 3\n");
+    browser.eval("window.confirm = () => true; [...document.querySelectorAll('.entry.user')].pop().querySelector('.restore').click()");
+    let until = Instant::now() + Duration::from_secs(10);
+    while read(&ws, "lib/other.py") != "VALUE = 1\n" {
+        assert!(Instant::now() < until, "not restored: {}", read(&ws, "lib/other.py"));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(read(&ws, "notes.md"), "# Notes\n\nAdded by the agent.\n", "files the turn did not change stay");
+
+    // Cmd-K in the page: select a line, Ctrl-K, the instruction; the rewrite shows as a diff
+    // and, accepted, lands in the buffer (unsaved).
+    up.queue([Answer::Text("```python\n    return a + b  # the sum\n```\n".into())]);
+    browser.eval("document.querySelector('#tabs .tab[data-path=\"app.py\"] span').click()");
+    browser.eval("caret.editor.setValue('def add(a, b):\\n    return a + b\\n'); caret.editor.setSelection({startLineNumber: 2, startColumn: 1, endLineNumber: 2, endColumn: 10}); caret.editor.focus();");
+    browser.keys("\u{E009}k");
+    browser.wait_for("the instruction box", 10, "return !document.querySelector('#cmdk').hidden && document.activeElement.id === 'cmdk-input'");
+    browser.keys("comment it\u{E007}");
+    browser.wait_for("the proposed edit", 30, "return !document.querySelector('#diff').hidden && caret.diffEditor.getModel()?.modified.getValue().includes('# the sum')");
+    shot(&browser, "4c-cmd-k");
+    browser.eval("document.querySelector('#review-accept').click()");
+    assert_eq!(
+        browser.eval("return caret.editor.getModel().getValue()"),
+        "def add(a, b):\n    return a + b  # the sum\n"
+    );
+
+    // Search by meaning in the page (words only here: no embedding model), a hit opens its
+    // file at its line.
+    browser.eval("document.querySelector('.side-tabs button[data-side=search]').click(); document.querySelector('#search-q').value = 'added by the agent'; document.querySelector('#search-form').requestSubmit();");
+    browser.wait_for("the hits", 60, "return document.querySelectorAll('#search-hits li').length > 0");
+    assert_eq!(browser.eval("return document.querySelector('#search-hits li').dataset.path"), "notes.md");
+    browser.eval("document.querySelector('#search-hits li').click()");
+    let line = browser.eval("return document.querySelector('#search-hits li').textContent.match(/notes\\.md:(\\d+)/)[1]");
+    browser.wait_for(
+        "the hit opened at its line",
+        10,
+        &format!("return caret.editor.getModel()?.getValue().startsWith('# Notes') && caret.editor.getPosition().lineNumber === {}", line.as_str().unwrap()),
+    );
+
+    // Cmd-K through the API, on a selection within a line.
     up.queue([Answer::Text("Here:\n```python\n    return a + b  # the sum\n```\n".into())]);
     let text = "def add(a, b):\n    return a + b\n\nprint(add(1, 2))\n";
     let edited: Value = c

@@ -45,10 +45,32 @@ pub fn grep(root: &Path, pattern: &str, limit: usize) -> anyhow::Result<Value> {
     Ok(json!({"hits": hits, "note": note}))
 }
 
+/// How long a sync for the page's search stays fresh enough (a sync of an unchanged
+/// workspace compares file stats only).
+const SYNC_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The workspace index's hybrid search (what `caret search` does), hits with their code read
-/// from disk.
-pub async fn semantic(config: &Config, root: &Path, query: &str, k: usize) -> anyhow::Result<Value> {
+/// from disk. The workspace is synced first (lexical terms: seconds even for a large project)
+/// when `synced` is older than [`SYNC_EVERY`], so a workspace nobody indexed is searchable
+/// and edits since count; vectors come from `caret index` or `caret sync --watch`.
+pub async fn semantic(
+    config: &Config,
+    root: &Path,
+    query: &str,
+    k: usize,
+    synced: &tokio::sync::Mutex<Option<std::time::Instant>>,
+) -> anyhow::Result<Value> {
     let remote = crate::sync::Remote { server: None, token: None };
+    {
+        let mut last = synced.lock().await;
+        if last.is_none_or(|t| t.elapsed() > SYNC_EVERY) {
+            let ws = crate::sync::open_workspace(config, root)?;
+            let engine = crate::sync::engine(config)?;
+            let transport = crate::sync::transport(config, &remote).await?;
+            engine.sync(&ws, transport.as_ref()).await.context("syncing the workspace for search")?;
+            *last = Some(std::time::Instant::now());
+        }
+    }
     let outcome =
         crate::index::search_workspace(config, root, &remote, query, k, caret_protocol::SearchMode::Hybrid).await?;
     let hits: Vec<Value> = outcome
