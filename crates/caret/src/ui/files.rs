@@ -2,7 +2,9 @@
 //! saving atomically with a check that the file did not change on disk meanwhile, and
 //! watching for changes made by anything else.
 
+use std::collections::HashSet;
 use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -82,22 +84,21 @@ pub fn resolve(root: &Path, rel: &str) -> Result<PathBuf, FileError> {
 /// Paths of the workspace's files (sorted), as the indexer walks them but with no size limit
 /// and without its default excludes (lock files and generated code are files a person opens).
 pub fn tree(root: &Path) -> anyhow::Result<(Vec<String>, bool)> {
+    let mut files = listed(root)?;
+    let truncated = files.len() > TREE_LIMIT;
+    files.truncate(TREE_LIMIT);
+    Ok((files, truncated))
+}
+
+/// Every file the tree would list (the ignore rules; any size), sorted.
+fn listed(root: &Path) -> anyhow::Result<Vec<String>> {
     let config = caret_workspace::walk::WalkConfig {
         max_file_size: u64::MAX,
         default_excludes: false,
         ..caret_workspace::walk::WalkConfig::default()
     };
     let out = caret_workspace::walk::walk(root, &config).with_context(|| format!("walking {}", root.display()))?;
-    let truncated = out.files.len() > TREE_LIMIT;
-    Ok((
-        out.files
-            .into_iter()
-            .take(TREE_LIMIT)
-            .map(|f| f.path)
-            .filter_map(|p| std::str::from_utf8(p.as_bytes()).ok().map(str::to_owned))
-            .collect(),
-        truncated,
-    ))
+    Ok(out.files.into_iter().filter_map(|f| std::str::from_utf8(f.path.as_bytes()).ok().map(str::to_owned)).collect())
 }
 
 /// A file's text and version.
@@ -149,13 +150,18 @@ pub fn save(root: &Path, rel: &str, text: &str, base: Option<&str>) -> Result<St
     Ok(version(text.as_bytes()))
 }
 
-/// Watches the workspace, sending `{"type": "changed", "path"}` for each file changed on disk
-/// and `{"type": "tree"}` (at most once a second) when files come or go. The watcher lives
-/// as long as the returned value.
+/// Watches the workspace, sending `{"type": "changed", "path"}` for each file of the tree
+/// changed on disk and `{"type": "tree"}` (at most once a second) when the files the tree
+/// lists come or go; ignored files (build output) send nothing. The watcher lives as long
+/// as the returned value.
 pub fn watch(root: &Path, tx: broadcast::Sender<Value>) -> anyhow::Result<notify::RecommendedWatcher> {
     let root_owned = root.to_path_buf();
+    // The files the tree lists: changes to anything else (build output, ignored directories)
+    // are not the page's business, and would flood it during a build.
+    let known_files: Arc<RwLock<HashSet<String>>> = Arc::new(RwLock::new(listed(root)?.into_iter().collect()));
     let (tree_tx, mut tree_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let changes = tx.clone();
+    let known = known_files.clone();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         let Ok(event) = event else { return };
         use notify::EventKind;
@@ -166,25 +172,38 @@ pub fn watch(root: &Path, tx: broadcast::Sender<Value>) -> anyhow::Result<notify
         if !matches!(event.kind, EventKind::Create(_) | EventKind::Remove(_) | EventKind::Modify(_)) {
             return;
         }
+        let mut inside = false;
         for path in &event.paths {
             let Ok(rel) = path.strip_prefix(&root_owned) else { continue };
             let rel = rel.to_string_lossy().replace('\\', "/");
             if rel.is_empty() || rel.split('/').any(|c| c == ".git") {
                 continue;
             }
-            let _ = changes.send(json!({"type": "changed", "path": rel}));
+            inside = true;
+            if known.read().unwrap_or_else(PoisonError::into_inner).contains(&rel) {
+                let _ = changes.send(json!({"type": "changed", "path": rel}));
+            }
         }
-        if structural {
+        if structural && inside {
             let _ = tree_tx.send(());
         }
     })
     .context("starting the file watcher")?;
     watcher.watch(root, notify::RecursiveMode::Recursive).with_context(|| format!("watching {}", root.display()))?;
+    let root = root.to_path_buf();
     tokio::spawn(async move {
         while tree_rx.recv().await.is_some() {
             tokio::time::sleep(Duration::from_secs(1)).await;
             while tree_rx.try_recv().is_ok() {}
-            let _ = tx.send(json!({"type": "tree"}));
+            // The tree is sent again only when what it lists changed.
+            let root = root.clone();
+            let Ok(Ok(files)) = tokio::task::spawn_blocking(move || listed(&root)).await else { continue };
+            let files: HashSet<String> = files.into_iter().collect();
+            let mut current = known_files.write().unwrap_or_else(PoisonError::into_inner);
+            if *current != files {
+                *current = files;
+                let _ = tx.send(json!({"type": "tree"}));
+            }
         }
     });
     Ok(watcher)
@@ -234,5 +253,31 @@ mod tests {
         std::fs::write(root.join("latin1"), b"caf\xe9\n").unwrap();
         assert!(matches!(read(&root, "latin1"), Err(FileError::Binary(_))));
         assert!(matches!(read(&root, "missing"), Err(FileError::NotFound(_))));
+    }
+
+    /// What the watcher sends: nothing for ignored files, `changed` for a listed file, `tree`
+    /// once when a listed file comes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_watcher_speaks_of_listed_files_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::write(root.join(".gitignore"), "target/\n").unwrap();
+        std::fs::write(root.join("a.py"), "a = 1\n").unwrap();
+        std::fs::create_dir(root.join("target")).unwrap();
+        let (tx, mut rx) = broadcast::channel(1024);
+        let _watcher = watch(&root, tx).unwrap();
+        for i in 0..20 {
+            std::fs::write(root.join(format!("target/out{i}.o")), "x").unwrap();
+        }
+        std::fs::write(root.join("a.py"), "a = 2\n").unwrap();
+        std::fs::write(root.join("b.py"), "b = 1\n").unwrap();
+        let mut seen = Vec::new();
+        let until = tokio::time::Instant::now() + Duration::from_secs(4);
+        while let Ok(Ok(e)) = tokio::time::timeout_at(until, rx.recv()).await {
+            seen.push(e);
+        }
+        assert!(seen.iter().all(|e| !e.to_string().contains("target/")), "{seen:?}");
+        assert!(seen.contains(&json!({"type": "changed", "path": "a.py"})), "{seen:?}");
+        assert_eq!(seen.iter().filter(|e| e["type"] == "tree").count(), 1, "{seen:?}");
     }
 }
