@@ -219,7 +219,8 @@ fn the_workspace_page_edits_completes_reloads_and_reviews_the_agents_changes() {
     browser.wait_for("the approval", 30, "return !!document.querySelector('.entry.approval button')");
     assert_eq!(browser.eval("return document.querySelector('.entry.approval pre').textContent"), "rm notes.md");
     shot(&browser, "4b-approval");
-    browser.eval("[...document.querySelectorAll('.entry.approval button')].find((b) => b.textContent === 'Deny').click()");
+    browser
+        .eval("[...document.querySelectorAll('.entry.approval button')].find((b) => b.textContent === 'Deny').click()");
     browser.wait_for("the turn's end", 30, "return document.querySelector('#agent').dataset.busy === 'no' && document.querySelectorAll('.changes .changed').length === 1");
     assert_eq!(browser.eval("return document.querySelector('.entry.approval').dataset.decided"), "deny");
     assert!(ws.path().join("notes.md").exists(), "a denied command does not run");
@@ -238,7 +239,11 @@ fn the_workspace_page_edits_completes_reloads_and_reviews_the_agents_changes() {
     browser.eval("document.querySelector('#tabs .tab[data-path=\"app.py\"] span').click()");
     browser.eval("caret.editor.setValue('def add(a, b):\\n    return a + b\\n'); caret.editor.setSelection({startLineNumber: 2, startColumn: 1, endLineNumber: 2, endColumn: 10}); caret.editor.focus();");
     browser.keys("\u{E009}k");
-    browser.wait_for("the instruction box", 10, "return !document.querySelector('#cmdk').hidden && document.activeElement.id === 'cmdk-input'");
+    browser.wait_for(
+        "the instruction box",
+        10,
+        "return !document.querySelector('#cmdk').hidden && document.activeElement.id === 'cmdk-input'",
+    );
     browser.keys("comment it\u{E007}");
     browser.wait_for("the proposed edit", 30, "return !document.querySelector('#diff').hidden && caret.diffEditor.getModel()?.modified.getValue().includes('# the sum')");
     shot(&browser, "4c-cmd-k");
@@ -254,7 +259,8 @@ fn the_workspace_page_edits_completes_reloads_and_reviews_the_agents_changes() {
     browser.wait_for("the hits", 60, "return document.querySelectorAll('#search-hits li').length > 0");
     assert_eq!(browser.eval("return document.querySelector('#search-hits li').dataset.path"), "notes.md");
     browser.eval("document.querySelector('#search-hits li').click()");
-    let line = browser.eval("return document.querySelector('#search-hits li').textContent.match(/notes\\.md:(\\d+)/)[1]");
+    let line =
+        browser.eval("return document.querySelector('#search-hits li').textContent.match(/notes\\.md:(\\d+)/)[1]");
     browser.wait_for(
         "the hit opened at its line",
         10,
