@@ -60,7 +60,12 @@ pub fn current_chunks_of(scanner: &Scanner, real: &RelPath, text: &str, key: &Se
                 id: id.clone(),
                 start_line: c.start_line,
                 end_line: c.end_line,
-                text: ChunkText { id, context: c.context.clone(), text: c.text(text).to_owned() },
+                text: ChunkText {
+                    id,
+                    context: c.context.clone(),
+                    text: c.text(text).to_owned(),
+                    defines: c.defines.clone(),
+                },
             }
         })
         .collect()
@@ -210,11 +215,90 @@ pub async fn search(
     k: usize,
     mode: SearchMode,
 ) -> Result<SearchOutcome> {
+    search_with(scanner, ws, transport, query, k, mode, Rerank::default()).await
+}
+
+/// What the client adds to the server's ranking, knowing what the server must not: the real
+/// paths.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rerank {
+    /// A hit's score grows by this share for each of the query's words its path holds
+    /// (`read_to_string.rs` for "read a file into a string").
+    pub path: f32,
+}
+
+impl Default for Rerank {
+    fn default() -> Self {
+        Rerank { path: 0.15 }
+    }
+}
+
+/// Words too common in questions to say anything about a path.
+const STOPWORDS: &[&str] = &[
+    "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "each", "for", "from", "how", "if", "in",
+    "into", "is", "it", "its", "of", "on", "one", "or", "that", "the", "their", "them", "then", "there", "this", "to",
+    "what", "when", "where", "which", "with", "without",
+];
+
+/// A word as compared with path words: lowercase, a plural's `s` off.
+fn stem(word: &str) -> String {
+    let w = word.to_lowercase();
+    match w.strip_suffix('s') {
+        Some(stem) if stem.len() >= 3 && !stem.ends_with('s') => stem.to_owned(),
+        _ => w,
+    }
+}
+
+/// The query's words worth looking for in paths.
+fn path_words_of_query(query: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    caret_store::lexical::terms(query, |t| {
+        if t.len() >= 2 && !STOPWORDS.contains(&t) {
+            let s = stem(t);
+            if !words.contains(&s) {
+                words.push(s);
+            }
+        }
+    });
+    words
+}
+
+/// How many of `words` the path's directories and file name hold.
+fn path_matches(words: &[String], path: &str) -> usize {
+    let mut parts = std::collections::HashSet::new();
+    let without_ext = path.rsplit_once('.').map_or(path, |(stem, ext)| if ext.contains('/') { path } else { stem });
+    caret_store::lexical::terms(without_ext, |t| {
+        parts.insert(stem(t));
+    });
+    words.iter().filter(|w| parts.contains(*w)).count()
+}
+
+/// [`search`] with the client's reranking set.
+pub async fn search_with(
+    scanner: Arc<Scanner>,
+    ws: &LocalWorkspace,
+    transport: &dyn Transport,
+    query: &str,
+    k: usize,
+    mode: SearchMode,
+    rerank: Rerank,
+) -> Result<SearchOutcome> {
     let key = ws.key.server_key();
-    // Ask for more than k: some hits may be stale.
-    let asked = u32::try_from((k * 2 + 10).min(1000)).unwrap_or(1000);
-    let response = transport.search(&ws.id, &key, &SearchRequest { query: query.to_owned(), k: asked, mode }).await?;
+    // Ask for more than k: some hits may be stale, and the reranking may lift later ones.
+    let asked = u32::try_from((k * 2 + 10).clamp(50, 1000)).unwrap_or(1000);
+    let mut response =
+        transport.search(&ws.id, &key, &SearchRequest { query: query.to_owned(), k: asked, mode }).await?;
     let paths: HashMap<String, RelPath> = ws.load_path_map()?.into_iter().collect();
+    if rerank.path > 0.0 {
+        let words = path_words_of_query(query);
+        for h in &mut response.hits {
+            if let Some(real) = paths.get(&h.path) {
+                let matched = path_matches(&words, &String::from_utf8_lossy(real.as_bytes()));
+                h.score *= 1.0 + rerank.path * matched as f32;
+            }
+        }
+        response.hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+    }
     let mut outcome = SearchOutcome {
         semantic: response.semantic,
         embeddable: response.embeddable,
@@ -277,4 +361,23 @@ pub async fn search(
     outcome.hits = hits;
     outcome.stale = stale;
     Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_matched_on_the_questions_words() {
+        let words = path_words_of_query("Read a whole file into a String asynchronously");
+        assert_eq!(words, ["read", "whole", "file", "string", "asynchronously"]);
+        assert_eq!(path_matches(&words, "src/fs/read_to_string.rs"), 2);
+        assert_eq!(path_matches(&words, "src/io/util/read_line.rs"), 1);
+        assert_eq!(path_matches(&words, "src/net/udp.rs"), 0);
+        // Plurals meet singulars; the extension is not a word of the path.
+        let words = path_words_of_query("where are tokens checked");
+        assert_eq!(path_matches(&words, "server/token.py"), 1);
+        assert_eq!(path_matches(&words, "server/checked.py"), 1);
+        assert_eq!(path_matches(&path_words_of_query("python files"), "a/b.py"), 0);
+    }
 }

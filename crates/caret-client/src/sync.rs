@@ -339,7 +339,12 @@ impl SyncEngine {
                             language: c.language.name().to_owned(),
                             kind: c.kind.name().to_owned(),
                         });
-                        texts.push(ChunkText { id, context: c.context.clone(), text: c.text(text).to_owned() });
+                        texts.push(ChunkText {
+                            id,
+                            context: c.context.clone(),
+                            text: c.text(text).to_owned(),
+                            defines: c.defines.clone(),
+                        });
                     }
                     Some((
                         FileMeta { path: obf.clone(), leaf: ContentHash(leaf).to_hex(), chunks: metas },

@@ -156,6 +156,10 @@ pub struct ChunkText {
     pub context: Vec<String>,
     /// The chunk's text.
     pub text: String,
+    /// Names the chunk defines (functions, types…), each found in its text; indexed as
+    /// keyed terms of their own, so that search can prefer a definition to a use.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub defines: Vec<String>,
 }
 
 /// Commits files and deletions. Every chunk of every file must be stored already or sent

@@ -471,8 +471,17 @@ impl Service {
         // Check every sent chunk against its id and compute its keyed terms, in memory.
         let hasher = key.tokens();
         let mut chunk_records = Vec::with_capacity(req.chunks.len());
-        for (claimed, text) in checked_texts(key, req.chunks)? {
-            let (terms, length) = caret_store::lexical::hashed_terms(&text, |t| hasher.hash(t));
+        for (claimed, text, defines) in checked_texts(key, req.chunks)? {
+            let (mut terms, length) = caret_store::lexical::hashed_terms(&text, |t| hasher.hash(t));
+            // Defined names: terms of their own, not counted in the length.
+            let mut defined: Vec<u64> = Vec::new();
+            caret_store::lexical::defined_terms(&defines, |t| defined.push(hasher.hash(t)));
+            for h in defined {
+                match terms.binary_search_by_key(&h, |(t, _)| *t) {
+                    Ok(i) => terms[i].1 += 1,
+                    Err(i) => terms.insert(i, (h, 1)),
+                }
+            }
             chunk_records.push(ChunkRecord { id: claimed, length, terms });
         }
 
@@ -592,9 +601,10 @@ impl Service {
             let mut seen = HashSet::new();
             texts
                 .into_iter()
-                .filter(|(c, _)| {
+                .filter(|(c, _, _)| {
                     state.chunks.contains_key(c) && state.vector(c, model.id()).is_none() && seen.insert(*c)
                 })
+                .map(|(c, text, _)| (c, text))
                 .collect()
         };
         if todo.is_empty() {
@@ -635,8 +645,11 @@ impl Service {
             return Err(Error::BadRequest("k must be 1-1000".into()));
         }
         let hasher = key.tokens();
-        let mut terms = Vec::new();
-        caret_store::lexical::terms(&req.query, |t| terms.push(hasher.hash(t)));
+        let (mut terms, mut definitions) = (Vec::new(), Vec::new());
+        caret_store::lexical::terms(&req.query, |t| {
+            terms.push(hasher.hash(t));
+            definitions.push(hasher.hash(&caret_store::lexical::definition_term(t)));
+        });
         let cell = self.state(tenant, id).await?;
         let model = self.embedding.clone();
         let mut has_vectors = {
@@ -648,6 +661,7 @@ impl Service {
         }
         if req.mode == SearchMode::Semantic {
             terms.clear();
+            definitions.clear();
         }
         let vector = match (&model, has_vectors) {
             (Some(m), true) => {
@@ -661,7 +675,7 @@ impl Service {
         };
         let semantic = vector.is_some();
         let k = req.k as usize;
-        let query = Query { terms, vector, k, candidates: (k * 4).max(100), weights: self.weights };
+        let query = Query { terms, definitions, vector, k, candidates: (k * 4).max(100), weights: self.weights };
         let mut state = cell.state.lock().await;
         let hits = state.search(&query);
         let (embeddable, embedded) = state.vector_progress(model.as_ref().map_or("", |m| m.id()));
@@ -691,9 +705,16 @@ impl Service {
     }
 }
 
+/// Names a chunk may say it defines.
+const MAX_DEFINES: usize = 256;
+
+/// A sent chunk, checked: its id, the text that is indexed and embedded, its defined names.
+type CheckedChunk = ([u8; 32], String, Vec<String>);
+
 /// Checks each sent chunk against its claimed id (keyed hash of its context and text) and
-/// returns `(id, context + text)` pairs: the text that is indexed and embedded.
-fn checked_texts(key: &ServerKey, chunks: Vec<ChunkText>) -> Result<Vec<([u8; 32], String)>> {
+/// the names it says it defines against its text, and returns `(id, context + text, names)`:
+/// the text that is indexed and embedded.
+fn checked_texts(key: &ServerKey, chunks: Vec<ChunkText>) -> Result<Vec<CheckedChunk>> {
     let ids = key.chunk_ids();
     chunks
         .into_iter()
@@ -705,10 +726,15 @@ fn checked_texts(key: &ServerKey, chunks: Vec<ChunkText>) -> Result<Vec<([u8; 32
             if ids.id(&caret_crypto::chunk_content_hash(&c.context, &c.text)) != claimed {
                 return Err(Error::BadRequest("a chunk's id does not match its text (wrong key?)".into()));
             }
+            if c.defines.len() > MAX_DEFINES || c.defines.iter().any(|n| n.is_empty() || !c.text.contains(n.as_str())) {
+                return Err(Error::BadRequest(format!(
+                    "a chunk's defined names must be at most {MAX_DEFINES}, each found in its text"
+                )));
+            }
             let mut text = c.context.join("\n");
             text.push('\n');
             text.push_str(&c.text);
-            Ok((claimed, text))
+            Ok((claimed, text, c.defines))
         })
         .collect()
 }

@@ -52,6 +52,20 @@ fn split_identifier(word: &str) -> Vec<&str> {
     parts
 }
 
+/// A term as a defined name's: kept apart from the same word used in text, so that a query
+/// can ask separately for chunks that define what it names.
+pub fn definition_term(term: &str) -> String {
+    format!("\u{1}def\u{1}{term}")
+}
+
+/// Calls `term` with [`definition_term`] of every term of each name in `names` (a name's
+/// identifier parts count, so `steal_into` is found for "steal").
+pub fn defined_terms(names: &[String], mut term: impl FnMut(&str)) {
+    for name in names {
+        terms(name, |t| term(&definition_term(t)));
+    }
+}
+
 /// Term frequencies of `text`, hashed by `hash`, sorted by hash; and the number of terms.
 pub fn hashed_terms(text: &str, hash: impl Fn(&str) -> u64) -> (Vec<(u64, u32)>, u32) {
     let mut counts: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();

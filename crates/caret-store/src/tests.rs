@@ -83,7 +83,14 @@ fn vectors(rows: &[(u8, Vec<f32>)]) -> Record {
 fn query(text: &str, vector: Option<Vec<f32>>, k: usize) -> Query {
     let mut terms = Vec::new();
     lexical::terms(text, |t| terms.push(h(t)));
-    Query { terms, vector: vector.map(|v| ("m".to_owned(), v)), k, candidates: 50, weights: Weights::default() }
+    Query {
+        terms,
+        vector: vector.map(|v| ("m".to_owned(), v)),
+        k,
+        candidates: 50,
+        weights: Weights::default(),
+        ..Query::default()
+    }
 }
 
 /// The same hits in the same order with nearly the same scores: a segment's BM25 (tantivy)
@@ -305,4 +312,68 @@ async fn old_generations_are_collected_and_stale_readers_reload() {
     let mut fallback = ns.load().await.unwrap();
     assert_eq!(fallback.files.len(), state.files.len());
     same(&fallback.search(&q), &state.search(&q));
+}
+
+/// With the definitions weight on, a chunk that defines what the query names outranks chunks
+/// that only use it, however often; and a file where several chunks match rises above a file
+/// with one.
+#[tokio::test]
+async fn definitions_and_files_with_several_matches_rank_first() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let ns = Namespace::new(store, "t/w");
+    let mut state = ns.load().await.unwrap();
+    let defining = {
+        let (mut terms, length) = lexical::hashed_terms("fn steal_into(&self, dst) { move_half(dst) }", h);
+        lexical::defined_terms(&["steal_into".to_owned()], |t| terms.push((h(t), 1)));
+        terms.sort_unstable();
+        Record::Chunk(ChunkRecord { id: [1; 32], length, terms })
+    };
+    let caller = text_chunk(2, "if idle { steal steal steal: queue.steal_into(other); steal_into(x); steal }");
+    ns.append(&mut state, vec![defining, caller, file("queue", 1, 1), file("worker", 2, 2)]).await.unwrap();
+    let mut q = query("steal tasks", None, 2);
+    q.weights.definition = 0.5;
+    assert_eq!(paths(&state.search(&q)), ["worker", "queue"], "without the defined names, uses win");
+    lexical::terms("steal tasks", |t| q.definitions.push(h(&lexical::definition_term(t))));
+    assert_eq!(paths(&state.search(&q)), ["queue", "worker"], "the definition first");
+
+    // Two files each with one chunk as good as the other; a third chunk matching in the
+    // second file lifts it.
+    let mut state = ns.load().await.unwrap();
+    let two = |path: &str, ids: [u8; 2]| {
+        Record::File(FileRecord {
+            path: path.to_owned(),
+            leaf: [ids[0]; 32],
+            chunks: ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| ChunkRef {
+                    id: [*id; 32],
+                    start_line: 1 + 10 * i as u32,
+                    end_line: 9 + 10 * i as u32,
+                    language: "rust".into(),
+                    kind: "code".into(),
+                })
+                .collect(),
+        })
+    };
+    ns.append(
+        &mut state,
+        vec![
+            text_chunk(10, "evict the oldest entry of the cache"),
+            text_chunk(11, "unrelated words only"),
+            text_chunk(12, "evict the oldest entry of the cache"),
+            text_chunk(13, "when the cache is full, evict"),
+            two("a", [10, 11]),
+            two("b", [12, 13]),
+        ],
+    )
+    .await
+    .unwrap();
+    let q = query("evict oldest cache", None, 4);
+    let hits = state.search(&q);
+    assert_eq!(hits[0].path, "b", "{hits:?}");
+    let mut flat = q.clone();
+    flat.weights.file = 0.0;
+    let hits = state.search(&flat);
+    assert_eq!(hits.iter().filter(|h| h.id == [10; 32] || h.id == [12; 32]).count(), 2);
 }

@@ -78,17 +78,31 @@ fn main() {
     let page = Page::open(&home, &ws, before.lines().count() + 1);
     let lsp = lsp_side(&home, &ws, &before, &after, &typed, &keys);
     let page = page.type_keys(&keys);
-    for (name, mut v, calls) in [("caret lsp", lsp.0, lsp.1), ("page     ", page.0, page.1)] {
+    for (name, per_key) in [("caret lsp", &lsp), ("page     ", &page)] {
+        let mut v: Vec<f64> = per_key.iter().flatten().copied().collect();
         let n = v.len();
         println!(
-            "  {name}: keystroke → suggestion from the model p50 {:.0} ms, p90 {:.0} ms ({n} of {calls} answers; the rest from the typed-ahead caches or empty)",
+            "  {name}: keystroke → suggestion from the model p50 {:.0} ms, p90 {:.0} ms ({n} of {} answers; the rest from the typed-ahead caches or empty)",
             percentile(&mut v, 0.5),
-            percentile(&mut v, 0.9)
+            percentile(&mut v, 0.9),
+            per_key.len()
         );
     }
+    // The same request on both sides: the keystrokes both answered from the model.
+    let pairs: Vec<(f64, f64)> = lsp.iter().zip(&page).filter_map(|(a, b)| Some(((*a)?, (*b)?))).collect();
+    let (mut l, mut p): (Vec<f64>, Vec<f64>) = pairs.iter().copied().unzip();
+    let mut diff: Vec<f64> = pairs.iter().map(|(a, b)| b - a).collect();
+    println!(
+        "  the same keystrokes ({} answered from the model on both sides): caret lsp p50 {:.0} ms, page p50 {:.0} ms; page − lsp per keystroke: p50 {:+.0} ms, p90 {:+.0} ms",
+        pairs.len(),
+        percentile(&mut l, 0.5),
+        percentile(&mut p, 0.5),
+        percentile(&mut diff, 0.5),
+        percentile(&mut diff, 0.9)
+    );
 }
 
-/// `caret lsp` typing: (model-served latencies in ms, answers).
+/// `caret lsp` typing: per keystroke, the latency in ms when the model served it.
 fn lsp_side(
     home: &Path,
     ws: &Path,
@@ -96,7 +110,7 @@ fn lsp_side(
     after: &str,
     typed: &str,
     keys: &[(usize, String)],
-) -> (Vec<f64>, usize) {
+) -> Vec<Option<f64>> {
     let mut child = Command::new(CARET)
         .arg("lsp")
         .env("CARET_HOME", home)
@@ -145,7 +159,7 @@ fn lsp_side(
     );
     // As the page does: the file opened, a moment to read it, then typing.
     std::thread::sleep(Duration::from_secs(8));
-    let (mut served, mut answers) = (Vec::new(), 0);
+    let mut served = Vec::new();
     let mut id = 10;
     for (n, (k, _)) in keys.iter().enumerate() {
         let text = format!("{before}{}\n{after}", &typed[..*k]);
@@ -162,17 +176,14 @@ fn lsp_side(
         );
         let r = recv(id);
         let ms = started.elapsed().as_secs_f64() * 1e3;
-        answers += 1;
         let text = r["result"]["items"][0]["insertText"].as_str().unwrap_or("");
         // The typed-ahead cache answers in well under a millisecond; a model call cannot.
-        if !text.is_empty() && ms > 5.0 {
-            served.push(ms);
-        }
+        served.push((!text.is_empty() && ms > 5.0).then_some(ms));
     }
     send(json!({"jsonrpc": "2.0", "id": 2, "method": "shutdown"}));
     send(json!({"jsonrpc": "2.0", "method": "exit"}));
     let _ = child.wait();
-    (served, answers)
+    served
 }
 
 /// `caret ui` with the file open in Chromium.
@@ -208,11 +219,11 @@ impl Page {
         Page { ui, browser }
     }
 
-    /// Types the keys: (model-served latencies in ms, answers).
-    fn type_keys(self, keys: &[(usize, String)]) -> (Vec<f64>, usize) {
+    /// Types the keys: per keystroke, the latency in ms when the model served it.
+    fn type_keys(self, keys: &[(usize, String)]) -> Vec<Option<f64>> {
         let browser = &self.browser;
         std::thread::sleep(Duration::from_secs(8));
-        let mut answers = 0usize;
+
         // Waiting happens in the page, woken by the answer itself: no polling, over WebDriver or
         // by a timer, takes CPU from the model meanwhile.
         const WAIT: &str = "const [seen, done] = arguments; if (caret.tabLog.length > seen) { done(caret.tabLog.length); return; } \
@@ -221,7 +232,6 @@ impl Page {
             let seen = browser.eval("return caret.tabLog.length");
             browser.keys(key);
             browser.eval_async(WAIT, json!([seen]));
-            answers += 1;
         }
         let log = browser.eval("return caret.tabLog");
         let entries = log.as_array().unwrap();
@@ -234,14 +244,15 @@ impl Page {
             count(&|e| e["cached"] == false && e["text"] == ""),
             count(&|e| e["cached"] == false && e["text"].as_str().is_some_and(|t| !t.is_empty())),
         );
-        let served: Vec<f64> = log
-            .as_array()
-            .unwrap()
+        // One answer per keystroke (each waited for its own).
+        let served: Vec<Option<f64>> = entries
             .iter()
-            .filter(|e| e["cached"] == false && e["text"].as_str().is_some_and(|t| !t.is_empty()))
-            .filter_map(|e| e["ms"].as_f64())
+            .map(|e| {
+                let model = e["cached"] == false && e["text"].as_str().is_some_and(|t| !t.is_empty());
+                if model { e["ms"].as_f64() } else { None }
+            })
             .collect();
         drop(self.ui);
-        (served, answers)
+        served
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context as _;
-use caret_client::index::{embed_missing, search};
+use caret_client::index::{embed_missing, search, search_with};
 use caret_client::local::LocalWorkspace;
 use caret_client::sync::{SyncEngine, SyncOptions};
 use caret_client::transport::LocalTransport;
@@ -115,22 +115,25 @@ fn bench(
         );
 
         let Some(set) = set else { return anyhow::Ok(()) };
+        let rerank = config.search_rerank()?;
         println!("questions: {} on {}", set.questions.len(), set.project);
-        println!("{:<10} {:>6} {:>8} {:>8}", "mode", "R@5", "MRR@10", "misses");
+        println!("{:<10} {:>6} {:>6} {:>8} {:>8}", "mode", "R@1", "R@5", "MRR@10", "not 1st");
         let mut latencies = Vec::new();
         for (name, mode) in [("lexical", SearchMode::Lexical), ("semantic", SearchMode::Semantic), ("hybrid", SearchMode::Hybrid)] {
-            let (mut hits5, mut rr, mut misses) = (0usize, 0.0f64, Vec::new());
+            let (mut hits1, mut hits5, mut rr, mut misses) = (0usize, 0usize, 0.0f64, Vec::new());
             for q in &set.questions {
                 let t = Instant::now();
-                let outcome = search(scanner.clone(), &ws, &transport, &q.q, 30, mode).await?;
+                let outcome = search_with(scanner.clone(), &ws, &transport, &q.q, 30, mode, rerank).await?;
                 if mode == SearchMode::Hybrid {
                     latencies.push(t.elapsed().as_secs_f64() * 1000.0);
                 }
                 let paths: Vec<String> = outcome.hits.iter().map(|h| h.path.clone()).collect();
                 let rank = answer_rank(&paths, &q.answers);
+                hits1 += usize::from(rank == Some(1));
                 if rank.is_some_and(|r| r <= 5) {
                     hits5 += 1;
-                } else {
+                }
+                if rank != Some(1) {
                     let mut seen = HashSet::new();
                     let top: Vec<&str> = paths.iter().filter(|p| seen.insert(p.as_str())).take(3).map(String::as_str).collect();
                     misses.push(format!("  {name} miss (rank {rank:?}): {:?} → {:?}", q.q, top));
@@ -138,7 +141,7 @@ fn bench(
                 rr += rank.map_or(0.0, |r| 1.0 / r as f64);
             }
             let n = set.questions.len().max(1) as f64;
-            println!("{name:<10} {:>6.3} {:>8.3} {:>8}", hits5 as f64 / n, rr / n, misses.len());
+            println!("{name:<10} {:>6.3} {:>6.3} {:>8.3} {:>8}", hits1 as f64 / n, hits5 as f64 / n, rr / n, misses.len());
             if mode == SearchMode::Hybrid {
                 for m in misses {
                     println!("{m}");

@@ -717,8 +717,19 @@ impl Config {
     /// Fusion weights and kind boosts: the defaults, with `CARET_SEARCH_WEIGHTS` overrides
     /// such as `lexical=1,vector=1,c=60,code=1,test=0.9,docs=0.9,config=0.8`.
     pub fn search_weights(&self) -> anyhow::Result<caret_store::Weights> {
+        Ok(self.search_tuning()?.0)
+    }
+
+    /// The client's reranking (`path` in `CARET_SEARCH_WEIGHTS`).
+    pub fn search_rerank(&self) -> anyhow::Result<caret_client::index::Rerank> {
+        Ok(self.search_tuning()?.1)
+    }
+
+    /// `CARET_SEARCH_WEIGHTS` (`name=value,…`): the server's weights and the client's.
+    fn search_tuning(&self) -> anyhow::Result<(caret_store::Weights, caret_client::index::Rerank)> {
         let mut w = caret_store::Weights::default();
-        let Some(spec) = env("CARET_SEARCH_WEIGHTS") else { return Ok(w) };
+        let mut rerank = caret_client::index::Rerank::default();
+        let Some(spec) = env("CARET_SEARCH_WEIGHTS") else { return Ok((w, rerank)) };
         for part in spec.split(',').filter(|p| !p.trim().is_empty()) {
             let (name, value) =
                 part.split_once('=').with_context(|| format!("CARET_SEARCH_WEIGHTS: {part:?} is not name=value"))?;
@@ -732,11 +743,14 @@ impl Config {
                 "test" => &mut w.test,
                 "docs" => &mut w.docs,
                 "config" => &mut w.config,
+                "definition" => &mut w.definition,
+                "file" => &mut w.file,
+                "path" => &mut rerank.path,
                 other => bail!("CARET_SEARCH_WEIGHTS: unknown weight {other:?}"),
             };
             *slot = value;
         }
-        Ok(w)
+        Ok((w, rerank))
     }
 
     /// Per-workspace client state (stat cache) lives here.

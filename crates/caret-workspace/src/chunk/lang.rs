@@ -246,6 +246,8 @@ impl FileKind {
         };
         let stem = name.split('.').next().unwrap_or_default();
         let test_name = stem.starts_with("test_")
+            || stem == "conftest"
+            || (stem == "tests" || stem == "test") && name.ends_with(".rs")
             || stem.ends_with("_test")
             || stem.ends_with("_tests")
             || stem.ends_with("_spec")
@@ -253,7 +255,7 @@ impl FileKind {
             || stem.ends_with("tests") && name.ends_with(".cs")
             || name.contains(".test.")
             || name.contains(".spec.");
-        if test_name || in_dir(&["test", "tests", "__tests__", "spec", "specs", "testdata", "test_data"]) {
+        if test_name || in_dir(&["test", "tests", "testing", "__tests__", "spec", "specs", "testdata", "test_data"]) {
             return FileKind::Test;
         }
         match language {

@@ -59,6 +59,9 @@ pub struct Chunk {
     pub tokens: u32,
     /// BLAKE3 of the embedded input (context and text): the embedding cache key.
     pub hash: ContentHash,
+    /// Names of the definitions (functions, types, modules…) whose name is in this chunk, in
+    /// order: what the chunk defines rather than uses.
+    pub defines: Vec<String>,
 }
 
 impl Chunk {
@@ -108,7 +111,7 @@ impl Chunker {
 
     /// A stable description of everything that decides chunk boundaries.
     pub fn fingerprint(&self) -> String {
-        format!("chunker-v1/{}/{}/{}", self.config.max_tokens, self.config.min_tokens, self.counter.id())
+        format!("chunker-v2/{}/{}/{}", self.config.max_tokens, self.config.min_tokens, self.counter.id())
     }
 
     /// Chunks one file's text.
@@ -117,12 +120,14 @@ impl Chunker {
         let kind = FileKind::detect(path, language);
         let lines = Lines::new(text, self.counter.as_ref());
         let mut cx = Cx { chunker: self, lines: &lines, language, raw: Vec::new() };
+        let mut names = Vec::new();
         match language.grammar().and_then(|g| parse(language, g, text)) {
             Some(tree) => {
                 let root = tree.root_node();
                 if lines.len() > 0 {
                     cx.node(root, 0, lines.len() - 1, &[]);
                 }
+                names = defined_names(language, root, text);
             }
             None if language == Language::Markdown => cx.markdown(),
             None => {
@@ -145,6 +150,14 @@ impl Chunker {
                 let body = &text[r.bytes.clone()];
                 let tokens = self.counter.count(body) + context_tokens + self.counter.special_tokens();
                 let hash = ContentHash(caret_crypto::chunk_content_hash(&r.context, body));
+                let from = names.partition_point(|(at, _)| *at < r.bytes.start);
+                let to = names.partition_point(|(at, _)| *at < r.bytes.end);
+                let mut defines: Vec<String> = Vec::new();
+                for (_, name) in &names[from..to] {
+                    if !defines.contains(name) {
+                        defines.push(name.clone());
+                    }
+                }
                 Chunk {
                     path: path.clone(),
                     language,
@@ -155,6 +168,7 @@ impl Chunker {
                     context: r.context,
                     tokens: to_u32(tokens),
                     hash,
+                    defines,
                 }
             })
             .collect()
@@ -188,6 +202,54 @@ impl Chunker {
         }
         context
     }
+}
+
+/// Longest name kept as a definition's.
+const MAX_NAME: usize = 100;
+
+/// The names the definitions of a syntax tree give, with the byte each name starts at, in
+/// order: a definition's `name` field (for a Rust `impl`, its type; for C-like declarators,
+/// the identifier they declare).
+fn defined_names(language: Language, root: tree_sitter::Node<'_>, text: &str) -> Vec<(usize, String)> {
+    let kinds = language.definitions();
+    let mut names = Vec::new();
+    let mut cursor = root.walk();
+    let mut stack = vec![root];
+    while let Some(node) = stack.pop() {
+        let kind = node.kind();
+        if (kinds.contains(&kind) || matches!(kind, "type_spec" | "type_alias"))
+            && let Some(name) = name_of(node)
+        {
+            let t = &text[name.byte_range()];
+            if !t.is_empty() && t.len() <= MAX_NAME && t.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '$') {
+                names.push((name.start_byte(), t.to_owned()));
+            }
+        }
+        // Children pushed in reverse, so they come off the stack in order.
+        let children: Vec<_> = node.named_children(&mut cursor).collect();
+        stack.extend(children.into_iter().rev());
+    }
+    names.sort_by_key(|(at, _)| *at);
+    names
+}
+
+/// The node naming a definition.
+fn name_of(node: tree_sitter::Node<'_>) -> Option<tree_sitter::Node<'_>> {
+    if node.kind() == "impl_item" {
+        return node.child_by_field_name("type").map(|t| t.child_by_field_name("type").unwrap_or(t));
+    }
+    if let Some(name) = node.child_by_field_name("name") {
+        return Some(name);
+    }
+    // C and C++: `int *f(void)` names `f` inside nested declarators.
+    let mut d = node.child_by_field_name("declarator")?;
+    for _ in 0..8 {
+        if d.kind().ends_with("identifier") {
+            return Some(d);
+        }
+        d = d.child_by_field_name("declarator").or_else(|| d.child_by_field_name("name"))?;
+    }
+    None
 }
 
 fn to_u32(n: usize) -> u32 {

@@ -601,3 +601,29 @@ fn every_grammar_loads() {
         parser.set_language(&lang.grammar().unwrap()).unwrap_or_else(|e| panic!("{lang:?}: {e}"));
     }
 }
+
+/// Each chunk names what it defines — not what it calls — across languages; a definition's
+/// name is counted in the chunk that holds it.
+#[test]
+fn chunks_name_the_definitions_they_hold() {
+    let defined = |path: &str, text: &str| -> Vec<Vec<String>> {
+        let chunks = chunker(40, 8).chunk(&RelPath::from_bytes(path), text);
+        for c in &chunks {
+            for name in &c.defines {
+                assert!(c.text(text).contains(name.as_str()), "{name} is in its chunk: {c:?}");
+            }
+        }
+        chunks.into_iter().map(|c| c.defines).collect()
+    };
+    let rust = "pub struct Queue {\n    items: Vec<u32>,\n}\n\nimpl Queue {\n    pub fn steal_into(&self, other: &Queue) -> usize {\n        other.items.len() + helper()\n    }\n}\n\nfn helper() -> usize {\n    1\n}\n";
+    let mut all: Vec<String> = defined("src/queue.rs", rust).concat();
+    all.dedup();
+    assert_eq!(all, ["Queue", "steal_into", "helper"].map(String::from).to_vec());
+    let python = "import os\n\n@cache\ndef read_config(path):\n    return os.path.join(path, 'x')\n\nclass Loader(Base):\n    def load(self):\n        return read_config('.')\n";
+    assert_eq!(defined("pkg/loader.py", python).concat(), ["read_config", "Loader", "load"].map(String::from).to_vec());
+    let go = "package main\n\ntype Server struct{}\n\nfunc (s *Server) Serve() error { return nil }\n\nfunc main() { (&Server{}).Serve() }\n";
+    assert_eq!(defined("main.go", go).concat(), ["Server", "Serve", "main"].map(String::from).to_vec());
+    let c = "static int *lookup(const char *name) { return 0; }\nint main(void) { return *lookup(\"x\"); }\n";
+    assert_eq!(defined("a.c", c).concat(), ["lookup", "main"].map(String::from).to_vec());
+    assert!(defined("README.md", "# Title\n\nText about `fn main`.\n").concat().is_empty());
+}
