@@ -96,6 +96,27 @@ pub struct EmbedProgress {
     pub embedded: u64,
     /// Chunks that could not be sent (their file changed or vanished since the sync).
     pub stale: u64,
+    /// Per stage (`caret_store::STAGES`: code, tests, the rest, embedded in that order):
+    /// distinct chunks, and those with vectors.
+    pub stages: [(u64, u64); 3],
+}
+
+impl EmbedProgress {
+    /// The stages whose chunks all have vectors, in order, while later ones may not.
+    pub fn stages_done(&self) -> impl Iterator<Item = &'static str> + '_ {
+        caret_store::STAGES.iter().zip(self.stages).filter(|(_, (total, with))| with >= total).map(|(n, _)| *n)
+    }
+
+    /// Counts one embedded chunk in the first stage that still lacks vectors (chunks come in
+    /// stage order).
+    fn count_embedded(&mut self, n: u64) {
+        let mut n = n;
+        for (total, with) in &mut self.stages {
+            let take = n.min(total.saturating_sub(*with));
+            *with += take;
+            n -= take;
+        }
+    }
 }
 
 /// What [`embed_missing`] did.
@@ -130,10 +151,26 @@ pub async fn embed_missing(
         report.model = missing.model.clone();
         report.progress.total = missing.total;
         report.progress.done = missing.total - missing.missing_total;
+        for (slot, stage) in report.progress.stages.iter_mut().zip(&missing.stages) {
+            *slot = (stage.total, stage.total - stage.missing);
+        }
         progress(&report.progress);
         if missing.model.is_none() {
             break;
         }
+        // The server lists them stage by stage (code, tests, the rest): each one's stage from
+        // its place in the list, so that a stage is embedded whole before the next begins.
+        let ends: Vec<u64> = missing
+            .stages
+            .iter()
+            .scan(0u64, |end, s| {
+                *end += s.missing;
+                Some(*end)
+            })
+            .collect();
+        let stage_at = |i: usize| ends.iter().position(|end| (i as u64) < *end).unwrap_or(ends.len());
+        let stage_of: HashMap<String, usize> =
+            missing.missing.iter().enumerate().map(|(i, m)| (m.id.clone(), stage_at(i))).collect();
         let fresh: Vec<_> = missing.missing.into_iter().filter(|m| !tried.contains(&m.id)).collect();
         if fresh.is_empty() {
             break;
@@ -160,14 +197,17 @@ pub async fn embed_missing(
         .await
         .map_err(|e| Error::Internal(format!("chunking task: {e}")))?;
         report.progress.stale += (wanted.len() - texts.len()) as u64;
-        // Similar lengths together: the server pads each batch to its longest text.
-        texts.sort_by_key(|t| t.text.len() + t.context.iter().map(String::len).sum::<usize>());
+        // By stage, then similar lengths together: the server pads each batch to its longest.
+        texts.sort_by_key(|t| {
+            (stage_of.get(&t.id).copied().unwrap_or(0), t.text.len() + t.context.iter().map(String::len).sum::<usize>())
+        });
         while !texts.is_empty() {
             let rest = texts.split_off(texts.len().min(EMBED_BATCH));
             let batch = std::mem::replace(&mut texts, rest);
             let r = transport.embed(&ws.id, &key, EmbedRequest { chunks: batch }).await?;
             report.progress.embedded += r.embedded;
             report.progress.done += r.embedded;
+            report.progress.count_embedded(r.embedded);
             progress(&report.progress);
         }
     }

@@ -196,8 +196,23 @@ pub struct MissingVectors {
     pub total: u64,
     /// How many lack a vector.
     pub missing_total: u64,
-    /// Up to the asked limit of them, each with one obfuscated path of a file that holds it.
+    /// Up to the asked limit of them, each with one obfuscated path of a file that holds it,
+    /// in the order to embed them: source code first, then tests, then the rest.
     pub missing: Vec<MissingVector>,
+    /// Each stage's chunks and how many lack a vector, in embedding order.
+    #[serde(default)]
+    pub stages: Vec<EmbedStage>,
+}
+
+/// One embedding stage's progress.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EmbedStage {
+    /// `code`, `tests` or `docs and other`.
+    pub name: String,
+    /// Distinct chunks in the stage.
+    pub total: u64,
+    /// Of which without a vector.
+    pub missing: u64,
 }
 
 /// A chunk that lacks a vector, and where to find it.

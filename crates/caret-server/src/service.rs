@@ -530,22 +530,38 @@ impl Service {
         let Some(model) = self.model_id().map(str::to_owned) else {
             let state = cell.state.lock().await;
             let (total, _) = state.vector_progress("");
-            return Ok(MissingVectors { model: None, total, missing_total: 0, missing: Vec::new() });
+            return Ok(MissingVectors {
+                model: None,
+                total,
+                missing_total: 0,
+                missing: Vec::new(),
+                stages: Vec::new(),
+            });
         };
-        let (wanted, _) = cell.state.lock().await.missing_vectors(&model, usize::MAX);
+        let wanted = cell.state.lock().await.missing_vectors(&model, usize::MAX).chunks;
         if !wanted.is_empty() {
             self.copy_from_siblings(tenant, id, &cell, &model, wanted.into_iter().map(|(c, _)| c).collect()).await?;
         }
         let state = cell.state.lock().await;
-        let (missing, missing_total) = state.missing_vectors(&model, limit.min(100_000));
+        let missing = state.missing_vectors(&model, limit.min(100_000));
         let (total, _) = state.vector_progress(&model);
         Ok(MissingVectors {
             model: Some(model),
             total,
-            missing_total: missing_total as u64,
+            missing_total: missing.total as u64,
             missing: missing
+                .chunks
                 .into_iter()
                 .map(|(c, path)| MissingVector { id: caret_workspace::ContentHash(c).to_hex(), path })
+                .collect(),
+            stages: caret_store::STAGES
+                .iter()
+                .zip(missing.stages)
+                .map(|(name, s)| caret_protocol::EmbedStage {
+                    name: (*name).to_owned(),
+                    total: s.total,
+                    missing: s.missing,
+                })
                 .collect(),
         })
     }

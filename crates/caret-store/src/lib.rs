@@ -89,6 +89,39 @@ pub struct ChunkRef {
     pub kind: String,
 }
 
+/// The stages chunks are embedded in, first to last: source code (so that search by meaning
+/// over the code is complete early), then tests, then docs and everything else.
+pub const STAGES: [&str; 3] = ["code", "tests", "docs and other"];
+
+/// The stage (index into [`STAGES`]) of a chunk of a file of `kind`.
+pub fn stage(kind: &str) -> usize {
+    match kind {
+        "code" => 0,
+        "test" => 1,
+        _ => 2,
+    }
+}
+
+/// One stage's chunks, and how many of them lack a vector.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StageCount {
+    /// Distinct chunks in the stage.
+    pub total: u64,
+    /// Of which without a vector.
+    pub missing: u64,
+}
+
+/// What [`State::missing_vectors`] found.
+#[derive(Debug, Clone, Default)]
+pub struct Missing {
+    /// Chunks to embed, in order, each with one obfuscated path that holds it.
+    pub chunks: Vec<([u8; 32], String)>,
+    /// How many lack a vector in all.
+    pub total: usize,
+    /// Per stage, in the order of [`STAGES`].
+    pub stages: [StageCount; 3],
+}
+
 /// A file as indexed: obfuscated path, keyed leaf, chunks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileRecord {
@@ -328,24 +361,35 @@ impl State {
     }
 
     /// Chunks referenced by current files that have no vector by `model`, each once with one
-    /// obfuscated path that holds it, up to `limit`; and how many there are in all.
-    pub fn missing_vectors(&self, model: &str, limit: usize) -> (Vec<([u8; 32], String)>, usize) {
+    /// obfuscated path that holds it, up to `limit`, in the order they should be embedded
+    /// (see [`STAGES`]); how many there are in all; and each stage's chunks and missing ones.
+    pub fn missing_vectors(&self, model: &str, limit: usize) -> Missing {
         let same = self.model.as_ref().is_some_and(|(m, _)| m == model);
-        let mut seen = std::collections::HashSet::new();
-        let mut out = Vec::new();
-        let mut total = 0;
+        // Each distinct chunk at its earliest stage (a chunk in code and in a test is code).
+        let mut stage_of: HashMap<[u8; 32], (usize, &str)> = HashMap::new();
         for f in self.files.values() {
             for c in &f.chunks {
-                if (same && self.vectors.contains_key(&c.id)) || !seen.insert(c.id) {
-                    continue;
-                }
-                total += 1;
-                if out.len() < limit {
-                    out.push((c.id, f.path.clone()));
+                let stage = stage(&c.kind);
+                let e = stage_of.entry(c.id).or_insert((stage, f.path.as_str()));
+                if stage < e.0 {
+                    *e = (stage, f.path.as_str());
                 }
             }
         }
-        (out, total)
+        let mut stages = [StageCount::default(); 3];
+        let mut missing: Vec<(usize, &str, [u8; 32])> = Vec::new();
+        for (id, (stage, path)) in stage_of {
+            stages[stage].total += 1;
+            if !(same && self.vectors.contains_key(&id)) {
+                stages[stage].missing += 1;
+                missing.push((stage, path, id));
+            }
+        }
+        let total = missing.len();
+        // Stage, then file: a file's chunks go together (the client reads each file once).
+        missing.sort_unstable();
+        missing.truncate(limit);
+        Missing { chunks: missing.into_iter().map(|(_, p, id)| (id, p.to_owned())).collect(), total, stages }
     }
 
     /// Distinct chunks referenced by current files, and how many of them have a vector by

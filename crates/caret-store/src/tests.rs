@@ -244,8 +244,8 @@ async fn files_with_unstored_chunks_get_a_leaf_no_client_has() {
     let mut loaded = ns.load().await.unwrap();
     assert_eq!(loaded.files.len(), 1);
     assert_ne!(loaded.tree().root_hash(), good);
-    let (missing, total) = loaded.missing_vectors("m", 10);
-    assert_eq!((missing.len(), total), (1, 1));
+    let missing = loaded.missing_vectors("m", 10);
+    assert_eq!((missing.chunks.len(), missing.total), (1, 1));
 }
 
 #[test]
@@ -376,4 +376,54 @@ async fn definitions_and_files_with_several_matches_rank_first() {
     flat.weights.file = 0.0;
     let hits = state.search(&flat);
     assert_eq!(hits.iter().filter(|h| h.id == [10; 32] || h.id == [12; 32]).count(), 2);
+}
+
+/// Chunks are listed for embedding stage by stage — code, then tests, then the rest — a chunk
+/// shared by code and a test counting as code, and each stage counted.
+#[tokio::test]
+async fn missing_vectors_come_code_first() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let ns = Namespace::new(store, "t/w");
+    let mut state = ns.load().await.unwrap();
+    let of_kind = |path: &str, id: u8, kind: &str| {
+        let mut f = file(path, id, id);
+        if let Record::File(f) = &mut f {
+            f.chunks[0].kind = kind.into();
+        }
+        f
+    };
+    let shared = {
+        let mut f = file("test_shared", 9, 1);
+        if let Record::File(f) = &mut f {
+            f.chunks[0].kind = "test".into();
+        }
+        f
+    };
+    ns.append(
+        &mut state,
+        vec![
+            chunk(1),
+            chunk(2),
+            chunk(3),
+            chunk(4),
+            of_kind("readme", 4, "docs"),
+            of_kind("test_a", 3, "test"),
+            of_kind("lib", 1, "code"),
+            of_kind("conf", 2, "config"),
+            shared,
+        ],
+    )
+    .await
+    .unwrap();
+    let m = state.missing_vectors("m", 10);
+    let order: Vec<u8> = m.chunks.iter().map(|(id, _)| id[0]).collect();
+    assert_eq!(order[0], 1, "code first: {order:?}");
+    assert_eq!(order[1], 3, "then tests: {order:?}");
+    assert_eq!(m.total, 4);
+    let counts: Vec<(u64, u64)> = m.stages.iter().map(|s| (s.total, s.missing)).collect();
+    assert_eq!(counts, [(1, 1), (1, 1), (2, 2)]);
+    ns.append(&mut state, vec![vectors(&[(1, unit(0, 0.0))])]).await.unwrap();
+    let m = state.missing_vectors("m", 1);
+    assert_eq!((m.chunks.len(), m.chunks[0].0[0], m.total), (1, 3, 3));
+    assert_eq!(m.stages[0].missing, 0, "the code stage is done");
 }

@@ -100,7 +100,16 @@ fn bench(
         let started = Instant::now();
         let sync = engine.sync(&ws, &transport).await?;
         let sync_secs = started.elapsed().as_secs_f64();
-        let embed = embed_missing(scanner.clone(), &ws, &transport, |_| {}).await?;
+        // When each stage (code, tests, the rest) had all its vectors.
+        let mut stage_secs: [Option<f64>; 3] = [None; 3];
+        let embed = embed_missing(scanner.clone(), &ws, &transport, |p| {
+            for (i, (total, with)) in p.stages.iter().enumerate() {
+                if with >= total && stage_secs[i].is_none() {
+                    stage_secs[i] = Some(started.elapsed().as_secs_f64());
+                }
+            }
+        })
+        .await?;
         let total_secs = started.elapsed().as_secs_f64();
         let files = sync.added + sync.modified + sync.unchanged;
         println!(
@@ -113,6 +122,15 @@ fn bench(
             embed.progress.embedded as f64 / embed.seconds.max(1e-9),
             total_secs
         );
+        let stages: Vec<String> = caret_store::STAGES
+            .iter()
+            .zip(stage_secs)
+            .zip(embed.progress.stages)
+            .map(|((name, secs), (total, _))| {
+                format!("{name} ({} chunks) {}", thousands(total), secs.map_or("—".to_owned(), |s| format!("{s:.1} s")))
+            })
+            .collect();
+        println!("  embedded by stage (from the start of the sync): {}", stages.join("; "));
 
         let Some(set) = set else { return anyhow::Ok(()) };
         let rerank = config.search_rerank()?;

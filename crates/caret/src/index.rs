@@ -62,8 +62,11 @@ impl Bar {
         let secs = self.started.elapsed().as_secs_f64();
         let rate = p.embedded as f64 / secs.max(1e-3);
         let eta = if rate > 0.0 { format!(", {:.0} s left", (p.total - p.done) as f64 / rate) } else { String::new() };
+        // Code is embedded first, then tests, then the rest: say which are complete.
+        let done: Vec<&str> = p.stages_done().collect();
+        let stages = if done.is_empty() { String::new() } else { format!("; {} done", done.join(", ")) };
         eprint!(
-            "\rembedding [{}{}] {}/{} chunks ({rate:.0}/s{eta})   ",
+            "\rembedding [{}{}] {}/{} chunks ({rate:.0}/s{eta}{stages})   ",
             "#".repeat(filled),
             "-".repeat(width - filled),
             thousands(p.done),
