@@ -93,12 +93,14 @@ pub struct ChunkRef {
 /// over the code is complete early), then tests, then docs and everything else.
 pub const STAGES: [&str; 3] = ["code", "tests", "docs and other"];
 
-/// The stage (index into [`STAGES`]) of a chunk of a file of `kind`.
-pub fn stage(kind: &str) -> usize {
+/// The stage (index into [`STAGES`]) of a chunk of a file of `kind`; `None` for bulk data
+/// (`data`: translation catalogs, tables), which is searched by its words only.
+pub fn stage(kind: &str) -> Option<usize> {
     match kind {
-        "code" => 0,
-        "test" => 1,
-        _ => 2,
+        "code" => Some(0),
+        "test" => Some(1),
+        "data" => None,
+        _ => Some(2),
     }
 }
 
@@ -362,14 +364,15 @@ impl State {
 
     /// Chunks referenced by current files that have no vector by `model`, each once with one
     /// obfuscated path that holds it, up to `limit`, in the order they should be embedded
-    /// (see [`STAGES`]); how many there are in all; and each stage's chunks and missing ones.
+    /// (see [`STAGES`]; bulk data is never listed); how many there are in all; and each
+    /// stage's chunks and missing ones.
     pub fn missing_vectors(&self, model: &str, limit: usize) -> Missing {
         let same = self.model.as_ref().is_some_and(|(m, _)| m == model);
         // Each distinct chunk at its earliest stage (a chunk in code and in a test is code).
         let mut stage_of: HashMap<[u8; 32], (usize, &str)> = HashMap::new();
         for f in self.files.values() {
             for c in &f.chunks {
-                let stage = stage(&c.kind);
+                let Some(stage) = stage(&c.kind) else { continue };
                 let e = stage_of.entry(c.id).or_insert((stage, f.path.as_str()));
                 if stage < e.0 {
                     *e = (stage, f.path.as_str());
@@ -392,8 +395,8 @@ impl State {
         Missing { chunks: missing.into_iter().map(|(_, p, id)| (id, p.to_owned())).collect(), total, stages }
     }
 
-    /// Distinct chunks referenced by current files, and how many of them have a vector by
-    /// `model`.
+    /// Distinct chunks referenced by current files that are embedded (not bulk data), and how
+    /// many of them have a vector by `model`.
     pub fn vector_progress(&self, model: &str) -> (u64, u64) {
         let mut cached = self.progress.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((_, total, with)) = cached.as_ref().filter(|(m, _, _)| m == model) {
@@ -408,7 +411,8 @@ impl State {
         let same = self.model.as_ref().is_some_and(|(m, _)| m == model);
         let mut seen = std::collections::HashSet::new();
         let (mut total, mut with) = (0u64, 0u64);
-        for c in self.files.values().flat_map(|f| f.chunks.iter()) {
+        // Bulk data is not embedded: not counted.
+        for c in self.files.values().flat_map(|f| f.chunks.iter()).filter(|c| stage(&c.kind).is_some()) {
             if seen.insert(c.id) {
                 total += 1;
                 if same && self.vectors.contains_key(&c.id) {

@@ -24,7 +24,7 @@ pub struct Weights {
     pub test: f32,
     /// Multiplier for chunks of documentation.
     pub docs: f32,
-    /// Multiplier for chunks of configuration files.
+    /// Multiplier for chunks of configuration files and bulk data.
     pub config: f32,
     /// How much a source chunk gains when the names it defines cover the query's words (at
     /// most this share of its score, for the best-covering chunk).
@@ -58,7 +58,7 @@ impl Weights {
             "code" => self.code,
             "test" => self.test,
             "docs" => self.docs,
-            "config" => self.config,
+            "config" | "data" => self.config,
             _ => 1.0,
         }
     }
@@ -123,7 +123,7 @@ impl State {
         }
         let mut map: Locations = HashMap::new();
         let kinds: HashMap<&str, Arc<str>> =
-            ["code", "test", "docs", "config"].into_iter().map(|k| (k, Arc::from(k))).collect();
+            ["code", "test", "docs", "config", "data"].into_iter().map(|k| (k, Arc::from(k))).collect();
         for f in self.files.values() {
             let path: Arc<str> = Arc::from(f.path.as_str());
             for c in f.chunks.iter().filter(|c| self.chunks.contains_key(&c.id)) {

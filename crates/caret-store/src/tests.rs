@@ -379,7 +379,7 @@ async fn definitions_and_files_with_several_matches_rank_first() {
 }
 
 /// Chunks are listed for embedding stage by stage — code, then tests, then the rest — a chunk
-/// shared by code and a test counting as code, and each stage counted.
+/// shared by code and a test counting as code, each stage counted; bulk data never.
 #[tokio::test]
 async fn missing_vectors_come_code_first() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
@@ -411,6 +411,8 @@ async fn missing_vectors_come_code_first() {
             of_kind("lib", 1, "code"),
             of_kind("conf", 2, "config"),
             shared,
+            chunk(5),
+            of_kind("messages.po", 5, "data"),
         ],
     )
     .await
@@ -419,7 +421,8 @@ async fn missing_vectors_come_code_first() {
     let order: Vec<u8> = m.chunks.iter().map(|(id, _)| id[0]).collect();
     assert_eq!(order[0], 1, "code first: {order:?}");
     assert_eq!(order[1], 3, "then tests: {order:?}");
-    assert_eq!(m.total, 4);
+    assert_eq!(m.total, 4, "bulk data is not embedded");
+    assert_eq!(state.vector_progress("m"), (4, 0));
     let counts: Vec<(u64, u64)> = m.stages.iter().map(|s| (s.total, s.missing)).collect();
     assert_eq!(counts, [(1, 1), (1, 1), (2, 2)]);
     ns.append(&mut state, vec![vectors(&[(1, unit(0, 0.0))])]).await.unwrap();

@@ -63,6 +63,18 @@ fn skipped_counts(report: &ScanReport) -> BTreeMap<&'static str, usize> {
     counts
 }
 
+/// Files of bulk data (translation catalogs, tables): indexed for words, never embedded.
+fn data_files(report: &ScanReport) -> (Vec<&caret_workspace::scan::ScannedFile>, u64) {
+    use caret_workspace::chunk::{FileKind, Language};
+    let files: Vec<_> = report
+        .files
+        .iter()
+        .filter(|f| FileKind::detect(&f.path, Language::detect(&f.path)) == FileKind::Data)
+        .collect();
+    let chunks = files.iter().map(|f| u64::from(f.chunks)).sum();
+    (files, chunks)
+}
+
 fn to_json(report: &ScanReport, explain: bool) -> serde_json::Value {
     let mut v = json!({
         "root": report.root.display().to_string(),
@@ -86,6 +98,9 @@ fn to_json(report: &ScanReport, explain: bool) -> serde_json::Value {
             "secrets": report.files.iter().flat_map(|f| f.findings.iter().map(move |(rule, line)| json!({
                 "path": f.path, "line": line, "rule": rule,
             }))).collect::<Vec<_>>(),
+            "lexical_only": data_files(report).0.iter().map(|f| json!({
+                "path": f.path, "chunks": f.chunks,
+            })).collect::<Vec<_>>(),
         });
     }
     v
@@ -130,6 +145,21 @@ fn print_human(report: &ScanReport, explain: bool) {
             for s in &report.skipped {
                 let path = format!("{}{}", s.path, if s.is_dir { "/" } else { "" });
                 println!("  {path:<48} {}", s.reason);
+            }
+        }
+        let (data, data_chunks) = data_files(report);
+        if !data.is_empty() {
+            println!(
+                "\nlexical only ({} files, {} chunks of bulk data — translation catalogs, tables: searched by \
+                 their words, not embedded):",
+                thousands(data.len() as u64),
+                thousands(data_chunks)
+            );
+            for f in data.iter().take(20) {
+                println!("  {:<48} {} chunks", f.path.to_string(), f.chunks);
+            }
+            if data.len() > 20 {
+                println!("  … and {} more", thousands(data.len() as u64 - 20));
             }
         }
         let findings: Vec<_> =

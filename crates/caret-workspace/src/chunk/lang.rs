@@ -46,8 +46,11 @@ pub enum FileKind {
     Test,
     /// Documentation and prose.
     Docs,
-    /// Configuration and data.
+    /// Configuration.
     Config,
+    /// Bulk data — translation catalogs, tables: searched by their words, not embedded (many
+    /// chunks of little meaning each, that would delay the vectors of everything else).
+    Data,
 }
 
 impl Language {
@@ -235,6 +238,7 @@ impl FileKind {
             FileKind::Test => "test",
             FileKind::Docs => "docs",
             FileKind::Config => "config",
+            FileKind::Data => "data",
         }
     }
 
@@ -264,6 +268,9 @@ impl FileKind {
             _ => return FileKind::Code,
         }
         let ext = path.extension().unwrap_or_default();
+        if matches!(ext.as_str(), "po" | "pot" | "xliff" | "xlf" | "csv" | "tsv") {
+            return FileKind::Data;
+        }
         if matches!(ext.as_str(), "rst" | "txt" | "adoc" | "asciidoc" | "org" | "tex")
             || name.starts_with("readme")
             || name.starts_with("changelog")
@@ -272,7 +279,7 @@ impl FileKind {
             FileKind::Docs
         } else if matches!(
             ext.as_str(),
-            "toml" | "yaml" | "yml" | "json" | "jsonc" | "ini" | "cfg" | "conf" | "xml" | "properties" | "csv" | "tsv"
+            "toml" | "yaml" | "yml" | "json" | "jsonc" | "ini" | "cfg" | "conf" | "xml" | "properties"
         ) {
             FileKind::Config
         } else {

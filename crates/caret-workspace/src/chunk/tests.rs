@@ -627,3 +627,19 @@ fn chunks_name_the_definitions_they_hold() {
     assert_eq!(defined("a.c", c).concat(), ["lookup", "main"].map(String::from).to_vec());
     assert!(defined("README.md", "# Title\n\nText about `fn main`.\n").concat().is_empty());
 }
+
+#[test]
+fn files_are_classified_by_what_they_are_for() {
+    let kind = |p: &str| {
+        let path = RelPath::from_bytes(p);
+        FileKind::detect(&path, Language::detect(&path))
+    };
+    assert_eq!(kind("src/_pytest/fixtures.py"), FileKind::Code);
+    assert_eq!(kind("testing/python/fixtures.py"), FileKind::Test, "pytest's own test directory");
+    assert_eq!(kind("testing/conftest.py"), FileKind::Test);
+    assert_eq!(kind("src/runtime/time_alt/tests.rs"), FileKind::Test, "a Rust tests module");
+    assert_eq!(kind("django/conf/locale/de/LC_MESSAGES/django.po"), FileKind::Data);
+    assert_eq!(kind("data/prices.csv"), FileKind::Data);
+    assert_eq!(kind("docs/intro.rst"), FileKind::Docs);
+    assert_eq!(kind("pyproject.toml"), FileKind::Config);
+}
