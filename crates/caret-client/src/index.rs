@@ -408,6 +408,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn embedded_chunks_fill_the_stages_in_order() {
+        let mut p = EmbedProgress { stages: [(3, 1), (2, 0), (4, 0)], ..EmbedProgress::default() };
+        assert_eq!(p.stages_done().count(), 0);
+        p.count_embedded(3);
+        assert_eq!(p.stages, [(3, 3), (2, 1), (4, 0)]);
+        assert_eq!(p.stages_done().collect::<Vec<_>>(), ["code"]);
+        p.count_embedded(10);
+        assert_eq!(p.stages, [(3, 3), (2, 2), (4, 4)], "never past a stage's total");
+        assert_eq!(p.stages_done().count(), 3);
+    }
+
+    #[test]
     fn paths_are_matched_on_the_questions_words() {
         let words = path_words_of_query("Read a whole file into a String asynchronously");
         assert_eq!(words, ["read", "whole", "file", "string", "asynchronously"]);

@@ -141,7 +141,13 @@ pub fn router(state: AppState, body_limit: usize, pages: Option<crate::Pages>) -
 async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = req.method().to_string();
-    let route = req.extensions().get::<MatchedPath>().map_or("unmatched", |m| m.as_str()).to_owned();
+    let route = match req.extensions().get::<MatchedPath>() {
+        Some(m) => m.as_str(),
+        // The pages under `/ui` are a service of their own: one label for all of them.
+        None if req.uri().path().starts_with("/ui/") => "/ui/{page}",
+        None => "unmatched",
+    }
+    .to_owned();
     if let Some(len) = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()) {
         state.metrics.bytes_in.fetch_add(len, Ordering::Relaxed);
     }
