@@ -282,11 +282,15 @@ fn aggregate_files(hits: &mut [SearchHit], share: f32) {
             e.1 = h.score;
         }
     }
-    let best: HashMap<String, (f32, f32)> = best.into_iter().map(|(p, b)| (p.to_owned(), b)).collect();
-    for h in hits.iter_mut() {
-        let (first, second) = best.get(&h.path).copied().unwrap_or_default();
-        // The best other hit: the second best for the file's best hit, else the best.
-        let other = if h.score >= first { second } else { first };
-        h.score += share * other;
+    // The best other hit: the second best for the file's best hit, else the best.
+    let gains: Vec<f32> = hits
+        .iter()
+        .map(|h| {
+            let (first, second) = best.get(h.path.as_str()).copied().unwrap_or_default();
+            share * if h.score >= first { second } else { first }
+        })
+        .collect();
+    for (h, gain) in hits.iter_mut().zip(gains) {
+        h.score += gain;
     }
 }

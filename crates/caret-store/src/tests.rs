@@ -385,17 +385,10 @@ async fn missing_vectors_come_code_first() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let ns = Namespace::new(store, "t/w");
     let mut state = ns.load().await.unwrap();
-    let of_kind = |path: &str, id: u8, kind: &str| {
-        let mut f = file(path, id, id);
+    let of_kind = |path: &str, leaf: u8, chunk: u8, kind: &str| {
+        let mut f = file(path, leaf, chunk);
         if let Record::File(f) = &mut f {
             f.chunks[0].kind = kind.into();
-        }
-        f
-    };
-    let shared = {
-        let mut f = file("test_shared", 9, 1);
-        if let Record::File(f) = &mut f {
-            f.chunks[0].kind = "test".into();
         }
         f
     };
@@ -406,13 +399,13 @@ async fn missing_vectors_come_code_first() {
             chunk(2),
             chunk(3),
             chunk(4),
-            of_kind("readme", 4, "docs"),
-            of_kind("test_a", 3, "test"),
-            of_kind("lib", 1, "code"),
-            of_kind("conf", 2, "config"),
-            shared,
+            of_kind("readme", 4, 4, "docs"),
+            of_kind("test_a", 3, 3, "test"),
+            of_kind("lib", 1, 1, "code"),
+            of_kind("conf", 2, 2, "config"),
+            of_kind("test_shared", 9, 1, "test"),
             chunk(5),
-            of_kind("messages.po", 5, "data"),
+            of_kind("messages.po", 5, 5, "data"),
         ],
     )
     .await

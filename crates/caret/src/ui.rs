@@ -126,9 +126,7 @@ impl Ui {
                 let alias = crate::chat::Backend::alias(g, tab_model.as_deref(), &["tab"])?;
                 let backend = crate::chat::Backend::Embedded { gateway: g.clone(), tenant: tenant.clone() };
                 let budget = caret_server::tab::budget(None);
-                Some(tokio::task::block_in_place(|| {
-                    crate::complete::with_backend(&config, backend, alias, None, budget)
-                })?)
+                Some(crate::complete::with_backend(&config, backend, alias, None, budget)?)
             }
             None => None,
         };
