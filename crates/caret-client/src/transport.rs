@@ -89,6 +89,7 @@ pub struct HttpTransport {
     token: String,
     client: reqwest::Client,
     wire: WireCounter,
+    label: Option<String>,
 }
 
 impl HttpTransport {
@@ -108,7 +109,14 @@ impl HttpTransport {
             token: token.to_owned(),
             client,
             wire: WireCounter::default(),
+            label: None,
         })
+    }
+
+    /// The same, described as `label` in messages (a local daemon rather than its URL).
+    pub fn labelled(mut self, label: &str) -> Self {
+        self.label = Some(label.to_owned());
+        self
     }
 
     async fn call<B: Serialize, R: DeserializeOwned>(
@@ -191,7 +199,7 @@ impl Transport for HttpTransport {
         &self.wire
     }
     fn describe(&self) -> String {
-        self.base.clone()
+        self.label.clone().unwrap_or_else(|| self.base.clone())
     }
 }
 

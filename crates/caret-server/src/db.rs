@@ -233,6 +233,17 @@ impl Db {
         Ok(token)
     }
 
+    /// Deletes a tenant's tokens of this name (a local daemon replacing its own on start);
+    /// returns how many there were.
+    pub async fn delete_tokens_named(&self, tenant: &Tenant, name: &str) -> Result<u64> {
+        Ok(sqlx::query("DELETE FROM api_tokens WHERE tenant_id = $1 AND name = $2")
+            .bind(&tenant.id)
+            .bind(name)
+            .execute(&self.pool)
+            .await?
+            .rows_affected())
+    }
+
     /// The tenant and token id a token belongs to, if it is valid and not revoked.
     pub async fn authenticate(&self, token: &str) -> Result<Option<(Tenant, String)>> {
         Ok(sqlx::query(

@@ -214,6 +214,15 @@ impl Service {
         self
     }
 
+    /// Loads the embedding model now rather than on the first query (a local daemon does this
+    /// when it starts, while its first caller is still waiting on the index).
+    pub async fn warm_embedding(&self) -> Result<()> {
+        if let Some(model) = &self.embedding {
+            model.embed(vec!["warm".to_owned()]).await?;
+        }
+        Ok(())
+    }
+
     /// The service with another compaction policy.
     pub fn with_compaction(mut self, policy: CompactionPolicy) -> Self {
         self.compaction = policy;

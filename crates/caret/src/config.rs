@@ -35,6 +35,27 @@ pub struct Config {
     pub gateway: GatewaySection,
     pub agent: AgentSection,
     pub runs: RunsSection,
+    pub daemon: DaemonSection,
+    /// The file this was read from, if any (a daemon started on demand reads the same).
+    #[serde(skip)]
+    pub file: Option<PathBuf>,
+}
+
+/// The local daemon (`[daemon]`): the embedded server kept warm between commands, so that
+/// `caret search` and the LSP answer without loading the index and the embedding model.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DaemonSection {
+    /// Start it on demand (`CARET_DAEMON=off` turns it off: every command works in-process).
+    pub enabled: bool,
+    /// It stops after this long without a request ("15m"; `CARET_DAEMON_IDLE`).
+    pub idle: String,
+}
+
+impl Default for DaemonSection {
+    fn default() -> Self {
+        DaemonSection { enabled: true, idle: "15m".to_owned() }
+    }
 }
 
 /// Background runs' queue (`[runs]`): how long a silent worker keeps a run, attempts, the
@@ -409,6 +430,8 @@ impl Default for Config {
             gateway: GatewaySection::default(),
             agent: AgentSection::default(),
             runs: RunsSection::default(),
+            daemon: DaemonSection::default(),
+            file: None,
         }
     }
 }
@@ -444,6 +467,7 @@ impl Config {
             None => Config::default(),
         };
         config.home = home;
+        config.file = path;
         config.agent.check()?;
         if let Some(v) = env("CARET_SCAN_MAX_FILE_SIZE") {
             config.scan.max_file_size = Size(parse_size(&v).context("CARET_SCAN_MAX_FILE_SIZE")?);
@@ -482,6 +506,16 @@ impl Config {
         }
         if let Some(v) = env("CARET_EMBED_API_KEY") {
             config.embed.api_key = Some(v);
+        }
+        if let Some(v) = env("CARET_DAEMON") {
+            config.daemon.enabled = match v.to_ascii_lowercase().as_str() {
+                "1" | "on" | "true" | "yes" => true,
+                "0" | "off" | "false" | "no" => false,
+                _ => bail!("CARET_DAEMON={v:?}: say on or off"),
+            };
+        }
+        if let Some(v) = env("CARET_DAEMON_IDLE") {
+            config.daemon.idle = v;
         }
         Ok(config)
     }

@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use caret_client::index::{EmbedProgress, embed_missing, search};
+use caret_client::index::{EmbedProgress, embed_missing, search_with};
+use caret_client::transport::Transport as _;
 use caret_workspace::scan::{Depth, Scanner};
 use serde_json::json;
 
@@ -134,8 +135,8 @@ pub fn index(config: &Config, IndexArgs { target }: IndexArgs) -> anyhow::Result
 }
 
 /// Searches the workspace at `path` (what was synced of it) on `remote`'s server, else the
-/// embedded one: what `caret search`, the LSP's `caret.search` and the agent's
-/// `codebase_search` all do.
+/// embedded one, through the local daemon when it can (see [`crate::daemon`]): what
+/// `caret search`, the LSP's `caret.search` and the agent's `codebase_search` all do.
 pub async fn search_workspace(
     config: &Config,
     path: &std::path::Path,
@@ -146,8 +147,22 @@ pub async fn search_workspace(
 ) -> anyhow::Result<caret_client::index::SearchOutcome> {
     let ws = open_workspace(config, path)?;
     let scanner = Arc::new(Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash));
+    let rerank = config.search_rerank()?;
+    let embedded = remote.server.is_none() && config.sync.server.is_none();
+    if embedded && let Some(daemon) = crate::daemon::connect(config).await {
+        match search_with(scanner.clone(), &ws, &daemon, query, k, mode, rerank).await {
+            Ok(outcome) => return Ok(outcome),
+            // It went away mid-request: answer in-process instead.
+            Err(caret_client::Error::Transport(e)) => {
+                tracing::warn!("the local daemon did not answer ({e}); searching in-process");
+            }
+            Err(e) => {
+                return Err(e).with_context(|| format!("searching {} on {}", ws.root.display(), daemon.describe()));
+            }
+        }
+    }
     let transport = transport(config, remote).await?;
-    search(scanner, &ws, transport.as_ref(), query, k, mode)
+    search_with(scanner, &ws, transport.as_ref(), query, k, mode, rerank)
         .await
         .with_context(|| format!("searching {} on {}", ws.root.display(), transport.describe()))
 }

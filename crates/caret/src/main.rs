@@ -12,6 +12,7 @@ mod bench_tab;
 mod chat;
 mod complete;
 mod config;
+mod daemon;
 mod exec;
 mod index;
 mod lsp;
@@ -58,6 +59,8 @@ enum Command {
     Search(index::SearchArgs),
     /// Show the workspace's root hash here and on the server, and what is pending.
     Status(sync::StatusArgs),
+    /// Keep the embedded server warm for searches (started on demand; stops when idle).
+    Daemon(daemon::DaemonArgs),
     /// Export or import the workspace key (for sharing an index with a team).
     #[command(subcommand)]
     Key(sync::KeyCommand),
@@ -122,6 +125,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Scan(args) => scan::run(&config, args),
         Command::Sync(args) => sync::sync(&config, args),
         Command::Status(args) => sync::status(&config, args),
+        Command::Daemon(args) => daemon::run(&config, args),
         Command::Index(args) => index::index(&config, args),
         Command::Search(args) => index::run_search(&config, args),
         Command::Key(cmd) => sync::key(&config, cmd),

@@ -85,21 +85,32 @@ pub async fn transport(config: &Config, remote: &Remote) -> anyhow::Result<Box<d
             Ok(Box::new(HttpTransport::new(&url, &token, ca.as_deref())?))
         }
         None => {
+            let (service, tenant) = embedded_service(config).await?;
             let dir = config.home.join("local");
-            let mut service = caret_server::open(&caret_server::StorageConfig::local(&dir))
-                .await
-                .with_context(|| format!("opening the embedded server in {}", dir.display()))?;
-            if let Some(model) = config.embedding_model()? {
-                service = service.with_embedding(model);
-            }
-            let service = service.with_weights(config.search_weights()?);
-            let tenant = match service.db().tenant_by_name("local").await? {
-                Some(t) => t,
-                None => service.db().create_tenant("local").await?,
-            };
-            Ok(Box::new(LocalTransport::new(Arc::new(service), tenant, &format!("embedded ({})", dir.display()))))
+            Ok(Box::new(LocalTransport::new(service, tenant, &format!("embedded ({})", dir.display()))))
         }
     }
+}
+
+/// The embedded server in `$CARET_HOME/local` (with the configured embedding model and
+/// search weights) and its one tenant, `local`: what commands use in-process and what the
+/// local daemon keeps warm.
+pub async fn embedded_service(
+    config: &Config,
+) -> anyhow::Result<(Arc<caret_server::service::Service>, caret_server::db::Tenant)> {
+    let dir = config.home.join("local");
+    let mut service = caret_server::open(&caret_server::StorageConfig::local(&dir))
+        .await
+        .with_context(|| format!("opening the embedded server in {}", dir.display()))?;
+    if let Some(model) = config.embedding_model()? {
+        service = service.with_embedding(model);
+    }
+    let service = service.with_weights(config.search_weights()?);
+    let tenant = match service.db().tenant_by_name("local").await? {
+        Some(t) => t,
+        None => service.db().create_tenant("local").await?,
+    };
+    Ok((Arc::new(service), tenant))
 }
 
 pub fn engine(config: &Config) -> anyhow::Result<SyncEngine> {

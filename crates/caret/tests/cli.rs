@@ -356,6 +356,121 @@ fn index_then_search_finds_the_right_function_and_drops_stale_hits() {
     }
 }
 
+/// `caret_model` with more environment.
+fn caret_model_env(home: &TempDir, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_caret"));
+    cmd.args(args)
+        .env("CARET_HOME", home.join("caret-home"))
+        .env("HOME", home.path())
+        .env_remove("CARET_CONFIG")
+        .env_remove("RUST_LOG");
+    match std::env::var("CARET_TEST_MODEL_DIR") {
+        Ok(dir) => cmd.env("CARET_EMBED_MODEL", dir),
+        Err(_) => cmd.env("CARET_EMBED_MODEL", home.join("no-model")),
+    };
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("running caret")
+}
+
+/// Whether a process is running (not gone, not a zombie awaiting its reaper).
+fn running(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X')))
+}
+
+fn wait_until(secs: u64, what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !ok() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Searches on the embedded server go through a local daemon started on demand: it answers
+/// what the in-process path answers, sees later syncs, checks its token, is replaced when
+/// killed or when the settings change, and stops when idle or when its home goes away.
+#[test]
+fn searches_go_through_a_warm_local_daemon() {
+    let home = TempDir::new();
+    let dir = search_repo();
+    let root = dir.path().to_str().unwrap();
+    let announce = home.join("caret-home").join("local").join("daemon.json");
+    let read_announce = || -> Value { serde_json::from_slice(&std::fs::read(&announce).unwrap()).unwrap() };
+    let search = |query: &str, env: &[(&str, &str)]| -> Value {
+        let out = caret_model_env(&home, &["search", "-C", root, "-k", "3", "--json", query], env);
+        assert!(out.status.success(), "{query}: {}", stderr(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let out = caret_model(&home, &["index", root, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!announce.exists(), "indexing runs in-process and starts no daemon");
+
+    // The first search starts the daemon; it answers what the in-process path answers.
+    let warm = search("retrying failed uploads", &[]);
+    let first = read_announce();
+    let pid = first["pid"].as_u64().unwrap();
+    assert!(running(pid), "{first}");
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(std::fs::metadata(&announce).unwrap().permissions().mode() & 0o777, 0o600, "it holds a token");
+    let cold = search("retrying failed uploads", &[("CARET_DAEMON", "off")]);
+    assert_eq!(warm, cold);
+    assert_eq!(warm[0]["path"], "src/upload.py", "{warm}");
+    assert_eq!(search("render_table", &[]), search("render_table", &[("CARET_DAEMON", "off")]));
+    assert_eq!(read_announce()["pid"], pid, "later searches reuse the daemon");
+
+    // It checks its token like any server, and serves only loopback.
+    let addr = first["addr"].as_str().unwrap().to_owned();
+    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+    let client = reqwest::blocking::Client::new();
+    let url = format!("http://{addr}/v1/workspaces/nope");
+    assert_eq!(client.get(&url).send().unwrap().status(), 401);
+    assert_eq!(client.get(&url).bearer_auth("caret_not-a-token").send().unwrap().status(), 401);
+    let own = client.get(&url).bearer_auth(first["token"].as_str().unwrap()).send().unwrap().status();
+    assert_ne!(own, 401);
+
+    // A sync in another process is seen by the warm daemon's next answer.
+    dir.write(
+        "src/invoice.py",
+        "def compute_invoice_total(lines):\n    \"\"\"Sum the invoice lines with tax.\"\"\"\n    return sum(l.price * l.qty for l in lines)\n",
+    );
+    let out = caret_model(&home, &["sync", root]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let hits = search("compute_invoice_total", &[]);
+    assert_eq!(hits[0]["path"], "src/invoice.py", "{hits}");
+    assert_eq!(read_announce()["pid"], pid);
+
+    // Killed: the next search starts another and answers.
+    assert!(Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap().success());
+    wait_until(10, "the killed daemon to go", || !running(pid));
+    assert_eq!(search("render_table", &[])[0]["path"], "src/table.py");
+    let second = read_announce()["pid"].as_u64().unwrap();
+    assert_ne!(second, pid);
+
+    // Other settings: the old daemon is retired and a new one answers with them.
+    let hits = search("render_table", &[("CARET_SEARCH_WEIGHTS", "file=0.25")]);
+    assert_eq!(hits[0]["path"], "src/table.py");
+    let third = read_announce()["pid"].as_u64().unwrap();
+    assert_ne!(third, second);
+    wait_until(15, "the retired daemon to stop", || !running(second));
+
+    // Idle: a daemon told to stop after a second of quiet does, and says so.
+    search("render_table", &[("CARET_DAEMON_IDLE", "1s")]);
+    let fourth = read_announce()["pid"].as_u64().unwrap();
+    wait_until(15, "the retired daemon to stop", || !running(third));
+    wait_until(15, "the idle daemon to stop", || !running(fourth));
+    assert!(!announce.exists(), "a stopped daemon takes its announcement with it");
+    let log = std::fs::read_to_string(home.join("caret-home").join("local").join("daemon.log")).unwrap();
+    assert!(log.contains(&format!("caret daemon {fourth}: stopping (idle)")), "{log}");
+
+    // Its home deleted: it stops.
+    search("render_table", &[]);
+    let fifth = read_announce()["pid"].as_u64().unwrap();
+    std::fs::remove_dir_all(home.join("caret-home")).unwrap();
+    wait_until(15, "the daemon of a deleted home to stop", || !running(fifth));
+}
+
 /// The embedding cache: a clone that shares the key reuses the first clone's vectors.
 #[test]
 fn clones_sharing_a_key_embed_each_chunk_once() {
