@@ -14,7 +14,6 @@ use caret_client::local::LocalWorkspace;
 use caret_client::sync::{SyncEngine, SyncOptions};
 use caret_client::transport::LocalTransport;
 use caret_protocol::SearchMode;
-use caret_server::StorageConfig;
 use caret_workspace::scan::{Depth, Scanner};
 use serde::Deserialize;
 
@@ -80,21 +79,20 @@ fn bench(
         ),
         None => None,
     };
-    let model = config.embedding_model()?.context("no embedding model installed: run `caret models pull`")?;
-    let model_id = model.id().to_owned();
+    // The scratch directory is laid out as a Caret home (embedded server in `local/`, keys,
+    // client state) so that `caret search` processes can be timed on the same index.
+    let mut home = config.clone();
+    home.home = scratch.to_path_buf();
+    home.embed.model = config.local_model_dir().to_string_lossy().into_owned();
+    let model_id =
+        config.embedding_model()?.context("no embedding model installed: run `caret models pull`")?.id().to_owned();
     let scanner = Arc::new(Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash));
     let engine = SyncEngine::new(scanner.clone(), SyncOptions::default());
-    let ws = LocalWorkspace::open(path, &scratch.join("state"), &scratch.join("keys"))?;
+    let root = std::fs::canonicalize(path).with_context(|| format!("opening {}", path.display()))?;
+    let ws = LocalWorkspace::open(&root, &home.workspace_state_dir(&root), &scratch.join("keys"))?;
     println!("caret bench search {} (model {model_id})", ws.root.display());
     runtime()?.block_on(async {
-        let service = caret_server::open(&StorageConfig::local(&scratch.join("server"))).await?
-            .with_embedding(model)
-            .with_weights(config.search_weights()?);
-        let service = Arc::new(service);
-        let tenant = match service.db().tenant_by_name("bench").await? {
-            Some(t) => t,
-            None => service.db().create_tenant("bench").await?,
-        };
+        let (service, tenant) = crate::sync::embedded_service(&home).await?;
         let transport = LocalTransport::new(service.clone(), tenant, "embedded");
 
         let started = Instant::now();
@@ -193,7 +191,58 @@ fn bench(
             percentile(&server, 0.5),
             percentile(&server, 0.99)
         );
-        anyhow::Ok(())
+        cli_latency(&home, &ws.root, &set, runs)
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `caret search` processes end to end on the bench's index: the first starts the local
+/// daemon; the rest are timed through it; a few run with the daemon off, for comparison.
+fn cli_latency(home: &Config, root: &Path, set: &QuestionSet, runs: usize) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("finding the caret binary")?;
+    let search = |query: &str, daemon: bool| -> anyhow::Result<f64> {
+        let mut cmd = std::process::Command::new(&exe);
+        if let Some(file) = &home.file {
+            cmd.arg("--config").arg(file);
+        }
+        cmd.args(["search", "-k", "10", "--json", "-C"])
+            .arg(root)
+            .arg(query)
+            .env("CARET_HOME", &home.home)
+            .env("CARET_EMBED_MODEL", &home.embed.model)
+            .env("CARET_DAEMON", if daemon { "on" } else { "off" })
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        let t = Instant::now();
+        let out = cmd.output().context("running caret search")?;
+        let ms = t.elapsed().as_secs_f64() * 1000.0;
+        anyhow::ensure!(out.status.success(), "caret search {query:?}: {}", String::from_utf8_lossy(&out.stderr));
+        Ok(ms)
+    };
+    let Some(first) = set.questions.first() else { return Ok(()) };
+    let start = search(&first.q, true)?;
+    let mut warm = Vec::new();
+    for _ in 0..runs {
+        for q in &set.questions {
+            warm.push(search(&q.q, true)?);
+        }
+    }
+    // The daemon goes when its announcement does.
+    let _ = std::fs::remove_file(home.home.join("local").join("daemon.json"));
+    let mut cold = Vec::new();
+    for q in set.questions.iter().take(5) {
+        cold.push(search(&q.q, false)?);
+    }
+    warm.sort_by(f64::total_cmp);
+    cold.sort_by(f64::total_cmp);
+    println!(
+        "caret search (a process each, end to end, {} queries): through the warm daemon p50 {:.0} ms, p99 {:.0} ms; \
+         the first (starting the daemon) {start:.0} ms; in-process without it p50 {:.0} ms ({} queries)",
+        warm.len(),
+        percentile(&warm, 0.5),
+        percentile(&warm, 0.99),
+        percentile(&cold, 0.5),
+        cold.len()
+    );
+    Ok(())
 }
