@@ -195,3 +195,68 @@ async fn secrets_and_real_names_are_never_sent() {
         assert!(!sent.contains(never), "{never:?} was sent to the server");
     }
 }
+
+/// A test double of an embedding model: records the window each text was embedded with and
+/// returns a vector derived from the text's length.
+struct RecordingEmbedder {
+    seen: std::sync::Mutex<Vec<(Option<usize>, String)>>,
+}
+
+impl RecordingEmbedder {
+    fn vectors(texts: &[&str]) -> Vec<Vec<f32>> {
+        texts.iter().map(|t| vec![1.0, t.len() as f32, 0.5, 0.25]).collect()
+    }
+}
+
+impl caret_embed::Embedder for RecordingEmbedder {
+    fn model_id(&self) -> &str {
+        "test:recording"
+    }
+    fn dim(&self) -> usize {
+        4
+    }
+    fn embed(&self, texts: &[&str]) -> caret_embed::Result<Vec<Vec<f32>>> {
+        self.seen.lock().unwrap().extend(texts.iter().map(|t| (None, (*t).to_owned())));
+        Ok(Self::vectors(texts))
+    }
+    fn embed_window(&self, texts: &[&str], max_tokens: usize) -> caret_embed::Result<Vec<Vec<f32>>> {
+        self.seen.lock().unwrap().extend(texts.iter().map(|t| (Some(max_tokens), (*t).to_owned())));
+        Ok(Self::vectors(texts))
+    }
+}
+
+/// Each stage's chunks are embedded with that stage's window: tests and docs by their start
+/// when the server is told so, code with the model's own window.
+#[tokio::test]
+async fn each_stage_is_embedded_with_its_window() {
+    let server_dir = TempDir::new();
+    let recorder = Arc::new(RecordingEmbedder { seen: std::sync::Mutex::new(Vec::new()) });
+    let model = caret_server::service::EmbeddingModel::ready(recorder.clone());
+    let service = caret_server::open(&StorageConfig::local(server_dir.path()))
+        .await
+        .unwrap()
+        .with_embedding(model)
+        .with_stage_windows([None, Some(24), Some(40)]);
+    let service = Arc::new(service);
+    let tenant = service.db().create_tenant("local").await.unwrap();
+    let transport = LocalTransport::new(service, tenant, "embedded");
+    let walk = WalkConfig { global_excludes: None, ..WalkConfig::default() };
+    let scanner = Arc::new(Scanner::new(walk, Chunker::new(ChunkConfig::default(), Arc::new(Estimate)), Depth::Hash));
+    let engine = SyncEngine::new(scanner.clone(), SyncOptions::default());
+    let dir = workspace();
+    dir.write("tests/adding.rs", "#[test]\nfn adds_two_numbers() {\n    assert_eq!(demo::add(2, 2), 4);\n}\n");
+    dir.backdate(10);
+    let state = TempDir::new();
+    let ws = LocalWorkspace::open(dir.path(), &state.join("ws"), &state.join("keys")).unwrap();
+    engine.sync(&ws, &transport).await.unwrap();
+    let report = caret_client::index::embed_missing(scanner, &ws, &transport, |_| {}).await.unwrap();
+    assert_eq!(report.progress.done, report.progress.total);
+    let seen = recorder.seen.lock().unwrap().clone();
+    let window_of = |needle: &str| -> Vec<Option<usize>> {
+        seen.iter().filter(|(_, t)| t.contains(needle)).map(|(w, _)| *w).collect()
+    };
+    assert_eq!(window_of("pub fn add("), [None], "code: the model's window; {seen:?}");
+    assert_eq!(window_of("pub fn shout("), [None], "{seen:?}");
+    assert_eq!(window_of("fn adds_two_numbers"), [Some(24)], "a test: the tests' window; {seen:?}");
+    assert_eq!(window_of("How to use it."), [Some(40)], "docs: the other window; {seen:?}");
+}

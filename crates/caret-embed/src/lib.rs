@@ -65,6 +65,13 @@ pub trait Embedder: Send + Sync {
     /// Embeds texts; the result has one vector per text, in order. Blocking: call from a
     /// blocking thread.
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>>;
+    /// Embeds texts by their first `max_tokens` word pieces at most (special tokens
+    /// included): a shorter window than the model's own, for text whose start says what it is.
+    /// Models that cannot cut their input embed it whole.
+    fn embed_window(&self, texts: &[&str], max_tokens: usize) -> Result<Vec<Vec<f32>>> {
+        let _ = max_tokens;
+        self.embed(texts)
+    }
 }
 
 /// L2-normalises a vector in place (a zero vector stays zero).

@@ -146,7 +146,13 @@ impl Embedder for LocalBert {
     }
 
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
-        let encoded: Vec<Vec<u32>> = texts.iter().map(|t| self.tokenizer.encode(t, self.config.max_tokens)).collect();
+        self.embed_window(texts, self.config.max_tokens)
+    }
+
+    fn embed_window(&self, texts: &[&str], max_tokens: usize) -> Result<Vec<Vec<f32>>> {
+        // [CLS] and [SEP] always fit.
+        let window = max_tokens.clamp(3, self.config.max_tokens);
+        let encoded: Vec<Vec<u32>> = texts.iter().map(|t| self.tokenizer.encode(t, window)).collect();
         // Length bucketing: similar lengths share a batch, so little compute goes to padding.
         let mut order: Vec<usize> = (0..texts.len()).collect();
         order.sort_by_key(|i| encoded[*i].len());

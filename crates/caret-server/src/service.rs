@@ -90,14 +90,18 @@ impl EmbeddingModel {
             .map_err(|e| Error::Unavailable(format!("the embedding model could not be loaded: {e}")))
     }
 
-    /// Embeds texts on a blocking thread (loading the model there first if needed); returns
-    /// the vectors and their width.
-    async fn embed(self: &Arc<Self>, texts: Vec<String>) -> Result<(Vec<Vec<f32>>, usize)> {
+    /// Embeds texts on a blocking thread (loading the model there first if needed), each by
+    /// its first `window` word pieces when given; returns the vectors and their width.
+    async fn embed(self: &Arc<Self>, texts: Vec<String>, window: Option<usize>) -> Result<(Vec<Vec<f32>>, usize)> {
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
             let embedder = this.get()?;
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            let vectors = embedder.embed(&refs).map_err(|e| Error::Internal(e.to_string()))?;
+            let vectors = match window {
+                Some(w) => embedder.embed_window(&refs, w),
+                None => embedder.embed(&refs),
+            }
+            .map_err(|e| Error::Internal(e.to_string()))?;
             Ok((vectors, embedder.dim()))
         })
         .await
@@ -126,6 +130,9 @@ pub struct Service {
     store: Arc<dyn ObjectStore>,
     loaded: std::sync::Mutex<LoadedMap>,
     embedding: Option<Arc<EmbeddingModel>>,
+    /// The embedding window of each stage's chunks ([`caret_store::STAGES`]); `None`: the
+    /// model's own.
+    stage_windows: [Option<usize>; 3],
     compaction: CompactionPolicy,
     weights: Weights,
 }
@@ -203,6 +210,7 @@ impl Service {
             store,
             loaded: std::sync::Mutex::new(HashMap::new()),
             embedding: None,
+            stage_windows: [None; 3],
             compaction: CompactionPolicy::default(),
             weights: Weights::default(),
         }
@@ -214,11 +222,18 @@ impl Service {
         self
     }
 
+    /// The service embedding each stage's chunks ([`caret_store::STAGES`]: code, tests, the
+    /// rest) by at most this many word pieces (`None`: the model's window).
+    pub fn with_stage_windows(mut self, windows: [Option<usize>; 3]) -> Self {
+        self.stage_windows = windows;
+        self
+    }
+
     /// Loads the embedding model now rather than on the first query (a local daemon does this
     /// when it starts, while its first caller is still waiting on the index).
     pub async fn warm_embedding(&self) -> Result<()> {
         if let Some(model) = &self.embedding {
-            model.embed(vec!["warm".to_owned()]).await?;
+            model.embed(vec!["warm".to_owned()], None).await?;
         }
         Ok(())
     }
@@ -621,30 +636,47 @@ impl Service {
         let sent = req.chunks.len() as u64;
         let texts = checked_texts(key, req.chunks)?;
         let cell = self.state(tenant, id).await?;
-        let todo: Vec<([u8; 32], String)> = {
+        // Each text with the window of its stage (tests are read by their start).
+        let mut todo: Vec<(Option<usize>, [u8; 32], String)> = {
             let state = cell.state.lock().await;
             let mut seen = HashSet::new();
-            texts
+            let todo: Vec<([u8; 32], String)> = texts
                 .into_iter()
                 .filter(|(c, _, _)| {
                     state.chunks.contains_key(c) && state.vector(c, model.id()).is_none() && seen.insert(*c)
                 })
                 .map(|(c, text, _)| (c, text))
-                .collect()
+                .collect();
+            let stages =
+                if self.stage_windows.iter().any(Option::is_some) { state.stages_of(&seen) } else { HashMap::new() };
+            todo.into_iter().map(|(c, text)| (stages.get(&c).and_then(|s| self.stage_windows[*s]), c, text)).collect()
         };
         if todo.is_empty() {
             return Ok(EmbedResponse { embedded: 0, skipped: sent });
         }
-        let (ids, texts): (Vec<[u8; 32]>, Vec<String>) = todo.into_iter().unzip();
-        let (vectors, dim) = model.embed(texts).await?;
-        let rotation = key.vectors(dim);
-        let mut data = Vec::with_capacity(ids.len() * dim);
-        for mut v in vectors {
-            if v.len() != dim {
-                return Err(Error::Internal(format!("the model returned a vector of {} values, not {dim}", v.len())));
+        todo.sort_by_key(|(window, _, _)| *window);
+        let mut ids = Vec::with_capacity(todo.len());
+        let mut data = Vec::new();
+        let mut dim = 0;
+        let mut rest = todo.as_slice();
+        while let Some((window, _, _)) = rest.first() {
+            let same = rest.iter().take_while(|(w, _, _)| w == window).count();
+            let (group, after) = rest.split_at(same);
+            rest = after;
+            let (vectors, width) = model.embed(group.iter().map(|(_, _, t)| t.clone()).collect(), *window).await?;
+            dim = width;
+            let rotation = key.vectors(dim);
+            for (mut v, (_, id, _)) in vectors.into_iter().zip(group) {
+                if v.len() != dim {
+                    return Err(Error::Internal(format!(
+                        "the model returned a vector of {} values, not {dim}",
+                        v.len()
+                    )));
+                }
+                rotation.apply(&mut v);
+                data.extend_from_slice(&v);
+                ids.push(*id);
             }
-            rotation.apply(&mut v);
-            data.extend_from_slice(&v);
         }
         let embedded = ids.len() as u64;
         let batch = VectorBatch { model: model.id().to_owned(), dim: u32::try_from(dim).unwrap_or(0), ids, data };
@@ -690,7 +722,7 @@ impl Service {
         }
         let vector = match (&model, has_vectors) {
             (Some(m), true) => {
-                let (mut v, dim) = m.embed(vec![req.query.clone()]).await?;
+                let (mut v, dim) = m.embed(vec![req.query.clone()], None).await?;
                 let mut v =
                     v.pop().filter(|v| v.len() == dim).ok_or_else(|| Error::Internal("empty embedding".into()))?;
                 key.vectors(dim).apply(&mut v);

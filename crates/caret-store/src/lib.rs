@@ -395,6 +395,17 @@ impl State {
         Missing { chunks: missing.into_iter().map(|(_, p, id)| (id, p.to_owned())).collect(), total, stages }
     }
 
+    /// The stage of each of `ids` that current files hold (its earliest: a chunk in code and
+    /// in a test is code); bulk data and unknown ids are left out.
+    pub fn stages_of(&self, ids: &std::collections::HashSet<[u8; 32]>) -> HashMap<[u8; 32], usize> {
+        let mut out: HashMap<[u8; 32], usize> = HashMap::with_capacity(ids.len());
+        for c in self.files.values().flat_map(|f| f.chunks.iter()).filter(|c| ids.contains(&c.id)) {
+            let Some(s) = stage(&c.kind) else { continue };
+            out.entry(c.id).and_modify(|e| *e = (*e).min(s)).or_insert(s);
+        }
+        out
+    }
+
     /// Distinct chunks referenced by current files that are embedded (not bulk data), and how
     /// many of them have a vector by `model`.
     pub fn vector_progress(&self, model: &str) -> (u64, u64) {

@@ -446,7 +446,7 @@ pub fn bench_embed(
     threads: Option<usize>,
     dump: Option<&Path>,
 ) -> anyhow::Result<ExitCode> {
-    use caret_embed::{Embedder as _, LocalBert, LocalBertConfig};
+    use caret_embed::{Embedder as _, LocalBert};
     use caret_workspace::tokens::TokenCounter as _;
     let dir = config.local_model_dir();
     anyhow::ensure!(
@@ -454,10 +454,11 @@ pub fn bench_embed(
         "no embedding model in {} (`caret models pull`, or `--model NAME|DIR`)",
         dir.display()
     );
-    let mut settings = LocalBertConfig::default();
+    let mut settings = config.local_embedding_settings()?;
     if let Some(t) = threads {
         settings.threads = t;
     }
+    let window = settings.max_tokens;
     let model = LocalBert::load(&dir, settings)?;
     // Real chunks: walk and chunk the tree until there are enough.
     let chunker = config.chunker()?;
@@ -475,9 +476,9 @@ pub fn bench_embed(
     }
     texts.truncate(n);
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let tokens: usize = refs.iter().map(|t| model.tokenizer().count(t).min(254) + 2).sum();
+    let tokens: usize = refs.iter().map(|t| model.tokenizer().count(t).min(window - 2) + 2).sum();
     println!(
-        "caret bench embed: {} chunks, {} tokens, {} threads, model {}",
+        "caret bench embed: {} chunks, {} tokens, {} threads, window {window}, model {}",
         refs.len(),
         thousands(tokens as u64),
         settings.threads,
@@ -499,7 +500,7 @@ pub fn bench_embed(
         .zip(&single)
         .flat_map(|(a, b)| a.iter().zip(b).map(|(x, y)| (x - y).abs()))
         .fold(0.0f32, f32::max);
-    let sample_tokens: usize = refs[..sample].iter().map(|t| model.tokenizer().count(t).min(254) + 2).sum();
+    let sample_tokens: usize = refs[..sample].iter().map(|t| model.tokenizer().count(t).min(window - 2) + 2).sum();
     let per_s = |count: usize, d: Duration| count as f64 / d.as_secs_f64().max(1e-9);
     println!("{:<34} {:>10} {:>12} {:>10}", "mode", "chunks/s", "tokens/s", "time");
     println!(

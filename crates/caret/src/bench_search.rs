@@ -186,11 +186,13 @@ fn bench(
             percentile(&latencies, 0.5),
             percentile(&latencies, 0.99)
         );
-        println!(
-            "  of which the server (query embedding + BM25 + vectors + fusion): p50 {:.1} ms, p99 {:.1} ms",
-            percentile(&server, 0.5),
-            percentile(&server, 0.99)
-        );
+        if !server.is_empty() {
+            println!(
+                "  of which the server (query embedding + BM25 + vectors + fusion): p50 {:.1} ms, p99 {:.1} ms",
+                percentile(&server, 0.5),
+                percentile(&server, 0.99)
+            );
+        }
         cli_latency(&home, &ws.root, &set, runs)
     })?;
     Ok(ExitCode::SUCCESS)

@@ -259,6 +259,15 @@ pub struct EmbedSection {
     pub dim: usize,
     /// Threads for the local model (default: all cores).
     pub threads: Option<usize>,
+    /// The local model's window in word pieces: a longer chunk is embedded by its start
+    /// (`CARET_EMBED_MAX_TOKENS`; default 256).
+    pub max_tokens: Option<usize>,
+    /// The window for chunks of tests, which say what they test in their first lines
+    /// (`CARET_EMBED_TEST_MAX_TOKENS`; default: `max_tokens`).
+    pub test_max_tokens: Option<usize>,
+    /// The window for chunks of docs and everything else that is neither code nor a test
+    /// (`CARET_EMBED_OTHER_MAX_TOKENS`; default: `max_tokens`).
+    pub other_max_tokens: Option<usize>,
     /// Turn embedding off: search is lexical only.
     pub disabled: bool,
 }
@@ -271,6 +280,9 @@ impl Default for EmbedSection {
             api_key: None,
             dim: 384,
             threads: None,
+            max_tokens: None,
+            test_max_tokens: None,
+            other_max_tokens: None,
             disabled: false,
         }
     }
@@ -507,6 +519,18 @@ impl Config {
         if let Some(v) = env("CARET_EMBED_API_KEY") {
             config.embed.api_key = Some(v);
         }
+        if let Some(v) = env("CARET_EMBED_MAX_TOKENS") {
+            config.embed.max_tokens =
+                Some(v.parse().with_context(|| format!("CARET_EMBED_MAX_TOKENS={v:?} is not a number"))?);
+        }
+        for (name, slot) in [
+            ("CARET_EMBED_TEST_MAX_TOKENS", &mut config.embed.test_max_tokens),
+            ("CARET_EMBED_OTHER_MAX_TOKENS", &mut config.embed.other_max_tokens),
+        ] {
+            if let Some(v) = env(name) {
+                *slot = Some(v.parse().with_context(|| format!("{name}={v:?} is not a number"))?);
+            }
+        }
         if let Some(v) = env("CARET_DAEMON") {
             config.daemon.enabled = match v.to_ascii_lowercase().as_str() {
                 "1" | "on" | "true" | "yes" => true,
@@ -723,7 +747,7 @@ impl Config {
     /// The embedding model, loaded on first use; `None` (search is lexical only) when it is
     /// turned off or not installed.
     pub fn embedding_model(&self) -> anyhow::Result<Option<caret_server::service::EmbeddingModel>> {
-        use caret_embed::{Embedder, LocalBert, LocalBertConfig, OpenAiEmbedder};
+        use caret_embed::{Embedder, LocalBert, OpenAiEmbedder};
         use caret_server::service::EmbeddingModel;
         let e = &self.embed;
         if e.disabled {
@@ -739,13 +763,39 @@ impl Config {
             return Ok(None);
         }
         let name = dir.file_name().map_or_else(|| "bert".to_owned(), |n| n.to_string_lossy().into_owned());
-        let mut settings = LocalBertConfig::default();
-        if let Some(t) = e.threads {
-            settings.threads = t.max(1);
-        }
+        let settings = self.local_embedding_settings()?;
         Ok(Some(EmbeddingModel::lazy(format!("local:{name}"), move || {
             LocalBert::load(&dir, settings).map(|m| Arc::new(m) as Arc<dyn Embedder>).map_err(|e| e.to_string())
         })))
+    }
+
+    /// How the local embedding model runs: `[embed] threads` and `max_tokens` over the defaults.
+    pub fn local_embedding_settings(&self) -> anyhow::Result<caret_embed::LocalBertConfig> {
+        let mut settings = caret_embed::LocalBertConfig::default();
+        if let Some(t) = self.embed.threads {
+            settings.threads = t.max(1);
+        }
+        if let Some(n) = self.embed.max_tokens {
+            anyhow::ensure!((16..=512).contains(&n), "[embed] max_tokens must be 16-512 (got {n})");
+            settings.max_tokens = n;
+        }
+        Ok(settings)
+    }
+
+    /// The embedding window of each stage's chunks (code, tests, the rest); `None`: the
+    /// model's.
+    pub fn stage_windows(&self) -> anyhow::Result<[Option<usize>; 3]> {
+        let check = |name: &str, n: Option<usize>| -> anyhow::Result<Option<usize>> {
+            if let Some(n) = n {
+                anyhow::ensure!((16..=512).contains(&n), "[embed] {name} must be 16-512 (got {n})");
+            }
+            Ok(n)
+        };
+        Ok([
+            None,
+            check("test_max_tokens", self.embed.test_max_tokens)?,
+            check("other_max_tokens", self.embed.other_max_tokens)?,
+        ])
     }
 
     /// Fusion weights and kind boosts: the defaults, with `CARET_SEARCH_WEIGHTS` overrides

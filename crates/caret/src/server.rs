@@ -127,7 +127,8 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
             let policy = caret_server::service::CompactionPolicy { records, ..Default::default() };
             service = service.with_compaction(policy);
         }
-        let service = Arc::new(service.with_weights(config.search_weights()?));
+        let service =
+            Arc::new(service.with_weights(config.search_weights()?).with_stage_windows(config.stage_windows()?));
         let _probes = serve.gateway.as_ref().map(|g| {
             tracing::info!(aliases = ?g.aliases(), "model gateway");
             let every = std::time::Duration::from_secs(5);

@@ -105,7 +105,7 @@ pub async fn embedded_service(
     if let Some(model) = config.embedding_model()? {
         service = service.with_embedding(model);
     }
-    let service = service.with_weights(config.search_weights()?);
+    let service = service.with_weights(config.search_weights()?).with_stage_windows(config.stage_windows()?);
     let tenant = match service.db().tenant_by_name("local").await? {
         Some(t) => t,
         None => service.db().create_tenant("local").await?,
@@ -200,6 +200,13 @@ pub fn status(config: &Config, StatusArgs { target: args }: StatusArgs) -> anyho
             Err(caret_client::Error::Server { status: 404, .. }) => None,
             Err(e) => anyhow::bail!("asking {to} about workspace {}: {e}", ws.id),
         };
+        // Each embedding stage's progress (code, tests, the rest), when the server embeds.
+        let stages = match &known {
+            Ok(info) if info.model.is_some() => {
+                transport.missing_vectors(&ws.id, 0).await.map(|m| m.stages).unwrap_or_default()
+            }
+            _ => Vec::new(),
+        };
         let local_root = local.tree.root_hash().to_hex();
         let (server_root, added, modified, deleted) = match &pending {
             Some(p) => (p.server_root.clone(), p.added.len(), p.modified.len(), p.deletes.len()),
@@ -215,6 +222,7 @@ pub fn status(config: &Config, StatusArgs { target: args }: StatusArgs) -> anyho
                     "pending": {"added": added, "modified": modified, "deleted": deleted},
                     "vectors": known.as_ref().ok().map(|i| json!({
                         "model": i.model, "embedded": i.embedded, "embeddable": i.embeddable,
+                        "stages": stages,
                     })),
                 })
             );
@@ -245,6 +253,22 @@ pub fn status(config: &Config, StatusArgs { target: args }: StatusArgs) -> anyho
                             thousands(info.embedded),
                             thousands(info.embeddable)
                         );
+                        // Embedded in this order: say how far each stage is.
+                        let parts: Vec<String> = stages
+                            .iter()
+                            .filter(|s| s.total > 0)
+                            .map(|s| {
+                                let with = s.total - s.missing.min(s.total);
+                                if with == s.total {
+                                    format!("{} done", s.name)
+                                } else {
+                                    format!("{} {}%", s.name, 100 * with / s.total)
+                                }
+                            })
+                            .collect();
+                        if !parts.is_empty() {
+                            println!("  stages     {}", parts.join(", "));
+                        }
                     }
                     None => println!("  vectors    none: no embedding model (search is lexical only)"),
                 }

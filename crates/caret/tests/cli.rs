@@ -351,6 +351,14 @@ fn index_then_search_finds_the_right_function_and_drops_stale_hits() {
     let status: Value = serde_json::from_slice(&out.stdout).unwrap();
     if semantic {
         assert_eq!(status["vectors"]["embedded"], status["vectors"]["embeddable"], "{status}");
+        // Stage by stage, in embedding order: the code (three files, one changed since) first.
+        let stages = status["vectors"]["stages"].as_array().unwrap();
+        let names: Vec<&str> = stages.iter().map(|s| s["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["code", "tests", "docs and other"], "{status}");
+        assert!(stages[0]["total"].as_u64().unwrap() >= 2, "{status}");
+        assert!(stages.iter().all(|s| s["missing"] == 0), "{status}");
+        let out = caret_model(&home, &["status", root]);
+        assert!(stdout(&out).contains("stages     code done, docs and other done"), "{}", stdout(&out));
     } else {
         assert!(status["vectors"]["model"].is_null(), "{status}");
     }
