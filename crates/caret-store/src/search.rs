@@ -32,9 +32,6 @@ pub struct Weights {
     /// How much a hit gains from the other hits of its file (a share of their scores): a file
     /// with several matching chunks rises.
     pub file: f32,
-    /// How much a file's first chunk (its header: the module's doc comment, what it imports)
-    /// gains, as a share of its score: the opening of a file says what the file is for.
-    pub header: f32,
 }
 
 impl Default for Weights {
@@ -51,7 +48,6 @@ impl Default for Weights {
             // words hit are often not what it asks for): off until it pays.
             definition: 0.0,
             file: 0.3,
-            header: 0.0,
         }
     }
 }
@@ -246,11 +242,7 @@ impl State {
                 live.get(&id).into_iter().flatten().map(move |loc| {
                     // In source files only: tests and docs define helpers and cases named
                     // after the feature they exercise, not the feature.
-                    let mut score =
-                        if &*loc.kind == "code" { score * (1.0 + w.definition * defined) } else { score };
-                    if loc.start_line == 1 {
-                        score *= 1.0 + w.header;
-                    }
+                    let score = if &*loc.kind == "code" { score * (1.0 + w.definition * defined) } else { score };
                     SearchHit {
                         path: loc.path.to_string(),
                         start_line: loc.start_line,

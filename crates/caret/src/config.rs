@@ -830,7 +830,6 @@ impl Config {
                 "config" => &mut w.config,
                 "definition" => &mut w.definition,
                 "file" => &mut w.file,
-                "header" => &mut w.header,
                 "path" => &mut rerank.path,
                 other => bail!("CARET_SEARCH_WEIGHTS: unknown weight {other:?}"),
             };
