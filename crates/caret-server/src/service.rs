@@ -707,6 +707,10 @@ impl Service {
             terms.push(hasher.hash(t));
             definitions.push(hasher.hash(&caret_store::lexical::definition_term(t)));
         });
+        let mut symbols: Vec<u64> = caret_store::lexical::symbols(&req.query)
+            .iter()
+            .map(|s| hasher.hash(&caret_store::lexical::definition_term(s)))
+            .collect();
         let cell = self.state(tenant, id).await?;
         let model = self.embedding.clone();
         let mut has_vectors = {
@@ -719,6 +723,7 @@ impl Service {
         if req.mode == SearchMode::Semantic {
             terms.clear();
             definitions.clear();
+            symbols.clear();
         }
         let vector = match (&model, has_vectors) {
             (Some(m), true) => {
@@ -732,7 +737,8 @@ impl Service {
         };
         let semantic = vector.is_some();
         let k = req.k as usize;
-        let query = Query { terms, definitions, vector, k, candidates: (k * 4).max(100), weights: self.weights };
+        let query =
+            Query { terms, definitions, symbols, vector, k, candidates: (k * 4).max(100), weights: self.weights };
         let mut state = cell.state.lock().await;
         let hits = state.search(&query);
         let (embeddable, embedded) = state.vector_progress(model.as_ref().map_or("", |m| m.id()));

@@ -52,6 +52,27 @@ fn split_identifier(word: &str) -> Vec<&str> {
     parts
 }
 
+/// The words of a query that name a symbol rather than describe one: identifiers with an
+/// inner underscore or a lower→upper case boundary (`steal_into`, `joinSet`, `HashMap`),
+/// lowercased; each segment of a path on its own (`mem::take_while` gives `take_while`).
+/// Plain words never count: a question in prose names no symbol.
+pub fn symbols(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for word in text.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+        let word = word.trim_matches('_');
+        let chars: Vec<char> = word.chars().collect();
+        let snake = chars.windows(3).any(|w| w[1] == '_' && w[0].is_alphanumeric() && w[2].is_alphanumeric());
+        let camel = chars.windows(2).any(|w| w[0].is_lowercase() && w[1].is_uppercase());
+        if snake || camel {
+            let lower = word.to_lowercase();
+            if !out.contains(&lower) {
+                out.push(lower);
+            }
+        }
+    }
+    out
+}
+
 /// A term as a defined name's: kept apart from the same word used in text, so that a query
 /// can ask separately for chunks that define what it names.
 pub fn definition_term(term: &str) -> String {

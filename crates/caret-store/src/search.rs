@@ -32,6 +32,9 @@ pub struct Weights {
     /// How much a hit gains from the other hits of its file (a share of their scores): a file
     /// with several matching chunks rises.
     pub file: f32,
+    /// How much a chunk that defines a symbol the query names whole (`steal_into`) gains, as
+    /// a share of its score: the definition before its uses. Tests are left out.
+    pub symbol: f32,
 }
 
 impl Default for Weights {
@@ -51,6 +54,7 @@ impl Default for Weights {
             // words hit are often not what it asks for): off until it pays.
             definition: 0.0,
             file: 0.15,
+            symbol: 1.0,
         }
     }
 }
@@ -75,6 +79,9 @@ pub struct Query {
     /// Keyed hashes of the query's terms as defined names (see
     /// [`crate::lexical::definition_term`]).
     pub definitions: Vec<u64>,
+    /// Keyed hashes of the symbols the query names whole (see [`crate::lexical::symbols`]),
+    /// as defined names.
+    pub symbols: Vec<u64>,
     /// The model and the rotated query vector, when an embedder is available.
     pub vector: Option<(String, Vec<f32>)>,
     /// Hits wanted.
@@ -227,6 +234,12 @@ impl State {
         let best = definitions.first().map_or(0.0, |(_, s)| *s);
         let defines: HashMap<[u8; 32], f32> =
             definitions.iter().map(|(id, s)| (*id, if best > 0.0 { s / best } else { 0.0 })).collect();
+        // Chunks that define a symbol the query names whole.
+        let defines_symbol: std::collections::HashSet<[u8; 32]> = if q.symbols.is_empty() || w.symbol <= 0.0 {
+            Default::default()
+        } else {
+            self.lexical_candidates(&q.symbols, n, &live).into_iter().map(|(id, _)| id).collect()
+        };
         let mut fused: HashMap<[u8; 32], (f32, Option<u32>, Option<u32>)> = HashMap::new();
         for (rank, (id, _)) in lexical.iter().enumerate() {
             let e = fused.entry(*id).or_default();
@@ -242,10 +255,14 @@ impl State {
             .into_iter()
             .flat_map(|(id, (score, lr, vr))| {
                 let defined = defines.get(&id).copied().unwrap_or(0.0);
+                let names_symbol = defines_symbol.contains(&id);
                 live.get(&id).into_iter().flatten().map(move |loc| {
                     // In source files only: tests and docs define helpers and cases named
                     // after the feature they exercise, not the feature.
-                    let score = if &*loc.kind == "code" { score * (1.0 + w.definition * defined) } else { score };
+                    let mut score = if &*loc.kind == "code" { score * (1.0 + w.definition * defined) } else { score };
+                    if names_symbol && &*loc.kind != "test" {
+                        score *= 1.0 + w.symbol;
+                    }
                     SearchHit {
                         path: loc.path.to_string(),
                         start_line: loc.start_line,

@@ -314,6 +314,32 @@ async fn old_generations_are_collected_and_stale_readers_reload() {
     same(&fallback.search(&q), &state.search(&q));
 }
 
+/// A query that names a symbol whole finds the chunk that defines it before chunks that use
+/// it more often; a prose question names no symbol and ranks as before.
+#[tokio::test]
+async fn a_named_symbol_ranks_its_definition_first() {
+    assert_eq!(lexical::symbols("where is steal_into called"), ["steal_into"]);
+    assert_eq!(lexical::symbols("JoinSet and mem::take_while, HashMap"), ["joinset", "take_while", "hashmap"]);
+    assert!(lexical::symbols("Steal tasks from a worker's queue _private").is_empty());
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let ns = Namespace::new(store, "t/w");
+    let mut state = ns.load().await.unwrap();
+    let defining = {
+        let (mut terms, length) = lexical::hashed_terms("fn steal_into(&self, dst) { move_half(dst) }", h);
+        lexical::defined_terms(&["steal_into".to_owned()], |t| terms.push((h(t), 1)));
+        terms.sort_unstable();
+        Record::Chunk(ChunkRecord { id: [1; 32], length, terms })
+    };
+    let caller = text_chunk(2, "steal_into(a); steal_into(b); steal_into(c); steal into");
+    ns.append(&mut state, vec![defining, caller, file("queue", 1, 1), file("worker", 2, 2)]).await.unwrap();
+    let mut q = query("steal_into", None, 2);
+    assert_eq!(paths(&state.search(&q)), ["worker", "queue"], "without the symbol, the uses win");
+    q.symbols = lexical::symbols("steal_into").iter().map(|s| h(&lexical::definition_term(s))).collect();
+    assert_eq!(paths(&state.search(&q)), ["queue", "worker"], "the definition first");
+    q.weights.symbol = 0.0;
+    assert_eq!(paths(&state.search(&q)), ["worker", "queue"], "the weight turns it off");
+}
+
 /// With the definitions weight on, a chunk that defines what the query names outranks chunks
 /// that only use it, however often; and a file where several chunks match rises above a file
 /// with one.

@@ -830,6 +830,7 @@ impl Config {
                 "config" => &mut w.config,
                 "definition" => &mut w.definition,
                 "file" => &mut w.file,
+                "symbol" => &mut w.symbol,
                 "path" => &mut rerank.path,
                 other => bail!("CARET_SEARCH_WEIGHTS: unknown weight {other:?}"),
             };
