@@ -314,6 +314,14 @@ async fn old_generations_are_collected_and_stale_readers_reload() {
     same(&fallback.search(&q), &state.search(&q));
 }
 
+/// Chunk 1: `fn steal_into`, its name indexed as a defined name.
+fn defines_steal_into() -> Record {
+    let (mut terms, length) = lexical::hashed_terms("fn steal_into(&self, dst) { move_half(dst) }", h);
+    lexical::defined_terms(&["steal_into".to_owned()], |t| terms.push((h(t), 1)));
+    terms.sort_unstable();
+    Record::Chunk(ChunkRecord { id: [1; 32], length, terms })
+}
+
 /// A query that names a symbol whole finds the chunk that defines it before chunks that use
 /// it more often; a prose question names no symbol and ranks as before.
 #[tokio::test]
@@ -324,12 +332,7 @@ async fn a_named_symbol_ranks_its_definition_first() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let ns = Namespace::new(store, "t/w");
     let mut state = ns.load().await.unwrap();
-    let defining = {
-        let (mut terms, length) = lexical::hashed_terms("fn steal_into(&self, dst) { move_half(dst) }", h);
-        lexical::defined_terms(&["steal_into".to_owned()], |t| terms.push((h(t), 1)));
-        terms.sort_unstable();
-        Record::Chunk(ChunkRecord { id: [1; 32], length, terms })
-    };
+    let defining = defines_steal_into();
     let caller = text_chunk(2, "steal_into(a); steal_into(b); steal_into(c); steal into");
     ns.append(&mut state, vec![defining, caller, file("queue", 1, 1), file("worker", 2, 2)]).await.unwrap();
     let mut q = query("steal_into", None, 2);
@@ -348,12 +351,7 @@ async fn definitions_and_files_with_several_matches_rank_first() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let ns = Namespace::new(store, "t/w");
     let mut state = ns.load().await.unwrap();
-    let defining = {
-        let (mut terms, length) = lexical::hashed_terms("fn steal_into(&self, dst) { move_half(dst) }", h);
-        lexical::defined_terms(&["steal_into".to_owned()], |t| terms.push((h(t), 1)));
-        terms.sort_unstable();
-        Record::Chunk(ChunkRecord { id: [1; 32], length, terms })
-    };
+    let defining = defines_steal_into();
     let caller = text_chunk(2, "if idle { steal steal steal: queue.steal_into(other); steal_into(x); steal }");
     ns.append(&mut state, vec![defining, caller, file("queue", 1, 1), file("worker", 2, 2)]).await.unwrap();
     let mut q = query("steal tasks", None, 2);

@@ -800,7 +800,7 @@ impl Config {
     }
 
     /// Fusion weights and kind boosts: the defaults, with `CARET_SEARCH_WEIGHTS` overrides
-    /// such as `lexical=1,vector=1,c=60,code=1,test=0.9,docs=0.9,config=0.8`.
+    /// such as `lexical=1,vector=1,c=60,code=1,test=0.5,docs=0.5,config=0.7,file=0.15,symbol=1`.
     pub fn search_weights(&self) -> anyhow::Result<caret_store::Weights> {
         Ok(self.search_tuning()?.0)
     }

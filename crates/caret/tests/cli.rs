@@ -276,17 +276,7 @@ fn search_repo() -> TempDir {
 
 /// Runs caret with the test model (when CARET_TEST_MODEL_DIR names one) as the embedding model.
 fn caret_model(home: &TempDir, args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_caret"));
-    cmd.args(args)
-        .env("CARET_HOME", home.join("caret-home"))
-        .env("HOME", home.path())
-        .env_remove("CARET_CONFIG")
-        .env_remove("RUST_LOG");
-    match std::env::var("CARET_TEST_MODEL_DIR") {
-        Ok(dir) => cmd.env("CARET_EMBED_MODEL", dir),
-        Err(_) => cmd.env("CARET_EMBED_MODEL", home.join("no-model")),
-    };
-    cmd.output().expect("running caret")
+    caret_model_env(home, args, &[])
 }
 
 #[test]
