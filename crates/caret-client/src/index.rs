@@ -246,18 +246,6 @@ pub struct SearchOutcome {
     pub stale: u64,
 }
 
-/// Searches the workspace and maps the hits back to current code.
-pub async fn search(
-    scanner: Arc<Scanner>,
-    ws: &LocalWorkspace,
-    transport: &dyn Transport,
-    query: &str,
-    k: usize,
-    mode: SearchMode,
-) -> Result<SearchOutcome> {
-    search_with(scanner, ws, transport, query, k, mode, Rerank::default()).await
-}
-
 /// What the client adds to the server's ranking, knowing what the server must not: the real
 /// paths.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -313,8 +301,9 @@ fn path_matches(words: &[String], path: &str) -> usize {
     words.iter().filter(|w| parts.contains(*w)).count()
 }
 
-/// [`search`] with the client's reranking set.
-pub async fn search_with(
+/// Searches the workspace and maps the hits back to current code, reranked by what only the
+/// client knows (`rerank`: the real paths).
+pub async fn search(
     scanner: Arc<Scanner>,
     ws: &LocalWorkspace,
     transport: &dyn Transport,

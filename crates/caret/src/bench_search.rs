@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context as _;
-use caret_client::index::{embed_missing, search, search_with};
+use caret_client::index::{embed_missing, search};
 use caret_client::local::LocalWorkspace;
 use caret_client::sync::{SyncEngine, SyncOptions};
 use caret_client::transport::LocalTransport;
@@ -139,7 +139,7 @@ fn bench(
             let (mut hits1, mut hits5, mut rr, mut misses) = (0usize, 0usize, 0.0f64, Vec::new());
             for q in &set.questions {
                 let t = Instant::now();
-                let outcome = search_with(scanner.clone(), &ws, &transport, &q.q, 30, mode, rerank).await?;
+                let outcome = search(scanner.clone(), &ws, &transport, &q.q, 30, mode, rerank).await?;
                 if mode == SearchMode::Hybrid {
                     latencies.push(t.elapsed().as_secs_f64() * 1000.0);
                 }
@@ -169,7 +169,7 @@ fn bench(
         for _ in 1..runs {
             for q in &set.questions {
                 let t = Instant::now();
-                search(scanner.clone(), &ws, &transport, &q.q, 10, SearchMode::Hybrid).await?;
+                search(scanner.clone(), &ws, &transport, &q.q, 10, SearchMode::Hybrid, rerank).await?;
                 latencies.push(t.elapsed().as_secs_f64() * 1000.0);
                 // The server's part alone (query embedding, BM25, vectors, fusion).
                 let req = caret_protocol::SearchRequest { query: q.q.clone(), k: 30, mode: SearchMode::Hybrid };

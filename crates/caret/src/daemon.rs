@@ -52,7 +52,7 @@ pub struct DaemonArgs {
     idle: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 struct Announce {
     pid: u32,
     addr: SocketAddr,

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use caret_client::index::{EmbedProgress, embed_missing, search_with};
+use caret_client::index::{EmbedProgress, embed_missing, search};
 use caret_client::transport::Transport as _;
 use caret_workspace::scan::{Depth, Scanner};
 use serde_json::json;
@@ -150,7 +150,7 @@ pub async fn search_workspace(
     let rerank = config.search_rerank()?;
     let embedded = remote.server.is_none() && config.sync.server.is_none();
     if embedded && let Some(daemon) = crate::daemon::connect(config).await {
-        match search_with(scanner.clone(), &ws, &daemon, query, k, mode, rerank).await {
+        match search(scanner.clone(), &ws, &daemon, query, k, mode, rerank).await {
             Ok(outcome) => return Ok(outcome),
             // It went away mid-request: answer in-process instead.
             Err(caret_client::Error::Transport(e)) => {
@@ -162,7 +162,7 @@ pub async fn search_workspace(
         }
     }
     let transport = transport(config, remote).await?;
-    search_with(scanner, &ws, transport.as_ref(), query, k, mode, rerank)
+    search(scanner, &ws, transport.as_ref(), query, k, mode, rerank)
         .await
         .with_context(|| format!("searching {} on {}", ws.root.display(), transport.describe()))
 }
