@@ -62,22 +62,44 @@ struct Announce {
 }
 
 /// What a daemon must share with a caller to answer for it: the same binary, home, embedding
-/// model and search weights. A caller whose identity differs retires the daemon and starts
-/// its own.
+/// settings, model files and search weights. A caller whose identity differs retires the
+/// daemon and starts its own — so a model installed (or replaced) after a daemon started
+/// without it is used by the next search, not 15 idle minutes later.
 fn identity(config: &Config) -> anyhow::Result<String> {
     let exe = std::env::current_exe().context("finding the caret binary")?;
     let meta = std::fs::metadata(&exe).with_context(|| format!("reading {}", exe.display()))?;
-    let mtime = meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_nanos());
+    let model = config.local_model_dir();
     let text = format!(
-        "{}|{}|{mtime}|{}|{:?}|{:?}|{}",
+        "{}|{}|{}|{}|{:?}|{:?}|{}|{}",
         exe.display(),
         meta.len(),
+        mtime_nanos(&meta),
         config.home.display(),
         config.embed,
         config.search_weights()?,
-        config.local_model_dir().display()
+        model.display(),
+        files_stamp(&model)
     );
     Ok(caret_workspace::ContentHash::of(text.as_bytes()).to_hex()[..32].to_owned())
+}
+
+fn mtime_nanos(meta: &std::fs::Metadata) -> u128 {
+    meta.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_nanos())
+}
+
+/// The names, sizes and modification times of a directory's files (links followed), sorted;
+/// empty when it does not exist.
+fn files_stamp(dir: &Path) -> String {
+    let Ok(entries) = std::fs::read_dir(dir) else { return String::new() };
+    let mut files: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| {
+            let meta = std::fs::metadata(e.path()).ok()?;
+            Some(format!("{}:{}:{}", e.file_name().to_string_lossy(), meta.len(), mtime_nanos(&meta)))
+        })
+        .collect();
+    files.sort_unstable();
+    files.join(",")
 }
 
 fn dir(config: &Config) -> PathBuf {

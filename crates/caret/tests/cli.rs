@@ -462,6 +462,26 @@ fn searches_go_through_a_warm_local_daemon() {
     let log = std::fs::read_to_string(home.join("caret-home").join("local").join("daemon.log")).unwrap();
     assert!(log.contains(&format!("caret daemon {fourth}: stopping (idle)")), "{log}");
 
+    // A model installed after a daemon started without one is used by the next search.
+    if let Ok(model) = std::env::var("CARET_TEST_MODEL_DIR") {
+        // The same directory name: the model's id, which the index's vectors carry.
+        let name = std::path::Path::new(&model).file_name().unwrap();
+        std::fs::create_dir_all(home.join("late")).unwrap();
+        let late = home.join("late").join(name);
+        let late = late.to_str().unwrap();
+        let env = [("CARET_EMBED_MODEL", late)];
+        let before = caret_model_env(&home, &["search", "-C", root, "--mode", "semantic", "uploads"], &env);
+        assert!(stderr(&before).contains("no vectors"), "{}", stderr(&before));
+        let lexical_only = read_announce()["pid"].as_u64().unwrap();
+        std::os::unix::fs::symlink(&model, late).unwrap();
+        let hits = search("retrying failed uploads", &env);
+        assert_eq!(hits, warm, "answered with the model now installed");
+        assert_ne!(read_announce()["pid"].as_u64().unwrap(), lexical_only);
+        wait_until(15, "the daemon without the model to stop", || !running(lexical_only));
+    } else {
+        eprintln!("skipped (a model installed late): CARET_TEST_MODEL_DIR is not set (CI sets it)");
+    }
+
     // Its home deleted: it stops.
     search("render_table", &[]);
     let fifth = read_announce()["pid"].as_u64().unwrap();
