@@ -76,6 +76,18 @@ struct OnDisk {
     text: String,
     leaf: String,
     chunks: Option<Vec<CurrentChunk>>,
+    /// Its top-level definitions and their lines, when the reranking needs them.
+    names: Vec<(String, u32)>,
+}
+
+impl OnDisk {
+    /// `None` when the file cannot be read as text now.
+    fn read(root: &std::path::Path, real: &RelPath, leaves: &caret_crypto::LeafKey, fingerprint: &str) -> Option<Self> {
+        let bytes = std::fs::read(real.under(root)).ok()?;
+        let text = String::from_utf8(bytes).ok()?;
+        let leaf = ContentHash(leaves.leaf(&ContentHash::of(text.as_bytes()).0, fingerprint)).to_hex();
+        Some(OnDisk { text, leaf, chunks: None, names: Vec::new() })
+    }
 }
 
 /// Lines `start..=end` (1-based) of `text`, without the final newline.
@@ -247,18 +259,95 @@ pub struct SearchOutcome {
 }
 
 /// What the client adds to the server's ranking, knowing what the server must not: the real
-/// paths.
+/// paths and code.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Rerank {
     /// A hit's score grows by this share for each of the query's words its path holds
     /// (`read_to_string.rs` for "read a file into a string").
     pub path: f32,
+    /// A file whose hit defines a name that a better hit uses gains this share of a score
+    /// (see [`credit_definers`]).
+    pub uses: f32,
 }
 
 impl Default for Rerank {
     fn default() -> Self {
-        Rerank { path: 0.15 }
+        Rerank { path: 0.15, uses: 0.2 }
     }
+}
+
+/// How many of the best hits take part in crediting definers.
+const USES_WINDOW: usize = 20;
+
+/// Shortest name that links a use to its definition: shorter ones (`get`, `Q`, `run`) are
+/// defined in too many places to say which one a chunk means.
+const USES_MIN_NAME: usize = 4;
+
+/// A definition outranks its uses: among the best [`USES_WINDOW`] hits, a hit whose code
+/// uses a name that another hit defines at its file's top level (a class, a function, a
+/// type — what other files import) lends that file's hits `weight` × the lesser of its own
+/// score and the defining file's best. So the module that merely calls the answer no longer
+/// beats it by a hair. Only a definition that is itself a hit counts (a name the question
+/// matches, not every helper the user calls: pytest's plugins all use its cache and config,
+/// and the plugin is still the answer), and the lesser score bounds the gain so a hub that
+/// matches poorly stays down. A name the using file defines itself is its own, not a use;
+/// hits whose file changed since it was indexed take no part.
+fn credit_definers(
+    hits: &mut [caret_protocol::SearchHit],
+    files: &HashMap<String, (RelPath, Option<OnDisk>)>,
+    weight: f32,
+) {
+    let top = hits.len().min(USES_WINDOW);
+    let mut definers: HashMap<&str, Vec<&RelPath>> = HashMap::new();
+    for (obfuscated, (real, file)) in files {
+        let Some(file) = file else { continue };
+        let ranges: Vec<(u32, u32)> = hits[..top]
+            .iter()
+            .filter(|h| h.path == *obfuscated && h.leaf == file.leaf)
+            .map(|h| (h.start_line, h.end_line))
+            .collect();
+        for (name, line) in &file.names {
+            let in_hit = ranges.iter().any(|(a, b)| (a..=b).contains(&line));
+            if in_hit && name.chars().count() >= USES_MIN_NAME {
+                definers.entry(name.as_str()).or_default().push(real);
+            }
+        }
+    }
+    let mut credit: HashMap<&RelPath, f32> = HashMap::new();
+    for h in &hits[..top] {
+        let Some((real, Some(file))) = files.get(&h.path) else { continue };
+        if file.leaf != h.leaf {
+            continue;
+        }
+        let own: HashSet<&str> = file.names.iter().map(|(n, _)| n.as_str()).collect();
+        let text = lines(&file.text, h.start_line, h.end_line);
+        let used: HashSet<&str> =
+            text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$')).filter(|w| !w.is_empty()).collect();
+        for name in used.into_iter().filter(|n| !own.contains(n)) {
+            for definer in definers.get(name).into_iter().flatten().filter(|d| **d != real) {
+                let best = credit.entry(definer).or_insert(0.0);
+                *best = best.max(h.score);
+            }
+        }
+    }
+    // A file's own best score bounds what it gains: a hub that many hits use but that
+    // matches the question poorly stays where it is.
+    let mut own_best: HashMap<&str, f32> = HashMap::new();
+    for h in hits.iter() {
+        let best = own_best.entry(h.path.as_str()).or_insert(0.0);
+        *best = best.max(h.score);
+    }
+    let gains: HashMap<String, f32> = files
+        .iter()
+        .filter_map(|(obfuscated, (real, _))| {
+            let own = own_best.get(obfuscated.as_str()).copied().unwrap_or(0.0);
+            Some((obfuscated.clone(), weight * credit.get(real)?.min(own)))
+        })
+        .collect();
+    for h in hits.iter_mut() {
+        h.score += gains.get(&h.path).copied().unwrap_or(0.0);
+    }
+    hits.sort_by(|a, b| b.score.total_cmp(&a.score));
 }
 
 /// Words too common in questions to say anything about a path.
@@ -338,7 +427,30 @@ pub async fn search(
     let leaves = ws.key.leaves();
     let (hits, stale) = tokio::task::spawn_blocking(move || {
         let fingerprint = scanner.content_fingerprint();
-        let mut files: HashMap<RelPath, Option<OnDisk>> = HashMap::new();
+        // Files by obfuscated path: the real one and its text.
+        let mut files: HashMap<String, (RelPath, Option<OnDisk>)> = HashMap::new();
+        if rerank.uses > 0.0 {
+            let mut wanted: Vec<(String, RelPath)> = Vec::new();
+            for h in response.hits.iter().take(USES_WINDOW) {
+                if let Some(real) = paths.get(&h.path)
+                    && !wanted.iter().any(|(o, _)| *o == h.path)
+                {
+                    wanted.push((h.path.clone(), real.clone()));
+                }
+            }
+            let read: Vec<_> = wanted
+                .into_par_iter()
+                .map(|(obfuscated, real)| {
+                    let file = OnDisk::read(&root, &real, &leaves, &fingerprint).map(|mut f| {
+                        f.names = caret_workspace::chunk::top_level_names(&real, &f.text);
+                        f
+                    });
+                    (obfuscated, (real, file))
+                })
+                .collect();
+            files.extend(read);
+            credit_definers(&mut response.hits, &files, rerank.uses);
+        }
         let mut out = Vec::new();
         let mut stale = 0u64;
         for h in response.hits {
@@ -349,12 +461,9 @@ pub async fn search(
                 stale += 1;
                 continue;
             };
-            let file = files.entry(real.clone()).or_insert_with(|| {
-                let bytes = std::fs::read(real.under(&root)).ok()?;
-                let text = String::from_utf8(bytes).ok()?;
-                let leaf = ContentHash(leaves.leaf(&ContentHash::of(text.as_bytes()).0, &fingerprint)).to_hex();
-                Some(OnDisk { text, leaf, chunks: None })
-            });
+            let (_, file) = files
+                .entry(h.path.clone())
+                .or_insert_with(|| (real.clone(), OnDisk::read(&root, real, &leaves, &fingerprint)));
             let Some(file) = file.as_mut() else {
                 stale += 1;
                 continue;
@@ -420,5 +529,64 @@ mod tests {
         assert_eq!(path_matches(&words, "server/token.py"), 1);
         assert_eq!(path_matches(&words, "server/checked.py"), 1);
         assert_eq!(path_matches(&path_words_of_query("python files"), "a/b.py"), 0);
+    }
+
+    fn hit(path: &str, lines: (u32, u32), score: f32) -> caret_protocol::SearchHit {
+        caret_protocol::SearchHit {
+            path: path.to_owned(),
+            start_line: lines.0,
+            end_line: lines.1,
+            id: String::new(),
+            leaf: format!("leaf-{path}"),
+            kind: "code".to_owned(),
+            score,
+            lexical_rank: None,
+            vector_rank: None,
+        }
+    }
+
+    fn on_disk(path: &str, text: &str) -> (String, (RelPath, Option<OnDisk>)) {
+        let real = RelPath::from_bytes(path);
+        let names = caret_workspace::chunk::top_level_names(&real, text);
+        let file = OnDisk { text: text.to_owned(), leaf: format!("leaf-{path}"), chunks: None, names };
+        (path.to_owned(), (real, Some(file)))
+    }
+
+    fn ranked(
+        mut hits: Vec<caret_protocol::SearchHit>,
+        files: &HashMap<String, (RelPath, Option<OnDisk>)>,
+    ) -> Vec<String> {
+        credit_definers(&mut hits, files, 0.2);
+        hits.into_iter().map(|h| format!("{}:{}", h.path, h.start_line)).collect()
+    }
+
+    #[test]
+    fn a_definition_that_is_a_hit_outranks_the_code_that_uses_it() {
+        let views = "from pager import Paginator\n\ndef list_view(items):\n    return Paginator(items).page(1)\n";
+        let pager = "class Paginator:\n    def page(self, n):\n        return n\n\ndef helper():\n    pass\n";
+        let files: HashMap<_, _> = [on_disk("views.py", views), on_disk("pager.py", pager)].into_iter().collect();
+        // The user first by a hair, the class that it uses a hit too: the definer comes first.
+        let hits = vec![hit("views.py", (3, 4), 1.0), hit("pager.py", (1, 3), 0.9), hit("pager.py", (5, 6), 0.5)];
+        assert_eq!(ranked(hits, &files), ["pager.py:1", "views.py:3", "pager.py:5"]);
+        // By more than the share: the order stays.
+        let hits = vec![hit("views.py", (3, 4), 1.0), hit("pager.py", (1, 3), 0.7)];
+        assert_eq!(ranked(hits, &files), ["views.py:3", "pager.py:1"]);
+        // The definition is not a hit (only another part of its file is): no credit.
+        let hits = vec![hit("views.py", (3, 4), 1.0), hit("pager.py", (5, 6), 0.9)];
+        assert_eq!(ranked(hits, &files), ["views.py:3", "pager.py:5"]);
+        // The user changed since it was indexed: it lends nothing.
+        let mut stale = hit("views.py", (3, 4), 1.0);
+        stale.leaf = "another".to_owned();
+        assert_eq!(ranked(vec![stale, hit("pager.py", (1, 3), 0.9)], &files), ["views.py:3", "pager.py:1"]);
+    }
+
+    #[test]
+    fn own_and_short_names_are_not_uses() {
+        // `views.py` defines its own `Paginator` and calls `run`: neither is a use of `pager.py`.
+        let views = "class Paginator:\n    pass\n\ndef list_view(items):\n    return Paginator(items), run()\n";
+        let pager = "class Paginator:\n    pass\n\ndef run():\n    pass\n";
+        let files: HashMap<_, _> = [on_disk("views.py", views), on_disk("pager.py", pager)].into_iter().collect();
+        let hits = vec![hit("views.py", (4, 5), 1.0), hit("pager.py", (1, 5), 0.9)];
+        assert_eq!(ranked(hits, &files), ["views.py:4", "pager.py:1"]);
     }
 }

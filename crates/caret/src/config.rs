@@ -832,6 +832,7 @@ impl Config {
                 "file" => &mut w.file,
                 "symbol" => &mut w.symbol,
                 "path" => &mut rerank.path,
+                "uses" => &mut rerank.uses,
                 other => bail!("CARET_SEARCH_WEIGHTS: unknown weight {other:?}"),
             };
             *slot = value;

@@ -233,6 +233,37 @@ fn defined_names(language: Language, root: tree_sitter::Node<'_>, text: &str) ->
     names
 }
 
+/// The names a file's outermost definitions give — what other files import from it or call
+/// it by — in order, without repeats: a definition nested in another (a method, an inner
+/// function) is not one of them; one inside a wrapper that defines nothing (a decorator, an
+/// `export`, an `if` at module level) is. Each with the line (1-based) of its first
+/// definition. Empty for a file without a grammar.
+pub fn top_level_names(path: &RelPath, text: &str) -> Vec<(String, u32)> {
+    let language = Language::detect(path);
+    let Some(tree) = language.grammar().and_then(|g| parse(language, g, text)) else { return Vec::new() };
+    let kinds = language.definitions();
+    let mut names: Vec<(String, u32)> = Vec::new();
+    let mut cursor = tree.walk();
+    let mut stack = vec![tree.root_node()];
+    while let Some(node) = stack.pop() {
+        let kind = node.kind();
+        if (kinds.contains(&kind) || matches!(kind, "type_spec" | "type_alias"))
+            && let Some(name) = name_of(node)
+        {
+            let t = &text[name.byte_range()];
+            if !t.is_empty() && t.len() <= MAX_NAME && t.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '$') {
+                if !names.iter().any(|(n, _)| n == t) {
+                    names.push((t.to_owned(), to_u32(name.start_position().row + 1)));
+                }
+                continue;
+            }
+        }
+        let children: Vec<_> = node.named_children(&mut cursor).collect();
+        stack.extend(children.into_iter().rev());
+    }
+    names
+}
+
 /// The node naming a definition.
 fn name_of(node: tree_sitter::Node<'_>) -> Option<tree_sitter::Node<'_>> {
     if node.kind() == "impl_item" {

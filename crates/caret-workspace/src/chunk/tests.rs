@@ -628,6 +628,25 @@ fn chunks_name_the_definitions_they_hold() {
     assert!(defined("README.md", "# Title\n\nText about `fn main`.\n").concat().is_empty());
 }
 
+/// A file's outermost definitions, not what they hold nor what they call.
+#[test]
+fn top_level_names_skip_nested_definitions() {
+    let names = |path: &str, text: &str| -> Vec<String> {
+        top_level_names(&RelPath::from_bytes(path), text).into_iter().map(|(n, _)| n).collect()
+    };
+    let python = "import os\n\n@cache\ndef read_config(path):\n    def inner():\n        pass\n    return os.path.join(path, 'x')\n\nclass Loader(Base):\n    def load(self):\n        return read_config('.')\n\nif os.name == 'nt':\n    def read_config(path):\n        return path\n";
+    assert_eq!(names("pkg/loader.py", python), ["read_config", "Loader"]);
+    let rust = "pub struct Queue {\n    items: Vec<u32>,\n}\n\nimpl Queue {\n    pub fn steal_into(&self) -> usize { helper() }\n}\n\nfn helper() -> usize {\n    fn nested() {}\n    1\n}\n\nmod tests {\n    fn case() {}\n}\n";
+    assert_eq!(names("src/queue.rs", rust), ["Queue", "helper", "tests"]);
+    let ts = "export function render(x: number) { return x }\nexport class View { draw() {} }\ninterface Props { a: number }\n";
+    assert_eq!(names("src/view.ts", ts), ["render", "View", "Props"]);
+    assert!(names("README.md", "# Title\n\nfn main\n").is_empty());
+    assert!(
+        names("pkg/broken.py", "def (:\n\x00\x01").iter().all(|n| !n.is_empty()),
+        "a broken file gives what parses"
+    );
+}
+
 #[test]
 fn files_are_classified_by_what_they_are_for() {
     let kind = |p: &str| {
