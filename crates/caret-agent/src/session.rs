@@ -574,6 +574,10 @@ impl Session {
                         text.push_str(&t);
                         emit(events, Event::TextDelta { text: t });
                     }
+                    Some(Ok(ModelEvent::ToolCall { index, .. })) if index >= caret_models::MAX_TOOL_CALLS => {
+                        let e = caret_models::Error::Upstream { upstream: "the model".to_owned(), status: None, message: format!("tool call index {index} is past the limit") };
+                        return Some((Err(e), Vec::new()));
+                    }
                     Some(Ok(ModelEvent::ToolCall { index, id, name, arguments })) => {
                         let i = index as usize;
                         while pieces.len() <= i {

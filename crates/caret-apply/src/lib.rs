@@ -75,6 +75,10 @@ impl Format {
 /// Applies an edit to one file. `format`: `None` to detect it; `path`: the file's path, to
 /// pick its part of a multi-file diff.
 pub fn apply(text: &Text, edit: &str, format: Option<Format>, path: Option<&str>) -> Result<(Text, Format)> {
+    // A text file stays text: NUL bytes would make the result a binary file.
+    if edit.contains('\0') {
+        return Err(Error::Malformed("the edit contains NUL bytes".to_owned()));
+    }
     let format = match format {
         Some(f) => f,
         None => Format::detect(edit).ok_or_else(|| {

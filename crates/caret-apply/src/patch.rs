@@ -74,6 +74,9 @@ pub fn detect(edit: &str) -> bool {
 
 /// Parses a patch envelope.
 pub fn parse(edit: &str) -> Result<Vec<FileOp>> {
+    if edit.contains('\0') {
+        return Err(Error::Malformed("the patch contains NUL bytes".to_owned()));
+    }
     let lines = edit_lines(edit);
     let begin = lines
         .iter()

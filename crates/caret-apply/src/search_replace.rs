@@ -137,7 +137,17 @@ pub fn apply(text: &Text, blocks: &[Block]) -> Result<Text> {
             continue;
         }
         let file = out.line_refs();
-        let found = find(&file, &search, 0)?;
+        let found = match find(&file, &search, 0) {
+            // Two places without the blank edges: the edges may tell them apart.
+            Err(ambiguous @ Error::Ambiguous { .. }) if lead + trail > 0 => {
+                let whole: Vec<&str> = block.search.iter().map(String::as_str).collect();
+                let Ok(found) = find(&file, &whole, 0) else { return Err(ambiguous) };
+                let new: Vec<String> = block.replace.iter().map(|l| found.shift.apply(l)).collect();
+                out.lines.splice(found.start..found.start + found.len, new);
+                continue;
+            }
+            found => found?,
+        };
         let blank = |j: usize| file.get(j).is_some_and(|l| l.trim().is_empty());
         let end = found.start + found.len;
         let takes_lead = found.start >= lead && (1..=lead).all(|k| blank(found.start - k));
@@ -200,6 +210,11 @@ mod tests {
         let file = Text::new("a\nb\na\n");
         let amb = parse("<<<<<<< SEARCH\na\n=======\nc\n>>>>>>> REPLACE").unwrap();
         assert!(matches!(apply(&file, &amb), Err(Error::Ambiguous { .. })));
+        // Blank edges that tell two places apart are anchors after all.
+        let file = Text::new("a\nb\n\nb\n\na\nb\n");
+        let edges = parse("<<<<<<< SEARCH\n\na\nb\n=======\n\nc\n>>>>>>> REPLACE").unwrap();
+        assert_eq!(apply(&file, &edges).unwrap().render(), "a\nb\n\nb\n\nc\n");
+        let file = Text::new("a\nb\na\n");
         let miss = parse("<<<<<<< SEARCH\nz\n=======\nc\n>>>>>>> REPLACE").unwrap();
         assert!(matches!(apply(&file, &miss), Err(Error::NoMatch { .. })));
         let append = parse("<<<<<<< SEARCH\n=======\nd\n>>>>>>> REPLACE").unwrap();

@@ -58,7 +58,16 @@ impl Text {
         let lines = if s.is_empty() {
             Vec::new()
         } else {
-            body.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l).to_owned()).collect()
+            // A carriage return is a line ending only before a newline: one that ends the
+            // file is the last line's own (dropping it would change an unchanged file).
+            let mut lines: Vec<String> = body.split('\n').map(str::to_owned).collect();
+            let last = lines.len() - 1;
+            for (i, l) in lines.iter_mut().enumerate() {
+                if (i < last || final_newline) && l.ends_with('\r') {
+                    l.pop();
+                }
+            }
+            lines
         };
         Text { lines, eol, final_newline, bom }
     }
@@ -99,6 +108,14 @@ pub(crate) fn edit_lines(s: &str) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_carriage_return_that_ends_the_file_is_kept() {
+        for s in ["a\r", "a\nb\r", "a\r\nb\r", "\r"] {
+            assert_eq!(Text::new(s).render(), s, "{s:?}");
+        }
+        assert_eq!(Text::new("a\r\nb\r\n").lines, ["a", "b"]);
+    }
 
     #[test]
     fn round_trips_endings_final_newline_and_bom() {

@@ -8,7 +8,7 @@ use caret_protocol::llm::{ChatRequest, FinishReason, Role, Usage};
 use futures::StreamExt as _;
 use serde_json::{Value, json};
 
-use crate::openai::{checked, http_client, transport};
+use crate::openai::{checked, http_client};
 use crate::provider::{Event, EventStream, Provider};
 use crate::sse::events;
 use crate::{Error, Result};
@@ -201,6 +201,28 @@ impl Reading {
     }
 }
 
+/// The events of a Messages API streamed body.
+pub(crate) fn message_stream<S, E>(upstream: String, body: S) -> EventStream
+where
+    S: futures::Stream<Item = std::result::Result<bytes::Bytes, E>> + Send + Unpin + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    let mut reading = Reading::default();
+    events(body)
+        .map(move |e| {
+            let items: Vec<Result<Event>> = match e
+                .map_err(|e| Error::Upstream { upstream: upstream.clone(), status: None, message: e.to_string() })
+                .and_then(|e| reading.read(&upstream, e.event.as_deref(), &e.data))
+            {
+                Ok(events) => events.into_iter().map(Ok).collect(),
+                Err(e) => vec![Err(e)],
+            };
+            futures::stream::iter(items)
+        })
+        .flatten()
+        .boxed()
+}
+
 #[async_trait::async_trait]
 impl Provider for AnthropicProvider {
     fn describe(&self) -> String {
@@ -211,21 +233,7 @@ impl Provider for AnthropicProvider {
         let body = messages_body(&req)?;
         let resp =
             checked(&self.base, self.request(reqwest::Method::POST, "/v1/messages").json(&body).send().await).await?;
-        let upstream = self.base.clone();
-        let mut reading = Reading::default();
-        let stream = events(resp.bytes_stream())
-            .map(move |e| {
-                let items: Vec<Result<Event>> = match e
-                    .map_err(|e| transport(&upstream, &e))
-                    .and_then(|e| reading.read(&upstream, e.event.as_deref(), &e.data))
-                {
-                    Ok(events) => events.into_iter().map(Ok).collect(),
-                    Err(e) => vec![Err(e)],
-                };
-                futures::stream::iter(items)
-            })
-            .flatten();
-        Ok(stream.boxed())
+        Ok(message_stream(self.base.clone(), resp.bytes_stream()))
     }
 
     async fn health(&self) -> Result<()> {

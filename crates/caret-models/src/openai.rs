@@ -96,13 +96,20 @@ pub(crate) fn transport(upstream: &str, e: &reqwest::Error) -> Error {
     Error::Upstream { upstream: upstream.to_owned(), status: None, message: e.to_string() }
 }
 
-/// Server-sent `data:` payloads of a response, up to `[DONE]`.
-pub(crate) fn data_events(
-    upstream: String,
-    resp: reqwest::Response,
-) -> futures::stream::BoxStream<'static, Result<String>> {
-    events(resp.bytes_stream())
-        .map(move |e| e.map(|e| e.data).map_err(|e| transport(&upstream, &e)))
+/// Server-sent `data:` payloads of a response body, up to `[DONE]`.
+pub(crate) fn data_events<S, E>(upstream: String, body: S) -> futures::stream::BoxStream<'static, Result<String>>
+where
+    S: futures::Stream<Item = std::result::Result<bytes::Bytes, E>> + Send + Unpin + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    events(body)
+        .map(move |e| {
+            e.map(|e| e.data).map_err(|e| Error::Upstream {
+                upstream: upstream.clone(),
+                status: None,
+                message: e.to_string(),
+            })
+        })
         .take_while(|d| futures::future::ready(!matches!(d, Ok(d) if d == "[DONE]")))
         .boxed()
 }
@@ -115,7 +122,7 @@ fn parse<T: serde::de::DeserializeOwned>(upstream: &str, data: &str) -> Result<T
     })
 }
 
-fn chat_events(chunk: ChatChunk) -> Vec<Event> {
+fn chat_events(upstream: &str, chunk: ChatChunk) -> Result<Vec<Event>> {
     let mut out = Vec::new();
     if let Some(ids) = chunk.prompt_token_ids {
         out.push(Event::PromptTokens(ids));
@@ -125,6 +132,14 @@ fn chat_events(chunk: ChatChunk) -> Vec<Event> {
             out.push(Event::Text(t));
         }
         for call in choice.delta.tool_calls {
+            // Calls are collected by index: a huge one would make room for that many.
+            if call.index >= crate::MAX_TOOL_CALLS {
+                return Err(Error::Upstream {
+                    upstream: upstream.to_owned(),
+                    status: None,
+                    message: format!("tool call index {} is past the limit of {}", call.index, crate::MAX_TOOL_CALLS),
+                });
+            }
             out.push(Event::ToolCall {
                 index: call.index,
                 id: call.id,
@@ -144,10 +159,10 @@ fn chat_events(chunk: ChatChunk) -> Vec<Event> {
     if let Some(u) = chunk.usage {
         out.push(Event::Usage(u));
     }
-    out
+    Ok(out)
 }
 
-fn completion_events(chunk: CompletionResponse) -> Vec<Event> {
+fn completion_events(_upstream: &str, chunk: CompletionResponse) -> Result<Vec<Event>> {
     let mut out = Vec::new();
     for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
         if !choice.text.is_empty() {
@@ -160,25 +175,36 @@ fn completion_events(chunk: CompletionResponse) -> Vec<Event> {
     if let Some(u) = chunk.usage {
         out.push(Event::Usage(u));
     }
-    out
+    Ok(out)
 }
 
-/// Flattens parsed payloads into events.
-fn event_stream<T, F>(upstream: String, resp: reqwest::Response, to_events: F) -> EventStream
+/// Flattens the parsed payloads of a response body into events.
+fn event_stream<S, E, T, F>(upstream: String, body: S, to_events: F) -> EventStream
 where
+    S: futures::Stream<Item = std::result::Result<bytes::Bytes, E>> + Send + Unpin + 'static,
+    E: std::fmt::Display + Send + 'static,
     T: serde::de::DeserializeOwned,
-    F: Fn(T) -> Vec<Event> + Send + 'static,
+    F: Fn(&str, T) -> Result<Vec<Event>> + Send + 'static,
 {
     let name = upstream.clone();
-    data_events(upstream, resp)
+    data_events(upstream, body)
         .flat_map(move |data| {
-            let items: Vec<Result<Event>> = match data.and_then(|d| parse::<T>(&name, &d)) {
-                Ok(chunk) => to_events(chunk).into_iter().map(Ok).collect(),
+            let items: Vec<Result<Event>> = match data.and_then(|d| to_events(&name, parse::<T>(&name, &d)?)) {
+                Ok(events) => events.into_iter().map(Ok).collect(),
                 Err(e) => vec![Err(e)],
             };
             futures::stream::iter(items)
         })
         .boxed()
+}
+
+/// The events of a chat completion's streamed body.
+pub(crate) fn chat_stream<S, E>(upstream: String, body: S) -> EventStream
+where
+    S: futures::Stream<Item = std::result::Result<bytes::Bytes, E>> + Send + Unpin + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    event_stream(upstream, body, chat_events)
 }
 
 #[async_trait::async_trait]
@@ -197,14 +223,14 @@ impl Provider for OpenAiProvider {
         req.stream = true;
         req.stream_options = Some(StreamOptions { include_usage: true });
         let resp = self.post("/v1/chat/completions", &req).await?;
-        Ok(event_stream(self.base.clone(), resp, chat_events))
+        Ok(chat_stream(self.base.clone(), resp.bytes_stream()))
     }
 
     async fn complete(&self, mut req: CompletionRequest) -> Result<EventStream> {
         req.stream = true;
         req.stream_options = Some(StreamOptions { include_usage: true });
         let resp = self.post("/v1/completions", &req).await?;
-        Ok(event_stream(self.base.clone(), resp, completion_events))
+        Ok(event_stream(self.base.clone(), resp.bytes_stream(), completion_events))
     }
 
     async fn embed(&self, req: EmbeddingsRequest) -> Result<EmbeddingsResponse> {

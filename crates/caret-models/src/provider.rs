@@ -103,6 +103,13 @@ pub async fn collect_chat(mut stream: EventStream) -> Result<Collected> {
             }
             Event::Text(t) => text.push_str(&t),
             Event::ToolCall { index, id, name, arguments } => {
+                if index >= crate::MAX_TOOL_CALLS {
+                    return Err(crate::Error::Upstream {
+                        upstream: "the model".to_owned(),
+                        status: None,
+                        message: format!("tool call index {index} is past the limit"),
+                    });
+                }
                 let i = index as usize;
                 while calls.len() <= i {
                     calls.push(ToolCall {

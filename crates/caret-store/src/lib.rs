@@ -69,6 +69,9 @@ pub enum Error {
     /// Building or searching an ANN index failed.
     #[error("ann index: {0}")]
     Ann(String),
+    /// Stored data whose checksum holds but whose parts disagree (a writer's bug).
+    #[error("inconsistent stored data: {0}")]
+    Inconsistent(String),
 }
 
 /// Result alias of this crate.
@@ -567,7 +570,9 @@ impl Namespace {
             return Ok(None);
         };
         let data = match self.get(&self.seg(&m.segment)).await {
-            Ok(bytes) => open::<SegmentData>(&bytes).filter(|d| d.version == FORMAT && d.seq == m.seq),
+            Ok(bytes) => {
+                open::<SegmentData>(&bytes).filter(|d| d.version == FORMAT && d.seq == m.seq && d.check().is_ok())
+            }
             Err(Error::ObjectStore(object_store::Error::NotFound { .. })) => None,
             Err(e) => return Err(e),
         };
@@ -799,3 +804,79 @@ fn nonce() -> Vec<u8> {
 
 #[cfg(test)]
 mod tests;
+
+/// Entry points for the fuzz targets (`crates/caret-fuzz`): the decoders of stored objects, fed
+/// from memory, and a search over what they decode to. Not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::*;
+
+    fn sealed(body: &[u8]) -> Vec<u8> {
+        let mut bytes = body.to_vec();
+        bytes.extend_from_slice(blake3::hash(body).as_bytes());
+        bytes
+    }
+
+    /// Searches `state` with terms and a vector taken from `salt`: every ranking path runs.
+    fn search_all(state: &mut State, salt: u64) {
+        let vector =
+            state.model.clone().map(|(m, dim)| (m, (0..dim).map(|i| ((i as u64 ^ salt) % 7) as f32 - 3.0).collect()));
+        let terms: Vec<u64> = state
+            .chunks
+            .keys()
+            .take(4)
+            .map(|id| u64::from_le_bytes([id[0], id[1], id[2], id[3], id[4], id[5], id[6], id[7]]) ^ salt)
+            .collect();
+        for k in [1, 10] {
+            let q = Query {
+                terms: terms.clone(),
+                definitions: terms.clone(),
+                symbols: terms.clone(),
+                vector: vector.clone(),
+                k,
+                candidates: 100,
+                weights: Weights::default(),
+            };
+            let hits = state.search(&q);
+            assert!(hits.len() <= k, "more hits than asked for");
+            let _ = state.tree();
+            let _ = state.missing_vectors(state.model().unwrap_or("m"), 10);
+        }
+    }
+
+    /// A log object's body (the checksum is added here): decoded; when it decodes, applied to
+    /// an empty state, which is then searched.
+    pub fn log_object(body: &[u8]) {
+        if let Some(batch) = open::<Batch>(&sealed(body)) {
+            let mut state = State::default();
+            state.apply(1, batch.records.clone());
+            state.apply(2, batch.records);
+            search_all(&mut state, body.len() as u64);
+        }
+    }
+
+    /// A segment's body (the checksum is added here): decoded; when it decodes and is
+    /// consistent, built and searched. An inconsistent one must be refused, not built.
+    pub fn segment(body: &[u8]) {
+        let Some(data) = open::<SegmentData>(&sealed(body)) else { return };
+        let built = Segment::from_data("fuzz".to_owned(), &data, Stored::default());
+        match data.check() {
+            Ok(()) => {
+                let segment = Arc::new(built.unwrap_or_else(|e| panic!("a consistent segment failed to build: {e}")));
+                let mut state = State::from_segment(segment, data);
+                search_all(&mut state, body.len() as u64);
+            }
+            Err(_) => assert!(built.is_err(), "an inconsistent segment was built"),
+        }
+    }
+
+    /// A stored BM25 index: read (or refused); a read one answers a query.
+    pub fn bm25(bytes: &[u8]) {
+        let _ = crate::bm25::Bm25Index::from_bytes(bytes);
+    }
+
+    /// A stored HNSW graph of `dim`-wide vectors: read (or refused).
+    pub fn ann(bytes: &[u8], dim: usize) {
+        let _ = crate::ann::AnnIndex::from_bytes(bytes, dim, crate::ann::AnnParams::default());
+    }
+}

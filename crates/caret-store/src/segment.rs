@@ -25,6 +25,30 @@ pub(crate) struct SegmentData {
     pub vectors: Vec<f32>,
 }
 
+impl SegmentData {
+    /// Whether the parts agree: the vector block is `dim` wide for every id, a model names
+    /// any vectors, and ids are not repeated.
+    pub(crate) fn check(&self) -> crate::Result<()> {
+        let dim = self.dim as usize;
+        let bad = |why: &str| Err(crate::Error::Inconsistent(format!("segment {}: {why}", self.seq)));
+        if self.vector_ids.len().checked_mul(dim) != Some(self.vectors.len()) {
+            return bad("the vector block is not one row per id");
+        }
+        if !self.vector_ids.is_empty() && (dim == 0 || self.model.is_none()) {
+            return bad("vectors without a model or a width");
+        }
+        let mut ids = HashSet::with_capacity(self.chunks.len());
+        if !self.chunks.iter().all(|c| ids.insert(c.id)) {
+            return bad("a chunk is listed twice");
+        }
+        let mut ids = HashSet::with_capacity(self.vector_ids.len());
+        if !self.vector_ids.iter().all(|id| ids.insert(*id)) {
+            return bad("a vector is listed twice");
+        }
+        Ok(())
+    }
+}
+
 /// A manifest (`manifest/<n>`, sealed): which segment is current.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Manifest {
@@ -73,6 +97,7 @@ impl Segment {
     /// graph read from storage, when they loaded; missing ones are rebuilt (the graph only when
     /// the segment is large enough to need it).
     pub(crate) fn from_data(name: String, data: &SegmentData, stored: Stored) -> crate::Result<Segment> {
+        data.check()?;
         let bm25 = match stored.bm25 {
             Some(b) if b.docs() == data.chunks.len() as u64 => b,
             _ => Bm25Index::build(&data.chunks)?,

@@ -9,7 +9,7 @@
 //! pools at once and the machine is not oversubscribed.
 
 mod draft;
-mod output;
+pub(crate) mod output;
 mod prompt;
 
 use std::num::NonZeroU32;

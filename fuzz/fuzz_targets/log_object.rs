@@ -1,0 +1,8 @@
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    let target = caret_fuzz::target("log_object").map(|t| t.run);
+    if let Some(run) = target {
+        run(data);
+    }
+});

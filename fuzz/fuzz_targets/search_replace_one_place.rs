@@ -1,0 +1,8 @@
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    let target = caret_fuzz::target("search_replace_one_place").map(|t| t.run);
+    if let Some(run) = target {
+        run(data);
+    }
+});
