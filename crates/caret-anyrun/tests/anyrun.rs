@@ -547,7 +547,7 @@ async fn later_runs_of_an_environment_start_from_its_snapshot_and_leave_it_untou
     if overlay == caret_anyrun::snapshot::Method::Overlay {
         methods.push(overlay);
     } else {
-        eprintln!("overlay mounts are not possible here (not root, or no overlayfs): copies only");
+        caret_test_support::skip("overlay mounts are not possible here (not root, or no overlayfs): copies only");
     }
     for method in methods {
         warm_starts(method).await;
@@ -630,7 +630,7 @@ async fn warm_starts(method: caret_anyrun::snapshot::Method) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_in_gvisor_fixes_the_bug_like_one_in_bubblewrap() {
     if !["/usr/bin/runsc", "/usr/local/bin/runsc"].iter().any(|p| std::path::Path::new(p).exists()) {
-        eprintln!("runsc is not installed: the gVisor backend's absence is checked in caret-sandbox");
+        caret_test_support::skip("runsc is not installed: the gVisor backend's absence is checked in caret-sandbox");
         return;
     }
     let dir = TempDir::new();

@@ -14,7 +14,7 @@ const MODEL_VARS: [&str; 2] = ["CARET_TEST_MODEL_DIR", "CARET_TEST_F32_MODEL_DIR
 fn model_dirs() -> Vec<PathBuf> {
     let dirs: Vec<PathBuf> = MODEL_VARS.iter().filter_map(std::env::var_os).map(PathBuf::from).collect();
     if dirs.is_empty() {
-        eprintln!("neither {MODEL_VARS:?} is set: skipping the local model test");
+        caret_test_support::skip(&format!("neither {MODEL_VARS:?} is set: skipping the local model test"));
     }
     dirs
 }
@@ -66,7 +66,7 @@ fn batching_and_padding_do_not_change_vectors() {
 fn int8_onnx_and_f32_candle_agree() {
     let models = models();
     let [int8, f32] = models.as_slice() else {
-        eprintln!("needs both {MODEL_VARS:?}: skipping");
+        caret_test_support::skip(&format!("needs both {MODEL_VARS:?}: skipping"));
         return;
     };
     assert_ne!(int8.model_id(), f32.model_id(), "vectors of the two are never mixed");
@@ -82,11 +82,11 @@ fn int8_onnx_and_f32_candle_agree() {
 #[test]
 fn onnx_model_problems_are_clear_errors() {
     let Some(real) = std::env::var_os("CARET_TEST_MODEL_DIR").map(PathBuf::from) else {
-        eprintln!("CARET_TEST_MODEL_DIR is not set: skipping");
+        caret_test_support::skip("CARET_TEST_MODEL_DIR is not set: skipping");
         return;
     };
     if !real.join(caret_embed::RUNTIME_LIBRARY).exists() {
-        eprintln!("CARET_TEST_MODEL_DIR is not an ONNX model: skipping");
+        caret_test_support::skip("CARET_TEST_MODEL_DIR is not an ONNX model: skipping");
         return;
     }
     let dir = std::env::temp_dir().join(format!("caret-bad-onnx-{}", std::process::id()));

@@ -194,7 +194,7 @@ fn kernel_has_landlock() -> bool {
 #[test]
 fn the_landlock_helper_fences_writes_to_its_directories() {
     if !kernel_has_landlock() {
-        eprintln!("skipped: this kernel has no Landlock");
+        caret_test_support::skip("skipped: this kernel has no Landlock");
         return;
     }
     let (allowed, other) = (TempDir::new(), TempDir::new());
@@ -235,7 +235,7 @@ async fn landlock_in_the_sandbox_leaves_ordinary_work_alone() {
     let fenced = Bwrap::new(policy.clone()).unwrap();
     if !kernel_has_landlock() {
         assert!(!fenced.landlocked() && fenced.landlock_unavailable().is_some());
-        eprintln!("skipped: this kernel has no Landlock");
+        caret_test_support::skip("skipped: this kernel has no Landlock");
         return;
     }
     assert!(fenced.landlocked(), "{:?}", fenced.landlock_unavailable());

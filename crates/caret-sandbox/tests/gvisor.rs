@@ -104,7 +104,7 @@ async fn gvisor_runs_commands_in_the_workspace_and_nowhere_else_or_says_why_not(
 #[tokio::test]
 async fn gvisor_reaches_allowed_hosts_through_the_proxy_only() {
     if !installed() {
-        eprintln!("runsc is not installed: skipped");
+        caret_test_support::skip("runsc is not installed: skipped");
         return;
     }
     let port = caret_test_support::http_server("allowed");

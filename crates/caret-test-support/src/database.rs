@@ -32,6 +32,9 @@ pub async fn scratch(dir: &Path, env_var: &str) -> (AnyPool, bool) {
             .expect("connecting to PostgreSQL");
         return (pool, true);
     }
+    if env_var.starts_with("CARET_TEST") {
+        crate::skip(&format!("PostgreSQL ({env_var} is not set): SQLite only"));
+    }
     let url = format!("sqlite://{}?mode=rwc", dir.join("caret.db").display());
     (AnyPoolOptions::new().max_connections(1).connect(&url).await.expect("opening SQLite"), false)
 }

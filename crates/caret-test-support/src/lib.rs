@@ -13,6 +13,29 @@ pub mod scripted;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// Says that a test, or a part of one, did not run because something it needs is absent (a
+/// service, a model, a kernel feature): `skipped: TEST: WHY` on the terminal even though the
+/// harness captures a passing test's output (written to the process's standard error
+/// directly, which `cargo test` leaves alone), and a line in the file `CARET_TEST_SKIPS` names
+/// when it is set, so that CI — where everything is set up — can fail on any skip.
+pub fn skip(why: &str) {
+    use std::io::Write as _;
+    let test = std::thread::current().name().unwrap_or("a test").to_owned();
+    let line = format!("skipped: {test}: {why}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    if let Some(path) = std::env::var_os("CARET_TEST_SKIPS").filter(|p| !p.is_empty()) {
+        // One small append per line: lines from parallel tests do not interleave.
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = appended {
+            panic!("recording a skip in {}: {e}", Path::new(&path).display());
+        }
+    }
+}
+
 /// A temporary directory, removed on drop, with helpers to lay out files.
 pub struct TempDir {
     dir: tempfile::TempDir,

@@ -285,6 +285,9 @@ fn index_then_search_finds_the_right_function_and_drops_stale_hits() {
     let dir = search_repo();
     let root = dir.path().to_str().unwrap();
     let semantic = std::env::var_os("CARET_TEST_MODEL_DIR").is_some();
+    if !semantic {
+        caret_test_support::skip("the semantic half: CARET_TEST_MODEL_DIR is not set (lexical search only)");
+    }
 
     // Before indexing: a clear error, not an empty answer.
     let out = caret_model(&home, &["search", "-C", root, "retry"]);
@@ -479,7 +482,7 @@ fn searches_go_through_a_warm_local_daemon() {
         assert_ne!(read_announce()["pid"].as_u64().unwrap(), lexical_only);
         wait_until(15, "the daemon without the model to stop", || !running(lexical_only));
     } else {
-        eprintln!("skipped (a model installed late): CARET_TEST_MODEL_DIR is not set (CI sets it)");
+        caret_test_support::skip("skipped (a model installed late): CARET_TEST_MODEL_DIR is not set (CI sets it)");
     }
 
     // Its home deleted: it stops.
@@ -493,7 +496,7 @@ fn searches_go_through_a_warm_local_daemon() {
 #[test]
 fn clones_sharing_a_key_embed_each_chunk_once() {
     let Some(_) = std::env::var_os("CARET_TEST_MODEL_DIR") else {
-        eprintln!("skipped: CARET_TEST_MODEL_DIR is not set (CI sets it)");
+        caret_test_support::skip("skipped: CARET_TEST_MODEL_DIR is not set (CI sets it)");
         return;
     };
     let home = TempDir::new();
@@ -547,7 +550,7 @@ fn chat_talks_to_a_configured_model_and_fails_over() {
 #[test]
 fn chat_runs_a_local_model_in_process() {
     let Some(model) = std::env::var_os("CARET_TEST_LLM_DIR") else {
-        eprintln!("CARET_TEST_LLM_DIR is not set: skipping the local model test");
+        caret_test_support::skip("CARET_TEST_LLM_DIR is not set: skipping the local model test");
         return;
     };
     let home = TempDir::new();
@@ -672,7 +675,7 @@ fn apply_merges_with_a_local_model_what_the_matcher_cannot_place() {
     assert_eq!(std::fs::read_to_string(home.join("w/shapes.py")).unwrap(), original);
 
     let Some(model) = std::env::var_os("CARET_TEST_LLM_DIR") else {
-        eprintln!("CARET_TEST_LLM_DIR is not set: skipping the model merge");
+        caret_test_support::skip("CARET_TEST_LLM_DIR is not set: skipping the model merge");
         return;
     };
     home.write(
@@ -708,6 +711,37 @@ fn apply_merges_with_a_local_model_what_the_matcher_cannot_place() {
     assert_eq!(report["changed"].as_bool().unwrap(), written != original, "{report}");
 }
 
+/// The code model, with its fill-in-the-middle template.
+#[test]
+#[ignore = "slow: a 1.5B model (CARET_TEST_CODE_MODEL_DIR); cargo test -- --ignored"]
+fn complete_fills_in_the_middle_with_the_code_model() {
+    let code = std::env::var_os("CARET_TEST_CODE_MODEL_DIR").expect("CARET_TEST_CODE_MODEL_DIR names the code model");
+    let home = TempDir::new();
+    home.write("w/calc.py", "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    \n\nprint(add(1, 2))\n");
+    let file = home.join("w/calc.py");
+    let file = file.to_str().unwrap();
+    home.write(
+        "caret-home/config.toml",
+        &format!(
+            "[[models]]\nalias = \"tab\"\ndeployments = [{{ provider = \"local\", model = {:?}, context_tokens = 2048 }}]\n",
+            code.to_string_lossy()
+        ),
+    );
+    let out = caret(&home, &["complete", file, "--line", "6", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let s: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(s["multiline"], true, "{s}");
+    assert!(s["text"].as_str().unwrap().contains("a * b"), "{s}");
+    // Middle of a line: the rest of it, without the `)` the suffix has.
+    home.write("w/call.py", "def add(a, b):\n    return a + b\n\n\ntotal = add(1, )\n");
+    let call = home.join("w/call.py");
+    let out = caret(&home, &["complete", call.to_str().unwrap(), "--line", "5", "--column", "16", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let s: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    let text = s["text"].as_str().unwrap();
+    assert!(!text.contains('\n') && !text.ends_with(')') && !text.is_empty(), "{s}");
+}
+
 #[test]
 fn complete_suggests_at_a_cursor_with_a_local_model() {
     let home = TempDir::new();
@@ -720,34 +754,9 @@ fn complete_suggests_at_a_cursor_with_a_local_model() {
     let out = caret(&home, &["complete", file, "--line", "60"]);
     assert!(!out.status.success());
 
-    // The code model, with its fill-in-the-middle template (slow: a 1.5B model).
-    let slow = std::env::var("CARET_SLOW_TESTS").is_ok_and(|v| v == "1");
-    if let Some(code) = std::env::var_os("CARET_TEST_CODE_MODEL_DIR").filter(|_| slow) {
-        home.write(
-            "caret-home/config.toml",
-            &format!(
-                "[[models]]\nalias = \"tab\"\ndeployments = [{{ provider = \"local\", model = {:?}, context_tokens = 2048 }}]\n",
-                code.to_string_lossy()
-            ),
-        );
-        let out = caret(&home, &["complete", file, "--line", "6", "--json"]);
-        assert!(out.status.success(), "{}", stderr(&out));
-        let s: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
-        assert_eq!(s["multiline"], true, "{s}");
-        assert!(s["text"].as_str().unwrap().contains("a * b"), "{s}");
-        // Middle of a line: the rest of it, without the `)` the suffix has.
-        home.write("w/call.py", "def add(a, b):\n    return a + b\n\n\ntotal = add(1, )\n");
-        let call = home.join("w/call.py");
-        let out = caret(&home, &["complete", call.to_str().unwrap(), "--line", "5", "--column", "16", "--json"]);
-        assert!(out.status.success(), "{}", stderr(&out));
-        let s: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
-        let text = s["text"].as_str().unwrap();
-        assert!(!text.contains('\n') && !text.ends_with(')') && !text.is_empty(), "{s}");
-    }
-
     // The small test model has no fill-in-the-middle tokens: it continues the prefix.
     let Some(model) = std::env::var_os("CARET_TEST_LLM_DIR") else {
-        eprintln!("CARET_TEST_LLM_DIR is not set: skipping the completion");
+        caret_test_support::skip("CARET_TEST_LLM_DIR is not set: skipping the completion");
         return;
     };
     home.write(

