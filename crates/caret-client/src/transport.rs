@@ -137,8 +137,9 @@ impl HttpTransport {
         if let Some(k) = key {
             req = req.header(SERVER_KEY_HEADER, k.encode());
         }
-        // Rate limited: wait as told, a few times.
-        for attempt in 0..5 {
+        // Rate limited, or the server's storage failing for a moment: wait as told (doubling
+        // when it does not say), a few times.
+        for attempt in 0..6 {
             let Some(r) = req.try_clone() else { break };
             let response = r.send().await.map_err(|e| Error::Transport(format!("{url}: {}", chain(&e))))?;
             let status = response.status();
@@ -146,8 +147,12 @@ impl HttpTransport {
                 response.headers().get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
             let bytes = response.bytes().await.map_err(|e| Error::Transport(format!("{url}: {}", chain(&e))))?;
             self.wire.add(sent, bytes.len());
-            if status == reqwest::StatusCode::TOO_MANY_REQUESTS && attempt < 4 {
-                tokio::time::sleep(std::time::Duration::from_secs(retry_after.unwrap_or(1).min(30))).await;
+            let retry = status == reqwest::StatusCode::TOO_MANY_REQUESTS
+                || status == reqwest::StatusCode::SERVICE_UNAVAILABLE && retry_after.is_some();
+            if retry && attempt < 5 {
+                let wait = retry_after.unwrap_or(1 << attempt).min(30);
+                tracing::debug!(%url, %status, wait, "the server asks to retry");
+                tokio::time::sleep(std::time::Duration::from_secs(wait)).await;
                 continue;
             }
             if !status.is_success() {
@@ -161,7 +166,7 @@ impl HttpTransport {
             return serde_json::from_slice(&bytes)
                 .map_err(|e| Error::Transport(format!("{url}: unexpected response: {e}")));
         }
-        Err(Error::Transport(format!("{url}: rate limited too many times")))
+        Err(Error::Transport(format!("{url}: rate limited or unavailable too many times")))
     }
 }
 

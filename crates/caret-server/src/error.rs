@@ -48,9 +48,33 @@ pub enum Error {
 }
 
 impl From<sqlx::Error> for Error {
+    /// The database unreachable, busy or gone for a moment is [`Error::Database`] (503, retry);
+    /// a query it refuses is a bug here ([`Error::Internal`]).
     fn from(e: sqlx::Error) -> Self {
-        Error::Database(e.to_string())
+        match e {
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::Protocol(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed => Error::Database(e.to_string()),
+            sqlx::Error::Database(ref d) if unavailable(d.as_ref()) => Error::Database(e.to_string()),
+            other => Error::Internal(format!("database: {other}")),
+        }
     }
+}
+
+/// Whether a database's error says it is unavailable rather than refusing the query:
+/// PostgreSQL's fatal errors (a connection refused or ended: shutting down, not accepting
+/// connections, too many clients) and its connection, resource and shutdown classes (08, 53,
+/// 57P); SQLite's busy and locked.
+fn unavailable(d: &dyn sqlx::error::DatabaseError) -> bool {
+    if let Some(pg) = d.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+        use sqlx::postgres::PgSeverity;
+        return matches!(pg.severity(), PgSeverity::Fatal | PgSeverity::Panic)
+            || ["08", "53", "57P"].iter().any(|class| pg.code().starts_with(class));
+    }
+    d.code().is_some_and(|c| matches!(c.as_ref(), "5" | "6" | "261" | "517" | "262"))
 }
 
 /// Result alias of this crate.
@@ -69,9 +93,9 @@ impl Error {
             Error::TooMany(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many"),
             Error::EditDoesNotFit(_) => (StatusCode::UNPROCESSABLE_ENTITY, "edit_does_not_fit"),
             Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
-            Error::Database(_) | Error::Store(_) | Error::Internal(_) => {
-                (StatusCode::INTERNAL_SERVER_ERROR, "internal")
-            }
+            Error::Database(_) => (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable"),
+            Error::Store(e) if e.is_transient() => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),
+            Error::Store(_) | Error::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
 }
@@ -79,7 +103,10 @@ impl Error {
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let (status, code) = self.status();
-        let message = if status.is_server_error() {
+        let message = if matches!(code, "database_unavailable" | "storage_unavailable") {
+            tracing::warn!(error = %self, "request failed for a storage fault; the client is told to retry");
+            "storage is failing for the moment; retry".to_owned()
+        } else if status.is_server_error() {
             tracing::error!(error = %self, "request failed");
             "internal error; see the server log".to_owned()
         } else {
@@ -95,6 +122,11 @@ impl IntoResponse for Error {
             }
             Error::TooMany(_) => {
                 response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            }
+            // Storage faults pass; nothing was half-done (every write is one object put or
+            // one transaction), so the same request can simply be sent again.
+            Error::Database(_) | Error::Store(_) if status == StatusCode::SERVICE_UNAVAILABLE => {
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             Error::Unauthorized => {
                 response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

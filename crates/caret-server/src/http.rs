@@ -225,7 +225,12 @@ async fn ready(State(state): State<AppState>) -> Response {
         (Ok(()), Ok(())) => "ready".into_response(),
         (db, store) => {
             tracing::warn!(db_ok = db.is_ok(), store_ok = store.is_ok(), "not ready");
-            (StatusCode::SERVICE_UNAVAILABLE, "not ready").into_response()
+            let what = match (db.is_ok(), store.is_ok()) {
+                (false, false) => "not ready: the database and the object store are failing",
+                (false, true) => "not ready: the database is failing",
+                _ => "not ready: the object store is failing",
+            };
+            (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "1")], what).into_response()
         }
     }
 }

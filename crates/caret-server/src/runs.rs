@@ -48,7 +48,7 @@ impl From<caret_anyrun::Error> for Error {
             E::TooMany(m) => Error::TooMany(m),
             e @ E::Fenced(_) => Error::Conflict(e.to_string()),
             E::Unavailable(m) => Error::Unavailable(m),
-            E::Database(e) => Error::Database(e.to_string()),
+            E::Database(e) => e.into(),
             E::Internal(m) => Error::Internal(m),
         }
     }

@@ -69,9 +69,27 @@ pub enum Error {
     /// Building or searching an ANN index failed.
     #[error("ann index: {0}")]
     Ann(String),
+    /// The object store returned fewer bytes than the object has.
+    #[error("object store: read {got} of the {expected} bytes of {object}")]
+    ShortRead {
+        /// The object.
+        object: String,
+        /// Bytes returned.
+        got: u64,
+        /// Bytes it has.
+        expected: u64,
+    },
     /// Stored data whose checksum holds but whose parts disagree (a writer's bug).
     #[error("inconsistent stored data: {0}")]
     Inconsistent(String),
+}
+
+impl Error {
+    /// Whether the storage itself failed (unreachable, throttling, timing out, short reads,
+    /// writers racing): the same request may succeed later. The rest are bugs or bad data.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::ObjectStore(_) | Error::ShortRead { .. } | Error::Contention { .. } | Error::Gap(_))
+    }
 }
 
 /// Result alias of this crate.
@@ -542,8 +560,16 @@ impl Namespace {
         self.prefix.child("seg").child(format!("{name}.bm25"))
     }
 
+    /// An object whole: a read that returns fewer bytes than the object has is an error (a
+    /// storage fault to retry), never data to decode.
     async fn get(&self, path: &ObjPath) -> Result<bytes::Bytes> {
-        Ok(self.store.get(path).await?.bytes().await?)
+        let result = self.store.get(path).await?;
+        let expected = result.range.end - result.range.start;
+        let bytes = result.bytes().await?;
+        if bytes.len() as u64 != expected {
+            return Err(Error::ShortRead { object: path.to_string(), got: bytes.len() as u64, expected });
+        }
+        Ok(bytes)
     }
 
     /// Manifest numbers and paths, newest first.
@@ -564,8 +590,14 @@ impl Namespace {
     /// Reads a manifest's segment and builds its indexes; `None` (logged) when anything of it
     /// is unreadable, so the caller falls back to an older one or the log.
     async fn open_segment(&self, manifest: &ObjPath) -> Result<Option<(Arc<Segment>, SegmentData)>> {
-        let Some(m) = self.get(manifest).await.ok().and_then(|b| open::<Manifest>(&b)).filter(|m| m.version == FORMAT)
-        else {
+        // A storage fault is not a corrupt manifest: falling back to an older generation on
+        // a failed read could find its log collected and start the namespace empty.
+        let bytes = match self.get(manifest).await {
+            Ok(b) => Some(b),
+            Err(Error::ObjectStore(object_store::Error::NotFound { .. })) => None,
+            Err(e) => return Err(e),
+        };
+        let Some(m) = bytes.and_then(|b| open::<Manifest>(&b)).filter(|m| m.version == FORMAT) else {
             tracing::error!(object = %manifest, "manifest is corrupt; trying an older one");
             return Ok(None);
         };

@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod database;
+pub mod faulty;
 pub mod scripted;
 
 use std::path::{Path, PathBuf};
