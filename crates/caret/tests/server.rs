@@ -109,6 +109,41 @@ impl Server {
         self.admin(&["admin", "token", "create", "--tenant", &name])
     }
 
+    /// Kills the server (SIGKILL, wherever it is) and starts it again on the same data: a new
+    /// port, the same database and objects.
+    fn kill_and_restart(mut self) -> Server {
+        let _ = Command::new("kill").arg("-KILL").arg(self.child.id().to_string()).status();
+        let _ = self.child.wait();
+        let data = std::mem::replace(&mut self.data, TempDir::new());
+        let mut args: Vec<String> = vec![
+            "serve".into(),
+            "--addr".into(),
+            "127.0.0.1:0".into(),
+            "--data-dir".into(),
+            data.join("srv").display().to_string(),
+        ];
+        args.extend(self.storage.iter().cloned());
+        let log = std::fs::OpenOptions::new().append(true).open(&self.log).unwrap();
+        let mut child = Command::new(CARET)
+            .args(&args)
+            .env("CARET_HOME", data.join("home"))
+            .env("RUST_LOG", "debug")
+            .env("CARET_COMPACT_RECORDS", "1")
+            .env(
+                "CARET_EMBED_MODEL",
+                std::env::var("CARET_TEST_MODEL_DIR").unwrap_or_else(|_| data.join("no-model").display().to_string()),
+            )
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let url = line.trim().rsplit(' ').next().unwrap_or_default().to_owned();
+        assert!(url.starts_with("http"), "server did not restart: {line:?}");
+        Server { child, url, data, storage: self.storage.clone(), log: self.log.clone() }
+    }
+
     /// Stops the server gracefully (SIGTERM) and hands back its data directory and log.
     fn stop(mut self) -> (TempDir, PathBuf) {
         let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
@@ -675,6 +710,119 @@ fn syncs_killed_at_random_points_converge() {
             .json()
             .unwrap();
         assert_eq!(info["files"], v["files"], "{name}: the server has exactly the client's files");
+        server.stop();
+    }
+}
+
+/// The server SIGKILLed at random points while clients index (commits, embedding, and the
+/// compaction that follows every write here), restarted on the same storage each time: the
+/// index converges to the client's tree with nothing lost or left over, and answers searches
+/// as a server that was never interrupted does. `CARET_CRASH_KILLS` kills per backend (8
+/// by default; the figure in docs/reliability.md is from 50).
+#[test]
+fn servers_killed_at_random_points_converge() {
+    let kills: usize = std::env::var("CARET_CRASH_KILLS").ok().and_then(|k| k.parse().ok()).unwrap_or(8);
+    let dir = TempDir::new();
+    for i in 0..300 {
+        dir.write(
+            format!("d{}/e{}/f{i}.rs", i % 5, i % 11),
+            &format!(
+                "/// Computes the {i}th value.\npub fn value_{i}(x: u64) -> u64 {{\n    x * {i} + {}\n}}\n",
+                i * 7
+            ),
+        );
+    }
+    dir.write("net/upload.rs", "/// Retry failed uploads with exponential backoff.\npub fn upload_with_retries() {}\n");
+    dir.backdate(10);
+    let queries = ["retry failed uploads", "value_17", "computes the 42th value"];
+    let answers = |client: &Client, server: &Server, token: &str| -> Vec<Value> {
+        let root = dir.path().to_str().unwrap();
+        let remote = ["--server", server.url.as_str(), "--token", token];
+        queries
+            .iter()
+            .map(|q| {
+                let out = client.run(&[&["search", "-C", root, "--json", "-k", "5", q][..], &remote[..]].concat(), &[]);
+                assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+                let hits: Value = serde_json::from_slice(&out.stdout).unwrap();
+                json!(hits.as_array().unwrap().iter().map(|h| json!([h["path"], h["start_line"]])).collect::<Vec<_>>())
+            })
+            .collect()
+    };
+    for (name, storage) in backends() {
+        let mut server = Server::start(&storage, &[]);
+        let token = server.tenant("crash");
+        let client = Client::new();
+        let mut rng = fastrand::Rng::with_seed(23);
+        let mut interrupted = 0;
+        for round in 0..kills {
+            if round % 3 == 2 {
+                // Change things between crashes: edits, deletions, additions.
+                for _ in 0..10 {
+                    let i = rng.usize(0..300);
+                    let path = dir.join(format!("d{}/e{}/f{i}.rs", i % 5, i % 11));
+                    if rng.bool() {
+                        let _ = std::fs::remove_file(&path);
+                    } else {
+                        std::fs::write(&path, format!("pub fn changed_{i}() -> u32 {{ {round} }}\n")).unwrap();
+                    }
+                }
+                dir.backdate(10);
+            }
+            let mut child = Command::new(CARET)
+                .args(["index", dir.path().to_str().unwrap(), "--server", &server.url, "--token", &token])
+                .env("CARET_HOME", client.home.join("home"))
+                .env("CARET_SYNC_BATCH_FILES", "20")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(rng.u64(30..900)));
+            if child.try_wait().unwrap().is_none() {
+                interrupted += 1;
+            }
+            server = server.kill_and_restart();
+            let _ = child.wait();
+        }
+        assert!(interrupted * 2 >= kills, "{name}: most kills must land mid-index ({interrupted} of {kills})");
+        let out = client
+            .run(&["index", dir.path().to_str().unwrap(), "--server", &server.url, "--token", &token, "--json"], &[]);
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let status = client
+            .run(&["status", dir.path().to_str().unwrap(), "--server", &server.url, "--token", &token, "--json"], &[]);
+        let v: Value = serde_json::from_slice(&status.stdout).unwrap();
+        assert_eq!(v["in_step"], true, "{name}: {v}");
+        assert_eq!(v["pending"], json!({"added": 0, "modified": 0, "deleted": 0}), "{name}");
+        let ws = client.workspace_id(dir.path());
+        let info = |server: &Server, token: &str, ws: &str| -> Value {
+            http().get(format!("{}/v1/workspaces/{ws}", server.url)).bearer_auth(token).send().unwrap().json().unwrap()
+        };
+        let crashed = info(&server, &token, &ws);
+        assert_eq!(crashed["files"], v["files"], "{name}: exactly the client's files");
+        assert_eq!(crashed["embedded"], crashed["embeddable"], "{name}: every vector there: {crashed}");
+
+        // A server that was never interrupted, indexing the same tree with the same key (so
+        // that chunk ids, and with them the order of equal scores, are the same).
+        let calm = Server::start(&storage, &[]);
+        let calm_token = calm.tenant("calm");
+        let calm_client = Client::new();
+        let root = dir.path().to_str().unwrap();
+        let key = client.run(&["key", "export", root], &[]);
+        let key = String::from_utf8(key.stdout).unwrap();
+        let out = calm_client.run(&["key", "import", root, "--key", key.trim(), "--force"], &[]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = calm_client
+            .run(&["index", dir.path().to_str().unwrap(), "--server", &calm.url, "--token", &calm_token], &[]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let reference = info(&calm, &calm_token, &calm_client.workspace_id(dir.path()));
+        for field in ["files", "chunks", "embeddable", "embedded"] {
+            assert_eq!(crashed[field], reference[field], "{name}: {field}: nothing lost or left over");
+        }
+        assert_eq!(
+            answers(&client, &server, &token),
+            answers(&calm_client, &calm, &calm_token),
+            "{name}: the same answers"
+        );
+        calm.stop();
         server.stop();
     }
 }
