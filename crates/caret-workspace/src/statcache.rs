@@ -210,7 +210,10 @@ fn decode(bytes: &[u8]) -> Option<StatCache> {
     let mut r = Reader(&body[MAGIC.len()..]);
     let fingerprint = r.string()?;
     let count = r.u64()?;
-    let mut entries = PathMap::with_capacity_and_hasher(usize::try_from(count.min(1 << 24)).ok()?, Default::default());
+    // Room for what the bytes left can hold (an entry takes at least 61), not for what the
+    // count claims: a damaged count must not make a tiny file allocate gigabytes.
+    let room = count.min(r.0.len() as u64 / 61);
+    let mut entries = PathMap::with_capacity_and_hasher(usize::try_from(room).ok()?, Default::default());
     for _ in 0..count {
         let path = RelPath::from_bytes(r.bytes()?);
         let stat = FileStat {

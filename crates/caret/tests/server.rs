@@ -783,6 +783,7 @@ fn servers_killed_at_random_points_converge() {
             server = server.kill_and_restart();
             let _ = child.wait();
         }
+        eprintln!("{name}: {kills} kills, {interrupted} of them mid-index");
         assert!(interrupted * 2 >= kills, "{name}: most kills must land mid-index ({interrupted} of {kills})");
         let out = client
             .run(&["index", dir.path().to_str().unwrap(), "--server", &server.url, "--token", &token, "--json"], &[]);
