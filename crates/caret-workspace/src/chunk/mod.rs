@@ -153,8 +153,10 @@ impl Chunker {
                 let from = names.partition_point(|(at, _)| *at < r.bytes.start);
                 let to = names.partition_point(|(at, _)| *at < r.bytes.end);
                 let mut defines: Vec<String> = Vec::new();
-                for (_, name) in &names[from..to] {
-                    if !defines.contains(name) {
+                // Whole names only: a line too long for the budget is cut between words, and a
+                // name may begin in one chunk and end in the next.
+                for (at, name) in &names[from..to] {
+                    if at + name.len() <= r.bytes.end && !defines.contains(name) {
                         defines.push(name.clone());
                     }
                 }
