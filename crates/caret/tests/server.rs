@@ -58,6 +58,12 @@ impl Server {
         if let Some(text) = config {
             data.write("home/config.toml", text);
         }
+        std::fs::File::create(data.join("server.log")).unwrap();
+        Server::spawn(data, storage, extra)
+    }
+
+    /// Starts `caret serve` on `data` (its log appended to `server.log` there).
+    fn spawn(data: TempDir, storage: &[String], extra: &[&str]) -> Server {
         let log = data.join("server.log");
         let mut args: Vec<String> = vec![
             "serve".into(),
@@ -79,7 +85,7 @@ impl Server {
                 std::env::var("CARET_TEST_MODEL_DIR").unwrap_or_else(|_| data.join("no-model").display().to_string()),
             )
             .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::OpenOptions::new().append(true).open(&log).unwrap())
             .spawn()
             .unwrap();
         let mut line = String::new();
@@ -110,38 +116,12 @@ impl Server {
     }
 
     /// Kills the server (SIGKILL, wherever it is) and starts it again on the same data: a new
-    /// port, the same database and objects.
+    /// port, the same database and objects (the first start's extra flags are not repeated).
     fn kill_and_restart(mut self) -> Server {
         let _ = Command::new("kill").arg("-KILL").arg(self.child.id().to_string()).status();
         let _ = self.child.wait();
         let data = std::mem::replace(&mut self.data, TempDir::new());
-        let mut args: Vec<String> = vec![
-            "serve".into(),
-            "--addr".into(),
-            "127.0.0.1:0".into(),
-            "--data-dir".into(),
-            data.join("srv").display().to_string(),
-        ];
-        args.extend(self.storage.iter().cloned());
-        let log = std::fs::OpenOptions::new().append(true).open(&self.log).unwrap();
-        let mut child = Command::new(CARET)
-            .args(&args)
-            .env("CARET_HOME", data.join("home"))
-            .env("RUST_LOG", "debug")
-            .env("CARET_COMPACT_RECORDS", "1")
-            .env(
-                "CARET_EMBED_MODEL",
-                std::env::var("CARET_TEST_MODEL_DIR").unwrap_or_else(|_| data.join("no-model").display().to_string()),
-            )
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let url = line.trim().rsplit(' ').next().unwrap_or_default().to_owned();
-        assert!(url.starts_with("http"), "server did not restart: {line:?}");
-        Server { child, url, data, storage: self.storage.clone(), log: self.log.clone() }
+        Server::spawn(data, &self.storage, &[])
     }
 
     /// Stops the server gracefully (SIGTERM) and hands back its data directory and log.

@@ -218,14 +218,8 @@ fn defined_names(language: Language, root: tree_sitter::Node<'_>, text: &str) ->
     let mut cursor = root.walk();
     let mut stack = vec![root];
     while let Some(node) = stack.pop() {
-        let kind = node.kind();
-        if (kinds.contains(&kind) || matches!(kind, "type_spec" | "type_alias"))
-            && let Some(name) = name_of(node)
-        {
-            let t = &text[name.byte_range()];
-            if !t.is_empty() && t.len() <= MAX_NAME && t.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '$') {
-                names.push((name.start_byte(), t.to_owned()));
-            }
+        if let Some((name, t)) = definition_name(kinds, node, text) {
+            names.push((name.start_byte(), t.to_owned()));
         }
         // Children pushed in reverse, so they come off the stack in order.
         let children: Vec<_> = node.named_children(&mut cursor).collect();
@@ -248,22 +242,33 @@ pub fn top_level_names(path: &RelPath, text: &str) -> Vec<(String, u32)> {
     let mut cursor = tree.walk();
     let mut stack = vec![tree.root_node()];
     while let Some(node) = stack.pop() {
-        let kind = node.kind();
-        if (kinds.contains(&kind) || matches!(kind, "type_spec" | "type_alias"))
-            && let Some(name) = name_of(node)
-        {
-            let t = &text[name.byte_range()];
-            if !t.is_empty() && t.len() <= MAX_NAME && t.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '$') {
-                if !names.iter().any(|(n, _)| n == t) {
-                    names.push((t.to_owned(), to_u32(name.start_position().row + 1)));
-                }
-                continue;
+        if let Some((name, t)) = definition_name(kinds, node, text) {
+            if !names.iter().any(|(n, _)| n == t) {
+                names.push((t.to_owned(), to_u32(name.start_position().row + 1)));
             }
+            continue;
         }
         let children: Vec<_> = node.named_children(&mut cursor).collect();
         stack.extend(children.into_iter().rev());
     }
     names
+}
+
+/// When `node` is a definition with a usable name (an identifier, not too long): the name's
+/// node and text.
+fn definition_name<'t>(
+    kinds: &[&str],
+    node: tree_sitter::Node<'t>,
+    text: &'t str,
+) -> Option<(tree_sitter::Node<'t>, &'t str)> {
+    let kind = node.kind();
+    if !(kinds.contains(&kind) || matches!(kind, "type_spec" | "type_alias")) {
+        return None;
+    }
+    let name = name_of(node)?;
+    let t = &text[name.byte_range()];
+    let usable = !t.is_empty() && t.len() <= MAX_NAME && t.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '$');
+    usable.then_some((name, t))
 }
 
 /// The node naming a definition.
