@@ -146,16 +146,13 @@ pub fn edit_formats(data: &[u8]) {
     let Ok(text) = caret_apply::Text::parse(file) else { return };
     let edit = String::from_utf8_lossy(edit);
     if let Ok((out, _)) = caret_apply::apply(&text, &edit, FORMATS[which], Some("src/a.rs")) {
-        // Text in, text out; line endings settle after one reading (a line's own carriage
-        // return before the newline is indistinguishable from a CRLF ending).
+        // Text in, text out, read back as written. (Not checked where a carriage return is in
+        // the output: a line's own CR before the newline reads as a CRLF ending.)
         let rendered = out.render();
         let again =
             caret_apply::Text::parse(rendered.as_bytes()).unwrap_or_else(|e| panic!("output does not parse: {e}"));
-        let settled = again.render();
-        let third = caret_apply::Text::parse(settled.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(third.render(), settled, "output does not settle");
         if !rendered.contains('\r') {
-            assert_eq!(settled, rendered, "output does not round-trip");
+            assert_eq!(again.render(), rendered, "output does not round-trip");
         }
     }
     // A patch envelope changes a tree: only paths inside it, and text stays text.
