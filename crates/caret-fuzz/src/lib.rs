@@ -312,7 +312,8 @@ pub fn segment(data: &[u8]) {
     caret_store::fuzzing::segment(data);
 }
 
-/// A stored BM25 index or HNSW graph: read or refused.
+/// A stored BM25 index (its body, behind the checksum) or HNSW graph (as stored): read or
+/// refused, never an unbounded allocation.
 pub fn stored_indexes(data: &[u8]) {
     let Some((which, rest)) = select(data, 2) else { return };
     match which {

@@ -216,6 +216,32 @@ fn seal<T: Serialize>(value: &T) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// Raw bytes (a stored index) with a BLAKE3 checksum appended.
+fn seal_raw(mut bytes: Vec<u8>) -> Vec<u8> {
+    let sum = blake3::hash(&bytes);
+    bytes.extend_from_slice(sum.as_bytes());
+    bytes
+}
+
+/// The body of bytes sealed by [`seal_raw`]; `None` when the sum does not hold.
+fn unseal_raw(bytes: &[u8]) -> Option<&[u8]> {
+    let (body, sum) = bytes.split_at_checked(bytes.len().checked_sub(32)?)?;
+    (blake3::hash(body).as_bytes() == sum).then_some(body)
+}
+
+/// A stored HNSW graph. Its reader (usearch, C++) trusts the header it is given — a damaged
+/// one can make it allocate without bound — so only a graph whose checksum holds reaches it.
+fn open_ann(bytes: &[u8], dim: usize) -> Result<AnnIndex> {
+    let body = unseal_raw(bytes).ok_or_else(|| Error::Ann("the stored graph's checksum does not hold".into()))?;
+    AnnIndex::from_bytes(body, dim, AnnParams::default())
+}
+
+/// A stored BM25 index, its checksum checked.
+fn open_bm25(bytes: &[u8]) -> Result<Bm25Index> {
+    let body = unseal_raw(bytes).ok_or_else(|| Error::Inconsistent("the stored BM25 index's checksum does not hold".into()))?;
+    Bm25Index::from_bytes(body)
+}
+
 /// Checks the checksum and deserialises; `None` for anything corrupt.
 fn open<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Option<T> {
     let (body, sum) = bytes.split_at_checked(bytes.len().checked_sub(32)?)?;
@@ -616,7 +642,7 @@ impl Namespace {
         let mut stored = Stored::default();
         if m.ann {
             match self.get(&self.ann(&m.segment)).await {
-                Ok(bytes) => match AnnIndex::from_bytes(&bytes, dim, AnnParams::default()) {
+                Ok(bytes) => match open_ann(&bytes, dim) {
                     Ok(a) => stored.ann = Some(a),
                     Err(e) => tracing::error!(segment = %m.segment, "ANN graph is unreadable ({e}); rebuilding it"),
                 },
@@ -624,7 +650,7 @@ impl Namespace {
             }
         }
         match self.get(&self.bm25(&m.segment)).await {
-            Ok(bytes) => match Bm25Index::from_bytes(&bytes) {
+            Ok(bytes) => match open_bm25(&bytes) {
                 Ok(b) => stored.bm25 = Some(b),
                 Err(e) => tracing::error!(segment = %m.segment, "BM25 index is unreadable ({e}); rebuilding it"),
             },
@@ -773,9 +799,10 @@ impl Namespace {
         let sealed = seal(&data)?;
         drop(data);
         self.store.put_opts(&self.seg(&name), PutPayload::from(sealed), create()).await?;
-        self.store.put_opts(&self.bm25(&name), PutPayload::from(segment.bm25.to_bytes()?), create()).await?;
+        let bm25 = seal_raw(segment.bm25.to_bytes()?);
+        self.store.put_opts(&self.bm25(&name), PutPayload::from(bm25), create()).await?;
         if let Some(ann) = &segment.ann {
-            self.store.put_opts(&self.ann(&name), PutPayload::from(ann.to_bytes()?), create()).await?;
+            self.store.put_opts(&self.ann(&name), PutPayload::from(seal_raw(ann.to_bytes()?)), create()).await?;
         }
         let manifests = self.list_manifests().await?;
         let next = manifests.first().map_or(1, |(n, _)| n + 1);
@@ -902,13 +929,14 @@ pub mod fuzzing {
         }
     }
 
-    /// A stored BM25 index: read (or refused); a read one answers a query.
-    pub fn bm25(bytes: &[u8]) {
-        let _ = crate::bm25::Bm25Index::from_bytes(bytes);
+    /// A stored BM25 index's body (the checksum is added here): read or refused.
+    pub fn bm25(body: &[u8]) {
+        let _ = open_bm25(&seal_raw(body.to_vec()));
     }
 
-    /// A stored HNSW graph of `dim`-wide vectors: read (or refused).
+    /// A stored HNSW graph of `dim`-wide vectors, as stored (checksum included): refused
+    /// unless its sum holds. The graph reader behind the checksum is usearch's own.
     pub fn ann(bytes: &[u8], dim: usize) {
-        let _ = crate::ann::AnnIndex::from_bytes(bytes, dim, crate::ann::AnnParams::default());
+        let _ = open_ann(bytes, dim);
     }
 }

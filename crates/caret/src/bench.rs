@@ -12,6 +12,11 @@ use caret_workspace::statcache::StatCache;
 use crate::config::Config;
 use crate::scan::{human_bytes, thousands};
 
+/// A duration such as `10m` or `90s`.
+fn parse_duration_arg(s: &str) -> Result<Duration, String> {
+    crate::config::parse_duration(s).map_err(|e| e.to_string())
+}
+
 /// `--key-cache f16|q8_0`.
 fn key_cache(name: &str) -> Result<caret_models::local::KeyCache, String> {
     caret_models::local::KeyCache::from_name(name).ok_or_else(|| format!("f16 or q8_0, not {name:?}"))
@@ -154,6 +159,19 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 1000)]
         changes: usize,
     },
+    /// Many clients syncing, searching and chatting against one `caret serve` on loopback:
+    /// p50/p99 per operation, errors, and the server's memory growth after warm-up.
+    Soak {
+        /// How long (e.g. 10m, 90s).
+        #[arg(long, default_value = "10m", value_parser = parse_duration_arg)]
+        duration: Duration,
+        /// Simulated clients.
+        #[arg(long, default_value_t = 16)]
+        clients: usize,
+        /// The chat model (a name under `$CARET_HOME/models` or a directory).
+        #[arg(long, default_value = "smollm2-135m-instruct-q4")]
+        model: String,
+    },
     /// Index a real project with the embedded server and model (time to lexical-ready and to
     /// fully embedded), then answer a question set: R@5 and MRR@10 for BM25, vectors and the
     /// fusion, and hybrid search latency p50/p99.
@@ -182,6 +200,9 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         BenchCommand::Scan { path, runs } => bench_scan(config, &path, runs.max(1)),
         BenchCommand::Sync { path, changes } => crate::bench_sync::run(config, &path, changes),
+        BenchCommand::Soak { duration, clients, model } => {
+            crate::bench_soak::run(config, crate::bench_soak::SoakBench { duration, clients: clients.max(1), model })
+        }
         BenchCommand::Search { path, questions, runs, keep, embed_chunks, synthetic } => {
             // Everything the search capability is measured by, printed in one run.
             if embed_chunks > 0 {

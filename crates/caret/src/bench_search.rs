@@ -58,7 +58,8 @@ pub fn run(
     result
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+/// The value at quantile `p` of ascending values (0 for none).
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }

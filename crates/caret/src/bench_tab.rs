@@ -42,12 +42,7 @@ pub struct TabBench {
     pub cold: Option<Duration>,
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
+use crate::bench_search::percentile;
 
 pub fn run(config: &Config, args: TabBench) -> anyhow::Result<ExitCode> {
     let (name, text) = match &args.file {

@@ -704,7 +704,7 @@ impl Config {
 
     /// A model named in the config: a path when it looks like one, else a name under
     /// `$CARET_HOME/models`.
-    fn model_path(&self, model: &str) -> PathBuf {
+    pub(crate) fn model_path(&self, model: &str) -> PathBuf {
         let given = PathBuf::from(model);
         if given.is_absolute() || given.components().count() > 1 || model.ends_with(".gguf") {
             given

@@ -7,6 +7,7 @@ mod bench;
 mod bench_llm;
 mod bench_merge;
 mod bench_search;
+mod bench_soak;
 mod bench_sync;
 mod bench_tab;
 mod chat;
