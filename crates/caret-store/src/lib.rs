@@ -238,7 +238,8 @@ fn open_ann(bytes: &[u8], dim: usize) -> Result<AnnIndex> {
 
 /// A stored BM25 index, its checksum checked.
 fn open_bm25(bytes: &[u8]) -> Result<Bm25Index> {
-    let body = unseal_raw(bytes).ok_or_else(|| Error::Inconsistent("the stored BM25 index's checksum does not hold".into()))?;
+    let body = unseal_raw(bytes)
+        .ok_or_else(|| Error::Inconsistent("the stored BM25 index's checksum does not hold".into()))?;
     Bm25Index::from_bytes(body)
 }
 
