@@ -645,22 +645,38 @@ impl Namespace {
             match self.get(&self.ann(&m.segment)).await {
                 Ok(bytes) => match open_ann(&bytes, dim) {
                     Ok(a) => stored.ann = Some(a),
-                    Err(e) => tracing::error!(segment = %m.segment, "ANN graph is unreadable ({e}); rebuilding it"),
+                    Err(e) => tracing::warn!(segment = %m.segment, "ANN graph is unreadable ({e}); rebuilding it"),
                 },
-                Err(e) => tracing::error!(segment = %m.segment, "ANN graph is missing ({e}); rebuilding it"),
+                Err(e) => tracing::warn!(segment = %m.segment, "ANN graph is missing ({e}); rebuilding it"),
             }
         }
         match self.get(&self.bm25(&m.segment)).await {
             Ok(bytes) => match open_bm25(&bytes) {
                 Ok(b) => stored.bm25 = Some(b),
-                Err(e) => tracing::error!(segment = %m.segment, "BM25 index is unreadable ({e}); rebuilding it"),
+                Err(e) => tracing::warn!(segment = %m.segment, "BM25 index is unreadable ({e}); rebuilding it"),
             },
-            Err(e) => tracing::error!(segment = %m.segment, "BM25 index is missing ({e}); rebuilding it"),
+            Err(e) => tracing::warn!(segment = %m.segment, "BM25 index is missing ({e}); rebuilding it"),
         }
+        let rebuilt = (stored.bm25.is_none(), m.ann && stored.ann.is_none());
         let name = m.segment.clone();
         let built = tokio::task::spawn_blocking(move || Segment::from_data(name, &data, stored).map(|s| (s, data)))
             .await
             .map_err(|e| Error::Encode(format!("segment task: {e}")))??;
+        // What was rebuilt is stored again (sealed), so the next load reads it instead of
+        // rebuilding: a damaged or older index mends itself once. Best effort.
+        if rebuilt.0
+            && let Ok(bytes) = built.0.bm25.to_bytes()
+            && let Err(e) = self.store.put(&self.bm25(&m.segment), PutPayload::from(seal_raw(bytes))).await
+        {
+            tracing::warn!(segment = %m.segment, "storing the rebuilt BM25 index: {e}");
+        }
+        if rebuilt.1
+            && let Some(ann) = &built.0.ann
+            && let Ok(bytes) = ann.to_bytes()
+            && let Err(e) = self.store.put(&self.ann(&m.segment), PutPayload::from(seal_raw(bytes))).await
+        {
+            tracing::warn!(segment = %m.segment, "storing the rebuilt ANN graph: {e}");
+        }
         Ok(Some((Arc::new(built.0), built.1)))
     }
 

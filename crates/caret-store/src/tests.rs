@@ -183,6 +183,12 @@ async fn compaction_keeps_answers_and_survives_corruption() {
     let mut reindexed = ns.load().await.unwrap();
     assert!(reindexed.segment().is_some());
     same(&reindexed.search(&q2), &expected);
+    // … and stored again, sealed, so the next load reads it.
+    let mended = store.get(&ObjPath::from(segs[1].as_str())).await.unwrap().bytes().await.unwrap();
+    assert!(mended.len() > 32 && mended.as_ref() != b"garbage", "the rebuilt index is stored again");
+    let (body, sum) = mended.split_at(mended.len() - 32);
+    assert_eq!(blake3::hash(body).as_bytes(), sum, "sealed");
+    same(&ns.load().await.unwrap().search(&q2), &expected);
     store.put(&ObjPath::from(segs[0].as_str()), PutPayload::from_static(b"garbage")).await.unwrap();
     let mut rebuilt = ns.load().await.unwrap();
     assert!(rebuilt.segment().is_none());
