@@ -236,11 +236,13 @@ fn open_ann(bytes: &[u8], dim: usize) -> Result<AnnIndex> {
     AnnIndex::from_bytes(body, dim, AnnParams::default())
 }
 
-/// A stored BM25 index, its checksum checked.
+/// A stored BM25 index, its checksum checked. tantivy asserts on some damaged files rather
+/// than returning an error; such a panic is this index's error too.
 fn open_bm25(bytes: &[u8]) -> Result<Bm25Index> {
     let body = unseal_raw(bytes)
         .ok_or_else(|| Error::Inconsistent("the stored BM25 index's checksum does not hold".into()))?;
-    Bm25Index::from_bytes(body)
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Bm25Index::from_bytes(body)))
+        .unwrap_or_else(|_| Err(Error::Inconsistent("the stored BM25 index is damaged".into())))
 }
 
 /// Checks the checksum and deserialises; `None` for anything corrupt.
