@@ -1,9 +1,10 @@
 //! `POST /v1/apply`: apply an edit to a file's text, in memory (nothing is stored).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// An edit and the text it applies to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ApplyRequest {
     /// The file's current text.
@@ -23,7 +24,7 @@ pub struct ApplyRequest {
 }
 
 /// The new text.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ApplyResponse {
     /// The file's new text.
     pub text: String,
@@ -44,7 +45,7 @@ fn matcher() -> String {
 }
 
 /// How a model merge went.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct MergeFacts {
     /// The model alias.
     pub model: String,

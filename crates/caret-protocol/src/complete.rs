@@ -1,10 +1,11 @@
 //! `POST /v1/complete`: a Tab suggestion at a cursor, with the server's engine (the same
 //! context rules, templates and stop rules as an embedded `caret lsp`). Nothing is stored.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// A document and a cursor in it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CompleteRequest {
     /// The document's text, or the part of it around the cursor a client sends (the context
@@ -31,7 +32,7 @@ pub struct CompleteRequest {
 }
 
 /// A piece of another file sent as context.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TabSnippet {
     /// Workspace-relative path.
     pub path: String,
@@ -40,7 +41,7 @@ pub struct TabSnippet {
 }
 
 /// The suggestion.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CompleteResponse {
     /// The text to insert at the cursor (empty: nothing to suggest).
     pub text: String,

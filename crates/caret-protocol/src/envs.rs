@@ -4,13 +4,14 @@
 //! policy's assistant message and answers what the tools said; `POST /v1/envs/{id}/grade` ends
 //! the agent's turn, runs the grader and answers the reward; `DELETE /v1/envs/{id}` ends it.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::llm::{ChatMessage, Tool};
 use crate::runs::{RepoSource, RunEnvironment, RunLimits, RunState, TestOutcome};
 
 /// `POST /v1/envs`: a task.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateEnv {
     /// The code (a git URL the workers can reach, or an uploaded bundle).
@@ -28,7 +29,7 @@ pub struct CreateEnv {
 }
 
 /// A task's grader.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Grader {
     /// The command.
@@ -39,7 +40,7 @@ pub struct Grader {
 }
 
 /// What the policy sees: the start of the conversation, or what a step added to it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Observation {
     /// The episode.
     pub episode: String,
@@ -65,7 +66,7 @@ pub struct Observation {
 }
 
 /// `POST /v1/envs/{id}/step`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Step {
     /// The policy's answer: an assistant message, with the tool calls to run.
@@ -73,7 +74,7 @@ pub struct Step {
 }
 
 /// `POST /v1/envs/{id}/grade` → the reward.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Graded {
     /// The episode.
     pub episode: String,
@@ -92,14 +93,14 @@ pub struct Graded {
 }
 
 /// `GET /v1/envs`: a tenant's open episodes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EnvList {
     /// Episode ids with their runs.
     pub episodes: Vec<EnvInfo>,
 }
 
 /// An open episode.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EnvInfo {
     /// The episode.
     pub episode: String,

@@ -4,6 +4,7 @@
 //! Hashes and ids travel as lowercase hex; paths in sync messages are always obfuscated
 //! (`/`-separated segments of 26 base32 characters), never real file names.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub mod agent;
@@ -18,14 +19,14 @@ pub mod runs;
 pub const SERVER_KEY_HEADER: &str = "x-caret-server-key";
 
 /// An error body: a stable code and a safe message.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ErrorBody {
     /// The error.
     pub error: ErrorDetail,
 }
 
 /// A stable error code and a message safe to show.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ErrorDetail {
     /// e.g. `not_found`, `unauthorized`, `rate_limited`, `bad_request`.
     pub code: String,
@@ -34,14 +35,14 @@ pub struct ErrorDetail {
 }
 
 /// Creates a workspace, or confirms an existing one (idempotent).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CreateWorkspace {
     /// The public id of the workspace key, to detect a client using another key.
     pub key_id: String,
 }
 
 /// A workspace as the server knows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct WorkspaceInfo {
     /// The workspace id (chosen by the client, 26 base32 characters).
     pub id: String,
@@ -65,7 +66,7 @@ pub struct WorkspaceInfo {
 }
 
 /// Lists of the workspace's tree: the directories asked for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TreeRequest {
     /// Obfuscated directory paths (`""` is the root).
     pub dirs: Vec<String>,
@@ -76,7 +77,7 @@ pub struct TreeRequest {
 }
 
 /// The server's view of the asked directories.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TreeResponse {
     /// Root hash (hex).
     pub root_hash: String,
@@ -85,7 +86,7 @@ pub struct TreeResponse {
 }
 
 /// One directory's entries.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct DirListing {
     /// The obfuscated path asked for.
     pub path: String,
@@ -96,7 +97,7 @@ pub struct DirListing {
 }
 
 /// An entry of a directory listing.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TreeEntry {
     /// Obfuscated name.
     pub name: String,
@@ -107,7 +108,7 @@ pub struct TreeEntry {
 }
 
 /// A file to index: obfuscated path, keyed leaf, and its chunks.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct FileMeta {
     /// Obfuscated path.
     pub path: String,
@@ -118,7 +119,7 @@ pub struct FileMeta {
 }
 
 /// A chunk's metadata: where it is, never what it says.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ChunkMeta {
     /// Keyed chunk id (hex).
     pub id: String,
@@ -133,14 +134,14 @@ pub struct ChunkMeta {
 }
 
 /// Which of these files' chunks does the server lack?
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct PlanRequest {
     /// The files about to be committed.
     pub files: Vec<FileMeta>,
 }
 
 /// The chunk ids the server lacks.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct PlanResponse {
     /// Missing chunk ids (hex), each once.
     pub missing: Vec<String>,
@@ -148,7 +149,7 @@ pub struct PlanResponse {
 
 /// A chunk's text, sent only when the server lacks it. Held in memory on the server while it
 /// is indexed, never stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ChunkText {
     /// Keyed chunk id (hex); the server checks it against the text.
     pub id: String,
@@ -164,7 +165,7 @@ pub struct ChunkText {
 
 /// Commits files and deletions. Every chunk of every file must be stored already or sent
 /// here; a file's leaf is recorded only together with or after its chunks.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CommitRequest {
     /// Files to add or replace.
     pub files: Vec<FileMeta>,
@@ -175,7 +176,7 @@ pub struct CommitRequest {
 }
 
 /// What a commit did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CommitResponse {
     /// The new root hash (hex).
     pub root_hash: String,
@@ -188,7 +189,7 @@ pub struct CommitResponse {
 }
 
 /// Chunks of current files that still lack a vector by the server's model.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct MissingVectors {
     /// The server's embedding model (`None`: the server cannot embed; search is lexical).
     pub model: Option<String>,
@@ -205,7 +206,7 @@ pub struct MissingVectors {
 }
 
 /// One embedding stage's progress.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct EmbedStage {
     /// `code`, `tests` or `docs and other`.
     pub name: String,
@@ -216,7 +217,7 @@ pub struct EmbedStage {
 }
 
 /// A chunk that lacks a vector, and where to find it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct MissingVector {
     /// Keyed chunk id (hex).
     pub id: String,
@@ -225,14 +226,14 @@ pub struct MissingVector {
 }
 
 /// Texts of stored chunks to embed. Held in memory while embedded, never stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct EmbedRequest {
     /// The chunks; each id is checked against its text.
     pub chunks: Vec<ChunkText>,
 }
 
 /// What an embed request did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct EmbedResponse {
     /// Chunks run through the model.
     pub embedded: u64,
@@ -241,7 +242,7 @@ pub struct EmbedResponse {
 }
 
 /// A search.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SearchRequest {
     /// The question or keywords, in plain text (held in memory only).
     pub query: String,
@@ -253,7 +254,7 @@ pub struct SearchRequest {
 }
 
 /// Which rankings a search uses.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SearchMode {
     /// BM25 and vectors, fused (the default).
@@ -266,7 +267,7 @@ pub enum SearchMode {
 }
 
 /// Hits, best first.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SearchResponse {
     /// The hits.
     pub hits: Vec<SearchHit>,
@@ -279,7 +280,7 @@ pub struct SearchResponse {
 }
 
 /// A chunk at a place in a file, by obfuscated path.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SearchHit {
     /// Obfuscated path.
     pub path: String,

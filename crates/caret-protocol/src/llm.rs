@@ -2,11 +2,12 @@
 //! `/v1/completions`, `/v1/embeddings`, `/v1/models`) as the official client libraries send
 //! and expect it. Fields the gateway does not use are accepted and ignored.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// Who wrote a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// Instructions (`developer` is read as this too).
@@ -21,7 +22,7 @@ pub enum Role {
 }
 
 /// Message content: a string, or parts of which the text ones count.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum Content {
     /// Plain text.
@@ -41,7 +42,7 @@ impl Content {
 }
 
 /// One part of a message's content.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ContentPart {
     /// `text`, `image_url`, …
     #[serde(rename = "type")]
@@ -52,7 +53,7 @@ pub struct ContentPart {
 }
 
 /// A message of a conversation.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ChatMessage {
     /// Who wrote it.
     pub role: Role,
@@ -96,7 +97,7 @@ impl ChatMessage {
 }
 
 /// A tool the model may call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Tool {
     /// Always `function`.
     #[serde(rename = "type", default = "function_kind")]
@@ -110,7 +111,7 @@ fn function_kind() -> String {
 }
 
 /// A callable function: name, description and JSON Schema of its arguments.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct FunctionDef {
     /// Name.
     pub name: String,
@@ -123,7 +124,7 @@ pub struct FunctionDef {
 }
 
 /// A call the model made.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolCall {
     /// The call's id (answered by a tool message with this `tool_call_id`).
     pub id: String,
@@ -135,7 +136,7 @@ pub struct ToolCall {
 }
 
 /// A function call: name and arguments as a JSON string.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct FunctionCall {
     /// Name.
     pub name: String,
@@ -144,7 +145,7 @@ pub struct FunctionCall {
 }
 
 /// Stop sequences: one or several.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum Stop {
     /// One.
@@ -164,7 +165,7 @@ impl Stop {
 }
 
 /// Streaming options.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct StreamOptions {
     /// Send a last chunk with the usage.
     #[serde(default)]
@@ -172,7 +173,7 @@ pub struct StreamOptions {
 }
 
 /// `POST /v1/chat/completions`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ChatRequest {
     /// A model alias of the gateway.
     pub model: String,
@@ -242,7 +243,7 @@ impl ChatRequest {
 }
 
 /// A predicted output: `{"type": "content", "content": "…"}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Prediction {
     /// Always `content`.
     #[serde(rename = "type")]
@@ -259,7 +260,7 @@ impl Prediction {
 }
 
 /// Why generation stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FinishReason {
     /// A natural end or a stop sequence.
@@ -273,7 +274,7 @@ pub enum FinishReason {
 }
 
 /// Token counts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Usage {
     /// Prompt tokens.
     pub prompt_tokens: u32,
@@ -287,7 +288,7 @@ pub struct Usage {
 }
 
 /// Details of the generated tokens.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CompletionTokensDetails {
     /// Predicted tokens that appeared in the answer.
     #[serde(default)]
@@ -310,7 +311,7 @@ impl Usage {
 }
 
 /// The answer to a non-streaming chat request.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ChatResponse {
     /// Response id.
     pub id: String,
@@ -328,7 +329,7 @@ pub struct ChatResponse {
 }
 
 /// A choice of a chat response.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ChatChoice {
     /// Index.
     pub index: u32,
@@ -339,7 +340,7 @@ pub struct ChatChoice {
 }
 
 /// One server-sent event of a streaming chat response.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ChatChunk {
     /// Response id (the same on every chunk).
     pub id: String,
@@ -360,7 +361,7 @@ pub struct ChatChunk {
 }
 
 /// A delta of a streamed choice.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ChunkChoice {
     /// Index.
     pub index: u32,
@@ -377,7 +378,7 @@ pub struct ChunkChoice {
 }
 
 /// OpenAI's `logprobs` of a choice.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ChoiceLogprobs {
     /// One entry per sampled token of the content (tool-call text included).
     #[serde(default, deserialize_with = "null_as_empty")]
@@ -385,7 +386,7 @@ pub struct ChoiceLogprobs {
 }
 
 /// A sampled token and its log probability.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TokenLogprob {
     /// The token's text (lossy where it is part of a character).
     pub token: String,
@@ -408,7 +409,7 @@ where
 }
 
 /// New content of a streamed message.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ChatDelta {
     /// On the first chunk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -422,7 +423,7 @@ pub struct ChatDelta {
 }
 
 /// A piece of a streamed tool call: the first carries id and name, later ones more arguments.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolCallDelta {
     /// Which call of the message.
     pub index: u32,
@@ -437,7 +438,7 @@ pub struct ToolCallDelta {
 }
 
 /// Part of a function call.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct FunctionCallDelta {
     /// Name (first piece).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -448,7 +449,7 @@ pub struct FunctionCallDelta {
 }
 
 /// A prompt: one text (arrays of one text are accepted).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum Prompt {
     /// One text.
@@ -468,7 +469,7 @@ impl Prompt {
 }
 
 /// `POST /v1/completions`, fill-in-the-middle when `suffix` is set.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CompletionRequest {
     /// A model alias of the gateway.
     pub model: String,
@@ -520,7 +521,7 @@ impl CompletionRequest {
 }
 
 /// The answer to a completion request (also each streamed event, with the new text).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CompletionResponse {
     /// Response id.
     pub id: String,
@@ -538,7 +539,7 @@ pub struct CompletionResponse {
 }
 
 /// A choice of a completion.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CompletionChoice {
     /// Index.
     pub index: u32,
@@ -552,7 +553,7 @@ pub struct CompletionChoice {
 }
 
 /// Texts to embed: one or several.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum EmbeddingInput {
     /// One text.
@@ -572,7 +573,7 @@ impl EmbeddingInput {
 }
 
 /// `POST /v1/embeddings`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EmbeddingsRequest {
     /// A model alias of the gateway.
     pub model: String,
@@ -584,7 +585,7 @@ pub struct EmbeddingsRequest {
 }
 
 /// The answer to an embeddings request.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EmbeddingsResponse {
     /// `list`.
     pub object: String,
@@ -597,7 +598,7 @@ pub struct EmbeddingsResponse {
 }
 
 /// Token counts of an embeddings request.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct EmbeddingUsage {
     /// Input tokens.
     pub prompt_tokens: u32,
@@ -606,7 +607,7 @@ pub struct EmbeddingUsage {
 }
 
 /// One embedding.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EmbeddingData {
     /// `embedding`.
     pub object: String,
@@ -617,7 +618,7 @@ pub struct EmbeddingData {
 }
 
 /// `GET /v1/models`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ModelList {
     /// `list`.
     pub object: String,
@@ -626,7 +627,7 @@ pub struct ModelList {
 }
 
 /// One model alias.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ModelCard {
     /// The alias.
     pub id: String,
@@ -639,14 +640,14 @@ pub struct ModelCard {
 }
 
 /// The OpenAI error body: `{"error": {"message", "type", "code"}}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ApiError {
     /// The error.
     pub error: ApiErrorDetail,
 }
 
 /// Message, kind and code of an error.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ApiErrorDetail {
     /// Safe to show.
     pub message: String,

@@ -8,12 +8,13 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::Event;
 
 /// Where a run's code comes from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum RepoSource {
     /// A repository the workers can reach: `file://…` or `https://…`.
@@ -37,7 +38,7 @@ pub enum RepoSource {
 }
 
 /// Priority classes: interactive runs are always leased before batch runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunClass {
     /// A person waits for it (`caret run`).
@@ -67,7 +68,7 @@ impl RunClass {
 }
 
 /// Bounds on one run (each attempt).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RunLimits {
     /// Wall time of an attempt, setup included, in seconds.
@@ -88,7 +89,7 @@ impl Default for RunLimits {
 
 /// The environment a run prepares before the agent starts (added to what the repository's
 /// `.caret/environment.toml` says).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RunEnvironment {
     /// Commands run in order in the sandbox before the agent (after the repository's own).
@@ -115,7 +116,7 @@ pub struct RunEnvironment {
 }
 
 /// `POST /v1/runs`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateRun {
     /// Where the code comes from.
@@ -148,7 +149,7 @@ pub struct CreateRun {
 
 /// What a rollout run does besides a user's: how its model is sampled, and keeping the
 /// conversation exactly as the model saw it. Tools, prompt, sandbox and limits stay the same.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RolloutOptions {
     /// Sampling temperature (none: the agent's, 0).
@@ -169,7 +170,7 @@ pub struct RolloutOptions {
 }
 
 /// A run's conversation as the model saw it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Transcript {
     /// The tool definitions every model call carried.
     pub tools: Vec<crate::llm::Tool>,
@@ -192,7 +193,7 @@ pub struct Transcript {
 }
 
 /// What one model call read and sampled, in token ids.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CallTokens {
     /// The whole prompt.
     pub prompt_ids: Vec<u32>,
@@ -205,7 +206,7 @@ pub struct CallTokens {
 /// A multi-turn conversation in the layout RL trainers consume (verl's agent loop output,
 /// SkyRL's generator output): the first prompt, then everything after it as one response
 /// whose mask tells the model's sampled tokens (1) from tool output and template (0).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TokenView {
     /// The first model call's prompt.
     pub prompt_ids: Vec<u32>,
@@ -264,7 +265,7 @@ impl TokenView {
 }
 
 /// Where a run's changes are pushed when it succeeds.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PushTarget {
     /// The remote (`file://`, `https://`; default: a git source's URL; an uploaded bundle
@@ -277,7 +278,7 @@ pub struct PushTarget {
 }
 
 /// What a push did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct PushOutcome {
     /// The remote.
     pub url: String,
@@ -292,7 +293,7 @@ pub struct PushOutcome {
 }
 
 /// Where a run is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunState {
     /// Waiting for a worker.
@@ -333,7 +334,7 @@ impl RunState {
 }
 
 /// A run as `GET /v1/runs/{id}` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RunInfo {
     /// Its id.
     pub id: String,
@@ -373,14 +374,14 @@ pub struct RunInfo {
 }
 
 /// `GET /v1/runs`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RunList {
     /// Newest first.
     pub runs: Vec<RunInfo>,
 }
 
 /// The run's own lifecycle events, beside the agent's.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum RunStatus {
     /// A worker leased it.
@@ -438,7 +439,7 @@ pub enum RunStatus {
 }
 
 /// One event of a run: its lifecycle or the agent's.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum RunEvent {
     /// The run's lifecycle.
@@ -448,7 +449,7 @@ pub enum RunEvent {
 }
 
 /// A numbered event, as `GET /v1/runs/{id}/events` sends it (the SSE `id` is `seq`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct NumberedEvent {
     /// From 1, per run.
     pub seq: u64,
@@ -459,7 +460,7 @@ pub struct NumberedEvent {
 }
 
 /// What a finished run produced (`GET /v1/runs/{id}/result`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RunResult {
     /// The changes as a patch against the submitted tree (`git apply` form; empty: none).
     pub patch: String,
@@ -485,7 +486,7 @@ pub struct RunResult {
 }
 
 /// The environment's test command after the agent.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TestOutcome {
     /// The command.
     pub command: String,
@@ -499,7 +500,8 @@ pub struct TestOutcome {
 }
 
 /// Model usage.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(rename = "RunUsage")]
 pub struct Usage {
     /// Prompt tokens.
     pub prompt_tokens: u64,
@@ -510,7 +512,7 @@ pub struct Usage {
 }
 
 /// Where an attempt's time went, in milliseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Timings {
     /// From the lease to a ready workspace (code unpacked, sandbox up).
     pub launch_ms: u64,
@@ -530,7 +532,7 @@ pub struct Timings {
 }
 
 /// `PUT /v1/secrets/{name}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PutSecret {
     /// The value (stored encrypted; never shown again).
@@ -538,7 +540,7 @@ pub struct PutSecret {
 }
 
 /// `GET /v1/secrets`: names only.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SecretList {
     /// Names, sorted.
     pub names: Vec<String>,
@@ -547,7 +549,7 @@ pub struct SecretList {
 // ---- between workers and the server ----
 
 /// `POST /v1/workers/lease`: a worker with a free slot asks for a run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseRequest {
     /// The worker's name (unique per process: host and pid, say).
@@ -561,7 +563,7 @@ pub struct LeaseRequest {
 }
 
 /// What identifies a lease in every later call: the run and its fencing token.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub struct LeaseRef {
     /// The run.
     pub run: String,
@@ -571,7 +573,7 @@ pub struct LeaseRef {
 }
 
 /// A leased run: everything a worker needs to execute it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Lease {
     /// The lease.
     pub lease: LeaseRef,
@@ -612,7 +614,7 @@ pub struct Lease {
 }
 
 /// A run's work so far, saved after each agent step so that another attempt can continue it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RunCheckpoint {
     /// The changes against the base commit (`git diff --binary`).
     pub patch: String,
@@ -622,7 +624,7 @@ pub struct RunCheckpoint {
 }
 
 /// `POST /v1/workers/runs/{id}/checkpoint` body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CheckpointBody {
     /// The lease.
@@ -632,14 +634,14 @@ pub struct CheckpointBody {
 }
 
 /// `POST /v1/workers/runs/{id}/heartbeat` answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct HeartbeatAnswer {
     /// The user cancelled the run: stop it and complete it as cancelled.
     pub cancel: bool,
 }
 
 /// `POST /v1/workers/runs/{id}/heartbeat` body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Heartbeat {
     /// The lease.
@@ -651,7 +653,7 @@ pub struct Heartbeat {
 
 /// What a run's sandbox uses at one moment: its live processes and their memory, and the CPU
 /// time they have had.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SandboxUsage {
     /// Processes alive in the sandbox.
     pub processes: u32,
@@ -662,7 +664,7 @@ pub struct SandboxUsage {
 }
 
 /// `POST /v1/workers/runs/{id}/events` body.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EventBatch {
     /// The lease.
@@ -672,7 +674,7 @@ pub struct EventBatch {
 }
 
 /// `POST /v1/workers/runs/{id}/complete` body.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Completion {
     /// The lease.
@@ -691,7 +693,7 @@ pub struct Completion {
 }
 
 /// The workers the server has heard from, for operators (`GET /v1/fleet`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Fleet {
     /// Workers seen recently.
     pub workers: Vec<WorkerInfo>,
@@ -708,7 +710,7 @@ pub struct Fleet {
 
 /// A run that ended, for operators: whose, how it ended, how long it took — not its task
 /// (tenants' words are not operators' to read).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct EndedRun {
     /// The run.
     pub id: String,
@@ -736,7 +738,7 @@ pub struct EndedRun {
 }
 
 /// One worker as the server last heard of it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct WorkerInfo {
     /// Its name.
     pub name: String,
@@ -751,7 +753,7 @@ pub struct WorkerInfo {
 }
 
 /// Queued or running runs of one class and tenant.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct QueueDepth {
     /// Class.
     pub class: RunClass,
@@ -764,7 +766,7 @@ pub struct QueueDepth {
 }
 
 /// A running run, for operators: which worker, whose, how old.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RunningRun {
     /// The run.
     pub id: String,

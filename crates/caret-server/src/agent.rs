@@ -119,7 +119,7 @@ impl Hosted {
 }
 
 /// `POST /v1/agent/sessions`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSession {
     /// A workspace name from the server's configuration.
@@ -133,7 +133,7 @@ pub struct CreateSession {
 }
 
 /// The answer to [`CreateSession`].
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SessionCreated {
     /// The session's id.
     pub id: String,

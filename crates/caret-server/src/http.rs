@@ -11,7 +11,7 @@ use axum::extract::{DefaultBodyLimit, FromRequest, MatchedPath, Path, Request, S
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::{MethodRouter, delete, get, post, put};
 use axum::{Extension, Router};
 use caret_crypto::ServerKey;
 use caret_protocol::{
@@ -72,69 +72,110 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Json<T> 
     }
 }
 
+/// A route table: paths and what answers on them.
+type Routes = Vec<(&'static str, MethodRouter<AppState>)>;
+
+/// Routes holding no tenant's data.
+fn public_routes() -> Routes {
+    vec![
+        ("/healthz", get(|| async { "ok" })),
+        ("/readyz", get(ready)),
+        ("/metrics", get(metrics)),
+        ("/openapi.json", get(openapi)),
+        // The fleet dashboard's page and assets (the page asks for an operator token and reads
+        // /v1/fleet with it).
+        ("/fleet", get(crate::runs::dashboard_page)),
+        ("/fleet/app.js", get(crate::runs::dashboard_script)),
+        ("/fleet/style.css", get(crate::runs::dashboard_style)),
+    ]
+}
+
+/// Routes behind a tenant's token.
+fn tenant_routes() -> Routes {
+    vec![
+        ("/v1/workspaces", get(list_workspaces)),
+        ("/v1/workspaces/{id}", put(create_workspace).get(workspace).delete(delete_workspace)),
+        ("/v1/workspaces/{id}/tree", post(tree)),
+        ("/v1/workspaces/{id}/plan", post(plan)),
+        ("/v1/workspaces/{id}/commit", post(commit)),
+        ("/v1/workspaces/{id}/vectors/missing", get(missing_vectors)),
+        ("/v1/workspaces/{id}/embed", post(embed)),
+        ("/v1/workspaces/{id}/search", post(search)),
+        ("/v1/chat/completions", post(crate::llm::chat_completions)),
+        ("/v1/completions", post(crate::llm::completions)),
+        ("/v1/embeddings", post(crate::llm::embeddings)),
+        ("/v1/models", get(crate::llm::models)),
+        ("/v1/apply", post(apply_edit)),
+        ("/v1/complete", post(crate::tab::complete)),
+        ("/v1/agent/sessions", post(crate::agent::create)),
+        ("/v1/agent/sessions/{id}/ops", post(crate::agent::submit)),
+        ("/v1/agent/sessions/{id}/events", get(crate::agent::events)),
+        ("/v1/runs", post(crate::runs::create).get(crate::runs::list)),
+        ("/v1/runs/{id}", get(crate::runs::get).delete(crate::runs::delete)),
+        ("/v1/runs/{id}/cancel", post(crate::runs::cancel)),
+        ("/v1/runs/{id}/events", get(crate::runs::events)),
+        ("/v1/runs/{id}/result", get(crate::runs::result)),
+        ("/v1/envs", post(crate::runs::create_env).get(crate::runs::list_envs)),
+        ("/v1/envs/{id}", delete(crate::runs::close_env)),
+        ("/v1/envs/{id}/step", post(crate::runs::step_env)),
+        ("/v1/envs/{id}/grade", post(crate::runs::grade_env)),
+        ("/v1/secrets", get(crate::runs::list_secrets)),
+        ("/v1/secrets/{name}", put(crate::runs::put_secret).delete(crate::runs::delete_secret)),
+    ]
+}
+
+/// Routes of workers and operators: an operator's token, never a tenant's.
+fn operator_routes() -> Routes {
+    vec![
+        ("/v1/workers/lease", post(crate::runs::lease)),
+        ("/v1/workers/runs/{id}/bundle", get(crate::runs::bundle)),
+        ("/v1/workers/runs/{id}/heartbeat", post(crate::runs::heartbeat)),
+        ("/v1/workers/runs/{id}/events", post(crate::runs::append_events)),
+        ("/v1/workers/runs/{id}/checkpoint", post(crate::runs::checkpoint)),
+        ("/v1/workers/runs/{id}/complete", post(crate::runs::complete)),
+        ("/v1/workers/runs/{id}/{token}/v1/chat/completions", post(crate::runs::chat)),
+        ("/v1/fleet", get(crate::runs::fleet)),
+    ]
+}
+
+/// Every path the router answers (besides the pages under `/ui`), with who may call it.
+pub fn route_paths() -> Vec<(&'static str, crate::openapi::Access)> {
+    use crate::openapi::Access;
+    let tagged = |routes: Routes, access| routes.into_iter().map(move |(path, _)| (path, access));
+    tagged(public_routes(), Access::Public)
+        .chain(tagged(tenant_routes(), Access::Tenant))
+        .chain(tagged(operator_routes(), Access::Operator))
+        .collect()
+}
+
+fn table(routes: Routes) -> Router<AppState> {
+    routes.into_iter().fold(Router::new(), |router, (path, methods)| router.route(path, methods))
+}
+
 /// The router. `body_limit` caps request bodies (413 beyond it).
 pub fn router(state: AppState, body_limit: usize, pages: Option<crate::Pages>) -> Router {
-    let v1 = Router::new()
-        .route("/v1/workspaces", get(list_workspaces))
-        .route("/v1/workspaces/{id}", put(create_workspace).get(workspace).delete(delete_workspace))
-        .route("/v1/workspaces/{id}/tree", post(tree))
-        .route("/v1/workspaces/{id}/plan", post(plan))
-        .route("/v1/workspaces/{id}/commit", post(commit))
-        .route("/v1/workspaces/{id}/vectors/missing", get(missing_vectors))
-        .route("/v1/workspaces/{id}/embed", post(embed))
-        .route("/v1/workspaces/{id}/search", post(search))
-        .route("/v1/chat/completions", post(crate::llm::chat_completions))
-        .route("/v1/completions", post(crate::llm::completions))
-        .route("/v1/embeddings", post(crate::llm::embeddings))
-        .route("/v1/models", get(crate::llm::models))
-        .route("/v1/apply", post(apply_edit))
-        .route("/v1/complete", post(crate::tab::complete))
-        .route("/v1/agent/sessions", post(crate::agent::create))
-        .route("/v1/agent/sessions/{id}/ops", post(crate::agent::submit))
-        .route("/v1/agent/sessions/{id}/events", get(crate::agent::events))
-        .route("/v1/runs", post(crate::runs::create).get(crate::runs::list))
-        .route("/v1/runs/{id}", get(crate::runs::get).delete(crate::runs::delete))
-        .route("/v1/runs/{id}/cancel", post(crate::runs::cancel))
-        .route("/v1/runs/{id}/events", get(crate::runs::events))
-        .route("/v1/runs/{id}/result", get(crate::runs::result))
-        .route("/v1/envs", post(crate::runs::create_env).get(crate::runs::list_envs))
-        .route("/v1/envs/{id}", axum::routing::delete(crate::runs::close_env))
-        .route("/v1/envs/{id}/step", post(crate::runs::step_env))
-        .route("/v1/envs/{id}/grade", post(crate::runs::grade_env))
-        .route("/v1/secrets", get(crate::runs::list_secrets))
-        .route("/v1/secrets/{name}", put(crate::runs::put_secret).delete(crate::runs::delete_secret))
-        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
-    // Workers and operators: an operator token, never a tenant's.
-    let operators = Router::new()
-        .route("/v1/workers/lease", post(crate::runs::lease))
-        .route("/v1/workers/runs/{id}/bundle", get(crate::runs::bundle))
-        .route("/v1/workers/runs/{id}/heartbeat", post(crate::runs::heartbeat))
-        .route("/v1/workers/runs/{id}/events", post(crate::runs::append_events))
-        .route("/v1/workers/runs/{id}/checkpoint", post(crate::runs::checkpoint))
-        .route("/v1/workers/runs/{id}/complete", post(crate::runs::complete))
-        .route("/v1/workers/runs/{id}/{token}/v1/chat/completions", post(crate::runs::chat))
-        .route("/v1/fleet", get(crate::runs::fleet))
-        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate_operator));
+    let v1 = table(tenant_routes()).route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
+    let operators =
+        table(operator_routes()).route_layer(middleware::from_fn_with_state(state.clone(), authenticate_operator));
     let mut router = Router::new();
     if let Some(pages) = pages {
         let tenant = pages.tenant.route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
         router = router.nest_service("/ui", pages.public.merge(tenant));
     }
     router
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(ready))
-        .route("/metrics", get(metrics))
-        // The fleet dashboard's page and assets: public, holding no data (the page asks for an
-        // operator token and reads /v1/fleet with it).
-        .route("/fleet", get(crate::runs::dashboard_page))
-        .route("/fleet/app.js", get(crate::runs::dashboard_script))
-        .route("/fleet/style.css", get(crate::runs::dashboard_style))
+        .merge(table(public_routes()))
         .merge(v1)
         .merge(operators)
         .fallback(|| async { Error::NotFound("route".into()) })
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .with_state(state)
+}
+
+/// The API's description (built once).
+async fn openapi() -> Response {
+    static DOCUMENT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| crate::openapi::document().to_string());
+    ([(header::CONTENT_TYPE, "application/json")], DOCUMENT.as_str()).into_response()
 }
 
 /// Logs and counts every request (route template only).

@@ -12,6 +12,7 @@ pub mod http;
 pub mod limit;
 pub mod llm;
 pub mod metrics;
+pub mod openapi;
 pub mod runs;
 pub mod service;
 pub mod tab;

@@ -103,6 +103,8 @@ enum Command {
     /// Measure a capability and print its figures.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Print the server's HTTP API description (OpenAPI 3.1, JSON; also at `/openapi.json`).
+    Openapi,
 }
 
 fn main() -> ExitCode {
@@ -146,6 +148,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Rollout(args) => rollout::run(&config, *args),
         Command::Worker(args) => runs::worker(&config, args),
         Command::Secret(cmd) => runs::secret(&config, cmd),
+        Command::Openapi => {
+            println!("{:#}", caret_server::openapi::document());
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
