@@ -102,7 +102,9 @@ impl Error {
             Error::Rejected { status, .. } => *status,
             Error::BadRequest(_) | Error::Unsupported(_) => 400,
             Error::UnknownModel(_) => 404,
-            Error::Deadline(_) => 504,
+            // The request's own time budget ran out: 408, which OpenAI's clients retry (a
+            // 504 would blame a server that kept to the budget it was given).
+            Error::Deadline(_) => 408,
             Error::Shed { .. } => 503,
         }
     }

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json as AxumJson};
@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::db::Tenant;
-use crate::http::{AppState, Json};
+use crate::http::{AppState, Json, Path};
 use crate::{Error, Result};
 
 /// What the operator configured for agent sessions.

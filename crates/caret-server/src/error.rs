@@ -33,6 +33,9 @@ pub enum Error {
     /// message quotes the caller's own edit back to it; nothing of it is logged or stored.
     #[error("{0}")]
     EditDoesNotFit(String),
+    /// The request's time budget (its deadline) ran out before it could be answered.
+    #[error("{0}")]
+    Timeout(String),
     /// A capability this server lacks (no embedding model, say).
     #[error("{0}")]
     Unavailable(String),
@@ -92,6 +95,7 @@ impl Error {
             Error::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             Error::TooMany(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many"),
             Error::EditDoesNotFit(_) => (StatusCode::UNPROCESSABLE_ENTITY, "edit_does_not_fit"),
+            Error::Timeout(_) => (StatusCode::REQUEST_TIMEOUT, "timeout"),
             Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Error::Database(_) => (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable"),
             Error::Store(e) if e.is_transient() => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),

@@ -7,7 +7,8 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{DefaultBodyLimit, FromRequest, MatchedPath, Path, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -45,6 +46,13 @@ pub struct AppState {
     pub stopping: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
+/// A refusal in our error body.
+fn refusal(status: StatusCode, message: String) -> Response {
+    let code = if status == StatusCode::PAYLOAD_TOO_LARGE { "too_large" } else { "bad_request" };
+    let body = caret_protocol::ErrorBody { error: caret_protocol::ErrorDetail { code: code.to_owned(), message } };
+    (status, axum::Json(body)).into_response()
+}
+
 /// JSON bodies whose rejections (malformed, truncated, wrong type, too large) become our
 /// error body with a 4xx status.
 pub struct Json<T>(pub T);
@@ -56,18 +64,43 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Json<T> 
         match axum::Json::<T>::from_request(req, state).await {
             Ok(axum::Json(v)) => Ok(Json(v)),
             Err(rejection) => {
-                let status = rejection.status();
                 let message = match &rejection {
                     JsonRejection::JsonDataError(e) => format!("invalid request body: {}", e.body_text()),
                     JsonRejection::JsonSyntaxError(e) => format!("malformed JSON: {}", e.body_text()),
                     JsonRejection::MissingJsonContentType(_) => "expected Content-Type: application/json".to_owned(),
                     other => other.body_text(),
                 };
-                let code = if status == StatusCode::PAYLOAD_TOO_LARGE { "too_large" } else { "bad_request" };
-                let body =
-                    caret_protocol::ErrorBody { error: caret_protocol::ErrorDetail { code: code.to_owned(), message } };
-                Err((status, axum::Json(body)).into_response())
+                Err(refusal(rejection.status(), message))
             }
+        }
+    }
+}
+
+/// Query strings whose rejections become our error body (400).
+pub struct Query<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequestParts<S> for Query<T> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(v)) => Ok(Query(v)),
+            Err(rejection) => Err(refusal(rejection.status(), rejection.body_text())),
+        }
+    }
+}
+
+/// Path parameters whose rejections (a token that is not a number, say) become our error
+/// body (400).
+pub struct Path<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> FromRequestParts<S> for Path<T> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(v)) => Ok(Path(v)),
+            Err(rejection) => Err(refusal(rejection.status(), rejection.body_text())),
         }
     }
 }
@@ -369,7 +402,7 @@ async fn missing_vectors(
     State(s): State<AppState>,
     Extension(t): Extension<Tenant>,
     Path(id): Path<String>,
-    axum::extract::Query(q): axum::extract::Query<Limit>,
+    Query(q): Query<Limit>,
 ) -> Result<Response> {
     Ok(axum::Json(s.service.missing_vectors(&t, &id, q.limit.unwrap_or(1000)).await?).into_response())
 }

@@ -59,6 +59,7 @@ pub(crate) fn gateway_error(e: &caret_models::Error) -> Response {
     let kind = match status {
         429 => "rate_limit_error",
         400 | 404 => "invalid_request_error",
+        408 => "timeout",
         _ => "server_error",
     };
     if status >= 500 {
@@ -129,6 +130,7 @@ pub(crate) fn model_failure(doing: &str, e: &caret_models::Error) -> crate::erro
     match e.status() {
         429 => Error::RateLimited { retry_after: e.retry_after().map_or(1, |d| d.as_secs().max(1)) },
         400 | 404 => Error::BadRequest(e.to_string()),
+        408 => Error::Timeout(format!("{doing}: {e}")),
         _ => Error::Unavailable(format!("{doing}: {e}")),
     }
 }

@@ -141,11 +141,24 @@ fn text(media: &str) -> Map<String, Value> {
     content(media, json!({ "type": "string" }))
 }
 
-/// A server-sent event stream whose events' data are of the schema `data`.
-fn events(data: Value) -> Map<String, Value> {
+/// A server-sent event stream, each event's `data` a JSON payload of one of `payloads` (or
+/// `[DONE]`, the end of a model's stream, when `done`).
+fn events(payloads: Vec<Value>, done: bool) -> Map<String, Value> {
+    let json =
+        |schema: Value| json!({ "type": "string", "contentMediaType": "application/json", "contentSchema": schema });
+    let mut data: Vec<Value> = payloads.into_iter().map(json).collect();
+    if done {
+        data.push(json!({ "const": "[DONE]" }));
+    }
+    let data = if data.len() == 1 { data.remove(0) } else { json!({ "anyOf": data }) };
     content(
         "text/event-stream",
-        json!({ "type": "string", "description": "`data:` lines of JSON", "x-caret-event": data }),
+        json!({
+            "type": "object",
+            "description": "One event of the stream.",
+            "properties": { "data": data, "id": { "type": "string" }, "event": { "type": "string" } },
+            "required": ["data"],
+        }),
     )
 }
 
@@ -229,9 +242,12 @@ fn operations(s: &mut Schemas) -> Vec<Operation> {
     let run_id = id("The run's id.");
     let env_id = id("The episode's id.");
     let session_id = id("The session's id.");
+    // A model's stream ends with `[DONE]`, or with an error payload when it fails midway.
+    let model_events = |s: &mut Schemas, chunk: Value| events(vec![chunk, s.written::<llm::ApiError>()], true);
     let chat_answers = |s: &mut Schemas| {
         let mut answer = s.json::<llm::ChatResponse>();
-        answer.extend(events(s.written::<llm::ChatChunk>()));
+        let chunk = s.written::<llm::ChatChunk>();
+        answer.extend(model_events(s, chunk));
         ok(answer)
     };
     vec![
@@ -378,7 +394,8 @@ fn operations(s: &mut Schemas) -> Vec<Operation> {
             body: Some(s.read::<llm::CompletionRequest>()),
             answers: {
                 let mut answer = s.json::<llm::CompletionResponse>();
-                answer.extend(events(s.written::<llm::CompletionResponse>()));
+                let chunk = s.written::<llm::CompletionResponse>();
+                answer.extend(model_events(s, chunk));
                 ok(answer)
             },
             errors: OpenAi,
@@ -397,11 +414,13 @@ fn operations(s: &mut Schemas) -> Vec<Operation> {
         },
         // Apply and Tab.
         Operation {
+            parameters: model_headers(),
             body: Some(s.read::<apply::ApplyRequest>()),
             answers: ok(s.json::<apply::ApplyResponse>()),
             ..op("post", "/v1/apply", "apply", "Applies an edit to a text in memory (nothing is stored).", Tenant)
         },
         Operation {
+            parameters: model_headers(),
             body: Some(s.read::<complete::CompleteRequest>()),
             answers: ok(s.json::<complete::CompleteResponse>()),
             ..op("post", "/v1/complete", "complete", "A Tab completion at the cursor.", Tenant)
@@ -426,7 +445,7 @@ fn operations(s: &mut Schemas) -> Vec<Operation> {
         },
         Operation {
             parameters: vec![session_id],
-            answers: ok(events(s.written::<agent::Event>())),
+            answers: ok(events(vec![s.written::<agent::Event>()], false)),
             ..op(
                 "get",
                 "/v1/agent/sessions/{id}/events",
@@ -474,7 +493,7 @@ fn operations(s: &mut Schemas) -> Vec<Operation> {
             ],
             answers: {
                 let mut answer = s.json::<Vec<runs::NumberedEvent>>();
-                answer.extend(events(s.written::<runs::RunEvent>()));
+                answer.extend(events(vec![s.written::<runs::RunEvent>()], false));
                 ok(answer)
             },
             ..op("get", "/v1/runs/{id}/events", "run_events", "A run's events.", Tenant)
@@ -597,7 +616,10 @@ fn operations(s: &mut Schemas) -> Vec<Operation> {
                 path_param("token", "The lease's fencing token.", json!({ "type": "integer", "minimum": 0 })),
             ],
             body: Some(s.read::<llm::ChatRequest>()),
-            answers: ok(events(s.written::<llm::ChatChunk>())),
+            answers: ok({
+                let chunk = s.written::<llm::ChatChunk>();
+                model_events(s, chunk)
+            }),
             errors: OpenAi,
             ..op(
                 "post",

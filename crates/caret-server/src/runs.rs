@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json as AxumJson};
@@ -35,7 +35,7 @@ use caret_protocol::runs::{
 use serde::Deserialize;
 
 use crate::db::Tenant;
-use crate::http::{AppState, Json};
+use crate::http::{AppState, Json, Path, Query};
 use crate::{Error, Result};
 
 impl From<caret_anyrun::Error> for Error {

@@ -179,11 +179,10 @@ fn bench(config: &Config, args: &SoakBench, scratch: &Path) -> anyhow::Result<Ex
         };
         let http = reqwest::Client::new();
         let mut tasks = Vec::new();
-        for c in 0..args.clients {
+        for (c, token) in tokens.clone().into_iter().enumerate().take(args.clients) {
             let dir: PathBuf = scratch.join("clients").join(c.to_string());
             project(&dir, c)?;
             let ws = LocalWorkspace::open(&dir, &scratch.join("state").join(c.to_string()), &scratch.join("keys"))?;
-            let token = tokens[c].clone();
             let transport = HttpTransport::new(&url, &token, None)?;
             let (engine, scanner) = (SyncEngine::new(scanner.clone(), SyncOptions::default()), scanner.clone());
             let (tallies, http, url) = (tallies.clone(), http.clone(), url.clone());

@@ -88,3 +88,149 @@ fn the_description_holds_every_route_and_method_and_nothing_else() {
     }
     assert!(routed.len() >= 40, "{} routes", routed.len());
 }
+
+/// Requests schemathesis makes per operation (`CARET_API_FUZZ_EXAMPLES`; thousands in the long
+/// run of docs/reliability.md).
+fn examples() -> u32 {
+    std::env::var("CARET_API_FUZZ_EXAMPLES").ok().and_then(|v| v.parse().ok()).unwrap_or(60)
+}
+
+/// `caret_http_requests_total` of a server, by (method, route template, status).
+fn request_counts(server: &Server) -> BTreeMap<(String, String, u16), u64> {
+    let text = http().get(format!("{}/metrics", server.url)).send().unwrap().text().unwrap();
+    let mut counts = BTreeMap::new();
+    for line in text.lines().filter(|l| l.starts_with("caret_http_requests_total{")) {
+        let (labels, count) = line.rsplit_once(' ').unwrap();
+        let label = |name: &str| {
+            let start = labels.find(&format!("{name}=\"")).unwrap() + name.len() + 2;
+            labels[start..].split('"').next().unwrap().to_owned()
+        };
+        counts.insert((label("method"), label("route"), label("status").parse().unwrap()), count.parse().unwrap());
+    }
+    counts
+}
+
+#[test]
+fn generated_requests_get_no_server_error_and_no_other_tenants_data() {
+    use caret_test_support::scripted::ScriptedUpstream;
+    use caret_test_support::{TempDir, skip};
+    use serde_json::json;
+
+    if Command::new("schemathesis").arg("--version").output().is_err() {
+        return skip("schemathesis is not installed (pip install schemathesis)");
+    }
+    if std::env::var_os("CARET_TEST_MODEL_DIR").is_none() {
+        return skip("CARET_TEST_MODEL_DIR is not set: the embedding routes need the model");
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("fuzzed"));
+    let repo = TempDir::new();
+    repo.write("add.sh", "echo $(( $1 - $2 ))\n");
+    repo.write("test.sh", "[ \"$(sh add.sh 2 3)\" = 5 ]\n");
+    repo.git_init();
+    repo.git(&["add", "-A"]);
+    repo.git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init"]);
+    // Rate limits out of the way (the run is one client at full speed); every capability on.
+    let config = format!(
+        "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{url}\", model = \"m\" }}]\n\n\
+         [[models]]\nalias = \"tab\"\ndeployments = [{{ provider = \"openai\", url = \"{url}\", model = \"m\" }}]\n\n\
+         [server]\nrate_limit_per_second = 100000.0\nrate_limit_burst = 100000\n\
+         ip_rate_limit_per_second = 100000.0\nip_rate_limit_burst = 100000\n\n\
+         [server.agent_workspaces]\ndemo = {repo:?}\n",
+        url = up.url,
+        repo = repo.path().display().to_string(),
+    );
+    let server = Server::start_with_config(&[], &[], Some(&config));
+    let (alice, bob) = (server.tenant("alice"), server.tenant("bob"));
+    let operator = server.admin(&["admin", "operator-token", "create"]);
+    let client = http();
+    let as_bob = |method: reqwest::Method, path: &str, body: Option<Value>| {
+        let mut r = client.request(method, format!("{}{path}", server.url)).bearer_auth(&bob);
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        let r = r.send().unwrap();
+        (r.status().as_u16(), r.json::<Value>().unwrap_or(Value::Null))
+    };
+
+    // Bob's data: an indexed workspace, a secret, a queued run, an agent session.
+    let bobs = harness::Client::new();
+    let code = TempDir::new();
+    code.write("src/ledger.rs", "pub fn settle_bob_ledger() -> u64 { 42 }\n");
+    bobs.sync(code.path(), &server, &bob);
+    let workspace = bobs.workspace_id(code.path());
+    let secret = format!("BOB_SECRET_{}", fastrand::u32(..));
+    let secret_value = format!("bob-value-{}", fastrand::u64(..));
+    assert_eq!(
+        as_bob(reqwest::Method::PUT, &format!("/v1/secrets/{secret}"), Some(json!({"value": secret_value}))).0,
+        204
+    );
+    let run = Command::new(CARET)
+        .args(["run", "make add.sh add", "-C", repo.path().to_str().unwrap(), "--server", &server.url, "--token", &bob])
+        .env("CARET_HOME", bobs.home.join("home"))
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let run = String::from_utf8(run.stdout).unwrap().trim().to_owned();
+    let (status, session) = as_bob(reqwest::Method::POST, "/v1/agent/sessions", Some(json!({"workspace": "demo"})));
+    assert_eq!(status, 201, "{session}");
+    let session = session["id"].as_str().unwrap().to_owned();
+    // (An operator's token may lease and end bob's run: a worker's job. Its existence is bob's.)
+    let bobs_state = || {
+        let run = as_bob(reqwest::Method::GET, &format!("/v1/runs/{run}"), None);
+        (
+            as_bob(reqwest::Method::GET, &format!("/v1/workspaces/{workspace}"), None),
+            as_bob(reqwest::Method::GET, "/v1/secrets", None),
+            (run.0, run.1["id"].clone()),
+        )
+    };
+    let before = bobs_state();
+
+    // The run, as alice (and the operator on the workers' routes).
+    let work = TempDir::new();
+    let victim = json!({
+        "ids": { "id": [workspace, run, session], "name": [secret] },
+        "private": [workspace, run, session, secret, secret_value],
+        "server_named": [run, session],
+    });
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    // One run's seed (schemathesis prints it; CARET_API_FUZZ_SEED replays it).
+    let seed: u32 =
+        std::env::var("CARET_API_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| fastrand::u32(..));
+    let out = Command::new("schemathesis")
+        .current_dir(work.path())
+        .args(["--config-file", tests.join("api_schemathesis.toml").to_str().unwrap(), "run"])
+        .arg(format!("{}/openapi.json", server.url))
+        .args(["--url", &server.url, "--checks", "all", "--exclude-checks", "positive_data_acceptance"])
+        .args(["--max-examples", &examples().to_string(), "--request-timeout", "20", "--no-color"])
+        .args(["--seed", &seed.to_string(), "--generation-database", "none", "--workers", "1"])
+        .env("CARET_FUZZ_SEED", seed.to_string())
+        .env("SCHEMATHESIS_HOOKS", tests.join("api_hooks.py"))
+        .env("CARET_FUZZ_TENANT_TOKEN", &alice)
+        .env("CARET_FUZZ_OPERATOR_TOKEN", &operator)
+        .env("CARET_FUZZ_VICTIM", victim.to_string())
+        .output()
+        .unwrap();
+    let report = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    eprintln!("{report}");
+    assert!(out.status.success(), "schemathesis found failures (above)");
+
+    // The server is up, saw no 5xx, and every operation got its share of requests.
+    assert_eq!(client.get(format!("{}/healthz", server.url)).send().unwrap().status(), 200);
+    let counts = request_counts(&server);
+    let server_errors: Vec<_> = counts.iter().filter(|((_, _, s), _)| *s >= 500).collect();
+    assert!(server_errors.is_empty(), "5xx answers: {server_errors:?}");
+    let mut total = 0;
+    for (method, path, _) in caret_server::openapi::operation_list() {
+        let n: u64 =
+            counts.iter().filter(|((m, r, _), _)| m.eq_ignore_ascii_case(method) && r == path).map(|(_, n)| n).sum();
+        eprintln!("{method:>6} {path}: {n} requests");
+        assert!(n > 0, "{method} {path} was never called");
+        total += n;
+    }
+    eprintln!("{total} requests in all");
+
+    // Bob's data is as it was.
+    assert_eq!(before, bobs_state(), "another tenant's requests changed bob's data");
+    assert!(before.1.1["names"].as_array().unwrap().contains(&json!(secret)));
+}
