@@ -18,6 +18,13 @@ pub mod runs;
 /// ids and token hashes from it in memory and never stores it.
 pub const SERVER_KEY_HEADER: &str = "x-caret-server-key";
 
+/// The shape of an obfuscated path, as the server checks it (described in the API's schemas).
+pub const OBFUSCATED_PATH: &str = "^[a-z0-9]{1,64}(/[a-z0-9]{1,64})*$";
+/// An obfuscated directory path, or `""` for the root.
+pub const OBFUSCATED_DIR: &str = "^([a-z0-9]{1,64}(/[a-z0-9]{1,64})*)?$";
+/// A keyed hash or id: 32 bytes in hex.
+pub const HEX32: &str = "^[0-9a-fA-F]{64}$";
+
 /// An error body: a stable code and a safe message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ErrorBody {
@@ -69,6 +76,7 @@ pub struct WorkspaceInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TreeRequest {
     /// Obfuscated directory paths (`""` is the root).
+    #[schemars(inner(regex(pattern = OBFUSCATED_DIR)))]
     pub dirs: Vec<String>,
     /// The client's root hash: when the server's equals it, no listings are sent (a
     /// no-change sync costs one small round trip).
@@ -111,8 +119,10 @@ pub struct TreeEntry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct FileMeta {
     /// Obfuscated path.
+    #[schemars(regex(pattern = OBFUSCATED_PATH))]
     pub path: String,
     /// The keyed Merkle leaf (hex).
+    #[schemars(regex(pattern = HEX32))]
     pub leaf: String,
     /// The file's chunks, in order (withheld chunks are absent).
     pub chunks: Vec<ChunkMeta>,
@@ -122,6 +132,7 @@ pub struct FileMeta {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ChunkMeta {
     /// Keyed chunk id (hex).
+    #[schemars(regex(pattern = HEX32))]
     pub id: String,
     /// First line, 1-based.
     pub start_line: u32,
@@ -152,6 +163,7 @@ pub struct PlanResponse {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ChunkText {
     /// Keyed chunk id (hex); the server checks it against the text.
+    #[schemars(regex(pattern = HEX32))]
     pub id: String,
     /// Context lines (enclosing scopes' headers).
     pub context: Vec<String>,
@@ -170,6 +182,7 @@ pub struct CommitRequest {
     /// Files to add or replace.
     pub files: Vec<FileMeta>,
     /// Obfuscated paths (files or directories) to remove.
+    #[schemars(inner(regex(pattern = OBFUSCATED_PATH)))]
     pub deletes: Vec<String>,
     /// Texts of the chunks the server lacked.
     pub chunks: Vec<ChunkText>,
@@ -247,6 +260,7 @@ pub struct SearchRequest {
     /// The question or keywords, in plain text (held in memory only).
     pub query: String,
     /// Hits wanted (1-1000).
+    #[schemars(range(min = 1, max = 1000))]
     pub k: u32,
     /// Which rankings take part.
     #[serde(default)]

@@ -176,8 +176,10 @@ pub struct StreamOptions {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ChatRequest {
     /// A model alias of the gateway.
+    #[schemars(example = &"agent")]
     pub model: String,
     /// The conversation.
+    #[schemars(example = serde_json::json!([{ "role": "user", "content": "Say hello." }]))]
     pub messages: Vec<ChatMessage>,
     /// Tools the model may call.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -472,6 +474,7 @@ impl Prompt {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CompletionRequest {
     /// A model alias of the gateway.
+    #[schemars(example = &"tab")]
     pub model: String,
     /// The text before the cursor.
     pub prompt: Prompt,
@@ -576,6 +579,7 @@ impl EmbeddingInput {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EmbeddingsRequest {
     /// A model alias of the gateway.
+    #[schemars(example = &"embed")]
     pub model: String,
     /// The texts.
     pub input: EmbeddingInput,

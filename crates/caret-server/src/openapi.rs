@@ -190,8 +190,8 @@ fn server_key() -> Value {
     header(
         caret_protocol::SERVER_KEY_HEADER,
         true,
-        "The workspace's server key (base64 of 32 bytes): used in memory for this request, never stored.",
-        json!({ "type": "string" }),
+        "The workspace's server key (32 bytes in unpadded base32): used in memory for this request, never stored.",
+        json!({ "type": "string", "pattern": "^[A-Za-z2-7]{51}[AaQq]$" }),
     )
 }
 

@@ -116,8 +116,14 @@ fn generated_requests_get_no_server_error_and_no_other_tenants_data() {
     use caret_test_support::{TempDir, skip};
     use serde_json::json;
 
-    if Command::new("schemathesis").arg("--version").output().is_err() {
-        return skip("schemathesis is not installed (pip install schemathesis)");
+    // The same Python as .ci/run installs it for.
+    let schemathesis = || {
+        let mut cmd = Command::new("python3");
+        cmd.args(["-m", "schemathesis.cli"]);
+        cmd
+    };
+    if !schemathesis().arg("--version").output().is_ok_and(|o| o.status.success()) {
+        return skip("schemathesis is not installed (python3 -m pip install schemathesis)");
     }
     if std::env::var_os("CARET_TEST_MODEL_DIR").is_none() {
         return skip("CARET_TEST_MODEL_DIR is not set: the embedding routes need the model");
@@ -134,6 +140,7 @@ fn generated_requests_get_no_server_error_and_no_other_tenants_data() {
     let config = format!(
         "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{url}\", model = \"m\" }}]\n\n\
          [[models]]\nalias = \"tab\"\ndeployments = [{{ provider = \"openai\", url = \"{url}\", model = \"m\" }}]\n\n\
+         [[models]]\nalias = \"embed\"\ndeployments = [{{ provider = \"openai\", url = \"{url}\", model = \"m\" }}]\n\n\
          [server]\nrate_limit_per_second = 100000.0\nrate_limit_burst = 100000\n\
          ip_rate_limit_per_second = 100000.0\nip_rate_limit_burst = 100000\n\n\
          [server.agent_workspaces]\ndemo = {repo:?}\n",
@@ -186,10 +193,34 @@ fn generated_requests_get_no_server_error_and_no_other_tenants_data() {
     };
     let before = bobs_state();
 
+    // Alice's own workspace and run, for generated requests to reach past the lookups.
+    let alices = harness::Client::new();
+    let her_code = TempDir::new();
+    her_code.write("src/notes.py", "def alice_notes():\n    return 1\n");
+    alices.sync(her_code.path(), &server, &alice);
+    let her_workspace = alices.workspace_id(her_code.path());
+    let her_run = Command::new(CARET)
+        .args([
+            "run",
+            "make add.sh add",
+            "-C",
+            repo.path().to_str().unwrap(),
+            "--server",
+            &server.url,
+            "--token",
+            &alice,
+        ])
+        .env("CARET_HOME", alices.home.join("home"))
+        .output()
+        .unwrap();
+    assert!(her_run.status.success(), "{}", String::from_utf8_lossy(&her_run.stderr));
+    let her_run = String::from_utf8(her_run.stdout).unwrap().trim().to_owned();
+
     // The run, as alice (and the operator on the workers' routes).
     let work = TempDir::new();
     let victim = json!({
-        "ids": { "id": [workspace, run, session], "name": [secret] },
+        "own": { "workspace": her_workspace, "run": her_run },
+        "workspace": workspace, "run": run, "session": session, "secret": secret,
         "private": [workspace, run, session, secret, secret_value],
         "server_named": [run, session],
     });
@@ -197,7 +228,7 @@ fn generated_requests_get_no_server_error_and_no_other_tenants_data() {
     // One run's seed (schemathesis prints it; CARET_API_FUZZ_SEED replays it).
     let seed: u32 =
         std::env::var("CARET_API_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| fastrand::u32(..));
-    let out = Command::new("schemathesis")
+    let out = schemathesis()
         .current_dir(work.path())
         .args(["--config-file", tests.join("api_schemathesis.toml").to_str().unwrap(), "run"])
         .arg(format!("{}/openapi.json", server.url))
@@ -222,9 +253,10 @@ fn generated_requests_get_no_server_error_and_no_other_tenants_data() {
     assert!(server_errors.is_empty(), "5xx answers: {server_errors:?}");
     let mut total = 0;
     for (method, path, _) in caret_server::openapi::operation_list() {
-        let n: u64 =
-            counts.iter().filter(|((m, r, _), _)| m.eq_ignore_ascii_case(method) && r == path).map(|(_, n)| n).sum();
-        eprintln!("{method:>6} {path}: {n} requests");
+        let of_op = || counts.iter().filter(|((m, r, _), _)| m.eq_ignore_ascii_case(method) && r == path);
+        let n: u64 = of_op().map(|(_, n)| n).sum();
+        let ok: u64 = of_op().filter(|((_, _, s), _)| (200..300).contains(s)).map(|(_, n)| n).sum();
+        eprintln!("{method:>6} {path}: {n} requests, {ok} 2xx");
         assert!(n > 0, "{method} {path} was never called");
         total += n;
     }
