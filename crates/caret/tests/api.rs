@@ -172,13 +172,18 @@ fn generated_requests_get_no_server_error_and_no_other_tenants_data() {
         as_bob(reqwest::Method::PUT, &format!("/v1/secrets/{secret}"), Some(json!({"value": secret_value}))).0,
         204
     );
-    let run = Command::new(CARET)
-        .args(["run", "make add.sh add", "-C", repo.path().to_str().unwrap(), "--server", &server.url, "--token", &bob])
-        .env("CARET_HOME", bobs.home.join("home"))
-        .output()
-        .unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
-    let run = String::from_utf8(run.stdout).unwrap().trim().to_owned();
+    // A background run queued by `caret run` (no worker takes it: it stays queued).
+    let queue_run = |token: &str, client: &harness::Client| {
+        let out = Command::new(CARET)
+            .args(["run", "make add.sh add", "-C", repo.path().to_str().unwrap()])
+            .args(["--server", &server.url, "--token", token])
+            .env("CARET_HOME", client.home.join("home"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let run = queue_run(&bob, &bobs);
     let (status, session) = as_bob(reqwest::Method::POST, "/v1/agent/sessions", Some(json!({"workspace": "demo"})));
     assert_eq!(status, 201, "{session}");
     let session = session["id"].as_str().unwrap().to_owned();
@@ -199,22 +204,7 @@ fn generated_requests_get_no_server_error_and_no_other_tenants_data() {
     her_code.write("src/notes.py", "def alice_notes():\n    return 1\n");
     alices.sync(her_code.path(), &server, &alice);
     let her_workspace = alices.workspace_id(her_code.path());
-    let her_run = Command::new(CARET)
-        .args([
-            "run",
-            "make add.sh add",
-            "-C",
-            repo.path().to_str().unwrap(),
-            "--server",
-            &server.url,
-            "--token",
-            &alice,
-        ])
-        .env("CARET_HOME", alices.home.join("home"))
-        .output()
-        .unwrap();
-    assert!(her_run.status.success(), "{}", String::from_utf8_lossy(&her_run.stderr));
-    let her_run = String::from_utf8(her_run.stdout).unwrap().trim().to_owned();
+    let her_run = queue_run(&alice, &alices);
 
     // The run, as alice (and the operator on the workers' routes).
     let work = TempDir::new();
