@@ -6,6 +6,10 @@ use serde::{Deserialize, Serialize};
 /// An edit and the text it applies to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(example = serde_json::json!({
+    "text": "def add(a, b):\n    return a - b\n",
+    "edit": "<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n",
+}))]
 pub struct ApplyRequest {
     /// The file's current text.
     pub text: String,

@@ -87,6 +87,13 @@ fn the_description_holds_every_route_and_method_and_nothing_else() {
         assert_eq!(&described[path].1, access, "who may call {path}");
     }
     assert!(routed.len() >= 40, "{} routes", routed.len());
+
+    // The description's example edit applies.
+    let example = served["components"]["schemas"]["ApplyRequest"]["examples"][0].clone();
+    let applied = client.post(format!("{}/v1/apply", server.url)).bearer_auth(&tenant).json(&example).send().unwrap();
+    assert_eq!(applied.status(), 200);
+    let applied: Value = applied.json().unwrap();
+    assert_eq!(applied["text"], "def add(a, b):\n    return a + b\n", "{applied}");
 }
 
 /// Requests schemathesis makes per operation (`CARET_API_FUZZ_EXAMPLES`; thousands in the long
