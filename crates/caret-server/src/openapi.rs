@@ -699,7 +699,9 @@ pub fn document() -> Value {
                 hashes only), search, the model gateway, Apply, Tab, agent sessions, background runs \
                 and environments, and the workers' and operators' routes. Every `/v1` request bears \
                 a bearer token: a tenant's, or an operator's for `/v1/workers` and `/v1/fleet`. \
-                Another tenant's resources answer exactly as absent ones do (404).",
+                Another tenant's resources answer exactly as absent ones do (404). The team pages \
+                under `/ui/{workspace}/` (when agent workspaces are configured) and their API are \
+                the bundled page's own, versioned with it, and not described here.",
             "license": { "name": "Apache-2.0" },
         },
         "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
