@@ -48,7 +48,12 @@ pub struct AppState {
 
 /// A refusal in our error body.
 fn refusal(status: StatusCode, message: String) -> Response {
-    let code = if status == StatusCode::PAYLOAD_TOO_LARGE { "too_large" } else { "bad_request" };
+    let code = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+        // An extractor's own bug (a route without the parameters it reads).
+        s if s.is_server_error() => "internal",
+        _ => "bad_request",
+    };
     let body = caret_protocol::ErrorBody { error: caret_protocol::ErrorDetail { code: code.to_owned(), message } };
     (status, axum::Json(body)).into_response()
 }
