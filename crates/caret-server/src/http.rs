@@ -431,6 +431,7 @@ async fn apply_edit(
     headers: HeaderMap,
     Json(req): Json<caret_protocol::apply::ApplyRequest>,
 ) -> Result<Response> {
+    crate::llm::check_model_headers(&headers)?;
     let format = match req.format.as_deref() {
         None | Some("auto") => None,
         Some(name) => Some(caret_apply::Format::parse(name).map_err(|e| Error::BadRequest(e.to_string()))?),

@@ -76,6 +76,18 @@ fn gateway(s: &AppState) -> Result<&Gateway, ApiFailure> {
 
 /// The request's class and deadline from its headers (`default` class otherwise).
 fn context(headers: &HeaderMap, tenant: &Tenant, default: Class) -> Result<CallContext, ApiFailure> {
+    let (class, within) = class_and_deadline(headers, default)?;
+    Ok(CallContext::new(class, within, tenant.id.to_string()))
+}
+
+/// Refuses malformed priority and deadline headers, for a route that calls a model only
+/// sometimes (Apply merges with one only when its matcher cannot place an edit): a request's
+/// headers are checked whether or not they end up used.
+pub(crate) fn check_model_headers(headers: &HeaderMap) -> crate::error::Result<()> {
+    class_and_deadline(headers, Class::Interactive).map(|_| ()).map_err(|f| crate::error::Error::BadRequest(f.message))
+}
+
+fn class_and_deadline(headers: &HeaderMap, default: Class) -> Result<(Class, Duration), ApiFailure> {
     let class = match headers.get(PRIORITY_HEADER).map(|v| v.to_str().ok().and_then(Class::parse)) {
         None => default,
         Some(Some(c)) => c,
@@ -97,7 +109,7 @@ fn context(headers: &HeaderMap, tenant: &Tenant, default: Class) -> Result<CallC
             return Err(api_error(400, "invalid_request_error", msg, None));
         }
     };
-    Ok(CallContext::new(class, Duration::from_millis(ms), tenant.id.to_string()))
+    Ok((class, Duration::from_millis(ms)))
 }
 
 /// The gateway and the request's context, or the error to answer with.
