@@ -660,7 +660,7 @@ pub fn document() -> Value {
             responses.insert(status.to_string(), answer);
         }
         let error = match op.errors {
-            Errors::Caret => json!({ "$ref": "#/components/schemas/ErrorBody" }),
+            Errors::Caret => error_caret.clone(),
             Errors::OpenAi => json!({ "anyOf": [error_openai, error_caret] }),
             Errors::Text => Value::Null,
         };
