@@ -6,7 +6,7 @@
 
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use caret_test_support::TempDir;
@@ -34,6 +34,19 @@ fn all_bytes(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
         }
     }
     out
+}
+
+/// `caret COMMAND DIR` against `server` as `client`, in batches of `batch` files, output
+/// discarded: a process for a test to kill at a random moment.
+fn quiet_client(client: &Client, command: &str, dir: &Path, server: &Server, token: &str, batch: &str) -> Child {
+    Command::new(CARET)
+        .args([command, dir.to_str().unwrap(), "--server", &server.url, "--token", token])
+        .env("CARET_HOME", client.home.join("home"))
+        .env("CARET_SYNC_BATCH_FILES", batch)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
 }
 
 fn contains(hay: &[u8], needle: &str) -> bool {
@@ -499,14 +512,7 @@ fn syncs_killed_at_random_points_converge() {
                 dir.write(format!("new/round{round}.rs"), "pub fn fresh() {}\n");
                 dir.backdate(10);
             }
-            let mut child = Command::new(CARET)
-                .args(["sync", dir.path().to_str().unwrap(), "--server", &server.url, "--token", &token])
-                .env("CARET_HOME", client.home.join("home"))
-                .env("CARET_SYNC_BATCH_FILES", "25")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap();
+            let mut child = quiet_client(&client, "sync", dir.path(), &server, &token, "25");
             std::thread::sleep(Duration::from_millis(rng.u64(20..600)));
             if child.try_wait().unwrap().is_none() {
                 let _ = Command::new("kill").arg("-KILL").arg(child.id().to_string()).status();
@@ -589,14 +595,7 @@ fn servers_killed_at_random_points_converge() {
                 }
                 dir.backdate(10);
             }
-            let mut child = Command::new(CARET)
-                .args(["index", dir.path().to_str().unwrap(), "--server", &server.url, "--token", &token])
-                .env("CARET_HOME", client.home.join("home"))
-                .env("CARET_SYNC_BATCH_FILES", "20")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap();
+            let mut child = quiet_client(&client, "index", dir.path(), &server, &token, "20");
             std::thread::sleep(Duration::from_millis(rng.u64(30..900)));
             if child.try_wait().unwrap().is_none() {
                 interrupted += 1;
