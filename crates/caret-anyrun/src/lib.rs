@@ -17,7 +17,7 @@
 //! This crate never serves HTTP itself.
 
 pub mod environment;
-pub mod envs;
+pub mod episodes;
 pub mod queue;
 pub mod redact;
 pub mod remote;
@@ -51,6 +51,42 @@ pub enum Error {
     /// The database failed.
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
+    /// Object storage failed (a passing fault: the caller may retry).
+    #[error("{what}")]
+    Store {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: object_store::Error,
+    },
+    /// Sealing what is kept of a run failed.
+    #[error("{what}")]
+    Seal {
+        /// What was being sealed or opened.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: caret_crypto::Error,
+    },
+    /// What is kept of a run could not be opened (a wrong key, damaged data).
+    #[error("{what}")]
+    Open {
+        /// What was being opened.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: caret_crypto::seal::OpenError,
+    },
+    /// What is kept of a run could not be written or read as JSON.
+    #[error("{what}")]
+    Json {
+        /// What was being written or read.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: serde_json::Error,
+    },
     /// Anything else.
     #[error("{0}")]
     Internal(String),

@@ -2,6 +2,8 @@
 //! of the queue, and what workers ask while they execute runs. Everything kept of a run is
 //! sealed with its tenant's key before it reaches the database or the object store.
 
+mod episodes;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -41,7 +43,7 @@ pub struct RunSettings {
     /// Largest sealed event body, in bytes: longer tool outputs are cut.
     pub max_event_bytes: usize,
     /// Episodes of the environment API.
-    pub envs: crate::envs::EnvSettings,
+    pub episodes: crate::episodes::EpisodeSettings,
 }
 
 impl Default for RunSettings {
@@ -53,7 +55,7 @@ impl Default for RunSettings {
             retention: Duration::from_secs(7 * 24 * 3600),
             max_bundle_bytes: 256 << 20,
             max_event_bytes: 256 << 10,
-            envs: crate::envs::EnvSettings::default(),
+            episodes: crate::episodes::EpisodeSettings::default(),
         }
     }
 }
@@ -160,7 +162,7 @@ pub struct RunService {
     /// When a lease last collected expired leases.
     last_expire_ms: AtomicI64,
     /// Episodes of the environment API, open on this server.
-    episodes: crate::envs::Episodes,
+    episodes: crate::episodes::Episodes,
 }
 
 impl std::fmt::Debug for RunService {
@@ -183,7 +185,7 @@ fn unb64(text: &str) -> Result<Vec<u8>> {
 }
 
 fn store_err(doing: &str, e: object_store::Error) -> Error {
-    Error::Unavailable(format!("{doing}: {e}"))
+    Error::Store { what: doing.to_owned(), source: e }
 }
 
 /// A run id: `run-` and 16 hex digits.
@@ -215,7 +217,7 @@ impl RunService {
             gateway,
             metrics: RunMetrics::default(),
             last_expire_ms: AtomicI64::new(0),
-            episodes: crate::envs::Episodes::new(settings.envs.clone()),
+            episodes: crate::episodes::Episodes::new(settings.episodes.clone()),
             settings,
         }
     }
@@ -231,7 +233,7 @@ impl RunService {
     }
 
     /// The environment API's open episodes.
-    pub fn episodes(&self) -> &crate::envs::Episodes {
+    pub fn episodes(&self) -> &crate::episodes::Episodes {
         &self.episodes
     }
 
@@ -240,13 +242,18 @@ impl RunService {
     }
 
     fn seal_text(&self, tenant_id: &str, label: &str, text: &[u8]) -> Result<String> {
-        let sealed = self.sealer(tenant_id).seal(label, text).map_err(|e| Error::Internal(e.to_string()))?;
+        let sealed = self
+            .sealer(tenant_id)
+            .seal(label, text)
+            .map_err(|source| Error::Seal { what: format!("sealing {label}"), source })?;
         Ok(b64(&sealed))
     }
 
     fn open_text(&self, tenant_id: &str, label: &str, sealed: &str) -> Result<Vec<u8>> {
         let bytes = unb64(sealed).map_err(|_| Error::Internal(format!("{label}: stored data is not base64")))?;
-        self.sealer(tenant_id).open(label, &bytes).map_err(|e| Error::Internal(format!("{label}: {e}")))
+        self.sealer(tenant_id)
+            .open(label, &bytes)
+            .map_err(|source| Error::Open { what: format!("opening {label}"), source })
     }
 
     fn object(tenant_id: &str, run: &str, name: &str) -> ObjectPath {
@@ -255,7 +262,8 @@ impl RunService {
 
     fn spec(&self, row: &RunRow) -> Result<Spec> {
         let text = self.open_text(&row.tenant_id, &format!("{}/spec", row.id), &row.spec)?;
-        serde_json::from_slice(&text).map_err(|e| Error::Internal(format!("run {} spec: {e}", row.id)))
+        serde_json::from_slice(&text)
+            .map_err(|source| Error::Json { what: format!("reading run {}'s spec", row.id), source })
     }
 
     fn info(&self, row: &RunRow) -> Result<RunInfo> {
@@ -391,7 +399,7 @@ impl RunService {
                 let sealed = self
                     .sealer(&tenant.id)
                     .seal(&format!("{id}/bundle"), &bytes)
-                    .map_err(|e| Error::Internal(e.to_string()))?;
+                    .map_err(|source| Error::Seal { what: format!("sealing run {id}'s bundle"), source })?;
                 self.store
                     .put(&Self::object(&tenant.id, &id, "bundle"), sealed.into())
                     .await
@@ -409,7 +417,8 @@ impl RunService {
             git_credential: req.git_credential,
             rollout: req.rollout,
         };
-        let text = serde_json::to_vec(&spec).map_err(|e| Error::Internal(e.to_string()))?;
+        let text =
+            serde_json::to_vec(&spec).map_err(|source| Error::Json { what: "writing a run's spec".into(), source })?;
         let sealed = self.seal_text(&tenant.id, &format!("{id}/spec"), &text)?;
         self.queue.ensure_tenant(&tenant.id, &tenant.name, self.settings.max_running_per_tenant).await?;
         let run = NewRun {
@@ -463,8 +472,8 @@ impl RunService {
         let mut out = Vec::new();
         for e in self.queue.events_after(&row.id, after, limit.clamp(1, 10_000)).await? {
             let text = self.open_text(&row.tenant_id, &label, &e.body)?;
-            let event: RunEvent =
-                serde_json::from_slice(&text).map_err(|err| Error::Internal(format!("run {} event: {err}", row.id)))?;
+            let event: RunEvent = serde_json::from_slice(&text)
+                .map_err(|source| Error::Json { what: format!("reading an event of run {}", row.id), source })?;
             out.push(NumberedEvent { seq: e.seq, attempt: e.attempt, event });
         }
         Ok(out)
@@ -488,8 +497,9 @@ impl RunService {
         let text = self
             .sealer(tenant_id)
             .open(&format!("{id}/{name}"), &bytes)
-            .map_err(|e| Error::Internal(format!("run {id} result: {e}")))?;
-        serde_json::from_slice(&text).map_err(|e| Error::Internal(format!("run {id} result: {e}")))
+            .map_err(|source| Error::Open { what: format!("opening run {id}'s result"), source })?;
+        serde_json::from_slice(&text)
+            .map_err(|source| Error::Json { what: format!("reading run {id}'s result"), source })
     }
 
     /// Deletes an ended run now: its events, result and row.
@@ -588,7 +598,8 @@ impl RunService {
 
     async fn system_event(&self, row: &RunRow, status: RunStatus) {
         let result = async {
-            let text = serde_json::to_vec(&RunEvent::Run(status)).map_err(|e| Error::Internal(e.to_string()))?;
+            let text = serde_json::to_vec(&RunEvent::Run(status))
+                .map_err(|source| Error::Json { what: "writing a run's status".into(), source })?;
             let sealed = self.seal_text(&row.tenant_id, &format!("{}/event", row.id), &text)?;
             self.queue.append_system(&row.id, &[sealed]).await
         }
@@ -627,11 +638,12 @@ impl RunService {
             )));
         }
         let name = format!("checkpoint-{}", row.lease_token);
-        let text = serde_json::to_vec(&body.checkpoint).map_err(|e| Error::Internal(e.to_string()))?;
+        let text = serde_json::to_vec(&body.checkpoint)
+            .map_err(|source| Error::Json { what: "writing a checkpoint".into(), source })?;
         let sealed = self
             .sealer(&row.tenant_id)
             .seal(&format!("{}/{name}", row.id), &text)
-            .map_err(|e| Error::Internal(e.to_string()))?;
+            .map_err(|source| Error::Seal { what: format!("sealing run {}'s {name}", row.id), source })?;
         let path = Self::object(&row.tenant_id, &row.id, &name);
         self.store.put(&path, sealed.into()).await.map_err(|e| store_err("storing the checkpoint", e))?;
         if let Err(e) = self.queue.checkpointed(&row.id, row.lease_token).await {
@@ -766,7 +778,7 @@ impl RunService {
             .map_err(|e| store_err("reading the bundle", e))?;
         self.sealer(&row.tenant_id)
             .open(&format!("{}/bundle", row.id), &bytes)
-            .map_err(|e| Error::Internal(format!("run {} bundle: {e}", row.id)))
+            .map_err(|source| Error::Open { what: format!("opening run {}'s bundle", row.id), source })
     }
 
     /// Renews a lease; whether to cancel.
@@ -781,10 +793,11 @@ impl RunService {
         let label = format!("{}/event", row.id);
         let mut sealed = Vec::with_capacity(events.len());
         for e in events {
-            let mut text = serde_json::to_vec(e).map_err(|err| Error::Internal(err.to_string()))?;
+            let mut text =
+                serde_json::to_vec(e).map_err(|source| Error::Json { what: "writing an event".into(), source })?;
             if text.len() > self.settings.max_event_bytes {
                 text = serde_json::to_vec(&cut_event(e, self.settings.max_event_bytes))
-                    .map_err(|err| Error::Internal(err.to_string()))?;
+                    .map_err(|source| Error::Json { what: "writing an event".into(), source })?;
             }
             sealed.push(self.seal_text(&row.tenant_id, &label, &text)?);
         }
@@ -854,11 +867,12 @@ impl RunService {
         }
         if let Some(result) = &done.result {
             let name = format!("result-{}", row.lease_token);
-            let text = serde_json::to_vec(result).map_err(|e| Error::Internal(e.to_string()))?;
+            let text = serde_json::to_vec(result)
+                .map_err(|source| Error::Json { what: "writing a run's result".into(), source })?;
             let sealed = self
                 .sealer(&row.tenant_id)
                 .seal(&format!("{}/{name}", row.id), &text)
-                .map_err(|e| Error::Internal(e.to_string()))?;
+                .map_err(|source| Error::Seal { what: format!("sealing run {}'s {name}", row.id), source })?;
             let path = Self::object(&row.tenant_id, &row.id, &name);
             self.store.put(&path, sealed.into()).await.map_err(|e| store_err("storing the result", e))?;
             if let Err(e) = self

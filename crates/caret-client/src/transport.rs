@@ -5,13 +5,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use caret_crypto::ServerKey;
+use caret_index::db::Tenant;
+use caret_index::service::Service;
 use caret_protocol::{
     CommitRequest, CommitResponse, CreateWorkspace, EmbedRequest, EmbedResponse, ErrorBody, MissingVectors,
     PlanRequest, PlanResponse, SERVER_KEY_HEADER, SearchRequest, SearchResponse, TreeRequest, TreeResponse,
     WorkspaceInfo,
 };
-use caret_server::db::Tenant;
-use caret_server::service::Service;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -246,9 +246,21 @@ fn json_len<T: Serialize>(value: &T) -> usize {
     c.0
 }
 
-fn server(e: caret_server::Error) -> Error {
-    let (status, code) = e.status();
-    Error::Server { status: status.as_u16(), code: code.to_owned(), message: e.to_string() }
+fn server(e: caret_index::Error) -> Error {
+    let (status, code) = e.code();
+    Error::Server { status, code: code.to_owned(), message: error_chain(&e) }
+}
+
+/// An error and its causes as one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
 }
 
 #[async_trait::async_trait]

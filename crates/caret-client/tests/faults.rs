@@ -11,9 +11,9 @@ use std::time::Duration;
 use caret_client::local::LocalWorkspace;
 use caret_client::sync::{SyncEngine, SyncOptions};
 use caret_client::transport::HttpTransport;
+use caret_index::db::Db;
+use caret_index::service::Service;
 use caret_protocol::SearchMode;
-use caret_server::db::Db;
-use caret_server::service::Service;
 use caret_test_support::TempDir;
 use caret_test_support::faulty::{Fault, Faults, FaultyStore};
 use caret_workspace::chunk::{ChunkConfig, Chunker};
@@ -42,7 +42,7 @@ async fn serve(service: Arc<Service>) -> Server {
         ip_rate_limit: caret_server::limit::RateLimit { per_second: 1e6, burst: 1_000_000 },
         body_limit: 64 << 20,
         gateway: None,
-        agent: caret_server::agent::AgentSettings::default(),
+        agent: caret_server::sessions::AgentSettings::default(),
         runs: None,
         pages: None,
     };
@@ -195,7 +195,7 @@ async fn the_database_going_away_and_coming_back() {
     let (base, _) = url.rsplit_once('/').unwrap();
     let db_url = format!("{base}/{name}");
     let data = TempDir::new();
-    let store = caret_server::open_object_store(&data.join("objects").display().to_string()).unwrap();
+    let store = caret_index::open_object_store(&data.join("objects").display().to_string()).unwrap();
     let service = Arc::new(Service::new(Db::connect(&db_url).await.unwrap(), store));
     let server = serve(service).await;
     let transport = HttpTransport::new(&server.url, &server.token, None).unwrap();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use caret_client::local::LocalWorkspace;
 use caret_client::sync::{SyncEngine, SyncOptions};
 use caret_client::transport::LocalTransport;
-use caret_server::StorageConfig;
+use caret_index::StorageConfig;
 use caret_test_support::TempDir;
 use caret_workspace::chunk::{ChunkConfig, Chunker};
 use caret_workspace::scan::{Depth, Scanner};
@@ -22,7 +22,7 @@ struct Fixture {
 
 async fn fixture(options: SyncOptions) -> Fixture {
     let server_dir = TempDir::new();
-    let service = Arc::new(caret_server::open(&StorageConfig::local(server_dir.path())).await.unwrap());
+    let service = Arc::new(caret_index::open(&StorageConfig::local(server_dir.path())).await.unwrap());
     let tenant = service.db().create_tenant("local").await.unwrap();
     let transport = LocalTransport::new(service, tenant, "embedded");
     let walk = WalkConfig { global_excludes: None, ..WalkConfig::default() };
@@ -231,8 +231,8 @@ impl caret_embed::Embedder for RecordingEmbedder {
 async fn each_stage_is_embedded_with_its_window() {
     let server_dir = TempDir::new();
     let recorder = Arc::new(RecordingEmbedder { seen: std::sync::Mutex::new(Vec::new()) });
-    let model = caret_server::service::EmbeddingModel::ready(recorder.clone());
-    let service = caret_server::open(&StorageConfig::local(server_dir.path()))
+    let model = caret_index::service::EmbeddingModel::ready(recorder.clone());
+    let service = caret_index::open(&StorageConfig::local(server_dir.path()))
         .await
         .unwrap()
         .with_embedding(model)

@@ -12,12 +12,14 @@
 //! - [`debounce`]: how long to wait after a keystroke, from the user's rhythm.
 //! - [`plan`]: all of the above for one request: prompt, mode, token limit, stopper.
 //! - [`cache`]: serves the rest of a suggestion while the user types its first characters.
+//! - [`engine`]: runs a plan against a model through the gateway and cuts its stream.
 //!
 //! It knows nothing about LSP or HTTP: `caret lsp` and `POST /v1/complete` both call it.
 
 pub mod cache;
 pub mod context;
 pub mod debounce;
+pub mod engine;
 pub mod neighbours;
 pub mod plan;
 pub mod post;

@@ -1,22 +1,22 @@
-//! Embedders end to end. The local model tests need the real models: set
-//! `CARET_TEST_MODEL_DIR` to an installed all-minilm-l6-v2-int8 (ONNX Runtime) and
-//! `CARET_TEST_F32_MODEL_DIR` to an installed all-minilm-l6-v2 (candle) — `caret models pull`;
-//! CI does. Each test runs on every model given and says so when none is.
+//! Embedders end to end. The local model tests run on the real models where `caret models
+//! pull` installed them (all-minilm-l6-v2-int8 on ONNX Runtime, all-minilm-l6-v2 on candle), or
+//! in the directories `CARET_TEST_MODEL_DIR` and `CARET_TEST_F32_MODEL_DIR` name; each test
+//! runs on every model there is and says so for each one that is not.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::path::PathBuf;
 
 use caret_embed::{Embedder, LocalBert, LocalBertConfig, OpenAiEmbedder, cosine};
+use caret_test_support::models::TestModel;
 
-const MODEL_VARS: [&str; 2] = ["CARET_TEST_MODEL_DIR", "CARET_TEST_F32_MODEL_DIR"];
-
+/// Every embedding model there is to test: the int8 one on ONNX Runtime and the f32 one on
+/// candle, each skipped (and said so) when it is not installed.
 fn model_dirs() -> Vec<PathBuf> {
-    let dirs: Vec<PathBuf> = MODEL_VARS.iter().filter_map(std::env::var_os).map(PathBuf::from).collect();
-    if dirs.is_empty() {
-        caret_test_support::skip(&format!("neither {MODEL_VARS:?} is set: skipping the local model test"));
-    }
-    dirs
+    [TestModel::Embedding, TestModel::EmbeddingF32]
+        .into_iter()
+        .filter_map(|m| m.dir_or_skip("this local model test on that model"))
+        .collect()
 }
 
 fn models() -> Vec<LocalBert> {
@@ -66,7 +66,7 @@ fn batching_and_padding_do_not_change_vectors() {
 fn int8_onnx_and_f32_candle_agree() {
     let models = models();
     let [int8, f32] = models.as_slice() else {
-        caret_test_support::skip(&format!("needs both {MODEL_VARS:?}: skipping"));
+        caret_test_support::skip("the comparison needs both the int8 and the f32 model");
         return;
     };
     assert_ne!(int8.model_id(), f32.model_id(), "vectors of the two are never mixed");
@@ -81,8 +81,7 @@ fn int8_onnx_and_f32_candle_agree() {
 
 #[test]
 fn onnx_model_problems_are_clear_errors() {
-    let Some(real) = std::env::var_os("CARET_TEST_MODEL_DIR").map(PathBuf::from) else {
-        caret_test_support::skip("CARET_TEST_MODEL_DIR is not set: skipping");
+    let Some(real) = TestModel::Embedding.dir_or_skip("the ONNX model's error cases") else {
         return;
     };
     if !real.join(caret_embed::RUNTIME_LIBRARY).exists() {

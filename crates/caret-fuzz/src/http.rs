@@ -30,11 +30,11 @@ fn harness() -> &'static Harness {
             .build()
             .unwrap_or_else(|e| panic!("a runtime: {e}"));
         let (app, token) = rt.block_on(async {
-            let storage = caret_server::StorageConfig {
+            let storage = caret_index::StorageConfig {
                 database_url: format!("sqlite://{}/caret.db?mode=rwc", dir.path().display()),
                 object_store: dir.path().join("objects").display().to_string(),
             };
-            let service = Arc::new(caret_server::open(&storage).await.unwrap_or_else(|e| panic!("{e}")));
+            let service = Arc::new(caret_index::open(&storage).await.unwrap_or_else(|e| panic!("{e}")));
             let db = service.db();
             let a = db.create_tenant("a").await.unwrap_or_else(|e| panic!("{e}"));
             let b = db.create_tenant("b").await.unwrap_or_else(|e| panic!("{e}"));
@@ -50,7 +50,7 @@ fn harness() -> &'static Harness {
                 ip_rate_limit: caret_server::limit::RateLimit { per_second: 1e9, burst: u32::MAX },
                 body_limit: 1 << 20,
                 gateway: None,
-                agent: caret_server::agent::AgentSettings::default(),
+                agent: caret_server::sessions::AgentSettings::default(),
                 runs: None,
                 pages: None,
             };

@@ -347,8 +347,8 @@ pub fn local_tool_calls(data: &[u8]) {
     let mid = text.char_indices().nth(text.chars().count() / 2).map_or(text.len(), |(i, _)| i);
     let pieces = [&text[..mid], &text[mid..]];
     let names = vec!["read_file".to_owned(), "grep".to_owned(), "ls".to_owned()];
-    let events = caret_models::fuzzing::local_tool_calls(&pieces, names.clone());
-    let whole = caret_models::fuzzing::local_tool_calls(&[&text], names);
+    let events = caret_llama::fuzzing::tool_calls(&pieces, names.clone());
+    let whole = caret_llama::fuzzing::tool_calls(&[&text], names);
     assert_eq!(flatten(&events), flatten(&whole), "the answer depends on where it was cut");
 }
 

@@ -18,7 +18,6 @@ mod router;
 mod sse;
 
 pub mod anthropic;
-pub mod local;
 pub mod openai;
 
 pub use error::{Error, Result};
@@ -54,13 +53,5 @@ pub mod fuzzing {
             "fuzz".to_owned(),
             body(pieces),
         )))
-    }
-
-    /// A local engine's generated text, arriving in `pieces`, read for tool calls of `names`.
-    pub fn local_tool_calls(pieces: &[&str], names: Vec<String>) -> Vec<crate::Event> {
-        let mut parser = crate::local::output::ToolCallParser::new(names);
-        let mut events: Vec<crate::Event> = pieces.iter().flat_map(|p| parser.push(p)).collect();
-        events.extend(parser.finish());
-        events
     }
 }

@@ -196,6 +196,27 @@ pub enum TodoStatus {
     Cancelled,
 }
 
+/// `POST /v1/agent/sessions`: start a session in a workspace the server was configured with.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSession {
+    /// A workspace name from the server's configuration.
+    pub workspace: String,
+    /// A model alias of the gateway (default: `agent`, else the first).
+    pub model: Option<String>,
+    /// `never`, `risky` (default) or `always`.
+    pub approval: Option<String>,
+    /// Model calls a turn may make (default 25).
+    pub max_steps: Option<u32>,
+}
+
+/// The answer to [`CreateSession`].
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct SessionCreated {
+    /// The session's id.
+    pub id: String,
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

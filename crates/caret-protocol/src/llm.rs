@@ -6,6 +6,11 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// Header naming a model request's priority class: `interactive`, `agent` or `background`.
+pub const PRIORITY_HEADER: &str = "x-caret-priority";
+/// Header giving a model request's deadline in milliseconds from now.
+pub const DEADLINE_HEADER: &str = "x-caret-deadline-ms";
+
 /// Who wrote a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]

@@ -39,45 +39,77 @@ pub enum Error {
     /// A capability this server lacks (no embedding model, say).
     #[error("{0}")]
     Unavailable(String),
-    /// The metadata database failed.
-    #[error("database: {0}")]
-    Database(String),
+    /// The metadata database failed; [`caret_index::database_unavailable`] tells a passing
+    /// fault (503, retry) from a refused query (500).
+    #[error("database")]
+    Database(#[source] sqlx::Error),
     /// Object storage failed.
-    #[error("storage: {0}")]
+    #[error("storage")]
     Store(#[from] caret_store::Error),
+    /// The index service failed in a way that is the server's fault (an embedding model that
+    /// broke, say).
+    #[error("index")]
+    Index(#[source] caret_index::Error),
+    /// The run service failed in a way that is the server's fault (its storage, what it keeps
+    /// of a run).
+    #[error("runs")]
+    Runs(#[source] caret_anyrun::Error),
+    /// The runs' key could not be read, made or imported.
+    #[error("{what}")]
+    Key {
+        /// What was being done.
+        what: &'static str,
+        /// Why it failed.
+        #[source]
+        source: caret_crypto::Error,
+    },
+    /// The listener or a connection failed.
+    #[error("{what}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
     /// Anything else.
     #[error("internal: {0}")]
     Internal(String),
 }
 
 impl From<sqlx::Error> for Error {
-    /// The database unreachable, busy or gone for a moment is [`Error::Database`] (503, retry);
-    /// a query it refuses is a bug here ([`Error::Internal`]).
     fn from(e: sqlx::Error) -> Self {
+        Error::Database(e)
+    }
+}
+
+impl From<caret_index::Error> for Error {
+    /// The client's mistakes keep their kind; the rest keep their cause.
+    fn from(e: caret_index::Error) -> Self {
+        use caret_index::Error as E;
         match e {
-            sqlx::Error::Io(_)
-            | sqlx::Error::Tls(_)
-            | sqlx::Error::Protocol(_)
-            | sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::WorkerCrashed => Error::Database(e.to_string()),
-            sqlx::Error::Database(ref d) if unavailable(d.as_ref()) => Error::Database(e.to_string()),
-            other => Error::Internal(format!("database: {other}")),
+            E::NotFound(m) => Error::NotFound(m),
+            E::BadRequest(m) => Error::BadRequest(m),
+            E::Conflict(m) => Error::Conflict(m),
+            E::MissingChunks(ids) => Error::MissingChunks(ids),
+            E::Unavailable(m) => Error::Unavailable(m),
+            E::Database(e) | E::Connect(e) => Error::Database(e),
+            E::Store(e) => Error::Store(e),
+            other => Error::Index(other),
         }
     }
 }
 
-/// Whether a database's error says it is unavailable rather than refusing the query:
-/// PostgreSQL's fatal errors (a connection refused or ended: shutting down, not accepting
-/// connections, too many clients) and its connection, resource and shutdown classes (08, 53,
-/// 57P); SQLite's busy and locked.
-fn unavailable(d: &dyn sqlx::error::DatabaseError) -> bool {
-    if let Some(pg) = d.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
-        use sqlx::postgres::PgSeverity;
-        return matches!(pg.severity(), PgSeverity::Fatal | PgSeverity::Panic)
-            || ["08", "53", "57P"].iter().any(|class| pg.code().starts_with(class));
+/// An error and its causes, outermost first, as one line for the log.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
     }
-    d.code().is_some_and(|c| matches!(c.as_ref(), "5" | "6" | "261" | "517" | "262"))
+    out
 }
 
 /// Result alias of this crate.
@@ -97,9 +129,18 @@ impl Error {
             Error::EditDoesNotFit(_) => (StatusCode::UNPROCESSABLE_ENTITY, "edit_does_not_fit"),
             Error::Timeout(_) => (StatusCode::REQUEST_TIMEOUT, "timeout"),
             Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
-            Error::Database(_) => (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable"),
+            Error::Database(e) if caret_index::database_unavailable(e) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable")
+            }
             Error::Store(e) if e.is_transient() => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),
-            Error::Store(_) | Error::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            Error::Runs(caret_anyrun::Error::Store { .. }) => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),
+            Error::Database(_)
+            | Error::Store(_)
+            | Error::Index(_)
+            | Error::Runs(_)
+            | Error::Key { .. }
+            | Error::Io { .. }
+            | Error::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
 }
@@ -108,10 +149,10 @@ impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let (status, code) = self.status();
         let message = if matches!(code, "database_unavailable" | "storage_unavailable") {
-            tracing::warn!(error = %self, "request failed for a storage fault; the client is told to retry");
+            tracing::warn!(error = %chain(&self), "request failed for a storage fault; the client is told to retry");
             "storage is failing for the moment; retry".to_owned()
         } else if status.is_server_error() {
-            tracing::error!(error = %self, "request failed");
+            tracing::error!(error = %chain(&self), "request failed");
             "internal error; see the server log".to_owned()
         } else {
             self.to_string()
@@ -129,7 +170,7 @@ impl IntoResponse for Error {
             }
             // Storage faults pass; nothing was half-done (every write is one object put or
             // one transaction), so the same request can simply be sent again.
-            Error::Database(_) | Error::Store(_) if status == StatusCode::SERVICE_UNAVAILABLE => {
+            Error::Database(_) | Error::Store(_) | Error::Runs(_) if status == StatusCode::SERVICE_UNAVAILABLE => {
                 response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             Error::Unauthorized => {

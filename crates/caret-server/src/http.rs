@@ -2,13 +2,10 @@
 //! rate limited per token; request logs carry method, route template, status and latency,
 //! never bodies, ids of files or anything derived from code.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, Request, State};
-use axum::http::request::Parts;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -19,96 +16,10 @@ use caret_protocol::{
     CommitRequest, CreateWorkspace, EmbedRequest, PlanRequest, SERVER_KEY_HEADER, SearchRequest, TreeRequest,
 };
 
-use crate::db::Tenant;
-use crate::limit::Limiter;
-use crate::metrics::Metrics;
-use crate::service::Service;
+use caret_index::Tenant;
+
+use crate::state::{AppState, Json, Path, Query};
 use crate::{Error, Result};
-
-/// Shared state of the routes.
-#[derive(Clone)]
-pub struct AppState {
-    /// The sync service.
-    pub service: Arc<Service>,
-    /// Per-token rate limits.
-    pub limiter: Arc<Limiter>,
-    /// Per-client-address rate limits.
-    pub ip_limiter: Arc<Limiter>,
-    /// Metrics.
-    pub metrics: Arc<Metrics>,
-    /// The model gateway, when models are configured.
-    pub gateway: Option<Arc<caret_models::Gateway>>,
-    /// Agent sessions, when agent workspaces are configured.
-    pub agent: Option<Arc<crate::agent::AgentHost>>,
-    /// Background runs, when enabled.
-    pub runs: Option<Arc<caret_anyrun::service::RunService>>,
-    /// Turns true when the server stops: event streams end.
-    pub stopping: Arc<tokio::sync::watch::Sender<bool>>,
-}
-
-/// A refusal in our error body.
-fn refusal(status: StatusCode, message: String) -> Response {
-    let code = match status {
-        StatusCode::PAYLOAD_TOO_LARGE => "too_large",
-        // An extractor's own bug (a route without the parameters it reads).
-        s if s.is_server_error() => "internal",
-        _ => "bad_request",
-    };
-    let body = caret_protocol::ErrorBody { error: caret_protocol::ErrorDetail { code: code.to_owned(), message } };
-    (status, axum::Json(body)).into_response()
-}
-
-/// JSON bodies whose rejections (malformed, truncated, wrong type, too large) become our
-/// error body with a 4xx status.
-pub struct Json<T>(pub T);
-
-impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Json<T> {
-    type Rejection = Response;
-
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(v)) => Ok(Json(v)),
-            Err(rejection) => {
-                let message = match &rejection {
-                    JsonRejection::JsonDataError(e) => format!("invalid request body: {}", e.body_text()),
-                    JsonRejection::JsonSyntaxError(e) => format!("malformed JSON: {}", e.body_text()),
-                    JsonRejection::MissingJsonContentType(_) => "expected Content-Type: application/json".to_owned(),
-                    other => other.body_text(),
-                };
-                Err(refusal(rejection.status(), message))
-            }
-        }
-    }
-}
-
-/// Query strings whose rejections become our error body (400).
-pub struct Query<T>(pub T);
-
-impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequestParts<S> for Query<T> {
-    type Rejection = Response;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
-            Ok(axum::extract::Query(v)) => Ok(Query(v)),
-            Err(rejection) => Err(refusal(rejection.status(), rejection.body_text())),
-        }
-    }
-}
-
-/// Path parameters whose rejections (a token that is not a number, say) become our error
-/// body (400).
-pub struct Path<T>(pub T);
-
-impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> FromRequestParts<S> for Path<T> {
-    type Rejection = Response;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
-            Ok(axum::extract::Path(v)) => Ok(Path(v)),
-            Err(rejection) => Err(refusal(rejection.status(), rejection.body_text())),
-        }
-    }
-}
 
 /// A route table: paths and what answers on them.
 type Routes = Vec<(&'static str, MethodRouter<AppState>)>;
@@ -252,7 +163,7 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
     let (tenant, token_id) = match state.service.db().authenticate(token).await {
         Ok(Some(found)) => found,
         Ok(None) => return Error::Unauthorized.into_response(),
-        Err(e) => return e.into_response(),
+        Err(e) => return Error::from(e).into_response(),
     };
     if let Err(retry_after) = state.limiter.check(&token_id, Instant::now()) {
         return Error::RateLimited { retry_after }.into_response();
@@ -285,7 +196,7 @@ async fn authenticate_operator(State(state): State<AppState>, req: Request, next
     match state.service.db().authenticate_operator(token).await {
         Ok(Some(_)) => next.run(req).await,
         Ok(None) => refused(&state),
-        Err(e) => e.into_response(),
+        Err(e) => Error::from(e).into_response(),
     }
 }
 

@@ -1,20 +1,22 @@
-//! The Caret server: HTTP routes, authentication, tenancy, the metadata database and the
-//! wiring of services. Business logic lives in the service layer and the crates it calls;
-//! routes only translate HTTP.
+//! The Caret server: HTTP routes, authentication, tenancy, rate limits and the wiring of
+//! services. Business logic lives in the services it wires (`caret-index`, `caret-anyrun`,
+//! `caret-models`, `caret-agent`, `caret-complete`, `caret-apply`); routes only translate
+//! HTTP.
 //!
 //! The server never writes plaintext code or real file names anywhere: it receives
 //! obfuscated paths, keyed hashes and, for chunks it lacks, texts that it holds in memory
 //! while computing their keyed terms.
 
 pub mod agent;
-pub mod db;
 pub mod http;
 pub mod limit;
 pub mod llm;
 pub mod metrics;
 pub mod openapi;
 pub mod runs;
-pub mod service;
+pub mod sessions;
+pub mod sse;
+pub mod state;
 pub mod tab;
 
 mod error;
@@ -23,55 +25,10 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use caret_index::{Service, StorageConfig};
 pub use error::{Error, Result};
-use object_store::ObjectStore;
 
-use crate::db::Db;
 use crate::limit::{Limiter, RateLimit};
-use crate::service::Service;
-
-/// Where the server keeps its data.
-#[derive(Debug, Clone)]
-pub struct StorageConfig {
-    /// `sqlite://…` or `postgres://…`.
-    pub database_url: String,
-    /// A local directory, `s3://bucket/prefix`, or `memory://`.
-    pub object_store: String,
-}
-
-impl StorageConfig {
-    /// The embedded default under a data directory: a SQLite file and a local object store.
-    pub fn local(data_dir: &Path) -> Self {
-        StorageConfig {
-            database_url: format!("sqlite://{}?mode=rwc", data_dir.join("caret.db").display()),
-            object_store: data_dir.join("objects").display().to_string(),
-        }
-    }
-}
-
-/// Opens the object store named by a URL or path.
-pub fn open_object_store(spec: &str) -> Result<Arc<dyn ObjectStore>> {
-    if spec == "memory://" {
-        return Ok(Arc::new(object_store::memory::InMemory::new()));
-    }
-    if let Some(rest) = spec.strip_prefix("s3://") {
-        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-        // Endpoint, region and credentials come from the environment (AWS_ENDPOINT,
-        // AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ALLOW_HTTP).
-        let s3 = object_store::aws::AmazonS3Builder::from_env()
-            .with_bucket_name(bucket)
-            .build()
-            .map_err(|e| Error::Internal(format!("configuring S3 bucket {bucket}: {e}")))?;
-        let store: Arc<dyn ObjectStore> =
-            if prefix.is_empty() { Arc::new(s3) } else { Arc::new(object_store::prefix::PrefixStore::new(s3, prefix)) };
-        return Ok(store);
-    }
-    let dir = PathBuf::from(spec.strip_prefix("file://").unwrap_or(spec));
-    std::fs::create_dir_all(&dir).map_err(|e| Error::Internal(format!("creating {}: {e}", dir.display())))?;
-    let local = object_store::local::LocalFileSystem::new_with_prefix(&dir)
-        .map_err(|e| Error::Internal(format!("opening object store {}: {e}", dir.display())))?;
-    Ok(Arc::new(local))
-}
 
 /// The run service on the same database and object store as `service`, with the runs'
 /// master key from `key_file` (created on first use, mode 0600) unless `CARET_RUNS_KEY`
@@ -88,34 +45,23 @@ pub async fn open_runs(
         Ok(text) if !text.trim().is_empty() => {
             WorkspaceKey::import(&text).map_err(|e| Error::BadRequest(format!("CARET_RUNS_KEY: {e}")))?
         }
-        _ if key_file.exists() => WorkspaceKey::load(key_file).map_err(|e| Error::Internal(e.to_string()))?,
+        _ if key_file.exists() => {
+            WorkspaceKey::load(key_file).map_err(|source| Error::Key { what: "reading the runs' key", source })?
+        }
         _ => {
-            let key = WorkspaceKey::generate().map_err(|e| Error::Internal(e.to_string()))?;
+            let key = WorkspaceKey::generate().map_err(|source| Error::Key { what: "making the runs' key", source })?;
             match key.save_new(key_file) {
                 Ok(()) => key,
                 // Another process made it first: use theirs.
-                Err(_) if key_file.exists() => {
-                    WorkspaceKey::load(key_file).map_err(|e| Error::Internal(e.to_string()))?
-                }
-                Err(e) => return Err(Error::Internal(e.to_string())),
+                Err(_) if key_file.exists() => WorkspaceKey::load(key_file)
+                    .map_err(|source| Error::Key { what: "reading the runs' key", source })?,
+                Err(source) => return Err(Error::Key { what: "saving the runs' key", source }),
             }
         }
     };
     let dialect = caret_anyrun::queue::Dialect::of_url(&storage.database_url);
     let queue = caret_anyrun::queue::Queue::open(service.db().pool().clone(), dialect).await?;
     Ok(caret_anyrun::service::RunService::new(queue, service.store().clone(), key, gateway, settings))
-}
-
-/// Opens the database and object store and returns the service.
-pub async fn open(storage: &StorageConfig) -> Result<Service> {
-    if let Some(path) = storage.database_url.strip_prefix("sqlite://") {
-        let file = path.split('?').next().unwrap_or(path);
-        if let Some(dir) = Path::new(file).parent() {
-            std::fs::create_dir_all(dir).map_err(|e| Error::Internal(format!("creating {}: {e}", dir.display())))?;
-        }
-    }
-    let db = Db::connect(&storage.database_url).await?;
-    Ok(Service::new(db, open_object_store(&storage.object_store)?))
 }
 
 /// How to serve.
@@ -136,7 +82,7 @@ pub struct ServeConfig {
     /// The model gateway behind `/v1/chat/completions` and friends (none: those answer 503).
     pub gateway: Option<Arc<caret_models::Gateway>>,
     /// Agent sessions: their workspaces (none: `/v1/agent/...` answers 503), rules, limits.
-    pub agent: agent::AgentSettings,
+    pub agent: sessions::AgentSettings,
     /// Background runs (none: `/v1/runs` answers 503).
     pub runs: Option<Arc<caret_anyrun::service::RunService>>,
     /// A front end served under `/ui` (the team's editor page), when there is one.
@@ -186,13 +132,13 @@ fn app_stopping(
     config: &ServeConfig,
     stopping: Arc<tokio::sync::watch::Sender<bool>>,
 ) -> axum::Router {
-    let state = http::AppState {
+    let state = state::AppState {
         service,
         limiter: Arc::new(Limiter::new(config.rate_limit)),
         ip_limiter: Arc::new(Limiter::new(config.ip_rate_limit)),
         metrics: Arc::new(metrics::Metrics::default()),
         gateway: config.gateway.clone(),
-        agent: (!config.agent.workspaces.is_empty()).then(|| Arc::new(agent::AgentHost::new(config.agent.clone()))),
+        agent: (!config.agent.workspaces.is_empty()).then(|| Arc::new(sessions::AgentHost::new(config.agent.clone()))),
         runs: config.runs.clone(),
         stopping,
     };
@@ -218,7 +164,7 @@ pub async fn serve(
         shutdown.await;
         stopping.send_replace(true);
     };
-    listener.set_nonblocking(true).map_err(|e| Error::Internal(format!("configuring the listener: {e}")))?;
+    listener.set_nonblocking(true).map_err(|source| Error::Io { what: "configuring the listener", source })?;
     match &config.tls {
         Some((cert, key)) => {
             let _ = rustls::crypto::ring::default_provider().install_default();
@@ -235,11 +181,11 @@ pub async fn serve(
                 .handle(handle)
                 .serve(app.into_make_service_with_connect_info::<SocketAddr>())
                 .await
-                .map_err(|e| Error::Internal(format!("serving: {e}")))
+                .map_err(|source| Error::Io { what: "serving", source })
         }
         None => {
             let listener = tokio::net::TcpListener::from_std(listener)
-                .map_err(|e| Error::Internal(format!("configuring the listener: {e}")))?;
+                .map_err(|source| Error::Io { what: "configuring the listener", source })?;
             let serving = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
                 .with_graceful_shutdown(shutdown);
             let drained = async move {
@@ -247,7 +193,7 @@ pub async fn serve(
                 tokio::time::sleep(DRAIN).await;
             };
             tokio::select! {
-                served = serving => served.map_err(|e| Error::Internal(format!("serving: {e}"))),
+                served = serving => served.map_err(|source| Error::Io { what: "serving", source }),
                 () = drained => {
                     tracing::warn!("connections still open {DRAIN:?} after the stop: closing them");
                     Ok(())

@@ -21,13 +21,10 @@ use caret_protocol::llm::{
 };
 use futures::StreamExt as _;
 
-use crate::db::Tenant;
-use crate::http::{AppState, Json};
+use caret_index::db::Tenant;
+use caret_protocol::llm::{DEADLINE_HEADER, PRIORITY_HEADER};
 
-/// Header naming the request's priority class.
-pub const PRIORITY_HEADER: &str = "x-caret-priority";
-/// Header giving the request's deadline in milliseconds from now.
-pub const DEADLINE_HEADER: &str = "x-caret-deadline-ms";
+use crate::state::{AppState, Json};
 
 /// An error answer in OpenAI's shape.
 struct ApiFailure {
@@ -373,7 +370,7 @@ pub(crate) async fn models(State(s): State<AppState>) -> Response {
 /// Keeps the gateway's recovery admission in step with the database (where `caret admin
 /// recovery` writes it), so every replica admits the same tenants: polled every `every`.
 pub fn spawn_recovery_watch(
-    service: Arc<crate::service::Service>,
+    service: Arc<caret_index::service::Service>,
     gateway: Arc<Gateway>,
     every: Duration,
 ) -> tokio::task::JoinHandle<()> {

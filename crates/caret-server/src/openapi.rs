@@ -14,7 +14,7 @@ use schemars::JsonSchema;
 use schemars::generate::{Contract, SchemaGenerator, SchemaSettings};
 use serde_json::{Map, Value, json};
 
-use crate::agent::{CreateSession, SessionCreated};
+use caret_protocol::agent::{CreateSession, SessionCreated};
 
 /// Who may call an operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,13 +198,13 @@ fn server_key() -> Value {
 fn model_headers() -> Vec<Value> {
     vec![
         header(
-            crate::llm::PRIORITY_HEADER,
+            caret_protocol::llm::PRIORITY_HEADER,
             false,
             "The request's priority class.",
             json!({ "type": "string", "enum": ["interactive", "agent", "background"] }),
         ),
         header(
-            crate::llm::DEADLINE_HEADER,
+            caret_protocol::llm::DEADLINE_HEADER,
             false,
             "The request's deadline, in milliseconds from now.",
             json!({ "type": "integer", "minimum": 1 }),

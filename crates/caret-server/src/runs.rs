@@ -34,9 +34,9 @@ use caret_protocol::runs::{
 };
 use serde::Deserialize;
 
-use crate::db::Tenant;
-use crate::http::{AppState, Json, Path, Query};
+use crate::state::{AppState, Json, Path, Query};
 use crate::{Error, Result};
+use caret_index::db::Tenant;
 
 impl From<caret_anyrun::Error> for Error {
     fn from(e: caret_anyrun::Error) -> Self {
@@ -50,6 +50,7 @@ impl From<caret_anyrun::Error> for Error {
             E::Unavailable(m) => Error::Unavailable(m),
             E::Database(e) => e.into(),
             E::Internal(m) => Error::Internal(m),
+            other @ (E::Store { .. } | E::Seal { .. } | E::Open { .. } | E::Json { .. }) => Error::Runs(other),
         }
     }
 }
@@ -182,7 +183,7 @@ pub(crate) async fn events(
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache")
-        .body(Body::from_stream(crate::agent::until_stopping(stream, s.stopping.subscribe())))
+        .body(Body::from_stream(crate::sse::until_stopping(stream, s.stopping.subscribe())))
         .map_err(|e| Error::Internal(e.to_string()))
 }
 

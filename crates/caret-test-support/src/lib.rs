@@ -9,6 +9,7 @@
 
 pub mod database;
 pub mod faulty;
+pub mod models;
 pub mod scripted;
 
 use std::path::{Path, PathBuf};

@@ -9,10 +9,9 @@ use caret_workspace::tokens::{TokenCounter as _, WordPiece};
 
 #[test]
 fn matches_the_reference_tokenizer_id_for_id() {
-    let Some(dir) = std::env::var_os("CARET_TEST_MODEL_DIR") else {
-        caret_test_support::skip(
-            "CARET_TEST_MODEL_DIR is not set: skipping the comparison with the reference tokenizer",
-        );
+    let Some(dir) =
+        caret_test_support::models::TestModel::Embedding.dir_or_skip("the comparison with the reference tokenizer")
+    else {
         return;
     };
     let wp = WordPiece::from_model_dir(std::path::Path::new(&dir)).unwrap();

@@ -18,8 +18,8 @@ fn parse_duration_arg(s: &str) -> Result<Duration, String> {
 }
 
 /// `--key-cache f16|q8_0`.
-fn key_cache(name: &str) -> Result<caret_models::local::KeyCache, String> {
-    caret_models::local::KeyCache::from_name(name).ok_or_else(|| format!("f16 or q8_0, not {name:?}"))
+fn key_cache(name: &str) -> Result<caret_llama::KeyCache, String> {
+    caret_llama::KeyCache::from_name(name).ok_or_else(|| format!("f16 or q8_0, not {name:?}"))
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -133,7 +133,7 @@ pub enum BenchCommand {
         flash_attention: Option<bool>,
         /// The attention keys' cache type, f16 or q8_0 (default: a local deployment's, q8_0).
         #[arg(long, value_parser = key_cache)]
-        key_cache: Option<caret_models::local::KeyCache>,
+        key_cache: Option<caret_llama::KeyCache>,
     },
     /// Vector search on synthetic embeddings: exact scan vs the ANN index, with recall@10.
     Vectors {

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use caret_models::local::{LocalProvider, LocalSettings};
+use caret_llama::{LocalProvider, LocalSettings};
 use caret_models::{Event, Provider as _};
 use caret_protocol::llm::CompletionRequest;
 use futures::StreamExt as _;

@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use caret_apply::Text;
+use caret_llama::{LocalProvider, LocalSettings};
 use caret_models::Provider as _;
-use caret_models::local::{LocalProvider, LocalSettings};
 
 use crate::config::Config;
 use crate::merge::{Answer, collect};
@@ -36,7 +36,7 @@ pub struct MergeBench {
     /// `None`: the local default.
     pub flash_attention: Option<bool>,
     /// `None`: the local default.
-    pub key_cache: Option<caret_models::local::KeyCache>,
+    pub key_cache: Option<caret_llama::KeyCache>,
 }
 
 fn row(name: &str, a: &Answer) {

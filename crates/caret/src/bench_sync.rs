@@ -8,8 +8,9 @@ use anyhow::Context as _;
 use caret_client::local::LocalWorkspace;
 use caret_client::sync::{SyncEngine, SyncOptions, SyncReport};
 use caret_client::transport::HttpTransport;
+use caret_index::StorageConfig;
+use caret_server::ServeConfig;
 use caret_server::limit::RateLimit;
-use caret_server::{ServeConfig, StorageConfig};
 use caret_workspace::scan::{Depth, Scanner};
 
 use crate::config::Config;
@@ -44,7 +45,7 @@ fn bench(config: &Config, path: &Path, changes: usize, scratch: &Path) -> anyhow
     let ws = LocalWorkspace::open(&tree, &scratch.join("state"), &scratch.join("keys"))?;
     let rt = runtime()?;
     rt.block_on(async {
-        let service = Arc::new(caret_server::open(&StorageConfig::local(&scratch.join("server"))).await?);
+        let service = Arc::new(caret_index::open(&StorageConfig::local(&scratch.join("server"))).await?);
         let tenant = service.db().create_tenant("bench").await?;
         let token = service.db().create_token(&tenant, "bench").await?;
         let listener = std::net::TcpListener::bind("127.0.0.1:0")?;

@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use caret_complete::Family;
 use caret_complete::context::Budget;
-use caret_models::local::{LocalProvider, LocalSettings};
+use caret_llama::{LocalProvider, LocalSettings};
 use caret_models::{Deployment, DeploymentLimits, Gateway, GatewaySettings, Provider};
 
 use crate::chat::Backend;

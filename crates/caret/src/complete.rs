@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use caret_complete::context::{Budget, Snippet};
+use caret_complete::engine::{family, run_plan};
 use caret_complete::plan::window;
 use caret_complete::post::{Mode, mode};
 use caret_complete::{Cache, Family, Limits};
 use caret_protocol::complete::{CompleteRequest, CompleteResponse, TabSnippet};
-use caret_server::tab::{family, run_plan};
 
 use crate::chat::Backend;
 use crate::config::Config;

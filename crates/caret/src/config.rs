@@ -94,10 +94,10 @@ impl RunsSection {
             s.retention = parse_duration(t).context("[runs] retention")?;
         }
         if let Some(n) = self.max_episodes_per_tenant {
-            s.envs.max_per_tenant = n.max(1);
+            s.episodes.max_per_tenant = n.max(1);
         }
         if let Some(t) = &self.episode_idle {
-            s.envs.idle = parse_duration(t).context("[runs] episode_idle")?.max(std::time::Duration::from_secs(1));
+            s.episodes.idle = parse_duration(t).context("[runs] episode_idle")?.max(std::time::Duration::from_secs(1));
         }
         Ok(s)
     }
@@ -209,7 +209,7 @@ pub struct DeploymentSection {
     /// one loaded model: the largest `context_tokens` of them, the first one's other settings.
     pub flash_attention: Option<bool>,
     /// `local`: the attention keys' cache type, `"q8_0"` (default) or `"f16"`.
-    pub key_cache: Option<caret_models::local::KeyCache>,
+    pub key_cache: Option<caret_llama::KeyCache>,
     /// An environment variable holding the API key (keys never go in the file).
     pub api_key_env: Option<String>,
     /// Lower first; equal orders share traffic by weight.
@@ -583,9 +583,9 @@ impl Config {
     }
 
     /// The server's storage: flags and config over the data-directory defaults.
-    pub fn storage(&self) -> caret_server::StorageConfig {
+    pub fn storage(&self) -> caret_index::StorageConfig {
         let data_dir = self.server.data_dir.clone().unwrap_or_else(|| self.home.join("server"));
-        let mut storage = caret_server::StorageConfig::local(&data_dir);
+        let mut storage = caret_index::StorageConfig::local(&data_dir);
         if let Some(url) = &self.server.database_url {
             storage.database_url = url.clone();
         }
@@ -615,11 +615,11 @@ impl Config {
         // the first deployment's, and one that asks otherwise is told so.
         let mut contexts: std::collections::HashMap<PathBuf, u32> = std::collections::HashMap::new();
         for d in self.models.iter().flat_map(|m| &m.deployments).filter(|d| d.provider == ProviderKind::Local) {
-            let tokens = d.context_tokens.unwrap_or(caret_models::local::LocalSettings::default().context_tokens);
+            let tokens = d.context_tokens.unwrap_or(caret_llama::LocalSettings::default().context_tokens);
             let entry = contexts.entry(self.local_llm_path(&d.model)).or_insert(tokens);
             *entry = (*entry).max(tokens);
         }
-        type Loaded = (Arc<dyn Provider>, (Option<usize>, Option<bool>, Option<caret_models::local::KeyCache>), String);
+        type Loaded = (Arc<dyn Provider>, (Option<usize>, Option<bool>, Option<caret_llama::KeyCache>), String);
         let mut loaded: std::collections::HashMap<PathBuf, Loaded> = std::collections::HashMap::new();
         for m in &self.models {
             anyhow::ensure!(!m.deployments.is_empty(), "model alias {:?} has no deployments", m.alias);
@@ -658,14 +658,14 @@ impl Config {
                                 p.clone()
                             }
                             None => {
-                                let mut settings = caret_models::local::LocalSettings::default();
+                                let mut settings = caret_llama::LocalSettings::default();
                                 settings.context_tokens =
                                     contexts.get(&path).copied().unwrap_or(settings.context_tokens);
                                 settings.threads = d.threads;
                                 settings.flash_attention = d.flash_attention.unwrap_or(settings.flash_attention);
                                 settings.key_cache = d.key_cache.unwrap_or(settings.key_cache);
                                 let p: Arc<dyn Provider> = Arc::new(
-                                    caret_models::local::LocalProvider::load(&path, settings)
+                                    caret_llama::LocalProvider::load(&path, settings)
                                         .with_context(|| format!("model alias {:?}", m.alias))?,
                                 );
                                 loaded.insert(path, (p.clone(), asked, m.alias.clone()));
@@ -747,9 +747,9 @@ impl Config {
 
     /// The embedding model, loaded on first use; `None` (search is lexical only) when it is
     /// turned off or not installed.
-    pub fn embedding_model(&self) -> anyhow::Result<Option<caret_server::service::EmbeddingModel>> {
+    pub fn embedding_model(&self) -> anyhow::Result<Option<caret_index::service::EmbeddingModel>> {
         use caret_embed::{Embedder, LocalBert, OpenAiEmbedder};
-        use caret_server::service::EmbeddingModel;
+        use caret_index::service::EmbeddingModel;
         let e = &self.embed;
         if e.disabled {
             return Ok(None);

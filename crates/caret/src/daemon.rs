@@ -313,7 +313,7 @@ pub fn run(config: &Config, args: DaemonArgs) -> anyhow::Result<ExitCode> {
             ip_rate_limit: unlimited,
             body_limit: usize::try_from(config.server.body_limit.0).unwrap_or(usize::MAX),
             gateway: None,
-            agent: caret_server::agent::AgentSettings::default(),
+            agent: caret_server::sessions::AgentSettings::default(),
             runs: None,
             pages: None,
         };

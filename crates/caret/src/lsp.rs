@@ -345,7 +345,7 @@ pub fn run(config: &Config, args: LspArgs) -> anyhow::Result<ExitCode> {
 /// The completer from the config and `initializationOptions`; `None` without models.
 fn connect(config: &Config, args: &LspArgs, opts: &Value) -> anyhow::Result<Option<Completer>> {
     let mut budget =
-        caret_server::tab::budget(opts["budget"].as_u64().map(|t| usize::try_from(t).unwrap_or(usize::MAX)));
+        caret_complete::engine::budget(opts["budget"].as_u64().map(|t| usize::try_from(t).unwrap_or(usize::MAX)));
     if let Some(share) = opts["suffix_share"].as_f64() {
         budget.suffix_share = (share as f32).clamp(0.0, 0.9);
     }

@@ -239,7 +239,7 @@ pub struct WorkerArgs {
 /// The run service of the embedded queue (or a server's, in `caret serve`).
 pub async fn open_service(
     config: &Config,
-    service: &caret_server::service::Service,
+    service: &caret_index::service::Service,
     gateway: Option<Arc<caret_models::Gateway>>,
 ) -> anyhow::Result<RunService> {
     let key = data_dir(config).join("runs.key");
@@ -326,7 +326,7 @@ impl Runs {
                 .context("building the HTTP client")?;
             return Ok(Runs::Remote { base: base.trim_end_matches('/').to_owned(), token, client });
         }
-        let service = caret_server::open(&config.storage()).await.context("opening the embedded server's storage")?;
+        let service = caret_index::open(&config.storage()).await.context("opening the embedded server's storage")?;
         let tenant = match service.db().tenant_by_name("local").await? {
             Some(t) => t,
             None => service.db().create_tenant("local").await?,
@@ -953,7 +953,7 @@ pub fn worker(config: &Config, args: WorkerArgs) -> anyhow::Result<ExitCode> {
                 Worker::new(coord, w).run(drain).await?
             }
             None => {
-                let service = caret_server::open(&config.storage()).await.context("opening the embedded queue")?;
+                let service = caret_index::open(&config.storage()).await.context("opening the embedded queue")?;
                 let gateway = config.gateway()?;
                 let runs = Arc::new(open_service(config, &service, gateway).await?);
                 let _upkeep = spawn_upkeep(runs.clone());

@@ -5,8 +5,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use caret_index::StorageConfig;
+use caret_server::ServeConfig;
 use caret_server::limit::RateLimit;
-use caret_server::{ServeConfig, StorageConfig};
 
 use crate::config::{Config, parse_size};
 
@@ -100,7 +101,7 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
         gateway: config.gateway()?,
         runs: None,
         pages: None,
-        agent: caret_server::agent::AgentSettings {
+        agent: caret_server::sessions::AgentSettings {
             workspaces: config.server.agent_workspaces.clone(),
             rules: config.agent.rules(),
             limits: config.agent.limits(),
@@ -115,7 +116,7 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut serve = serve;
     let storage = config.storage();
     runtime()?.block_on(async move {
-        let mut service = caret_server::open(&storage).await.context("opening the server's storage")?;
+        let mut service = caret_index::open(&storage).await.context("opening the server's storage")?;
         match config.embedding_model()? {
             Some(model) => {
                 tracing::info!(model = model.id(), "embedding model (loaded on first use)");
@@ -124,7 +125,7 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
             None => tracing::warn!("no embedding model: search is lexical only"),
         }
         if let Some(records) = std::env::var("CARET_COMPACT_RECORDS").ok().and_then(|v| v.parse().ok()) {
-            let policy = caret_server::service::CompactionPolicy { records, ..Default::default() };
+            let policy = caret_index::service::CompactionPolicy { records, ..Default::default() };
             service = service.with_compaction(policy);
         }
         let service =
@@ -293,31 +294,31 @@ pub fn admin(config: &Config, cmd: AdminCommand) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         match cmd {
             AdminCommand::Tenant(TenantCommand::Create { name, storage }) => {
-                let service = caret_server::open(&storage_of(&storage)).await?;
+                let service = caret_index::open(&storage_of(&storage)).await?;
                 let t = service.db().create_tenant(&name).await?;
                 println!("created tenant {} ({})", t.name, t.id);
             }
             AdminCommand::Tenant(TenantCommand::List { storage }) => {
-                let service = caret_server::open(&storage_of(&storage)).await?;
+                let service = caret_index::open(&storage_of(&storage)).await?;
                 for t in service.db().tenants().await? {
                     println!("{}\t{}", t.name, t.id);
                 }
             }
             AdminCommand::Token(TokenCommand::Create { tenant, name, storage }) => {
-                let service = caret_server::open(&storage_of(&storage)).await?;
+                let service = caret_index::open(&storage_of(&storage)).await?;
                 let t =
                     service.db().tenant_by_name(&tenant).await?.with_context(|| format!("no tenant named {tenant}"))?;
                 println!("{}", service.db().create_token(&t, &name).await?);
                 eprintln!("(shown once: only its hash is stored)");
             }
             AdminCommand::OperatorToken(OperatorTokenCommand::Create { name, storage }) => {
-                let service = caret_server::open(&storage_of(&storage)).await?;
+                let service = caret_index::open(&storage_of(&storage)).await?;
                 println!("{}", service.db().create_operator_token(&name).await?);
                 eprintln!("(shown once: only its hash is stored; it lets workers take any tenant's runs)");
             }
             AdminCommand::Recovery(RecoveryCommand::Start { from, ramp_s, storage }) => {
                 anyhow::ensure!((0.0..=1.0).contains(&from), "--from is a share between 0 and 1, not {from}");
-                let service = caret_server::open(&storage_of(&storage)).await?;
+                let service = caret_index::open(&storage_of(&storage)).await?;
                 let permille = (from * 1000.0).round() as i64;
                 service.db().start_recovery(permille, i64::try_from(ramp_s).unwrap_or(i64::MAX)).await?;
                 println!(
@@ -326,12 +327,12 @@ pub fn admin(config: &Config, cmd: AdminCommand) -> anyhow::Result<ExitCode> {
                 );
             }
             AdminCommand::Recovery(RecoveryCommand::Stop { storage }) => {
-                let service = caret_server::open(&storage_of(&storage)).await?;
+                let service = caret_index::open(&storage_of(&storage)).await?;
                 service.db().stop_recovery().await?;
                 println!("recovery admission off: every tenant is admitted");
             }
             AdminCommand::Recovery(RecoveryCommand::Status { storage }) => {
-                let service = caret_server::open(&storage_of(&storage)).await?;
+                let service = caret_index::open(&storage_of(&storage)).await?;
                 match service.db().recovery().await? {
                     None => println!("off"),
                     Some(r) => {

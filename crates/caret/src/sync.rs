@@ -97,9 +97,9 @@ pub async fn transport(config: &Config, remote: &Remote) -> anyhow::Result<Box<d
 /// local daemon keeps warm.
 pub async fn embedded_service(
     config: &Config,
-) -> anyhow::Result<(Arc<caret_server::service::Service>, caret_server::db::Tenant)> {
+) -> anyhow::Result<(Arc<caret_index::service::Service>, caret_index::db::Tenant)> {
     let dir = config.home.join("local");
-    let mut service = caret_server::open(&caret_server::StorageConfig::local(&dir))
+    let mut service = caret_index::open(&caret_index::StorageConfig::local(&dir))
         .await
         .with_context(|| format!("opening the embedded server in {}", dir.display()))?;
     if let Some(model) = config.embedding_model()? {

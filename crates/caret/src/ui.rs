@@ -125,7 +125,7 @@ impl Ui {
             Some(g) => {
                 let alias = crate::chat::Backend::alias(g, tab_model.as_deref(), &["tab"])?;
                 let backend = crate::chat::Backend::Embedded { gateway: g.clone(), tenant: tenant.clone() };
-                let budget = caret_server::tab::budget(None);
+                let budget = caret_complete::engine::budget(None);
                 Some(crate::complete::with_backend(&config, backend, alias, None, budget)?)
             }
             None => None,
@@ -376,12 +376,12 @@ async fn save_file(Extension(ui): Extension<Arc<Ui>>, Json(s): Json<Save>) -> Ap
 /// A server-sent event stream of JSON values: `past` first, then `live` until it closes or
 /// the server stops.
 fn sse(ui: &Ui, past: Vec<Value>, live: Option<broadcast::Receiver<Value>>) -> Response {
-    caret_server::agent::event_stream(past, live, ui.stopping.clone())
+    caret_server::sse::event_stream(past, live, ui.stopping.clone())
 }
 
 /// `values` as a server-sent event stream, until the server stops.
 fn event_stream(ui: &Ui, values: impl futures::Stream<Item = Value> + Send + 'static) -> Response {
-    let values = caret_server::agent::until_stopping(values, ui.stopping.clone());
+    let values = caret_server::sse::until_stopping(values, ui.stopping.clone());
     let body = values.map(|e| Ok::<_, Infallible>(bytes::Bytes::from(format!("data: {e}\n\n"))));
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")

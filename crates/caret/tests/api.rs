@@ -132,8 +132,10 @@ fn generated_requests_get_no_server_error_and_no_other_tenants_data() {
     if !schemathesis().arg("--version").output().is_ok_and(|o| o.status.success()) {
         return skip("schemathesis is not installed (python3 -m pip install schemathesis)");
     }
-    if std::env::var_os("CARET_TEST_MODEL_DIR").is_none() {
-        return skip("CARET_TEST_MODEL_DIR is not set: the embedding routes need the model");
+    if caret_test_support::models::TestModel::Embedding.dir().is_none() {
+        return skip(
+            "the embedding model is not installed (CARET_TEST_MODEL_DIR): the embedding routes need the model",
+        );
     }
     let rt = tokio::runtime::Runtime::new().unwrap();
     let up = rt.block_on(ScriptedUpstream::start("fuzzed"));

@@ -284,9 +284,11 @@ fn index_then_search_finds_the_right_function_and_drops_stale_hits() {
     let home = TempDir::new();
     let dir = search_repo();
     let root = dir.path().to_str().unwrap();
-    let semantic = std::env::var_os("CARET_TEST_MODEL_DIR").is_some();
+    let semantic = caret_test_support::models::TestModel::Embedding.dir().is_some();
     if !semantic {
-        caret_test_support::skip("the semantic half: CARET_TEST_MODEL_DIR is not set (lexical search only)");
+        caret_test_support::skip(
+            "the semantic half: the embedding model is not installed (CARET_TEST_MODEL_DIR) (lexical search only)",
+        );
     }
 
     // Before indexing: a clear error, not an empty answer.
@@ -365,9 +367,9 @@ fn caret_model_env(home: &TempDir, args: &[&str], env: &[(&str, &str)]) -> Outpu
         .env("HOME", home.path())
         .env_remove("CARET_CONFIG")
         .env_remove("RUST_LOG");
-    match std::env::var("CARET_TEST_MODEL_DIR") {
-        Ok(dir) => cmd.env("CARET_EMBED_MODEL", dir),
-        Err(_) => cmd.env("CARET_EMBED_MODEL", home.join("no-model")),
+    match caret_test_support::models::TestModel::Embedding.dir() {
+        Some(dir) => cmd.env("CARET_EMBED_MODEL", dir),
+        None => cmd.env("CARET_EMBED_MODEL", home.join("no-model")),
     };
     for (k, v) in env {
         cmd.env(k, v);
@@ -466,7 +468,7 @@ fn searches_go_through_a_warm_local_daemon() {
     assert!(log.contains(&format!("caret daemon {fourth}: stopping (idle)")), "{log}");
 
     // A model installed after a daemon started without one is used by the next search.
-    if let Ok(model) = std::env::var("CARET_TEST_MODEL_DIR") {
+    if let Some(model) = caret_test_support::models::TestModel::Embedding.dir() {
         // The same directory name: the model's id, which the index's vectors carry.
         let name = std::path::Path::new(&model).file_name().unwrap();
         std::fs::create_dir_all(home.join("late")).unwrap();
@@ -482,7 +484,9 @@ fn searches_go_through_a_warm_local_daemon() {
         assert_ne!(read_announce()["pid"].as_u64().unwrap(), lexical_only);
         wait_until(15, "the daemon without the model to stop", || !running(lexical_only));
     } else {
-        caret_test_support::skip("skipped (a model installed late): CARET_TEST_MODEL_DIR is not set (CI sets it)");
+        caret_test_support::skip(
+            "skipped (a model installed late): the embedding model is not installed (CARET_TEST_MODEL_DIR)",
+        );
     }
 
     // Its home deleted: it stops.
@@ -495,8 +499,8 @@ fn searches_go_through_a_warm_local_daemon() {
 /// The embedding cache: a clone that shares the key reuses the first clone's vectors.
 #[test]
 fn clones_sharing_a_key_embed_each_chunk_once() {
-    let Some(_) = std::env::var_os("CARET_TEST_MODEL_DIR") else {
-        caret_test_support::skip("skipped: CARET_TEST_MODEL_DIR is not set (CI sets it)");
+    let Some(_) = caret_test_support::models::TestModel::Embedding.dir() else {
+        caret_test_support::skip("skipped: the embedding model is not installed (CARET_TEST_MODEL_DIR)");
         return;
     };
     let home = TempDir::new();
@@ -549,8 +553,10 @@ fn chat_talks_to_a_configured_model_and_fails_over() {
 /// smollm2-135m-instruct-q4; CI sets it), through the gateway like any other deployment.
 #[test]
 fn chat_runs_a_local_model_in_process() {
-    let Some(model) = std::env::var_os("CARET_TEST_LLM_DIR") else {
-        caret_test_support::skip("CARET_TEST_LLM_DIR is not set: skipping the local model test");
+    let Some(model) = caret_test_support::models::TestModel::SmallLlm.dir() else {
+        caret_test_support::skip(
+            "the small chat model is not installed (CARET_TEST_LLM_DIR): skipping the local model test",
+        );
         return;
     };
     let home = TempDir::new();
@@ -674,8 +680,10 @@ fn apply_merges_with_a_local_model_what_the_matcher_cannot_place() {
     assert!(stderr(&out).contains("no model is configured to merge"), "{}", stderr(&out));
     assert_eq!(std::fs::read_to_string(home.join("w/shapes.py")).unwrap(), original);
 
-    let Some(model) = std::env::var_os("CARET_TEST_LLM_DIR") else {
-        caret_test_support::skip("CARET_TEST_LLM_DIR is not set: skipping the model merge");
+    let Some(model) = caret_test_support::models::TestModel::SmallLlm.dir() else {
+        caret_test_support::skip(
+            "the small chat model is not installed (CARET_TEST_LLM_DIR): skipping the model merge",
+        );
         return;
     };
     home.write(
@@ -715,7 +723,9 @@ fn apply_merges_with_a_local_model_what_the_matcher_cannot_place() {
 #[test]
 #[ignore = "slow: a 1.5B model (CARET_TEST_CODE_MODEL_DIR); cargo test -- --ignored"]
 fn complete_fills_in_the_middle_with_the_code_model() {
-    let code = std::env::var_os("CARET_TEST_CODE_MODEL_DIR").expect("CARET_TEST_CODE_MODEL_DIR names the code model");
+    let code = caret_test_support::models::TestModel::CodeLlm
+        .dir()
+        .expect("CARET_TEST_CODE_MODEL_DIR names the code model, or it is installed");
     let home = TempDir::new();
     home.write("w/calc.py", "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    \n\nprint(add(1, 2))\n");
     let file = home.join("w/calc.py");
@@ -755,8 +765,8 @@ fn complete_suggests_at_a_cursor_with_a_local_model() {
     assert!(!out.status.success());
 
     // The small test model has no fill-in-the-middle tokens: it continues the prefix.
-    let Some(model) = std::env::var_os("CARET_TEST_LLM_DIR") else {
-        caret_test_support::skip("CARET_TEST_LLM_DIR is not set: skipping the completion");
+    let Some(model) = caret_test_support::models::TestModel::SmallLlm.dir() else {
+        caret_test_support::skip("the small chat model is not installed (CARET_TEST_LLM_DIR): skipping the completion");
         return;
     };
     home.write(

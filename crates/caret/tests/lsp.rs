@@ -90,7 +90,7 @@ fn position(line: u64, character: u64, uri: &str) -> Value {
 fn a_scripted_editor_session() {
     let home = TempDir::new();
     let uri = "file:///w/calc.py";
-    let model = std::env::var_os("CARET_TEST_LLM_DIR");
+    let model = caret_test_support::models::TestModel::SmallLlm.dir();
     if let Some(m) = &model {
         home.write(
             "caret-home/config.toml",
@@ -100,7 +100,9 @@ fn a_scripted_editor_session() {
             ),
         );
     } else {
-        caret_test_support::skip("CARET_TEST_LLM_DIR is not set: the session runs without a model");
+        caret_test_support::skip(
+            "the small chat model is not installed (CARET_TEST_LLM_DIR): the session runs without a model",
+        );
     }
     let mut c = Client::start(&home);
     c.request(1, "initialize", json!({"capabilities": {}, "initializationOptions": {"debounce_ms": 0}}));

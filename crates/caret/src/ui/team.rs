@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{any, get};
 use axum::{Extension, Router};
 use caret_anyrun::service::{RunService, TenantRef};
-use caret_server::db::Tenant;
+use caret_index::db::Tenant;
 use serde_json::Value;
 use tokio::sync::broadcast;
 use tower::ServiceExt as _;

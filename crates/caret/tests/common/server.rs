@@ -76,7 +76,11 @@ impl Server {
             .env("CARET_COMPACT_RECORDS", "1")
             .env(
                 "CARET_EMBED_MODEL",
-                std::env::var("CARET_TEST_MODEL_DIR").unwrap_or_else(|_| data.join("no-model").display().to_string()),
+                caret_test_support::models::TestModel::Embedding
+                    .dir()
+                    .unwrap_or_else(|| data.join("no-model"))
+                    .display()
+                    .to_string(),
             )
             .stdout(Stdio::piped())
             .stderr(std::fs::OpenOptions::new().append(true).open(&log).unwrap())

@@ -9,26 +9,21 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use caret_models::local::{KeyCache, LocalProvider, LocalSettings};
+use caret_llama::{KeyCache, LocalProvider, LocalSettings};
 use caret_models::{
     CallContext, Class, Deployment, DeploymentLimits, Error, Gateway, GatewaySettings, Provider, collect_chat,
 };
 use caret_protocol::llm::{ChatMessage, ChatRequest, CompletionRequest, FinishReason, Role};
 use caret_protocol::runs::{CallTokens, TokenView};
+use caret_test_support::models::TestModel;
 use futures::StreamExt as _;
 
 fn small_model() -> Option<PathBuf> {
-    let dir = std::env::var_os("CARET_TEST_LLM_DIR").map(PathBuf::from);
-    if dir.is_none() {
-        caret_test_support::skip("CARET_TEST_LLM_DIR is not set: skipping the local model test");
-    }
-    dir
+    TestModel::SmallLlm.dir_or_skip("the local model test")
 }
 
 fn code_model() -> PathBuf {
-    std::env::var_os("CARET_TEST_CODE_MODEL_DIR")
-        .map(PathBuf::from)
-        .expect("CARET_TEST_CODE_MODEL_DIR names the code model")
+    TestModel::CodeLlm.dir().expect("CARET_TEST_CODE_MODEL_DIR names the code model, or it is installed")
 }
 
 fn chat(messages: Vec<ChatMessage>, max_tokens: u32) -> ChatRequest {

@@ -115,7 +115,7 @@ impl Db {
             .max_connections(if url.starts_with("sqlite:") { 1 } else { 8 })
             .connect(url)
             .await
-            .map_err(|e| Error::Database(format!("connecting to the database: {e}")))?;
+            .map_err(Error::Connect)?;
         let db = Db { pool };
         db.migrate().await?;
         Ok(db)
@@ -185,7 +185,7 @@ impl Db {
 
     /// Creates a tenant; fails if the name is taken.
     pub async fn create_tenant(&self, name: &str) -> Result<Tenant> {
-        let id = caret_crypto::random_id().map_err(|e| Error::Internal(e.to_string()))?;
+        let id = caret_crypto::random_id().map_err(|source| Error::Crypto { what: "making an id", source })?;
         sqlx::query("INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)")
             .bind(&id)
             .bind(name)
@@ -220,8 +220,9 @@ impl Db {
 
     /// Creates an API token for a tenant; returns the token, which is not stored.
     pub async fn create_token(&self, tenant: &Tenant, name: &str) -> Result<String> {
-        let token = caret_crypto::new_api_token().map_err(|e| Error::Internal(e.to_string()))?;
-        let id = caret_crypto::random_id().map_err(|e| Error::Internal(e.to_string()))?;
+        let token =
+            caret_crypto::new_api_token().map_err(|source| Error::Crypto { what: "making an API token", source })?;
+        let id = caret_crypto::random_id().map_err(|source| Error::Crypto { what: "making an id", source })?;
         sqlx::query("INSERT INTO api_tokens (id, tenant_id, token_hash, name, created_at) VALUES ($1, $2, $3, $4, $5)")
             .bind(&id)
             .bind(&tenant.id)
@@ -259,8 +260,9 @@ impl Db {
     /// Creates an operator token (for workers and the fleet dashboard); returns the token,
     /// which is not stored.
     pub async fn create_operator_token(&self, name: &str) -> Result<String> {
-        let token = caret_crypto::new_api_token().map_err(|e| Error::Internal(e.to_string()))?;
-        let id = caret_crypto::random_id().map_err(|e| Error::Internal(e.to_string()))?;
+        let token =
+            caret_crypto::new_api_token().map_err(|source| Error::Crypto { what: "making an API token", source })?;
+        let id = caret_crypto::random_id().map_err(|source| Error::Crypto { what: "making an id", source })?;
         sqlx::query("INSERT INTO operator_tokens (id, token_hash, name, created_at) VALUES ($1, $2, $3, $4)")
             .bind(&id)
             .bind(caret_crypto::hash_api_token(&token))

@@ -7,9 +7,13 @@
 //! prompt and conversation so far, the same file around a completion) evaluates only what
 //! differs. Decoding takes a process-wide lock, so two local models never run their thread
 //! pools at once and the machine is not oversubscribed.
+//!
+//! It implements the gateway's [`Provider`] trait and nothing else: routing, limits and
+//! retries stay in `caret-models`. Only what runs a local model links this crate (and so
+//! llama.cpp); it never reaches the network.
 
 mod draft;
-pub(crate) mod output;
+mod output;
 mod prompt;
 
 use std::num::NonZeroU32;
@@ -31,7 +35,7 @@ use llama_cpp_2::vocab::LlamaVocab;
 use self::draft::{DraftLengths, Drafter};
 use self::output::{StopScan, ToolCallParser, Utf8Joiner};
 pub use self::prompt::{ChatFormat, Piece, chat_pieces, chat_prompt};
-use crate::{Error, Event, EventStream, Provider, Result};
+use caret_models::{Error, Event, EventStream, Provider, Result};
 
 /// How to run a local model.
 #[derive(Debug, Clone)]
@@ -1096,6 +1100,19 @@ impl<'j> Output<'j> {
         events.push(Event::Finish(finish));
         events.push(Event::Usage(usage));
         self.send(events);
+    }
+}
+
+/// Entry points for the fuzz targets (`crates/caret-fuzz`): the reader of what the engine
+/// generates, fed from memory. Not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    /// Generated text, arriving in `pieces`, read for tool calls of `names`.
+    pub fn tool_calls(pieces: &[&str], names: Vec<String>) -> Vec<caret_models::Event> {
+        let mut parser = crate::output::ToolCallParser::new(names);
+        let mut events: Vec<caret_models::Event> = pieces.iter().flat_map(|p| parser.push(p)).collect();
+        events.extend(parser.finish());
+        events
     }
 }
 

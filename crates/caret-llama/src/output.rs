@@ -1,7 +1,7 @@
 //! Turning a local model's tokens into events: whole UTF-8 characters, stop sequences cut off
 //! before they are sent, and Qwen-style `<tool_call>{…}</tool_call>` blocks as tool calls.
 
-use crate::Event;
+use caret_models::Event;
 
 /// Bytes of token pieces in, whole UTF-8 text out (a character may span tokens).
 #[derive(Debug, Default)]

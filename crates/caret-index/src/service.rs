@@ -101,11 +101,11 @@ impl EmbeddingModel {
                 Some(w) => embedder.embed_window(&refs, w),
                 None => embedder.embed(&refs),
             }
-            .map_err(|e| Error::Internal(e.to_string()))?;
+            .map_err(Error::Embed)?;
             Ok((vectors, embedder.dim()))
         })
         .await
-        .map_err(|e| Error::Internal(format!("embedding task: {e}")))?
+        .map_err(|e| Error::Internal(format!("the embedding task ended: {e}")))?
     }
 }
 

@@ -1,0 +1,236 @@
+//! Agent sessions hosted by the server: the workspaces the operator configured, the sessions
+//! running in them (each a [`Session`] whose model is the gateway under its tenant's quotas,
+//! whose commands run in the sandbox), every event kept for late subscribers, idle sessions
+//! shut down. The routes in `agent` translate HTTP to this; nothing here knows HTTP.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use caret_agent::policy::Approval;
+use caret_agent::session::{ModelClient, Session};
+use caret_agent::tools::{Ctx, Registry};
+use caret_models::{CallContext, Class, Gateway};
+use caret_protocol::agent::{CreateSession, Event, Op};
+use caret_protocol::llm::ChatRequest;
+use tokio::sync::{broadcast, mpsc};
+
+use crate::{Error, Result};
+
+/// What the operator configured for agent sessions.
+#[derive(Debug, Clone)]
+pub struct AgentSettings {
+    /// Workspaces sessions may run in, by name (none: `/v1/agent/...` answers 503).
+    pub workspaces: BTreeMap<String, PathBuf>,
+    /// Command rules of every session (the operator's; a session adds its approvals).
+    pub rules: Vec<caret_agent::policy::Rule>,
+    /// Sandbox limits of each command.
+    pub limits: caret_sandbox::Limits,
+    /// Sessions a tenant may have running at once.
+    pub max_sessions_per_tenant: usize,
+    /// A session nobody sent an op to or watched for this long is shut down.
+    pub idle_timeout: Duration,
+    /// The Landlock helper for sandboxed commands (see `caret_sandbox::landlock`); none: none.
+    pub landlock_helper: Option<PathBuf>,
+}
+
+impl Default for AgentSettings {
+    fn default() -> Self {
+        AgentSettings {
+            workspaces: BTreeMap::new(),
+            rules: Vec::new(),
+            limits: caret_sandbox::Limits::standard(),
+            max_sessions_per_tenant: 4,
+            idle_timeout: Duration::from_secs(3600),
+            landlock_helper: None,
+        }
+    }
+}
+
+/// The workspaces agents may work in, and the sessions running.
+pub struct AgentHost {
+    settings: AgentSettings,
+    sessions: Mutex<HashMap<String, Arc<Hosted>>>,
+}
+
+impl AgentHost {
+    /// A host with these settings.
+    pub fn new(settings: AgentSettings) -> AgentHost {
+        AgentHost { settings, sessions: Mutex::default() }
+    }
+
+    /// Shuts down sessions idle past the timeout; then whether `tenant` may start another.
+    fn room_for(&self, tenant: &str) -> bool {
+        let sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut running = 0;
+        for h in sessions.values() {
+            if h.idle() > self.settings.idle_timeout {
+                // The forwarder forgets it once the session has ended.
+                let _ = h.ops.send(Op::Shutdown);
+            } else if h.tenant == tenant {
+                running += 1;
+            }
+        }
+        running < self.settings.max_sessions_per_tenant
+    }
+
+    /// Starts a session for `tenant` in one of the configured workspaces, its model called
+    /// through `gateway` under the tenant's quotas; returns its id.
+    pub async fn start(self: &Arc<Self>, tenant: String, req: CreateSession, gateway: Arc<Gateway>) -> Result<String> {
+        let root = self
+            .settings
+            .workspaces
+            .get(&req.workspace)
+            .ok_or_else(|| Error::NotFound(format!("agent workspace {:?}", req.workspace)))?
+            .clone();
+        let model = match req.model {
+            Some(m) if gateway.aliases().contains(&m) => m,
+            Some(m) => return Err(Error::BadRequest(format!("unknown model alias {m:?}"))),
+            None => {
+                let aliases = gateway.aliases();
+                aliases
+                    .iter()
+                    .find(|a| *a == "agent")
+                    .or_else(|| aliases.first())
+                    .cloned()
+                    .ok_or_else(|| Error::Unavailable("no models are configured".into()))?
+            }
+        };
+        let approval = match req.approval.as_deref() {
+            None | Some("risky") => Approval::Risky,
+            Some("never") => Approval::Never,
+            Some("always") => Approval::Always,
+            Some(other) => return Err(Error::BadRequest(format!("approval is never, risky or always, not {other:?}"))),
+        };
+        if !self.room_for(&tenant) {
+            return Err(Error::Conflict(format!(
+                "this tenant already runs {} agent sessions, the most allowed: shut one down first",
+                self.settings.max_sessions_per_tenant
+            )));
+        }
+        let ctx = Arc::new(Ctx::new(&root).map_err(|e| Error::Unavailable(format!("agent workspace: {e}")))?);
+        let mut tools = Registry::workspace();
+        let mut policy =
+            caret_sandbox::Policy::new(&ctx.root).map_err(|e| Error::Unavailable(e.to_string()))?.with_toolchains();
+        policy.limits = self.settings.limits;
+        if let Some(helper) = &self.settings.landlock_helper {
+            policy = policy.with_landlock(helper.clone());
+        }
+        let sandbox = tokio::task::spawn_blocking(move || caret_sandbox::Bwrap::new(policy))
+            .await
+            .map_err(|e| Error::Unavailable(e.to_string()))?;
+        match sandbox {
+            Ok(sandbox) => {
+                if let Some(why) = sandbox.landlock_unavailable() {
+                    tracing::warn!("agent session commands: {why}");
+                }
+                let sandbox: Arc<dyn caret_sandbox::Sandbox> = Arc::new(sandbox);
+                tools.add(Arc::new(caret_agent::tools::terminal::RunTerminalCmd::new(sandbox.clone())));
+                tools.add(Arc::new(caret_agent::tools::lints::ReadLints::new(sandbox)));
+            }
+            Err(e) => tracing::warn!("agent sessions run without run_terminal_cmd and read_lints: {e}"),
+        }
+        let client = Arc::new(GatewayModel { gateway, tenant: tenant.clone() });
+        let mut session = Session::new(client, &model, tools, ctx);
+        session.policy.approval = approval;
+        session.policy.rules = self.settings.rules.clone();
+        session.max_steps = req.max_steps.unwrap_or(25).clamp(1, 200);
+
+        let id = format!("as-{:016x}", fastrand::u64(..));
+        let (ops_tx, mut ops) = mpsc::unbounded_channel();
+        let (events_tx, mut events) = mpsc::unbounded_channel();
+        let (live, _) = broadcast::channel(1024);
+        let hosted = Arc::new(Hosted {
+            tenant,
+            ops: ops_tx,
+            active: Mutex::new(Instant::now()),
+            events: Mutex::new((Vec::new(), Some(live))),
+        });
+        let _ = events_tx.send(Event::SessionConfigured {
+            session_id: id.clone(),
+            model: model.clone(),
+            cwd: req.workspace.clone(),
+        });
+        // The session, then a forwarder that keeps every event and feeds subscribers.
+        tokio::spawn(async move {
+            session.serve(&mut ops, &events_tx).await;
+        });
+        let feed = hosted.clone();
+        let (host2, id2) = (self.clone(), id.clone());
+        tokio::spawn(async move {
+            while let Some(e) = events.recv().await {
+                let mut g = feed.events.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(live) = &g.1 {
+                    let _ = live.send(e.clone());
+                }
+                g.0.push(e);
+            }
+            // The session ended: streams end; the session is forgotten.
+            feed.events.lock().unwrap_or_else(PoisonError::into_inner).1 = None;
+            host2.sessions.lock().unwrap_or_else(PoisonError::into_inner).remove(&id2);
+        });
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner).insert(id.clone(), hosted);
+        Ok(id)
+    }
+
+    /// Sends `op` to `tenant`'s session `id`.
+    pub fn submit(&self, tenant: &str, id: &str, op: Op) -> Result<()> {
+        let h = self.hosted(tenant, id)?;
+        h.touch();
+        h.ops.send(op).map_err(|_| Error::NotFound(format!("agent session {id} (it has ended)")))
+    }
+
+    /// `tenant`'s session `id`'s events so far, and the live feed while it runs.
+    pub fn events(&self, tenant: &str, id: &str) -> Result<(Vec<Event>, Option<broadcast::Receiver<Event>>)> {
+        let h = self.hosted(tenant, id)?;
+        h.touch();
+        let g = h.events.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok((g.0.clone(), g.1.as_ref().map(broadcast::Sender::subscribe)))
+    }
+
+    /// The session `id` if `tenant` owns it (another tenant's is as unknown as a made-up one).
+    fn hosted(&self, tenant: &str, id: &str) -> Result<Arc<Hosted>> {
+        let sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+        sessions
+            .get(id)
+            .filter(|h| h.tenant == tenant)
+            .cloned()
+            .ok_or_else(|| Error::NotFound(format!("agent session {id}")))
+    }
+}
+
+/// A running session as the routes see it.
+struct Hosted {
+    tenant: String,
+    ops: mpsc::UnboundedSender<Op>,
+    /// When an op or a watcher last came.
+    active: Mutex<Instant>,
+    /// Every event so far, and the live feed; written together under this lock so that a
+    /// new subscriber gets each event exactly once.
+    events: Mutex<(Vec<Event>, Option<broadcast::Sender<Event>>)>,
+}
+
+impl Hosted {
+    fn touch(&self) {
+        *self.active.lock().unwrap_or_else(PoisonError::into_inner) = Instant::now();
+    }
+
+    fn idle(&self) -> Duration {
+        self.active.lock().unwrap_or_else(PoisonError::into_inner).elapsed()
+    }
+}
+
+/// The gateway as a session's model, under its tenant's quotas.
+struct GatewayModel {
+    gateway: Arc<Gateway>,
+    tenant: String,
+}
+
+#[async_trait::async_trait]
+impl ModelClient for GatewayModel {
+    async fn chat(&self, req: ChatRequest) -> caret_models::Result<caret_models::EventStream> {
+        let ctx = CallContext::new(Class::Agent, Duration::from_secs(600), self.tenant.clone());
+        self.gateway.chat(req, ctx).await
+    }
+}

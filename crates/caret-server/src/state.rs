@@ -1,0 +1,101 @@
+//! What every route shares: [`AppState`] (the services, limiters, metrics and the stop
+//! signal) and the extractors whose rejections answer in Caret's error body. Handlers import
+//! this; the router (`http`) imports the handlers.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use caret_index::Service;
+
+use crate::limit::Limiter;
+use crate::metrics::Metrics;
+use crate::sessions::AgentHost;
+
+/// Shared state of the routes.
+#[derive(Clone)]
+pub struct AppState {
+    /// The sync service.
+    pub service: Arc<Service>,
+    /// Per-token rate limits.
+    pub limiter: Arc<Limiter>,
+    /// Per-client-address rate limits.
+    pub ip_limiter: Arc<Limiter>,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// The model gateway, when models are configured.
+    pub gateway: Option<Arc<caret_models::Gateway>>,
+    /// Agent sessions, when agent workspaces are configured.
+    pub agent: Option<Arc<AgentHost>>,
+    /// Background runs, when enabled.
+    pub runs: Option<Arc<caret_anyrun::service::RunService>>,
+    /// Turns true when the server stops: event streams end.
+    pub stopping: Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+/// A refusal in our error body.
+pub(crate) fn refusal(status: StatusCode, message: String) -> Response {
+    let code = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+        // An extractor's own bug (a route without the parameters it reads).
+        s if s.is_server_error() => "internal",
+        _ => "bad_request",
+    };
+    let body = caret_protocol::ErrorBody { error: caret_protocol::ErrorDetail { code: code.to_owned(), message } };
+    (status, axum::Json(body)).into_response()
+}
+
+/// JSON bodies whose rejections (malformed, truncated, wrong type, too large) become our
+/// error body with a 4xx status.
+pub struct Json<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Json<T> {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(v)) => Ok(Json(v)),
+            Err(rejection) => {
+                let message = match &rejection {
+                    JsonRejection::JsonDataError(e) => format!("invalid request body: {}", e.body_text()),
+                    JsonRejection::JsonSyntaxError(e) => format!("malformed JSON: {}", e.body_text()),
+                    JsonRejection::MissingJsonContentType(_) => "expected Content-Type: application/json".to_owned(),
+                    other => other.body_text(),
+                };
+                Err(refusal(rejection.status(), message))
+            }
+        }
+    }
+}
+
+/// Query strings whose rejections become our error body (400).
+pub struct Query<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequestParts<S> for Query<T> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(v)) => Ok(Query(v)),
+            Err(rejection) => Err(refusal(rejection.status(), rejection.body_text())),
+        }
+    }
+}
+
+/// Path parameters whose rejections (a token that is not a number, say) become our error
+/// body (400).
+pub struct Path<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> FromRequestParts<S> for Path<T> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(v)) => Ok(Path(v)),
+            Err(rejection) => Err(refusal(rejection.status(), rejection.body_text())),
+        }
+    }
+}
