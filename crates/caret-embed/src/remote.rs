@@ -1,3 +1,5 @@
+//! `OpenAiEmbedder`: embeddings from an OpenAI-compatible `/v1/embeddings` server.
+
 use serde::Deserialize;
 
 use crate::{Embedder, Error, Result, normalize};

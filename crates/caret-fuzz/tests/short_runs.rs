@@ -1,7 +1,9 @@
 //! A short run of every fuzz target (seconds each): its seed corpus from `fuzz/corpus/NAME/`,
 //! then mutations. `CARET_FUZZ_SECONDS` (default 2) sets the time per target and
-//! `CARET_FUZZ_SEED` the seed; a failing input is written under the target directory and its
-//! path printed, to replay with `cargo +nightly fuzz run NAME FILE` or this test.
+//! `CARET_FUZZ_SEED` the seed — by default a new one each run, so that every run of the suite
+//! tries other inputs; the seed is printed with the result and in a failure's message, and
+//! `CARET_FUZZ_SEED=N` replays that run. A failing input is also written under the target
+//! directory and its path printed, to replay with `cargo +nightly fuzz run NAME FILE`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -27,17 +29,18 @@ fn corpus(name: &str) -> Vec<Vec<u8>> {
 fn short_run(name: &str) {
     let target = caret_fuzz::target(name).unwrap_or_else(|| panic!("no target {name}"));
     let seconds: f64 = std::env::var("CARET_FUZZ_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(2.0);
-    let seed: u64 = std::env::var("CARET_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed);
+    let seed: u64 =
+        std::env::var("CARET_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| fastrand::u64(..));
     let corpus = corpus(name);
     match caret_fuzz::mutate::run(target, &corpus, Duration::from_secs_f64(seconds), 200, seed) {
-        Ok(runs) => eprintln!("{name}: {runs} inputs, no failure"),
+        Ok(runs) => eprintln!("{name}: {runs} inputs, no failure (seed {seed}: CARET_FUZZ_SEED={seed} replays it)"),
         Err(failure) => {
             let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fuzz-failures");
             std::fs::create_dir_all(&dir).unwrap();
             let file = dir.join(format!("{name}-{}", &blake3::hash(&failure.input).to_hex()[..16]));
             std::fs::write(&file, &failure.input).unwrap();
             panic!(
-                "{name}: {}\ninput ({} bytes) written to {}\n{:?}",
+                "{name} (seed {seed}: CARET_FUZZ_SEED={seed} replays it): {}\ninput ({} bytes) written to {}\n{:?}",
                 failure.message,
                 failure.input.len(),
                 file.display(),

@@ -1,3 +1,6 @@
+//! The server's one error type: a stable code and a safe message for the client, the detail
+//! and its causes for the log.
+
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use caret_protocol::{ErrorBody, ErrorDetail};

@@ -1,3 +1,5 @@
+//! Namespaces on an in-memory object store: logs, compaction, search, concurrent writers, damage.
+
 use std::sync::Arc;
 
 use object_store::memory::InMemory;

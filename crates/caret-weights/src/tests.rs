@@ -1,3 +1,5 @@
+//! The catalog and installs: digests checked, partial downloads resumed, installs atomic.
+
 use std::io::Write as _;
 
 use super::*;

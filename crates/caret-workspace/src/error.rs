@@ -1,3 +1,5 @@
+//! Errors of the workspace core, each saying what was being done and to which path.
+
 use std::path::PathBuf;
 
 /// Errors of the workspace core.

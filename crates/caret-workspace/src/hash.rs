@@ -1,3 +1,5 @@
+//! `ContentHash`: the BLAKE3 digest of a file, a chunk or a Merkle node.
+
 use std::fmt;
 
 /// A BLAKE3 digest of content: a file, a chunk or a Merkle node.

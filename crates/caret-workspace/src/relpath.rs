@@ -1,3 +1,5 @@
+//! `RelPath`: a path relative to the workspace root, as raw bytes in tree order.
+
 use std::ffi::OsStr;
 use std::fmt;
 use std::os::unix::ffi::OsStrExt;

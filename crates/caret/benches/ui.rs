@@ -25,7 +25,7 @@ mod browser;
 mod ui;
 
 const CARET: &str = env!("CARGO_BIN_EXE_caret");
-const FILE: &str = include_str!("../src/bench_data/tab/inventory.py.txt");
+const FILE: &str = include_str!("../../caret-bench/src/data/tab/inventory.py.txt");
 
 fn percentile(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(f64::total_cmp);

@@ -24,9 +24,11 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 use tokio::sync::mpsc;
 
-use crate::config::Config;
-use crate::exec::{SessionArgs, open_session};
-use crate::server::runtime;
+use caret_host::config::Config;
+use caret_host::session::open_session;
+
+use crate::exec::SessionArgs;
+use caret_host::runtime::runtime;
 
 #[derive(Debug, clap::Args)]
 pub struct AgentArgs {
@@ -409,7 +411,7 @@ pub fn run(config: &Config, args: AgentArgs) -> anyhow::Result<ExitCode> {
         std::io::stdin().is_terminal() && std::io::stdout().is_terminal(),
         "caret agent needs a terminal; for scripts use `caret exec \"task\"` (JSON-lines events)"
     );
-    let (mut session, id, model, root) = open_session(config, &args.session)?;
+    let (mut session, id, model, root) = open_session(config, &args.session.options())?;
     let mut app = App::new(&id, &model, &root.display().to_string());
     app.replay(session.messages());
     runtime()?.block_on(async move {

@@ -7,9 +7,9 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use caret_apply::{Format, Text};
 
-use crate::chat::Backend;
-use crate::config::Config;
-use crate::server::runtime;
+use caret_host::backend::Backend;
+use caret_host::config::Config;
+use caret_host::runtime::runtime;
 
 #[derive(Debug, clap::Args)]
 pub struct ApplyArgs {
@@ -89,7 +89,7 @@ fn model_merge(
         .block_on(async {
             let started = std::time::Instant::now();
             let stream = backend.chat(plan.request(&model, true)).await?;
-            crate::merge::collect(stream, started).await
+            caret_host::merge::collect(stream, started).await
         })
         .with_context(|| format!("merging the edit with model {model}"))?;
     let merged = caret_apply::merge::splice(text, &plan, &answer.text)
@@ -106,21 +106,6 @@ fn model_merge(
         "ms": u64::try_from(answer.total.as_millis()).unwrap_or(u64::MAX),
     });
     Ok(Applied { text: merged, format: Format::Lazy, merged: Some(facts) })
-}
-
-/// Lines added and removed between two versions (a multiset difference: cheap, and exact for
-/// the counts a summary needs).
-pub(crate) fn line_counts(old: &[String], new: &[String]) -> (usize, usize) {
-    let mut counts: std::collections::HashMap<&str, isize> = std::collections::HashMap::new();
-    for l in old {
-        *counts.entry(l).or_default() -= 1;
-    }
-    for l in new {
-        *counts.entry(l).or_default() += 1;
-    }
-    let added = counts.values().filter(|c| **c > 0).map(|c| c.unsigned_abs()).sum();
-    let removed = counts.values().filter(|c| **c < 0).map(|c| c.unsigned_abs()).sum();
-    (added, removed)
 }
 
 /// Writes `bytes` to `path` atomically, keeping the file's permissions.
@@ -212,7 +197,7 @@ pub fn run(config: &Config, args: ApplyArgs) -> anyhow::Result<ExitCode> {
     let (new, format) = (applied.text, applied.format);
     let rendered = new.render();
     let changed = rendered.as_bytes() != bytes.as_slice();
-    let (added, removed) = line_counts(&text.lines, &new.lines);
+    let (added, removed) = caret_apply::line_counts(&text.lines, &new.lines);
     if changed && !args.dry_run {
         write_atomically(&args.file, rendered.as_bytes())?;
     }

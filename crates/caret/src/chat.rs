@@ -3,16 +3,15 @@
 
 use std::io::{BufRead as _, IsTerminal as _, Write as _};
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context as _;
-use caret_models::{CallContext, Class, Event, EventStream, Gateway, Provider};
+use caret_models::Event;
 use caret_protocol::llm::{ChatMessage, ChatRequest, Role};
 use futures::StreamExt as _;
 
-use crate::config::Config;
-use crate::server::runtime;
+use caret_host::backend::Backend;
+use caret_host::config::Config;
+use caret_host::runtime::runtime;
 
 #[derive(Debug, clap::Args)]
 pub struct ChatArgs {
@@ -36,73 +35,6 @@ pub struct ChatArgs {
     /// API token for --server (env CARET_TOKEN).
     #[arg(long, env = "CARET_TOKEN", hide_env_values = true)]
     token: Option<String>,
-}
-
-/// Where answers come from: a gateway in this process (calls charged to `tenant`: `local`
-/// for the embedded one, the caller's on a team's page) or a server's.
-pub(crate) enum Backend {
-    Embedded { gateway: Arc<Gateway>, tenant: String },
-    Server(caret_models::openai::OpenAiProvider),
-}
-
-impl Backend {
-    pub(crate) async fn chat(&self, req: ChatRequest) -> caret_models::Result<EventStream> {
-        match self {
-            Backend::Embedded { gateway, tenant } => {
-                gateway.chat(req, CallContext::new(Class::Interactive, Duration::from_secs(600), tenant.clone())).await
-            }
-            Backend::Server(p) => p.chat(req).await,
-        }
-    }
-
-    pub(crate) async fn complete(
-        &self,
-        req: caret_protocol::llm::CompletionRequest,
-    ) -> caret_models::Result<EventStream> {
-        match self {
-            Backend::Embedded { gateway, tenant } => {
-                gateway
-                    .complete(req, CallContext::new(Class::Interactive, Duration::from_secs(30), tenant.clone()))
-                    .await
-            }
-            Backend::Server(p) => p.complete(req).await,
-        }
-    }
-
-    /// The server's gateway (with `token`) or the embedded one, and the model alias to use:
-    /// `model`, else the first of `preferred` the embedded gateway has, else its first alias
-    /// (a server's: `server_default`). `None`: no server and no models configured.
-    pub(crate) fn connect(
-        config: &Config,
-        server: Option<&str>,
-        token: Option<&str>,
-        model: Option<&str>,
-        preferred: &[&str],
-        server_default: &str,
-    ) -> anyhow::Result<Option<(Backend, String)>> {
-        if let Some(url) = server {
-            let token = token.context("--server needs an API token: --token or CARET_TOKEN")?;
-            let provider = caret_models::openai::OpenAiProvider::new(url, Some(token.to_owned()))?.caret_upstream();
-            return Ok(Some((Backend::Server(provider), model.unwrap_or(server_default).to_owned())));
-        }
-        let Some(gateway) = config.gateway()? else { return Ok(None) };
-        let model = Backend::alias(&gateway, model, preferred)?;
-        Ok(Some((Backend::Embedded { gateway, tenant: "local".to_owned() }, model)))
-    }
-
-    /// `model`, else the first of `preferred` that `gateway` has, else its first alias.
-    pub(crate) fn alias(gateway: &Gateway, model: Option<&str>, preferred: &[&str]) -> anyhow::Result<String> {
-        let aliases = gateway.aliases();
-        match model {
-            Some(m) => Ok(m.to_owned()),
-            None => preferred
-                .iter()
-                .find(|p| aliases.iter().any(|a| a == *p))
-                .map(|p| (*p).to_owned())
-                .or_else(|| aliases.first().cloned())
-                .context("no model aliases"),
-        }
-    }
 }
 
 pub fn run(config: &Config, args: ChatArgs) -> anyhow::Result<ExitCode> {

@@ -6,15 +6,17 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use caret_client::index::{EmbedProgress, embed_missing, search};
-use caret_client::transport::Transport as _;
+use caret_client::index::{EmbedProgress, embed_missing};
 use caret_workspace::scan::{Depth, Scanner};
 use serde_json::json;
 
-use crate::config::Config;
-use crate::scan::thousands;
-use crate::server::runtime;
-use crate::sync::{Remote, Target, engine, open_workspace, transport};
+use caret_host::config::Config;
+use caret_host::remote::{engine, open_workspace, transport};
+use caret_host::runtime::runtime;
+use caret_host::search::search_workspace;
+use caret_host::units::thousands;
+
+use crate::sync::{RemoteArgs, Target};
 
 #[derive(Debug, clap::Args)]
 pub struct IndexArgs {
@@ -33,7 +35,7 @@ pub struct SearchArgs {
     #[arg(long, short = 'C', default_value = ".")]
     path: PathBuf,
     #[command(flatten)]
-    remote: Remote,
+    remote: RemoteArgs,
     /// Which rankings to use.
     #[arg(long, value_enum, default_value = "hybrid")]
     mode: Mode,
@@ -88,7 +90,7 @@ pub fn index(config: &Config, IndexArgs { target }: IndexArgs) -> anyhow::Result
     let engine = engine(config)?;
     let scanner = Arc::new(Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash));
     runtime()?.block_on(async {
-        let transport = transport(config, &target.remote).await?;
+        let transport = transport(config, &target.remote.remote()).await?;
         let to = transport.describe();
         let sync = engine
             .sync(&ws, transport.as_ref())
@@ -134,45 +136,12 @@ pub fn index(config: &Config, IndexArgs { target }: IndexArgs) -> anyhow::Result
     Ok(ExitCode::SUCCESS)
 }
 
-/// Searches the workspace at `path` (what was synced of it) on `remote`'s server, else the
-/// embedded one, through the local daemon when it can (see [`crate::daemon`]): what
-/// `caret search`, the LSP's `caret.search` and the agent's `codebase_search` all do.
-pub async fn search_workspace(
-    config: &Config,
-    path: &std::path::Path,
-    remote: &Remote,
-    query: &str,
-    k: usize,
-    mode: caret_protocol::SearchMode,
-) -> anyhow::Result<caret_client::index::SearchOutcome> {
-    let ws = open_workspace(config, path)?;
-    let scanner = Arc::new(Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash));
-    let rerank = config.search_rerank()?;
-    let embedded = remote.server.is_none() && config.sync.server.is_none();
-    if embedded && let Some(daemon) = crate::daemon::connect(config).await {
-        match search(scanner.clone(), &ws, &daemon, query, k, mode, rerank).await {
-            Ok(outcome) => return Ok(outcome),
-            // It went away mid-request: answer in-process instead.
-            Err(caret_client::Error::Transport(e)) => {
-                tracing::warn!("the local daemon did not answer ({e}); searching in-process");
-            }
-            Err(e) => {
-                return Err(e).with_context(|| format!("searching {} on {}", ws.root.display(), daemon.describe()));
-            }
-        }
-    }
-    let transport = transport(config, remote).await?;
-    search(scanner, &ws, transport.as_ref(), query, k, mode, rerank)
-        .await
-        .with_context(|| format!("searching {} on {}", ws.root.display(), transport.describe()))
-}
-
 pub fn run_search(config: &Config, args: SearchArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!((1..=200).contains(&args.k), "-k must be 1-200");
     let outcome = runtime()?.block_on(search_workspace(
         config,
         &args.path,
-        &args.remote,
+        &args.remote.remote(),
         &args.query,
         args.k,
         args.mode.into(),

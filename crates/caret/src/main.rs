@@ -3,35 +3,23 @@
 
 mod agent;
 mod apply;
-mod bench;
-mod bench_llm;
-mod bench_merge;
-mod bench_search;
-mod bench_soak;
-mod bench_sync;
-mod bench_tab;
 mod chat;
 mod complete;
-mod config;
 mod daemon;
 mod exec;
 mod index;
-mod lsp;
-mod merge;
 mod models;
-mod rollout;
 mod runs;
 mod scan;
 mod server;
 mod sync;
-mod ui;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::Config;
+use caret_host::config::Config;
 
 // Scans allocate many small paths; mimalloc cuts the warm scan's user time markedly.
 #[global_allocator]
@@ -77,9 +65,9 @@ enum Command {
     /// Suggest what comes at a cursor in a file (Tab completion, fill-in-the-middle).
     Complete(complete::CompleteArgs),
     /// Language server over stdio: Tab completions in any editor.
-    Lsp(lsp::LspArgs),
+    Lsp(caret_lsp::LspArgs),
     /// Open the workspace in a browser: editor, Tab, agent, search (loopback only).
-    Ui(ui::UiArgs),
+    Ui(caret_ui::UiArgs),
     /// The coding agent in an interactive terminal UI.
     Agent(agent::AgentArgs),
     /// Run the agent on a task without a terminal UI (events as JSON lines).
@@ -88,7 +76,7 @@ enum Command {
     Run(Box<runs::RunArgs>),
     /// Many graded attempts per task (evaluation, RL): `caret rollout TASKS.jsonl -n 8`,
     /// `caret rollout report DIR`.
-    Rollout(Box<rollout::RolloutArgs>),
+    Rollout(Box<caret_rollout::RolloutArgs>),
     /// Background runs: list, show, logs, diff, apply, cancel, rm.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
@@ -102,7 +90,7 @@ enum Command {
     Models(models::ModelsCommand),
     /// Measure a capability and print its figures.
     #[command(subcommand)]
-    Bench(bench::BenchCommand),
+    Bench(caret_bench::BenchCommand),
     /// Print the server's HTTP API description (OpenAPI 3.1, JSON; also at `/openapi.json`).
     Openapi,
 }
@@ -138,14 +126,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Chat(args) => chat::run(&config, args),
         Command::Apply(args) => apply::run(&config, args),
         Command::Complete(args) => complete::run(&config, args),
-        Command::Lsp(args) => lsp::run(&config, args),
-        Command::Ui(args) => ui::run(&config, args),
+        Command::Lsp(args) => caret_lsp::run(&config, args),
+        Command::Ui(args) => caret_ui::run(&config, args),
         Command::Agent(args) => agent::run(&config, args),
         Command::Exec(args) => exec::run(&config, args),
-        Command::Bench(cmd) => bench::run(&config, cmd),
+        Command::Bench(cmd) => caret_bench::run(&config, cmd),
         Command::Run(args) => runs::run(&config, *args),
         Command::Runs(cmd) => runs::runs(&config, cmd),
-        Command::Rollout(args) => rollout::run(&config, *args),
+        Command::Rollout(args) => caret_rollout::run(&config, *args),
         Command::Worker(args) => runs::worker(&config, args),
         Command::Secret(cmd) => runs::secret(&config, cmd),
         Command::Openapi => {

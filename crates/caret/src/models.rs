@@ -7,9 +7,9 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use caret_weights::{CATALOG, Models};
 
-use crate::config::Config;
-use crate::scan::human_bytes;
-use crate::server::runtime;
+use caret_host::config::Config;
+use caret_host::runtime::runtime;
+use caret_host::units::human_bytes;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum ModelsCommand {
@@ -50,7 +50,8 @@ pub fn run(config: &Config, cmd: ModelsCommand) -> anyhow::Result<ExitCode> {
             }
         }
         ModelsCommand::Pull { names, from } => {
-            let names = if names.is_empty() { vec![crate::config::DEFAULT_EMBEDDING_MODEL.to_owned()] } else { names };
+            let names =
+                if names.is_empty() { vec![caret_host::config::DEFAULT_EMBEDDING_MODEL.to_owned()] } else { names };
             for name in names {
                 let entry = caret_weights::entry(&name)?;
                 if !from.is_empty() {

@@ -3,23 +3,25 @@
 //! started on demand and stops when the queue has been empty for a while.
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use base64::Engine as _;
-use caret_anyrun::service::{RunService, TenantRef};
-use caret_anyrun::worker::{InProcess, Worker, WorkerConfig};
+use caret_anyrun::worker::{InProcess, Worker};
 use caret_protocol::agent::Event;
 use caret_protocol::runs::{
-    CreateRun, NumberedEvent, PushTarget, PutSecret, RepoSource, RunClass, RunEnvironment, RunEvent, RunInfo,
-    RunLimits, RunList, RunResult, RunStatus, SecretList,
+    CreateRun, NumberedEvent, PushTarget, RepoSource, RunClass, RunEnvironment, RunEvent, RunInfo, RunLimits, RunList,
+    RunStatus,
 };
 
-use crate::config::Config;
-use crate::server::runtime;
+use caret_host::config::Config;
+use caret_host::remote::Remote;
+use caret_host::runs::{
+    Runs, apply_patch, bundle_checkout, open_service, origin_url, spawn_upkeep, with_snapshots, worker_config,
+};
+use caret_host::runtime::runtime;
 
 /// Where runs go: a server, or the embedded queue.
 #[derive(Debug, Clone, clap::Args)]
@@ -36,9 +38,9 @@ pub struct Target {
 }
 
 impl Target {
-    /// The embedded queue.
-    pub fn embedded() -> Target {
-        Target { server: None, token: None, json: false }
+    /// The server these arguments name (none: the embedded queue).
+    pub fn remote(&self) -> Remote {
+        Remote { server: self.server.clone(), token: self.token.clone() }
     }
 }
 
@@ -236,346 +238,8 @@ pub struct WorkerArgs {
     snapshots: usize,
 }
 
-/// The run service of the embedded queue (or a server's, in `caret serve`).
-pub async fn open_service(
-    config: &Config,
-    service: &caret_index::service::Service,
-    gateway: Option<Arc<caret_models::Gateway>>,
-) -> anyhow::Result<RunService> {
-    let key = data_dir(config).join("runs.key");
-    caret_server::open_runs(service, &config.storage(), &key, gateway, config.runs.settings()?)
-        .await
-        .context("opening the run queue")
-}
-
-fn data_dir(config: &Config) -> PathBuf {
-    config.server.data_dir.clone().unwrap_or_else(|| config.home.join("server"))
-}
-
-/// Expires lost leases every few seconds and deletes runs past their retention hourly.
-pub fn spawn_upkeep(runs: Arc<RunService>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let every = (runs.settings().lease_ttl / 3).max(Duration::from_millis(200));
-        let mut last_collect = std::time::Instant::now();
-        loop {
-            tokio::time::sleep(every).await;
-            if let Err(e) = runs.expire().await {
-                tracing::warn!("expiring leases: {e}");
-            }
-            let reaped = runs.reap_episodes().await;
-            if reaped > 0 {
-                tracing::info!(episodes = reaped, "idle episodes closed");
-            }
-            if last_collect.elapsed() > Duration::from_secs(3600) {
-                last_collect = std::time::Instant::now();
-                match runs.collect_expired().await {
-                    Ok(n) if n > 0 => tracing::info!(runs = n, "runs past their retention deleted"),
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!("deleting old runs: {e}"),
-                }
-            }
-        }
-    })
-}
-
-/// A worker in this process for the service.
-pub fn local_worker(config: &Config, runs: Arc<RunService>, slots: u32, idle: Option<Duration>) -> Worker {
-    Worker::new(Arc::new(InProcess(runs)), worker_config(config, slots, idle, None))
-}
-
-/// A worker's configuration: this host and process, the agent's rules and limits.
-fn worker_config(config: &Config, slots: u32, idle: Option<Duration>, work_dir: Option<PathBuf>) -> WorkerConfig {
-    let name = format!("{}-{}", hostname(), std::process::id());
-    let work = work_dir.unwrap_or_else(|| config.home.join("runs").join("work"));
-    let mut w = WorkerConfig::new(name, slots, work);
-    w.exit_when_idle = idle;
-    w.rules = config.agent.rules();
-    w.limits = config.agent.limits();
-    w.landlock_helper = std::env::current_exe().ok();
-    if let Some(window) = config.context_window("agent") {
-        w.context_window = window;
-    }
-    w
-}
-
-/// Keeps at most `keep` prepared environments (none: every run installs).
-fn with_snapshots(mut w: WorkerConfig, keep: usize) -> WorkerConfig {
-    w.snapshots =
-        (keep > 0).then(|| Arc::new(caret_anyrun::snapshot::Snapshots::new(w.work_dir.join("snapshots"), keep)));
-    w
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "host".into())
-}
-
-/// A run service client: a service in this process (the embedded queue, whose worker starts
-/// on demand, or a server's own, whose workers it has), or a server over HTTP.
-pub(crate) enum Runs {
-    Local { service: Arc<RunService>, tenant: TenantRef, config: Box<Config>, start_worker: bool },
-    Remote { base: String, token: String, client: reqwest::Client },
-}
-
-impl Runs {
-    pub(crate) async fn open(config: &Config, target: &Target) -> anyhow::Result<Runs> {
-        if let Some(base) = &target.server {
-            let token = target.token.clone().context("--server needs --token (or CARET_TOKEN)")?;
-            let client = reqwest::Client::builder()
-                .timeout(Duration::from_secs(600))
-                .build()
-                .context("building the HTTP client")?;
-            return Ok(Runs::Remote { base: base.trim_end_matches('/').to_owned(), token, client });
-        }
-        let service = caret_index::open(&config.storage()).await.context("opening the embedded server's storage")?;
-        let tenant = match service.db().tenant_by_name("local").await? {
-            Some(t) => t,
-            None => service.db().create_tenant("local").await?,
-        };
-        let runs = open_service(config, &service, None).await?;
-        Ok(Runs::Local {
-            service: Arc::new(runs),
-            tenant: TenantRef { id: tenant.id, name: tenant.name },
-            config: Box::new(config.clone()),
-            start_worker: true,
-        })
-    }
-
-    /// A server's own service, for `tenant`'s calls from the page it serves.
-    pub(crate) fn served(config: &Config, service: Arc<RunService>, tenant: TenantRef) -> Runs {
-        Runs::Local { service, tenant, config: Box::new(config.clone()), start_worker: false }
-    }
-
-    async fn call<T: serde::de::DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> anyhow::Result<T> {
-        let Runs::Remote { token, .. } = self else { bail!("not a server") };
-        // Rate limited: wait as the server says (a while in all), then give up.
-        let mut waited = Duration::ZERO;
-        let resp = loop {
-            let attempt = req.try_clone().context("a request that cannot be sent again")?;
-            let resp = attempt.bearer_auth(token).send().await.context("reaching the server")?;
-            if resp.status() != reqwest::StatusCode::TOO_MANY_REQUESTS || waited >= Duration::from_secs(120) {
-                break resp;
-            }
-            let after = resp
-                .headers()
-                .get(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-                .unwrap_or(1)
-                .clamp(1, 30);
-            tokio::time::sleep(Duration::from_secs(after)).await;
-            waited += Duration::from_secs(after);
-        };
-        let status = resp.status();
-        let text = resp.text().await.context("reading the server's answer")?;
-        if !status.is_success() {
-            let message =
-                serde_json::from_str::<caret_protocol::ErrorBody>(&text).map(|b| b.error.message).unwrap_or(text);
-            bail!("the server answered {status}: {message}");
-        }
-        let text = if text.is_empty() { "null".to_owned() } else { text };
-        serde_json::from_str(&text).with_context(|| format!("reading the server's answer {text:?}"))
-    }
-
-    fn url(&self, path: &str) -> String {
-        match self {
-            Runs::Remote { base, .. } => format!("{base}{path}"),
-            Runs::Local { .. } => path.to_owned(),
-        }
-    }
-
-    pub(crate) async fn submit(&self, req: CreateRun) -> anyhow::Result<RunInfo> {
-        match self {
-            Runs::Local { service, tenant, config, start_worker } => {
-                let mut req = req;
-                req.model = Some(default_alias(config, req.model.as_deref())?);
-                let info = service.submit(tenant, req).await?;
-                if *start_worker {
-                    ensure_local_worker(config)?;
-                }
-                Ok(info)
-            }
-            Runs::Remote { client, .. } => self.call(client.post(self.url("/v1/runs")).json(&req)).await,
-        }
-    }
-
-    pub(crate) async fn list(&self, limit: u32) -> anyhow::Result<Vec<RunInfo>> {
-        match self {
-            Runs::Local { service, tenant, .. } => Ok(service.list(&tenant.id, limit).await?),
-            Runs::Remote { client, .. } => {
-                let l: RunList = self.call(client.get(self.url(&format!("/v1/runs?limit={limit}")))).await?;
-                Ok(l.runs)
-            }
-        }
-    }
-
-    pub(crate) async fn get(&self, id: &str) -> anyhow::Result<RunInfo> {
-        match self {
-            Runs::Local { service, tenant, .. } => Ok(service.get(&tenant.id, id).await?),
-            Runs::Remote { client, .. } => self.call(client.get(self.url(&format!("/v1/runs/{id}")))).await,
-        }
-    }
-
-    async fn cancel(&self, id: &str) -> anyhow::Result<RunInfo> {
-        match self {
-            Runs::Local { service, tenant, .. } => Ok(service.cancel(&tenant.id, id).await?),
-            Runs::Remote { client, .. } => self.call(client.post(self.url(&format!("/v1/runs/{id}/cancel")))).await,
-        }
-    }
-
-    async fn delete(&self, id: &str) -> anyhow::Result<()> {
-        match self {
-            Runs::Local { service, tenant, .. } => Ok(service.delete(&tenant.id, id).await?),
-            Runs::Remote { client, .. } => self.call(client.delete(self.url(&format!("/v1/runs/{id}")))).await,
-        }
-    }
-
-    pub(crate) async fn result(&self, id: &str) -> anyhow::Result<RunResult> {
-        match self {
-            Runs::Local { service, tenant, .. } => Ok(service.result(&tenant.id, id).await?),
-            Runs::Remote { client, .. } => self.call(client.get(self.url(&format!("/v1/runs/{id}/result")))).await,
-        }
-    }
-
-    pub(crate) async fn events(&self, id: &str, after: u64) -> anyhow::Result<Vec<NumberedEvent>> {
-        match self {
-            Runs::Local { service, tenant, .. } => Ok(service.events(&tenant.id, id, after, 1000).await?),
-            Runs::Remote { client, .. } => {
-                let url = self.url(&format!("/v1/runs/{id}/events?follow=false&after={after}"));
-                self.call(client.get(url)).await
-            }
-        }
-    }
-
-    async fn put_secret(&self, name: &str, value: String) -> anyhow::Result<()> {
-        match self {
-            Runs::Local { service, tenant, .. } => Ok(service.put_secret(&tenant.id, name, &value).await?),
-            Runs::Remote { client, .. } => {
-                self.call(client.put(self.url(&format!("/v1/secrets/{name}"))).json(&PutSecret { value })).await
-            }
-        }
-    }
-
-    async fn secrets(&self) -> anyhow::Result<Vec<String>> {
-        match self {
-            Runs::Local { service, tenant, .. } => Ok(service.secret_names(&tenant.id).await?),
-            Runs::Remote { client, .. } => {
-                let l: SecretList = self.call(client.get(self.url("/v1/secrets"))).await?;
-                Ok(l.names)
-            }
-        }
-    }
-
-    async fn delete_secret(&self, name: &str) -> anyhow::Result<()> {
-        match self {
-            Runs::Local { service, tenant, .. } => Ok(service.delete_secret(&tenant.id, name).await?),
-            Runs::Remote { client, .. } => self.call(client.delete(self.url(&format!("/v1/secrets/{name}")))).await,
-        }
-    }
-}
-
-/// The model alias for an embedded run (the submitting process does not load models).
-fn default_alias(config: &Config, asked: Option<&str>) -> anyhow::Result<String> {
-    let aliases: Vec<&str> = config.models.iter().map(|m| m.alias.as_str()).collect();
-    match asked {
-        Some(m) if aliases.contains(&m) => Ok(m.to_owned()),
-        Some(m) => bail!("unknown model alias {m:?} (configured: {})", aliases.join(", ")),
-        None => aliases.iter().find(|a| **a == "agent").or(aliases.first()).map(|a| (*a).to_owned()).context(
-            "no models are configured: add [[models]] to the config (an `agent` alias is used first; for a local \
-             model, `caret models pull qwen2.5-coder-1.5b-instruct-q4`), or use --server",
-        ),
-    }
-}
-
-/// Starts a local worker for the embedded queue unless one is running: it runs detached
-/// (its log in `$CARET_HOME/runs/worker.log`) and stops when the queue has been empty a while.
-fn ensure_local_worker(config: &Config) -> anyhow::Result<()> {
-    let dir = config.home.join("runs");
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let pid_file = dir.join("worker.pid");
-    if let Ok(pid) = std::fs::read_to_string(&pid_file)
-        && let Ok(pid) = pid.trim().parse::<u32>()
-        && Path::new(&format!("/proc/{pid}")).exists()
-    {
-        return Ok(());
-    }
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("worker.log"))
-        .with_context(|| format!("opening {}", dir.join("worker.log").display()))?;
-    let exe = std::env::current_exe().context("finding the caret binary")?;
-    use std::os::unix::process::CommandExt as _;
-    // How long it waits for more runs once the queue is empty (CARET_LOCAL_WORKER_IDLE).
-    let idle = std::env::var("CARET_LOCAL_WORKER_IDLE").unwrap_or_else(|_| "60s".into());
-    let child = std::process::Command::new(exe)
-        .args(["worker", "--exit-when-idle", &idle])
-        .env_remove("CARET_SERVER")
-        .stdin(std::process::Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .context("starting a local worker")?;
-    std::fs::write(&pid_file, child.id().to_string())?;
-    Ok(())
-}
-
-/// The checkout as a bundle of HEAD plus its uncommitted changes (untracked files included,
-/// ignored ones not), without touching the user's index.
-pub(crate) fn bundle_checkout(path: &Path) -> anyhow::Result<RepoSource> {
-    let git = |args: &[&str], index: Option<&Path>| -> anyhow::Result<Vec<u8>> {
-        let mut c = std::process::Command::new("git");
-        c.args(args).current_dir(path);
-        if let Some(i) = index {
-            c.env("GIT_INDEX_FILE", i);
-        }
-        let out = c.output().context("running git")?;
-        if !out.status.success() {
-            bail!("git {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
-        }
-        Ok(out.stdout)
-    };
-    let text = |b: Vec<u8>| String::from_utf8_lossy(&b).trim().to_owned();
-    let head = text(
-        git(&["rev-parse", "HEAD"], None)
-            .with_context(|| format!("{} is not a git checkout with a commit (or give --repo URL)", path.display()))?,
-    );
-    let tmp = tempdir()?;
-    let bundle = tmp.join("code.bundle");
-    git(&["bundle", "create", "-q", &bundle.display().to_string(), "HEAD"], None)?;
-    // A copy of the index, so that `add -A` sees untracked files without changing the real one.
-    let index = tmp.join("index");
-    let real = text(git(&["rev-parse", "--git-path", "index"], None)?);
-    let real = if Path::new(&real).is_absolute() { PathBuf::from(real) } else { path.join(real) };
-    if real.exists() {
-        std::fs::copy(&real, &index).context("copying the git index")?;
-    }
-    git(&["add", "-A"], Some(&index))?;
-    let patch = String::from_utf8(git(&["diff", "--cached", "--binary", "HEAD"], Some(&index))?)
-        .context("the uncommitted changes are not text")?;
-    let bytes = std::fs::read(&bundle)?;
-    let _ = std::fs::remove_dir_all(&tmp);
-    Ok(RepoSource::Bundle { bundle: base64::engine::general_purpose::STANDARD.encode(bytes), head, patch })
-}
-
-/// The checkout's `origin` URL.
-fn origin_url(path: &Path) -> anyhow::Result<String> {
-    let out = std::process::Command::new("git").args(["remote", "get-url", "origin"]).current_dir(path).output()?;
-    anyhow::ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr).trim());
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-}
-
-fn tempdir() -> anyhow::Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("caret-run-{}-{:08x}", std::process::id(), fastrand_u32()));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
-}
-
-fn fastrand_u32() -> u32 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos())
-}
-
 pub fn run(config: &Config, args: RunArgs) -> anyhow::Result<ExitCode> {
-    let wall = crate::config::parse_duration(&args.wall_time).context("--wall-time")?;
+    let wall = caret_host::config::parse_duration(&args.wall_time).context("--wall-time")?;
     let repo = match &args.repo {
         Some(url) => RepoSource::Git { url: url.clone(), git_ref: args.git_ref.clone() },
         None => bundle_checkout(&args.path)?,
@@ -588,7 +252,7 @@ pub fn run(config: &Config, args: RunArgs) -> anyhow::Result<ExitCode> {
             wall_time_s: wall.as_secs().max(1),
             model_tokens: args.model_tokens,
             steps: args.steps,
-            disk_bytes: crate::config::parse_size(&args.disk).context("--disk")?,
+            disk_bytes: caret_host::config::parse_size(&args.disk).context("--disk")?,
         },
         environment: RunEnvironment {
             setup: args.setup.clone(),
@@ -617,7 +281,7 @@ pub fn run(config: &Config, args: RunArgs) -> anyhow::Result<ExitCode> {
         req.push = Some(PushTarget { url, branch: args.branch.clone() });
     }
     runtime()?.block_on(async {
-        let runs = Runs::open(config, &args.target).await?;
+        let runs = Runs::open(config, &args.target.remote()).await?;
         let info = runs.submit(req).await?;
         if args.target.json && !args.wait {
             println!("{}", serde_json::to_string(&info)?);
@@ -720,7 +384,7 @@ pub fn runs(config: &Config, cmd: RunsCommand) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         match cmd {
             RunsCommand::Ls { limit, target } => {
-                let runs = Runs::open(config, &target).await?;
+                let runs = Runs::open(config, &target.remote()).await?;
                 let list = runs.list(limit).await?;
                 if target.json {
                     println!("{}", serde_json::to_string(&RunList { runs: list })?);
@@ -732,7 +396,7 @@ pub fn runs(config: &Config, cmd: RunsCommand) -> anyhow::Result<ExitCode> {
                 }
             }
             RunsCommand::Show { id, target } => {
-                let runs = Runs::open(config, &target).await?;
+                let runs = Runs::open(config, &target.remote()).await?;
                 let info = runs.get(&id).await?;
                 let result = if info.state.is_final() { runs.result(&id).await.ok() } else { None };
                 if target.json {
@@ -773,7 +437,7 @@ pub fn runs(config: &Config, cmd: RunsCommand) -> anyhow::Result<ExitCode> {
                 }
             }
             RunsCommand::Logs { id, follow: f, target } => {
-                let runs = Runs::open(config, &target).await?;
+                let runs = Runs::open(config, &target.remote()).await?;
                 if f {
                     follow(&runs, &id, 0, target.json).await?;
                 } else {
@@ -791,7 +455,7 @@ pub fn runs(config: &Config, cmd: RunsCommand) -> anyhow::Result<ExitCode> {
                 }
             }
             RunsCommand::Diff { id, target } => {
-                let runs = Runs::open(config, &target).await?;
+                let runs = Runs::open(config, &target.remote()).await?;
                 let result = runs.result(&id).await?;
                 if target.json {
                     println!("{}", serde_json::json!({"patch": result.patch, "files": result.files}));
@@ -800,7 +464,7 @@ pub fn runs(config: &Config, cmd: RunsCommand) -> anyhow::Result<ExitCode> {
                 }
             }
             RunsCommand::Apply { id, path, force, target } => {
-                let runs = Runs::open(config, &target).await?;
+                let runs = Runs::open(config, &target.remote()).await?;
                 let result = runs.result(&id).await?;
                 apply_patch(&path, &result, force)?;
                 if target.json {
@@ -810,7 +474,7 @@ pub fn runs(config: &Config, cmd: RunsCommand) -> anyhow::Result<ExitCode> {
                 }
             }
             RunsCommand::Cancel { id, target } => {
-                let runs = Runs::open(config, &target).await?;
+                let runs = Runs::open(config, &target.remote()).await?;
                 let info = runs.cancel(&id).await?;
                 if target.json {
                     println!("{}", serde_json::to_string(&info)?);
@@ -821,7 +485,7 @@ pub fn runs(config: &Config, cmd: RunsCommand) -> anyhow::Result<ExitCode> {
                 }
             }
             RunsCommand::Rm { id, target } => {
-                let runs = Runs::open(config, &target).await?;
+                let runs = Runs::open(config, &target.remote()).await?;
                 runs.delete(&id).await?;
                 if !target.json {
                     println!("deleted {id}");
@@ -832,46 +496,6 @@ pub fn runs(config: &Config, cmd: RunsCommand) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Applies a run's patch with `git apply --3way`, refusing when a file it changes has
-/// uncommitted changes (unless forced): the user's work is never mixed into silently.
-pub(crate) fn apply_patch(path: &Path, result: &RunResult, force: bool) -> anyhow::Result<()> {
-    if result.patch.is_empty() {
-        bail!("the run changed nothing");
-    }
-    let status = std::process::Command::new("git")
-        .args(["status", "--porcelain", "-z"])
-        .current_dir(path)
-        .output()
-        .context("running git status")?;
-    anyhow::ensure!(status.status.success(), "{} is not a git checkout", path.display());
-    let dirty: Vec<String> = String::from_utf8_lossy(&status.stdout)
-        .split('\0')
-        .filter(|e| e.len() > 3)
-        .map(|e| e[3..].to_owned())
-        .collect();
-    let touched: Vec<&String> = result.files.iter().filter(|f| dirty.contains(f)).collect();
-    if !touched.is_empty() && !force {
-        bail!(
-            "uncommitted changes in {} which the run also changes: commit or stash them, or use --force",
-            touched.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
-        );
-    }
-    let tmp = tempdir()?;
-    let file = tmp.join("run.patch");
-    std::fs::write(&file, &result.patch)?;
-    let out = std::process::Command::new("git")
-        .args(["apply", "--3way", "--whitespace=nowarn"])
-        .arg(&file)
-        .current_dir(path)
-        .output()
-        .context("running git apply")?;
-    let _ = std::fs::remove_dir_all(&tmp);
-    if !out.status.success() {
-        bail!("git apply --3way failed: {}", String::from_utf8_lossy(&out.stderr).trim());
-    }
-    Ok(())
-}
-
 pub fn secret(config: &Config, cmd: SecretCommand) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         match cmd {
@@ -879,16 +503,16 @@ pub fn secret(config: &Config, cmd: SecretCommand) -> anyhow::Result<ExitCode> {
                 let mut value = String::new();
                 std::io::Read::read_to_string(&mut std::io::stdin(), &mut value).context("reading the value")?;
                 let value = value.trim_end_matches(['\n', '\r']).to_owned();
-                Runs::open(config, &target).await?.put_secret(&name, value).await?;
+                Runs::open(config, &target.remote()).await?.put_secret(&name, value).await?;
                 eprintln!("stored secret {name} (encrypted; runs name it with --secret {name})");
             }
             SecretCommand::Ls { target } => {
-                for n in Runs::open(config, &target).await?.secrets().await? {
+                for n in Runs::open(config, &target.remote()).await?.secrets().await? {
                     println!("{n}");
                 }
             }
             SecretCommand::Rm { name, target } => {
-                Runs::open(config, &target).await?.delete_secret(&name).await?;
+                Runs::open(config, &target.remote()).await?.delete_secret(&name).await?;
             }
         }
         anyhow::Ok(ExitCode::SUCCESS)
@@ -929,12 +553,16 @@ pub fn worker(config: &Config, args: WorkerArgs) -> anyhow::Result<ExitCode> {
     };
     let _ = std::fs::remove_dir_all(&probe);
     works?;
-    let idle =
-        args.exit_when_idle.as_deref().map(crate::config::parse_duration).transpose().context("--exit-when-idle")?;
+    let idle = args
+        .exit_when_idle
+        .as_deref()
+        .map(caret_host::config::parse_duration)
+        .transpose()
+        .context("--exit-when-idle")?;
     runtime()?.block_on(async {
         let (drain_tx, drain) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
-            crate::server::shutdown_signal().await;
+            caret_host::runtime::shutdown_signal().await;
             eprintln!("caret worker: draining (running attempts finish or are handed back)");
             let _ = drain_tx.send(true);
         });

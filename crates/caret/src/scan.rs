@@ -9,7 +9,8 @@ use caret_workspace::scan::{Depth, ScanReport, Scanner};
 use caret_workspace::statcache::StatCache;
 use serde_json::json;
 
-use crate::config::{Config, Size, parse_size};
+use caret_host::config::{Config, Size, parse_size};
+use caret_host::units::{human_bytes, thousands};
 
 #[derive(Debug, clap::Args)]
 pub struct ScanArgs {
@@ -171,27 +172,4 @@ fn print_human(report: &ScanReport, explain: bool) {
             }
         }
     }
-}
-
-pub fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
-    let mut v = n as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit < UNITS.len() - 1 {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[unit]) }
 }

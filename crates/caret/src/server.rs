@@ -9,7 +9,8 @@ use caret_index::StorageConfig;
 use caret_server::ServeConfig;
 use caret_server::limit::RateLimit;
 
-use crate::config::{Config, parse_size};
+use caret_host::config::{Config, parse_size};
+use caret_host::runtime::{runtime, shutdown_signal};
 
 /// Where the server keeps its data (shared by `serve` and `admin`).
 #[derive(Debug, clap::Args)]
@@ -106,7 +107,7 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
             rules: config.agent.rules(),
             limits: config.agent.limits(),
             max_sessions_per_tenant: config.server.agent_sessions_per_tenant,
-            idle_timeout: crate::config::parse_duration(&config.server.agent_idle_timeout)
+            idle_timeout: caret_host::config::parse_duration(&config.server.agent_idle_timeout)
                 .context("[server] agent_idle_timeout")?,
             // `caret` is the Landlock helper of its sandboxes.
             landlock_helper: std::env::current_exe().ok(),
@@ -135,16 +136,16 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
             let every = std::time::Duration::from_secs(5);
             (g.spawn_health_probes(every), caret_server::llm::spawn_recovery_watch(service.clone(), g.clone(), every))
         });
-        let runs = Arc::new(crate::runs::open_service(&config, &service, serve.gateway.clone()).await?);
+        let runs = Arc::new(caret_host::runs::open_service(&config, &service, serve.gateway.clone()).await?);
         serve.runs = Some(runs.clone());
-        let _upkeep = crate::runs::spawn_upkeep(runs.clone());
+        let _upkeep = caret_host::runs::spawn_upkeep(runs.clone());
         let (drain_tx, drain) = tokio::sync::watch::channel(false);
         // The editor page of each agent workspace, for the tenants' tokens.
         if !config.server.agent_workspaces.is_empty() {
-            serve.pages = Some(crate::ui::pages(&config, serve.gateway.clone(), Some(runs.clone()), drain.clone()));
+            serve.pages = Some(caret_ui::pages(&config, serve.gateway.clone(), Some(runs.clone()), drain.clone()));
         }
         let workers = (worker_slots > 0).then(|| {
-            let worker = crate::runs::local_worker(&config, runs.clone(), worker_slots, None);
+            let worker = caret_host::runs::local_worker(&config, runs.clone(), worker_slots, None);
             tokio::spawn(worker.run(drain.clone()))
         });
         let listener =
@@ -176,28 +177,6 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// Resolves on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => return std::future::pending().await,
-        };
-        tokio::select! {
-            _ = ctrl_c => {},
-            _ = term.recv() => {},
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-}
-
-pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")
 }
 
 #[derive(Debug, clap::Subcommand)]

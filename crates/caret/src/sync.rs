@@ -1,25 +1,23 @@
 //! `caret sync`, `caret status` and `caret key`.
 
 use std::io::Read as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::Context as _;
 use caret_client::local::LocalWorkspace;
-use caret_client::sync::{SyncEngine, SyncOptions, SyncReport};
-use caret_client::transport::{HttpTransport, LocalTransport, Transport};
+use caret_client::sync::SyncReport;
 use caret_crypto::WorkspaceKey;
-use caret_workspace::scan::{Depth, Scanner};
 use serde_json::json;
 
-use crate::config::{Config, parse_duration};
-use crate::scan::{human_bytes, thousands};
-use crate::server::runtime;
+use caret_host::config::{Config, parse_duration};
+use caret_host::remote::{Remote, engine, open_workspace, transport};
+use caret_host::runtime::runtime;
+use caret_host::units::{human_bytes, thousands};
 
 /// Which server to sync with.
 #[derive(Debug, clap::Args)]
-pub struct Remote {
+pub struct RemoteArgs {
     /// A `caret serve` URL (env CARET_SERVER); without one, the embedded server in
     /// $CARET_HOME/local is used in-process.
     #[arg(long)]
@@ -29,6 +27,13 @@ pub struct Remote {
     pub token: Option<String>,
 }
 
+impl RemoteArgs {
+    /// The server these arguments name (none: the embedded one, unless the config names one).
+    pub fn remote(&self) -> Remote {
+        Remote { server: self.server.clone(), token: self.token.clone() }
+    }
+}
+
 /// The workspace, the server and the output format: what `sync` and `status` share.
 #[derive(Debug, clap::Args)]
 pub struct Target {
@@ -36,7 +41,7 @@ pub struct Target {
     #[arg(default_value = ".")]
     pub path: PathBuf,
     #[command(flatten)]
-    pub remote: Remote,
+    pub remote: RemoteArgs,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -58,65 +63,6 @@ pub struct SyncArgs {
 pub struct StatusArgs {
     #[command(flatten)]
     target: Target,
-}
-
-/// Opens the local state of the workspace at `path`.
-pub fn open_workspace(config: &Config, path: &Path) -> anyhow::Result<LocalWorkspace> {
-    let root = std::fs::canonicalize(path).with_context(|| format!("opening workspace {}", path.display()))?;
-    let state = config.workspace_state_dir(&root);
-    LocalWorkspace::open(&root, &state, &config.keys_dir())
-        .with_context(|| format!("opening the client state of {}", root.display()))
-}
-
-/// The transport for `remote`: HTTP, or the embedded server.
-pub async fn transport(config: &Config, remote: &Remote) -> anyhow::Result<Box<dyn Transport>> {
-    let server = remote.server.clone().or_else(|| config.sync.server.clone());
-    match server {
-        Some(url) => {
-            let token = remote.token.clone().or_else(|| config.sync.token.clone()).context(
-                "--server needs an API token: --token or CARET_TOKEN (create one with `caret admin token create`)",
-            )?;
-            let ca = match &config.sync.ca_cert {
-                Some(path) => {
-                    Some(std::fs::read(path).with_context(|| format!("reading CA certificate {}", path.display()))?)
-                }
-                None => None,
-            };
-            Ok(Box::new(HttpTransport::new(&url, &token, ca.as_deref())?))
-        }
-        None => {
-            let (service, tenant) = embedded_service(config).await?;
-            let dir = config.home.join("local");
-            Ok(Box::new(LocalTransport::new(service, tenant, &format!("embedded ({})", dir.display()))))
-        }
-    }
-}
-
-/// The embedded server in `$CARET_HOME/local` (with the configured embedding model and
-/// search weights) and its one tenant, `local`: what commands use in-process and what the
-/// local daemon keeps warm.
-pub async fn embedded_service(
-    config: &Config,
-) -> anyhow::Result<(Arc<caret_index::service::Service>, caret_index::db::Tenant)> {
-    let dir = config.home.join("local");
-    let mut service = caret_index::open(&caret_index::StorageConfig::local(&dir))
-        .await
-        .with_context(|| format!("opening the embedded server in {}", dir.display()))?;
-    if let Some(model) = config.embedding_model()? {
-        service = service.with_embedding(model);
-    }
-    let service = service.with_weights(config.search_weights()?).with_stage_windows(config.stage_windows()?);
-    let tenant = match service.db().tenant_by_name("local").await? {
-        Some(t) => t,
-        None => service.db().create_tenant("local").await?,
-    };
-    Ok((Arc::new(service), tenant))
-}
-
-pub fn engine(config: &Config) -> anyhow::Result<SyncEngine> {
-    let scanner = Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash);
-    let options = SyncOptions { batch_files: config.sync.batch_files.max(1), ..SyncOptions::default() };
-    Ok(SyncEngine::new(Arc::new(scanner), options))
 }
 
 fn print_report(r: &SyncReport, ws: &LocalWorkspace, to: &str, json: bool) {
@@ -158,7 +104,7 @@ pub fn sync(config: &Config, args: SyncArgs) -> anyhow::Result<ExitCode> {
     let ws = open_workspace(config, &args.target.path)?;
     let engine = engine(config)?;
     runtime()?.block_on(async {
-        let transport = transport(config, &args.target.remote).await?;
+        let transport = transport(config, &args.target.remote.remote()).await?;
         let to = transport.describe();
         if args.watch {
             let interval = parse_duration(args.interval.as_deref().unwrap_or(&config.sync.interval))?;
@@ -172,7 +118,7 @@ pub fn sync(config: &Config, args: SyncArgs) -> anyhow::Result<ExitCode> {
                     Ok(r) => print_report(&r, &ws, &to, json),
                     Err(e) => eprintln!("caret: sync failed (retrying): {e}"),
                 },
-                crate::server::shutdown_signal(),
+                caret_host::runtime::shutdown_signal(),
             )
             .await?;
         } else {
@@ -191,7 +137,7 @@ pub fn status(config: &Config, StatusArgs { target: args }: StatusArgs) -> anyho
     let ws = open_workspace(config, &args.path)?;
     let engine = engine(config)?;
     runtime()?.block_on(async {
-        let transport = transport(config, &args.remote).await?;
+        let transport = transport(config, &args.remote.remote()).await?;
         let to = transport.describe();
         let local = engine.local_tree(&ws).await?;
         let known = transport.workspace(&ws.id).await;

@@ -2014,6 +2014,20 @@ fn converted_task_sets_grade_like_their_own_harnesses() {
         assert!(passed, "{}'s reference solution fails: {output}", t["id"]);
     }
 
+    // `--check` grades the references itself, as the figures in docs/rollouts.md were made.
+    let checked = Command::new(CARET)
+        .args(["rollout", "convert", "humaneval-rust"])
+        .arg(&wheel)
+        .arg("--out")
+        .arg(work.join("checked"))
+        .args(["--category", "fix", "--limit", "2", "--check"])
+        .env("CARET_HOME", work.join("home"))
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&checked.stdout);
+    assert!(checked.status.success(), "{}", String::from_utf8_lossy(&checked.stderr));
+    assert!(printed.contains("2 tasks, 2 with a reference solution: 2 pass, 0 fail"), "{printed}");
+
     // Through a rollout: the scripted agent writes the reference solution.
     let t = &tasks[0];
     let one = he.join("one.jsonl");

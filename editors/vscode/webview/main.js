@@ -1,7 +1,7 @@
 // The agent panel in VS Code's webview: the workspace page's own component (web/src), its
 // calls posted to the extension, which makes them against `caret ui`.
-import { AgentPanel } from '../../../web/src/agent-panel.js';
-import '../../../web/src/style.css';
+import { AgentPanel } from '../../../crates/caret-ui/web/src/agent-panel.js';
+import '../../../crates/caret-ui/web/src/style.css';
 import './panel.css';
 
 const vscode = acquireVsCodeApi();

@@ -1,3 +1,5 @@
+//! The chunker on every language, with snapshots of where it cuts.
+
 use std::sync::Arc;
 
 use expect_test::{Expect, expect};

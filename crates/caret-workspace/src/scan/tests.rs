@@ -1,3 +1,5 @@
+//! Scans of real trees: what is indexed, what is skipped and why, what changed.
+
 use std::sync::Arc;
 
 use caret_test_support::TempDir;

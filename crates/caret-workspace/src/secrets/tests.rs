@@ -1,3 +1,5 @@
+//! The secret rules: what they find, and what they must not (placeholders, low entropy).
+
 use super::*;
 
 /// Scans `text` and returns the rule ids found, in order.

@@ -1,3 +1,5 @@
+//! The walk: ignore tiers, default excludes, links, unreadable entries, odd names.
+
 use std::os::unix::ffi::OsStrExt;
 
 use caret_test_support::TempDir;

@@ -1,0 +1,301 @@
+//! Tab suggestions for a front end: the typed-ahead cache first (no request at all); else the
+//! context within the budget, the family's fill-in-the-middle prompt, and the model's stream
+//! cut by the stop rules (`caret_complete::engine`) — or a server's `/v1/complete`, which runs
+//! the same engine next to its models.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use caret_complete::context::{Budget, Snippet};
+use caret_complete::engine::{family, run_plan};
+use caret_complete::plan::window;
+use caret_complete::post::{Mode, mode};
+use caret_complete::{Cache, Family, Limits};
+use caret_protocol::complete::{CompleteRequest, CompleteResponse, TabSnippet};
+
+use crate::backend::Backend;
+use crate::config::Config;
+
+/// One suggestion.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Suggestion {
+    /// The text to insert at the cursor.
+    pub text: String,
+    /// Single-line or multi-line.
+    pub multiline: bool,
+    /// Served by the typed-ahead cache, without a request.
+    pub cached: bool,
+    /// From the call to the first streamed text (0 when cached).
+    pub first_text_ms: f64,
+    /// From the call to the suggestion.
+    pub total_ms: f64,
+    /// Tokens the model generated before it was stopped.
+    pub generated_chunks: usize,
+}
+
+/// Where suggestions come from.
+pub enum Source {
+    /// A model on a gateway (the embedded one, or a server's `/v1/completions`), with the
+    /// engine here.
+    Model {
+        /// The gateway.
+        backend: Backend,
+        /// The fill-in-the-middle format (`None`: the model only continues the prefix).
+        family: Option<Family>,
+    },
+    /// A server's `/v1/complete`: its engine and models; this end sends the document's window
+    /// around the cursor.
+    Remote {
+        /// HTTP client.
+        client: reqwest::Client,
+        /// The server's base URL.
+        url: String,
+        /// API token.
+        token: String,
+        /// The family asked for, when set.
+        family: Option<String>,
+    },
+}
+
+/// Suggestions for one model, with the typed-ahead cache.
+pub struct Completer {
+    source: Source,
+    model: String,
+    budget: Budget,
+    cache: Mutex<Cache>,
+    /// The model runs in this process (see [`Completer::warm`]).
+    local: bool,
+}
+
+impl Completer {
+    /// A completer for `model` from `source`.
+    pub fn new(source: Source, model: String, budget: Budget) -> Completer {
+        Completer { source, model, budget, cache: Mutex::new(Cache::default()), local: false }
+    }
+
+    /// Says whether the model runs in this process, where [`Completer::warm`] helps.
+    pub fn set_local(&mut self, local: bool) {
+        self.local = local;
+    }
+
+    /// Warms the model's cache for a cursor at byte `cursor` of `text`: the prompt a
+    /// suggestion there would read is sent as a warm-up (`max_tokens: 0`), which the local
+    /// engine reads in the background in small batches and any real request pre-empts — so
+    /// the first suggestion in a file opened a moment ago costs only what changed since.
+    /// Nothing for a model elsewhere (a server's, or a remote upstream's). Returns whether a
+    /// warm-up was sent.
+    pub async fn warm(&self, text: &str, cursor: usize, path: Option<&str>, snippets: &[Snippet]) -> bool {
+        let Source::Model { backend, family } = &self.source else { return false };
+        if !self.local {
+            return false;
+        }
+        let cursor = caret_complete::plan::floor_boundary(text, cursor);
+        let plan = |text: &str, cursor| {
+            caret_complete::plan(text, cursor, path, snippets, self.budget, family.as_ref(), Limits::default()).prompt
+        };
+        // On a blank line the request comes after the first character is typed, and then the
+        // line starts the middle (see `caret_complete::plan`): warm that prompt, without the
+        // character.
+        let line = &text[text[..cursor].rfind('\n').map_or(0, |i| i + 1)..cursor];
+        let prompt = if line.trim().is_empty() {
+            let typed = format!("{}{TYPED}{}", &text[..cursor], &text[cursor..]);
+            match plan(&typed, cursor + TYPED.len()).strip_suffix(TYPED) {
+                Some(p) => p.to_owned(),
+                None => plan(text, cursor),
+            }
+        } else {
+            plan(text, cursor)
+        };
+        let req = caret_protocol::llm::CompletionRequest::greedy(self.model.clone(), prompt, 0);
+        match backend.complete(req).await {
+            Ok(stream) => {
+                drop(stream);
+                true
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "warm-up not taken");
+                false
+            }
+        }
+    }
+
+    /// Uses a custom fill-in-the-middle template (the engine here only: a server's engine
+    /// uses its own).
+    pub fn set_template(&mut self, template: caret_complete::Template) -> anyhow::Result<()> {
+        match &mut self.source {
+            Source::Model { family, .. } => {
+                *family = Some(Family::Custom(template));
+                Ok(())
+            }
+            Source::Remote { .. } => anyhow::bail!("a custom template needs the embedded engine (not --server)"),
+        }
+    }
+
+    /// The model alias.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// The typed-ahead cache's suggestion for a cursor at byte `cursor` of document `doc`, if
+    /// it has one.
+    pub fn cached(&self, doc: &str, text: &str, cursor: usize) -> Option<Suggestion> {
+        let started = Instant::now();
+        let cursor = caret_complete::plan::floor_boundary(text, cursor);
+        let (before, after) = text.split_at(cursor);
+        let rest = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(doc, before, after)?;
+        Some(Suggestion {
+            text: rest,
+            multiline: mode(before, after) == Mode::MultiLine,
+            cached: true,
+            first_text_ms: 0.0,
+            total_ms: ms(started.elapsed()),
+            generated_chunks: 0,
+        })
+    }
+
+    /// The suggestion for a cursor at byte `cursor` of document `doc` (whose text is `text`).
+    pub async fn suggest(
+        &self,
+        doc: &str,
+        text: &str,
+        cursor: usize,
+        path: Option<&str>,
+        snippets: &[Snippet],
+    ) -> caret_models::Result<Suggestion> {
+        let started = Instant::now();
+        if let Some(hit) = self.cached(doc, text, cursor) {
+            return Ok(hit);
+        }
+        let cursor = caret_complete::plan::floor_boundary(text, cursor);
+        let (before, after) = text.split_at(cursor);
+        let (text_out, multiline, first, chunks) = match &self.source {
+            Source::Model { backend, family } => {
+                let plan =
+                    caret_complete::plan(text, cursor, path, snippets, self.budget, family.as_ref(), Limits::default());
+                let multiline = plan.mode == Mode::MultiLine;
+                let out = run_plan(plan, family.as_ref(), &self.model, started, |req| backend.complete(req)).await?;
+                (out.text, multiline, out.first, out.chunks)
+            }
+            Source::Remote { client, url, token, family } => {
+                let w = window(text, cursor, self.budget);
+                let req = CompleteRequest {
+                    text: text[w.clone()].to_owned(),
+                    cursor: cursor - w.start,
+                    path: path.map(str::to_owned),
+                    snippets: snippets
+                        .iter()
+                        .map(|s| TabSnippet { path: s.path.clone(), text: s.text.clone() })
+                        .collect(),
+                    model: Some(self.model.clone()),
+                    family: family.clone(),
+                    budget: Some(self.budget.tokens),
+                };
+                let r = remote(client, url, token, &req).await?;
+                let first = Duration::from_secs_f64(r.first_text_ms / 1e3);
+                (r.text, r.multiline, Some(first), r.generated_chunks)
+            }
+        };
+        self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).put(doc, before, after, &text_out);
+        let total = started.elapsed();
+        Ok(Suggestion {
+            text: text_out,
+            multiline,
+            cached: false,
+            first_text_ms: ms(first.unwrap_or(total)),
+            total_ms: ms(total),
+            generated_chunks: chunks,
+        })
+    }
+}
+
+/// The character a warm-up supposes typed on a blank line.
+const TYPED: &str = "x";
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// `POST /v1/complete` on a server. Dropping the future closes the connection, which drops
+/// the server's handler and with it the model's stream.
+async fn remote(
+    client: &reqwest::Client,
+    url: &str,
+    token: &str,
+    req: &CompleteRequest,
+) -> caret_models::Result<CompleteResponse> {
+    use caret_models::Error;
+    let endpoint = format!("{}/v1/complete", url.trim_end_matches('/'));
+    let io = |e: reqwest::Error| Error::Upstream { upstream: endpoint.clone(), status: None, message: e.to_string() };
+    let resp = client.post(&endpoint).bearer_auth(token).json(req).send().await.map_err(io)?;
+    let status = resp.status();
+    let body = resp.text().await.map_err(io)?;
+    if !status.is_success() {
+        let message = serde_json::from_str::<caret_protocol::ErrorBody>(&body).map_or(body, |b| b.error.message);
+        let status = status.as_u16();
+        return Err(match status {
+            429 => Error::RateLimited { upstream: endpoint, retry_after: None },
+            400..=499 => Error::Rejected { upstream: endpoint, status, message },
+            _ => Error::Upstream { upstream: endpoint, status: Some(status), message },
+        });
+    }
+    serde_json::from_str(&body).map_err(|e| Error::Upstream {
+        upstream: endpoint,
+        status: Some(status.as_u16()),
+        message: format!("a malformed answer: {e}"),
+    })
+}
+
+/// Where `caret complete` and `caret lsp` get suggestions: a server's `/v1/complete` when
+/// `server` is given, else the embedded gateway; `None` without models.
+pub fn connect(
+    config: &Config,
+    server: Option<&str>,
+    token: Option<&str>,
+    model: Option<&str>,
+    family_name: Option<&str>,
+    budget: Budget,
+) -> anyhow::Result<Option<Completer>> {
+    if let Some(url) = server {
+        let token = token.context("--server needs an API token: --token or CARET_TOKEN")?;
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(60))
+            .build()
+            .context("building the HTTP client")?;
+        let source = Source::Remote {
+            client,
+            url: url.to_owned(),
+            token: token.to_owned(),
+            family: family_name.map(str::to_owned),
+        };
+        return Ok(Some(Completer::new(source, model.unwrap_or("tab").to_owned(), budget)));
+    }
+    let Some((backend, model)) = Backend::connect(config, None, None, model, &["tab"], "tab")? else { return Ok(None) };
+    with_backend(config, backend, model, family_name, budget).map(Some)
+}
+
+/// A completer on `backend` (a gateway in this process, configured by `config`) for alias
+/// `model`.
+pub fn with_backend(
+    config: &Config,
+    backend: Backend,
+    model: String,
+    family_name: Option<&str>,
+    budget: Budget,
+) -> anyhow::Result<Completer> {
+    let models: Vec<String> = config
+        .models
+        .iter()
+        .filter(|m| m.alias == model)
+        .flat_map(|m| &m.deployments)
+        .map(|d| d.model.clone())
+        .collect();
+    let family = family(family_name, &model, &models).map_err(|e| anyhow::anyhow!("--{e}"))?;
+    let kinds: Vec<_> =
+        config.models.iter().filter(|m| m.alias == model).flat_map(|m| &m.deployments).map(|d| d.provider).collect();
+    let local = !kinds.is_empty() && kinds.iter().all(|k| *k == crate::config::ProviderKind::Local);
+    let mut completer = Completer::new(Source::Model { backend, family }, model, budget);
+    completer.set_local(local);
+    Ok(completer)
+}

@@ -1,0 +1,23 @@
+//! What every front end of Caret shares: the one [`config::Config`] (a TOML file, `CARET_*`
+//! overrides), the async [`runtime`], the embedded-or-remote model [`backend`] and index
+//! server ([`remote`]), the local [`daemon`] that keeps the embedded server warm, workspace
+//! [`search`], the Tab [`completer`] and the editor's open [`documents`], agent
+//! [`session`]s, background [`runs`], and collecting a model's merge of an edit ([`merge`]).
+//!
+//! The command line, the language server, the workspace page, the benchmarks and the
+//! rollout CLI all stand on this crate; none of them reaches into another. It never parses
+//! command-line arguments and never prints: front ends do both (a long-running part that
+//! logs, like the daemon, is handed where its lines go).
+
+pub mod backend;
+pub mod completer;
+pub mod config;
+pub mod daemon;
+pub mod documents;
+pub mod merge;
+pub mod remote;
+pub mod runs;
+pub mod runtime;
+pub mod search;
+pub mod session;
+pub mod units;

@@ -1,0 +1,210 @@
+//! An agent session for a front end: the workspace's tools (with `codebase_search` over its
+//! index and commands in the sandbox), the model through a [`Backend`], the operator's rules,
+//! persisted as JSON lines under `$CARET_HOME/sessions` or resumed from there.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use caret_agent::policy::Approval;
+use caret_agent::session::{ModelClient, Session};
+use caret_agent::tools::lints::ReadLints;
+use caret_agent::tools::terminal::RunTerminalCmd;
+use caret_agent::tools::{Ctx, Registry};
+use caret_protocol::llm::ChatRequest;
+
+use crate::backend::Backend;
+use crate::config::Config;
+use crate::remote::Remote;
+
+/// Where a session works, with which model, under which rules (what `caret agent`,
+/// `caret exec` and the workspace page share).
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    /// The workspace (repository) to work in.
+    pub path: PathBuf,
+    /// Model alias (default: `agent`, else the first configured).
+    pub model: Option<String>,
+    /// When commands need the user's approval.
+    pub approval: Approval,
+    /// Model calls a turn may make.
+    pub max_steps: u32,
+    /// Let commands use the network.
+    pub network: bool,
+    /// Continue this saved session.
+    pub resume: Option<String>,
+    /// A server's gateway instead of the embedded one.
+    pub server: Option<String>,
+    /// API token for `server`.
+    pub token: Option<String>,
+}
+
+impl SessionOptions {
+    /// A new session in `path` with `model` (default: the `agent` alias), commands needing
+    /// approval when risky, the embedded gateway.
+    pub fn new(path: PathBuf, model: Option<String>) -> SessionOptions {
+        SessionOptions {
+            path,
+            model,
+            approval: Approval::Risky,
+            max_steps: 25,
+            network: false,
+            resume: None,
+            server: None,
+            token: None,
+        }
+    }
+}
+
+/// The gateway as the agent's model.
+struct GatewayModel(Backend);
+
+#[async_trait::async_trait]
+impl ModelClient for GatewayModel {
+    async fn chat(&self, req: ChatRequest) -> caret_models::Result<caret_models::EventStream> {
+        self.0.chat(req).await
+    }
+}
+
+/// A session as the arguments say (new and saved under `$CARET_HOME/sessions`, or resumed):
+/// the session, its id, the model alias and the workspace root.
+pub fn open_session(config: &Config, args: &SessionOptions) -> anyhow::Result<(Session, String, String, PathBuf)> {
+    let (backend, model) = Backend::connect(
+        config,
+        args.server.as_deref(),
+        args.token.as_deref(),
+        args.model.as_deref(),
+        &["agent"],
+        "agent",
+    )?
+    .context(
+        "no models are configured: add [[models]] to the config (an `agent` alias is used first; for a local \
+         model, `caret models pull qwen2.5-coder-1.5b-instruct-q4`), or use --server",
+    )?;
+    session_on(config, args, backend, model)
+}
+
+/// [`open_session`] with the model `model` of `backend`.
+pub fn session_on(
+    config: &Config,
+    args: &SessionOptions,
+    backend: Backend,
+    model: String,
+) -> anyhow::Result<(Session, String, String, PathBuf)> {
+    let ctx = Arc::new(Ctx::new(&args.path).with_context(|| format!("opening {}", args.path.display()))?);
+    let mut tools = Registry::workspace();
+    let remote = Remote { server: args.server.clone(), token: args.token.clone() };
+    tools.add(Arc::new(CodebaseSearch::new(config.clone(), remote)));
+    let mut policy = caret_sandbox::Policy::new(&ctx.root)?.with_toolchains();
+    policy.network = args.network;
+    policy.limits = config.agent.limits();
+    if let Ok(me) = std::env::current_exe() {
+        policy = policy.with_landlock(me);
+    }
+    match caret_sandbox::Bwrap::new(policy) {
+        Ok(sandbox) => {
+            if let Some(why) = sandbox.landlock_unavailable() {
+                tracing::warn!("{why}");
+            }
+            let sandbox: Arc<dyn caret_sandbox::Sandbox> = Arc::new(sandbox);
+            tools.add(Arc::new(RunTerminalCmd::new(sandbox.clone())));
+            tools.add(Arc::new(ReadLints::new(sandbox)));
+        }
+        Err(e) => tracing::warn!("{e}; the agent runs without run_terminal_cmd and read_lints"),
+    }
+    let root = ctx.root.clone();
+    let mut session = Session::new(Arc::new(GatewayModel(backend)), &model, tools, ctx);
+    session.max_steps = args.max_steps.max(1);
+    session.context_window = config.context_window(&model).unwrap_or(32_768);
+    session.policy.rules = config.agent.rules();
+    session.policy.approval = args.approval;
+    // Sessions are saved as JSON lines under $CARET_HOME/sessions.
+    let id = match &args.resume {
+        Some(id) => {
+            anyhow::ensure!(
+                !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'),
+                "--resume takes a session id, not {id:?}"
+            );
+            let path = config.home.join("sessions").join(format!("{id}.jsonl"));
+            session.resume(&path).with_context(|| format!("resuming session {id} ({})", path.display()))?;
+            id.clone()
+        }
+        None => {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            let id = format!("{}-{:04x}", now.as_secs(), (now.subsec_nanos() ^ std::process::id()) & 0xffff);
+            let path = config.home.join("sessions").join(format!("{id}.jsonl"));
+            session.persist(&path, &id).with_context(|| format!("saving the session to {}", path.display()))?;
+            id
+        }
+    };
+    Ok((session, id, model, root))
+}
+
+/// `codebase_search`: the workspace's semantic index (hybrid: vectors and BM25) through the
+/// same client `caret search` uses; hits come back with their current code.
+pub struct CodebaseSearch {
+    spec: caret_agent::tools::Spec,
+    config: Config,
+    remote: Remote,
+}
+
+impl CodebaseSearch {
+    /// The tool, searching with `config`'s server (`remote`, else the embedded one).
+    pub fn new(config: Config, remote: Remote) -> CodebaseSearch {
+        CodebaseSearch {
+            spec: caret_agent::tools::Spec {
+                name: "codebase_search",
+                description: "Search the codebase by meaning: a question or a description of the code you look for \
+                              (\"where are API tokens checked?\"). Answers the best matching chunks with their \
+                              path and lines. Use grep for exact names.",
+                parameters: serde_json::json!({
+                    "type": "object",
+                    "properties": {
+                        "query": {"type": "string"},
+                        "k": {"type": "integer", "minimum": 1, "maximum": 30}
+                    },
+                    "required": ["query"]
+                }),
+                read_only: true,
+            },
+            config,
+            remote,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl caret_agent::tools::Tool for CodebaseSearch {
+    fn spec(&self) -> &caret_agent::tools::Spec {
+        &self.spec
+    }
+
+    async fn call(&self, args: serde_json::Value, ctx: &Ctx) -> caret_agent::tools::ToolResult {
+        use std::fmt::Write as _;
+
+        use caret_agent::tools::ToolError;
+        let query = args
+            .get("query")
+            .and_then(serde_json::Value::as_str)
+            .ok_or_else(|| ToolError::new("missing string argument `query`"))?;
+        let k = args.get("k").and_then(serde_json::Value::as_u64).unwrap_or(8).clamp(1, 30) as usize;
+        let mode = caret_protocol::SearchMode::Hybrid;
+        let outcome = crate::search::search_workspace(&self.config, &ctx.root, &self.remote, query, k, mode)
+            .await
+            .map_err(|e| ToolError::new(format!("codebase_search: {e:#}")))?;
+        let mut out = String::new();
+        if !outcome.semantic {
+            out.push_str("[lexical results only: the workspace has no vectors yet (caret index)]\n");
+        }
+        for h in &outcome.hits {
+            let _ = writeln!(out, "{}:{}-{} (score {:.3})", h.path, h.start_line, h.end_line, h.score);
+            for line in h.snippet.lines().take(30) {
+                let _ = writeln!(out, "    {line}");
+            }
+        }
+        if outcome.hits.is_empty() {
+            out.push_str("no results (is the workspace synced? caret index)\n");
+        }
+        Ok(caret_agent::tools::truncate(out, ctx.max_output_bytes, "ask for fewer hits (k)"))
+    }
+}

@@ -1,0 +1,228 @@
+//! Tab in the page: the same [`Completer`] as `caret lsp` (typed-ahead cache, the context and
+//! neighbour snippets of other open files, the adaptive debounce), a request superseded by a
+//! newer one for the same file aborted (dropping the model's stream), warm-ups when a file is
+//! opened or the cursor rests, and the suggestions shown, accepted and rejected per model for
+//! `/metrics`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Mutex;
+
+use caret_host::completer::{Completer, Suggestion};
+use caret_host::documents::{Docs, path_to_uri, relative};
+
+/// How the suggestions of one model fared.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Counts {
+    pub requested: u64,
+    pub shown: u64,
+    pub accepted: u64,
+    pub partial: u64,
+    pub rejected: u64,
+}
+
+/// Tab's state in `caret ui`.
+pub struct Tab {
+    root: PathBuf,
+    completer: Option<Arc<Completer>>,
+    docs: Mutex<Docs>,
+    /// Requests in flight: document → task.
+    flight: Mutex<HashMap<String, tokio::task::AbortHandle>>,
+    counts: std::sync::Mutex<BTreeMap<String, Counts>>,
+}
+
+/// What came of a request.
+pub enum Outcome {
+    Suggestion(Suggestion),
+    /// A newer request for the same file replaced it.
+    Superseded,
+    Failed(String),
+}
+
+/// Aborts the task when the request that waits for it goes away (the page cancelled it).
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Byte offset of UTF-16 offset `units` in `text` (Monaco's offsets), clamped.
+pub fn byte_offset(text: &str, units: usize) -> usize {
+    let mut seen = 0;
+    for (i, c) in text.char_indices() {
+        if seen >= units {
+            return i;
+        }
+        seen += c.len_utf16();
+    }
+    text.len()
+}
+
+impl Tab {
+    pub fn new(root: PathBuf, completer: Option<Completer>) -> Tab {
+        Tab {
+            root,
+            completer: completer.map(Arc::new),
+            docs: Mutex::new(Docs::default()),
+            flight: Mutex::new(HashMap::new()),
+            counts: std::sync::Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The model alias, when there is one.
+    pub fn model(&self) -> Option<&str> {
+        self.completer.as_deref().map(Completer::model)
+    }
+
+    /// Keeps the page's text of `path` as the language server keeps an open document's.
+    async fn update(&self, uri: &str, text: &str) {
+        let mut docs = self.docs.lock().await;
+        match docs.open.get_mut(uri) {
+            Some(doc) if doc.text == text => {}
+            Some(doc) => {
+                doc.text = text.to_owned();
+                doc.edited = Instant::now();
+                doc.rhythm.keystroke(doc.edited);
+            }
+            None => docs.open(uri, text, Duration::from_millis(25)),
+        }
+    }
+
+    /// The suggestion at UTF-16 offset `cursor` of `text` (the page's buffer of `path`).
+    pub async fn complete(&self, path: &str, text: String, cursor: usize) -> Outcome {
+        let Some(completer) = self.completer.clone() else {
+            return Outcome::Failed("no Tab model is configured".to_owned());
+        };
+        let model = completer.model().to_owned();
+        self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner).entry(model).or_default().requested += 1;
+        let uri = path_to_uri(&self.root.join(path));
+        let cursor = byte_offset(&text, cursor);
+        self.update(&uri, &text).await;
+        let line = text[..cursor].matches('\n').count() as u64;
+        let Some((text, snippets, debounce)) = self.docs.lock().await.prepare(&uri, line, Some(&self.root)) else {
+            return Outcome::Failed("the document is gone".to_owned());
+        };
+        let rel = relative(&uri, Some(&self.root));
+        let doc = uri.clone();
+        let task = {
+            let mut flight = self.flight.lock().await;
+            let task = tokio::spawn(async move {
+                if let Some(hit) = completer.cached(&doc, &text, cursor) {
+                    return Ok(hit);
+                }
+                // A keystroke within the debounce supersedes this before it costs anything.
+                if !debounce.is_zero() {
+                    tokio::time::sleep(debounce).await;
+                }
+                completer.suggest(&doc, &text, cursor, Some(&rel), &snippets).await
+            });
+            if let Some(old) = flight.insert(uri.clone(), task.abort_handle()) {
+                old.abort();
+            }
+            task
+        };
+        let guard = AbortOnDrop(task.abort_handle());
+        let result = task.await;
+        drop(guard);
+        {
+            let mut flight = self.flight.lock().await;
+            if flight.get(&uri).is_some_and(|h| h.is_finished()) {
+                flight.remove(&uri);
+            }
+        }
+        match result {
+            Ok(Ok(s)) => Outcome::Suggestion(s),
+            Ok(Err(e)) => Outcome::Failed(e.to_string()),
+            Err(e) if e.is_cancelled() => Outcome::Superseded,
+            Err(e) => Outcome::Failed(e.to_string()),
+        }
+    }
+
+    /// The file `path` was opened, or its cursor rests at UTF-16 offset `cursor`: warms the
+    /// model for a suggestion there, unless a request is in flight (which reads the prompt
+    /// itself). Returns whether a warm-up was sent.
+    pub async fn warm(&self, path: &str, text: String, cursor: usize) -> bool {
+        let Some(completer) = self.completer.clone() else { return false };
+        if self.flight.lock().await.values().any(|h| !h.is_finished()) {
+            return false;
+        }
+        let uri = path_to_uri(&self.root.join(path));
+        let cursor = byte_offset(&text, cursor);
+        self.update(&uri, &text).await;
+        let line = text[..cursor].matches('\n').count() as u64;
+        let Some((text, snippets, _)) = self.docs.lock().await.prepare(&uri, line, Some(&self.root)) else {
+            return false;
+        };
+        let rel = relative(&uri, Some(&self.root));
+        completer.warm(&text, cursor, Some(&rel), &snippets).await
+    }
+
+    /// The page's report on a suggestion: shown, accepted, partial (accepted word by word) or
+    /// rejected (shown, then typed over or dismissed).
+    pub fn feedback(&self, model: &str, event: &str) -> Result<(), String> {
+        let model = if model.is_empty() { self.model().unwrap_or("none") } else { model };
+        let mut counts = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Only models this page uses get a series (a page cannot mint labels).
+        if Some(model) != self.model() {
+            return Err(format!("unknown model {model:?}"));
+        }
+        let c = counts.entry(model.to_owned()).or_default();
+        match event {
+            "shown" => c.shown += 1,
+            "accepted" => c.accepted += 1,
+            "partial" => c.partial += 1,
+            "rejected" => c.rejected += 1,
+            other => return Err(format!("unknown event {other:?}: shown, accepted, partial or rejected")),
+        }
+        Ok(())
+    }
+
+    /// Prometheus text of the counts.
+    pub fn metrics(&self) -> String {
+        use std::fmt::Write as _;
+        let counts = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut out = String::new();
+        for (name, help, get) in [
+            ("caret_tab_requests_total", "Tab suggestions asked for", (|c: &Counts| c.requested) as fn(&Counts) -> u64),
+            ("caret_tab_shown_total", "Tab suggestions shown as ghost text", |c| c.shown),
+            ("caret_tab_accepted_total", "Tab suggestions accepted whole (Tab)", |c| c.accepted),
+            ("caret_tab_partially_accepted_total", "Tab suggestions accepted word by word", |c| c.partial),
+            ("caret_tab_rejected_total", "Tab suggestions shown and not accepted", |c| c.rejected),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}.\n# TYPE {name} counter");
+            for (model, c) in counts.iter() {
+                let _ = writeln!(out, "{name}{{model=\"{model}\"}} {}", get(c));
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP caret_tab_accept_rate Suggestions accepted (whole or in part) per suggestion shown.\n# TYPE caret_tab_accept_rate gauge"
+        );
+        for (model, c) in counts.iter() {
+            let rate = if c.shown == 0 { 0.0 } else { (c.accepted + c.partial) as f64 / c.shown as f64 };
+            let _ = writeln!(out, "caret_tab_accept_rate{{model=\"{model}\"}} {rate}");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utf16_offsets_become_byte_offsets() {
+        let t = "a😀b\né";
+        assert_eq!(byte_offset(t, 0), 0);
+        assert_eq!(byte_offset(t, 1), 1);
+        assert_eq!(byte_offset(t, 3), 5, "the emoji is two UTF-16 units");
+        assert_eq!(byte_offset(t, 5), 7);
+        assert_eq!(byte_offset(t, 6), 9);
+        assert_eq!(byte_offset(t, 99), t.len());
+    }
+}
