@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use caret_agent::exec::{Call, run_calls};
+use caret_agent::batch::{Call, run_calls};
 use caret_agent::tools::{Ctx, Registry};
 use serde_json::json;
 

@@ -1,13 +1,20 @@
-//! The coding agent (issue 8, in progress): its tools and their parallel execution.
+//! The coding agent: its tools, their execution in batches, approvals, and the turn loop.
 //!
 //! - [`tools`]: the tool trait, the registry, and the workspace tools (`read_file`,
 //!   `list_dir`, `glob`, `grep`, `edit_file` (every `caret apply` format), `write_file`,
-//!   `delete_file`, `todo_write`, `run_terminal_cmd` in a `caret-sandbox`); outputs are truncated with a note saying so, paths cannot
-//!   leave the workspace, writes are atomic and every change is recorded with a diff.
-//! - [`exec`]: a model turn's tool calls run in batches: consecutive read-only calls
+//!   `delete_file`, `todo_write`, `read_lints`, `run_terminal_cmd` in a `caret-sandbox`);
+//!   outputs are truncated with a note saying so, paths cannot leave the workspace, writes are
+//!   atomic and every change is recorded with a diff.
+//! - [`batch`]: a model turn's tool calls run in batches: consecutive read-only calls
 //!   concurrently, each mutating call alone and in the order given; results in call order.
+//! - [`policy`]: which commands run, ask or are refused (approvals and the operator's rules).
+//! - [`session`]: the turn loop, token accounting and compaction, persistence as JSON lines,
+//!   and `serve`, which any front end drives with `Op`s and reads as `Event`s.
+//!
+//! It never knows about HTTP, LSP or terminals: `caret agent`, `caret exec`, the workspace
+//! page and the server's agent sessions are its front ends.
 
-pub mod exec;
+pub mod batch;
 pub mod policy;
 pub mod session;
 pub mod tools;

@@ -14,7 +14,7 @@ use futures::StreamExt as _;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::exec::{Call, Outcome, run_calls};
+use crate::batch::{Call, Outcome, run_calls};
 use crate::policy::{Policy, Verdict};
 use crate::tools::{Ctx, Registry};
 

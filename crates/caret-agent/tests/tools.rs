@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use caret_agent::exec::{Call, run_calls};
+use caret_agent::batch::{Call, run_calls};
 use caret_agent::tools::{Ctx, Registry, Spec, Tool, ToolResult};
 use caret_test_support::TempDir;
 use serde_json::{Value, json};
@@ -165,7 +165,7 @@ async fn reads_run_together_writes_alone_and_results_keep_call_order() {
     // The same failing call again is told so; a changed one is not.
     let again = vec![c("z2", "missing_tool", "z", 0), c("z3", "missing_tool", "other", 0)];
     let outs = run_calls(&tools, &again, &ctx, &|_| {}, &|_| {}).await;
-    assert!(outs[0].output.ends_with(caret_agent::exec::REPEATED), "{:?}", outs[0]);
+    assert!(outs[0].output.ends_with(caret_agent::batch::REPEATED), "{:?}", outs[0]);
     assert!(!outs[1].output.contains("already failed"), "{:?}", outs[1]);
 }
 

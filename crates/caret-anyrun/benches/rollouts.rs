@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use caret_anyrun::queue::{Dialect, Queue};
-use caret_anyrun::service::{RunService, RunSettings, TenantRef};
+use caret_anyrun::runs::{RunService, RunSettings, TenantRef};
 use caret_anyrun::worker::{InProcess, Worker, WorkerConfig};
 use caret_protocol::runs::{CreateRun, RepoSource, RunClass, RunEnvironment, RunLimits, RunState};
 use caret_test_support::TempDir;

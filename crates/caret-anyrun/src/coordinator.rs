@@ -9,7 +9,7 @@ use caret_protocol::llm::ChatRequest;
 use caret_protocol::runs::{CheckpointBody, Completion, Lease, LeaseRef, LeaseRequest, RunEvent, SandboxUsage};
 
 use crate::Result;
-use crate::service::RunService;
+use crate::runs::RunService;
 
 /// What a worker asks of the run service: in process or over HTTP.
 #[async_trait::async_trait]

@@ -2,7 +2,7 @@
 //! metadata database ([`queue`]); a worker slot leases it, unpacks the code into a fresh
 //! directory, prepares the environment and runs the same agent [`caret_agent::session::Session`]
 //! and tools as `caret agent`, with commands in the sandbox ([`worker`]); the patch, the
-//! transcript and the figures come back to the [`service::RunService`], which the server's
+//! transcript and the figures come back to the [`runs::RunService`], which the server's
 //! routes and the embedded `caret run` both call.
 //!
 //! Workers talk to the service through [`worker::Coordinator`]: in process (the service
@@ -24,7 +24,7 @@ pub mod queue;
 pub mod redact;
 pub mod remote;
 pub mod rollout;
-pub mod service;
+pub mod runs;
 pub mod snapshot;
 pub mod worker;
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use caret_anyrun::queue::{Dialect, Queue};
-use caret_anyrun::service::{RunService, RunSettings, TenantRef};
+use caret_anyrun::runs::{RunService, RunSettings, TenantRef};
 use caret_anyrun::worker::{InProcess, Worker, WorkerConfig};
 use caret_anyrun::{Error, now_ms};
 use caret_models::openai::OpenAiProvider;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use caret_llama::{LocalProvider, LocalSettings};
+use caret_llama::{LlamaProvider, LlamaSettings};
 use caret_models::{Event, Provider as _};
 use caret_protocol::llm::CompletionRequest;
 use futures::StreamExt as _;
@@ -55,7 +55,7 @@ fn prompt_of(tokens: usize, salt: usize) -> String {
     p
 }
 
-async fn timed(model: &LocalProvider, prompt: String, tokens: u32) -> anyhow::Result<Timed> {
+async fn timed(model: &LlamaProvider, prompt: String, tokens: u32) -> anyhow::Result<Timed> {
     let before = model.stats();
     let req = CompletionRequest::greedy(String::new(), prompt, tokens);
     let start = Instant::now();
@@ -97,9 +97,9 @@ pub fn run(config: &Config, args: LlmBench) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("{} (pull it with `caret models pull`)", file.display()))?
         .len();
     let context = u32::try_from(args.prompt_tokens * 2 + args.tokens as usize + 256).unwrap_or(u32::MAX);
-    let settings = LocalSettings { context_tokens: context, threads: args.threads, ..LocalSettings::default() };
+    let settings = LlamaSettings { context_tokens: context, threads: args.threads, ..LlamaSettings::default() };
     let started = Instant::now();
-    let model = LocalProvider::load(&path, settings)?;
+    let model = LlamaProvider::load(&path, settings)?;
     let load = started.elapsed();
     let info = model.info().clone();
     println!(

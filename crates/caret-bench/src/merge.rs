@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use caret_apply::Text;
-use caret_llama::{LocalProvider, LocalSettings};
+use caret_llama::{LlamaProvider, LlamaSettings};
 use caret_models::Provider as _;
 
 use caret_host::config::Config;
@@ -84,8 +84,8 @@ pub fn run(config: &Config, args: MergeBench) -> anyhow::Result<ExitCode> {
     // no more: a larger context makes each step attend over more (empty) cache.
     let context = (plan.system.len() + plan.user.len() + 2 * plan.prediction.len()) / 3 + 1024;
     let context = std::env::var("CARET_BENCH_CTX").ok().and_then(|v| v.parse().ok()).unwrap_or(context);
-    let defaults = LocalSettings::default();
-    let settings = LocalSettings {
+    let defaults = LlamaSettings::default();
+    let settings = LlamaSettings {
         context_tokens: u32::try_from(context).unwrap_or(u32::MAX),
         threads: args.threads,
         exact_kernels: args.exact,
@@ -96,7 +96,7 @@ pub fn run(config: &Config, args: MergeBench) -> anyhow::Result<ExitCode> {
     if args.exact && std::env::var("GGML_CPU_TILED_MM").as_deref() != Ok("0") {
         eprintln!("note: --exact without GGML_CPU_TILED_MM=0 leaves llama.cpp's tiled batch kernel on");
     }
-    let model = LocalProvider::load(&path, settings)?;
+    let model = LlamaProvider::load(&path, settings)?;
     println!(
         "model {}, {} threads{}, {}; {file_name}: {} lines, region {}–{}, edit touches {} lines",
         path.display(),

@@ -10,9 +10,9 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use caret_client::index::{embed_missing, search};
-use caret_client::local::LocalWorkspace;
+use caret_client::state::WorkspaceState;
 use caret_client::sync::{SyncEngine, SyncOptions};
-use caret_client::transport::LocalTransport;
+use caret_client::transport::InProcessTransport;
 use caret_protocol::SearchMode;
 use caret_workspace::scan::{Depth, Scanner};
 use serde::Deserialize;
@@ -91,11 +91,11 @@ fn bench(
     let scanner = Arc::new(Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash));
     let engine = SyncEngine::new(scanner.clone(), SyncOptions::default());
     let root = std::fs::canonicalize(path).with_context(|| format!("opening {}", path.display()))?;
-    let ws = LocalWorkspace::open(&root, &home.workspace_state_dir(&root), &scratch.join("keys"))?;
+    let ws = WorkspaceState::open(&root, &home.workspace_state_dir(&root), &scratch.join("keys"))?;
     println!("caret bench search {} (model {model_id})", ws.root.display());
     runtime()?.block_on(async {
         let (service, tenant) = caret_host::remote::embedded_service(&home).await?;
-        let transport = LocalTransport::new(service.clone(), tenant, "embedded");
+        let transport = InProcessTransport::new(service.clone(), tenant, "embedded");
 
         let started = Instant::now();
         let sync = engine.sync(&ws, &transport).await?;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use caret_client::local::LocalWorkspace;
+use caret_client::state::WorkspaceState;
 use caret_client::sync::{SyncEngine, SyncOptions};
 use caret_client::transport::HttpTransport;
 use caret_protocol::SearchMode;
@@ -183,7 +183,7 @@ fn bench(config: &Config, args: &SoakBench, scratch: &Path) -> anyhow::Result<Ex
         for (c, token) in tokens.clone().into_iter().enumerate().take(args.clients) {
             let dir: PathBuf = scratch.join("clients").join(c.to_string());
             project(&dir, c)?;
-            let ws = LocalWorkspace::open(&dir, &scratch.join("state").join(c.to_string()), &scratch.join("keys"))?;
+            let ws = WorkspaceState::open(&dir, &scratch.join("state").join(c.to_string()), &scratch.join("keys"))?;
             let transport = HttpTransport::new(&url, &token, None)?;
             let (engine, scanner) = (SyncEngine::new(scanner.clone(), SyncOptions::default()), scanner.clone());
             let (tallies, http, url) = (tallies.clone(), http.clone(), url.clone());

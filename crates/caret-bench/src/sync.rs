@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use caret_client::local::LocalWorkspace;
+use caret_client::state::WorkspaceState;
 use caret_client::sync::{SyncEngine, SyncOptions, SyncReport};
 use caret_client::transport::HttpTransport;
 use caret_index::StorageConfig;
@@ -43,7 +43,7 @@ fn bench(config: &Config, path: &Path, changes: usize, scratch: &Path) -> anyhow
 
     let scanner = Arc::new(Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash));
     let engine = SyncEngine::new(scanner, SyncOptions::default());
-    let ws = LocalWorkspace::open(&tree, &scratch.join("state"), &scratch.join("keys"))?;
+    let ws = WorkspaceState::open(&tree, &scratch.join("state"), &scratch.join("keys"))?;
     let rt = runtime()?;
     rt.block_on(async {
         let service = Arc::new(caret_index::open(&StorageConfig::local(&scratch.join("server"))).await?);

@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use caret_complete::Family;
 use caret_complete::context::Budget;
-use caret_llama::{LocalProvider, LocalSettings};
+use caret_llama::{LlamaProvider, LlamaSettings};
 use caret_models::{Deployment, DeploymentLimits, Gateway, GatewaySettings, Provider};
 
 use caret_host::backend::Backend;
@@ -69,8 +69,8 @@ pub fn run(config: &Config, args: TabBench) -> anyhow::Result<ExitCode> {
     let after: String = lines[last..].concat();
 
     let path = config.local_llm_path(&args.model);
-    let settings = LocalSettings { context_tokens: 4096, threads: args.threads, ..LocalSettings::default() };
-    let local = Arc::new(LocalProvider::load(&path, settings)?);
+    let settings = LlamaSettings { context_tokens: 4096, threads: args.threads, ..LlamaSettings::default() };
+    let local = Arc::new(LlamaProvider::load(&path, settings)?);
     let provider: Arc<dyn Provider> = local.clone();
     let mut gateway = Gateway::new(GatewaySettings::default());
     gateway.add_alias("tab", vec![Deployment::new("local", provider, "local", 0, 1, DeploymentLimits::default())]);
@@ -201,7 +201,7 @@ const COLD_LINES: [f64; 5] = [0.2, 0.35, 0.5, 0.65, 0.8];
 /// before each try.
 fn cold(
     completer: &Completer,
-    local: &LocalProvider,
+    local: &LlamaProvider,
     name: &str,
     text: &str,
     pause: Duration,
@@ -277,7 +277,7 @@ fn cold(
 }
 
 /// A one-token request for an unrelated prompt: the cache then holds none of the file.
-async fn flush(local: &LocalProvider) -> anyhow::Result<()> {
+async fn flush(local: &LlamaProvider) -> anyhow::Result<()> {
     use futures::StreamExt as _;
     let req = caret_protocol::llm::CompletionRequest::greedy("local", "# scratch\n".to_owned(), 1);
     let mut events = local.complete(req).await?;

@@ -16,7 +16,7 @@ use caret_workspace::{ContentHash, RelPath};
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::local::LocalWorkspace;
+use crate::state::WorkspaceState;
 use crate::transport::Transport;
 use crate::{Error, Result};
 
@@ -149,7 +149,7 @@ pub const EMBED_BATCH: usize = 64;
 /// each.
 pub async fn embed_missing(
     scanner: Arc<Scanner>,
-    ws: &LocalWorkspace,
+    ws: &WorkspaceState,
     transport: &dyn Transport,
     mut progress: impl FnMut(&EmbedProgress),
 ) -> Result<EmbedReport> {
@@ -394,7 +394,7 @@ fn path_matches(words: &[String], path: &str) -> usize {
 /// client knows (`rerank`: the real paths).
 pub async fn search(
     scanner: Arc<Scanner>,
-    ws: &LocalWorkspace,
+    ws: &WorkspaceState,
     transport: &dyn Transport,
     query: &str,
     k: usize,

@@ -6,7 +6,7 @@
 //! sent, withholds chunks with secrets, and keeps the reverse path map to itself.
 
 pub mod index;
-pub mod local;
+pub mod state;
 pub mod sync;
 pub mod transport;
 pub mod watch;

@@ -21,7 +21,7 @@ use caret_workspace::statcache::StatCache;
 use caret_workspace::{ContentHash, RelPath};
 use rayon::prelude::*;
 
-use crate::local::LocalWorkspace;
+use crate::state::WorkspaceState;
 use crate::transport::Transport;
 use crate::{Error, Result};
 
@@ -127,7 +127,7 @@ impl SyncEngine {
     }
 
     /// Scans the workspace and builds its obfuscated tree.
-    pub async fn local_tree(&self, ws: &LocalWorkspace) -> Result<LocalTree> {
+    pub async fn local_tree(&self, ws: &WorkspaceState) -> Result<LocalTree> {
         let scanner = self.scanner.clone();
         let root = ws.root.clone();
         let cache_path = ws.cache_file();
@@ -145,7 +145,7 @@ impl SyncEngine {
     }
 
     /// Compares the local tree with the server's, level by level.
-    pub async fn compare(&self, ws: &LocalWorkspace, local: &LocalTree, transport: &dyn Transport) -> Result<Pending> {
+    pub async fn compare(&self, ws: &WorkspaceState, local: &LocalTree, transport: &dyn Transport) -> Result<Pending> {
         let mut pending = Pending::default();
         let mut level = vec![String::new()];
         let local_root = local.tree.root_hash().to_hex();
@@ -199,7 +199,7 @@ impl SyncEngine {
     }
 
     /// Syncs the workspace: compare, then send what changed.
-    pub async fn sync(&self, ws: &LocalWorkspace, transport: &dyn Transport) -> Result<SyncReport> {
+    pub async fn sync(&self, ws: &WorkspaceState, transport: &dyn Transport) -> Result<SyncReport> {
         let started = Instant::now();
         let wire_before = transport.wire().get();
         let local = self.local_tree(ws).await?;
@@ -265,7 +265,7 @@ impl SyncEngine {
     #[allow(clippy::too_many_arguments)]
     async fn commit_batch(
         &self,
-        ws: &LocalWorkspace,
+        ws: &WorkspaceState,
         transport: &dyn Transport,
         key: &ServerKey,
         files: Vec<FileMeta>,
@@ -301,7 +301,7 @@ impl SyncEngine {
     #[allow(clippy::type_complexity)]
     async fn prepare(
         &self,
-        ws: &LocalWorkspace,
+        ws: &WorkspaceState,
         local: &LocalTree,
         obf_paths: &[&String],
         key: &ServerKey,
@@ -358,7 +358,7 @@ impl SyncEngine {
         .map_err(|e| Error::Internal(format!("chunking task: {e}")))
     }
 
-    fn save_path_map(&self, ws: &LocalWorkspace, local: &LocalTree) -> Result<()> {
+    fn save_path_map(&self, ws: &WorkspaceState, local: &LocalTree) -> Result<()> {
         let mut map: Vec<(String, RelPath)> = local.files.iter().map(|(o, (r, _))| (o.clone(), r.clone())).collect();
         map.sort();
         ws.save_path_map(&map)

@@ -210,17 +210,17 @@ impl Transport for HttpTransport {
 
 /// The embedded server, called in-process: the same service as over HTTP, no daemon.
 #[derive(Debug)]
-pub struct LocalTransport {
+pub struct InProcessTransport {
     service: Arc<Service>,
     tenant: Tenant,
     wire: WireCounter,
     label: String,
 }
 
-impl LocalTransport {
+impl InProcessTransport {
     /// A transport into `service` as `tenant`.
     pub fn new(service: Arc<Service>, tenant: Tenant, label: &str) -> Self {
-        LocalTransport { service, tenant, wire: WireCounter::default(), label: label.to_owned() }
+        InProcessTransport { service, tenant, wire: WireCounter::default(), label: label.to_owned() }
     }
 
     /// Counts the JSON sizes the request and response would have on the wire.
@@ -264,7 +264,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 #[async_trait::async_trait]
-impl Transport for LocalTransport {
+impl Transport for InProcessTransport {
     async fn create_workspace(&self, id: &str, req: &CreateWorkspace) -> Result<WorkspaceInfo> {
         let r = self.service.create_workspace(&self.tenant, id, req).await.map_err(server)?;
         self.count(req, &r);

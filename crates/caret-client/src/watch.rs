@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use notify::Watcher as _;
 
-use crate::local::LocalWorkspace;
+use crate::state::WorkspaceState;
 use crate::sync::{SyncEngine, SyncReport};
 use crate::transport::Transport;
 use crate::{Error, Result};
@@ -18,7 +18,7 @@ pub const DEBOUNCE: Duration = Duration::from_secs(2);
 /// is reported and retried at the next tick, never fatal.
 pub async fn watch(
     engine: &SyncEngine,
-    ws: &LocalWorkspace,
+    ws: &WorkspaceState,
     transport: &dyn Transport,
     interval: Duration,
     mut on_report: impl FnMut(Result<SyncReport>),

@@ -8,7 +8,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use caret_client::local::LocalWorkspace;
+use caret_client::state::WorkspaceState;
 use caret_client::sync::{SyncEngine, SyncOptions};
 use caret_client::transport::HttpTransport;
 use caret_index::db::Db;
@@ -91,7 +91,7 @@ fn project() -> TempDir {
     dir
 }
 
-async fn search(ws: &LocalWorkspace, t: &HttpTransport) -> caret_client::Result<caret_client::index::SearchOutcome> {
+async fn search(ws: &WorkspaceState, t: &HttpTransport) -> caret_client::Result<caret_client::index::SearchOutcome> {
     let walk = WalkConfig { global_excludes: None, ..WalkConfig::default() };
     let scanner = Arc::new(Scanner::new(walk, Chunker::new(ChunkConfig::default(), Arc::new(Estimate)), Depth::Hash));
     let rerank = caret_client::index::Rerank::default();
@@ -114,7 +114,7 @@ async fn storage_faults_answer_503_and_the_index_converges_when_they_pass() {
     let server = serve(service).await;
     let transport = HttpTransport::new(&server.url, &server.token, None).unwrap();
     let (dir, state) = (project(), TempDir::new());
-    let ws = LocalWorkspace::open(dir.path(), &state.join("ws"), &state.join("keys")).unwrap();
+    let ws = WorkspaceState::open(dir.path(), &state.join("ws"), &state.join("keys")).unwrap();
     let engine = engine();
     assert_eq!(readyz(&server.url).await, 200);
 
@@ -200,7 +200,7 @@ async fn the_database_going_away_and_coming_back() {
     let server = serve(service).await;
     let transport = HttpTransport::new(&server.url, &server.token, None).unwrap();
     let (dir, state) = (project(), TempDir::new());
-    let ws = LocalWorkspace::open(dir.path(), &state.join("ws"), &state.join("keys")).unwrap();
+    let ws = WorkspaceState::open(dir.path(), &state.join("ws"), &state.join("keys")).unwrap();
     let engine = engine();
     engine.sync(&ws, &transport).await.unwrap();
 

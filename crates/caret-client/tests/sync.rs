@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use caret_client::local::LocalWorkspace;
+use caret_client::state::WorkspaceState;
 use caret_client::sync::{SyncEngine, SyncOptions};
-use caret_client::transport::LocalTransport;
+use caret_client::transport::InProcessTransport;
 use caret_index::StorageConfig;
 use caret_test_support::TempDir;
 use caret_workspace::chunk::{ChunkConfig, Chunker};
@@ -16,7 +16,7 @@ use caret_workspace::walk::WalkConfig;
 struct Fixture {
     _server_dir: TempDir,
     state: TempDir,
-    transport: LocalTransport,
+    transport: InProcessTransport,
     engine: SyncEngine,
 }
 
@@ -24,7 +24,7 @@ async fn fixture(options: SyncOptions) -> Fixture {
     let server_dir = TempDir::new();
     let service = Arc::new(caret_index::open(&StorageConfig::local(server_dir.path())).await.unwrap());
     let tenant = service.db().create_tenant("local").await.unwrap();
-    let transport = LocalTransport::new(service, tenant, "embedded");
+    let transport = InProcessTransport::new(service, tenant, "embedded");
     let walk = WalkConfig { global_excludes: None, ..WalkConfig::default() };
     let scanner = Scanner::new(walk, Chunker::new(ChunkConfig::default(), Arc::new(Estimate)), Depth::Hash);
     Fixture {
@@ -46,8 +46,8 @@ fn workspace() -> TempDir {
 }
 
 impl Fixture {
-    fn open(&self, dir: &TempDir) -> LocalWorkspace {
-        LocalWorkspace::open(dir.path(), &self.state.join("ws"), &self.state.join("keys")).unwrap()
+    fn open(&self, dir: &TempDir) -> WorkspaceState {
+        WorkspaceState::open(dir.path(), &self.state.join("ws"), &self.state.join("keys")).unwrap()
     }
 }
 
@@ -103,7 +103,7 @@ async fn small_batches_and_secrets() {
 
 /// Records every request body, then forwards it.
 struct Recording {
-    inner: LocalTransport,
+    inner: InProcessTransport,
     sent: std::sync::Mutex<Vec<String>>,
 }
 
@@ -239,7 +239,7 @@ async fn each_stage_is_embedded_with_its_window() {
         .with_stage_windows([None, Some(24), Some(40)]);
     let service = Arc::new(service);
     let tenant = service.db().create_tenant("local").await.unwrap();
-    let transport = LocalTransport::new(service, tenant, "embedded");
+    let transport = InProcessTransport::new(service, tenant, "embedded");
     let walk = WalkConfig { global_excludes: None, ..WalkConfig::default() };
     let scanner = Arc::new(Scanner::new(walk, Chunker::new(ChunkConfig::default(), Arc::new(Estimate)), Depth::Hash));
     let engine = SyncEngine::new(scanner.clone(), SyncOptions::default());
@@ -247,7 +247,7 @@ async fn each_stage_is_embedded_with_its_window() {
     dir.write("tests/adding.rs", "#[test]\nfn adds_two_numbers() {\n    assert_eq!(demo::add(2, 2), 4);\n}\n");
     dir.backdate(10);
     let state = TempDir::new();
-    let ws = LocalWorkspace::open(dir.path(), &state.join("ws"), &state.join("keys")).unwrap();
+    let ws = WorkspaceState::open(dir.path(), &state.join("ws"), &state.join("keys")).unwrap();
     engine.sync(&ws, &transport).await.unwrap();
     let report = caret_client::index::embed_missing(scanner, &ws, &transport, |_| {}).await.unwrap();
     assert_eq!(report.progress.done, report.progress.total);

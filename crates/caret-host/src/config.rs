@@ -89,8 +89,8 @@ pub struct RunsSection {
 
 impl RunsSection {
     /// The queue's settings: the defaults, overridden by what the section sets.
-    pub fn settings(&self) -> anyhow::Result<caret_anyrun::service::RunSettings> {
-        let mut s = caret_anyrun::service::RunSettings::default();
+    pub fn settings(&self) -> anyhow::Result<caret_anyrun::runs::RunSettings> {
+        let mut s = caret_anyrun::runs::RunSettings::default();
         if let Some(t) = &self.lease_ttl {
             s.lease_ttl = parse_duration(t).context("[runs] lease_ttl")?.max(std::time::Duration::from_secs(1));
         }
@@ -648,7 +648,7 @@ impl Config {
         // the first deployment's, and one that asks otherwise is told so.
         let mut contexts: std::collections::HashMap<PathBuf, u32> = std::collections::HashMap::new();
         for d in self.models.iter().flat_map(|m| &m.deployments).filter(|d| d.provider == ProviderKind::Local) {
-            let tokens = d.context_tokens.unwrap_or(caret_llama::LocalSettings::default().context_tokens);
+            let tokens = d.context_tokens.unwrap_or(caret_llama::LlamaSettings::default().context_tokens);
             let entry = contexts.entry(self.local_llm_path(&d.model)).or_insert(tokens);
             *entry = (*entry).max(tokens);
         }
@@ -691,14 +691,14 @@ impl Config {
                                 p.clone()
                             }
                             None => {
-                                let mut settings = caret_llama::LocalSettings::default();
+                                let mut settings = caret_llama::LlamaSettings::default();
                                 settings.context_tokens =
                                     contexts.get(&path).copied().unwrap_or(settings.context_tokens);
                                 settings.threads = d.threads;
                                 settings.flash_attention = d.flash_attention.unwrap_or(settings.flash_attention);
                                 settings.key_cache = d.key_cache.unwrap_or(settings.key_cache);
                                 let p: Arc<dyn Provider> = Arc::new(
-                                    caret_llama::LocalProvider::load(&path, settings)
+                                    caret_llama::LlamaProvider::load(&path, settings)
                                         .with_context(|| format!("model alias {:?}", m.alias))?,
                                 );
                                 loaded.insert(path, (p.clone(), asked, m.alias.clone()));

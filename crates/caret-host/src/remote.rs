@@ -5,9 +5,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use caret_client::local::LocalWorkspace;
+use caret_client::state::WorkspaceState;
 use caret_client::sync::{SyncEngine, SyncOptions};
-use caret_client::transport::{HttpTransport, LocalTransport, Transport};
+use caret_client::transport::{HttpTransport, InProcessTransport, Transport};
 use caret_workspace::scan::{Depth, Scanner};
 
 use crate::config::Config;
@@ -23,10 +23,10 @@ pub struct Remote {
 }
 
 /// Opens the local state of the workspace at `path`.
-pub fn open_workspace(config: &Config, path: &Path) -> anyhow::Result<LocalWorkspace> {
+pub fn open_workspace(config: &Config, path: &Path) -> anyhow::Result<WorkspaceState> {
     let root = std::fs::canonicalize(path).with_context(|| format!("opening workspace {}", path.display()))?;
     let state = config.workspace_state_dir(&root);
-    LocalWorkspace::open(&root, &state, &config.keys_dir())
+    WorkspaceState::open(&root, &state, &config.keys_dir())
         .with_context(|| format!("opening the client state of {}", root.display()))
 }
 
@@ -49,7 +49,7 @@ pub async fn transport(config: &Config, remote: &Remote) -> anyhow::Result<Box<d
         None => {
             let (service, tenant) = embedded_service(config).await?;
             let dir = config.home.join("local");
-            Ok(Box::new(LocalTransport::new(service, tenant, &format!("embedded ({})", dir.display()))))
+            Ok(Box::new(InProcessTransport::new(service, tenant, &format!("embedded ({})", dir.display()))))
         }
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use base64::Engine as _;
-use caret_anyrun::service::{RunService, TenantRef};
+use caret_anyrun::runs::{RunService, TenantRef};
 use caret_anyrun::worker::{InProcess, Worker, WorkerConfig};
 use caret_protocol::runs::{CreateRun, NumberedEvent, PutSecret, RepoSource, RunInfo, RunList, RunResult, SecretList};
 

@@ -25,7 +25,7 @@ use crate::*;
 /// is dropped.
 pub(crate) fn run(
     file: &PathBuf,
-    settings: &LocalSettings,
+    settings: &LlamaSettings,
     ready: &std::sync::mpsc::Sender<std::result::Result<ModelInfo, String>>,
     queue: &std::sync::mpsc::Receiver<Job>,
     counters: &Counters,

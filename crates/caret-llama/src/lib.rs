@@ -29,7 +29,7 @@ use caret_models::{Error, Event, EventStream, Provider, Result};
 
 /// How to run a local model.
 #[derive(Debug, Clone)]
-pub struct LocalSettings {
+pub struct LlamaSettings {
     /// Context window in tokens (capped at what the model was trained for).
     pub context_tokens: u32,
     /// Threads for llama.cpp; `None`: the cores this process may use.
@@ -94,9 +94,9 @@ impl KeyCache {
     }
 }
 
-impl Default for LocalSettings {
+impl Default for LlamaSettings {
     fn default() -> Self {
-        LocalSettings {
+        LlamaSettings {
             context_tokens: 8192,
             threads: None,
             batch_tokens: 512,
@@ -138,7 +138,7 @@ impl ModelInfo {
 
 /// Counters of a local model since it was loaded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LocalStats {
+pub struct LlamaStats {
     /// Requests served.
     pub requests: u64,
     /// Prompt tokens of those requests.
@@ -173,7 +173,7 @@ struct Counters {
 }
 
 /// A GGUF model run in this process by llama.cpp.
-pub struct LocalProvider {
+pub struct LlamaProvider {
     name: String,
     info: ModelInfo,
     jobs: std::sync::mpsc::Sender<Job>,
@@ -181,14 +181,14 @@ pub struct LocalProvider {
     counters: Arc<Counters>,
     /// Who is waiting for the engine (see [`Waiting`]).
     waiting: Arc<Waiting>,
-    /// Completions are drafted from their prompt (see [`LocalSettings::prompt_lookup`]).
+    /// Completions are drafted from their prompt (see [`LlamaSettings::prompt_lookup`]).
     prompt_lookup: bool,
     /// The engine thread, joined on drop: it must not be computing while the process exits
     /// (llama.cpp's global teardown under a running decode crashes).
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl Drop for LocalProvider {
+impl Drop for LlamaProvider {
     fn drop(&mut self) {
         // Closing the job queue ends the engine's loop once the job in hand is done; a job
         // whose stream is gone stops at its next token.
@@ -200,9 +200,9 @@ impl Drop for LocalProvider {
     }
 }
 
-impl std::fmt::Debug for LocalProvider {
+impl std::fmt::Debug for LlamaProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LocalProvider").field("name", &self.name).field("info", &self.info).finish()
+        f.debug_struct("LlamaProvider").field("name", &self.name).field("info", &self.info).finish()
     }
 }
 
@@ -280,10 +280,10 @@ fn backend() -> std::result::Result<&'static LlamaBackend, String> {
 /// fighting over them.
 static COMPUTE: Mutex<()> = Mutex::new(());
 
-impl LocalProvider {
+impl LlamaProvider {
     /// Loads a GGUF file (a model directory holding `model.gguf` works too) and starts its
     /// engine thread.
-    pub fn load(path: &Path, settings: LocalSettings) -> Result<LocalProvider> {
+    pub fn load(path: &Path, settings: LlamaSettings) -> Result<LlamaProvider> {
         let prompt_lookup = match std::env::var("CARET_PROMPT_LOOKUP").as_deref() {
             Ok("1") => true,
             Ok("0") => false,
@@ -320,7 +320,7 @@ impl LocalProvider {
             .recv()
             .map_err(|_| load_error("the engine thread ended while loading".to_owned()))?
             .map_err(load_error)?;
-        Ok(LocalProvider { name, info, jobs, alive, counters, waiting, prompt_lookup, thread: Some(thread) })
+        Ok(LlamaProvider { name, info, jobs, alive, counters, waiting, prompt_lookup, thread: Some(thread) })
     }
 
     /// What the engine found in the model file.
@@ -329,9 +329,9 @@ impl LocalProvider {
     }
 
     /// Counters since the model was loaded.
-    pub fn stats(&self) -> LocalStats {
+    pub fn stats(&self) -> LlamaStats {
         let c = &self.counters;
-        LocalStats {
+        LlamaStats {
             requests: c.requests.load(Ordering::Relaxed),
             prompt_tokens: c.prompt_tokens.load(Ordering::Relaxed),
             reused_tokens: c.reused_tokens.load(Ordering::Relaxed),
@@ -383,7 +383,7 @@ fn sampling(temperature: Option<f32>, top_p: Option<f32>) -> (f32, f32) {
 }
 
 #[async_trait::async_trait]
-impl Provider for LocalProvider {
+impl Provider for LlamaProvider {
     fn describe(&self) -> String {
         self.upstream()
     }

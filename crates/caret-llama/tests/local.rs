@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use caret_llama::{KeyCache, LocalProvider, LocalSettings};
+use caret_llama::{KeyCache, LlamaProvider, LlamaSettings};
 use caret_models::{
     CallContext, Class, Deployment, DeploymentLimits, Error, Gateway, GatewaySettings, Provider, collect_chat,
 };
@@ -41,14 +41,14 @@ fn completion(prompt: &str, suffix: Option<&str>, max_tokens: u32) -> Completion
     .unwrap()
 }
 
-fn settings() -> LocalSettings {
-    LocalSettings { context_tokens: 2048, ..LocalSettings::default() }
+fn settings() -> LlamaSettings {
+    LlamaSettings { context_tokens: 2048, ..LlamaSettings::default() }
 }
 
 #[tokio::test]
 async fn a_small_model_answers_a_conversation_deterministically_and_reuses_its_prefix() {
     let Some(dir) = small_model() else { return };
-    let model = LocalProvider::load(&dir, settings()).unwrap();
+    let model = LlamaProvider::load(&dir, settings()).unwrap();
     assert!(model.info().chat.is_ok(), "SmolLM2 is a ChatML model");
     let first = vec![ChatMessage::text(Role::User, "What is the capital of France? Answer in one word.")];
     let a = collect_chat(model.chat(chat(first.clone(), 12)).await.unwrap()).await.unwrap();
@@ -70,7 +70,7 @@ async fn a_small_model_answers_a_conversation_deterministically_and_reuses_its_p
     assert!(after.prompt_tokens - before.prompt_tokens > reused);
 
     // Reuse changes nothing: a fresh engine (nothing cached) gives the same greedy answer.
-    let fresh = LocalProvider::load(&dir, settings()).unwrap();
+    let fresh = LlamaProvider::load(&dir, settings()).unwrap();
     let c = collect_chat(fresh.chat(chat(longer, 12)).await.unwrap()).await.unwrap();
     assert_eq!(b.message.content_text(), c.message.content_text());
     assert_eq!(fresh.stats().reused_tokens, 0);
@@ -80,7 +80,7 @@ async fn a_small_model_answers_a_conversation_deterministically_and_reuses_its_p
 async fn a_warm_up_reads_a_prompt_ahead_and_any_request_pre_empts_it() {
     use futures::StreamExt as _;
     let Some(dir) = small_model() else { return };
-    let model = LocalProvider::load(&dir, settings()).unwrap();
+    let model = LlamaProvider::load(&dir, settings()).unwrap();
     let drain = |mut s: caret_models::EventStream| async move {
         let mut events = Vec::new();
         while let Some(e) = s.next().await {
@@ -134,7 +134,7 @@ fn sampled(messages: Vec<ChatMessage>, seed: u64) -> ChatRequest {
 
 /// Two turns of a seeded conversation, the first answer going back as the ids sampled (token
 /// in, token out); what each call read and sampled.
-async fn two_turns(model: &LocalProvider, seed: u64) -> Vec<CallTokens> {
+async fn two_turns(model: &LlamaProvider, seed: u64) -> Vec<CallTokens> {
     let mut messages = vec![ChatMessage::text(Role::User, "Write a short poem about the sea.")];
     let mut calls = Vec::new();
     for turn in 0..2 {
@@ -156,7 +156,7 @@ async fn two_turns(model: &LocalProvider, seed: u64) -> Vec<CallTokens> {
 #[tokio::test]
 async fn tokens_go_out_and_back_in_and_a_seeded_conversation_is_reproducible() {
     let Some(dir) = small_model() else { return };
-    let fresh = LocalProvider::load(&dir, settings()).unwrap();
+    let fresh = LlamaProvider::load(&dir, settings()).unwrap();
     let first = two_turns(&fresh, 7).await;
     // The second prompt continues the first prompt and answer token for token.
     let view = TokenView::assemble(&first).unwrap();
@@ -167,7 +167,7 @@ async fn tokens_go_out_and_back_in_and_a_seeded_conversation_is_reproducible() {
 
     // A busy engine (its cache holding another conversation of the same start, read in other
     // batches) gives the same seeded conversation token for token.
-    let busy = LocalProvider::load(&dir, settings()).unwrap();
+    let busy = LlamaProvider::load(&dir, settings()).unwrap();
     let other = vec![ChatMessage::text(Role::User, "Write a short poem about the sea, please.")];
     collect_chat(busy.chat(chat(other, 8)).await.unwrap()).await.unwrap();
     let _ = two_turns(&busy, 1000).await;
@@ -191,7 +191,7 @@ async fn tokens_go_out_and_back_in_and_a_seeded_conversation_is_reproducible() {
 #[tokio::test]
 async fn limits_stops_and_streams_behave_as_the_api_says() {
     let Some(dir) = small_model() else { return };
-    let model = LocalProvider::load(&dir, settings()).unwrap();
+    let model = LlamaProvider::load(&dir, settings()).unwrap();
     let count = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,";
 
     // The token limit.
@@ -229,7 +229,7 @@ async fn limits_stops_and_streams_behave_as_the_api_says() {
 async fn a_prediction_speeds_decoding_without_changing_the_answer() {
     let Some(dir) = small_model() else { return };
     for (flash_attention, key_cache) in [(false, KeyCache::Q8_0), (true, KeyCache::F16)] {
-        let model = LocalProvider::load(&dir, LocalSettings { flash_attention, key_cache, ..settings() }).unwrap();
+        let model = LlamaProvider::load(&dir, LlamaSettings { flash_attention, key_cache, ..settings() }).unwrap();
         assert_eq!((model.info().flash_attention, model.info().key_cache), (flash_attention, key_cache));
         let code = "def area(width, height):\n    return width * height\n\n\ndef perimeter(width, height):\n    return 2 * (width + height)\n";
         let ask = format!("Repeat this code exactly, in a python code block:\n```python\n{code}```");
@@ -258,7 +258,7 @@ async fn prompt_lookup_drafts_keep_the_answer() {
                   for color in colors:\n    print(color)\n\ncolors = ['red', 'green',";
     let mut answers = Vec::new();
     for prompt_lookup in [false, true] {
-        let model = LocalProvider::load(&dir, LocalSettings { prompt_lookup, ..settings() }).unwrap();
+        let model = LlamaProvider::load(&dir, LlamaSettings { prompt_lookup, ..settings() }).unwrap();
         let (text, _, usage) =
             caret_models::collect_completion(model.complete(completion(prompt, None, 40)).await.unwrap())
                 .await
@@ -274,7 +274,7 @@ async fn prompt_lookup_drafts_keep_the_answer() {
 #[tokio::test]
 async fn prompts_past_the_context_and_files_that_are_not_models_are_clear_errors() {
     let Some(dir) = small_model() else { return };
-    let model = LocalProvider::load(&dir, LocalSettings { context_tokens: 256, ..LocalSettings::default() }).unwrap();
+    let model = LlamaProvider::load(&dir, LlamaSettings { context_tokens: 256, ..LlamaSettings::default() }).unwrap();
     let long = "word ".repeat(400);
     let err = match model.complete(completion(&long, None, 4)).await.unwrap().next().await {
         Some(Err(e)) => e,
@@ -290,16 +290,16 @@ async fn prompts_past_the_context_and_files_that_are_not_models_are_clear_errors
     let tmp = caret_test_support::TempDir::new();
     let bogus = tmp.join("model.gguf");
     std::fs::write(&bogus, b"not a model at all").unwrap();
-    let err = LocalProvider::load(&bogus, settings()).unwrap_err().to_string();
+    let err = LlamaProvider::load(&bogus, settings()).unwrap_err().to_string();
     assert!(err.contains("is it a GGUF file"), "{err}");
-    let err = LocalProvider::load(&tmp.join("missing"), settings()).unwrap_err().to_string();
+    let err = LlamaProvider::load(&tmp.join("missing"), settings()).unwrap_err().to_string();
     assert!(err.contains("caret models pull"), "{err}");
 }
 
 #[tokio::test]
 async fn the_gateway_serves_an_alias_from_the_local_model() {
     let Some(dir) = small_model() else { return };
-    let model: Arc<dyn Provider> = Arc::new(LocalProvider::load(&dir, settings()).unwrap());
+    let model: Arc<dyn Provider> = Arc::new(LlamaProvider::load(&dir, settings()).unwrap());
     let limits = DeploymentLimits { max_concurrency: 1, ..DeploymentLimits::default() };
     let mut gateway = Gateway::new(GatewaySettings::default());
     gateway.add_alias("small", vec![Deployment::new("smol", model, "smollm2", 0, 1, limits)]);
@@ -323,7 +323,7 @@ async fn the_gateway_serves_an_alias_from_the_local_model() {
 #[ignore = "slow: a 1.5B model (CARET_TEST_CODE_MODEL_DIR); cargo test -- --ignored"]
 async fn the_code_model_calls_tools_and_fills_in_the_middle() {
     let dir = code_model();
-    let model = LocalProvider::load(&dir, settings()).unwrap();
+    let model = LlamaProvider::load(&dir, settings()).unwrap();
     assert!(model.info().fim, "Qwen2.5-Coder has FIM tokens");
 
     let mut req = chat(vec![ChatMessage::text(Role::User, "Show me what is in the file src/main.rs.")], 64);

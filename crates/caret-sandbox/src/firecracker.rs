@@ -206,14 +206,14 @@ impl Sandbox for GuestLink {
         let pool = self.pool.clone();
         let conn = tokio::task::spawn_blocking(move || pool.take(Duration::from_secs(30)))
             .await
-            .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?
+            .map_err(Error::Task)?
             .ok_or_else(|| Error::Unavailable("the guest has not dialled in for 30 s (is the VM alive?)".into()))?;
         let _hang_up = HangUp(conn.try_clone()?);
         let (ws, seen, live, timeout) =
             (self.policy.workspace.clone(), self.seen.clone(), spec.live.clone(), spec.timeout);
         let reply = tokio::task::spawn_blocking(move || exchange(conn, &ws, &seen, &request, timeout, live.as_ref()))
             .await
-            .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))??;
+            .map_err(Error::Task)??;
         if let Some(why) = reply.error {
             return Err(Error::Unavailable(format!("the guest could not run the command: {why}")));
         }
@@ -265,7 +265,7 @@ impl Config {
     /// Why VMs cannot start here, if they cannot: KVM, the files, the tools.
     pub fn check(&self) -> Result<()> {
         if let Err(e) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm") {
-            return Err(Error::Unavailable(format!("Firecracker needs KVM: /dev/kvm: {e}")));
+            return Err(Error::Device { what: "Firecracker needs KVM: opening /dev/kvm", source: e });
         }
         for (what, path) in [
             ("the firecracker binary", &self.firecracker),

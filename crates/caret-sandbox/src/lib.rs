@@ -47,6 +47,18 @@ pub enum Error {
     /// Starting or waiting failed.
     #[error("running the command: {0}")]
     Io(#[from] std::io::Error),
+    /// A device or file the backend needs could not be opened (`/dev/kvm`, say).
+    #[error("sandbox unavailable: {what}")]
+    Device {
+        /// What was needed and why.
+        what: &'static str,
+        /// Why opening it failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A blocking task of the backend ended without answering (it panicked or was cancelled).
+    #[error("a task of the sandbox ended without answering")]
+    Task(#[source] tokio::task::JoinError),
 }
 
 /// Result alias of this crate.

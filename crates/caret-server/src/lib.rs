@@ -38,8 +38,8 @@ pub async fn open_runs(
     storage: &StorageConfig,
     key_file: &Path,
     gateway: Option<Arc<caret_models::Gateway>>,
-    settings: caret_anyrun::service::RunSettings,
-) -> Result<caret_anyrun::service::RunService> {
+    settings: caret_anyrun::runs::RunSettings,
+) -> Result<caret_anyrun::runs::RunService> {
     use caret_crypto::WorkspaceKey;
     let key = match std::env::var("CARET_RUNS_KEY") {
         Ok(text) if !text.trim().is_empty() => {
@@ -61,7 +61,7 @@ pub async fn open_runs(
     };
     let dialect = caret_anyrun::queue::Dialect::of_url(&storage.database_url);
     let queue = caret_anyrun::queue::Queue::open(service.db().pool().clone(), dialect).await?;
-    Ok(caret_anyrun::service::RunService::new(queue, service.store().clone(), key, gateway, settings))
+    Ok(caret_anyrun::runs::RunService::new(queue, service.store().clone(), key, gateway, settings))
 }
 
 /// How to serve.
@@ -84,7 +84,7 @@ pub struct ServeConfig {
     /// Agent sessions: their workspaces (none: `/v1/agent/...` answers 503), rules, limits.
     pub agent: sessions::AgentSettings,
     /// Background runs (none: `/v1/runs` answers 503).
-    pub runs: Option<Arc<caret_anyrun::service::RunService>>,
+    pub runs: Option<Arc<caret_anyrun::runs::RunService>>,
     /// A front end served under `/ui` (the team's editor page), when there is one.
     pub pages: Option<Pages>,
 }

@@ -1,6 +1,6 @@
 //! Background runs over HTTP: the tenants' routes (`/v1/runs`, `/v1/secrets`), the workers'
 //! routes (`/v1/workers/…`, operator token) and the operators' fleet view (`/v1/fleet`).
-//! Thin adapters over `caret_anyrun::service::RunService`.
+//! Thin adapters over `caret_anyrun::runs::RunService`.
 //!
 //! - `POST /v1/runs` `CreateRun` → 201 `RunInfo`; `GET /v1/runs?limit=N`; `GET /v1/runs/{id}`;
 //!   `POST /v1/runs/{id}/cancel`; `DELETE /v1/runs/{id}` (an ended run, now).
@@ -25,7 +25,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json as AxumJson};
-use caret_anyrun::service::{RunService, TenantRef};
+use caret_anyrun::runs::{RunService, TenantRef};
 use caret_protocol::envs::{CreateEnv, EnvList, Step};
 use caret_protocol::llm::ChatRequest;
 use caret_protocol::runs::{

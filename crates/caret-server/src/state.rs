@@ -31,7 +31,7 @@ pub struct AppState {
     /// Agent sessions, when agent workspaces are configured.
     pub agent: Option<Arc<AgentHost>>,
     /// Background runs, when enabled.
-    pub runs: Option<Arc<caret_anyrun::service::RunService>>,
+    pub runs: Option<Arc<caret_anyrun::runs::RunService>>,
     /// Turns true when the server stops: event streams end.
     pub stopping: Arc<tokio::sync::watch::Sender<bool>>,
 }

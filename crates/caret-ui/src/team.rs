@@ -15,7 +15,7 @@ use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{any, get};
 use axum::{Extension, Router};
-use caret_anyrun::service::{RunService, TenantRef};
+use caret_anyrun::runs::{RunService, TenantRef};
 use caret_index::db::Tenant;
 use serde_json::Value;
 use tokio::sync::broadcast;

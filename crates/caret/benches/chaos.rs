@@ -3,6 +3,13 @@
 //! 20 workers SIGKILLed at random moments (each replaced at once). Every run must end exactly
 //! once — succeeded, or failed with a reason — and none may be lost or run twice at once.
 //!
+//! Counted from the outside, not from the server's own events: each attempt's first command
+//! prints a token of its own (`start-NANOS`), which the agent sends back to the model, so the
+//! model server — this process — sees which attempt each model call belongs to, which
+//! attempts ran their command to the end, and whether two attempts of one run were alive at
+//! once; the final states are what the client reads. The server's events are printed beside
+//! them.
+//!
 //! `cargo bench -p caret --bench chaos [-- RUNS KILLS WORKERS]` (defaults 200 20 4); with
 //! `CARET_BENCH_DATABASE_URL=postgres://…` the queue is on PostgreSQL (a schema of its own),
 //! else SQLite.
@@ -61,9 +68,11 @@ fn main() {
         (args.first().copied().unwrap_or(200), args.get(1).copied().unwrap_or(20), args.get(2).copied().unwrap_or(4));
     let rt = tokio::runtime::Runtime::new().unwrap();
     let up = rt.block_on(ScriptedUpstream::start("chaos-model"));
-    // Each run: a command that takes a while (so kills land mid-run), then an answer.
+    // Each run: a command that names its attempt, one that takes a while (so kills land
+    // mid-run), then an answer.
     up.set(Behaviour {
         conversation: vec![
+            Answer::Calls(vec![("run_terminal_cmd".into(), json!({"command": "echo start-$(date +%s%N)"}))]),
             Answer::Calls(vec![("run_terminal_cmd".into(), json!({"command": "sleep 2; echo worked"}))]),
             Answer::Text("done".into()),
         ],
@@ -167,14 +176,87 @@ fn main() {
             }
         }
     }
+    // What the client reads: each run's final state.
+    let finals: BTreeMap<String, String> = get(&format!("/v1/runs?limit={}", runs + 10))["runs"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|r| {
+            (r["task"].as_str().unwrap_or_default().to_owned(), r["state"].as_str().unwrap_or_default().to_owned())
+        })
+        .collect();
     server.stop();
+    let seen = outside(&up.chats());
+    let (mut alive_together, mut succeeded_unworked, mut never_ended) = (0, 0, 0);
+    let (mut attempts, mut worked) = (0, 0);
+    for i in 0..runs {
+        let task = format!("chaos {i}");
+        let mine: Vec<&Attempt> = seen.get(&task).map(|a| a.iter().collect()).unwrap_or_default();
+        attempts += mine.len();
+        worked += mine.iter().filter(|a| a.worked).count();
+        // Two attempts alive at once: one made a model call after the next had started.
+        let mut spans: Vec<(usize, usize)> = mine.iter().map(|a| (a.first, a.last)).collect();
+        spans.sort();
+        alive_together += usize::from(spans.windows(2).any(|w| w[0].1 > w[1].0));
+        match finals.get(&task).map(String::as_str) {
+            Some("succeeded") if !mine.iter().any(|a| a.worked) => succeeded_unworked += 1,
+            Some("succeeded" | "failed" | "cancelled") => {}
+            _ => never_ended += 1,
+        }
+    }
     println!(
-        "chaos ({db_name}, {workers} workers × 8 slots, {runs} runs, {kills} SIGKILLs): all ended in {:.1} s; {ends:?}; \
-         runs not ended exactly once: {not_once}; runs with overlapping attempts: {overlapped}; attempts re-leased: {releases}",
+        "chaos ({db_name}, {workers} workers × 8 slots, {runs} runs, {kills} SIGKILLs): all ended in {:.1} s",
         wall.as_secs_f64()
+    );
+    println!(
+        "  from the outside: attempts seen by the model server {attempts}, commands run to the end {worked}; runs with \
+         two attempts alive at once: {alive_together}; runs succeeded without an attempt that ran its command: \
+         {succeeded_unworked}; runs the client never saw end: {never_ended}"
+    );
+    println!(
+        "  the server's events: {ends:?}; runs not ended exactly once: {not_once}; runs with overlapping attempts: \
+         {overlapped}; attempts re-leased: {releases}"
     );
     if !reasons.is_empty() {
         println!("  reasons: {reasons:?}");
     }
-    assert_eq!((not_once, overlapped), (0, 0), "a run was lost, ended twice or ran twice at once");
+    assert_eq!(
+        (alive_together, succeeded_unworked, never_ended),
+        (0, 0, 0),
+        "seen from the outside: a run ran twice at once, succeeded without working, or was lost"
+    );
+    assert_eq!((not_once, overlapped), (0, 0), "the server's events: a run was lost, ended twice or ran twice at once");
+}
+
+/// One attempt as the model server saw it: the index of its first and last model call in the
+/// order calls arrived, and whether it got as far as reporting its long command's output.
+struct Attempt {
+    first: usize,
+    last: usize,
+    worked: bool,
+}
+
+/// Attempts by task, from the model calls in the order they arrived. An attempt's first call
+/// carries only the task; its later calls carry the `start-NANOS` token its first command
+/// printed, which names it (its first call is counted from the token's first appearance).
+fn outside(chats: &[Value]) -> BTreeMap<String, Vec<Attempt>> {
+    let token = regex::Regex::new(r"start-[0-9]+").expect("a valid pattern");
+    let task = regex::Regex::new(r"chaos [0-9]+").expect("a valid pattern");
+    let mut by_token: BTreeMap<String, (String, Attempt)> = BTreeMap::new();
+    for (n, chat) in chats.iter().enumerate() {
+        let text = chat.to_string();
+        let (Some(tok), Some(t)) = (token.find(&text), task.find(&text)) else { continue };
+        let worked = text.contains("worked");
+        let entry = by_token
+            .entry(tok.as_str().to_owned())
+            .or_insert_with(|| (t.as_str().to_owned(), Attempt { first: n, last: n, worked: false }));
+        entry.1.last = n;
+        entry.1.worked |= worked;
+    }
+    let mut out: BTreeMap<String, Vec<Attempt>> = BTreeMap::new();
+    for (_, (t, a)) in by_token {
+        out.entry(t).or_default().push(a);
+    }
+    out
 }

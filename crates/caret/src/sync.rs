@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use caret_client::local::LocalWorkspace;
+use caret_client::state::WorkspaceState;
 use caret_client::sync::SyncReport;
 use caret_crypto::WorkspaceKey;
 use serde_json::json;
@@ -65,7 +65,7 @@ pub struct StatusArgs {
     target: Target,
 }
 
-fn print_report(r: &SyncReport, ws: &LocalWorkspace, to: &str, json: bool) {
+fn print_report(r: &SyncReport, ws: &WorkspaceState, to: &str, json: bool) {
     if json {
         let mut v = serde_json::to_value(r).unwrap_or_default();
         v["workspace"] = json!(ws.id);

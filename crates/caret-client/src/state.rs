@@ -11,7 +11,7 @@ use crate::{Error, Result};
 
 /// A workspace on this machine.
 #[derive(Debug)]
-pub struct LocalWorkspace {
+pub struct WorkspaceState {
     /// The canonical root.
     pub root: PathBuf,
     /// Where the client keeps this workspace's state (stat cache, path map).
@@ -40,7 +40,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     caret_workspace::statcache::write_atomic(path, bytes).map_err(io("writing", path))
 }
 
-impl LocalWorkspace {
+impl WorkspaceState {
     /// Opens the workspace whose state lives in `state_dir`, creating its id and key on first
     /// use (the key under `keys_dir`, mode 0600).
     pub fn open(root: &Path, state_dir: &Path, keys_dir: &Path) -> Result<Self> {
@@ -69,7 +69,7 @@ impl LocalWorkspace {
             key.save_new(&key_path)?;
             key
         };
-        Ok(LocalWorkspace { root, state_dir: state_dir.to_path_buf(), id, key, key_path })
+        Ok(WorkspaceState { root, state_dir: state_dir.to_path_buf(), id, key, key_path })
     }
 
     /// Replaces the key (a team member's key, imported). The old one is kept as `.key.old`.
