@@ -153,8 +153,18 @@ fn main() {
     let (mut ends, mut reasons) = (BTreeMap::<String, usize>::new(), BTreeMap::<String, usize>::new());
     let (mut not_once, mut overlapped, mut releases) = (0, 0, 0);
     for id in &ids {
-        let events = get(&format!("/v1/runs/{id}/events?follow=false"));
-        let list = events.as_array().map_or(&[][..], Vec::as_slice);
+        // Every page of the run's events (a page holds at most 1,000).
+        let mut all: Vec<Value> = Vec::new();
+        loop {
+            let after = all.last().and_then(|e| e["seq"].as_u64()).unwrap_or(0);
+            let page = get(&format!("/v1/runs/{id}/events?follow=false&after={after}"));
+            let page = page.as_array().cloned().unwrap_or_default();
+            if page.is_empty() {
+                break;
+            }
+            all.extend(page);
+        }
+        let list = all.as_slice();
         let h = history(list);
         if h.ends != 1 || h.overlapped {
             let kinds: Vec<String> = list
@@ -187,9 +197,10 @@ fn main() {
         })
         .collect();
     server.stop();
-    let seen = outside(&up.chats());
+    let (seen, first_calls) = outside(&up.chats());
     let (mut alive_together, mut succeeded_unworked, mut never_ended) = (0, 0, 0);
     let (mut attempts, mut worked) = (0, 0);
+    let started: usize = first_calls.values().sum();
     for i in 0..runs {
         let task = format!("chaos {i}");
         let mine: Vec<&Attempt> = seen.get(&task).map(|a| a.iter().collect()).unwrap_or_default();
@@ -210,7 +221,8 @@ fn main() {
         wall.as_secs_f64()
     );
     println!(
-        "  from the outside: attempts seen by the model server {attempts}, commands run to the end {worked}; runs with \
+        "  from the outside: attempts that called the model {started}, that ran their first command {attempts}, that \
+         ran their long command to the end {worked}; runs with \
          two attempts alive at once: {alive_together}; runs succeeded without an attempt that ran its command: \
          {succeeded_unworked}; runs the client never saw end: {never_ended}"
     );
@@ -220,6 +232,12 @@ fn main() {
     );
     if !reasons.is_empty() {
         println!("  reasons: {reasons:?}");
+    }
+    let log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
+    let warnings: Vec<&str> = log.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
+    println!("  the server's warnings and errors: {}", warnings.len());
+    for w in warnings.iter().take(10) {
+        println!("    {w}");
     }
     assert_eq!(
         (alive_together, succeeded_unworked, never_ended),
@@ -238,15 +256,21 @@ struct Attempt {
 }
 
 /// Attempts by task, from the model calls in the order they arrived. An attempt's first call
-/// carries only the task; its later calls carry the `start-NANOS` token its first command
-/// printed, which names it (its first call is counted from the token's first appearance).
-fn outside(chats: &[Value]) -> BTreeMap<String, Vec<Attempt>> {
+/// carries only the task (counted per task: every attempt that started); its later calls
+/// carry the `start-NANOS` token its first command printed, which names it (its span starts
+/// at the token's first appearance).
+fn outside(chats: &[Value]) -> (BTreeMap<String, Vec<Attempt>>, BTreeMap<String, usize>) {
     let token = regex::Regex::new(r"start-[0-9]+").expect("a valid pattern");
     let task = regex::Regex::new(r"chaos [0-9]+").expect("a valid pattern");
     let mut by_token: BTreeMap<String, (String, Attempt)> = BTreeMap::new();
+    let mut first_calls: BTreeMap<String, usize> = BTreeMap::new();
     for (n, chat) in chats.iter().enumerate() {
         let text = chat.to_string();
-        let (Some(tok), Some(t)) = (token.find(&text), task.find(&text)) else { continue };
+        let Some(t) = task.find(&text) else { continue };
+        let Some(tok) = token.find(&text) else {
+            *first_calls.entry(t.as_str().to_owned()).or_default() += 1;
+            continue;
+        };
         let worked = text.contains("worked");
         let entry = by_token
             .entry(tok.as_str().to_owned())
@@ -258,5 +282,5 @@ fn outside(chats: &[Value]) -> BTreeMap<String, Vec<Attempt>> {
     for (_, (t, a)) in by_token {
         out.entry(t).or_default().push(a);
     }
-    out
+    (out, first_calls)
 }
