@@ -3,8 +3,6 @@
 //! predicted output), samples, and streams events back; warm-ups run in small batches that
 //! any real request pre-empts.
 
-use self::draft::{DraftLengths, Drafter};
-use self::output::{StopScan, ToolCallParser, Utf8Joiner};
 use caret_models::{Error, Event, Result};
 use caret_protocol::llm::{CompletionTokensDetails, FinishReason, TokenLogprob, Usage};
 use llama_cpp_2::context::LlamaContext;
@@ -19,7 +17,10 @@ use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
-use crate::*;
+use crate::draft::{DraftLengths, Drafter};
+use crate::output::{StopScan, ToolCallParser, Utf8Joiner};
+use crate::prompt::{ChatFormat, Piece};
+use crate::{COMPUTE, Counters, Input, Job, KeyCache, LlamaSettings, ModelInfo, WARM_CHUNK, Waiting, backend};
 
 /// The engine thread: loads the model, answers `ready`, then serves jobs until the provider
 /// is dropped.
