@@ -47,10 +47,19 @@ pub const REPEATED: &str = "\n(This exact call already failed the same way: repe
 /// Runs one call.
 async fn run_one(tools: &Registry, call: &Call, ctx: &Ctx) -> Outcome {
     let started = Instant::now();
+    // The tool's name only when it is one of ours (the model may write anything there);
+    // never its arguments or output.
+    let known = tools.get(&call.name).is_some();
+    let span = tracing::info_span!(
+        "agent.tool",
+        tool = if known { call.name.as_str() } else { "unknown" },
+        ok = tracing::field::Empty
+    );
     let result = match tools.get(&call.name) {
-        Some(tool) => tool.call(call.arguments.clone(), ctx).await,
+        Some(tool) => tracing::Instrument::instrument(tool.call(call.arguments.clone(), ctx), span.clone()).await,
         None => Err(crate::tools::ToolError::new(format!("there is no tool named {:?}", call.name))),
     };
+    span.record("ok", result.is_ok());
     let (ok, output) = match result {
         Ok(out) => (true, out),
         Err(e) => {

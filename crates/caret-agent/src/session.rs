@@ -426,6 +426,7 @@ impl Session {
 
     /// Runs one turn for `input`; ops that arrive meanwhile (an interrupt, approvals) are
     /// read from `ops`.
+    #[tracing::instrument(name = "agent.turn", skip_all, fields(turn = self.turn + 1))]
     pub async fn turn(
         &mut self,
         input: &str,

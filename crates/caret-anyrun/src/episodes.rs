@@ -91,6 +91,11 @@ impl Episodes {
         open.get(id).filter(|e| e.tenant == tenant).cloned().ok_or_else(|| Error::NotFound(format!("episode {id}")))
     }
 
+    /// Whether episode `id` lives here (in this process's memory).
+    pub fn holds(&self, id: &str) -> bool {
+        self.open.lock().unwrap_or_else(PoisonError::into_inner).contains_key(id)
+    }
+
     pub(crate) fn by_run(&self, run: &str) -> Option<Arc<Episode>> {
         self.open.lock().unwrap_or_else(PoisonError::into_inner).values().find(|e| e.run == run).cloned()
     }

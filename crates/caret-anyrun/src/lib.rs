@@ -53,6 +53,9 @@ pub enum Error {
     /// The database failed.
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
+    /// The run queue's schema could not be brought up to date.
+    #[error("the run queue's schema")]
+    Schema(#[from] caret_db::Error),
     /// Object storage failed (a passing fault: the caller may retry).
     #[error("{what}")]
     Store {

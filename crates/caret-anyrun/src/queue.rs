@@ -87,26 +87,13 @@ const MIGRATIONS: &[(i64, &str)] = &[
     ),
 ];
 
-/// Which SQL the database speaks where the two differ (row locks).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dialect {
-    /// SQLite: one writer at a time, no row locks needed.
-    Sqlite,
-    /// PostgreSQL: `FOR UPDATE SKIP LOCKED`.
-    Postgres,
-}
+pub use caret_db::Dialect;
 
-impl Dialect {
-    /// The dialect of a database URL.
-    pub fn of_url(url: &str) -> Dialect {
-        if url.starts_with("postgres") { Dialect::Postgres } else { Dialect::Sqlite }
-    }
-
-    fn skip_locked(self) -> &'static str {
-        match self {
-            Dialect::Sqlite => "",
-            Dialect::Postgres => " FOR UPDATE SKIP LOCKED",
-        }
+/// Row locks where the dialect has them.
+fn skip_locked(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Sqlite => "",
+        Dialect::Postgres => " FOR UPDATE SKIP LOCKED",
     }
 }
 
@@ -314,35 +301,8 @@ impl Queue {
     }
 
     async fn migrate(&self) -> Result<()> {
-        sqlx::query(
-            "CREATE TABLE IF NOT EXISTS anyrun_schema (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
-        )
-        .execute(&self.pool)
-        .await?;
-        for (version, sql) in MIGRATIONS {
-            let mut tx = self.pool.begin().await?;
-            let done = sqlx::query("SELECT version FROM anyrun_schema WHERE version = $1")
-                .bind(*version)
-                .fetch_optional(&mut *tx)
-                .await?;
-            if done.is_some() {
-                continue;
-            }
-            for statement in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
-                sqlx::query(statement).execute(&mut *tx).await?;
-            }
-            let applied = sqlx::query("INSERT INTO anyrun_schema (version, applied_at) VALUES ($1, $2)")
-                .bind(*version)
-                .bind(crate::now_ms())
-                .execute(&mut *tx)
-                .await;
-            match applied {
-                Ok(_) => tx.commit().await?,
-                // Another process migrated at the same moment: its schema stands.
-                Err(sqlx::Error::Database(d)) if d.is_unique_violation() => tx.rollback().await?,
-                Err(e) => return Err(e.into()),
-            }
-        }
+        let schema = caret_db::Schema { table: "anyrun_schema", steps: MIGRATIONS };
+        caret_db::migrate(&self.pool, self.dialect, schema).await?;
         Ok(())
     }
 
@@ -484,7 +444,7 @@ impl Queue {
                 // holds is passed over.
                 let locked = sqlx::query(&format!(
                     "SELECT max_running FROM anyrun_tenants WHERE tenant_id = $1{}",
-                    self.dialect.skip_locked()
+                    skip_locked(self.dialect)
                 ))
                 .bind(&tenant)
                 .fetch_optional(&mut *tx)
@@ -504,7 +464,7 @@ impl Queue {
             let next = sqlx::query(&format!(
                 "SELECT id FROM anyrun_runs WHERE state = 'queued' AND tenant_id = $1 AND class_rank = $2 \
                  ORDER BY created_ms, id LIMIT 1{}",
-                self.dialect.skip_locked()
+                skip_locked(self.dialect)
             ))
             .bind(&tenant)
             .bind(class_rank)

@@ -42,6 +42,10 @@ impl Remote {
     }
 
     async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response> {
+        let req = match caret_trace::traceparent() {
+            Some(parent) => req.header(caret_trace::TRACEPARENT, parent),
+            None => req,
+        };
         let resp = req
             .bearer_auth(&self.token)
             .send()

@@ -4,6 +4,8 @@
 
 mod episodes;
 
+pub use episodes::{Placement, episode_id};
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -87,6 +89,9 @@ struct Spec {
     /// A rollout's sampling and recording.
     #[serde(default)]
     rollout: Option<caret_protocol::runs::RolloutOptions>,
+    /// The trace of the request that queued it (ids only).
+    #[serde(default)]
+    traceparent: Option<String>,
 }
 
 /// A remote the workers may clone from or push to.
@@ -163,6 +168,8 @@ pub struct RunService {
     last_expire_ms: AtomicI64,
     /// Episodes of the environment API, open on this server.
     episodes: crate::episodes::Episodes,
+    /// Where episodes live, when replicas share the service.
+    placement: std::sync::OnceLock<Arc<dyn episodes::Placement>>,
 }
 
 impl std::fmt::Debug for RunService {
@@ -219,6 +226,7 @@ impl RunService {
             last_expire_ms: AtomicI64::new(0),
             episodes: crate::episodes::Episodes::new(settings.episodes.clone()),
             settings,
+            placement: std::sync::OnceLock::new(),
         }
     }
 
@@ -416,6 +424,7 @@ impl RunService {
             push,
             git_credential: req.git_credential,
             rollout: req.rollout,
+            traceparent: caret_trace::traceparent(),
         };
         let text =
             serde_json::to_vec(&spec).map_err(|source| Error::Json { what: "writing a run's spec".into(), source })?;
@@ -762,6 +771,7 @@ impl RunService {
             git_credential,
             checkpoint,
             rollout: spec.rollout,
+            traceparent: spec.traceparent,
         }))
     }
 
@@ -813,7 +823,7 @@ impl RunService {
         let row = self.queue.check(&lease.run, lease.token).await.map_err(|e| refused(409, e.to_string()))?;
         let spec = self.spec(&row).map_err(|e| refused(500, e.to_string()))?;
         if spec.rollout.as_ref().is_some_and(|r| r.policy) {
-            return self.episodes.model_call(&lease.run, req).await;
+            return self.episode_call(lease, req).await;
         }
         if row.tokens_used >= spec.limits.model_tokens {
             return Err(refused(403, format!("the run's model token limit ({}) is used up", spec.limits.model_tokens)));

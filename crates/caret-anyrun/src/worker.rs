@@ -236,6 +236,18 @@ async fn attempt(
     coord: Arc<dyn Coordinator>,
     config: Arc<WorkerConfig>,
     lease: Lease,
+    drain: watch::Receiver<bool>,
+) -> bool {
+    // The attempt continues the trace of the request that queued the run.
+    let span = tracing::info_span!("run.attempt", run = %lease.lease.run, attempt = lease.attempt);
+    caret_trace::set_parent(&span, lease.traceparent.as_deref());
+    tracing::Instrument::instrument(attempt_in_span(coord, config, lease, drain), span).await
+}
+
+async fn attempt_in_span(
+    coord: Arc<dyn Coordinator>,
+    config: Arc<WorkerConfig>,
+    lease: Lease,
     mut drain: watch::Receiver<bool>,
 ) -> bool {
     let lease_ref = lease.lease.clone();

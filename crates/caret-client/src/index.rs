@@ -392,6 +392,7 @@ fn path_matches(words: &[String], path: &str) -> usize {
 
 /// Searches the workspace and maps the hits back to current code, reranked by what only the
 /// client knows (`rerank`: the real paths).
+#[tracing::instrument(name = "search", skip_all, fields(k, mode = ?mode))]
 pub async fn search(
     scanner: Arc<Scanner>,
     ws: &WorkspaceState,

@@ -199,6 +199,7 @@ impl SyncEngine {
     }
 
     /// Syncs the workspace: compare, then send what changed.
+    #[tracing::instrument(name = "sync", skip_all)]
     pub async fn sync(&self, ws: &WorkspaceState, transport: &dyn Transport) -> Result<SyncReport> {
         let started = Instant::now();
         let wire_before = transport.wire().get();

@@ -137,22 +137,49 @@ impl HttpTransport {
         if let Some(k) = key {
             req = req.header(SERVER_KEY_HEADER, k.encode());
         }
-        // Rate limited, or the server's storage failing for a moment: wait as told (doubling
-        // when it does not say), a few times.
-        for attempt in 0..6 {
+        if let Some(parent) = caret_trace::traceparent() {
+            req = req.header(caret_trace::TRACEPARENT, parent);
+        }
+        // Rate limited, the server's storage failing for a moment, a balancer that found no
+        // replica (502, 504), or a connection refused or cut before the answer (a replica
+        // restarting): wait as told (doubling from a tenth of a second when it does not say), a
+        // few times. Every request of the sync protocol can be sent again.
+        let mut last = String::new();
+        for attempt in 0..6u32 {
             let Some(r) = req.try_clone() else { break };
-            let response = r.send().await.map_err(|e| Error::Transport(format!("{url}: {}", chain(&e))))?;
+            let backoff = std::time::Duration::from_millis(100 << attempt);
+            let response = match r.send().await {
+                Ok(response) => response,
+                Err(e) if attempt < 5 && (e.is_connect() || e.is_request()) && !e.is_timeout() => {
+                    tracing::debug!(%url, error = %chain(&e), "no answer; retrying");
+                    last = chain(&e);
+                    tokio::time::sleep(backoff).await;
+                    continue;
+                }
+                Err(e) => return Err(Error::Transport(format!("{url}: {}", chain(&e)))),
+            };
             let status = response.status();
             let retry_after =
                 response.headers().get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-            let bytes = response.bytes().await.map_err(|e| Error::Transport(format!("{url}: {}", chain(&e))))?;
+            let bytes = match response.bytes().await {
+                Ok(bytes) => bytes,
+                Err(e) if attempt < 5 && !e.is_timeout() => {
+                    last = chain(&e);
+                    tokio::time::sleep(backoff).await;
+                    continue;
+                }
+                Err(e) => return Err(Error::Transport(format!("{url}: {}", chain(&e)))),
+            };
             self.wire.add(sent, bytes.len());
             let retry = status == reqwest::StatusCode::TOO_MANY_REQUESTS
-                || status == reqwest::StatusCode::SERVICE_UNAVAILABLE && retry_after.is_some();
+                || status == reqwest::StatusCode::SERVICE_UNAVAILABLE && retry_after.is_some()
+                || status == reqwest::StatusCode::BAD_GATEWAY
+                || status == reqwest::StatusCode::GATEWAY_TIMEOUT;
             if retry && attempt < 5 {
-                let wait = retry_after.unwrap_or(1 << attempt).min(30);
-                tracing::debug!(%url, %status, wait, "the server asks to retry");
-                tokio::time::sleep(std::time::Duration::from_secs(wait)).await;
+                let wait = retry_after.map_or(backoff, |s| std::time::Duration::from_secs(s.min(30)));
+                tracing::debug!(%url, %status, ?wait, "the server asks to retry");
+                last = status.to_string();
+                tokio::time::sleep(wait).await;
                 continue;
             }
             if !status.is_success() {
@@ -166,7 +193,7 @@ impl HttpTransport {
             return serde_json::from_slice(&bytes)
                 .map_err(|e| Error::Transport(format!("{url}: unexpected response: {e}")));
         }
-        Err(Error::Transport(format!("{url}: rate limited or unavailable too many times")))
+        Err(Error::Transport(format!("{url}: rate limited or unavailable too many times (last: {last})")))
     }
 }
 

@@ -45,6 +45,7 @@ async fn serve(service: Arc<Service>) -> Server {
         agent: caret_server::sessions::AgentSettings::default(),
         runs: None,
         pages: None,
+        advertise_url: None,
     };
     let statuses = Arc::new(Mutex::new(Vec::new()));
     let seen = statuses.clone();

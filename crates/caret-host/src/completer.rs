@@ -155,6 +155,7 @@ impl Completer {
     }
 
     /// The suggestion for a cursor at byte `cursor` of document `doc` (whose text is `text`).
+    #[tracing::instrument(name = "tab", skip_all)]
     pub async fn suggest(
         &self,
         doc: &str,

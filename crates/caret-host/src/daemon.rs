@@ -310,6 +310,7 @@ pub fn serve(config: &Config, idle: Option<&str>, log: fn(String)) -> anyhow::Re
             agent: caret_server::sessions::AgentSettings::default(),
             runs: None,
             pages: None,
+            advertise_url: None,
         };
         serve.check()?;
         let activity = Arc::new(Activity::new());

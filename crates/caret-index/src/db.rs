@@ -60,6 +60,46 @@ const MIGRATIONS: &[(i64, &str)] = &[
         revoked_at BIGINT
     )",
     ),
+    (
+        4,
+        // Replicas of one service (see `cluster`): who is alive and where, what lives in
+        // which replica's memory, the rate-limit buckets they share, the secret of their hops.
+        "CREATE TABLE replicas (
+        id TEXT PRIMARY KEY,
+        url TEXT NOT NULL,
+        started_at BIGINT NOT NULL,
+        seen_at BIGINT NOT NULL
+    );
+    CREATE TABLE placements (
+        kind TEXT NOT NULL,
+        id TEXT NOT NULL,
+        replica_id TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        PRIMARY KEY (kind, id)
+    );
+    CREATE TABLE rate_buckets (
+        key TEXT PRIMARY KEY,
+        micro_tokens BIGINT NOT NULL,
+        updated_ms BIGINT NOT NULL
+    );
+    CREATE TABLE cluster_secret (
+        id BIGINT PRIMARY KEY,
+        secret TEXT NOT NULL
+    )",
+    ),
+    (
+        5,
+        // Feature flags and kill switches (see `flags`).
+        "CREATE TABLE flags (
+        name TEXT NOT NULL,
+        tenant TEXT NOT NULL,
+        state TEXT NOT NULL,
+        percent BIGINT NOT NULL,
+        reason TEXT NOT NULL,
+        updated_at BIGINT NOT NULL,
+        PRIMARY KEY (name, tenant)
+    )",
+    ),
 ];
 
 /// Recovery admission as an operator started it (`caret admin recovery start`).
@@ -100,10 +140,11 @@ pub struct WorkspaceRow {
 /// The metadata database.
 #[derive(Debug, Clone)]
 pub struct Db {
-    pool: AnyPool,
+    pub(crate) pool: AnyPool,
+    pub(crate) dialect: caret_db::Dialect,
 }
 
-fn now() -> i64 {
+pub(crate) fn now() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
@@ -116,35 +157,14 @@ impl Db {
             .connect(url)
             .await
             .map_err(Error::Connect)?;
-        let db = Db { pool };
+        let db = Db { pool, dialect: caret_db::Dialect::of_url(url) };
         db.migrate().await?;
         Ok(db)
     }
 
     async fn migrate(&self) -> Result<()> {
-        sqlx::query("CREATE TABLE IF NOT EXISTS caret_schema (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)")
-            .execute(&self.pool)
-            .await?;
-        for (version, sql) in MIGRATIONS {
-            let mut tx = self.pool.begin().await?;
-            let done: Option<i64> = sqlx::query("SELECT version FROM caret_schema WHERE version = $1")
-                .bind(*version)
-                .fetch_optional(&mut *tx)
-                .await?
-                .map(|r| r.get(0));
-            if done.is_some() {
-                continue;
-            }
-            for statement in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
-                sqlx::query(statement).execute(&mut *tx).await?;
-            }
-            sqlx::query("INSERT INTO caret_schema (version, applied_at) VALUES ($1, $2)")
-                .bind(*version)
-                .bind(now())
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-        }
+        let schema = caret_db::Schema { table: "caret_schema", steps: MIGRATIONS };
+        caret_db::migrate(&self.pool, self.dialect, schema).await?;
         Ok(())
     }
 

@@ -26,6 +26,9 @@ pub enum Error {
     /// from a refused query).
     #[error("database")]
     Database(#[from] sqlx::Error),
+    /// The schema could not be brought up to date.
+    #[error("database schema")]
+    Schema(#[from] caret_db::Error),
     /// Object storage failed.
     #[error("storage")]
     Store(#[from] caret_store::Error),

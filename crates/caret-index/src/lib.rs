@@ -9,7 +9,9 @@
 //! anywhere: it receives obfuscated paths, keyed hashes and, for chunks it lacks, texts it
 //! holds in memory while computing their keyed terms and vectors.
 
+pub mod cluster;
 pub mod db;
+pub mod flags;
 pub mod service;
 
 mod error;

@@ -424,6 +424,7 @@ impl Service {
     }
 
     /// Listings of the asked directories.
+    #[tracing::instrument(name = "index.tree", skip_all, fields(tenant = %tenant.id))]
     pub async fn tree(&self, tenant: &Tenant, id: &str, req: &TreeRequest) -> Result<TreeResponse> {
         if req.dirs.len() > MAX_DIRS {
             return Err(Error::BadRequest(format!("at most {MAX_DIRS} directories per request")));
@@ -460,6 +461,7 @@ impl Service {
     }
 
     /// The chunk ids of these files the server lacks.
+    #[tracing::instrument(name = "index.plan", skip_all, fields(tenant = %tenant.id))]
     pub async fn plan(&self, tenant: &Tenant, id: &str, req: &PlanRequest) -> Result<PlanResponse> {
         if req.files.len() > MAX_FILES {
             return Err(Error::BadRequest(format!("at most {MAX_FILES} files per request")));
@@ -478,6 +480,7 @@ impl Service {
     }
 
     /// Stores the sent chunks, then records the files and deletions, in one log object.
+    #[tracing::instrument(name = "index.commit", skip_all, fields(tenant = %tenant.id, files = req.files.len()))]
     pub async fn commit(
         &self,
         tenant: &Tenant,
@@ -625,6 +628,7 @@ impl Service {
 
     /// Embeds sent texts of stored chunks that lack vectors, and records the vectors rotated
     /// by the request's key.
+    #[tracing::instrument(name = "index.embed", skip_all, fields(tenant = %tenant.id, chunks = req.chunks.len()))]
     pub async fn embed(&self, tenant: &Tenant, id: &str, key: &ServerKey, req: EmbedRequest) -> Result<EmbedResponse> {
         let model = self
             .embedding
@@ -688,6 +692,7 @@ impl Service {
 
     /// Hybrid search: the query's keyed terms against BM25, its rotated embedding against the
     /// vectors (when the workspace has any by this model), fused.
+    #[tracing::instrument(name = "index.search", skip_all, fields(tenant = %tenant.id, k = req.k))]
     pub async fn search(
         &self,
         tenant: &Tenant,

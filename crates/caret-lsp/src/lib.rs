@@ -150,6 +150,8 @@ struct Server {
     warming: Mutex<HashMap<String, tokio::task::AbortHandle>>,
     completer: Mutex<Option<Arc<Completer>>>,
     debounce: Mutex<Duration>,
+    /// Whether the user was told that the server switched Tab off (once a session).
+    told_switched_off: std::sync::atomic::AtomicBool,
     out: mpsc::UnboundedSender<Value>,
 }
 
@@ -193,6 +195,7 @@ pub fn run(config: &Config, args: LspArgs) -> anyhow::Result<ExitCode> {
         warming: Mutex::new(HashMap::new()),
         completer: Mutex::new(None),
         debounce: Mutex::new(Duration::from_millis(25)),
+        told_switched_off: std::sync::atomic::AtomicBool::new(false),
         out: out_tx,
     });
     let code = rt.block_on(async {
@@ -427,7 +430,16 @@ async fn suggest(server: &Arc<Server>, id: Value, inline: bool, params: &Value) 
             }
             Err(e) => {
                 tracing::warn!(error = %e, "no suggestion: the model failed");
-                json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": e.to_string()}})
+                // An operator's kill switch (503 `disabled`): said once, plainly, in the editor.
+                let message = e.to_string();
+                if message.contains("is switched off")
+                    && !srv.told_switched_off.swap(true, std::sync::atomic::Ordering::Relaxed)
+                {
+                    let _ = srv.out.send(json!({"jsonrpc": "2.0", "method": "window/showMessage", "params": {
+                        "type": 2, "message": "Caret: Tab is switched off on the server for now (an operator's switch); suggestions resume when it is on again.",
+                    }}));
+                }
+                json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": message}})
             }
         };
         let _ = srv.out.send(reply);

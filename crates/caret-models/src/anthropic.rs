@@ -36,6 +36,9 @@ impl AnthropicProvider {
         if let Some(key) = &self.api_key {
             req = req.header("x-api-key", key);
         }
+        if let Some(parent) = caret_trace::traceparent() {
+            req = req.header(caret_trace::TRACEPARENT, parent);
+        }
         req
     }
 }

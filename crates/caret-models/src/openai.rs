@@ -39,6 +39,10 @@ impl OpenAiProvider {
 
     async fn post(&self, path: &str, body: &impl serde::Serialize) -> Result<reqwest::Response> {
         let mut req = self.client.post(format!("{}{path}", self.base)).json(body);
+        // The caller's trace continues upstream (nothing is added without a collector).
+        if let Some(parent) = caret_trace::traceparent() {
+            req = req.header(caret_trace::TRACEPARENT, parent);
+        }
         if let Some(key) = &self.api_key {
             req = req.bearer_auth(key);
         }

@@ -284,6 +284,8 @@ struct Permit {
     metrics: Arc<GatewayMetrics>,
     estimate: f64,
     done: bool,
+    /// The attempt's span (`model.call`): deployment, class, time to first token, tokens.
+    span: tracing::Span,
 }
 
 impl Permit {
@@ -291,6 +293,7 @@ impl Permit {
         let now = Instant::now();
         let ttft = now.saturating_duration_since(self.started);
         self.metrics.first_token(&self.deployment.name, self.class.label(), ttft);
+        self.span.record("ttft_ms", ttft.as_secs_f64() * 1e3);
         let mut st = self.deployment.lock();
         st.ttft = Some(match st.ttft {
             Some(old) => old.mul_f64(0.8) + ttft.mul_f64(0.2),
@@ -309,11 +312,17 @@ impl Permit {
             }
         }
         self.metrics.finished(&self.deployment.name, self.class.label(), now - self.started, usage);
+        if let Some((p, c)) = usage {
+            self.span.record("prompt_tokens", p);
+            self.span.record("completion_tokens", c);
+        }
+        self.span.record("outcome", "ok");
         self.done = true;
     }
 
     fn fail(&mut self, e: &Error) {
         let now = Instant::now();
+        self.span.record("outcome", e.kind());
         {
             let mut st = self.deployment.lock();
             if e.is_failure() {
@@ -426,6 +435,8 @@ pub struct Gateway {
     tenants: Mutex<HashMap<String, TenantBuckets>>,
     recovery: Mutex<Option<Recovery>>,
     metrics: Arc<GatewayMetrics>,
+    /// Deployments an operator switched off (kill switches): never chosen.
+    switched_off: std::sync::RwLock<std::collections::HashSet<String>>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -454,7 +465,22 @@ impl Gateway {
             tenants: Mutex::new(HashMap::new()),
             recovery: Mutex::new(None),
             metrics: Arc::new(GatewayMetrics::default()),
+            switched_off: std::sync::RwLock::default(),
         }
+    }
+
+    /// Sets the deployments switched off (by name): they are passed over as if unhealthy
+    /// until switched on again.
+    pub fn switch_off(&self, deployments: std::collections::HashSet<String>) {
+        *self.switched_off.write().unwrap_or_else(std::sync::PoisonError::into_inner) = deployments;
+    }
+
+    /// Every deployment's name, of every alias.
+    pub fn deployment_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.aliases.values().flatten().map(|d| d.name.clone()).collect();
+        names.sort();
+        names.dedup();
+        names
     }
 
     /// Adds (or replaces) an alias.
@@ -606,11 +632,14 @@ impl Gateway {
                 }
             })
         });
+        let off = self.switched_off.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         let mut order_groups: Vec<u32> = deps.iter().map(|d| d.order).collect();
         order_groups.dedup();
         for order in order_groups {
             let mut ready: Vec<&Arc<Deployment>> = Vec::new();
-            for d in deps.iter().filter(|d| d.order == order && Some(d.name.as_str()) != avoid) {
+            for d in
+                deps.iter().filter(|d| d.order == order && Some(d.name.as_str()) != avoid && !off.contains(&d.name))
+            {
                 let mut st = d.lock();
                 if !d.healthy(&mut st, now) {
                     let until =
@@ -734,7 +763,17 @@ impl Gateway {
     }
 
     fn permit(&self, deployment: Arc<Deployment>, ctx: &CallContext, tokens: f64) -> Permit {
+        let span = tracing::info_span!(
+            "model.call",
+            deployment = %deployment.name,
+            class = ctx.class.label(),
+            ttft_ms = tracing::field::Empty,
+            prompt_tokens = tracing::field::Empty,
+            completion_tokens = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
         Permit {
+            span,
             deployment,
             class: ctx.class,
             started: Instant::now(),
@@ -770,7 +809,9 @@ impl Gateway {
             };
             let d = permit.deployment.clone();
             let limit = (Instant::now() + d.limits.attempt_timeout).min(ctx.deadline);
-            let outcome = tokio::time::timeout_at(limit.into(), call(d.provider.clone(), d.model.clone())).await;
+            let attempt_call =
+                tracing::Instrument::instrument(call(d.provider.clone(), d.model.clone()), permit.span.clone());
+            let outcome = tokio::time::timeout_at(limit.into(), attempt_call).await;
             let err = match outcome {
                 Ok(Ok(value)) => return Ok((value, permit)),
                 Ok(Err(e)) => e,
@@ -815,6 +856,11 @@ impl Gateway {
     /// Chat, streamed. The stream's first event has arrived when this returns, so failures
     /// before the first token were retried; a failure later ends the stream with an error.
     pub async fn chat(&self, req: ChatRequest, ctx: CallContext) -> Result<EventStream> {
+        let span = tracing::info_span!("gateway.chat", alias = %req.model, class = ctx.class.label());
+        tracing::Instrument::instrument(self.chat_in_span(req, ctx), span).await
+    }
+
+    async fn chat_in_span(&self, req: ChatRequest, ctx: CallContext) -> Result<EventStream> {
         let prompt: usize = req.messages.iter().map(|m| m.content_text().len() + 8).sum();
         let tokens = (prompt / 4) as f64 + f64::from(req.max_tokens.unwrap_or(512));
         let (stream, permit) = self
@@ -829,6 +875,11 @@ impl Gateway {
 
     /// Completion (fill-in-the-middle with a suffix), streamed like [`Gateway::chat`].
     pub async fn complete(&self, req: CompletionRequest, ctx: CallContext) -> Result<EventStream> {
+        let span = tracing::info_span!("gateway.complete", alias = %req.model, class = ctx.class.label());
+        tracing::Instrument::instrument(self.complete_in_span(req, ctx), span).await
+    }
+
+    async fn complete_in_span(&self, req: CompletionRequest, ctx: CallContext) -> Result<EventStream> {
         let prompt = req.prompt.text().len() + req.suffix.as_ref().map_or(0, String::len);
         let tokens = (prompt / 4) as f64 + f64::from(req.max_tokens.unwrap_or(16));
         let (stream, permit) = self
@@ -843,6 +894,11 @@ impl Gateway {
 
     /// Embeddings.
     pub async fn embed(&self, req: EmbeddingsRequest, ctx: CallContext) -> Result<EmbeddingsResponse> {
+        let span = tracing::info_span!("gateway.embed", alias = %req.model, class = ctx.class.label());
+        tracing::Instrument::instrument(self.embed_in_span(req, ctx), span).await
+    }
+
+    async fn embed_in_span(&self, req: EmbeddingsRequest, ctx: CallContext) -> Result<EmbeddingsResponse> {
         let tokens = (req.input.texts().iter().map(|t| t.len()).sum::<usize>() / 4) as f64;
         let alias = req.model.clone();
         let (mut resp, mut permit) = self

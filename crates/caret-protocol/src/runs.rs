@@ -611,6 +611,10 @@ pub struct Lease {
     /// Sampling and recording, for a rollout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutOptions>,
+    /// The W3C trace context of the request that queued the run, when traces are exported:
+    /// the attempt's spans continue that trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// A run's work so far, saved after each agent step so that another attempt can continue it.

@@ -187,6 +187,8 @@ pub fn run(config: &Config, args: RolloutArgs) -> anyhow::Result<ExitCode> {
     for task in &tasks {
         requests.push(request(task, base, &args).with_context(|| format!("task {}", task.id))?);
     }
+    // One trace for the rollout: each attempt's run continues it (ids and counts only).
+    let _span = tracing::info_span!("rollout", tasks = tasks.len(), attempts = args.attempts).entered();
     runtime()?.block_on(async {
         let runs = Runs::open(config, &args.target.remote()).await?;
         let started = Instant::now();

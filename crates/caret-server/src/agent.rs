@@ -43,6 +43,10 @@ pub(crate) async fn create(
     let host = host(&s)?.clone();
     let gateway = s.gateway.clone().ok_or_else(|| Error::Unavailable("no models are configured".into()))?;
     let id = host.start(t.id.clone(), req, gateway).await?;
+    if let Some(cluster) = &s.cluster {
+        // Other replicas send this session's ops and event streams here.
+        cluster.place("session", &id).await?;
+    }
     Ok((StatusCode::CREATED, AxumJson(SessionCreated { id })).into_response())
 }
 

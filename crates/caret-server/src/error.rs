@@ -42,6 +42,10 @@ pub enum Error {
     /// A capability this server lacks (no embedding model, say).
     #[error("{0}")]
     Unavailable(String),
+    /// A capability an operator switched off (a kill switch or a rollout that leaves this
+    /// tenant out): the flag's name.
+    #[error("{0} is switched off on this server for now")]
+    Disabled(String),
     /// The metadata database failed; [`caret_index::database_unavailable`] tells a passing
     /// fault (503, retry) from a refused query (500).
     #[error("database")]
@@ -132,6 +136,7 @@ impl Error {
             Error::EditDoesNotFit(_) => (StatusCode::UNPROCESSABLE_ENTITY, "edit_does_not_fit"),
             Error::Timeout(_) => (StatusCode::REQUEST_TIMEOUT, "timeout"),
             Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            Error::Disabled(_) => (StatusCode::SERVICE_UNAVAILABLE, "disabled"),
             Error::Database(e) if caret_index::database_unavailable(e) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable")
             }
@@ -154,6 +159,8 @@ impl IntoResponse for Error {
         let message = if matches!(code, "database_unavailable" | "storage_unavailable") {
             tracing::warn!(error = %chain(&self), "request failed for a storage fault; the client is told to retry");
             "storage is failing for the moment; retry".to_owned()
+        } else if let Error::Disabled(_) = &self {
+            self.to_string()
         } else if status.is_server_error() {
             tracing::error!(error = %chain(&self), "request failed");
             "internal error; see the server log".to_owned()

@@ -141,21 +141,40 @@ async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Res
     if let Some(len) = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()) {
         state.metrics.bytes_in.fetch_add(len, Ordering::Relaxed);
     }
-    let response = next.run(req).await;
+    // One span per request, the caller's trace continued: the route's template, never its
+    // path (ids of workspaces and sessions stay out too); the tenant's opaque id once known.
+    let span = tracing::info_span!(
+        "request",
+        http.method = %method,
+        http.route = %route,
+        http.status = tracing::field::Empty,
+        tenant = tracing::field::Empty,
+        replica = tracing::field::Empty,
+    );
+    caret_trace::set_parent(&span, caret_trace::from_headers(req.headers()));
+    if let Some(c) = &state.cluster {
+        span.record("replica", c.me().id.as_str());
+    }
+    let response = tracing::Instrument::instrument(next.run(req), span.clone()).await;
     let secs = started.elapsed().as_secs_f64();
     let status = response.status().as_u16();
+    span.record("http.status", status);
     state.metrics.request(&method, &route, status, secs);
     tracing::info!(method, route, status, latency_ms = secs * 1000.0, "request");
     response
 }
 
-/// Resolves the bearer token to a tenant, then applies the token's rate limit.
+/// Resolves the bearer token to a tenant, applies the token's rate limit and the flags, and
+/// sends a request for what lives in another replica's memory there. A request another
+/// replica sent on was limited there: it is only authenticated again.
 async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let hop = state.cluster.as_ref().is_some_and(|c| c.is_hop(req.headers()));
     let token = bearer(req.headers());
     // The client address's limit comes first: it also bounds token guessing.
-    if let Some(axum::extract::ConnectInfo(peer)) =
-        req.extensions().get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        && let Err(retry_after) = state.ip_limiter.check(&peer.ip().to_string(), Instant::now())
+    if !hop
+        && let Some(axum::extract::ConnectInfo(peer)) =
+            req.extensions().get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        && let Err(retry_after) = limited(&state, Limiting::Address, &peer.ip().to_string()).await
     {
         return Error::RateLimited { retry_after }.into_response();
     }
@@ -165,11 +184,78 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
         Ok(None) => return Error::Unauthorized.into_response(),
         Err(e) => return Error::from(e).into_response(),
     };
-    if let Err(retry_after) = state.limiter.check(&token_id, Instant::now()) {
+    tracing::Span::current().record("tenant", tenant.id.as_str());
+    if !hop && let Err(retry_after) = limited(&state, Limiting::Token, &token_id).await {
         return Error::RateLimited { retry_after }.into_response();
+    }
+    if let Some(flag) = capability(req.uri().path())
+        && let Err(e) = state.allowed(flag, Some(&tenant.id))
+    {
+        return e.into_response();
+    }
+    if !hop {
+        match elsewhere(&state, req.uri().path()).await {
+            Ok(Some((cluster, replica))) => return cluster.forward(&replica, req).await,
+            Ok(None) => {}
+            Err(e) => return e.into_response(),
+        }
     }
     req.extensions_mut().insert(tenant);
     next.run(req).await
+}
+
+/// Which rate limit.
+#[derive(Debug, Clone, Copy)]
+enum Limiting {
+    /// Per API token.
+    Token,
+    /// Per client address.
+    Address,
+}
+
+/// Takes one request from `key`'s bucket: this replica's alone, or shared with the others.
+async fn limited(state: &AppState, which: Limiting, key: &str) -> std::result::Result<(), u64> {
+    let (limiter, scope) = match which {
+        Limiting::Token => (&state.limiter, "token"),
+        Limiting::Address => (&state.ip_limiter, "ip"),
+    };
+    match &state.cluster {
+        Some(cluster) => cluster.admit(limiter, scope, key).await,
+        None => limiter.check(key, Instant::now()),
+    }
+}
+
+/// The flag a route answers under, where the path alone tells (search modes and model
+/// aliases are checked by their handlers).
+fn capability(path: &str) -> Option<&'static str> {
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    Some(match parts.as_slice() {
+        ["v1", "workspaces", _, "embed"] | ["v1", "embeddings"] => "embedding",
+        ["v1", "workspaces", _, "search"] => return None,
+        ["v1", "workspaces", ..] => "sync",
+        ["v1", "complete"] => "tab",
+        ["v1", "apply"] => "apply",
+        ["v1", "agent", ..] => "agent",
+        ["v1", "runs", ..] => "runs",
+        ["v1", "envs", ..] => "rollouts",
+        _ => return None,
+    })
+}
+
+/// The other replica what `path` names lives on, when it lives neither here nor nowhere.
+async fn elsewhere(
+    state: &AppState,
+    path: &str,
+) -> Result<Option<(std::sync::Arc<crate::cluster::Cluster>, caret_index::cluster::Replica)>> {
+    let (Some(cluster), Some((kind, id))) = (&state.cluster, crate::cluster::resident(path)) else { return Ok(None) };
+    let here = match kind {
+        "session" => state.agent.as_ref().is_some_and(|a| a.holds(&id)),
+        _ => state.runs.as_ref().is_some_and(|r| r.episodes().holds(&id)),
+    };
+    if here {
+        return Ok(None);
+    }
+    Ok(cluster.elsewhere(kind, &id).await?.map(|replica| (cluster.clone(), replica)))
 }
 
 /// Lets through requests bearing an operator token. A fleet of workers behind one address
@@ -193,6 +279,10 @@ async fn authenticate_operator(State(state): State<AppState>, req: Request, next
         Error::Unauthorized.into_response()
     };
     let Some(token) = bearer(req.headers()) else { return refused(&state) };
+    // Another replica sending on a worker's model call for an episode that lives here.
+    if state.cluster.as_ref().is_some_and(|c| c.is_secret(token)) {
+        return next.run(req).await;
+    }
     match state.service.db().authenticate_operator(token).await {
         Ok(Some(_)) => next.run(req).await,
         Ok(None) => refused(&state),
@@ -211,6 +301,9 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 }
 
 async fn ready(State(state): State<AppState>) -> Response {
+    if *state.stopping.borrow() {
+        return (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "1")], "not ready: stopping").into_response();
+    }
     match (state.service.db().ping().await, state.service.ping_store().await) {
         (Ok(()), Ok(())) => "ready".into_response(),
         (db, store) => {
@@ -336,6 +429,7 @@ async fn embed(
 
 /// Applies an edit in memory: the text comes and goes with the request. A lazy snippet the
 /// matcher cannot place is merged by the request's `model`, when it names one.
+#[tracing::instrument(name = "apply", skip_all)]
 async fn apply_edit(
     State(s): State<AppState>,
     Extension(t): Extension<Tenant>,
@@ -381,5 +475,11 @@ async fn search(
     Json(req): Json<SearchRequest>,
 ) -> Result<Response> {
     let key = server_key(&headers, "search")?;
+    let mode = match req.mode {
+        caret_protocol::SearchMode::Hybrid => "search.hybrid",
+        caret_protocol::SearchMode::Lexical => "search.lexical",
+        caret_protocol::SearchMode::Semantic => "search.semantic",
+    };
+    s.allowed(mode, Some(&t.id))?;
     Ok(axum::Json(s.service.search(&t, &id, &key, &req).await?).into_response())
 }

@@ -8,6 +8,7 @@
 //! while computing their keyed terms.
 
 pub mod agent;
+pub mod cluster;
 pub mod http;
 pub mod limit;
 pub mod llm;
@@ -87,6 +88,9 @@ pub struct ServeConfig {
     pub runs: Option<Arc<caret_anyrun::runs::RunService>>,
     /// A front end served under `/ui` (the team's editor page), when there is one.
     pub pages: Option<Pages>,
+    /// Where the other replicas reach this one (`http://10.0.0.7:8080`); none: this
+    /// listener's address (loopback when it listens on all addresses).
+    pub advertise_url: Option<String>,
 }
 
 /// A front end served under `/ui` beside the API. `public` holds no data and needs no token
@@ -123,16 +127,18 @@ impl ServeConfig {
 
 /// Builds the router for a service.
 pub fn app(service: Arc<Service>, config: &ServeConfig) -> axum::Router {
-    app_stopping(service, config, Arc::new(tokio::sync::watch::channel(false).0))
+    let state = app_state(service, config, Arc::new(tokio::sync::watch::channel(false).0), None);
+    http::router(state, config.body_limit, config.pages.clone())
 }
 
-/// [`app`], whose event streams end when `stopping` turns true.
-fn app_stopping(
+/// The routes' state; event streams end when `stopping` turns true.
+fn app_state(
     service: Arc<Service>,
     config: &ServeConfig,
     stopping: Arc<tokio::sync::watch::Sender<bool>>,
-) -> axum::Router {
-    let state = state::AppState {
+    cluster: Option<Arc<cluster::Cluster>>,
+) -> state::AppState {
+    state::AppState {
         service,
         limiter: Arc::new(Limiter::new(config.rate_limit)),
         ip_limiter: Arc::new(Limiter::new(config.ip_rate_limit)),
@@ -141,8 +147,46 @@ fn app_stopping(
         agent: (!config.agent.workspaces.is_empty()).then(|| Arc::new(sessions::AgentHost::new(config.agent.clone()))),
         runs: config.runs.clone(),
         stopping,
-    };
-    http::router(state, config.body_limit, config.pages.clone())
+        cluster,
+    }
+}
+
+/// Every moment while serving: this replica's heartbeat, flags, shared limits, and the
+/// deployments switched off in the gateway.
+async fn tick(state: state::AppState) {
+    let Some(cluster) = state.cluster.clone() else { return };
+    let mut n: u32 = 0;
+    loop {
+        tokio::time::sleep(cluster::TICK).await;
+        let limiters = [("token", state.limiter.as_ref()), ("ip", state.ip_limiter.as_ref())];
+        if let Err(e) = cluster.tick(n, &limiters).await {
+            tracing::warn!(error = %error::chain(&e), "keeping in step with the other replicas");
+        }
+        if let Some(gateway) = &state.gateway {
+            let flags = cluster.flags();
+            let off = gateway
+                .deployment_names()
+                .into_iter()
+                .filter(|d| !flags.allows(&format!("deployment.{d}"), None))
+                .collect();
+            gateway.switch_off(off);
+        }
+        n = n.wrapping_add(1);
+    }
+}
+
+/// Where the other replicas reach this one, when the operator did not say.
+fn default_url(listener: &std::net::TcpListener, tls: bool) -> Result<String> {
+    let addr = listener.local_addr().map_err(|source| Error::Io { what: "reading the listener's address", source })?;
+    let scheme = if tls { "https" } else { "http" };
+    if addr.ip().is_unspecified() {
+        tracing::warn!(
+            "listening on every address without --advertise-url: other replicas are told 127.0.0.1, \
+             which only works when all run on this machine"
+        );
+        return Ok(format!("{scheme}://127.0.0.1:{}", addr.port()));
+    }
+    Ok(format!("{scheme}://{addr}"))
 }
 
 /// How long connections may take to finish once the server stops.
@@ -158,10 +202,23 @@ pub async fn serve(
 ) -> Result<()> {
     config.check()?;
     let stopping = Arc::new(tokio::sync::watch::channel(false).0);
-    let app = app_stopping(service, &config, stopping.clone());
+    let url = match &config.advertise_url {
+        Some(url) => url.clone(),
+        None => default_url(&listener, config.tls.is_some())?,
+    };
+    let cluster = Arc::new(cluster::Cluster::join(service.db().clone(), url).await?);
+    if let Some(runs) = &config.runs {
+        runs.set_placement(cluster.clone());
+    }
+    let state = app_state(service, &config, stopping.clone(), Some(cluster.clone()));
+    let ticking = tokio::spawn(tick(state.clone()));
+    let app = http::router(state, config.body_limit, config.pages.clone());
     let mut stopped = stopping.subscribe();
     let shutdown = async move {
         shutdown.await;
+        // The others stop sending requests here first; then the streams end and the rest drains.
+        ticking.abort();
+        cluster.leave().await;
         stopping.send_replace(true);
     };
     listener.set_nonblocking(true).map_err(|source| Error::Io { what: "configuring the listener", source })?;

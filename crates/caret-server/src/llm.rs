@@ -51,6 +51,12 @@ fn api_error(status: u16, kind: &'static str, message: String, retry_after: Opti
     ApiFailure { status, kind, message, retry_after }
 }
 
+/// Refuses a model alias an operator switched off (flag `model.<alias>`).
+fn model_allowed(s: &AppState, t: &Tenant, alias: &str) -> Result<(), ApiFailure> {
+    let flag = format!("model.{alias}");
+    s.allowed(&flag, Some(&t.id)).map_err(|e| api_error(503, "disabled", e.to_string(), None))
+}
+
 pub(crate) fn gateway_error(e: &caret_models::Error) -> Response {
     let status = e.status();
     let kind = match status {
@@ -192,6 +198,9 @@ pub(crate) async fn chat_completions(
     if req.messages.is_empty() {
         return api_error(400, "invalid_request_error", "messages must not be empty".into(), None).into_response();
     }
+    if let Err(r) = model_allowed(&s, &t, &req.model) {
+        return r.into_response();
+    }
     let (alias, stream, usage_wanted) =
         (req.model.clone(), req.stream, req.stream_options.as_ref().is_some_and(|o| o.include_usage));
     let events = match gw.chat(req, ctx).await {
@@ -299,6 +308,9 @@ pub(crate) async fn completions(
         Ok(found) => found,
         Err(r) => return r.into_response(),
     };
+    if let Err(r) = model_allowed(&s, &t, &req.model) {
+        return r.into_response();
+    }
     let (alias, stream, usage_wanted) =
         (req.model.clone(), req.stream, req.stream_options.as_ref().is_some_and(|o| o.include_usage));
     let events = match gw.complete(req, ctx).await {

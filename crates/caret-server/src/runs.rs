@@ -50,7 +50,9 @@ impl From<caret_anyrun::Error> for Error {
             E::Unavailable(m) => Error::Unavailable(m),
             E::Database(e) => e.into(),
             E::Internal(m) => Error::Internal(m),
-            other @ (E::Store { .. } | E::Seal { .. } | E::Open { .. } | E::Json { .. }) => Error::Runs(other),
+            other @ (E::Store { .. } | E::Seal { .. } | E::Open { .. } | E::Json { .. } | E::Schema(_)) => {
+                Error::Runs(other)
+            }
         }
     }
 }
@@ -68,6 +70,9 @@ pub(crate) async fn create(
     Extension(t): Extension<Tenant>,
     Json(req): Json<CreateRun>,
 ) -> Result<Response> {
+    if req.rollout.is_some() {
+        s.allowed("rollouts", Some(&t.id))?;
+    }
     let info = service(&s)?.submit(&tenant(&t), req).await?;
     Ok((StatusCode::CREATED, AxumJson(info)).into_response())
 }

@@ -60,6 +60,11 @@ impl AgentHost {
         AgentHost { settings, sessions: Mutex::default() }
     }
 
+    /// Whether session `id` lives here (in this process's memory).
+    pub fn holds(&self, id: &str) -> bool {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner).contains_key(id)
+    }
+
     /// Shuts down sessions idle past the timeout; then whether `tenant` may start another.
     fn room_for(&self, tenant: &str) -> bool {
         let sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);

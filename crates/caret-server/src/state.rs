@@ -34,6 +34,19 @@ pub struct AppState {
     pub runs: Option<Arc<caret_anyrun::runs::RunService>>,
     /// Turns true when the server stops: event streams end.
     pub stopping: Arc<tokio::sync::watch::Sender<bool>>,
+    /// This replica among the others on the database (none: a router built without serving,
+    /// as tests do: no flags, no routing).
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
+}
+
+impl AppState {
+    /// Refuses with 503 `disabled` when flag `name` is off for `tenant`.
+    pub fn allowed(&self, name: &str, tenant: Option<&str>) -> crate::Result<()> {
+        match &self.cluster {
+            Some(c) if !c.flags().allows(name, tenant) => Err(crate::Error::Disabled(name.to_owned())),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// A refusal in our error body.

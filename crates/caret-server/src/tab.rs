@@ -21,6 +21,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// `POST /v1/complete`.
+#[tracing::instrument(name = "tab", skip_all)]
 pub(crate) async fn complete(
     State(s): State<AppState>,
     Extension(t): Extension<Tenant>,

@@ -10,6 +10,8 @@
 pub mod database;
 pub mod faulty;
 pub mod models;
+pub mod otlp;
+pub mod proxy;
 pub mod scripted;
 
 use std::path::{Path, PathBuf};

@@ -100,14 +100,22 @@ fn main() -> ExitCode {
     caret_sandbox::landlock::enter_helper_if_asked();
     let cli = Cli::parse();
     // A server logs its requests by default; other commands only warn.
-    init_tracing(if matches!(cli.command, Command::Serve(_) | Command::Worker(_)) { "info" } else { "warn" });
-    match run(cli) {
+    let service = match cli.command {
+        Command::Serve(_) => "caret-server",
+        Command::Worker(_) => "caret-worker",
+        _ => "caret-client",
+    };
+    let exporter = init_tracing(if service == "caret-client" { "warn" } else { "info" }, service);
+    let code = match run(cli) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("caret: error: {err:#}");
             ExitCode::FAILURE
         }
-    }
+    };
+    // The last spans are sent before the process ends.
+    drop(exporter);
+    code
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -143,8 +151,23 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn init_tracing(default: &str) {
+/// Logs to standard error (filtered by `RUST_LOG`), and Caret's spans to an OpenTelemetry
+/// collector when `OTEL_EXPORTER_OTLP_ENDPOINT` names one.
+fn init_tracing(default: &str, service: &'static str) -> Option<caret_trace::Exporter> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_target(false).with_filter(filter);
+    let (traces, exporter) = match caret_trace::layer(service) {
+        Ok(Some((layer, exporter))) => (Some(layer), Some(exporter)),
+        Ok(None) => (None, None),
+        Err(e) => {
+            eprintln!("caret: warning: traces are not exported: {e}: {}", e.source);
+            (None, None)
+        }
+    };
+    tracing_subscriber::registry().with(logs).with(traces).init();
+    exporter
 }

@@ -76,6 +76,10 @@ pub struct ServeArgs {
     /// Worker slots for background runs inside this server (0: runs wait for `caret worker`s).
     #[arg(long, default_value_t = 0)]
     workers: u32,
+    /// Where the other replicas on the same database reach this one, e.g.
+    /// `http://10.0.0.7:8080` (default: the listening address; loopback when listening on all).
+    #[arg(long, env = "CARET_ADVERTISE_URL")]
+    advertise_url: Option<String>,
 }
 
 pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -102,6 +106,7 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
         gateway: config.gateway()?,
         runs: None,
         pages: None,
+        advertise_url: args.advertise_url,
         agent: caret_server::sessions::AgentSettings {
             workspaces: config.server.agent_workspaces.clone(),
             rules: config.agent.rules(),
@@ -194,6 +199,60 @@ pub enum AdminCommand {
     /// tenants that widens over time, on every replica.
     #[command(subcommand)]
     Recovery(RecoveryCommand),
+    /// Feature flags and kill switches, per capability (`sync`, `embedding`, `search.hybrid`,
+    /// `search.lexical`, `search.semantic`, `tab`, `apply`, `agent`, `runs`, `rollouts`,
+    /// `model.<alias>`, `deployment.<name>`, `experiment.<name>`): every replica applies a
+    /// change within a second or two, without a restart.
+    #[command(subcommand)]
+    Flags(FlagsCommand),
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum FlagsCommand {
+    /// Set a flag on or off, for every tenant or one, for all or a percentage of tenants.
+    Set {
+        /// The flag.
+        name: String,
+        /// `on` or `off`.
+        state: String,
+        /// Only this tenant (by name); its rule wins over the rule for all.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// The share of tenants (0-100, by a stable hash) the state applies to; the rest get
+        /// the opposite.
+        #[arg(long, default_value_t = 100)]
+        percent: u8,
+        /// Why (kept for operators).
+        #[arg(long, default_value = "")]
+        reason: String,
+        #[command(flatten)]
+        storage: StorageArgs,
+    },
+    /// The rules in force.
+    List {
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        storage: StorageArgs,
+    },
+    /// Remove a flag's rule (for every tenant, or one): back to the default.
+    Clear {
+        /// The flag.
+        name: String,
+        /// Only this tenant's rule (by name).
+        #[arg(long)]
+        tenant: Option<String>,
+        #[command(flatten)]
+        storage: StorageArgs,
+    },
+}
+
+/// A tenant's id by its name.
+async fn tenant_id(db: &caret_index::Db, name: Option<&str>) -> anyhow::Result<Option<String>> {
+    let Some(name) = name else { return Ok(None) };
+    let t = db.tenant_by_name(name).await?.with_context(|| format!("no tenant named {name}"))?;
+    Ok(Some(t.id))
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -304,6 +363,62 @@ pub fn admin(config: &Config, cmd: AdminCommand) -> anyhow::Result<ExitCode> {
                     "recovery admission on: {:.1}% of tenants now, all in {ramp_s} s (servers pick it up within 5 s)",
                     from * 100.0
                 );
+            }
+            AdminCommand::Flags(FlagsCommand::Set { name, state, tenant, percent, reason, storage }) => {
+                let service = caret_index::open(&storage_of(&storage)).await?;
+                let tenant_id = tenant_id(service.db(), tenant.as_deref()).await?;
+                let rule = caret_index::flags::Rule {
+                    name: name.clone(),
+                    tenant: tenant_id,
+                    state: caret_index::flags::State::parse(&state)?,
+                    percent,
+                    reason,
+                };
+                service.db().set_flag(&rule).await?;
+                let whom = tenant.map_or_else(|| "every tenant".to_owned(), |t| format!("tenant {t}"));
+                let share = if percent >= 100 { String::new() } else { format!(" ({percent}% of them)") };
+                println!("{name} {state} for {whom}{share}; servers apply it within 2 s");
+            }
+            AdminCommand::Flags(FlagsCommand::List { json, storage }) => {
+                let service = caret_index::open(&storage_of(&storage)).await?;
+                let names: std::collections::HashMap<String, String> =
+                    service.db().tenants().await?.into_iter().map(|t| (t.id, t.name)).collect();
+                let flags = service.db().flags().await?;
+                let rows: Vec<serde_json::Value> = flags
+                    .rules()
+                    .iter()
+                    .map(|r| {
+                        serde_json::json!({
+                            "name": r.name,
+                            "tenant": r.tenant.as_ref().map(|id| names.get(id).cloned().unwrap_or_else(|| id.clone())),
+                            "state": r.state.as_str(),
+                            "percent": r.percent,
+                            "reason": r.reason,
+                        })
+                    })
+                    .collect();
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&rows)?);
+                } else if rows.is_empty() {
+                    println!("no rules: capabilities on, experiments off");
+                } else {
+                    for r in &rows {
+                        println!(
+                            "{}\t{}\t{}\t{}%\t{}",
+                            r["name"].as_str().unwrap_or(""),
+                            r["tenant"].as_str().unwrap_or("(all)"),
+                            r["state"].as_str().unwrap_or(""),
+                            r["percent"],
+                            r["reason"].as_str().unwrap_or("")
+                        );
+                    }
+                }
+            }
+            AdminCommand::Flags(FlagsCommand::Clear { name, tenant, storage }) => {
+                let service = caret_index::open(&storage_of(&storage)).await?;
+                let tenant_id = tenant_id(service.db(), tenant.as_deref()).await?;
+                let had = service.db().clear_flag(&name, tenant_id.as_deref()).await?;
+                println!("{}", if had { format!("{name}: rule removed") } else { format!("{name}: no such rule") });
             }
             AdminCommand::Recovery(RecoveryCommand::Stop { storage }) => {
                 let service = caret_index::open(&storage_of(&storage)).await?;

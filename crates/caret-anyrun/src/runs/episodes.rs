@@ -4,9 +4,10 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use caret_models::EventStream;
 use caret_protocol::envs::{CreateEnv, Graded, Observation};
 use caret_protocol::llm::{ChatMessage, ChatRequest, Role};
-use caret_protocol::runs::{CreateRun, RolloutOptions, RunClass, RunInfo, RunState};
+use caret_protocol::runs::{CreateRun, LeaseRef, RolloutOptions, RunClass, RunInfo, RunState};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{RunService, TenantRef};
@@ -23,7 +24,51 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
+/// Where episodes live when several processes (replicas of `caret serve`) share the run
+/// service: an episode is a model call waiting in one process's memory, so a worker's call
+/// that reaches another process is sent on to it.
+#[async_trait::async_trait]
+pub trait Placement: Send + Sync {
+    /// Records that `episode` lives in this process; an error message refuses the episode.
+    async fn place(&self, episode: &str) -> std::result::Result<(), String>;
+    /// The base URL of the process `episode` lives in and the bearer token its worker routes
+    /// take from another process, when it lives in another one.
+    async fn locate(&self, episode: &str) -> Option<(String, String)>;
+}
+
+/// The episode whose run is `run_id`.
+pub fn episode_id(run_id: &str) -> String {
+    format!("env-{}", run_id.trim_start_matches("run-"))
+}
+
 impl RunService {
+    /// Sets where episodes live (once; later calls are ignored).
+    pub fn set_placement(&self, placement: Arc<dyn Placement>) {
+        let _ = self.placement.set(placement);
+    }
+
+    /// A model call of an episode's run: answered here when the episode lives here, else sent
+    /// on to the process it lives in (looked for a few seconds: the run is queued before the
+    /// episode is placed, and a fast worker may ask first).
+    pub(super) async fn episode_call(&self, lease: &LeaseRef, req: ChatRequest) -> caret_models::Result<EventStream> {
+        let episode = episode_id(&lease.run);
+        if let Some(placement) = self.placement.get() {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while !self.episodes.holds(&episode) {
+                if let Some((base, token)) = placement.locate(&episode).await {
+                    let url = format!("{}/v1/workers/runs/{}/{}", base.trim_end_matches('/'), lease.run, lease.token);
+                    let owner = caret_models::openai::OpenAiProvider::new(&url, Some(token))?.caret_upstream();
+                    return caret_models::Provider::chat(&owner, req).await;
+                }
+                if std::time::Instant::now() > deadline {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        self.episodes.model_call(&lease.run, req).await
+    }
+
     /// Starts an episode: queues its run and answers the first observation once the agent
     /// asks its first model call (setup done).
     pub async fn create_episode(self: &Arc<Self>, tenant: &TenantRef, req: CreateEnv) -> Result<Observation> {
@@ -53,7 +98,12 @@ impl RunService {
             rollout: Some(RolloutOptions { transcript: true, policy: true, ..RolloutOptions::default() }),
         };
         let info = self.submit_episode(tenant, run).await?;
-        let id = format!("env-{}", info.id.trim_start_matches("run-"));
+        let id = episode_id(&info.id);
+        if let Some(placement) = self.placement.get() {
+            // Before the first model call is waited for: the worker may reach another
+            // replica, which must find where the episode lives.
+            placement.place(&id).await.map_err(Error::Unavailable)?;
+        }
         let (sender, receiver) = mpsc::channel(1);
         let episode = Arc::new(Episode {
             tenant: tenant.id.clone(),

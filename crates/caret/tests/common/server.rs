@@ -58,7 +58,21 @@ impl Server {
 
     /// Starts `caret serve` on `data` (its log appended to `server.log` there).
     pub fn spawn(data: TempDir, storage: &[String], extra: &[&str]) -> Server {
+        Server::spawn_env(data, storage, extra, &[])
+    }
+
+    /// [`Server::spawn`] with more environment.
+    pub fn spawn_env(data: TempDir, storage: &[String], extra: &[&str], envs: &[(&str, &str)]) -> Server {
+        let child = Server::launch(&data, storage, extra, envs);
+        Server::started(child, data, storage)
+    }
+
+    /// Launches `caret serve` on `data` without waiting for it to listen (several at once).
+    pub fn launch(data: &TempDir, storage: &[String], extra: &[&str], envs: &[(&str, &str)]) -> Child {
         let log = data.join("server.log");
+        if !log.exists() {
+            std::fs::File::create(&log).unwrap();
+        }
         let mut args: Vec<String> = vec![
             "serve".into(),
             "--addr".into(),
@@ -68,7 +82,7 @@ impl Server {
         ];
         args.extend(storage.iter().cloned());
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut child = Command::new(CARET)
+        Command::new(CARET)
             .args(&args)
             .env("CARET_HOME", data.join("home"))
             .env("RUST_LOG", "debug")
@@ -82,10 +96,16 @@ impl Server {
                     .display()
                     .to_string(),
             )
+            .envs(envs.iter().copied())
             .stdout(Stdio::piped())
             .stderr(std::fs::OpenOptions::new().append(true).open(&log).unwrap())
             .spawn()
-            .unwrap();
+            .unwrap()
+    }
+
+    /// A launched server once it listens (its first line says where).
+    pub fn started(mut child: Child, data: TempDir, storage: &[String]) -> Server {
+        let log = data.join("server.log");
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
         let url = line.trim().rsplit(' ').next().unwrap_or_default().to_owned();
