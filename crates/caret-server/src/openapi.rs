@@ -667,7 +667,7 @@ pub fn document() -> Value {
         let error_content = if error.is_null() { text("text/plain") } else { content("application/json", error) };
         responses.insert(
             "default".into(),
-            json!({ "description": "An error: 4xx for the request, 503 with Retry-After when a part is down for a moment.",
+            json!({ "description": "An error: 4xx for the request, 503 with Retry-After when a part is down for a moment, 503 `disabled` (no Retry-After) when an operator switched the capability off.",
                     "content": error_content }),
         );
         let mut operation = json!({
