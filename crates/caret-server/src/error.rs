@@ -107,6 +107,10 @@ impl From<caret_index::Error> for Error {
     }
 }
 
+/// What a failed request's answer carries for the report (never sent to the client).
+#[derive(Debug, Clone)]
+pub struct Failed(pub String);
+
 /// An error and its causes, outermost first, as one line for the log.
 pub fn chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
@@ -156,19 +160,24 @@ impl Error {
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let (status, code) = self.status();
+        let mut failed = None;
         let message = if matches!(code, "database_unavailable" | "storage_unavailable") {
             tracing::warn!(error = %chain(&self), "request failed for a storage fault; the client is told to retry");
             "storage is failing for the moment; retry".to_owned()
         } else if let Error::Disabled(_) = &self {
             self.to_string()
         } else if status.is_server_error() {
-            tracing::error!(error = %chain(&self), "request failed");
+            // Logged and reported once, with the request's context, by the router's `observe`.
+            failed = Some(Failed(chain(&self)));
             "internal error; see the server log".to_owned()
         } else {
             self.to_string()
         };
         let body = ErrorBody { error: ErrorDetail { code: code.to_owned(), message } };
         let mut response = (status, axum::Json(body)).into_response();
+        if let Some(f) = failed {
+            response.extensions_mut().insert(f);
+        }
         match &self {
             Error::RateLimited { retry_after } => {
                 if let Ok(v) = HeaderValue::from_str(&retry_after.to_string()) {

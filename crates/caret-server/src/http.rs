@@ -159,6 +159,28 @@ async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Res
     let secs = started.elapsed().as_secs_f64();
     let status = response.status().as_u16();
     span.record("http.status", status);
+    // A failure on our side (not a 503: that one says "a moment" or "switched off") is
+    // reported once, with its context.
+    if status >= 500 && status != 503 {
+        let detail = response.extensions().get::<crate::error::Failed>().map(|f| f.0.as_str()).unwrap_or("");
+        let tenant = response.extensions().get::<TenantId>().map(|t| t.0.as_str());
+        let code = match status {
+            500 => "internal",
+            502 => "upstream",
+            504 => "timeout",
+            _ => "server_error",
+        };
+        let trace_id = caret_trace::trace_id(&span);
+        caret_trace::report::failure(&caret_trace::report::Failure {
+            method: &method,
+            route: &route,
+            status,
+            code,
+            tenant,
+            trace_id,
+            detail,
+        });
+    }
     state.metrics.request(&method, &route, status, secs);
     tracing::info!(method, route, status, latency_ms = secs * 1000.0, "request");
     response
@@ -200,9 +222,16 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
             Err(e) => return e.into_response(),
         }
     }
+    let id = TenantId(tenant.id.clone());
     req.extensions_mut().insert(tenant);
-    next.run(req).await
+    let mut response = next.run(req).await;
+    response.extensions_mut().insert(id);
+    response
 }
+
+/// The tenant a request was made for, on its answer (for the failure report).
+#[derive(Debug, Clone)]
+struct TenantId(String);
 
 /// Which rate limit.
 #[derive(Debug, Clone, Copy)]

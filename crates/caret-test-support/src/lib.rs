@@ -13,6 +13,7 @@ pub mod models;
 pub mod otlp;
 pub mod proxy;
 pub mod scripted;
+pub mod sentry;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -5,12 +5,18 @@
 //! current span from a client to the server, from the gateway to an upstream, and from a
 //! worker to the server, so one request is one trace.
 //!
+//! Error reports (a 5xx, a panic) go to the log and, when `SENTRY_DSN` is set, to a
+//! Sentry-protocol receiver: see [`report`].
+//!
 //! Only spans whose target is Caret's are exported, with the fields they declare: never
 //! events (log lines), whose text may name paths, and never a library's spans. Span fields
 //! are ids, names of routes, tools and models, counts and durations: never code, real paths,
 //! queries, prompts or secrets (a test with canaries holds the server to it).
 
+pub mod report;
+
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator as _};
+use opentelemetry::trace::TraceContextExt as _;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
@@ -102,6 +108,13 @@ pub fn set_parent(span: &tracing::Span, traceparent: Option<&str>) {
     let Some(value) = traceparent else { return };
     let cx = TraceContextPropagator::new().extract(&Carrier(Some(value.to_owned())));
     let _ = span.set_parent(cx);
+}
+
+/// The trace id of `span` (hex), when it is exported.
+pub fn trace_id(span: &tracing::Span) -> Option<String> {
+    let cx = span.context();
+    let sc = cx.span().span_context().clone();
+    sc.is_valid().then(|| sc.trace_id().to_string())
 }
 
 /// The `traceparent` of a request's headers.

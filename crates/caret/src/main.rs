@@ -106,6 +106,14 @@ fn main() -> ExitCode {
         _ => "caret-client",
     };
     let exporter = init_tracing(if service == "caret-client" { "warn" } else { "info" }, service);
+    // Failures and panics: to the log, and to a Sentry-protocol receiver when SENTRY_DSN names one.
+    let reports = match caret_trace::report::init(service) {
+        Ok(reports) => reports,
+        Err(e) => {
+            eprintln!("caret: warning: errors are not reported: {e}");
+            None
+        }
+    };
     let code = match run(cli) {
         Ok(code) => code,
         Err(err) => {
@@ -113,7 +121,8 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     };
-    // The last spans are sent before the process ends.
+    // The last spans and reports are sent before the process ends.
+    drop(reports);
     drop(exporter);
     code
 }

@@ -502,6 +502,68 @@ fn a_sync_a_search_and_a_chat_call_are_traced_end_to_end_without_code() {
     }
 }
 
+/// A failure on the server's side (its object store broken under it) is reported once, to the
+/// log and to a Sentry-protocol receiver, with the route, the tenant, the status and the
+/// release — and nothing of the code that was being stored.
+#[test]
+fn a_server_failure_is_reported_once_with_its_context_and_without_code() {
+    const CANARY: &str = "zqreportcanary8812";
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let receiver = rt.block_on(caret_test_support::sentry::Receiver::start());
+    let server = Server::spawn_env(TempDir::new(), &[], &[], &[("SENTRY_DSN", receiver.dsn.as_str())]);
+    let token = server.tenant("failing");
+    let client = Client::new();
+    let dir = TempDir::new();
+    dir.write("src/lib.rs", &format!("pub fn {CANARY}() {{}}\n"));
+    let remote = ["--server", server.url.as_str(), "--token", token.as_str()];
+    let out = client.run(&[&["sync", dir.path().to_str().unwrap()][..], &remote[..]].concat(), &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // A table vanishes from under the server (an operator's mistake): the next sync, with new
+    // code, cannot be answered.
+    rt.block_on(async {
+        sqlx::any::install_default_drivers();
+        let url = format!("sqlite://{}", server.data.join("srv/caret.db").display());
+        let db = sqlx::any::AnyPoolOptions::new().max_connections(1).connect(&url).await.unwrap();
+        sqlx::query("DROP TABLE workspaces").execute(&db).await.unwrap();
+        db.close().await;
+    });
+    dir.write("src/more.rs", &format!("pub fn more_{CANARY}() {{}}\n"));
+    let out = client.run(&[&["sync", dir.path().to_str().unwrap()][..], &remote[..]].concat(), &[]);
+    assert!(!out.status.success(), "the sync cannot succeed");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("internal error"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while receiver.events().is_empty() {
+        assert!(Instant::now() < deadline, "no report arrived");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (_data, log) = server.stop();
+    let events = receiver.events();
+    let logged = std::fs::read_to_string(&log).unwrap();
+    let failures = logged.lines().filter(|l| l.contains("request failed")).count();
+    assert_eq!(events.len(), failures, "each failure reported once, and logged once: {events:#?}");
+    let e = &events[0];
+    // Sentry's protocol leaves out the level when it is "error", its default.
+    assert_eq!(e["level"].as_str().unwrap_or("error"), "error", "{e}");
+    assert!(e["message"].as_str().unwrap().contains("internal"), "{e}");
+    assert!(e["release"].as_str().unwrap().starts_with("caret@"), "{e}");
+    assert_eq!(e["tags"]["status"], "500");
+    assert_eq!(e["tags"]["code"], "internal");
+    assert!(e["tags"]["route"].as_str().unwrap().starts_with("/v1/workspaces/{id}"), "{e}");
+    assert!(!e["tags"]["tenant"].as_str().unwrap_or("").is_empty(), "the tenant's id: {e}");
+    assert!(receiver.auth().iter().all(|a| a.contains("sentry_key=publickey")));
+    let contains = |body: &[u8], needle: &str| body.windows(needle.len()).any(|w| w == needle.as_bytes());
+    for body in receiver.bodies() {
+        assert!(
+            !contains(&body, CANARY) && !contains(&body, dir.path().to_str().unwrap()),
+            "code or a path was reported"
+        );
+    }
+}
+
 /// A request retried as the README tells clients to: a refused or cut connection, 502, 504,
 /// 429, and 503 with Retry-After, a few times with a short wait.
 fn retried(send: impl Fn() -> reqwest::Result<reqwest::blocking::Response>) -> Result<u16, String> {
