@@ -130,7 +130,7 @@ struct Sender {
 }
 
 enum Job {
-    Send(Envelope),
+    Send(Box<Envelope>),
     Flush(mpsc::Sender<()>),
 }
 
@@ -174,7 +174,7 @@ impl Sender {
 
 impl Transport for Sender {
     fn send_envelope(&self, envelope: Envelope) {
-        let _ = self.queue.lock().unwrap_or_else(PoisonError::into_inner).send(Job::Send(envelope));
+        let _ = self.queue.lock().unwrap_or_else(PoisonError::into_inner).send(Job::Send(Box::new(envelope)));
     }
 
     fn flush(&self, timeout: Duration) -> bool {
