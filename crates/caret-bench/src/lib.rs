@@ -2,7 +2,7 @@
 //! memory — with a baseline in the same run where there is one (`docs/benchmarks.md` lists
 //! them all). They never assert a timing and are never run by the tests; their data
 //! (`src/data/`) is embedded. Each bench is a module: [`llm`], [`merge`], [`search`],
-//! [`soak`], [`sync`], [`tab`]; `scan`, `embed` and `vectors` live here.
+//! [`soak`], [`sync`], [`tab`], [`team`]; `scan`, `embed` and `vectors` live here.
 
 pub mod llm;
 pub mod merge;
@@ -10,6 +10,7 @@ pub mod search;
 pub mod soak;
 pub mod sync;
 pub mod tab;
+pub mod team;
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -184,6 +185,17 @@ pub enum BenchCommand {
         #[arg(long, default_value = "smollm2-135m-instruct-q4")]
         model: String,
     },
+    /// What running Caret for a team costs: the server's own cost per chat call (direct vs
+    /// through `caret serve`, and where it goes by the server's spans), tracing's CPU cost per
+    /// sync and search (two servers side by side), and a kill switch's time to take effect.
+    Team {
+        /// Chat calls per path.
+        #[arg(long, default_value_t = 500)]
+        requests: usize,
+        /// Rounds of one sync and four searches per server.
+        #[arg(long, default_value_t = 100)]
+        rounds: usize,
+    },
     /// Index a real project with the embedded server and model (time to lexical-ready and to
     /// fully embedded), then answer a question set: R@5 and MRR@10 for BM25, vectors and the
     /// fusion, and hybrid search latency p50/p99.
@@ -215,6 +227,9 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Sync { path, changes } => crate::sync::run(config, &path, changes),
         BenchCommand::Soak { duration, clients, model } => {
             crate::soak::run(config, crate::soak::SoakBench { duration, clients: clients.max(1), model })
+        }
+        BenchCommand::Team { requests, rounds } => {
+            crate::team::run(config, crate::team::TeamBench { requests: requests.max(1), rounds: rounds.max(1) })
         }
         BenchCommand::Search { path, questions, runs, keep, embed_chunks, synthetic } => {
             // Everything the search capability is measured by, printed in one run.

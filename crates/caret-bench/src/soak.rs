@@ -51,7 +51,7 @@ pub fn run(config: &Config, args: SoakBench) -> anyhow::Result<ExitCode> {
 }
 
 /// A project of 60 small files in three languages for one client.
-fn project(dir: &Path, client: usize) -> anyhow::Result<()> {
+pub(crate) fn project_for(dir: &Path, client: usize) -> anyhow::Result<()> {
     for i in 0..60 {
         let (path, text) = match i % 3 {
             0 => (
@@ -182,7 +182,7 @@ fn bench(config: &Config, args: &SoakBench, scratch: &Path) -> anyhow::Result<Ex
         let mut tasks = Vec::new();
         for (c, token) in tokens.clone().into_iter().enumerate().take(args.clients) {
             let dir: PathBuf = scratch.join("clients").join(c.to_string());
-            project(&dir, c)?;
+            project_for(&dir, c)?;
             let ws = WorkspaceState::open(&dir, &scratch.join("state").join(c.to_string()), &scratch.join("keys"))?;
             let transport = HttpTransport::new(&url, &token, None)?;
             let (engine, scanner) = (SyncEngine::new(scanner.clone(), SyncOptions::default()), scanner.clone());
