@@ -93,21 +93,23 @@ async fn sink(spans: Arc<Mutex<Vec<Timed>>>) -> anyhow::Result<String> {
     let app = axum::Router::new()
         .route(
             "/v1/traces",
-            axum::routing::post(|axum::extract::State(spans): axum::extract::State<Arc<Mutex<Vec<Timed>>>>, body: Bytes| async move {
-                if let Ok(req) = ExportTraceServiceRequest::decode(body.as_ref()) {
-                    let mut kept = spans.lock().unwrap_or_else(PoisonError::into_inner);
-                    for s in req.resource_spans.iter().flat_map(|r| &r.scope_spans).flat_map(|s| &s.spans) {
-                        kept.push(Timed {
-                            name: s.name.clone(),
-                            trace: s.trace_id.clone(),
-                            span: s.span_id.clone(),
-                            parent: s.parent_span_id.clone(),
-                            ms: s.end_time_unix_nano.saturating_sub(s.start_time_unix_nano) as f64 / 1e6,
-                        });
+            axum::routing::post(
+                |axum::extract::State(spans): axum::extract::State<Arc<Mutex<Vec<Timed>>>>, body: Bytes| async move {
+                    if let Ok(req) = ExportTraceServiceRequest::decode(body.as_ref()) {
+                        let mut kept = spans.lock().unwrap_or_else(PoisonError::into_inner);
+                        for s in req.resource_spans.iter().flat_map(|r| &r.scope_spans).flat_map(|s| &s.spans) {
+                            kept.push(Timed {
+                                name: s.name.clone(),
+                                trace: s.trace_id.clone(),
+                                span: s.span_id.clone(),
+                                parent: s.parent_span_id.clone(),
+                                ms: s.end_time_unix_nano.saturating_sub(s.start_time_unix_nano) as f64 / 1e6,
+                            });
+                        }
                     }
-                }
-                axum::http::StatusCode::OK
-            }),
+                    axum::http::StatusCode::OK
+                },
+            ),
         )
         .with_state(spans);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -142,7 +144,9 @@ fn serve(config: &Config, dir: &Path, upstream: &str, otlp: Option<&str>) -> any
     std::fs::create_dir_all(&home)?;
     std::fs::write(
         home.join("config.toml"),
-        format!("[[models]]\nalias = \"chat\"\ndeployments = [{{ provider = \"openai\", url = \"{upstream}\", model = \"m\" }}]\n"),
+        format!(
+            "[[models]]\nalias = \"chat\"\ndeployments = [{{ provider = \"openai\", url = \"{upstream}\", model = \"m\" }}]\n"
+        ),
     )?;
     let admin = |args: &[&str]| -> anyhow::Result<String> {
         let out = Command::new(&exe).args(args).arg("--data-dir").arg(&data).env("CARET_HOME", &home).output()?;
@@ -245,7 +249,9 @@ fn bench(config: &Config, args: &TeamBench, scratch: &Path) -> anyhow::Result<Ex
     let kept = spans.lock().unwrap_or_else(PoisonError::into_inner).clone();
     let (mut outer, mut gateway, mut upstream_ms) = (Vec::new(), Vec::new(), Vec::new());
     for r in kept.iter().filter(|s| s.name == "request") {
-        let child = |name: &str, parent: &[u8]| kept.iter().find(|s| s.name == name && s.parent == parent && s.trace == r.trace);
+        let child = |name: &str, parent: &[u8]| {
+            kept.iter().find(|s| s.name == name && s.parent == parent && s.trace == r.trace)
+        };
         let Some(g) = child("gateway.chat", &r.span) else { continue };
         let Some(m) = child("model.call", &g.span) else { continue };
         outer.push(r.ms - g.ms);
@@ -336,7 +342,10 @@ fn bench(config: &Config, args: &TeamBench, scratch: &Path) -> anyhow::Result<Ex
         }
     })?;
     flip("on")?;
-    println!("\nkill switch: `caret admin flags set apply off` honoured {:.0} ms after the command returned", ms(honoured));
+    println!(
+        "\nkill switch: `caret admin flags set apply off` honoured {:.0} ms after the command returned",
+        ms(honoured)
+    );
     drop(traced);
     drop(plain);
     Ok(ExitCode::SUCCESS)

@@ -82,9 +82,14 @@ impl LocalBert {
                 .map_err(|e| fail(e.to_string()))?;
             Runtime::Candle(Box::new(BertModel::load(vb, &bert).map_err(|e| fail(e.to_string()))?))
         };
+        // Batches (an index being embedded) are background work: under contention the pool's
+        // threads yield to everything else (a search's query runs on its caller's thread).
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(config.threads.max(1))
             .thread_name(|i| format!("caret-embed-{i}"))
+            .start_handler(|_| {
+                let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 10);
+            })
             .build()
             .map_err(|e| fail(format!("starting the thread pool: {e}")))?;
         let name = dir.file_name().map_or_else(|| "bert".to_owned(), |n| n.to_string_lossy().into_owned());
@@ -170,6 +175,19 @@ impl Embedder for LocalBert {
             batches.push(&order[start..end]);
             start = end;
         }
+        // A query (one small batch) runs here, on the caller's thread and its own session: it
+        // never waits in the pool behind an index's batches.
+        if let [only] = batches.as_slice()
+            && only.len() <= QUERY_TEXTS
+        {
+            let batch: Vec<&[u32]> = only.iter().map(|i| encoded[*i].as_slice()).collect();
+            let vectors = self.forward(&batch)?;
+            let mut out: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
+            for (slot, v) in only.iter().zip(vectors) {
+                out[*slot] = v;
+            }
+            return Ok(out);
+        }
         // Batches run side by side: much of a forward pass (softmax, GELU, layer norm) is
         // single-threaded in candle, so one batch at a time leaves cores idle.
         let results: Vec<Vec<Vec<f32>>> = self.pool.install(|| {
@@ -191,6 +209,9 @@ impl Embedder for LocalBert {
         Ok(out)
     }
 }
+
+/// Texts few enough to embed on the caller's thread (a search's query and its variants).
+const QUERY_TEXTS: usize = 4;
 
 /// Unit-length means of the hidden states (`rows × len × dim`) over the real tokens of each
 /// row (`mask`, `rows × len`).

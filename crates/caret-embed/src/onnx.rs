@@ -56,12 +56,14 @@ pub(crate) struct OnnxEncoder {
 
 impl OnnxEncoder {
     /// Loads `dir/model.onnx` for `threads` threads in all: up to [`MAX_SESSIONS`] sessions
-    /// (one per batch run side by side), the threads shared out among them.
+    /// (one per batch run side by side), the threads shared out among them, and one more for
+    /// callers outside the pool (a search's query), so that they never wait behind a batch.
     pub(crate) fn load(dir: &Path, threads: usize) -> std::result::Result<Self, String> {
         let env = environment(&runtime_library(dir)?)?;
         let model = dir.join("model.onnx");
-        let sessions = threads.clamp(1, MAX_SESSIONS);
-        let intra = (threads / sessions).max(1);
+        let pooled = threads.clamp(1, MAX_SESSIONS);
+        let intra = (threads / pooled).max(1);
+        let sessions = pooled + 1;
         let open = || -> ort::Result<Session> {
             Session::builder(&env)?
                 .with_optimization_level(GraphOptimizationLevel::All)?
@@ -105,8 +107,10 @@ impl OnnxEncoder {
         if self.token_types {
             inputs.push(("token_type_ids".into(), tensor(vec![0; rows * len])?.into()));
         }
-        // A worker of the embedder's pool takes the session of its index: no contention.
-        let slot = rayon::current_thread_index().unwrap_or(0) % self.sessions.len();
+        // A worker of the embedder's pool takes the session of its index: no contention; a
+        // caller outside the pool takes the last one, kept for it.
+        let pooled = self.sessions.len().saturating_sub(1).max(1);
+        let slot = rayon::current_thread_index().map_or(self.sessions.len() - 1, |i| i % pooled);
         let mut session = self.sessions[slot].lock().map_err(|_| "an ONNX session panicked".to_owned())?;
         let outputs = session.run(inputs).map_err(|e| e.to_string())?;
         let (out_shape, values) = outputs[0].try_extract_tensor::<f32>().map_err(|e| e.to_string())?;

@@ -46,6 +46,9 @@ pub enum Error {
     /// tenant out): the flag's name.
     #[error("{0} is switched off on this server for now")]
     Disabled(String),
+    /// A compartment's bound is reached (its requests in flight and waiting): retry shortly.
+    #[error("the server's {0} work is at its bound; retry in a moment")]
+    Overloaded(&'static str),
     /// The metadata database failed; [`caret_index::database_unavailable`] tells a passing
     /// fault (503, retry) from a refused query (500).
     #[error("database")]
@@ -141,6 +144,7 @@ impl Error {
             Error::Timeout(_) => (StatusCode::REQUEST_TIMEOUT, "timeout"),
             Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Error::Disabled(_) => (StatusCode::SERVICE_UNAVAILABLE, "disabled"),
+            Error::Overloaded(_) => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
             Error::Database(e) if caret_index::database_unavailable(e) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "database_unavailable")
             }
@@ -164,7 +168,7 @@ impl IntoResponse for Error {
         let message = if matches!(code, "database_unavailable" | "storage_unavailable") {
             tracing::warn!(error = %chain(&self), "request failed for a storage fault; the client is told to retry");
             "storage is failing for the moment; retry".to_owned()
-        } else if let Error::Disabled(_) = &self {
+        } else if let Error::Disabled(_) | Error::Overloaded(_) = &self {
             self.to_string()
         } else if status.is_server_error() {
             // Logged and reported once, with the request's context, by the router's `observe`.
@@ -186,6 +190,9 @@ impl IntoResponse for Error {
             }
             Error::TooMany(_) => {
                 response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            }
+            Error::Overloaded(_) => {
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             // Storage faults pass; nothing was half-done (every write is one object put or
             // one transaction), so the same request can simply be sent again.

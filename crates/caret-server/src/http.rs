@@ -103,9 +103,15 @@ fn table(routes: Routes) -> Router<AppState> {
 
 /// The router. `body_limit` caps request bodies (413 beyond it).
 pub fn router(state: AppState, body_limit: usize, pages: Option<crate::Pages>) -> Router {
-    let v1 = table(tenant_routes()).route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
-    let operators =
-        table(operator_routes()).route_layer(middleware::from_fn_with_state(state.clone(), authenticate_operator));
+    // Authenticated (and limited, flagged, sent on) first; then, for the heavy capabilities,
+    // run in their compartment.
+    let compartments = middleware::from_fn_with_state(state.clone(), crate::compartment::enter);
+    let v1 = table(tenant_routes())
+        .route_layer(compartments.clone())
+        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
+    let operators = table(operator_routes())
+        .route_layer(compartments)
+        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate_operator));
     let mut router = Router::new();
     if let Some(pages) = pages {
         let tenant = pages.tenant.route_layer(middleware::from_fn_with_state(state.clone(), authenticate));

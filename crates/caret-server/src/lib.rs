@@ -9,6 +9,7 @@
 
 pub mod agent;
 pub mod cluster;
+pub mod compartment;
 pub mod http;
 pub mod limit;
 pub mod llm;
@@ -127,7 +128,7 @@ impl ServeConfig {
 
 /// Builds the router for a service.
 pub fn app(service: Arc<Service>, config: &ServeConfig) -> axum::Router {
-    let state = app_state(service, config, Arc::new(tokio::sync::watch::channel(false).0), None);
+    let state = app_state(service, config, Arc::new(tokio::sync::watch::channel(false).0), None, None);
     http::router(state, config.body_limit, config.pages.clone())
 }
 
@@ -137,6 +138,7 @@ fn app_state(
     config: &ServeConfig,
     stopping: Arc<tokio::sync::watch::Sender<bool>>,
     cluster: Option<Arc<cluster::Cluster>>,
+    compartments: Option<compartment::Compartments>,
 ) -> state::AppState {
     state::AppState {
         service,
@@ -148,6 +150,7 @@ fn app_state(
         runs: config.runs.clone(),
         stopping,
         cluster,
+        compartments,
     }
 }
 
@@ -210,7 +213,8 @@ pub async fn serve(
     if let Some(runs) = &config.runs {
         runs.set_placement(cluster.clone());
     }
-    let state = app_state(service, &config, stopping.clone(), Some(cluster.clone()));
+    let compartments = compartment::Compartments::standard()?;
+    let state = app_state(service, &config, stopping.clone(), Some(cluster.clone()), Some(compartments));
     let ticking = tokio::spawn(tick(state.clone()));
     let app = http::router(state, config.body_limit, config.pages.clone());
     let mut stopped = stopping.subscribe();

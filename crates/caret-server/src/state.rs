@@ -37,6 +37,8 @@ pub struct AppState {
     /// This replica among the others on the database (none: a router built without serving,
     /// as tests do: no flags, no routing).
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// The heavy capabilities' own pools (none: everything on the server's runtime).
+    pub compartments: Option<crate::compartment::Compartments>,
 }
 
 impl AppState {

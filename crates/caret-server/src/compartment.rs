@@ -1,0 +1,226 @@
+//! Compartments: the heavy capabilities' requests run on pools of their own, so that
+//! saturating one — a flood of embeddings or chat calls, an agent's or a run's handler stuck
+//! in a loop — cannot starve the rest. Each compartment is a small tokio runtime whose threads
+//! (workers and blocking ones: embedding runs on those) have a lower CPU priority (nice 10),
+//! with a bound on requests in flight and waiting; beyond it, 503 `overloaded` with
+//! `Retry-After`. Token checks, sync, search and Tab stay on the server's own runtime, which
+//! no compartment's work runs on.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::{Error, Result};
+
+/// A compartment's bounds.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// Worker threads of its runtime.
+    pub threads: usize,
+    /// Threads for blocking work (embedding) at most.
+    pub blocking: usize,
+    /// Requests running at once.
+    pub in_flight: usize,
+    /// Requests waiting for a turn; beyond: 503.
+    pub waiting: usize,
+}
+
+/// One compartment.
+pub struct Compartment {
+    name: &'static str,
+    runtime: Option<tokio::runtime::Runtime>,
+    handle: tokio::runtime::Handle,
+    permits: Arc<tokio::sync::Semaphore>,
+    waiting: AtomicUsize,
+    bounds: Bounds,
+}
+
+impl std::fmt::Debug for Compartment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compartment").field("name", &self.name).field("bounds", &self.bounds).finish()
+    }
+}
+
+impl Drop for Compartment {
+    fn drop(&mut self) {
+        // Dropping a runtime inside another one panics: let it go in the background.
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Lowers the calling thread's CPU priority (nice 10): a compartment's threads yield to the
+/// server's own when both want a core.
+fn lower_priority() {
+    let tid = rustix::thread::gettid();
+    if let Err(e) = rustix::process::setpriority_process(Some(tid), 10) {
+        tracing::debug!(error = %e, "a compartment's thread keeps its priority");
+    }
+}
+
+impl Compartment {
+    /// A compartment named `name` (`models`, `embedding`, `agent`, `runs`).
+    pub fn new(name: &'static str, bounds: Bounds) -> Result<Compartment> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(bounds.threads.max(1))
+            .max_blocking_threads(bounds.blocking.max(1))
+            .thread_name(format!("caret-{name}"))
+            .on_thread_start(lower_priority)
+            .enable_all()
+            .build()
+            .map_err(|source| Error::Io { what: "starting a compartment's threads", source })?;
+        let handle = runtime.handle().clone();
+        Ok(Compartment {
+            name,
+            runtime: Some(runtime),
+            handle,
+            permits: Arc::new(tokio::sync::Semaphore::new(bounds.in_flight.max(1))),
+            waiting: AtomicUsize::new(0),
+            bounds,
+        })
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Runs `work` in the compartment once it has room; `Err` (503 `overloaded`) when its
+    /// queue is full too.
+    pub async fn run<F>(&self, work: F) -> Result<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let permit = match self.permits.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                if self.waiting.fetch_add(1, Ordering::AcqRel) >= self.bounds.waiting {
+                    self.waiting.fetch_sub(1, Ordering::AcqRel);
+                    return Err(Error::Overloaded(self.name));
+                }
+                let acquired = self.permits.clone().acquire_owned().await;
+                self.waiting.fetch_sub(1, Ordering::AcqRel);
+                acquired.map_err(|_| Error::Overloaded(self.name))?
+            }
+        };
+        let task = self.handle.spawn(async move {
+            let out = work.await;
+            drop(permit);
+            out
+        });
+        task.await.map_err(|e| Error::Internal(format!("the {} compartment's task ended: {e}", self.name)))
+    }
+}
+
+/// The compartments of a server.
+#[derive(Debug, Clone)]
+pub struct Compartments {
+    /// Model calls: chat, completions, embeddings through the gateway.
+    pub models: Arc<Compartment>,
+    /// Embedding chunks into an index.
+    pub embedding: Arc<Compartment>,
+    /// Agent sessions, apply's model merges.
+    pub agent: Arc<Compartment>,
+    /// Runs, episodes and the workers' routes.
+    pub runs: Arc<Compartment>,
+}
+
+impl Compartments {
+    /// The default bounds, scaled to the machine's cores.
+    pub fn standard() -> Result<Compartments> {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let small = Bounds { threads: 1, blocking: cores.div_ceil(2).max(1), in_flight: 64, waiting: 256 };
+        Ok(Compartments {
+            models: Arc::new(Compartment::new(
+                "models",
+                Bounds { threads: 2, in_flight: 512, waiting: 1024, ..small },
+            )?),
+            embedding: Arc::new(Compartment::new(
+                "embedding",
+                Bounds { in_flight: cores.max(2), waiting: 64, ..small },
+            )?),
+            agent: Arc::new(Compartment::new("agent", small)?),
+            runs: Arc::new(Compartment::new("runs", Bounds { threads: 2, in_flight: 256, waiting: 1024, ..small })?),
+        })
+    }
+
+    /// The compartment a route's requests run in; `None`: the server's own runtime.
+    pub fn of(&self, path: &str) -> Option<&Arc<Compartment>> {
+        let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        match parts.as_slice() {
+            ["v1", "chat", ..] | ["v1", "completions"] | ["v1", "embeddings"] => Some(&self.models),
+            ["v1", "workspaces", _, "embed"] => Some(&self.embedding),
+            ["v1", "agent", ..] | ["v1", "apply"] => Some(&self.agent),
+            ["v1", "runs", ..] | ["v1", "envs", ..] | ["v1", "workers", ..] | ["v1", "secrets", ..] => Some(&self.runs),
+            _ => None,
+        }
+    }
+}
+
+/// Runs the request in its compartment, when its route has one.
+pub(crate) async fn enter(State(state): State<crate::state::AppState>, req: Request, next: Next) -> Response {
+    let Some(compartments) = &state.compartments else { return next.run(req).await };
+    let Some(c) = compartments.of(req.uri().path()).cloned() else { return next.run(req).await };
+    match c.run(next.run(req)).await {
+        Ok(response) => response,
+        Err(e) => e.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_find_their_compartments() {
+        let c = Compartments::standard().expect("compartments");
+        let of = |p: &str| c.of(p).map(|c| c.name());
+        assert_eq!(of("/v1/chat/completions"), Some("models"));
+        assert_eq!(of("/v1/embeddings"), Some("models"));
+        assert_eq!(of("/v1/workspaces/w/embed"), Some("embedding"));
+        assert_eq!(of("/v1/agent/sessions/s/events"), Some("agent"));
+        assert_eq!(of("/v1/workers/lease"), Some("runs"));
+        for own in ["/v1/workspaces/w/search", "/v1/workspaces/w/commit", "/v1/complete", "/v1/workspaces", "/healthz"]
+        {
+            assert_eq!(of(own), None, "{own} runs on the server's own runtime");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_full_compartment_refuses_and_a_busy_one_leaves_the_rest_running() {
+        let c = Compartment::new("test", Bounds { threads: 1, blocking: 1, in_flight: 1, waiting: 1 }).expect("built");
+        let c = Arc::new(c);
+        // A handler stuck in a loop holds the compartment's only slot and thread...
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let spin = {
+            let (c, stop) = (c.clone(), stop.clone());
+            tokio::spawn(async move {
+                c.run(async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+                .await
+            })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        // ... one more waits, the next is refused at once ...
+        let waiting = {
+            let c = c.clone();
+            tokio::spawn(async move { c.run(async { 1 }).await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(matches!(c.run(async { 2 }).await, Err(Error::Overloaded("test"))));
+        // ... and work outside the compartment goes on.
+        assert_eq!(tokio::spawn(async { 3 }).await.expect("ran"), 3);
+        stop.store(true, Ordering::Relaxed);
+        assert!(spin.await.expect("joined").is_ok());
+        assert_eq!(waiting.await.expect("joined").expect("its turn came"), 1);
+    }
+}
