@@ -258,7 +258,10 @@ fn bench(config: &Config, args: &TeamBench, scratch: &Path) -> anyhow::Result<Ex
         gateway.push(g.ms - m.ms);
         upstream_ms.push(m.ms);
     }
-    if !outer.is_empty() {
+    if outer.is_empty() {
+        let names: std::collections::BTreeSet<&str> = kept.iter().map(|s| s.name.as_str()).collect();
+        println!("  ({} spans received, none a whole request: {names:?})", kept.len());
+    } else {
         println!("  from {} traced requests' spans (p50, ms):", outer.len());
         println!("    request minus gateway (auth, limits, flags, JSON) {:7.3}", median(&mut outer));
         println!("    gateway minus model call (admission, choice)      {:7.3}", median(&mut gateway));

@@ -88,7 +88,7 @@ impl LocalBert {
             .num_threads(config.threads.max(1))
             .thread_name(|i| format!("caret-embed-{i}"))
             .start_handler(|_| {
-                let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 10);
+                let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19);
             })
             .build()
             .map_err(|e| fail(format!("starting the thread pool: {e}")))?;

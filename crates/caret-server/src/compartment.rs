@@ -1,7 +1,7 @@
 //! Compartments: the heavy capabilities' requests run on pools of their own, so that
 //! saturating one — a flood of embeddings or chat calls, an agent's or a run's handler stuck
 //! in a loop — cannot starve the rest. Each compartment is a small tokio runtime whose threads
-//! (workers and blocking ones: embedding runs on those) have a lower CPU priority (nice 10),
+//! (workers and blocking ones: embedding runs on those) have a lower CPU priority (nice 19),
 //! with a bound on requests in flight and waiting; beyond it, 503 `overloaded` with
 //! `Retry-After`. Token checks, sync, search and Tab stay on the server's own runtime, which
 //! no compartment's work runs on.
@@ -54,11 +54,11 @@ impl Drop for Compartment {
     }
 }
 
-/// Lowers the calling thread's CPU priority (nice 10): a compartment's threads yield to the
+/// Lowers the calling thread's CPU priority (nice 19): a compartment's threads yield to the
 /// server's own when both want a core.
 fn lower_priority() {
     let tid = rustix::thread::gettid();
-    if let Err(e) = rustix::process::setpriority_process(Some(tid), 10) {
+    if let Err(e) = rustix::process::setpriority_process(Some(tid), 19) {
         tracing::debug!(error = %e, "a compartment's thread keeps its priority");
     }
 }
@@ -109,11 +109,16 @@ impl Compartment {
                 acquired.map_err(|_| Error::Overloaded(self.name))?
             }
         };
-        let task = self.handle.spawn(async move {
-            let out = work.await;
-            drop(permit);
-            out
-        });
+        // The request's span goes along: the work's spans stay in its trace.
+        let span = tracing::Span::current();
+        let task = self.handle.spawn(tracing::Instrument::instrument(
+            async move {
+                let out = work.await;
+                drop(permit);
+                out
+            },
+            span,
+        ));
         task.await.map_err(|e| Error::Internal(format!("the {} compartment's task ended: {e}", self.name)))
     }
 }
