@@ -17,7 +17,7 @@ mod browser;
 use browser::Browser;
 #[path = "common/server.rs"]
 mod harness;
-use harness::{CARET, Client, Server, backends, http};
+use harness::{CARET, Client, Server, backends, buggy_repo, http};
 
 /// Every byte of every file below `dir`.
 fn all_bytes(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
@@ -1052,22 +1052,7 @@ fn agent_sessions_stream_their_events_over_sse() {
     assert_eq!(post(&a, &format!("/{id}/ops"), json!({"type": "dance"})), 422);
 
     let watch = |until: &str| {
-        let r = c.get(url(&format!("/{id}/events"))).bearer_auth(&a).send().unwrap();
-        assert_eq!(r.status(), 200);
-        assert_eq!(r.headers()["content-type"], "text/event-stream");
-        let mut events = Vec::new();
-        for line in BufReader::new(r).lines() {
-            let line = line.unwrap();
-            if let Some(data) = line.strip_prefix("data: ") {
-                let e: Value = serde_json::from_str(data).unwrap();
-                let done = e["type"] == until;
-                events.push(e);
-                if done {
-                    break;
-                }
-            }
-        }
-        events
+        harness::events_until(c.get(url(&format!("/{id}/events"))).bearer_auth(&a).send().unwrap(), until)
     };
     assert_eq!(post(&a, &format!("/{id}/ops"), input), 202);
     let events = watch("turn_end");
@@ -1268,16 +1253,6 @@ fn idle_agent_sessions_are_shut_down() {
 }
 
 /// A git repository whose `add.sh` subtracts, with a test command in its environment file.
-fn buggy_repo() -> TempDir {
-    let repo = TempDir::new();
-    repo.write("add.sh", "echo $(( $1 - $2 ))\n");
-    repo.write("test.sh", "[ \"$(sh add.sh 2 3)\" = 5 ] && echo 'tests pass' || { echo 'tests FAIL'; exit 1; }\n");
-    repo.write(".caret/environment.toml", "test = \"sh test.sh\"\n");
-    repo.git_init();
-    repo.git(&["add", "-A"]);
-    repo.git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init"]);
-    repo
-}
 
 /// A config whose `agent` alias is the scripted upstream at `url`.
 fn agent_config(url: &str) -> String {

@@ -9,7 +9,6 @@
 //! linked across processes, and nothing of the code, paths, queries or prompts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead as _, BufReader};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,7 +20,7 @@ use serde_json::{Value, json};
 
 #[path = "common/server.rs"]
 mod harness;
-use harness::{Client, Server, http};
+use harness::{Client, Server, buggy_repo, http};
 
 /// A fresh database on the test PostgreSQL and a fresh prefix in the test bucket, as storage
 /// flags; none (said through `skip`) without them.
@@ -108,32 +107,9 @@ impl Fleet {
     }
 }
 
-fn buggy_repo() -> TempDir {
-    let repo = TempDir::new();
-    repo.write("add.sh", "echo $(( $1 - $2 ))\n");
-    repo.write("test.sh", "[ \"$(sh add.sh 2 3)\" = 5 ] && echo 'tests pass' || { echo 'tests FAIL'; exit 1; }\n");
-    repo.git_init();
-    repo.git(&["add", "-A"]);
-    repo.git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init"]);
-    repo
-}
-
 /// Events of an agent session's stream until one of type `until`.
 fn watch(url: &str, token: &str, until: &str) -> Vec<Value> {
-    let r = http().get(url).bearer_auth(token).send().unwrap();
-    assert_eq!(r.status(), 200, "{url}");
-    let mut events = Vec::new();
-    for line in BufReader::new(r).lines() {
-        if let Some(data) = line.unwrap().strip_prefix("data: ") {
-            let e: Value = serde_json::from_str(data).unwrap();
-            let done = e["type"] == until;
-            events.push(e);
-            if done {
-                break;
-            }
-        }
-    }
-    events
+    harness::events_until(http().get(url).bearer_auth(token).send().unwrap(), until)
 }
 
 #[test]
@@ -325,6 +301,7 @@ fn a_tenants_rate_limit_holds_across_replicas() {
 #[test]
 fn a_rolling_restart_under_load_fails_no_request() {
     let rt = tokio::runtime::Runtime::new().unwrap();
+    let Some(storage) = fresh_storage(&rt) else { return };
     let fim = rt.block_on(ScriptedUpstream::start("fim"));
     fim.set(Behaviour { answer: Some("a + b)\n".to_owned()), ..Behaviour::default() });
     let config = format!(

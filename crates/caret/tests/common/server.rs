@@ -195,3 +195,34 @@ pub fn http() -> reqwest::blocking::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).build().unwrap()
 }
+
+/// A repository whose `add.sh` subtracts, with a test that wants it to add (committed).
+pub fn buggy_repo() -> TempDir {
+    let repo = TempDir::new();
+    repo.write("add.sh", "echo $(( $1 - $2 ))\n");
+    repo.write("test.sh", "[ \"$(sh add.sh 2 3)\" = 5 ] && echo 'tests pass' || { echo 'tests FAIL'; exit 1; }\n");
+    repo.write(".caret/environment.toml", "test = \"sh test.sh\"\n");
+    repo.git_init();
+    repo.git(&["add", "-A"]);
+    repo.git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init"]);
+    repo
+}
+
+/// An agent session's events from an event-stream answer, until one of type `until`.
+pub fn events_until(r: reqwest::blocking::Response, until: &str) -> Vec<Value> {
+    use std::io::BufRead as _;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    let mut events = Vec::new();
+    for line in BufReader::new(r).lines() {
+        if let Some(data) = line.unwrap().strip_prefix("data: ") {
+            let e: Value = serde_json::from_str(data).unwrap();
+            let done = e["type"] == until;
+            events.push(e);
+            if done {
+                break;
+            }
+        }
+    }
+    events
+}
