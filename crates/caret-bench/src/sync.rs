@@ -62,7 +62,7 @@ fn bench(config: &Config, path: &Path, changes: usize, scratch: &Path) -> anyhow
             agent: Default::default(),
             runs: None,
             pages: None,
-            advertise_url: None,
+            replicas: caret_server::Replicas::Join(None),
         };
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(caret_server::serve(service, serve, listener, async move {

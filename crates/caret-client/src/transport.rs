@@ -90,6 +90,8 @@ pub struct HttpTransport {
     client: reqwest::Client,
     wire: WireCounter,
     label: Option<String>,
+    /// Whether a refused or cut connection is retried (a balancer's replica restarting).
+    reconnect: bool,
 }
 
 impl HttpTransport {
@@ -110,12 +112,20 @@ impl HttpTransport {
             client,
             wire: WireCounter::default(),
             label: None,
+            reconnect: true,
         })
     }
 
     /// The same, described as `label` in messages (a local daemon rather than its URL).
     pub fn labelled(mut self, label: &str) -> Self {
         self.label = Some(label.to_owned());
+        self
+    }
+
+    /// The same, giving up at once when the server cannot be reached (a local daemon that is
+    /// gone: its caller starts another rather than wait for it).
+    pub fn without_reconnects(mut self) -> Self {
+        self.reconnect = false;
         self
     }
 
@@ -150,7 +160,7 @@ impl HttpTransport {
             let backoff = std::time::Duration::from_millis(100 << attempt);
             let response = match r.send().await {
                 Ok(response) => response,
-                Err(e) if attempt < 5 && (e.is_connect() || e.is_request()) && !e.is_timeout() => {
+                Err(e) if self.reconnect && attempt < 5 && (e.is_connect() || e.is_request()) && !e.is_timeout() => {
                     tracing::debug!(%url, error = %chain(&e), "no answer; retrying");
                     last = chain(&e);
                     tokio::time::sleep(backoff).await;

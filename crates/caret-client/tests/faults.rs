@@ -45,7 +45,7 @@ async fn serve(service: Arc<Service>) -> Server {
         agent: caret_server::sessions::AgentSettings::default(),
         runs: None,
         pages: None,
-        advertise_url: None,
+        replicas: caret_server::Replicas::Join(None),
     };
     let statuses = Arc::new(Mutex::new(Vec::new()));
     let seen = statuses.clone();

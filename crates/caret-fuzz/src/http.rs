@@ -53,7 +53,7 @@ fn harness() -> &'static Harness {
                 agent: caret_server::sessions::AgentSettings::default(),
                 runs: None,
                 pages: None,
-                advertise_url: None,
+                replicas: caret_server::Replicas::Join(None),
             };
             (caret_server::app(service, &config), token)
         });

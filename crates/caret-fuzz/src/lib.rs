@@ -312,8 +312,9 @@ pub fn segment(data: &[u8]) {
     caret_store::fuzzing::segment(data);
 }
 
-/// A stored BM25 index (its body, behind the checksum) or HNSW graph (as stored): read or
-/// refused, never an unbounded allocation.
+/// A stored BM25 index or HNSW graph, as stored (checksum included): read or refused, never an
+/// unbounded allocation (their readers, tantivy's and usearch's, trust what is behind the
+/// checksum).
 pub fn stored_indexes(data: &[u8]) {
     let Some((which, rest)) = select(data, 2) else { return };
     match which {

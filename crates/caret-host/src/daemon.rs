@@ -126,7 +126,8 @@ fn answers(addr: SocketAddr) -> bool {
 
 fn transport_to(a: &Announce) -> anyhow::Result<HttpTransport> {
     Ok(HttpTransport::new(&format!("http://{}", a.addr), &a.token, None)?
-        .labelled(&format!("the local daemon ({})", a.addr)))
+        .labelled(&format!("the local daemon ({})", a.addr))
+        .without_reconnects())
 }
 
 /// A transport to this home's daemon, starting one if none answers; `None` when the daemon
@@ -310,7 +311,7 @@ pub fn serve(config: &Config, idle: Option<&str>, log: fn(String)) -> anyhow::Re
             agent: caret_server::sessions::AgentSettings::default(),
             runs: None,
             pages: None,
-            advertise_url: None,
+            replicas: caret_server::Replicas::Alone,
         };
         serve.check()?;
         let activity = Arc::new(Activity::new());

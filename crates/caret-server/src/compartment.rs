@@ -10,10 +10,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-
 use crate::{Error, Result};
 
 /// A compartment's bounds.
@@ -165,16 +161,6 @@ impl Compartments {
             ["v1", "runs", ..] | ["v1", "envs", ..] | ["v1", "workers", ..] | ["v1", "secrets", ..] => Some(&self.runs),
             _ => None,
         }
-    }
-}
-
-/// Runs the request in its compartment, when its route has one.
-pub(crate) async fn enter(State(state): State<crate::state::AppState>, req: Request, next: Next) -> Response {
-    let Some(compartments) = &state.compartments else { return next.run(req).await };
-    let Some(c) = compartments.of(req.uri().path()).cloned() else { return next.run(req).await };
-    match c.run(next.run(req)).await {
-        Ok(response) => response,
-        Err(e) => e.into_response(),
     }
 }
 

@@ -105,7 +105,7 @@ fn table(routes: Routes) -> Router<AppState> {
 pub fn router(state: AppState, body_limit: usize, pages: Option<crate::Pages>) -> Router {
     // Authenticated (and limited, flagged, sent on) first; then, for the heavy capabilities,
     // run in their compartment.
-    let compartments = middleware::from_fn_with_state(state.clone(), crate::compartment::enter);
+    let compartments = middleware::from_fn_with_state(state.clone(), enter_compartment);
     let v1 = table(tenant_routes())
         .route_layer(compartments.clone())
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
@@ -238,6 +238,16 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
 /// The tenant a request was made for, on its answer (for the failure report).
 #[derive(Debug, Clone)]
 struct TenantId(String);
+
+/// Runs the request in its compartment, when its route has one.
+async fn enter_compartment(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let Some(compartments) = &state.compartments else { return next.run(req).await };
+    let Some(c) = compartments.of(req.uri().path()).cloned() else { return next.run(req).await };
+    match c.run(next.run(req)).await {
+        Ok(response) => response,
+        Err(e) => e.into_response(),
+    }
+}
 
 /// Which rate limit.
 #[derive(Debug, Clone, Copy)]

@@ -89,9 +89,19 @@ pub struct ServeConfig {
     pub runs: Option<Arc<caret_anyrun::runs::RunService>>,
     /// A front end served under `/ui` (the team's editor page), when there is one.
     pub pages: Option<Pages>,
-    /// Where the other replicas reach this one (`http://10.0.0.7:8080`); none: this
-    /// listener's address (loopback when it listens on all addresses).
-    pub advertise_url: Option<String>,
+    /// Whether this server joins the replicas on its database.
+    pub replicas: Replicas,
+}
+
+/// Whether a server is one of several replicas.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Replicas {
+    /// Joins the replicas on its database, reachable by them at this URL
+    /// (`http://10.0.0.7:8080`; none: the listener's address, loopback when it listens on all).
+    Join(Option<String>),
+    /// One process by construction (the local daemon): no heartbeats, flag reloads or shared
+    /// limits against a database that the user's other commands write too.
+    Alone,
 }
 
 /// A front end served under `/ui` beside the API. `public` holds no data and needs no token
@@ -205,16 +215,22 @@ pub async fn serve(
 ) -> Result<()> {
     config.check()?;
     let stopping = Arc::new(tokio::sync::watch::channel(false).0);
-    let url = match &config.advertise_url {
-        Some(url) => url.clone(),
-        None => default_url(&listener, config.tls.is_some())?,
+    let cluster = match &config.replicas {
+        Replicas::Alone => None,
+        Replicas::Join(advertise) => {
+            let url = match advertise {
+                Some(url) => url.clone(),
+                None => default_url(&listener, config.tls.is_some())?,
+            };
+            let cluster = Arc::new(cluster::Cluster::join(service.db().clone(), url).await?);
+            if let Some(runs) = &config.runs {
+                runs.set_placement(cluster.clone());
+            }
+            Some(cluster)
+        }
     };
-    let cluster = Arc::new(cluster::Cluster::join(service.db().clone(), url).await?);
-    if let Some(runs) = &config.runs {
-        runs.set_placement(cluster.clone());
-    }
     let compartments = compartment::Compartments::standard()?;
-    let state = app_state(service, &config, stopping.clone(), Some(cluster.clone()), Some(compartments));
+    let state = app_state(service, &config, stopping.clone(), cluster.clone(), Some(compartments));
     let ticking = tokio::spawn(tick(state.clone()));
     let app = http::router(state, config.body_limit, config.pages.clone());
     let mut stopped = stopping.subscribe();
@@ -222,7 +238,9 @@ pub async fn serve(
         shutdown.await;
         // The others stop sending requests here first; then the streams end and the rest drains.
         ticking.abort();
-        cluster.leave().await;
+        if let Some(cluster) = cluster {
+            cluster.leave().await;
+        }
         stopping.send_replace(true);
     };
     listener.set_nonblocking(true).map_err(|source| Error::Io { what: "configuring the listener", source })?;

@@ -47,7 +47,7 @@ async fn harness(rate_limit: RateLimit) -> Harness {
         agent: caret_server::sessions::AgentSettings::default(),
         runs: None,
         pages: None,
-        advertise_url: None,
+        replicas: caret_server::Replicas::Join(None),
     };
     Harness { app: caret_server::app(service, &config), alice, bob, _dir: dir }
 }

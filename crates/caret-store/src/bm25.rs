@@ -137,6 +137,12 @@ impl Bm25Index {
             dir.atomic_write(std::path::Path::new(&path), &data).map_err(err)?;
         }
         let index = Index::open(dir).map_err(err)?;
+        // tantivy trusts the lengths in its files (a damaged one can make it allocate without
+        // bound): every file's own checksum must hold before a reader opens them.
+        let damaged = index.validate_checksum().map_err(err)?;
+        if !damaged.is_empty() {
+            return Err(crate::Error::Inconsistent(format!("{} damaged files in a BM25 index", damaged.len())));
+        }
         let terms = index.schema().get_field("t").map_err(err)?;
         Self::open(index, terms)
     }

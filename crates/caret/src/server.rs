@@ -106,7 +106,7 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
         gateway: config.gateway()?,
         runs: None,
         pages: None,
-        advertise_url: args.advertise_url,
+        replicas: caret_server::Replicas::Join(args.advertise_url),
         agent: caret_server::sessions::AgentSettings {
             workspaces: config.server.agent_workspaces.clone(),
             rules: config.agent.rules(),

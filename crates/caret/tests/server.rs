@@ -1252,8 +1252,6 @@ fn idle_agent_sessions_are_shut_down() {
     server.stop();
 }
 
-/// A git repository whose `add.sh` subtracts, with a test command in its environment file.
-
 /// A config whose `agent` alias is the scripted upstream at `url`.
 fn agent_config(url: &str) -> String {
     format!(
