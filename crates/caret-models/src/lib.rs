@@ -29,7 +29,8 @@ pub use limits::{Breaker, BreakerState, TokenBucket};
 pub use metrics::GatewayMetrics;
 pub use provider::{Event, EventStream, Provider, collect_chat, collect_completion};
 pub use router::{
-    CallContext, Class, Deployment, DeploymentLimits, Gateway, GatewaySettings, RetrySettings, recovery_share,
+    CallContext, Class, Deployment, DeploymentLimits, Gateway, GatewaySettings, QuotaLedger, RetrySettings,
+    recovery_share,
 };
 
 /// Entry points for the fuzz targets (`crates/caret-fuzz`): the readers of what model servers

@@ -437,12 +437,24 @@ pub struct Gateway {
     metrics: Arc<GatewayMetrics>,
     /// Deployments an operator switched off (kill switches): never chosen.
     switched_off: std::sync::RwLock<std::collections::HashSet<String>>,
+    /// Where tenant quotas are kept when replicas share them.
+    ledger: std::sync::OnceLock<Arc<dyn QuotaLedger>>,
 }
 
 impl std::fmt::Debug for Gateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Gateway").field("aliases", &self.aliases.keys().collect::<Vec<_>>()).finish()
     }
+}
+
+/// Tenant quotas kept outside this process, so that they hold across the replicas of a
+/// service: `take` takes `cost` from the shared bucket `key` (refilling at `per_second` up to
+/// `burst`) and says whether it was there, with the bucket's level after; `None` when the
+/// ledger cannot be reached (this gateway's own buckets decide then).
+#[async_trait::async_trait]
+pub trait QuotaLedger: Send + Sync {
+    /// Takes `cost` from `key`'s bucket: `(admitted, level)`.
+    async fn take(&self, key: &str, cost: f64, per_second: f64, burst: f64) -> Option<(bool, f64)>;
 }
 
 /// What the chooser found.
@@ -466,7 +478,14 @@ impl Gateway {
             recovery: Mutex::new(None),
             metrics: Arc::new(GatewayMetrics::default()),
             switched_off: std::sync::RwLock::default(),
+            ledger: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Keeps tenant quotas in `ledger` (once; later calls are ignored): every replica then
+    /// takes from the same buckets, one round trip per model call.
+    pub fn set_quota_ledger(&self, ledger: Arc<dyn QuotaLedger>) {
+        let _ = self.ledger.set(ledger);
     }
 
     /// Sets the deployments switched off (by name): they are passed over as if unhealthy
@@ -578,6 +597,25 @@ impl Gateway {
         })
     }
 
+    /// Tenant quotas in the shared ledger, when there is one; `None`: decide here.
+    async fn admit_shared(&self, ctx: &CallContext, tokens: f64) -> Option<Result<()>> {
+        let ledger = self.ledger.get()?;
+        let refused = |level: f64, per_second: f64, cost: f64| Error::Quota {
+            reason: "the tenant's model quota is spent".into(),
+            retry_after: Duration::from_secs_f64(((cost - level) / per_second.max(f64::MIN_POSITIVE)).clamp(1.0, 60.0)),
+        };
+        for (kind, limit, cost) in [("rpm", self.settings.tenant_rpm, 1.0), ("tpm", self.settings.tenant_tpm, tokens)] {
+            let Some(per_minute) = limit else { continue };
+            let (burst, per_second) = (f64::from(per_minute), f64::from(per_minute) / 60.0);
+            let (admitted, level) =
+                ledger.take(&format!("quota-{kind}:{}", ctx.tenant), cost, per_second, burst).await?;
+            if !admitted {
+                return Some(Err(refused(level, per_second, cost)));
+            }
+        }
+        Some(Ok(()))
+    }
+
     fn admit(&self, ctx: &CallContext, tokens: f64) -> Result<()> {
         let now = Instant::now();
         if let Some(r) = *self.recovery.lock().unwrap_or_else(|p| p.into_inner()) {
@@ -590,7 +628,8 @@ impl Gateway {
             }
         }
         let (rpm, tpm) = (self.settings.tenant_rpm, self.settings.tenant_tpm);
-        if rpm.is_none() && tpm.is_none() {
+        // Quotas kept in a shared ledger are taken there (`admit_shared`).
+        if rpm.is_none() && tpm.is_none() || self.ledger.get().is_some() {
             return Ok(());
         }
         let mut tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
@@ -795,6 +834,9 @@ impl Gateway {
     {
         let deps = self.deployments(alias)?;
         self.admit(ctx, tokens)?;
+        if let Some(shared) = self.admit_shared(ctx, tokens).await {
+            shared?;
+        }
         self.retry_budget
             .lock()
             .unwrap_or_else(|p| p.into_inner())

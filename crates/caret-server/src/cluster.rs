@@ -231,6 +231,21 @@ impl caret_anyrun::runs::Placement for Cluster {
     }
 }
 
+/// Tenants' model quotas, shared by every replica's gateway through the same buckets as the
+/// rate limits.
+#[async_trait::async_trait]
+impl caret_models::QuotaLedger for Cluster {
+    async fn take(&self, key: &str, cost: f64, per_second: f64, burst: f64) -> Option<(bool, f64)> {
+        match self.db.take(key, cost, per_second, burst).await {
+            Ok(t) => Some((t.admitted, t.level)),
+            Err(e) => {
+                tracing::warn!(error = %crate::error::chain(&e), "the shared model quota is unreachable");
+                None
+            }
+        }
+    }
+}
+
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }

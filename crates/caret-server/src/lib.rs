@@ -226,6 +226,9 @@ pub async fn serve(
             if let Some(runs) = &config.runs {
                 runs.set_placement(cluster.clone());
             }
+            if let Some(gateway) = &config.gateway {
+                gateway.set_quota_ledger(cluster.clone());
+            }
             Some(cluster)
         }
     };

@@ -299,6 +299,41 @@ fn a_tenants_rate_limit_holds_across_replicas() {
 }
 
 #[test]
+fn a_tenants_model_quota_holds_across_replicas() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let Some(storage) = fresh_storage(&rt) else { return };
+    let up = rt.block_on(ScriptedUpstream::start("chat-model"));
+    up.set(Behaviour { answer: Some("fine".to_owned()), ..Behaviour::default() });
+    let config = format!(
+        "[gateway]\ntenant_rpm = 6\n\n[[models]]\nalias = \"chat\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
+        up.url
+    );
+    let fleet = Fleet::start(&rt, 3, storage, &config, &[]);
+    let token = fleet.servers[0].tenant("metered");
+    let c = http();
+    let (mut ok, mut refused) = (0, 0);
+    for _ in 0..12 {
+        let r = c
+            .post(format!("{}/v1/chat/completions", fleet.lb.url))
+            .bearer_auth(&token)
+            .json(&json!({"model": "chat", "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .unwrap();
+        match r.status().as_u16() {
+            200 => ok += 1,
+            429 => {
+                assert!(r.headers().contains_key("retry-after"));
+                refused += 1;
+            }
+            other => panic!("unexpected {other}: {}", r.text().unwrap_or_default()),
+        }
+    }
+    // Per replica, three gateways would have let all 12 through (6 a minute each).
+    assert_eq!((ok, refused), (6, 6), "6 a minute for the tenant, whichever replica answers");
+    assert_eq!(up.requests(), 6);
+}
+
+#[test]
 fn a_rolling_restart_under_load_fails_no_request() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let Some(storage) = fresh_storage(&rt) else { return };
