@@ -186,8 +186,18 @@ pub fn search_replace_one_place(data: &[u8]) {
     if replace.contains('\0') {
         return;
     }
-    // Whole lines only, no markers inside, no carriage returns (the matcher normalises them).
-    let clean = |s: &str| !s.contains('\r') && !["<<<<<<<", "=======", ">>>>>>>"].iter().any(|m| s.contains(m));
+    // Whole lines only, no markers inside — nor lines the parser takes for markers, which it
+    // reads leniently (five or more `<`, `=` or `>`, as models write them) — and no carriage
+    // returns (the matcher normalises them).
+    let marker_like = |l: &str| {
+        let t = l.trim();
+        ['<', '=', '>'].iter().any(|c| t.chars().take_while(|x| x == c).count() >= 5)
+    };
+    let clean = |s: &str| {
+        !s.contains('\r')
+            && !["<<<<<<<", "=======", ">>>>>>>"].iter().any(|m| s.contains(m))
+            && !s.lines().any(marker_like)
+    };
     if !clean(file) || !clean(search) || !clean(replace) || search.trim().is_empty() {
         return;
     }
