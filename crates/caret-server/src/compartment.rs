@@ -1,7 +1,8 @@
 //! Compartments: the heavy capabilities' requests run on pools of their own, so that
 //! saturating one — a flood of embeddings or chat calls, an agent's or a run's handler stuck
-//! in a loop — cannot starve the rest. Each compartment is a small tokio runtime whose threads
-//! (workers and blocking ones: embedding runs on those) have a lower CPU priority (nice 19),
+//! in a loop — cannot starve the rest. Each compartment is a small tokio runtime of its own
+//! (the embedding and model ones' threads, workers and blocking ones, at a lower CPU
+//! priority: nice 19),
 //! with a bound on requests in flight and waiting; beyond it, 503 `overloaded` with
 //! `Retry-After`. Token checks, sync, search and Tab stay on the server's own runtime, which
 //! no compartment's work runs on.
@@ -23,6 +24,8 @@ pub struct Bounds {
     pub in_flight: usize,
     /// Requests waiting for a turn; beyond: 503.
     pub waiting: usize,
+    /// Its threads' CPU priority (nice: 0 as the server's own, 19 yields to everything).
+    pub nice: i32,
 }
 
 /// One compartment.
@@ -50,11 +53,14 @@ impl Drop for Compartment {
     }
 }
 
-/// Lowers the calling thread's CPU priority (nice 19): a compartment's threads yield to the
+/// Sets the calling thread's CPU priority: a CPU-heavy compartment's threads yield to the
 /// server's own when both want a core.
-fn lower_priority() {
+fn set_priority(nice: i32) {
+    if nice == 0 {
+        return;
+    }
     let tid = rustix::thread::gettid();
-    if let Err(e) = rustix::process::setpriority_process(Some(tid), 19) {
+    if let Err(e) = rustix::process::setpriority_process(Some(tid), nice) {
         tracing::debug!(error = %e, "a compartment's thread keeps its priority");
     }
 }
@@ -66,7 +72,7 @@ impl Compartment {
             .worker_threads(bounds.threads.max(1))
             .max_blocking_threads(bounds.blocking.max(1))
             .thread_name(format!("caret-{name}"))
-            .on_thread_start(lower_priority)
+            .on_thread_start(move || set_priority(bounds.nice))
             .enable_all()
             .build()
             .map_err(|source| Error::Io { what: "starting a compartment's threads", source })?;
@@ -136,7 +142,11 @@ impl Compartments {
     /// The default bounds, scaled to the machine's cores.
     pub fn standard() -> Result<Compartments> {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let small = Bounds { threads: 1, blocking: cores.div_ceil(2).max(1), in_flight: 64, waiting: 256 };
+        // Embedding (CPU-heavy) and model calls (many streams to parse and relay) yield
+        // (nice 19). Agent sessions (their sandboxed commands inherit a thread's priority) and
+        // runs (the workers' heartbeats and leases must not starve under load) keep the
+        // server's priority.
+        let small = Bounds { threads: 1, blocking: cores.div_ceil(2).max(1), in_flight: 64, waiting: 256, nice: 0 };
         Ok(Compartments {
             models: Arc::new(Compartment::new(
                 "models",
@@ -185,7 +195,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_compartment_refuses_and_a_busy_one_leaves_the_rest_running() {
-        let c = Compartment::new("test", Bounds { threads: 1, blocking: 1, in_flight: 1, waiting: 1 }).expect("built");
+        let c = Compartment::new("test", Bounds { threads: 1, blocking: 1, in_flight: 1, waiting: 1, nice: 19 })
+            .expect("built");
         let c = Arc::new(c);
         // A handler stuck in a loop holds the compartment's only slot and thread...
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -668,7 +668,7 @@ fn the_deployment_files_render_validate_and_set_only_real_settings() {
 /// checks, sync, search and Tab stay near their p99 when idle. Measured here (2 cores, debug
 /// build): without compartments 4-46x; with them 1.3-2.4x, the rest being the one SQLite
 /// connection all requests share and the two cores the flood's client shares — so the test
-/// holds them to 3x (docs/operations.md has the figures; the target is 1.5x).
+/// holds them to 3x and 5 ms (docs/operations.md has the figures; the target is 1.5x).
 #[test]
 fn floods_of_embedding_and_chat_leave_login_sync_search_and_tab_alone() {
     let Some(_) = caret_test_support::models::TestModel::Embedding.dir() else {
@@ -794,8 +794,9 @@ fn floods_of_embedding_and_chat_leave_login_sync_search_and_tab_alone() {
     eprintln!("p99 idle → under the floods: {}", ratios.join(", "));
     assert!(embedding, "the embedding flood lasted through the probes");
     for k in 0..4 {
-        // A millisecond of slack: p99s of a few milliseconds move by that much on their own.
-        assert!(busy[k] <= idle[k] * 3.0 + 1.0, "{} is not isolated: {}", names[k], ratios.join(", "));
+        // Five milliseconds of slack: on two shared cores, p99s of a few milliseconds move by
+        // that much on their own (without compartments they grow by 15 ms to a second).
+        assert!(busy[k] <= idle[k] * 3.0 + 5.0, "{} is not isolated: {}", names[k], ratios.join(", "));
     }
 }
 
