@@ -124,6 +124,15 @@ fn answers(addr: SocketAddr) -> bool {
     std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
 }
 
+/// Whether the announced process still runs: a dead daemon's port may already be another
+/// process's (ports are reused), so an answer there is not enough.
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next().map(str::to_owned)))
+        .is_some_and(|state| state != "Z" && state != "X")
+}
+
 fn transport_to(a: &Announce) -> anyhow::Result<HttpTransport> {
     Ok(HttpTransport::new(&format!("http://{}", a.addr), &a.token, None)?
         .labelled(&format!("the local daemon ({})", a.addr))
@@ -150,7 +159,7 @@ async fn connect_or_start(config: &Config) -> anyhow::Result<HttpTransport> {
     let dir = dir(config);
     let identity = identity(config)?;
     match read_announce(&dir) {
-        Some(a) if a.identity == identity && answers(a.addr) => return transport_to(&a),
+        Some(a) if a.identity == identity && alive(a.pid) && answers(a.addr) => return transport_to(&a),
         // Another build or other settings: retire it (it stops when the file no longer names
         // it). A dead one's file is simply replaced.
         Some(a) if a.identity != identity => {
@@ -161,7 +170,7 @@ async fn connect_or_start(config: &Config) -> anyhow::Result<HttpTransport> {
     let mut child = spawn(config, &dir)?;
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
-        if let Some(a) = read_announce(&dir).filter(|a| a.identity == identity && answers(a.addr)) {
+        if let Some(a) = read_announce(&dir).filter(|a| a.identity == identity && alive(a.pid) && answers(a.addr)) {
             // Reap it when it ends, if this process outlives it (the LSP does).
             std::thread::spawn(move || child.wait());
             return transport_to(&a);
