@@ -447,13 +447,11 @@ impl std::fmt::Debug for Gateway {
     }
 }
 
-/// Tenant quotas kept outside this process, so that they hold across the replicas of a
-/// service: `take` takes `cost` from the shared bucket `key` (refilling at `per_second` up to
-/// `burst`) and says whether it was there, with the bucket's level after; `None` when the
-/// ledger cannot be reached (this gateway's own buckets decide then).
+/// Tenant quotas kept outside this process, so that they hold across a service's replicas.
 #[async_trait::async_trait]
 pub trait QuotaLedger: Send + Sync {
-    /// Takes `cost` from `key`'s bucket: `(admitted, level)`.
+    /// Takes `cost` from `key`'s bucket (refilling at `per_second` up to `burst`):
+    /// `(admitted, level after)`; `None` when unreachable (this gateway decides then).
     async fn take(&self, key: &str, cost: f64, per_second: f64, burst: f64) -> Option<(bool, f64)>;
 }
 
@@ -482,8 +480,7 @@ impl Gateway {
         }
     }
 
-    /// Keeps tenant quotas in `ledger` (once; later calls are ignored): every replica then
-    /// takes from the same buckets, one round trip per model call.
+    /// Keeps tenant quotas in `ledger` (once): one round trip per model call.
     pub fn set_quota_ledger(&self, ledger: Arc<dyn QuotaLedger>) {
         let _ = self.ledger.set(ledger);
     }
