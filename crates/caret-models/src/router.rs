@@ -485,8 +485,7 @@ impl Gateway {
         let _ = self.ledger.set(ledger);
     }
 
-    /// Sets the deployments switched off (by name): they are passed over as if unhealthy
-    /// until switched on again.
+    /// Sets the deployments switched off (by name): passed over as if unhealthy.
     pub fn switch_off(&self, deployments: std::collections::HashSet<String>) {
         *self.switched_off.write().unwrap_or_else(std::sync::PoisonError::into_inner) = deployments;
     }
@@ -625,7 +624,6 @@ impl Gateway {
             }
         }
         let (rpm, tpm) = (self.settings.tenant_rpm, self.settings.tenant_tpm);
-        // Quotas kept in a shared ledger are taken there (`admit_shared`).
         if rpm.is_none() && tpm.is_none() || self.ledger.get().is_some() {
             return Ok(());
         }
