@@ -107,6 +107,13 @@ impl Fleet {
     }
 }
 
+/// A config whose model `alias` is the OpenAI-compatible server at `url`.
+fn one_model(alias: &str, url: &str) -> String {
+    format!(
+        "[[models]]\nalias = \"{alias}\"\ndeployments = [{{ provider = \"openai\", url = \"{url}\", model = \"m\" }}]\n"
+    )
+}
+
 /// Events of an agent session's stream until one of type `until`.
 fn watch(url: &str, token: &str, until: &str) -> Vec<Value> {
     harness::events_until(http().get(url).bearer_auth(token).send().unwrap(), until)
@@ -304,10 +311,7 @@ fn a_tenants_model_quota_holds_across_replicas() {
     let Some(storage) = fresh_storage(&rt) else { return };
     let up = rt.block_on(ScriptedUpstream::start("chat-model"));
     up.set(Behaviour { answer: Some("fine".to_owned()), ..Behaviour::default() });
-    let config = format!(
-        "[gateway]\ntenant_rpm = 6\n\n[[models]]\nalias = \"chat\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
-        up.url
-    );
+    let config = format!("[gateway]\ntenant_rpm = 6\n\n{}", one_model("chat", &up.url));
     let fleet = Fleet::start(&rt, 3, storage, &config, &[]);
     let token = fleet.servers[0].tenant("metered");
     let c = http();
@@ -339,10 +343,7 @@ fn a_rolling_restart_under_load_fails_no_request() {
     let Some(storage) = fresh_storage(&rt) else { return };
     let fim = rt.block_on(ScriptedUpstream::start("fim"));
     fim.set(Behaviour { answer: Some("a + b)\n".to_owned()), ..Behaviour::default() });
-    let config = format!(
-        "[[models]]\nalias = \"tab\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
-        fim.url
-    );
+    let config = one_model("tab", &fim.url);
     let mut fleet = Fleet::start(&rt, 2, storage, &config, &[]);
     let token = fleet.servers[0].tenant("steady");
     let client = Arc::new(Client::new());
