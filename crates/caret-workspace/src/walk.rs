@@ -510,14 +510,38 @@ impl Level {
 fn build_ignore(dir: &Path, files: &[PathBuf]) -> Gitignore {
     let mut builder = GitignoreBuilder::new(dir);
     for file in files {
-        if let Some(err) = builder.add(file) {
-            tracing::warn!(file = %file.display(), error = %err, "part of an ignore file could not be used");
-        }
+        add_ignore_file(&mut builder, file);
     }
     builder.build().unwrap_or_else(|err| {
         tracing::warn!(dir = %dir.display(), error = %err, "ignore rules could not be built");
         Gitignore::empty()
     })
+}
+
+/// Adds an ignore file's rules line by line, as git reads it: a line that is not valid
+/// UTF-8 or not a valid pattern is skipped with a warning, and every other line still
+/// counts (reading it as text would drop all rules after the first bad byte, and files
+/// meant to stay private would be indexed).
+fn add_ignore_file(builder: &mut GitignoreBuilder, file: &Path) {
+    let bytes = match std::fs::read(file) {
+        Ok(bytes) => bytes,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return,
+        Err(err) => {
+            tracing::warn!(file = %file.display(), error = %err, "an ignore file could not be read");
+            return;
+        }
+    };
+    let bytes = bytes.strip_prefix("\u{feff}".as_bytes()).unwrap_or(&bytes);
+    for (n, line) in bytes.split(|b| *b == b'\n').enumerate() {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Ok(line) = std::str::from_utf8(line) else {
+            tracing::warn!(file = %file.display(), line = n + 1, "an ignore rule that is not UTF-8 is skipped");
+            continue;
+        };
+        if let Err(err) = builder.add_line(Some(file.to_path_buf()), line) {
+            tracing::warn!(file = %file.display(), line = n + 1, error = %err, "an ignore rule could not be used");
+        }
+    }
 }
 
 /// The ignore files present in `dir`, as matchers rooted at `match_root` (the directory as

@@ -225,3 +225,26 @@ fn unreadable_root_is_an_error_with_the_path() {
     let err = walk(&file, &config()).unwrap_err().to_string();
     assert!(err.contains("is not a directory"), "{err}");
 }
+
+#[test]
+fn bad_lines_in_an_ignore_file_do_not_drop_the_rules_after_them() {
+    let dir = TempDir::new();
+    let mut rules = b"\xef\xbb\xbfsecret.env\n\xff\xfe not text \0\n[z-a\n*.key\r\n".to_vec();
+    rules.extend_from_slice(b"private/\n");
+    dir.write_bytes(".caretignore", &rules);
+    dir.write("secret.env", "x");
+    dir.write("id.key", "x");
+    dir.write("private/notes.md", "x");
+    dir.write("main.rs", "fn main() {}\n");
+    check(
+        &dir,
+        &config(),
+        expect![[r#"
+            + .caretignore
+            - id.key  ignored by .caretignore: *.key
+            + main.rs
+            - private/  ignored by .caretignore: private/
+            - secret.env  ignored by .caretignore: secret.env
+        "#]],
+    );
+}
