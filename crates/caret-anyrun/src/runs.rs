@@ -3,12 +3,14 @@
 //! sealed with its tenant's key before it reaches the database or the object store.
 
 mod episodes;
+mod metrics;
 
 pub use episodes::{Placement, episode_id};
+pub use metrics::RunMetrics;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -114,42 +116,6 @@ fn valid_branch(b: &str) -> bool {
         && !b.contains("//")
         && !b.ends_with(".lock")
         && b.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
-}
-
-/// A series of [`RunMetrics`]: (metric, class, tenant name).
-type SeriesKey = (&'static str, &'static str, String);
-
-/// Counters and sums for `/metrics`, by class and tenant name.
-#[derive(Debug, Default)]
-pub struct RunMetrics {
-    /// Each series' count and sum of seconds.
-    series: Mutex<BTreeMap<SeriesKey, (u64, f64)>>,
-}
-
-impl RunMetrics {
-    fn observe(&self, metric: &'static str, class: RunClass, tenant: &str, seconds: f64) {
-        let mut s = self.series.lock().unwrap_or_else(PoisonError::into_inner);
-        let e = s.entry((metric, class.as_str(), tenant.to_owned())).or_default();
-        e.0 += 1;
-        e.1 += seconds;
-    }
-
-    /// Prometheus text: `caret_run_*` counters (`_count`, `_sum` for timings).
-    pub fn render(&self) -> String {
-        let s = self.series.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut out = String::new();
-        let mut last = "";
-        for ((metric, class, tenant), (count, sum)) in s.iter() {
-            if *metric != last {
-                out.push_str(&format!("# TYPE caret_run_{metric} summary\n"));
-                last = metric;
-            }
-            let labels = format!("class=\"{class}\",tenant=\"{}\"", tenant.replace(['"', '\\', '\n'], "_"));
-            out.push_str(&format!("caret_run_{metric}_count{{{labels}}} {count}\n"));
-            out.push_str(&format!("caret_run_{metric}_sum{{{labels}}} {sum:.6}\n"));
-        }
-        out
-    }
 }
 
 /// The largest checkpoint (patch and conversation together).
@@ -622,9 +588,11 @@ impl RunService {
     async fn finished(&self, row: &RunRow, state: RunState, reason: Option<String>) {
         self.system_event(row, RunStatus::RunFinished { state, reason }).await;
         let tenant = self.tenant_name(row).await;
-        if let Some(started) = row.started_ms {
-            self.metrics.observe("duration_seconds", row.class, &tenant, (now_ms() - started) as f64 / 1e3);
+        let took = row.started_ms.map(|started| (now_ms() - started) as f64);
+        if let Some(ms) = took {
+            self.metrics.observe("duration_seconds", row.class, &tenant, ms / 1e3);
         }
+        self.metrics.ended(&row.tenant_id, state, took);
         // The bundle and every attempt's checkpoint go (the result holds the final patch).
         let names =
             std::iter::once("bundle".to_owned()).chain((1..=row.lease_token + 1).map(|t| format!("checkpoint-{t}")));

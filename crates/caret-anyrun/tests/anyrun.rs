@@ -306,6 +306,12 @@ async fn a_run_fixes_a_bug_in_its_sandbox_and_the_patch_passes_the_tests() {
     let (up, gateway) = scripted_gateway(conversation).await;
     let s = setup(&dir, Some(gateway), RunSettings::default()).await;
     let service = s.service.clone();
+    // Usage telemetry, on: the run's end is counted.
+    std::fs::create_dir_all(dir.join("usage")).unwrap();
+    let usage_store: Arc<dyn object_store::ObjectStore> =
+        Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.join("usage")).unwrap());
+    let usage = caret_usage::Recorder::new(usage_store.clone(), caret_usage::Settings::default());
+    service.metrics.set_usage(usage.clone());
     let t = tenant("acme");
     let canary = "canary-9f8e7d6c5b4a";
     service.put_secret(&t.id, "DEPLOY_TOKEN", canary).await.unwrap();
@@ -336,6 +342,12 @@ async fn a_run_fixes_a_bug_in_its_sandbox_and_the_patch_passes_the_tests() {
     let info = service.get(&t.id, &id).await.unwrap();
     assert_eq!(info.state, RunState::Succeeded, "{info:?}");
     assert_eq!(info.attempt, 1);
+    usage.flush().await.unwrap();
+    let counted = caret_usage::read(usage_store.as_ref(), Some(&t.id), 0).await.unwrap();
+    let summary = caret_usage::summarise(&counted.rows);
+    assert_eq!(summary.len(), 1, "{summary:?}");
+    assert_eq!((summary[0].event.as_str(), summary[0].label.as_str(), summary[0].count), ("run", "succeeded", 1));
+    assert!(summary[0].p50_ms.is_some_and(|ms| ms > 0.0), "{summary:?}");
 
     let result = service.result(&t.id, &id).await.unwrap();
     assert_eq!(result.turn_end, "done");

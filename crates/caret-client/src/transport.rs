@@ -129,6 +129,15 @@ impl HttpTransport {
         self
     }
 
+    /// Reports an editor's usage events (`POST /v1/usage`); the answer says whether the
+    /// server keeps them.
+    pub async fn report_usage(
+        &self,
+        report: &caret_protocol::usage::UsageReport,
+    ) -> Result<caret_protocol::usage::UsageReply> {
+        self.call(reqwest::Method::POST, "/v1/usage", Some(report), None).await
+    }
+
     async fn call<B: Serialize, R: DeserializeOwned>(
         &self,
         method: reqwest::Method,

@@ -46,6 +46,7 @@ async fn serve(service: Arc<Service>) -> Server {
         runs: None,
         pages: None,
         replicas: caret_server::Replicas::Join(None),
+        usage: caret_usage::Recorder::off(),
     };
     let statuses = Arc::new(Mutex::new(Vec::new()));
     let seen = statuses.clone();

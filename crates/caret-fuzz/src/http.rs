@@ -54,6 +54,7 @@ fn harness() -> &'static Harness {
                 runs: None,
                 pages: None,
                 replicas: caret_server::Replicas::Join(None),
+                usage: caret_usage::Recorder::off(),
             };
             (caret_server::app(service, &config), token)
         });

@@ -46,6 +46,8 @@ pub struct Config {
     pub runs: RunsSection,
     /// `[daemon]`: the local daemon.
     pub daemon: DaemonSection,
+    /// `[usage]`: opt-in usage telemetry.
+    pub usage: UsageSection,
     /// The file this was read from, if any (a daemon started on demand reads the same).
     #[serde(skip)]
     pub file: Option<PathBuf>,
@@ -65,6 +67,26 @@ pub struct DaemonSection {
 impl Default for DaemonSection {
     fn default() -> Self {
         DaemonSection { enabled: true, idle: "15m".to_owned() }
+    }
+}
+
+/// Opt-in usage telemetry (`[usage]`): counts and latencies of named events per tenant and
+/// hour, never code, paths, queries or prompts (docs/operations.md lists every event).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UsageSection {
+    /// `caret serve` records usage in its object store (`CARET_USAGE_COLLECT=on`).
+    pub collect: bool,
+    /// `caret lsp` reports Tab suggestions shown and accepted to the `[sync]` server
+    /// (`CARET_USAGE_SHARE=on`); kept only where the server collects.
+    pub share: bool,
+    /// How long the server keeps usage files ("90d").
+    pub retention: String,
+}
+
+impl Default for UsageSection {
+    fn default() -> Self {
+        UsageSection { collect: false, share: false, retention: "90d".to_owned() }
     }
 }
 
@@ -476,6 +498,7 @@ impl Default for Config {
             agent: AgentSection::default(),
             runs: RunsSection::default(),
             daemon: DaemonSection::default(),
+            usage: UsageSection::default(),
             file: None,
         }
     }
@@ -564,17 +587,36 @@ impl Config {
                 *slot = Some(v.parse().with_context(|| format!("{name}={v:?} is not a number"))?);
             }
         }
-        if let Some(v) = env("CARET_DAEMON") {
-            config.daemon.enabled = match v.to_ascii_lowercase().as_str() {
-                "1" | "on" | "true" | "yes" => true,
-                "0" | "off" | "false" | "no" => false,
-                _ => bail!("CARET_DAEMON={v:?}: say on or off"),
-            };
+        for (name, slot) in [
+            ("CARET_DAEMON", &mut config.daemon.enabled),
+            ("CARET_USAGE_COLLECT", &mut config.usage.collect),
+            ("CARET_USAGE_SHARE", &mut config.usage.share),
+        ] {
+            if let Some(v) = env(name) {
+                *slot = match v.to_ascii_lowercase().as_str() {
+                    "1" | "on" | "true" | "yes" => true,
+                    "0" | "off" | "false" | "no" => false,
+                    _ => bail!("{name}={v:?}: say on or off"),
+                };
+            }
         }
         if let Some(v) = env("CARET_DAEMON_IDLE") {
             config.daemon.idle = v;
         }
         Ok(config)
+    }
+
+    /// The usage recorder `caret serve` writes with into `store`: off unless `[usage]
+    /// collect` is on.
+    pub fn usage_recorder(
+        &self,
+        store: std::sync::Arc<dyn object_store::ObjectStore>,
+    ) -> anyhow::Result<caret_usage::Recorder> {
+        if !self.usage.collect {
+            return Ok(caret_usage::Recorder::off());
+        }
+        let retention = parse_duration(&self.usage.retention).context("[usage] retention")?;
+        Ok(caret_usage::Recorder::new(store, caret_usage::Settings { retention, ..Default::default() }))
     }
 
     /// The walk's rules from `[scan]`.

@@ -321,6 +321,7 @@ pub fn serve(config: &Config, idle: Option<&str>, log: fn(String)) -> anyhow::Re
             runs: None,
             pages: None,
             replicas: caret_server::Replicas::Alone,
+            usage: caret_usage::Recorder::off(),
         };
         serve.check()?;
         let activity = Arc::new(Activity::new());

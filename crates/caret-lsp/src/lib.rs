@@ -35,6 +35,8 @@ use caret_host::documents::{Docs, offset_at, path_to_uri, relative, uri_to_path}
 use caret_host::remote::Remote;
 use caret_host::runtime::runtime;
 
+mod usage;
+
 #[derive(Debug, clap::Args)]
 /// `caret lsp`'s arguments.
 pub struct LspArgs {
@@ -152,6 +154,8 @@ struct Server {
     debounce: Mutex<Duration>,
     /// Whether the user was told that the server switched Tab off (once a session).
     told_switched_off: std::sync::atomic::AtomicBool,
+    /// Tab usage reported to the team's server, when the user shares it.
+    usage: Option<Arc<usage::Reporter>>,
     out: mpsc::UnboundedSender<Value>,
 }
 
@@ -196,7 +200,12 @@ pub fn run(config: &Config, args: LspArgs) -> anyhow::Result<ExitCode> {
         completer: Mutex::new(None),
         debounce: Mutex::new(Duration::from_millis(25)),
         told_switched_off: std::sync::atomic::AtomicBool::new(false),
+        usage: usage::Reporter::from_config(config, args.server.as_deref(), args.token.as_deref()),
         out: out_tx,
+    });
+    let reporting = server.usage.as_ref().map(|r| {
+        let _entered = rt.enter();
+        r.spawn()
     });
     let code = rt.block_on(async {
         let mut shutdown = false;
@@ -223,7 +232,7 @@ pub fn run(config: &Config, args: LspArgs) -> anyhow::Result<ExitCode> {
                                 "textDocumentSync": {"openClose": true, "change": 2},
                                 "inlineCompletionProvider": {},
                                 "completionProvider": {"resolveProvider": false},
-                                "executeCommandProvider": {"commands": ["caret.search", "caret.apply"]},
+                                "executeCommandProvider": {"commands": ["caret.search", "caret.apply", "caret.tabAccepted"]},
                             }, "serverInfo": {"name": "caret", "version": env!("CARGO_PKG_VERSION"), "model": model}})
                         }
                         Err(e) => {
@@ -324,6 +333,13 @@ pub fn run(config: &Config, args: LspArgs) -> anyhow::Result<ExitCode> {
         }
         if shutdown { ExitCode::SUCCESS } else { ExitCode::from(1) }
     });
+    // What is left of the usage goes before the editor is gone for good.
+    if let Some(r) = &server.usage {
+        if let Some(task) = reporting {
+            task.abort();
+        }
+        rt.block_on(r.send());
+    }
     // The completer (and a local model's engine) goes before the writer is waited for.
     drop(server);
     drop(rt);
@@ -359,6 +375,7 @@ fn connect(config: &Config, args: &LspArgs, opts: &Value) -> anyhow::Result<Opti
 
 /// Answers a completion request in its own task, cancelling the document's older one.
 async fn suggest(server: &Arc<Server>, id: Value, inline: bool, params: &Value) {
+    let asked = Instant::now();
     let uri = params["textDocument"]["uri"].as_str().unwrap_or("").to_owned();
     let (line, character) =
         (params["position"]["line"].as_u64().unwrap_or(0), params["position"]["character"].as_u64().unwrap_or(0));
@@ -413,7 +430,12 @@ async fn suggest(server: &Arc<Server>, id: Value, inline: bool, params: &Value) 
             Ok(s) if s.text.is_empty() => json!({"jsonrpc": "2.0", "id": id, "result": empty}),
             Ok(s) => {
                 let end = json!({"line": line, "character": character});
-                let result = if inline {
+                // With usage shared, the editor says when it accepts the suggestion.
+                let accepted = srv.usage.as_ref().map(|r| {
+                    r.shown(asked.elapsed().as_secs_f64() * 1e3);
+                    json!({"title": "suggestion accepted", "command": "caret.tabAccepted"})
+                });
+                let mut result = if inline {
                     json!({"items": [{"insertText": s.text, "range": {"start": end, "end": end}}]})
                 } else {
                     let label = s.text.lines().next().unwrap_or("").trim().to_owned();
@@ -426,6 +448,9 @@ async fn suggest(server: &Arc<Server>, id: Value, inline: bool, params: &Value) 
                         "sortText": "0",
                     }]})
                 };
+                if let Some(command) = accepted {
+                    result["items"][0]["command"] = command;
+                }
                 json!({"jsonrpc": "2.0", "id": id, "result": result})
             }
             Err(e) => {
@@ -486,6 +511,13 @@ fn line_edit<'a>(old: &str, new: &'a str) -> (usize, usize, &'a str) {
 async fn execute(server: &Server, params: &Value) -> anyhow::Result<Value> {
     let arg = params["arguments"].get(0).cloned().unwrap_or(Value::Null);
     match params["command"].as_str().unwrap_or("") {
+        // The editor accepted a suggestion (the command each one carries when usage is shared).
+        "caret.tabAccepted" => {
+            if let Some(r) = &server.usage {
+                r.accepted();
+            }
+            Ok(Value::Null)
+        }
         "caret.search" => {
             let query = arg["query"].as_str().context("caret.search takes {\"query\": …, \"k\": …}")?;
             let k = usize::try_from(arg["k"].as_u64().unwrap_or(10).clamp(1, 200)).unwrap_or(10);

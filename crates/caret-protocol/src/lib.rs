@@ -13,6 +13,7 @@ pub mod complete;
 pub mod envs;
 pub mod llm;
 pub mod runs;
+pub mod usage;
 
 /// The header carrying the request's server key (see `caret-crypto`): the server derives chunk
 /// ids and token hashes from it in memory and never stores it.

@@ -56,6 +56,7 @@ fn tenant_routes() -> Routes {
         ("/v1/models", get(crate::llm::models)),
         ("/v1/apply", post(apply_edit)),
         ("/v1/complete", post(crate::tab::complete)),
+        ("/v1/usage", post(report_usage)),
         ("/v1/agent/sessions", post(crate::agent::create)),
         ("/v1/agent/sessions/{id}/ops", post(crate::agent::submit)),
         ("/v1/agent/sessions/{id}/events", get(crate::agent::events)),
@@ -521,10 +522,45 @@ async fn search(
 ) -> Result<Response> {
     let key = server_key(&headers, "search")?;
     let mode = match req.mode {
-        caret_protocol::SearchMode::Hybrid => "search.hybrid",
-        caret_protocol::SearchMode::Lexical => "search.lexical",
-        caret_protocol::SearchMode::Semantic => "search.semantic",
+        caret_protocol::SearchMode::Hybrid => "hybrid",
+        caret_protocol::SearchMode::Lexical => "lexical",
+        caret_protocol::SearchMode::Semantic => "semantic",
     };
-    s.allowed(mode, Some(&t.id))?;
-    Ok(axum::Json(s.service.search(&t, &id, &key, &req).await?).into_response())
+    s.allowed(&format!("search.{mode}"), Some(&t.id))?;
+    let started = std::time::Instant::now();
+    let found = s.service.search(&t, &id, &key, &req).await;
+    s.usage.record(&t.id, "search", mode, Some(started.elapsed().as_secs_f64() * 1e3), found.is_ok());
+    Ok(axum::Json(found?).into_response())
+}
+
+/// `POST /v1/usage`: an editor's own events (those [`caret_usage::EVENTS`] lets clients
+/// report), kept when this server collects usage.
+async fn report_usage(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    Json(report): Json<caret_protocol::usage::UsageReport>,
+) -> Result<Response> {
+    use caret_protocol::usage::{MAX_EVENTS, UsageReply};
+    if report.events.len() > MAX_EVENTS {
+        return Err(Error::BadRequest(format!(
+            "a usage report holds at most {MAX_EVENTS} events, not {}",
+            report.events.len()
+        )));
+    }
+    for e in &report.events {
+        if !caret_usage::event(&e.event).is_some_and(|k| k.from_clients) {
+            return Err(Error::BadRequest(format!("{:?} is not an event editors report", e.event)));
+        }
+        if e.ms.is_some_and(|ms| !ms.is_finite() || ms < 0.0) {
+            return Err(Error::BadRequest(format!("{}: a latency is a number of milliseconds, 0 or more", e.event)));
+        }
+    }
+    let collecting = s.usage.is_on();
+    if collecting {
+        for e in &report.events {
+            s.usage.record(&t.id, &e.event, "", e.ms, true);
+        }
+    }
+    let recorded = if collecting { u32::try_from(report.events.len()).unwrap_or(u32::MAX) } else { 0 };
+    Ok(axum::Json(UsageReply { recorded, collecting }).into_response())
 }

@@ -91,6 +91,8 @@ pub struct ServeConfig {
     pub pages: Option<Pages>,
     /// Whether this server joins the replicas on its database.
     pub replicas: Replicas,
+    /// Opt-in usage telemetry (off: [`caret_usage::Recorder::off`]).
+    pub usage: caret_usage::Recorder,
 }
 
 /// Whether a server is one of several replicas.
@@ -156,11 +158,13 @@ fn app_state(
         ip_limiter: Arc::new(Limiter::new(config.ip_rate_limit)),
         metrics: Arc::new(metrics::Metrics::default()),
         gateway: config.gateway.clone(),
-        agent: (!config.agent.workspaces.is_empty()).then(|| Arc::new(sessions::AgentHost::new(config.agent.clone()))),
+        agent: (!config.agent.workspaces.is_empty())
+            .then(|| Arc::new(sessions::AgentHost::new(config.agent.clone(), config.usage.clone()))),
         runs: config.runs.clone(),
         stopping,
         cluster,
         compartments,
+        usage: config.usage.clone(),
     }
 }
 
@@ -235,6 +239,11 @@ pub async fn serve(
     let compartments = compartment::Compartments::standard()?;
     let state = app_state(service, &config, stopping.clone(), cluster.clone(), Some(compartments));
     let ticking = tokio::spawn(tick(state.clone()));
+    if let Some(runs) = &config.runs {
+        runs.metrics.set_usage(config.usage.clone());
+    }
+    let usage = config.usage.clone();
+    let flushing = usage.spawn();
     let app = http::router(state, config.body_limit, config.pages.clone());
     let mut stopped = stopping.subscribe();
     let shutdown = async move {
@@ -247,7 +256,7 @@ pub async fn serve(
         stopping.send_replace(true);
     };
     listener.set_nonblocking(true).map_err(|source| Error::Io { what: "configuring the listener", source })?;
-    match &config.tls {
+    let served = match &config.tls {
         Some((cert, key)) => {
             let _ = rustls::crypto::ring::default_provider().install_default();
             let tls = axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key)
@@ -282,5 +291,13 @@ pub async fn serve(
                 }
             }
         }
+    };
+    // The usage sums since the last flush are written before the process goes.
+    if let Some(task) = flushing {
+        task.abort();
+        if let Err(e) = usage.flush().await {
+            tracing::warn!("usage: the last sums were not written: {e}");
+        }
     }
+    served
 }

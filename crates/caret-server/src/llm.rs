@@ -203,7 +203,10 @@ pub(crate) async fn chat_completions(
     }
     let (alias, stream, usage_wanted) =
         (req.model.clone(), req.stream, req.stream_options.as_ref().is_some_and(|o| o.include_usage));
-    let events = match gw.chat(req, ctx).await {
+    let started = std::time::Instant::now();
+    let opened = gw.chat(req, ctx).await;
+    s.usage.record(&t.id, "chat", &alias, Some(started.elapsed().as_secs_f64() * 1e3), opened.is_ok());
+    let events = match opened {
         Ok(events) => events,
         Err(e) => return gateway_error(&e),
     };

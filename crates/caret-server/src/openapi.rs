@@ -9,7 +9,7 @@
 
 use std::collections::BTreeSet;
 
-use caret_protocol::{agent, apply, complete, envs, llm, runs};
+use caret_protocol::{agent, apply, complete, envs, llm, runs, usage};
 use schemars::JsonSchema;
 use schemars::generate::{Contract, SchemaGenerator, SchemaSettings};
 use serde_json::{Map, Value, json};
@@ -424,6 +424,17 @@ fn operations(s: &mut Schemas) -> Vec<Operation> {
             body: Some(s.read::<complete::CompleteRequest>()),
             answers: ok(s.json::<complete::CompleteResponse>()),
             ..op("post", "/v1/complete", "complete", "A Tab completion at the cursor.", Tenant)
+        },
+        Operation {
+            body: Some(s.read::<usage::UsageReport>()),
+            answers: ok(s.json::<usage::UsageReply>()),
+            ..op(
+                "post",
+                "/v1/usage",
+                "report_usage",
+                "An editor's usage counts (Tab shown and accepted), kept when the server collects usage.",
+                Tenant,
+            )
         },
         // Agent sessions.
         Operation {

@@ -52,12 +52,13 @@ impl Default for AgentSettings {
 pub struct AgentHost {
     settings: AgentSettings,
     sessions: Mutex<HashMap<String, Arc<Hosted>>>,
+    usage: caret_usage::Recorder,
 }
 
 impl AgentHost {
-    /// A host with these settings.
-    pub fn new(settings: AgentSettings) -> AgentHost {
-        AgentHost { settings, sessions: Mutex::default() }
+    /// A host with these settings, recording turns and tool calls in `usage`.
+    pub fn new(settings: AgentSettings, usage: caret_usage::Recorder) -> AgentHost {
+        AgentHost { settings, sessions: Mutex::default(), usage }
     }
 
     /// Whether session `id` lives here (in this process's memory).
@@ -163,8 +164,10 @@ impl AgentHost {
         });
         let feed = hosted.clone();
         let (host2, id2) = (self.clone(), id.clone());
+        let mut usage = Timings::new(self.usage.clone(), feed.tenant.clone());
         tokio::spawn(async move {
             while let Some(e) = events.recv().await {
+                usage.see(&e);
                 let mut g = feed.events.lock().unwrap_or_else(PoisonError::into_inner);
                 if let Some(live) = &g.1 {
                     let _ = live.send(e.clone());
@@ -205,6 +208,39 @@ impl AgentHost {
     }
 }
 
+/// A session's turns and tool calls, counted from its events for usage telemetry.
+struct Timings {
+    usage: caret_usage::Recorder,
+    tenant: String,
+    turn: Option<Instant>,
+}
+
+impl Timings {
+    fn new(usage: caret_usage::Recorder, tenant: String) -> Timings {
+        Timings { usage, tenant, turn: None }
+    }
+
+    fn see(&mut self, e: &Event) {
+        if !self.usage.is_on() {
+            return;
+        }
+        let ms = |t: Instant| Some(t.elapsed().as_secs_f64() * 1e3);
+        match e {
+            Event::TurnBegin { .. } => self.turn = Some(Instant::now()),
+            Event::TurnEnd { reason, .. } => {
+                let how = serde_json::to_value(reason).ok().and_then(|v| v.as_str().map(str::to_owned));
+                let failed = matches!(reason, caret_protocol::agent::TurnEnd::Failed);
+                let took = self.turn.take().and_then(ms);
+                self.usage.record(&self.tenant, "agent.turn", how.as_deref().unwrap_or(""), took, !failed);
+            }
+            Event::ToolCallEnd { name, ok, duration_ms, .. } => {
+                self.usage.record(&self.tenant, "agent.tool", name, Some(*duration_ms), *ok);
+            }
+            _ => {}
+        }
+    }
+}
+
 /// A running session as the routes see it.
 struct Hosted {
     tenant: String,
@@ -237,5 +273,47 @@ impl ModelClient for GatewayModel {
     async fn chat(&self, req: ChatRequest) -> caret_models::Result<caret_models::EventStream> {
         let ctx = CallContext::new(Class::Agent, Duration::from_secs(600), self.tenant.clone());
         self.gateway.chat(req, ctx).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn turns_and_tool_calls_are_counted_from_a_sessions_events_without_their_content() {
+        let dir = caret_test_support::TempDir::new();
+        let store: Arc<dyn object_store::ObjectStore> =
+            Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap());
+        let usage = caret_usage::Recorder::new(store.clone(), caret_usage::Settings::default());
+        let mut timings = Timings::new(usage.clone(), "t1".to_owned());
+        let call = |id: &str, name: &str, ok: bool| Event::ToolCallEnd {
+            call_id: id.to_owned(),
+            name: name.to_owned(),
+            ok,
+            output: "fn canary_code() {}".to_owned(),
+            duration_ms: 12.0,
+        };
+        timings.see(&Event::TurnBegin { turn: 1 });
+        timings.see(&call("c1", "read_file", true));
+        timings.see(&call("c2", "run_terminal_cmd", false));
+        timings.see(&call("c3", "read_file", true));
+        timings.see(&Event::TurnEnd { turn: 1, reason: caret_protocol::agent::TurnEnd::StepLimit });
+        timings.see(&Event::TurnBegin { turn: 2 });
+        timings.see(&Event::TurnEnd { turn: 2, reason: caret_protocol::agent::TurnEnd::Failed });
+        usage.flush().await.unwrap();
+        let read = caret_usage::read(store.as_ref(), Some("t1"), 0).await.unwrap();
+        let got: Vec<(String, String, u64, u64)> =
+            caret_usage::summarise(&read.rows).into_iter().map(|s| (s.event, s.label, s.count, s.failed)).collect();
+        let want = [
+            ("agent.tool", "read_file", 2, 0),
+            ("agent.tool", "run_terminal_cmd", 1, 1),
+            ("agent.turn", "failed", 1, 1),
+            ("agent.turn", "step_limit", 1, 0),
+        ];
+        let want: Vec<(String, String, u64, u64)> =
+            want.iter().map(|(e, l, c, f)| ((*e).to_owned(), (*l).to_owned(), *c, *f)).collect();
+        assert_eq!(got, want);
+        assert!(read.rows.iter().all(|r| !serde_json::to_string(r).unwrap().contains("canary")));
     }
 }

@@ -39,6 +39,8 @@ pub struct AppState {
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
     /// The heavy capabilities' own pools (none: everything on the server's runtime).
     pub compartments: Option<crate::compartment::Compartments>,
+    /// Opt-in usage telemetry.
+    pub usage: caret_usage::Recorder,
 }
 
 impl AppState {

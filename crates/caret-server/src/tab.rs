@@ -56,9 +56,9 @@ pub(crate) async fn complete(
     );
     let failed = |e: caret_models::Error| crate::llm::model_failure(&format!("completing with model {model}"), &e);
     let multiline = plan.mode == caret_complete::Mode::MultiLine;
-    let out = run_plan(plan, family.as_ref(), &model, started, |call| gw.complete(call, ctx.clone()))
-        .await
-        .map_err(failed)?;
+    let out = run_plan(plan, family.as_ref(), &model, started, |call| gw.complete(call, ctx.clone())).await;
+    s.usage.record(&t.id, "tab", "", Some(ms(started.elapsed())), out.is_ok());
+    let out = out.map_err(failed)?;
     let total = started.elapsed();
     let resp = CompleteResponse {
         text: out.text,

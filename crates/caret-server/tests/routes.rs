@@ -48,6 +48,7 @@ async fn harness(rate_limit: RateLimit) -> Harness {
         runs: None,
         pages: None,
         replicas: caret_server::Replicas::Join(None),
+        usage: caret_usage::Recorder::off(),
     };
     Harness { app: caret_server::app(service, &config), alice, bob, _dir: dir }
 }

@@ -107,6 +107,7 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
         runs: None,
         pages: None,
         replicas: caret_server::Replicas::Join(args.advertise_url),
+        usage: caret_usage::Recorder::off(),
         agent: caret_server::sessions::AgentSettings {
             workspaces: config.server.agent_workspaces.clone(),
             rules: config.agent.rules(),
@@ -136,6 +137,10 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         let service =
             Arc::new(service.with_weights(config.search_weights()?).with_stage_windows(config.stage_windows()?));
+        serve.usage = config.usage_recorder(service.store().clone())?;
+        if serve.usage.is_on() {
+            tracing::info!(retention = %config.usage.retention, "usage telemetry: collected (docs/operations.md)");
+        }
         let _probes = serve.gateway.as_ref().map(|g| {
             tracing::info!(aliases = ?g.aliases(), "model gateway");
             let every = std::time::Duration::from_secs(5);
@@ -205,6 +210,22 @@ pub enum AdminCommand {
     /// change within a second or two, without a restart.
     #[command(subcommand)]
     Flags(FlagsCommand),
+    /// Usage telemetry (when `[usage] collect` is on): counts, failures and latencies per
+    /// tenant, event and label, from the hourly files in the object store.
+    Usage {
+        /// Only this tenant (by name).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// From when: a span back from now (`90m`, `24h`, `7d`) or an hour or day UTC
+        /// (`2026-11-26T15`, `2026-11-26`).
+        #[arg(long, default_value = "7d")]
+        since: String,
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        storage: StorageArgs,
+    },
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -420,6 +441,10 @@ pub fn admin(config: &Config, cmd: AdminCommand) -> anyhow::Result<ExitCode> {
                 let had = service.db().clear_flag(&name, tenant_id.as_deref()).await?;
                 println!("{}", if had { format!("{name}: rule removed") } else { format!("{name}: no such rule") });
             }
+            AdminCommand::Usage { tenant, since, json, storage } => {
+                let service = caret_index::open(&storage_of(&storage)).await?;
+                usage_report(&service, tenant.as_deref(), &since, json).await?;
+            }
             AdminCommand::Recovery(RecoveryCommand::Stop { storage }) => {
                 let service = caret_index::open(&storage_of(&storage)).await?;
                 service.db().stop_recovery().await?;
@@ -449,4 +474,96 @@ pub fn admin(config: &Config, cmd: AdminCommand) -> anyhow::Result<ExitCode> {
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `caret admin usage`: the usage files' figures, per tenant (by name), event and label.
+async fn usage_report(
+    service: &caret_index::service::Service,
+    tenant: Option<&str>,
+    since: &str,
+    json: bool,
+) -> anyhow::Result<()> {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs() as i64;
+    let since_hour = caret_usage::parse_since(since, now).map_err(anyhow::Error::msg)?;
+    let tenant_id = tenant_id(service.db(), tenant).await?;
+    let read = caret_usage::read(service.store().as_ref(), tenant_id.as_deref(), since_hour).await?;
+    let names: std::collections::HashMap<String, String> =
+        service.db().tenants().await?.into_iter().map(|t| (t.id, t.name)).collect();
+    let name_of = |id: &str| names.get(id).cloned().unwrap_or_else(|| id.to_owned());
+    let summary = caret_usage::summarise(&read.rows);
+    // Tab suggestions accepted of those shown, per tenant.
+    let mut tab: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    for s in &summary {
+        let e = tab.entry(name_of(&s.tenant)).or_default();
+        match s.event.as_str() {
+            "tab.shown" => e.0 += s.count,
+            "tab.accepted" => e.1 += s.count,
+            _ => {}
+        }
+    }
+    tab.retain(|_, (shown, _)| *shown > 0);
+    for why in &read.skipped {
+        eprintln!("skipped: {why}");
+    }
+    if json {
+        let rows: Vec<serde_json::Value> = summary
+            .iter()
+            .map(|s| {
+                let mut v = serde_json::to_value(s).unwrap_or_default();
+                v["tenant"] = serde_json::Value::String(name_of(&s.tenant));
+                v
+            })
+            .collect();
+        let acceptance: serde_json::Map<String, serde_json::Value> = tab
+            .iter()
+            .map(|(t, (shown, accepted))| {
+                (
+                    t.clone(),
+                    serde_json::json!({"shown": shown, "accepted": accepted, "rate": *accepted as f64 / *shown as f64}),
+                )
+            })
+            .collect();
+        let out = serde_json::json!({
+            "since": caret_usage::hour_name(since_hour),
+            "files": read.files,
+            "skipped": read.skipped,
+            "rows": rows,
+            "tab_acceptance": acceptance,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    if summary.is_empty() {
+        println!(
+            "no usage since {} UTC ({} files): is `[usage] collect` on (CARET_USAGE_COLLECT=on)?",
+            caret_usage::hour_name(since_hour),
+            read.files
+        );
+        return Ok(());
+    }
+    let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |ms| format!("{ms:.0}"));
+    println!("since {} UTC, from {} files", caret_usage::hour_name(since_hour), read.files);
+    println!(
+        "{:<16} {:<13} {:<16} {:>9} {:>7} {:>8} {:>8}",
+        "tenant", "event", "label", "count", "failed", "p50 ms", "p95 ms"
+    );
+    for s in &summary {
+        println!(
+            "{:<16} {:<13} {:<16} {:>9} {:>7} {:>8} {:>8}",
+            name_of(&s.tenant),
+            s.event,
+            s.label,
+            s.count,
+            s.failed,
+            ms(s.p50_ms),
+            ms(s.p95_ms)
+        );
+    }
+    for (t, (shown, accepted)) in &tab {
+        println!(
+            "{t}: Tab suggestions accepted {accepted} of {shown} shown ({:.1}%)",
+            *accepted as f64 * 100.0 / *shown as f64
+        );
+    }
+    Ok(())
 }
