@@ -351,5 +351,40 @@ fn bench(config: &Config, args: &TeamBench, scratch: &Path) -> anyhow::Result<Ex
     );
     drop(traced);
     drop(plain);
+
+    // 4. Usage telemetry: what recording an event costs a request, and what a flush writes.
+    let objects = scratch.join("usage-objects");
+    std::fs::create_dir_all(&objects)?;
+    let usage = caret_usage::Recorder::new(
+        caret_index::open_object_store(&objects.display().to_string())?,
+        caret_usage::Settings::default(),
+    );
+    let tenants: Vec<String> = (0..8).map(|i| format!("tenant-{i}")).collect();
+    let labels = ["hybrid", "lexical", "semantic"];
+    let events = 1_000_000usize;
+    let started = Instant::now();
+    for i in 0..events {
+        usage.record(&tenants[i % 8], "search", labels[i % 3], Some((i % 500) as f64), true);
+    }
+    let per_event = started.elapsed().as_secs_f64() * 1e9 / events as f64;
+    let started = Instant::now();
+    let files = rt.block_on(usage.flush())?;
+    let flushed = started.elapsed();
+    let bytes: u64 = walkdir_size(&objects);
+    println!(
+        "
+usage telemetry: {per_event:.0} ns to record an event; a flush of {files} tenants' hour: {:.1} ms, {bytes} bytes",
+        ms(flushed)
+    );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The bytes of every file under `dir`.
+fn walkdir_size(dir: &std::path::Path) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        total += if path.is_dir() { walkdir_size(&path) } else { entry.metadata().map_or(0, |m| m.len()) };
+    }
+    total
 }

@@ -85,8 +85,15 @@ where
         .build();
     let provider = SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build();
     let tracer = provider.tracer("caret");
+    // Only what a span says of itself: no per-poll bookkeeping (busy/idle times, entering
+    // OpenTelemetry's own context — `traceparent()` reads the span's), no thread or source
+    // location attributes. Each costs CPU on every request.
     let layer = tracing_opentelemetry::layer()
         .with_tracer(tracer)
+        .with_tracked_inactivity(false)
+        .with_context_activation(false)
+        .with_threads(false)
+        .with_location(false)
         .with_filter(tracing_subscriber::filter::filter_fn(|m| {
             m.is_span() && m.target().starts_with("caret") && *m.level() <= tracing::Level::INFO
         }))

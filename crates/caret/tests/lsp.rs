@@ -187,7 +187,7 @@ fn commands_apply_edits_and_search_the_workspace() {
     let init = c.answer(1);
     assert_eq!(
         init["result"]["capabilities"]["executeCommandProvider"]["commands"],
-        json!(["caret.search", "caret.apply"]),
+        json!(["caret.search", "caret.apply", "caret.tabAccepted"]),
         "{init}"
     );
     let uri = format!("{root}/src/shapes.py");
