@@ -94,9 +94,14 @@ where
         .with_context_activation(false)
         .with_threads(false)
         .with_location(false)
-        .with_filter(tracing_subscriber::filter::filter_fn(|m| {
-            m.is_span() && m.target().starts_with("caret") && *m.level() <= tracing::Level::INFO
-        }))
+        // The level hint keeps the process's maximum level where the logs' filter puts it:
+        // without it every `debug!` and `log` record everywhere would be built and asked about.
+        .with_filter(
+            tracing_subscriber::filter::filter_fn(|m| {
+                m.is_span() && m.target().starts_with("caret") && *m.level() <= tracing::Level::INFO
+            })
+            .with_max_level_hint(tracing::Level::INFO),
+        )
         .boxed();
     Ok(Some((layer, Exporter { provider })))
 }
