@@ -120,12 +120,18 @@ async fn sink(spans: Arc<Mutex<Vec<Timed>>>) -> anyhow::Result<String> {
     Ok(url)
 }
 
-/// User and system CPU time of a process so far, in ms (clock ticks of 10 ms).
+/// CPU time of a process's threads so far, in ms: each thread's time on a CPU from
+/// `/proc/PID/task/*/schedstat` (nanoseconds, where `/proc/PID/stat` counts 10 ms ticks, too
+/// coarse for a window of a few searches). A thread that ended takes its time with it: the
+/// windows measured here are short and the servers' threads live on.
 fn cpu_ms(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    Some(ticks as f64 * 10.0)
+    let mut ns: u64 = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+        if let Ok(stat) = std::fs::read_to_string(task.path().join("schedstat")) {
+            ns += stat.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        }
+    }
+    Some(ns as f64 / 1e6)
 }
 
 /// A `caret serve` on its own data directory with the `chat` alias on `upstream`, and a
@@ -316,7 +322,6 @@ fn bench(config: &Config, args: &TeamBench, scratch: &Path) -> anyhow::Result<Ex
         let diff = if a > 0.0 { (b - a) / a * 100.0 } else { 0.0 };
         println!("  {name}              {a:9.2}   {b:14.2}   {diff:+9.1}%");
     }
-    println!("  (CPU clock ticks are 10 ms: use --rounds 200 or more for a difference of a few %)");
 
     // 3. A kill switch, set by an operator's command: until the server answers 503.
     let exe = std::env::current_exe()?;
