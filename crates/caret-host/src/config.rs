@@ -80,7 +80,7 @@ pub struct UsageSection {
     /// `caret lsp` reports Tab suggestions shown and accepted to the `[sync]` server
     /// (`CARET_USAGE_SHARE=on`); kept only where the server collects.
     pub share: bool,
-    /// How long the server keeps usage files ("90d").
+    /// How long the server keeps usage files ("90d"; `CARET_USAGE_RETENTION`).
     pub retention: String,
 }
 
@@ -599,6 +599,9 @@ impl Config {
                     _ => bail!("{name}={v:?}: say on or off"),
                 };
             }
+        }
+        if let Some(v) = env("CARET_USAGE_RETENTION") {
+            config.usage.retention = v;
         }
         if let Some(v) = env("CARET_DAEMON_IDLE") {
             config.daemon.idle = v;
