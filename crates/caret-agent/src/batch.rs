@@ -61,7 +61,13 @@ async fn run_one(tools: &Registry, call: &Call, ctx: &Ctx) -> Outcome {
     };
     span.record("ok", result.is_ok());
     let (ok, output) = match result {
-        Ok(out) => (true, out),
+        // A project rule for the file the call touched comes with its first result.
+        Ok(mut out) => {
+            if let Some(rules) = call.arguments["path"].as_str().and_then(|p| ctx.attach_rules(p)) {
+                out.push_str(&rules);
+            }
+            (true, out)
+        }
         Err(e) => {
             let mut output = format!("error: {e}");
             if ctx.failed_before(format!("{}\0{}\0{output}", call.name, call.arguments)) {

@@ -16,5 +16,6 @@
 
 pub mod batch;
 pub mod policy;
+pub mod project_rules;
 pub mod session;
 pub mod tools;

@@ -127,15 +127,24 @@ fn emit(events: &mpsc::UnboundedSender<Event>, e: Event) {
 
 impl Session {
     /// A session with `model_name` on `model`, the `tools`, in the workspace of `ctx`.
-    pub fn new(model: Arc<dyn ModelClient>, model_name: &str, tools: Registry, ctx: Arc<Ctx>) -> Session {
+    pub fn new(model: Arc<dyn ModelClient>, model_name: &str, mut tools: Registry, ctx: Arc<Ctx>) -> Session {
         let layout = crate::tools::fs::overview(&ctx.root, OVERVIEW_LINES);
+        // The project's rules files (`ctx.rules`): always-rules in the system prompt, the
+        // others fetched by name or attached to the result of a call on a matching file.
+        let rules = ctx.rules.prompt().map(|p| format!("\n\n{p}")).unwrap_or_default();
+        if !ctx.rules.on_request.is_empty() || !ctx.rules.globbed.is_empty() {
+            tools.add(Arc::new(crate::tools::rules::FetchRule::new()));
+        }
         Session {
             model,
             model_name: model_name.to_owned(),
             tools,
             ctx,
             policy: Policy::default(),
-            messages: vec![ChatMessage::text(Role::System, format!("{SYSTEM_PROMPT}\n\nRepository layout:\n{layout}"))],
+            messages: vec![ChatMessage::text(
+                Role::System,
+                format!("{SYSTEM_PROMPT}\n\nRepository layout:\n{layout}{rules}"),
+            )],
             pending: std::collections::VecDeque::new(),
             max_steps: 25,
             turn: 0,
@@ -436,7 +445,18 @@ impl Session {
         self.turn += 1;
         let turn = self.turn;
         emit(events, Event::TurnBegin { turn });
+        if turn == 1 && (!self.ctx.rules.always.is_empty() || !self.ctx.rules.dropped.is_empty()) {
+            emit(
+                events,
+                Event::RulesApplied {
+                    rules: self.ctx.rules.always.iter().map(|r| r.name.clone()).collect(),
+                    dropped: self.ctx.rules.dropped.iter().map(|(n, _)| n.clone()).collect(),
+                },
+            );
+        }
+        let before = self.attached_rules();
         let attached = self.attach_named_files(input);
+        self.emit_new_rules(events, before);
         self.push(ChatMessage::text(Role::User, format!("{input}{attached}")));
         let reason = self.steps(events, ops).await;
         emit(events, Event::TurnEnd { turn, reason });
@@ -446,6 +466,19 @@ impl Session {
     /// The workspace files a request names (`calc.py`, `src/lib.rs`), as they are now, for
     /// the model to see with the request — as an editor attaches the files a user mentions.
     /// Small text files only (a few, each under [`ATTACH_MAX_BYTES`]); they count as read.
+    /// How many rules were attached or fetched so far.
+    fn attached_rules(&self) -> usize {
+        self.ctx.attached.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+    }
+
+    /// Says which rules were attached or fetched since there were `before`.
+    fn emit_new_rules(&self, events: &mpsc::UnboundedSender<Event>, before: usize) {
+        let attached = self.ctx.attached.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if attached.len() > before {
+            emit(events, Event::RulesApplied { rules: attached[before..].to_vec(), dropped: Vec::new() });
+        }
+    }
+
     fn attach_named_files(&self, input: &str) -> String {
         let mut out = String::new();
         let mut named: Vec<&str> = Vec::new();
@@ -472,6 +505,9 @@ impl Session {
             }
             let body = text.strip_suffix('\n').unwrap_or(&text);
             out.push_str(&format!("\n\n{rel}\n{fence}\n{body}\n{fence}"));
+            if let Some(rules) = self.ctx.attach_rules(rel) {
+                out.push_str(&rules);
+            }
             self.ctx.saw(&path);
         }
         out
@@ -712,10 +748,12 @@ impl Session {
                 on_end(&refusal(c, why));
             }
         }
+        let before = self.attached_rules();
         let ran = tokio::select! {
             ran = run_calls(&self.tools, &runnable, &self.ctx, &on_start, &on_end) => ran,
             () = interrupted(ops, &mut self.pending) => return None,
         };
+        self.emit_new_rules(events, before);
         for change in self.ctx.take_changes() {
             emit(events, Event::FileChange { path: change.path, kind: change.kind, diff: change.diff });
         }

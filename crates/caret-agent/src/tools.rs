@@ -11,6 +11,7 @@ pub mod edit;
 pub mod fs;
 pub mod grep;
 pub mod lints;
+pub mod rules;
 pub mod terminal;
 
 /// What a tool tells the model about itself.
@@ -68,6 +69,10 @@ pub struct Ctx {
     pub seen: Arc<std::sync::Mutex<std::collections::HashSet<PathBuf>>>,
     /// Calls that failed (tool, arguments and error), to tell a model that repeats one.
     pub failed: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    /// The project's rules files.
+    pub rules: Arc<crate::project_rules::ProjectRules>,
+    /// Names of the rules attached or fetched so far (besides the always-rules), in order.
+    pub attached: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Ctx {
@@ -80,7 +85,39 @@ impl Ctx {
             todos: Arc::default(),
             seen: Arc::default(),
             failed: Arc::default(),
+            rules: Arc::default(),
+            attached: Arc::default(),
         })
+    }
+
+    /// The same context with these rules (by default: none; hosts load them with
+    /// [`crate::project_rules::ProjectRules::load`]).
+    pub fn with_rules(mut self, rules: crate::project_rules::ProjectRules) -> Ctx {
+        self.rules = Arc::new(rules);
+        self
+    }
+
+    /// The glob rules matching `path` (workspace-relative) not attached before, now noted as
+    /// attached: the text a tool result carries for them, if any.
+    pub fn attach_rules(&self, path: &str) -> Option<String> {
+        let matching = self.rules.matching(path);
+        if matching.is_empty() {
+            return None;
+        }
+        let mut attached = self.attached.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut text = String::new();
+        for rule in matching {
+            if attached.contains(&rule.name) {
+                continue;
+            }
+            attached.push(rule.name.clone());
+            text.push_str(&format!(
+                "\n\n<rule name=\"{}\" applies-to=\"{path}\">\n{}\n</rule>",
+                rule.name,
+                rule.text.trim_end()
+            ));
+        }
+        (!text.is_empty()).then_some(text)
     }
 
     /// Notes that the agent has seen `path`'s current content.

@@ -291,3 +291,73 @@ async fn silence_after_a_failed_call_is_asked_once_to_go_on() {
     assert_eq!(third.last().unwrap().content_text(), caret_agent::session::GO_ON);
     assert_eq!(third.last().unwrap().role, Role::User);
 }
+
+/// The repository's rules files reach the model: `AGENTS.md` (root first, the nearest last)
+/// in the system prompt, a glob rule with the first result of a call on a matching file,
+/// a described rule through `fetch_rule`; each said once in a `rules_applied` event.
+#[tokio::test]
+async fn rules_files_reach_the_model_where_they_apply() {
+    let dir = TempDir::new();
+    dir.write("AGENTS.md", "Run tests with `make check`, never pytest directly.\n");
+    dir.write("src/CLAUDE.md", "Code under src/ is Python 3.12.\n");
+    dir.write("src/a.py", "def a():\n    return 1\n");
+    dir.write("src/b.py", "def b():\n    return 2\n");
+    dir.write(
+        ".cursor/rules/python.mdc",
+        "---\ndescription: Python style\nglobs: \"*.py\"\n---\nUse type hints everywhere.\n",
+    );
+    dir.write(
+        ".caret/rules/release.md",
+        "---\ndescription: How to cut a release\n---\nTag vX.Y.Z, then run scripts/release.sh.\n",
+    );
+    let answers = vec![
+        calls(&[("r1", "read_file", r#"{"path": "src/a.py"}"#), ("r2", "read_file", r#"{"path": "src/b.py"}"#)]),
+        calls(&[("f1", "fetch_rule", r#"{"name": ".caret/rules/release.md"}"#)]),
+        text("Done."),
+    ];
+    let model = Arc::new(ScriptedModel { answers: Mutex::new(answers.into()), requests: Mutex::default() });
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let rules = caret_agent::project_rules::ProjectRules::load(
+        &root,
+        &root.join("src"),
+        None,
+        caret_agent::project_rules::DEFAULT_CAP,
+    );
+    let ctx = Arc::new(Ctx::new(dir.path()).unwrap().with_rules(rules));
+    let mut session = Session::new(model.clone(), "scripted", Registry::workspace(), ctx);
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let (_ops_tx, mut ops) = mpsc::unbounded_channel();
+    assert_eq!(session.turn("Add a function c.", &events_tx, &mut ops).await, TurnEnd::Done);
+
+    let requests = model.requests.lock().unwrap();
+    let system = requests[0].messages[0].content_text();
+    let (root_rule, src_rule) = (system.find("make check").unwrap(), system.find("Python 3.12").unwrap());
+    assert!(root_rule < src_rule, "root first, the nearest last: {system}");
+    assert!(system.contains("- .caret/rules/release.md: How to cut a release"), "{system}");
+    assert!(!system.contains("type hints") && !system.contains("release.sh"), "{system}");
+    let tool_names: Vec<&str> = requests[0].tools.iter().map(|t| t.function.name.as_str()).collect();
+    assert!(tool_names.contains(&"fetch_rule"), "{tool_names:?}");
+    // The glob rule comes once, with the first matching read.
+    let results: Vec<String> =
+        requests[1].messages.iter().filter(|m| m.role == Role::Tool).map(|m| m.content_text()).collect();
+    assert_eq!(results.iter().filter(|r| r.contains("Use type hints everywhere.")).count(), 1, "{results:?}");
+    assert!(results[0].contains("<rule name=\".cursor/rules/python.mdc\" applies-to=\"src/a.py\">"), "{results:?}");
+    let fetched = requests[2].messages.last().unwrap().content_text();
+    assert!(fetched.contains("Tag vX.Y.Z"), "{fetched}");
+    drop(requests);
+
+    let mut applied = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        if let Event::RulesApplied { rules, .. } = e {
+            applied.push(rules);
+        }
+    }
+    assert_eq!(
+        applied,
+        vec![
+            vec!["AGENTS.md".to_owned(), "src/CLAUDE.md".to_owned()],
+            vec![".cursor/rules/python.mdc".to_owned()],
+            vec![".caret/rules/release.md".to_owned()],
+        ]
+    );
+}

@@ -151,6 +151,9 @@ pub struct AgentSection {
     pub pids: u64,
     /// CPU per command, in cores; 0: no limit.
     pub cpus: f64,
+    /// Most bytes of rules files (`AGENTS.md`, always-rules) in the system prompt; a file
+    /// that does not fit is left out, with a warning.
+    pub rules_max_bytes: Size,
 }
 
 impl Default for AgentSection {
@@ -163,11 +166,25 @@ impl Default for AgentSection {
             memory: Size(l.memory_bytes.unwrap_or(0)),
             pids: l.pids.unwrap_or(0),
             cpus: l.cpus.unwrap_or(0.0),
+            rules_max_bytes: Size(caret_agent::project_rules::DEFAULT_CAP as u64),
         }
     }
 }
 
 impl AgentSection {
+    /// The project rules of a session in `cwd` of the workspace at `root`, after the user's
+    /// own `$CARET_HOME/AGENTS.md` (`home`).
+    pub fn project_rules(
+        &self,
+        root: &std::path::Path,
+        cwd: &std::path::Path,
+        home: Option<&std::path::Path>,
+    ) -> caret_agent::project_rules::ProjectRules {
+        let user = home.map(|h| h.join("AGENTS.md"));
+        let cap = usize::try_from(self.rules_max_bytes.0).unwrap_or(usize::MAX);
+        caret_agent::project_rules::ProjectRules::load(root, cwd, user.as_deref(), cap)
+    }
+
     /// The rules, deny first (a command both allowed and denied is denied).
     pub fn rules(&self) -> Vec<caret_agent::policy::Rule> {
         use caret_agent::policy::{Action, Rule};

@@ -91,7 +91,11 @@ pub fn session_on(
     backend: Backend,
     model: String,
 ) -> anyhow::Result<(Session, String, String, PathBuf)> {
-    let ctx = Arc::new(Ctx::new(&args.path).with_context(|| format!("opening {}", args.path.display()))?);
+    let ctx = Ctx::new(&args.path).with_context(|| format!("opening {}", args.path.display()))?;
+    // The working directory counts when it lies inside the workspace.
+    let cwd = std::env::current_dir().ok().and_then(|d| std::fs::canonicalize(d).ok()).unwrap_or(ctx.root.clone());
+    let rules = config.agent.project_rules(&ctx.root, &cwd, Some(&config.home));
+    let ctx = Arc::new(ctx.with_rules(rules));
     let mut tools = Registry::workspace();
     let remote = Remote { server: args.server.clone(), token: args.token.clone() };
     tools.add(Arc::new(CodebaseSearch::new(config.clone(), remote)));

@@ -135,6 +135,16 @@ pub enum Event {
         /// What.
         message: String,
     },
+    /// Project rules files now in the conversation: at the first turn those always applied
+    /// (and those the size cap left out), later those attached for a file the session touched
+    /// or fetched by the model.
+    RulesApplied {
+        /// Their names: paths from the repository root, or `~/AGENTS.md`.
+        rules: Vec<String>,
+        /// Files left out by the size cap.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        dropped: Vec<String>,
+    },
     /// A turn ended.
     TurnEnd {
         /// Its number.

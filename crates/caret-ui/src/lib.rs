@@ -530,7 +530,13 @@ async fn edit(Extension(ui): Extension<Arc<Ui>>, Json(r): Json<EditRequest>) -> 
     let end = tab::byte_offset(&r.text, r.end);
     let unprocessable = |e: anyhow::Error| ApiError(StatusCode::UNPROCESSABLE_ENTITY, format!("{e:#}"), None);
     let (backend, model) = ui.agent_model(None).map_err(unprocessable)?;
-    let (text, format) = search::edit(&backend, &model, &r.path, &r.text, start, end, &r.instruction)
+    // The project's rules files: those always applied, and those whose globs match the file.
+    let rules = ui.config.agent.project_rules(&ui.root, &ui.root, Some(&ui.config.home));
+    let mut guidance = rules.prompt().unwrap_or_default();
+    for rule in rules.matching(&r.path) {
+        guidance.push_str(&format!("\n<rule name=\"{}\">\n{}\n</rule>\n", rule.name, rule.text.trim_end()));
+    }
+    let (text, format) = search::edit(&backend, &model, &r.path, &r.text, (start, end), &r.instruction, &guidance)
         .await
         .map_err(|e| ApiError(StatusCode::UNPROCESSABLE_ENTITY, format!("{e:#}"), None))?;
     Ok(Json(json!({"text": text, "format": format})).into_response())

@@ -108,9 +108,9 @@ pub async fn edit(
     model: &str,
     path: &str,
     text: &str,
-    start: usize,
-    end: usize,
+    (start, end): (usize, usize),
     instruction: &str,
+    rules: &str,
 ) -> anyhow::Result<(String, &'static str)> {
     anyhow::ensure!(!instruction.trim().is_empty(), "say what should change");
     let (start, end) = (start.min(end).min(text.len()), end.max(start).min(text.len()));
@@ -126,8 +126,13 @@ pub async fn edit(
     let before: String =
         text[..from].lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
     let after: String = text[to..].lines().take(20).collect::<Vec<_>>().join("\n");
-    let system = "You rewrite code. You get lines of a file and an instruction. Answer with the rewritten lines only, \
-                  in one fenced code block, keeping the indentation of the lines around them. No explanation.";
+    let mut system = "You rewrite code. You get lines of a file and an instruction. Answer with the rewritten lines \
+                      only, in one fenced code block, keeping the indentation of the lines around them. No explanation."
+        .to_owned();
+    if !rules.trim().is_empty() {
+        system.push_str("\n\n");
+        system.push_str(rules.trim_end());
+    }
     let user = format!(
         "File {path}, the lines before:\n```\n{before}\n```\nThe lines to rewrite:\n```\n{}\n```\nThe lines after:\n```\n{after}\n```\nInstruction: {instruction}",
         selected.trim_end_matches('\n')

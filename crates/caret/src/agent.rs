@@ -213,6 +213,20 @@ impl App {
                  messages)"
             ))),
             Event::Error { message } => self.entries.push(Entry::Error(message)),
+            Event::RulesApplied { rules, dropped } => {
+                let mut note = String::new();
+                if !rules.is_empty() {
+                    note = format!("rules: {}", rules.join(", "));
+                }
+                if !dropped.is_empty() {
+                    note.push_str(&format!(
+                        "{}left out (over the size cap): {}",
+                        if note.is_empty() { "" } else { "; " },
+                        dropped.join(", ")
+                    ));
+                }
+                self.entries.push(Entry::Notice(note));
+            }
         }
     }
 
@@ -582,4 +596,41 @@ mod tests {
         let s = screen(&app, 80, 12);
         assert!(!s.contains("line 49") && s.contains("line 29") && !s.contains("line 30"), "{s}");
     }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RulesArgs {
+    /// A file (or directory) the session would work on, workspace-relative or absolute.
+    path: Option<std::path::PathBuf>,
+    /// The workspace (default: the current directory).
+    #[arg(short = 'C', long, default_value = ".")]
+    workspace: std::path::PathBuf,
+}
+
+/// `caret rules [PATH]`: what an agent session here would apply, and why.
+pub fn rules(config: &Config, args: RulesArgs) -> anyhow::Result<std::process::ExitCode> {
+    use anyhow::Context as _;
+    let root = std::fs::canonicalize(&args.workspace)
+        .with_context(|| format!("opening the workspace {}", args.workspace.display()))?;
+    let cwd = std::env::current_dir().ok().and_then(|d| std::fs::canonicalize(d).ok()).unwrap_or(root.clone());
+    let rules = config.agent.project_rules(&root, &cwd, Some(&config.home));
+    let rel = args.path.as_ref().map(|p| {
+        let abs = if p.is_absolute() { p.clone() } else { cwd.join(p) };
+        let abs = std::fs::canonicalize(&abs).unwrap_or(abs);
+        abs.strip_prefix(&root).map(|r| r.to_string_lossy().into_owned()).unwrap_or_else(|_| p.display().to_string())
+    });
+    let explained = rules.explain(rel.as_deref());
+    if explained.is_empty() && rules.dropped.is_empty() {
+        println!("no rules files apply in {}", root.display());
+    }
+    for (rule, why) in explained {
+        println!("{}  ({why}, {} bytes)", rule.name, rule.text.len());
+    }
+    for (name, bytes) in &rules.dropped {
+        println!(
+            "{name}  (left out: {bytes} bytes would pass the {} byte cap, [agent] rules_max_bytes)",
+            config.agent.rules_max_bytes.0
+        );
+    }
+    Ok(std::process::ExitCode::SUCCESS)
 }

@@ -68,6 +68,9 @@ enum Command {
     Lsp(caret_lsp::LspArgs),
     /// Open the workspace in a browser: editor, Tab, agent, search (loopback only).
     Ui(caret_ui::UiArgs),
+    /// The project rules files (`AGENTS.md`, `.cursor/rules`, …) an agent session would apply,
+    /// and why; with a path, also the rules attached when the session touches it.
+    Rules(agent::RulesArgs),
     /// The coding agent in an interactive terminal UI.
     Agent(agent::AgentArgs),
     /// Run the agent on a task without a terminal UI (events as JSON lines).
@@ -145,6 +148,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Complete(args) => complete::run(&config, args),
         Command::Lsp(args) => caret_lsp::run(&config, args),
         Command::Ui(args) => caret_ui::run(&config, args),
+        Command::Rules(args) => agent::rules(&config, args),
         Command::Agent(args) => agent::run(&config, args),
         Command::Exec(args) => exec::run(&config, args),
         Command::Bench(cmd) => caret_bench::run(&config, cmd),

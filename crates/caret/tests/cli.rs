@@ -791,6 +791,51 @@ fn complete_suggests_at_a_cursor_with_a_local_model() {
 /// `caret exec` drives the agent through a gateway model (a scripted OpenAI-compatible
 /// server, test double) and prints its events as JSON lines: a model that keeps calling
 /// `read_file` reaches the step limit (exit 1); one that answers ends the turn (exit 0).
+/// The repository's rules files reach `caret exec`'s model, the run says which applied, and
+/// `caret rules` explains them for a path.
+#[test]
+fn exec_follows_the_projects_rules_files_and_caret_rules_explains_them() {
+    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("agent"));
+    let home = TempDir::new();
+    home.write("ws/src/lib.rs", "pub fn answer() -> u32 {\n    42\n}\n");
+    home.write("ws/AGENTS.md", "Run the tests with `make check`, never cargo test directly.\n");
+    home.write(
+        "ws/.cursor/rules/rust.mdc",
+        "---\ndescription: Rust style\nglobs: \"*.rs\"\n---\nNo unwrap outside tests.\n",
+    );
+    home.write("caret-home/AGENTS.md", "Answer briefly.\n");
+    home.write(
+        "caret-home/config.toml",
+        &format!(
+            "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
+            up.url
+        ),
+    );
+    let ws = home.join("ws");
+    let ws = ws.to_str().unwrap();
+    up.set(Behaviour { answer: Some("Done.".into()), ..Behaviour::default() });
+    let o = caret(&home, &["exec", "run the tests", "-C", ws]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let events: Vec<Value> = stdout(&o).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let applied = events.iter().find(|e| e["type"] == "rules_applied").unwrap_or_else(|| panic!("{events:?}"));
+    assert_eq!(applied["rules"], serde_json::json!(["~/AGENTS.md", "AGENTS.md"]));
+    let (_, sent) = up.last_request().unwrap();
+    let system = sent["messages"][0]["content"].as_str().unwrap();
+    assert!(system.contains("make check") && system.find("Answer briefly") < system.find("make check"), "{system}");
+    assert!(!system.contains("No unwrap"), "a glob rule waits for a matching file: {system}");
+
+    let o = caret(&home, &["rules", "src/lib.rs", "-C", ws]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("~/AGENTS.md  (the user's own rules, first"), "{out}");
+    assert!(out.contains("AGENTS.md  (on the way from the repository root"), "{out}");
+    assert!(out.contains(".cursor/rules/rust.mdc  (src/lib.rs matches *.rs"), "{out}");
+    let o = caret(&home, &["rules", "README.md", "-C", ws]);
+    assert!(!stdout(&o).contains("rust.mdc"), "{}", stdout(&o));
+}
+
 #[test]
 fn exec_runs_the_agent_and_prints_json_events() {
     use caret_test_support::scripted::{Behaviour, ScriptedUpstream};

@@ -267,7 +267,9 @@ fn the_workspace_page_edits_completes_reloads_and_reviews_the_agents_changes() {
         &format!("return caret.editor.getModel()?.getValue().startsWith('# Notes') && caret.editor.getPosition().lineNumber === {}", line.as_str().unwrap()),
     );
 
-    // Cmd-K through the API, on a selection within a line.
+    // Cmd-K through the API, on a selection within a line; the project's rule for Python
+    // files goes with it.
+    ws.write(".caret/rules/python.md", "---\nglobs: \"*.py\"\n---\nEvery comment ends with a full stop.\n");
     up.queue([Answer::Text("Here:\n```python\n    return a + b  # the sum\n```\n".into())]);
     let text = "def add(a, b):\n    return a + b\n\nprint(add(1, 2))\n";
     let edited: Value = c
@@ -280,6 +282,9 @@ fn the_workspace_page_edits_completes_reloads_and_reviews_the_agents_changes() {
         .unwrap();
     assert_eq!(edited["text"], "def add(a, b):\n    return a + b  # the sum\n\nprint(add(1, 2))\n", "{edited}");
     assert_eq!(edited["format"], "search-replace");
+    let (_, sent) = up.last_request().unwrap();
+    let system = sent["messages"][0]["content"].as_str().unwrap_or_default().to_owned();
+    assert!(system.contains("Every comment ends with a full stop."), "{system}");
     // Grep, a hit at its line.
     let found: Value = c
         .get(format!("{}/api/search?mode=grep&q=Added%20by", ui.base))

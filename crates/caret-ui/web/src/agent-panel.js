@@ -242,6 +242,14 @@ export class AgentPanel {
       case 'error':
         this.notice(e.message, 'error');
         break;
+      case 'rules_applied': {
+        // Which of the project's rules files the agent follows now.
+        const parts = [];
+        if (e.rules.length) parts.push(`rules: ${e.rules.join(', ')}`);
+        if (e.dropped?.length) parts.push(`left out (over the size cap): ${e.dropped.join(', ')}`);
+        this.notice(parts.join('; '), 'notice rules');
+        break;
+      }
       case 'turn_end':
         this.setBusy(false);
         this.current = null;
