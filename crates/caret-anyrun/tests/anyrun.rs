@@ -180,6 +180,7 @@ fn buggy_repo(dir: &TempDir) -> std::path::PathBuf {
     dir.write("repo/add.sh", "echo $(( $1 - $2 ))\n");
     dir.write("repo/test.sh", "[ \"$(sh add.sh 2 3)\" = 5 ] && echo 'tests pass' || { echo 'tests FAIL'; exit 1; }\n");
     dir.write("repo/.caret/environment.toml", "install = \"echo installing\"\ntest = \"sh test.sh\"\n");
+    dir.write("repo/AGENTS.md", "Check your work with `sh test.sh`.\n");
     let repo = dir.join("repo");
     let git = |args: &[&str]| {
         let ok = std::process::Command::new("git")
@@ -339,6 +340,10 @@ async fn a_run_fixes_a_bug_in_its_sandbox_and_the_patch_passes_the_tests() {
     let summary = worker(&service, &dir, 1).run(drained).await.unwrap();
     assert_eq!(summary.completed, 1);
     assert!(up.violations().is_empty(), "{:?}", up.violations());
+    // The repository's AGENTS.md reached the run's agent.
+    let first = &up.chats()[0];
+    let system = first["messages"][0]["content"].as_str().unwrap_or_default();
+    assert!(system.contains("Check your work with `sh test.sh`."), "{system}");
     let info = service.get(&t.id, &id).await.unwrap();
     assert_eq!(info.state, RunState::Succeeded, "{info:?}");
     assert_eq!(info.attempt, 1);
