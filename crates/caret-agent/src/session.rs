@@ -55,6 +55,10 @@ pub struct Session {
     model: Arc<dyn ModelClient>,
     model_name: String,
     tools: Registry,
+    /// Tools that come and go (MCP servers'), and the names taken from them last.
+    dynamic: Option<(Arc<dyn crate::tools::DynamicTools>, Vec<&'static str>)>,
+    /// Tools the user approved for the rest of the session.
+    approved_tools: std::collections::HashSet<String>,
     /// Temperature and seed of model calls (none: 0 and none).
     sampling: (Option<f64>, Option<u64>),
     ctx: Arc<Ctx>,
@@ -139,6 +143,8 @@ impl Session {
             model,
             model_name: model_name.to_owned(),
             tools,
+            dynamic: None,
+            approved_tools: std::collections::HashSet::new(),
             ctx,
             policy: Policy::default(),
             messages: vec![ChatMessage::text(
@@ -397,6 +403,29 @@ impl Session {
         &self.calls
     }
 
+    /// Adds tools that come and go: before each model call the session offers those
+    /// `source` has then (MCP servers' tools, as their servers answer).
+    pub fn add_dynamic_tools(&mut self, source: Arc<dyn crate::tools::DynamicTools>) {
+        self.dynamic = Some((source, Vec::new()));
+        self.refresh_dynamic_tools();
+    }
+
+    /// Takes the dynamic tools offered now in place of those taken before.
+    fn refresh_dynamic_tools(&mut self) {
+        let Some((source, names)) = &mut self.dynamic else { return };
+        for name in names.drain(..) {
+            self.tools.remove(name);
+        }
+        for tool in source.current() {
+            let name = tool.spec().name;
+            // A built-in tool keeps its name.
+            if self.tools.get(name).is_none() {
+                names.push(name);
+                self.tools.add(tool);
+            }
+        }
+    }
+
     /// The tool definitions every model call carries.
     pub fn tool_defs(&self) -> Vec<ToolDef> {
         self.tools
@@ -519,6 +548,7 @@ impl Session {
         let (mut failed, mut nudged) = (false, false);
         for _ in 0..self.max_steps {
             self.compact_if_needed(events).await;
+            self.refresh_dynamic_tools();
             let stream = match self.model.chat(self.request()).await {
                 Ok(s) => s,
                 Err(e) => {
@@ -672,14 +702,34 @@ impl Session {
         events: &mpsc::UnboundedSender<Event>,
         ops: &mut mpsc::UnboundedReceiver<Op>,
     ) -> Option<Vec<Outcome>> {
-        // Terminal commands pass the policy (and the user) first, in call order.
+        // Tools that came since the model call (a server that answered meanwhile).
+        self.refresh_dynamic_tools();
+        // Terminal commands pass the policy (and the user) first, in call order; so do calls
+        // of tools whose own settings ask (an MCP server's, configured so).
         let mut refused: Vec<Option<String>> = vec![None; calls.len()];
-        for (i, c) in calls.iter().enumerate().filter(|(_, c)| c.name == TERMINAL) {
-            // A call without a command looks at a background job: nothing runs.
-            let Some(command) = c.arguments.get("command").and_then(Value::as_str).map(str::to_owned) else {
-                continue;
+        for (i, c) in calls.iter().enumerate() {
+            let (verdict, command) = if c.name == TERMINAL {
+                // A call without a command looks at a background job: nothing runs.
+                let Some(command) = c.arguments.get("command").and_then(Value::as_str).map(str::to_owned) else {
+                    continue;
+                };
+                (self.policy.check(&command), command)
+            } else {
+                let command = format!("{} {}", c.name, c.arguments);
+                match self.tools.get(&c.name).and_then(|t| t.approval()) {
+                    Some(crate::tools::ToolApproval::Never) => {
+                        (Verdict::Refuse(format!("{} is switched off by its configuration", c.name)), command)
+                    }
+                    Some(crate::tools::ToolApproval::Ask)
+                        if !self.approved_tools.contains(&c.name)
+                            && self.policy.approval != crate::policy::Approval::Never =>
+                    {
+                        (Verdict::Ask(format!("{} asks before each call (its configuration)", c.name)), command)
+                    }
+                    _ => continue,
+                }
             };
-            match self.policy.check(&command) {
+            match verdict {
                 Verdict::Run => {}
                 Verdict::Refuse(why) => refused[i] = Some(format!("error: refused by policy: {why}")),
                 Verdict::Ask(reason) => {
@@ -699,7 +749,12 @@ impl Session {
                             Some(Op::Approval { call_id, decision }) if call_id == c.id => {
                                 match decision {
                                     Decision::Approve => {}
-                                    Decision::ApproveForSession => self.policy.approve_for_session(&command),
+                                    Decision::ApproveForSession if c.name == TERMINAL => {
+                                        self.policy.approve_for_session(&command);
+                                    }
+                                    Decision::ApproveForSession => {
+                                        self.approved_tools.insert(c.name.clone());
+                                    }
                                     Decision::Deny => refused[i] = Some("error: the user refused to run it".into()),
                                 }
                                 break;

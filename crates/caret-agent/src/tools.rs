@@ -191,6 +191,27 @@ pub trait Tool: Send + Sync {
     fn spec(&self) -> &Spec;
     /// Runs it with the model's arguments.
     async fn call(&self, args: Value, ctx: &Ctx) -> ToolResult;
+    /// Whether its calls need the user's approval first (none: the session's policy decides,
+    /// which only looks at terminal commands).
+    fn approval(&self) -> Option<ToolApproval> {
+        None
+    }
+}
+
+/// What a tool's own settings say of its calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolApproval {
+    /// Ask the user before each call (unless approved for the session).
+    Ask,
+    /// Refuse every call.
+    Never,
+}
+
+/// Tools that come and go while a session runs (an MCP server's, once it answers): the
+/// session takes [`DynamicTools::current`] before each model call.
+pub trait DynamicTools: Send + Sync {
+    /// The tools offered now.
+    fn current(&self) -> Vec<Arc<dyn Tool>>;
 }
 
 /// The tools an agent has, by name.
@@ -224,6 +245,11 @@ impl Registry {
     /// Adds (or replaces) a tool.
     pub fn add(&mut self, tool: Arc<dyn Tool>) {
         self.tools.insert(tool.spec().name, tool);
+    }
+
+    /// Removes a tool by name.
+    pub fn remove(&mut self, name: &str) {
+        self.tools.remove(name);
     }
 
     /// A tool by name.

@@ -48,6 +48,8 @@ pub struct Config {
     pub daemon: DaemonSection,
     /// `[usage]`: opt-in usage telemetry.
     pub usage: UsageSection,
+    /// `[mcp_servers.NAME]`: MCP servers whose tools the agent gets.
+    pub mcp_servers: std::collections::BTreeMap<String, crate::mcp::McpServerSection>,
     /// The file this was read from, if any (a daemon started on demand reads the same).
     #[serde(skip)]
     pub file: Option<PathBuf>,
@@ -430,22 +432,7 @@ impl Default for SyncSection {
     }
 }
 
-/// Parses `90s`, `3m`, `1h` or plain seconds.
-pub fn parse_duration(s: &str) -> anyhow::Result<std::time::Duration> {
-    let t = s.trim();
-    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(digits);
-    let n: u64 = num.parse().with_context(|| format!("invalid duration {s:?}"))?;
-    let secs = match unit {
-        "" | "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        "d" => n * 86_400,
-        other => bail!("invalid duration {s:?}: unknown unit {other:?} (use s, m, h or d)"),
-    };
-    anyhow::ensure!(secs > 0, "invalid duration {s:?}: must be positive");
-    Ok(std::time::Duration::from_secs(secs))
-}
+pub use crate::units::parse_duration;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 /// `[scan]`: what the walk skips.
@@ -516,6 +503,7 @@ impl Default for Config {
             runs: RunsSection::default(),
             daemon: DaemonSection::default(),
             usage: UsageSection::default(),
+            mcp_servers: Default::default(),
             file: None,
         }
     }

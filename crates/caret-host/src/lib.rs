@@ -14,6 +14,7 @@ pub mod completer;
 pub mod config;
 pub mod daemon;
 pub mod documents;
+pub mod mcp;
 pub mod merge;
 pub mod remote;
 pub mod runs;

@@ -122,6 +122,11 @@ pub fn session_on(
     session.context_window = config.context_window(&model).unwrap_or(32_768);
     session.policy.rules = config.agent.rules();
     session.policy.approval = args.approval;
+    // MCP servers start with the session's first model call, in the background.
+    let servers = crate::mcp::servers(&config.mcp_servers)?;
+    if !servers.is_empty() {
+        session.add_dynamic_tools(caret_mcp::Hub::new(servers));
+    }
     // Sessions are saved as JSON lines under $CARET_HOME/sessions.
     let id = match &args.resume {
         Some(id) => {

@@ -1,4 +1,6 @@
-//! Numbers as people read them: `12,345`, `1.5 MiB`.
+//! Numbers as people read and write them: `12,345`, `1.5 MiB`, `90s`.
+
+use anyhow::{Context as _, bail};
 
 /// `12345` as `12,345`.
 pub fn thousands(n: u64) -> String {
@@ -23,4 +25,21 @@ pub fn human_bytes(n: u64) -> String {
         unit += 1;
     }
     if unit == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[unit]) }
+}
+
+/// Parses `90s`, `3m`, `1h` or plain seconds.
+pub fn parse_duration(s: &str) -> anyhow::Result<std::time::Duration> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let n: u64 = num.parse().with_context(|| format!("invalid duration {s:?}"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86_400,
+        other => bail!("invalid duration {s:?}: unknown unit {other:?} (use s, m, h or d)"),
+    };
+    anyhow::ensure!(secs > 0, "invalid duration {s:?}: must be positive");
+    Ok(std::time::Duration::from_secs(secs))
 }

@@ -836,6 +836,63 @@ fn exec_follows_the_projects_rules_files_and_caret_rules_explains_them() {
     assert!(!stdout(&o).contains("rust.mdc"), "{}", stdout(&o));
 }
 
+/// `caret exec` with an MCP server configured (`mcp-server-time` from PyPI, over stdio): the
+/// model sees its tools as `mcp__time__…`, a call reaches the server and its answer the
+/// model; the call shows in the JSON events with its server's name.
+#[test]
+fn exec_calls_a_configured_mcp_servers_tool() {
+    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
+    let python = std::env::var("CARET_TEST_MCP_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let installed = Command::new(&python).args(["-c", "import mcp_server_time"]).status().is_ok_and(|s| s.success());
+    if !installed {
+        caret_test_support::skip(
+            "mcp-server-time is not installed (pip install mcp-server-time; CARET_TEST_MCP_PYTHON)",
+        );
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("agent"));
+    let home = TempDir::new();
+    home.write("ws/README.md", "# a project\n");
+    home.write(
+        "caret-home/config.toml",
+        &format!(
+            "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n\n\
+             [mcp_servers.time]\ncommand = {python:?}\nargs = [\"-m\", \"mcp_server_time\", \"--local-timezone\", \"UTC\"]\n\
+             tool_timeout = \"20s\"\n",
+            up.url
+        ),
+    );
+    // The server starts alongside the first model call: the scripted model takes its time.
+    up.set(Behaviour {
+        tool_call: Some("mcp__time__get_current_time".into()),
+        tool_arguments: Some(r#"{"timezone": "Asia/Tokyo"}"#.into()),
+        delay: std::time::Duration::from_secs(3),
+        ..Behaviour::default()
+    });
+    let ws = home.join("ws");
+    let o = caret(&home, &["exec", "what time is it in Tokyo?", "-C", ws.to_str().unwrap(), "--max-steps", "2"]);
+    let events: Vec<Value> = stdout(&o).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let end =
+        events.iter().find(|e| e["type"] == "tool_call_end").unwrap_or_else(|| panic!("{events:?}\n{}", stderr(&o)));
+    assert_eq!(end["name"], "mcp__time__get_current_time");
+    assert_eq!(end["ok"], true, "{end}");
+    assert!(end["output"].as_str().unwrap().contains("Asia/Tokyo"), "{end}");
+    let (_, sent) = up.last_request().unwrap();
+    let tools: Vec<&str> =
+        sent["tools"].as_array().unwrap().iter().filter_map(|t| t["function"]["name"].as_str()).collect();
+    assert!(tools.contains(&"mcp__time__get_current_time") && tools.contains(&"read_file"), "{tools:?}");
+    let described = sent["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "mcp__time__get_current_time")
+        .unwrap();
+    assert!(described["function"]["description"].as_str().unwrap().starts_with("[MCP server time]"));
+    let messages = sent["messages"].as_array().unwrap();
+    assert!(messages.iter().any(|m| m["role"] == "tool" && m["content"].as_str().unwrap_or("").contains("Asia/Tokyo")));
+}
+
 #[test]
 fn exec_runs_the_agent_and_prints_json_events() {
     use caret_test_support::scripted::{Behaviour, ScriptedUpstream};

@@ -1,0 +1,443 @@
+//! Model Context Protocol servers as the agent's tools.
+//!
+//! A [`Hub`] starts every configured server in the background (a child process speaking MCP
+//! over stdio, through the official SDK `rmcp`, which also settles which protocol revision
+//! the server speaks), lists its tools, and offers them to a session as
+//! `mcp__SERVER__TOOL` (see [`tool_name`]). Starting never blocks a session: a session takes
+//! whatever tools are ready before each model call ([`caret_agent::tools::DynamicTools`]). A
+//! server that exits is started again with a growing pause (0.5 s to 30 s); meanwhile its
+//! tools answer a clear error. A call that outlasts the server's `tool_timeout` is dropped,
+//! which sends `notifications/cancelled`; a result's text is capped at [`MAX_OUTPUT`].
+//!
+//! Never speaks HTTP itself, and never reads configuration files: the host hands it
+//! [`ServerConfig`]s.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+use caret_agent::tools::{Ctx, Spec, Tool, ToolApproval, ToolError, ToolResult};
+use rmcp::ServiceExt as _;
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::{Peer, RoleClient};
+use serde_json::Value;
+
+/// Most bytes of a tool's result the model reads.
+pub const MAX_OUTPUT: usize = 64 * 1024;
+
+/// How long a server may take to start and list its tools.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Whether a server's (or a tool's) calls run without asking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Approval {
+    /// Ask the user before each call (as a risky terminal command is asked).
+    Ask,
+    /// Run without asking.
+    #[default]
+    Always,
+    /// Refuse every call.
+    Never,
+}
+
+/// One tool's settings, overriding its server's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolSettings {
+    /// Its approval (none: the server's).
+    pub approval: Option<Approval>,
+    /// Offered to the model at all.
+    pub enabled: bool,
+}
+
+/// A server to start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// Its name (the `SERVER` of `mcp__SERVER__TOOL`).
+    pub name: String,
+    /// The program.
+    pub command: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Environment added to Caret's.
+    pub env: BTreeMap<String, String>,
+    /// Its working directory (none: Caret's).
+    pub cwd: Option<PathBuf>,
+    /// Whether its calls run without asking.
+    pub approval: Approval,
+    /// How long a call may take.
+    pub tool_timeout: Duration,
+    /// Per-tool settings, by the server's own tool names.
+    pub tools: BTreeMap<String, ToolSettings>,
+}
+
+/// A server as a session sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Status {
+    /// Being started.
+    Starting,
+    /// Answering, with this many tools.
+    Ready(usize),
+    /// Not running (it failed to start or exited); being started again.
+    Down(String),
+}
+
+/// The running servers of a session (or of `caret mcp ls`).
+pub struct Hub {
+    servers: Vec<Arc<Server>>,
+    /// The servers' supervisors, once started.
+    tasks: Mutex<Option<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl std::fmt::Debug for Hub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hub").field("servers", &self.servers.len()).finish()
+    }
+}
+
+struct Server {
+    config: ServerConfig,
+    state: RwLock<State>,
+}
+
+enum State {
+    Starting,
+    Ready { peer: Peer<RoleClient>, tools: Vec<rmcp::model::Tool> },
+    Down { error: String, tools: Vec<rmcp::model::Tool> },
+}
+
+impl Hub {
+    /// A hub for these servers; they start on the Tokio runtime of the first
+    /// [`Hub::start`] or [`Hub::tools`] called within one, in the background.
+    pub fn new(configs: Vec<ServerConfig>) -> Arc<Hub> {
+        let servers: Vec<Arc<Server>> = configs
+            .into_iter()
+            .map(|config| Arc::new(Server { config, state: RwLock::new(State::Starting) }))
+            .collect();
+        Arc::new(Hub { servers, tasks: Mutex::new(None) })
+    }
+
+    /// Starts every server in the background, once, when called within a Tokio runtime;
+    /// returns at once.
+    pub fn start(&self) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
+        if tasks.is_some() || tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        *tasks = Some(self.servers.iter().map(|s| tokio::spawn(supervise(s.clone())).abort_handle()).collect());
+    }
+
+    /// Each server's name and status.
+    pub fn status(&self) -> Vec<(String, Status)> {
+        self.servers
+            .iter()
+            .map(|s| {
+                let status = match &*s.state.read().unwrap_or_else(PoisonError::into_inner) {
+                    State::Starting => Status::Starting,
+                    State::Ready { tools, .. } => Status::Ready(tools.len()),
+                    State::Down { error, .. } => Status::Down(error.clone()),
+                };
+                (s.config.name.clone(), status)
+            })
+            .collect()
+    }
+
+    /// Starts the servers and waits until none is starting any more, or `within` passed.
+    pub async fn settled(&self, within: Duration) {
+        self.start();
+        let deadline = tokio::time::Instant::now() + within;
+        while self.status().iter().any(|(_, s)| *s == Status::Starting) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The tools offered now: every enabled tool of each server that listed its tools (a
+    /// server that went down keeps offering them, and they answer why they cannot run),
+    /// named `mcp__SERVER__TOOL`, in a stable order.
+    pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        self.start();
+        let mut taken = HashSet::new();
+        let mut out: Vec<Arc<dyn Tool>> = Vec::new();
+        for server in &self.servers {
+            let listed = match &*server.state.read().unwrap_or_else(PoisonError::into_inner) {
+                State::Starting => continue,
+                State::Ready { tools, .. } | State::Down { tools, .. } => tools.clone(),
+            };
+            let mut listed: Vec<rmcp::model::Tool> = listed
+                .into_iter()
+                .filter(|t| server.config.tools.get(t.name.as_ref()).is_none_or(|s| s.enabled))
+                .collect();
+            listed.sort_by(|a, b| a.name.cmp(&b.name));
+            for t in listed {
+                let name = tool_name(&server.config.name, &t.name, &mut taken);
+                let approval =
+                    server.config.tools.get(t.name.as_ref()).and_then(|s| s.approval).unwrap_or(server.config.approval);
+                let what = t.description.as_deref().unwrap_or("(no description)");
+                let spec = Spec {
+                    name: intern(name),
+                    description: intern(format!("[MCP server {}] {what}", server.config.name)),
+                    parameters: Value::Object((*t.input_schema).clone()),
+                    // Calls run together, as the built-in reading tools do.
+                    read_only: true,
+                };
+                out.push(Arc::new(McpTool { server: server.clone(), remote: t.name.to_string(), spec, approval }));
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Hub {
+    /// The servers stop with their hub (their processes are killed with their transports).
+    fn drop(&mut self) {
+        for t in self.tasks.lock().unwrap_or_else(PoisonError::into_inner).iter().flatten() {
+            t.abort();
+        }
+    }
+}
+
+impl caret_agent::tools::DynamicTools for Hub {
+    fn current(&self) -> Vec<Arc<dyn Tool>> {
+        self.tools()
+    }
+}
+
+/// `mcp__SERVER__TOOL` with anything but `[A-Za-z0-9_-]` made `_`, at most 64 characters; a
+/// name already `taken` gets `_2`, `_3`… (within the 64).
+pub fn tool_name(server: &str, tool: &str, taken: &mut HashSet<String>) -> String {
+    let clean = |s: &str| -> String {
+        s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect()
+    };
+    let base: String = format!("mcp__{}__{}", clean(server), clean(tool)).chars().take(64).collect();
+    let mut name = base.clone();
+    let mut n = 2;
+    while taken.contains(&name) {
+        let suffix = format!("_{n}");
+        name = format!("{}{suffix}", base.chars().take(64 - suffix.len()).collect::<String>());
+        n += 1;
+    }
+    taken.insert(name.clone());
+    name
+}
+
+/// A `&'static str` for a dynamic name (a tool's spec holds static strings): each distinct
+/// text is leaked once and reused.
+fn intern(s: String) -> &'static str {
+    static SEEN: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
+    let mut seen = SEEN.lock().unwrap_or_else(PoisonError::into_inner);
+    let set = seen.get_or_insert_with(HashSet::new);
+    if let Some(found) = set.get(s.as_str()) {
+        return found;
+    }
+    let leaked: &'static str = Box::leak(s.into_boxed_str());
+    set.insert(leaked);
+    leaked
+}
+
+/// Keeps a server running: starts it, lists its tools, waits for it to end, starts it again.
+async fn supervise(server: Arc<Server>) {
+    let mut pause = Duration::from_millis(500);
+    loop {
+        let known = |s: &State| match s {
+            State::Ready { tools, .. } | State::Down { tools, .. } => tools.clone(),
+            State::Starting => Vec::new(),
+        };
+        match connect(&server.config).await {
+            Ok((service, tools)) => {
+                pause = Duration::from_millis(500);
+                tracing::info!(server = %server.config.name, tools = tools.len(), "MCP server ready");
+                let peer = service.peer().clone();
+                *server.state.write().unwrap_or_else(PoisonError::into_inner) = State::Ready { peer, tools };
+                let why = match service.waiting().await {
+                    Ok(reason) => format!("{reason:?}"),
+                    Err(e) => e.to_string(),
+                };
+                let mut state = server.state.write().unwrap_or_else(PoisonError::into_inner);
+                let tools = known(&state);
+                tracing::warn!(server = %server.config.name, "MCP server stopped ({why}); starting it again");
+                *state = State::Down { error: format!("it stopped ({why}) and is being started again"), tools };
+            }
+            Err(error) => {
+                tracing::warn!(server = %server.config.name, "MCP server did not start: {error}");
+                let mut state = server.state.write().unwrap_or_else(PoisonError::into_inner);
+                let tools = known(&state);
+                *state = State::Down { error: format!("it did not start: {error}"), tools };
+            }
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(30));
+    }
+}
+
+type Running = rmcp::service::RunningService<RoleClient, ()>;
+
+/// Starts a server's process, settles the protocol and lists its tools.
+async fn connect(config: &ServerConfig) -> Result<(Running, Vec<rmcp::model::Tool>), String> {
+    let mut cmd = tokio::process::Command::new(&config.command);
+    cmd.args(&config.args).envs(&config.env).kill_on_drop(true);
+    if let Some(dir) = &config.cwd {
+        cmd.current_dir(dir);
+    }
+    let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(cmd)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("running {}: {e}", config.command))?;
+    // Its diagnostics go to the debug log (a full pipe would stall it).
+    if let Some(stderr) = stderr {
+        let name = config.name.clone();
+        tokio::spawn(async move {
+            use tokio::io::AsyncBufReadExt as _;
+            let mut lines = tokio::io::BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::debug!(server = %name, "{line}");
+            }
+        });
+    }
+    let service = tokio::time::timeout(START_TIMEOUT, ().serve(transport))
+        .await
+        .map_err(|_| format!("no answer within {START_TIMEOUT:?}"))?
+        .map_err(|e| format!("the protocol failed: {e}"))?;
+    let tools = tokio::time::timeout(START_TIMEOUT, service.list_all_tools())
+        .await
+        .map_err(|_| format!("no tool list within {START_TIMEOUT:?}"))?
+        .map_err(|e| format!("listing its tools: {e}"))?;
+    Ok((service, tools))
+}
+
+/// One tool of a server.
+struct McpTool {
+    server: Arc<Server>,
+    /// The server's own name for it.
+    remote: String,
+    spec: Spec,
+    approval: Approval,
+}
+
+#[async_trait::async_trait]
+impl Tool for McpTool {
+    fn spec(&self) -> &Spec {
+        &self.spec
+    }
+
+    fn approval(&self) -> Option<ToolApproval> {
+        match self.approval {
+            Approval::Always => None,
+            Approval::Ask => Some(ToolApproval::Ask),
+            Approval::Never => Some(ToolApproval::Never),
+        }
+    }
+
+    async fn call(&self, args: Value, _ctx: &Ctx) -> ToolResult {
+        let name = &self.server.config.name;
+        let peer = match &*self.server.state.read().unwrap_or_else(PoisonError::into_inner) {
+            State::Ready { peer, .. } => peer.clone(),
+            State::Starting => return Err(ToolError::new(format!("the MCP server {name} is still starting"))),
+            State::Down { error, .. } => {
+                return Err(ToolError::new(format!("the MCP server {name} is not running: {error}")));
+            }
+        };
+        let mut params = CallToolRequestParams::new(self.remote.clone());
+        params.arguments = match args {
+            Value::Object(map) => Some(map),
+            Value::Null => None,
+            other => return Err(ToolError::new(format!("the arguments are a JSON object, not {other}"))),
+        };
+        let timeout = self.server.config.tool_timeout;
+        // Dropping the call on timeout sends the server `notifications/cancelled`.
+        let result = match tokio::time::timeout(timeout, peer.call_tool(params)).await {
+            Err(_) => {
+                return Err(ToolError::new(format!(
+                    "{} did not answer within {timeout:?} (tool_timeout): the call was cancelled",
+                    self.spec.name
+                )));
+            }
+            Ok(Err(e)) => return Err(ToolError::new(format!("the MCP server {name} failed the call: {e}"))),
+            Ok(Ok(result)) => result,
+        };
+        let value = serde_json::to_value(&result).map_err(|e| ToolError::new(format!("reading the result: {e}")))?;
+        let text = render(&value);
+        if value["isError"].as_bool() == Some(true) {
+            return Err(ToolError::new(text));
+        }
+        Ok(text)
+    }
+}
+
+/// A call's result as the model reads it: text blocks, resources' text, what images and
+/// links are, and structured content as JSON text; capped at [`MAX_OUTPUT`].
+pub fn render(result: &Value) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for block in result["content"].as_array().into_iter().flatten() {
+        match block["type"].as_str().unwrap_or("") {
+            "text" => parts.push(block["text"].as_str().unwrap_or("").to_owned()),
+            "image" | "audio" => parts.push(format!(
+                "[{} ({}, {} bytes of base64): not shown to the model]",
+                block["type"].as_str().unwrap_or(""),
+                block["mimeType"].as_str().unwrap_or("unknown type"),
+                block["data"].as_str().map_or(0, str::len)
+            )),
+            "resource" => {
+                let r = &block["resource"];
+                match r["text"].as_str() {
+                    Some(text) => parts.push(format!("{}:\n{text}", r["uri"].as_str().unwrap_or("resource"))),
+                    None => parts.push(format!("[binary resource {}]", r["uri"].as_str().unwrap_or(""))),
+                }
+            }
+            "resource_link" => parts.push(format!("[link: {}]", block["uri"].as_str().unwrap_or(""))),
+            other => parts.push(format!("[{other} content]")),
+        }
+    }
+    if let Some(structured) = result.get("structuredContent").filter(|v| !v.is_null()) {
+        let json = serde_json::to_string_pretty(structured).unwrap_or_default();
+        if !parts.iter().any(|p| p.trim() == json.trim()) {
+            parts.push(format!("structured content:\n{json}"));
+        }
+    }
+    let mut text = parts.join("\n");
+    if text.len() > MAX_OUTPUT {
+        let mut cut = MAX_OUTPUT;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let total = text.len();
+        text.truncate(cut);
+        text.push_str(&format!("\n[cut: the result was {total} bytes; the first {cut} are shown]"));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_sanitised_bounded_and_unique() {
+        let mut taken = HashSet::new();
+        assert_eq!(tool_name("time", "get_current_time", &mut taken), "mcp__time__get_current_time");
+        assert_eq!(tool_name("my server", "do.it/now", &mut taken), "mcp__my_server__do_it_now");
+        assert_eq!(tool_name("my.server", "do it now", &mut taken), "mcp__my_server__do_it_now_2");
+        let long = tool_name("s", &"x".repeat(100), &mut taken);
+        assert_eq!(long.len(), 64);
+        let again = tool_name("s", &"x".repeat(100), &mut taken);
+        assert!(again.len() == 64 && again.ends_with("_2") && again != long);
+    }
+
+    #[test]
+    fn results_render_text_resources_images_and_structure_within_the_cap() {
+        let r = serde_json::json!({
+            "content": [
+                {"type": "text", "text": "hello"},
+                {"type": "image", "mimeType": "image/png", "data": "aGVsbG8="},
+                {"type": "resource", "resource": {"uri": "file:///a.txt", "text": "inside"}},
+            ],
+            "structuredContent": {"n": 1},
+        });
+        let text = render(&r);
+        assert!(text.starts_with("hello\n[image (image/png, 8 bytes of base64)"), "{text}");
+        assert!(text.contains("file:///a.txt:\ninside") && text.contains("structured content:\n{\n  \"n\": 1\n}"));
+        let big = serde_json::json!({"content": [{"type": "text", "text": "é".repeat(MAX_OUTPUT)}]});
+        let text = render(&big);
+        assert!(text.len() < MAX_OUTPUT + 100 && text.ends_with("are shown]"), "{}", text.len());
+    }
+}
