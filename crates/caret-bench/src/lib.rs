@@ -5,6 +5,7 @@
 //! [`soak`], [`sync`], [`tab`], [`team`]; `scan`, `embed` and `vectors` live here.
 
 pub mod llm;
+pub mod mcp;
 pub mod merge;
 pub mod search;
 pub mod soak;
@@ -196,6 +197,16 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 100)]
         rounds: usize,
     },
+    /// MCP servers over stdio (`mcp-server-time` from PyPI): start and tool listing, a tool
+    /// call's round trip, and what taking the tools costs a session while servers start.
+    Mcp {
+        /// A Python with `mcp-server-time` installed.
+        #[arg(long, default_value = "python3")]
+        python: String,
+        /// Tool calls to time.
+        #[arg(long, default_value_t = 300)]
+        calls: usize,
+    },
     /// Index a real project with the embedded server and model (time to lexical-ready and to
     /// fully embedded), then answer a question set: R@5 and MRR@10 for BM25, vectors and the
     /// fusion, and hybrid search latency p50/p99.
@@ -228,6 +239,7 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Soak { duration, clients, model } => {
             crate::soak::run(config, crate::soak::SoakBench { duration, clients: clients.max(1), model })
         }
+        BenchCommand::Mcp { python, calls } => crate::mcp::run(crate::mcp::McpBench { python, calls }),
         BenchCommand::Team { requests, rounds } => {
             crate::team::run(config, crate::team::TeamBench { requests: requests.max(1), rounds: rounds.max(1) })
         }

@@ -634,3 +634,41 @@ pub fn rules(config: &Config, args: RulesArgs) -> anyhow::Result<std::process::E
     }
     Ok(std::process::ExitCode::SUCCESS)
 }
+
+#[derive(Debug, clap::Subcommand)]
+pub enum McpCommand {
+    /// The configured MCP servers, started here: whether each answers, and its tools.
+    Ls,
+}
+
+/// `caret mcp …`.
+pub fn mcp(config: &Config, cmd: McpCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        McpCommand::Ls => {
+            let servers = caret_host::mcp::servers(&config.mcp_servers)?;
+            if servers.is_empty() {
+                println!("no MCP servers configured: add [mcp_servers.NAME] with `command` and `args` to the config");
+                return Ok(ExitCode::SUCCESS);
+            }
+            caret_host::runtime::runtime()?.block_on(async {
+                let hub = caret_mcp::Hub::new(servers);
+                hub.settled(std::time::Duration::from_secs(30)).await;
+                let tools = hub.tools();
+                let mut taken = std::collections::HashSet::new();
+                for (name, status) in hub.status() {
+                    match status {
+                        caret_mcp::Status::Ready(n) => println!("{name}  ready ({n} tools)"),
+                        caret_mcp::Status::Starting => println!("{name}  still starting after 30 s"),
+                        caret_mcp::Status::Down(why) => println!("{name}  not running: {why}"),
+                    }
+                    let prefix = caret_mcp::tool_name(&name, "", &mut taken);
+                    for t in tools.iter().filter(|t| t.spec().name.starts_with(&prefix)) {
+                        let what = t.spec().description.lines().next().unwrap_or("");
+                        println!("  {}  {what}", t.spec().name);
+                    }
+                }
+            });
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

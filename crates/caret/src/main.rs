@@ -71,6 +71,9 @@ enum Command {
     /// The project rules files (`AGENTS.md`, `.cursor/rules`, …) an agent session would apply,
     /// and why; with a path, also the rules attached when the session touches it.
     Rules(agent::RulesArgs),
+    /// MCP servers whose tools the agent gets (`[mcp_servers.NAME]`).
+    #[command(subcommand)]
+    Mcp(agent::McpCommand),
     /// The coding agent in an interactive terminal UI.
     Agent(agent::AgentArgs),
     /// Run the agent on a task without a terminal UI (events as JSON lines).
@@ -149,6 +152,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Lsp(args) => caret_lsp::run(&config, args),
         Command::Ui(args) => caret_ui::run(&config, args),
         Command::Rules(args) => agent::rules(&config, args),
+        Command::Mcp(cmd) => agent::mcp(&config, cmd),
         Command::Agent(args) => agent::run(&config, args),
         Command::Exec(args) => exec::run(&config, args),
         Command::Bench(cmd) => caret_bench::run(&config, cmd),

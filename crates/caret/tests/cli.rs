@@ -891,6 +891,15 @@ fn exec_calls_a_configured_mcp_servers_tool() {
     assert!(described["function"]["description"].as_str().unwrap().starts_with("[MCP server time]"));
     let messages = sent["messages"].as_array().unwrap();
     assert!(messages.iter().any(|m| m["role"] == "tool" && m["content"].as_str().unwrap_or("").contains("Asia/Tokyo")));
+
+    // `caret mcp ls` starts them and says what they offer.
+    let o = caret(&home, &["mcp", "ls"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("time  ready (2 tools)") && out.contains("  mcp__time__convert_time  [MCP server time]"),
+        "{out}"
+    );
 }
 
 #[test]
