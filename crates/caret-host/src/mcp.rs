@@ -1,5 +1,9 @@
-//! `[mcp_servers.NAME]`: the MCP servers whose tools the agent gets, as `caret_mcp` takes
-//! them.
+//! The MCP servers whose tools the agent gets, as `caret_mcp` takes them: the user's
+//! `[mcp_servers.NAME]`, and those a project declares in `.caret/mcp.json` or
+//! `.cursor/mcp.json` (`{"mcpServers": {NAME: {"command", "args", "env"}}}`, the format Cursor
+//! and Claude use). A project's server starts only once the user trusted it for that project
+//! and that exact command line (`caret mcp trust NAME`), remembered in
+//! `$CARET_HOME/mcp-trust.json`; a server of the same name in the user's config wins.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -83,4 +87,124 @@ pub fn servers(sections: &BTreeMap<String, McpServerSection>) -> anyhow::Result<
         });
     }
     Ok(out)
+}
+
+/// A server a project declares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectServer {
+    /// Its name.
+    pub name: String,
+    /// The file that declares it (relative to the project's root).
+    pub file: String,
+    /// The program and its arguments: what trust is given to.
+    pub command_line: Vec<String>,
+    /// Its environment.
+    pub env: BTreeMap<String, String>,
+}
+
+/// The servers `root` declares (`.caret/mcp.json` first: it wins over `.cursor/mcp.json` for
+/// a name both declare). A file that cannot be read as such is skipped with a warning.
+pub fn project_servers(root: &std::path::Path) -> Vec<ProjectServer> {
+    let mut out: Vec<ProjectServer> = Vec::new();
+    for file in [".caret/mcp.json", ".cursor/mcp.json"] {
+        let Ok(text) = std::fs::read_to_string(root.join(file)) else { continue };
+        let parsed: serde_json::Value = match serde_json::from_str(&text) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!("{file} is not JSON ({e}): its MCP servers are not used");
+                continue;
+            }
+        };
+        for (name, s) in parsed["mcpServers"].as_object().into_iter().flatten() {
+            if out.iter().any(|p| &p.name == name) {
+                continue;
+            }
+            let Some(command) = s["command"].as_str() else {
+                tracing::warn!("{file}: MCP server {name} has no command (remote servers are not supported yet)");
+                continue;
+            };
+            let mut command_line = vec![command.to_owned()];
+            command_line
+                .extend(s["args"].as_array().into_iter().flatten().filter_map(|a| a.as_str().map(str::to_owned)));
+            let env = s["env"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                .collect();
+            out.push(ProjectServer { name: name.clone(), file: file.to_owned(), command_line, env });
+        }
+    }
+    out
+}
+
+/// One trusted project server.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, Deserialize)]
+struct Trusted {
+    project: PathBuf,
+    name: String,
+    command_line: Vec<String>,
+}
+
+fn trust_file(home: &std::path::Path) -> PathBuf {
+    home.join("mcp-trust.json")
+}
+
+fn trusted_list(home: &std::path::Path) -> Vec<Trusted> {
+    std::fs::read(trust_file(home)).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
+}
+
+/// Whether the user trusted `server` of the project at `root` (its exact command line).
+pub fn is_trusted(home: &std::path::Path, root: &std::path::Path, server: &ProjectServer) -> bool {
+    trusted_list(home)
+        .iter()
+        .any(|t| t.project == root && t.name == server.name && t.command_line == server.command_line)
+}
+
+/// Trusts `server` of the project at `root` from now on (written atomically).
+pub fn trust(home: &std::path::Path, root: &std::path::Path, server: &ProjectServer) -> anyhow::Result<()> {
+    let mut list = trusted_list(home);
+    list.retain(|t| !(t.project == root && t.name == server.name));
+    list.push(Trusted {
+        project: root.to_path_buf(),
+        name: server.name.clone(),
+        command_line: server.command_line.clone(),
+    });
+    std::fs::create_dir_all(home)?;
+    let tmp = trust_file(home).with_extension("json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(&list)?)?;
+    std::fs::rename(&tmp, trust_file(home)).context("saving the MCP trust list")?;
+    Ok(())
+}
+
+/// Every server a session in the project at `root` starts: the user's (`sections`), then the
+/// project's ones trusted in `home` (a name the user configured is the user's); and the
+/// project's untrusted ones, which do not start.
+pub fn session_servers(
+    sections: &BTreeMap<String, McpServerSection>,
+    home: &std::path::Path,
+    root: &std::path::Path,
+) -> anyhow::Result<(Vec<caret_mcp::ServerConfig>, Vec<ProjectServer>)> {
+    let mut servers = servers(sections)?;
+    let mut untrusted = Vec::new();
+    for p in project_servers(root) {
+        if sections.contains_key(&p.name) {
+            continue;
+        }
+        if !is_trusted(home, root, &p) {
+            untrusted.push(p);
+            continue;
+        }
+        servers.push(caret_mcp::ServerConfig {
+            name: p.name.clone(),
+            command: p.command_line[0].clone(),
+            args: p.command_line[1..].to_vec(),
+            env: p.env.clone(),
+            cwd: Some(root.to_path_buf()),
+            approval: caret_mcp::Approval::Always,
+            tool_timeout: std::time::Duration::from_secs(60),
+            tools: BTreeMap::new(),
+        });
+    }
+    Ok((servers, untrusted))
 }

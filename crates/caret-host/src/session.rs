@@ -122,8 +122,17 @@ pub fn session_on(
     session.context_window = config.context_window(&model).unwrap_or(32_768);
     session.policy.rules = config.agent.rules();
     session.policy.approval = args.approval;
-    // MCP servers start with the session's first model call, in the background.
-    let servers = crate::mcp::servers(&config.mcp_servers)?;
+    // MCP servers start with the session's first model call, in the background; a project's
+    // own only once the user trusted them.
+    let (servers, untrusted) = crate::mcp::session_servers(&config.mcp_servers, &config.home, &root)?;
+    for p in &untrusted {
+        tracing::warn!(
+            "the project's MCP server {} ({}) is not started: trust it with `caret mcp trust {}`",
+            p.name,
+            p.file,
+            p.name
+        );
+    }
     if !servers.is_empty() {
         session.add_dynamic_tools(caret_mcp::Hub::new(servers));
     }

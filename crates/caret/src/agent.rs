@@ -637,17 +637,47 @@ pub fn rules(config: &Config, args: RulesArgs) -> anyhow::Result<std::process::E
 
 #[derive(Debug, clap::Subcommand)]
 pub enum McpCommand {
-    /// The configured MCP servers, started here: whether each answers, and its tools.
-    Ls,
+    /// The MCP servers a session here would start (the config's and the project's trusted
+    /// ones), started now: whether each answers, and its tools; and the project's untrusted
+    /// ones.
+    Ls {
+        /// The project (default: the current directory).
+        #[arg(short = 'C', long, default_value = ".")]
+        workspace: std::path::PathBuf,
+    },
+    /// Trust a server the project declares (`.caret/mcp.json`, `.cursor/mcp.json`): sessions
+    /// in this project start it from now on, as long as its command line stays the same.
+    Trust {
+        /// The server's name.
+        name: String,
+        /// The project (default: the current directory).
+        #[arg(short = 'C', long, default_value = ".")]
+        workspace: std::path::PathBuf,
+    },
 }
 
 /// `caret mcp …`.
 pub fn mcp(config: &Config, cmd: McpCommand) -> anyhow::Result<ExitCode> {
+    use anyhow::Context as _;
+    let canonical =
+        |w: &std::path::Path| std::fs::canonicalize(w).with_context(|| format!("opening the project {}", w.display()));
     match cmd {
-        McpCommand::Ls => {
-            let servers = caret_host::mcp::servers(&config.mcp_servers)?;
-            if servers.is_empty() {
-                println!("no MCP servers configured: add [mcp_servers.NAME] with `command` and `args` to the config");
+        McpCommand::Trust { name, workspace } => {
+            let root = canonical(&workspace)?;
+            let declared = caret_host::mcp::project_servers(&root);
+            let server = declared.iter().find(|p| p.name == name).with_context(|| {
+                let names: Vec<&str> = declared.iter().map(|p| p.name.as_str()).collect();
+                format!("{} declares no MCP server {name:?} (it declares {names:?})", root.display())
+            })?;
+            caret_host::mcp::trust(&config.home, &root, server)?;
+            println!("trusted {name} of {} ({}): {}", root.display(), server.file, server.command_line.join(" "));
+            Ok(ExitCode::SUCCESS)
+        }
+        McpCommand::Ls { workspace } => {
+            let root = canonical(&workspace)?;
+            let (servers, untrusted) = caret_host::mcp::session_servers(&config.mcp_servers, &config.home, &root)?;
+            if servers.is_empty() && untrusted.is_empty() {
+                println!("no MCP servers: add [mcp_servers.NAME] with `command` and `args` to the config");
                 return Ok(ExitCode::SUCCESS);
             }
             caret_host::runtime::runtime()?.block_on(async {
@@ -668,6 +698,15 @@ pub fn mcp(config: &Config, cmd: McpCommand) -> anyhow::Result<ExitCode> {
                     }
                 }
             });
+            for p in untrusted {
+                println!(
+                    "{}  not started: declared by the project ({}) and not trusted — `caret mcp trust {}` runs: {}",
+                    p.name,
+                    p.file,
+                    p.name,
+                    p.command_line.join(" ")
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
     }

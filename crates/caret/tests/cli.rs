@@ -902,6 +902,74 @@ fn exec_calls_a_configured_mcp_servers_tool() {
     );
 }
 
+/// A server the project declares (`.cursor/mcp.json`) does not start until the user trusts it
+/// for that project and command line; then `caret exec` has its tools.
+#[test]
+fn a_projects_mcp_server_starts_only_once_trusted() {
+    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
+    let python = std::env::var("CARET_TEST_MCP_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let installed = Command::new(&python).args(["-c", "import mcp_server_time"]).status().is_ok_and(|s| s.success());
+    if !installed {
+        caret_test_support::skip(
+            "mcp-server-time is not installed (pip install mcp-server-time; CARET_TEST_MCP_PYTHON)",
+        );
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("agent"));
+    let home = TempDir::new();
+    let declare = |tz: &str| {
+        let script = format!("touch started-marker; exec {python} -m mcp_server_time --local-timezone {tz}");
+        home.write(
+            "ws/.cursor/mcp.json",
+            &serde_json::json!({"mcpServers": {"clock": {"command": "sh", "args": ["-c", script]}}}).to_string(),
+        );
+    };
+    declare("UTC");
+    home.write(
+        "caret-home/config.toml",
+        &format!(
+            "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
+            up.url
+        ),
+    );
+    up.set(Behaviour {
+        tool_call: Some("mcp__clock__get_current_time".into()),
+        tool_arguments: Some(r#"{"timezone": "UTC"}"#.into()),
+        delay: std::time::Duration::from_secs(3),
+        ..Behaviour::default()
+    });
+    let ws = home.join("ws");
+    let ws_s = ws.to_str().unwrap();
+    let exec = || {
+        let o = caret(&home, &["exec", "what time is it?", "-C", ws_s, "--max-steps", "1"]);
+        let end = stdout(&o)
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|e| e["type"] == "tool_call_end")
+            .unwrap_or_else(|| panic!("{}{}", stdout(&o), stderr(&o)));
+        (end, stderr(&o))
+    };
+    let (end, said) = exec();
+    assert_eq!(end["ok"], false, "{end}");
+    assert!(said.contains("caret mcp trust clock"), "{said}");
+    assert!(!ws.join("started-marker").exists(), "an untrusted server was started");
+    let ls = stdout(&caret(&home, &["mcp", "ls", "-C", ws_s]));
+    assert!(ls.contains("clock  not started: declared by the project (.cursor/mcp.json)"), "{ls}");
+
+    let o = caret(&home, &["mcp", "trust", "clock", "-C", ws_s]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (end, _) = exec();
+    assert_eq!(end["ok"], true, "{end}");
+    assert!(ws.join("started-marker").exists());
+
+    // Another command line is another server: trusted again or not at all.
+    declare("Europe/Paris");
+    let ls = stdout(&caret(&home, &["mcp", "ls", "-C", ws_s]));
+    assert!(ls.contains("clock  not started"), "{ls}");
+    assert!(!caret(&home, &["mcp", "trust", "nothing", "-C", ws_s]).status.success());
+}
+
 #[test]
 fn exec_runs_the_agent_and_prints_json_events() {
     use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
