@@ -97,6 +97,14 @@ impl Ctx {
         self
     }
 
+    /// The same context with the workspace's own rules files, read from its root with the
+    /// default cap: for sessions with no user of their own (a server's, a background run's).
+    pub fn with_workspace_rules(self) -> Ctx {
+        let rules =
+            crate::project_rules::ProjectRules::load(&self.root, &self.root, None, crate::project_rules::DEFAULT_CAP);
+        self.with_rules(rules)
+    }
+
     /// The glob rules matching `path` (workspace-relative) not attached before, now noted as
     /// attached: the text a tool result carries for them, if any.
     pub fn attach_rules(&self, path: &str) -> Option<String> {

@@ -736,15 +736,9 @@ async fn run_attempt(
     }
 
     // The agent, with the tools `caret agent` has (the sandbox's terminal and linters).
-    let ctx = Ctx::new(&repo).map_err(|e| fail(format!("opening the checkout: {e}")))?;
     // The repository's rules files, as a user's session in it would read them.
-    let rules = caret_agent::project_rules::ProjectRules::load(
-        &ctx.root,
-        &ctx.root,
-        None,
-        caret_agent::project_rules::DEFAULT_CAP,
-    );
-    let ctx = Arc::new(ctx.with_rules(rules));
+    let ctx = Ctx::new(&repo).map_err(|e| fail(format!("opening the checkout: {e}")))?.with_workspace_rules();
+    let ctx = Arc::new(ctx);
     let mut tools = Registry::workspace();
     tools.add(Arc::new(caret_agent::tools::terminal::RunTerminalCmd::new(sandbox.clone())));
     tools.add(Arc::new(caret_agent::tools::lints::ReadLints::new(sandbox.clone())));

@@ -115,15 +115,9 @@ impl AgentHost {
                 self.settings.max_sessions_per_tenant
             )));
         }
-        let ctx = Ctx::new(&root).map_err(|e| Error::Unavailable(format!("agent workspace: {e}")))?;
         // The workspace's rules files (the server has no user of its own to add).
-        let rules = caret_agent::project_rules::ProjectRules::load(
-            &ctx.root,
-            &ctx.root,
-            None,
-            caret_agent::project_rules::DEFAULT_CAP,
-        );
-        let ctx = Arc::new(ctx.with_rules(rules));
+        let ctx = Ctx::new(&root).map_err(|e| Error::Unavailable(format!("agent workspace: {e}")))?;
+        let ctx = Arc::new(ctx.with_workspace_rules());
         let mut tools = Registry::workspace();
         let mut policy =
             caret_sandbox::Policy::new(&ctx.root).map_err(|e| Error::Unavailable(e.to_string()))?.with_toolchains();

@@ -842,14 +842,7 @@ fn exec_follows_the_projects_rules_files_and_caret_rules_explains_them() {
 #[test]
 fn exec_calls_a_configured_mcp_servers_tool() {
     use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
-    let python = std::env::var("CARET_TEST_MCP_PYTHON").unwrap_or_else(|_| "python3".to_owned());
-    let installed = Command::new(&python).args(["-c", "import mcp_server_time"]).status().is_ok_and(|s| s.success());
-    if !installed {
-        caret_test_support::skip(
-            "mcp-server-time is not installed (pip install mcp-server-time; CARET_TEST_MCP_PYTHON)",
-        );
-        return;
-    }
+    let Some(python) = mcp_python() else { return };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let up = rt.block_on(ScriptedUpstream::start("agent"));
     let home = TempDir::new();
@@ -902,19 +895,25 @@ fn exec_calls_a_configured_mcp_servers_tool() {
     );
 }
 
-/// A server the project declares (`.cursor/mcp.json`) does not start until the user trusts it
-/// for that project and command line; then `caret exec` has its tools.
-#[test]
-fn a_projects_mcp_server_starts_only_once_trusted() {
-    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
+/// A Python with `mcp-server-time`, or `None` (said as a skip).
+fn mcp_python() -> Option<String> {
     let python = std::env::var("CARET_TEST_MCP_PYTHON").unwrap_or_else(|_| "python3".to_owned());
     let installed = Command::new(&python).args(["-c", "import mcp_server_time"]).status().is_ok_and(|s| s.success());
     if !installed {
         caret_test_support::skip(
             "mcp-server-time is not installed (pip install mcp-server-time; CARET_TEST_MCP_PYTHON)",
         );
-        return;
+        return None;
     }
+    Some(python)
+}
+
+/// A server the project declares (`.cursor/mcp.json`) does not start until the user trusts it
+/// for that project and command line; then `caret exec` has its tools.
+#[test]
+fn a_projects_mcp_server_starts_only_once_trusted() {
+    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
+    let Some(python) = mcp_python() else { return };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let up = rt.block_on(ScriptedUpstream::start("agent"));
     let home = TempDir::new();
