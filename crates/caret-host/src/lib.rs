@@ -15,6 +15,7 @@ pub mod config;
 pub mod daemon;
 pub mod documents;
 pub mod mcp;
+pub mod mcp_server;
 pub mod merge;
 pub mod remote;
 pub mod runs;

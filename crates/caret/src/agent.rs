@@ -645,6 +645,19 @@ pub enum McpCommand {
         #[arg(short = 'C', long, default_value = ".")]
         workspace: std::path::PathBuf,
     },
+    /// Serve this workspace to other agents over MCP (stdio): `codebase_search` (the synced
+    /// index; hits with their code read from disk) and `grep`.
+    Serve {
+        /// The workspace (default: the current directory).
+        #[arg(short = 'C', long, default_value = ".")]
+        workspace: std::path::PathBuf,
+        /// Search this server's index instead of the embedded one (env CARET_SERVER).
+        #[arg(long, env = "CARET_SERVER")]
+        server: Option<String>,
+        /// API token for --server (env CARET_TOKEN).
+        #[arg(long, env = "CARET_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+    },
     /// Trust a server the project declares (`.caret/mcp.json`, `.cursor/mcp.json`): sessions
     /// in this project start it from now on, as long as its command line stays the same.
     Trust {
@@ -662,6 +675,13 @@ pub fn mcp(config: &Config, cmd: McpCommand) -> anyhow::Result<ExitCode> {
     let canonical =
         |w: &std::path::Path| std::fs::canonicalize(w).with_context(|| format!("opening the project {}", w.display()));
     match cmd {
+        McpCommand::Serve { workspace, server, token } => {
+            let root = canonical(&workspace)?;
+            let remote = caret_host::remote::Remote { server, token };
+            let server = caret_host::mcp_server::CaretServer::new(config.clone(), root, remote)?;
+            caret_host::runtime::runtime()?.block_on(server.serve_stdio())?;
+            Ok(ExitCode::SUCCESS)
+        }
         McpCommand::Trust { name, workspace } => {
             let root = canonical(&workspace)?;
             let declared = caret_host::mcp::project_servers(&root);

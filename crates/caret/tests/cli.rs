@@ -908,6 +908,64 @@ fn mcp_python() -> Option<String> {
     Some(python)
 }
 
+/// `caret mcp serve` driven by the official Python MCP client (`mcp` from PyPI) over stdio:
+/// its tools listed with schemas, `grep` and `codebase_search` (the synced index, code read
+/// from disk) answered, bad arguments a tool error.
+#[test]
+fn caret_serves_its_workspace_over_mcp_to_the_python_client() {
+    let Some(python) = mcp_python() else { return };
+    let home = TempDir::new();
+    home.write("ws/src/lib.rs", "/// Adds two numbers.\npub fn add_numbers(a: u32, b: u32) -> u32 {\n    a + b\n}\n");
+    home.write("ws/notes.md", "# Notes\n");
+    let ws = home.join("ws");
+    let synced = caret(&home, &["sync", ws.to_str().unwrap()]);
+    assert!(synced.status.success(), "{}", stderr(&synced));
+    let client = home.write(
+        "client.py",
+        r#"
+import asyncio, json, sys, os
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+async def main():
+    params = StdioServerParameters(command=sys.argv[1], args=sys.argv[2:], env=dict(os.environ))
+    async with stdio_client(params) as (r, w):
+        async with ClientSession(r, w) as s:
+            await s.initialize()
+            tools = await s.list_tools()
+            out = {"tools": {t.name: t.input_schema for t in tools.tools}}
+            for name, args in [("grep", {"pattern": "add_numbers"}),
+                               ("codebase_search", {"query": "add_numbers", "k": 3}),
+                               ("codebase_search", {"nope": 1})]:
+                res = await s.call_tool(name, args)
+                out.setdefault("calls", []).append({"error": res.is_error, "text": res.content[0].text})
+            print(json.dumps(out))
+
+asyncio.run(main())
+"#,
+    );
+    let out = Command::new(&python)
+        .arg(&client)
+        .args([env!("CARGO_BIN_EXE_caret"), "mcp", "serve", "-C", ws.to_str().unwrap()])
+        .env("CARET_HOME", home.join("caret-home"))
+        .env("HOME", home.path())
+        .env_remove("CARET_CONFIG")
+        .env_remove("CARET_SERVER")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(got["tools"]["codebase_search"]["required"], serde_json::json!(["query"]), "{got}");
+    assert_eq!(got["tools"]["grep"]["properties"]["pattern"]["type"], "string", "{got}");
+    let calls = &got["calls"];
+    assert_eq!(calls[0]["error"], false);
+    assert!(calls[0]["text"].as_str().unwrap().contains("src/lib.rs:2: pub fn add_numbers"), "{got}");
+    assert_eq!(calls[1]["error"], false);
+    assert!(calls[1]["text"].as_str().unwrap().starts_with("src/lib.rs:1-4\n/// Adds two numbers."), "{got}");
+    assert_eq!(calls[2]["error"], true);
+    assert!(calls[2]["text"].as_str().unwrap().contains("unknown field `nope`"), "{got}");
+}
+
 /// A server the project declares (`.cursor/mcp.json`) does not start until the user trusts it
 /// for that project and command line; then `caret exec` has its tools.
 #[test]

@@ -1,0 +1,153 @@
+//! `caret mcp serve`: Caret as an MCP server over stdio, for the workspace it runs in, so that
+//! other agents can use what only Caret has: `codebase_search` (the synced index: hits with
+//! paths, lines and the code read from the local disk) and `grep` (the agent's own, honouring
+//! the ignore files). The tools' schemas come from their argument types.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rmcp::ErrorData;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{MaybeSendFuture, RequestContext, RoleServer};
+use serde::Deserialize;
+
+use crate::config::Config;
+use crate::remote::Remote;
+
+/// `codebase_search`'s arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchArgs {
+    /// What to look for, in words (a concept, a behaviour) or names.
+    pub query: String,
+    /// How many hits (default 10, at most 50).
+    #[serde(default)]
+    pub k: Option<usize>,
+}
+
+/// `grep`'s arguments (the agent's `grep` tool takes the same).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrepArgs {
+    /// A regular expression (Rust syntax).
+    pub pattern: String,
+    /// A workspace-relative file or directory to search in (default: the workspace).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Only files whose name matches this glob (`*.rs`).
+    #[serde(default)]
+    pub glob: Option<String>,
+    /// Ignore case.
+    #[serde(default)]
+    pub case_insensitive: Option<bool>,
+    /// Most matching lines.
+    #[serde(default)]
+    pub max_matches: Option<u64>,
+}
+
+/// The server of one workspace.
+pub struct CaretServer {
+    config: Config,
+    root: PathBuf,
+    remote: Remote,
+    ctx: caret_agent::tools::Ctx,
+    grep: caret_agent::tools::grep::Grep,
+}
+
+impl CaretServer {
+    /// The server of the workspace at `root`, searching the index `remote` names.
+    pub fn new(config: Config, root: PathBuf, remote: Remote) -> std::io::Result<CaretServer> {
+        let ctx = caret_agent::tools::Ctx::new(&root)?;
+        Ok(CaretServer { config, root, remote, ctx, grep: caret_agent::tools::grep::Grep::new() })
+    }
+
+    /// Serves on standard input and output until the client goes.
+    pub async fn serve_stdio(self) -> anyhow::Result<()> {
+        use rmcp::ServiceExt as _;
+        let running = self.serve(rmcp::transport::stdio()).await?;
+        running.waiting().await?;
+        Ok(())
+    }
+
+    async fn call(&self, request: CallToolRequestParams) -> Result<CallToolResult, String> {
+        let args = serde_json::Value::Object(request.arguments.unwrap_or_default());
+        match request.name.as_ref() {
+            "codebase_search" => {
+                let a: SearchArgs = serde_json::from_value(args).map_err(|e| format!("arguments: {e}"))?;
+                let k = a.k.unwrap_or(10).clamp(1, 50);
+                let found = crate::search::search_workspace(
+                    &self.config,
+                    &self.root,
+                    &self.remote,
+                    &a.query,
+                    k,
+                    caret_protocol::SearchMode::Hybrid,
+                )
+                .await
+                .map_err(|e| format!("{e:#}"))?;
+                let text: Vec<String> = found
+                    .hits
+                    .iter()
+                    .map(|h| format!("{}:{}-{}\n{}", h.path, h.start_line, h.end_line, h.snippet.trim_end()))
+                    .collect();
+                let text = if text.is_empty() { "no hits".to_owned() } else { text.join("\n\n") };
+                Ok(CallToolResult::success(vec![ContentBlock::text(text)]))
+            }
+            "grep" => {
+                use caret_agent::tools::Tool as _;
+                let _: GrepArgs = serde_json::from_value(args.clone()).map_err(|e| format!("arguments: {e}"))?;
+                let out = self.grep.call(args, &self.ctx).await.map_err(|e| e.to_string())?;
+                Ok(CallToolResult::success(vec![ContentBlock::text(out)]))
+            }
+            other => Err(format!("there is no tool named {other:?}")),
+        }
+    }
+}
+
+/// A tool whose input schema is `T`'s.
+fn tool<T: schemars::JsonSchema>(name: &'static str, description: &'static str) -> Tool {
+    let schema = serde_json::to_value(schemars::schema_for!(T)).unwrap_or_default();
+    let object = schema.as_object().cloned().unwrap_or_default();
+    Tool::new(name, description, Arc::new(object))
+}
+
+impl rmcp::ServerHandler for CaretServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> impl Future<Output = Result<ListToolsResult, ErrorData>> + MaybeSendFuture + '_ {
+        let tools = vec![
+            tool::<SearchArgs>(
+                "codebase_search",
+                "Search the workspace by meaning and by words (Caret's private index of it, kept in step by \
+                 `caret sync`): hits with their path, lines and code as it is on disk now.",
+            ),
+            tool::<GrepArgs>(
+                "grep",
+                "Search the workspace's files for a regular expression (ignored files left out): matching lines \
+                 with their path and line number.",
+            ),
+        ];
+        std::future::ready(Ok(ListToolsResult::with_all_items(tools)))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        Ok(match self.call(request).await {
+            Ok(result) => result.into(),
+            // A tool's failure is the caller's to read (`isError`), not a protocol error.
+            Err(why) => CallToolResult::error(vec![ContentBlock::text(why)]).into(),
+        })
+    }
+}
