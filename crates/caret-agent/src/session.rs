@@ -702,8 +702,19 @@ impl Session {
         events: &mpsc::UnboundedSender<Event>,
         ops: &mut mpsc::UnboundedReceiver<Op>,
     ) -> Option<Vec<Outcome>> {
-        // Tools that came since the model call (a server that answered meanwhile).
+        // Tools that came since the model call (a server that answered meanwhile); a call of a
+        // tool not known yet waits for servers still starting (up to 30 s).
         self.refresh_dynamic_tools();
+        if let Some((source, _)) = &self.dynamic
+            && calls.iter().any(|c| self.tools.get(&c.name).is_none())
+        {
+            let source = source.clone();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while source.starting() && std::time::Instant::now() < deadline {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            self.refresh_dynamic_tools();
+        }
         // Terminal commands pass the policy (and the user) first, in call order; so do calls
         // of tools whose own settings ask (an MCP server's, configured so).
         let mut refused: Vec<Option<String>> = vec![None; calls.len()];

@@ -220,6 +220,10 @@ pub enum ToolApproval {
 pub trait DynamicTools: Send + Sync {
     /// The tools offered now.
     fn current(&self) -> Vec<Arc<dyn Tool>>;
+    /// Whether more may come soon (a server still starting).
+    fn starting(&self) -> bool {
+        false
+    }
 }
 
 /// The tools an agent has, by name.

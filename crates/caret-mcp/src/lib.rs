@@ -201,6 +201,10 @@ impl caret_agent::tools::DynamicTools for Hub {
     fn current(&self) -> Vec<Arc<dyn Tool>> {
         self.tools()
     }
+
+    fn starting(&self) -> bool {
+        self.status().iter().any(|(_, s)| *s == Status::Starting)
+    }
 }
 
 /// `mcp__SERVER__TOOL` with anything but `[A-Za-z0-9_-]` made `_`, at most 64 characters; a

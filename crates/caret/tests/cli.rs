@@ -856,11 +856,11 @@ fn exec_calls_a_configured_mcp_servers_tool() {
             up.url
         ),
     );
-    // The server starts alongside the first model call: the scripted model takes its time.
+    // The server starts alongside the first model call; the model answers at once, and its
+    // call of a tool not listed yet waits for the server still starting.
     up.set(Behaviour {
         tool_call: Some("mcp__time__get_current_time".into()),
         tool_arguments: Some(r#"{"timezone": "Asia/Tokyo"}"#.into()),
-        delay: std::time::Duration::from_secs(3),
         ..Behaviour::default()
     });
     let ws = home.join("ws");
@@ -993,7 +993,6 @@ fn a_projects_mcp_server_starts_only_once_trusted() {
     up.set(Behaviour {
         tool_call: Some("mcp__clock__get_current_time".into()),
         tool_arguments: Some(r#"{"timezone": "UTC"}"#.into()),
-        delay: std::time::Duration::from_secs(3),
         ..Behaviour::default()
     });
     let ws = home.join("ws");
