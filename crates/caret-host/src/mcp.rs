@@ -208,3 +208,82 @@ pub fn session_servers(
     }
     Ok((servers, untrusted))
 }
+
+/// Adds `[mcp_servers.NAME]` running `command_line` (with `env`) to the config file at `path`
+/// (created when absent), as text appended to it: the rest of the file — its comments and
+/// layout — stays as it was. Refuses a name already configured or not a bare TOML key, and
+/// writes nothing unless the result still parses.
+pub fn add_to_config(
+    path: &std::path::Path,
+    name: &str,
+    command_line: &[String],
+    env: &[(String, String)],
+) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'),
+        "an MCP server's name is letters, digits, `_` and `-`, not {name:?}"
+    );
+    let (command, args) = command_line.split_first().context("give the server's command after `--`")?;
+    let old = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let table: toml::Table = toml::from_str(&old).with_context(|| format!("{} is not valid TOML", path.display()))?;
+    let taken = table.get("mcp_servers").and_then(|s| s.get(name)).is_some();
+    anyhow::ensure!(!taken, "[mcp_servers.{name}] is already in {}: `caret mcp rm {name}` first", path.display());
+    let quote = |s: &str| toml::Value::String(s.to_owned()).to_string();
+    let mut block = format!("\n[mcp_servers.{name}]\ncommand = {}\n", quote(command));
+    if !args.is_empty() {
+        let list: Vec<String> = args.iter().map(|a| quote(a)).collect();
+        block.push_str(&format!("args = [{}]\n", list.join(", ")));
+    }
+    if !env.is_empty() {
+        let pairs: Vec<String> = env.iter().map(|(k, v)| format!("{} = {}", quote(k), quote(v))).collect();
+        block.push_str(&format!("env = {{ {} }}\n", pairs.join(", ")));
+    }
+    let mut new = old.clone();
+    if !new.is_empty() && !new.ends_with('\n') {
+        new.push('\n');
+    }
+    new.push_str(&block);
+    write_checked(path, &new)
+}
+
+/// Removes `[mcp_servers.NAME]` (and its `[mcp_servers.NAME.tools.…]` tables) from the config
+/// file at `path`, leaving every other line as it was. Whether it was there.
+pub fn remove_from_config(path: &std::path::Path, name: &str) -> anyhow::Result<bool> {
+    let old = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let own = |header: &str| {
+        let h = header.trim().trim_start_matches('[').trim_end_matches(']').trim();
+        h == format!("mcp_servers.{name}") || h.starts_with(&format!("mcp_servers.{name}."))
+    };
+    let mut kept = Vec::new();
+    let (mut skipping, mut found) = (false, false);
+    for line in old.split_inclusive('\n') {
+        let t = line.trim_start();
+        if t.starts_with('[') {
+            skipping = own(t.split('#').next().unwrap_or(t));
+            found |= skipping;
+        }
+        if !skipping {
+            kept.push(line);
+        }
+    }
+    if found {
+        write_checked(path, &kept.concat())?;
+    }
+    Ok(found)
+}
+
+/// Writes `text` to `path` through a file renamed over it, once it parses as TOML.
+fn write_checked(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    toml::from_str::<toml::Table>(text).context("the edited configuration would not parse: nothing written")?;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("toml.tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}

@@ -658,6 +658,26 @@ pub enum McpCommand {
         #[arg(long, env = "CARET_TOKEN", hide_env_values = true)]
         token: Option<String>,
     },
+    /// Add an MCP server spoken to over stdio to the config (`caret mcp add time -- python3 -m
+    /// mcp_server_time`); the rest of the file stays as it is.
+    Add {
+        /// Its name: the `NAME` of its tools' `mcp__NAME__TOOL`.
+        name: String,
+        /// Environment for it (`KEY=VALUE`, repeatable).
+        #[arg(long = "env", value_name = "KEY=VALUE")]
+        env: Vec<String>,
+        /// A remote server's URL (not supported yet: servers run over stdio).
+        #[arg(long)]
+        url: Option<String>,
+        /// The program and its arguments, after `--`.
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
+    /// Remove a server from the config.
+    Rm {
+        /// Its name.
+        name: String,
+    },
     /// Trust a server the project declares (`.caret/mcp.json`, `.cursor/mcp.json`): sessions
     /// in this project start it from now on, as long as its command line stays the same.
     Trust {
@@ -674,7 +694,35 @@ pub fn mcp(config: &Config, cmd: McpCommand) -> anyhow::Result<ExitCode> {
     use anyhow::Context as _;
     let canonical =
         |w: &std::path::Path| std::fs::canonicalize(w).with_context(|| format!("opening the project {}", w.display()));
+    let config_file = config.file.clone().unwrap_or_else(|| config.home.join("config.toml"));
     match cmd {
+        McpCommand::Add { name, env, url, command } => {
+            anyhow::ensure!(
+                url.is_none(),
+                "remote MCP servers (--url) are not supported yet: run the server over stdio"
+            );
+            let env: Vec<(String, String)> = env
+                .iter()
+                .map(|kv| {
+                    kv.split_once('=')
+                        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                        .with_context(|| format!("--env takes KEY=VALUE, not {kv:?}"))
+                })
+                .collect::<anyhow::Result<_>>()?;
+            caret_host::mcp::add_to_config(&config_file, &name, &command, &env)?;
+            println!(
+                "added [mcp_servers.{name}] to {}: `caret mcp ls` starts it and lists its tools",
+                config_file.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        McpCommand::Rm { name } => {
+            let had = caret_host::mcp::remove_from_config(&config_file, &name)
+                .with_context(|| format!("editing {}", config_file.display()))?;
+            anyhow::ensure!(had, "{} has no [mcp_servers.{name}]", config_file.display());
+            println!("removed [mcp_servers.{name}] from {}", config_file.display());
+            Ok(ExitCode::SUCCESS)
+        }
         McpCommand::Serve { workspace, server, token } => {
             let root = canonical(&workspace)?;
             let remote = caret_host::remote::Remote { server, token };

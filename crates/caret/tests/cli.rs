@@ -966,6 +966,34 @@ asyncio.run(main())
     assert!(calls[2]["text"].as_str().unwrap().contains("unknown field `nope`"), "{got}");
 }
 
+/// `caret mcp add` and `rm` edit the config file and leave the rest of it as it was.
+#[test]
+fn mcp_add_and_rm_edit_the_config_and_keep_the_rest() {
+    let Some(python) = mcp_python() else { return };
+    let home = TempDir::new();
+    home.write("caret-home/config.toml", "# my settings\n[sync]\ninterval = \"5m\" # kept\n");
+    let o = caret(&home, &["mcp", "add", "clock", "--env", "TZ=UTC", "--", &python, "-m", "mcp_server_time"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(home.join("caret-home/config.toml")).unwrap();
+    assert!(text.starts_with("# my settings\n[sync]\ninterval = \"5m\" # kept\n"), "{text}");
+    assert!(
+        text.contains("[mcp_servers.clock]\ncommand = ") && text.contains("args = [\"-m\", \"mcp_server_time\"]"),
+        "{text}"
+    );
+    let ls = stdout(&caret(&home, &["mcp", "ls", "-C", home.path().to_str().unwrap()]));
+    assert!(ls.contains("clock  ready (2 tools)"), "{ls}");
+    // A second of the same name, a bad name and a remote one are refused; nothing changes.
+    assert!(!caret(&home, &["mcp", "add", "clock", "--", "x"]).status.success());
+    assert!(!caret(&home, &["mcp", "add", "a b", "--", "x"]).status.success());
+    assert!(!caret(&home, &["mcp", "add", "far", "--url", "https://example.com/mcp"]).status.success());
+    assert_eq!(std::fs::read_to_string(home.join("caret-home/config.toml")).unwrap(), text);
+    let o = caret(&home, &["mcp", "rm", "clock"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let after = std::fs::read_to_string(home.join("caret-home/config.toml")).unwrap();
+    assert_eq!(after.trim_end(), "# my settings\n[sync]\ninterval = \"5m\" # kept");
+    assert!(!caret(&home, &["mcp", "rm", "clock"]).status.success());
+}
+
 /// A server the project declares (`.cursor/mcp.json`) does not start until the user trusts it
 /// for that project and command line; then `caret exec` has its tools.
 #[test]
