@@ -791,6 +791,13 @@ fn complete_suggests_at_a_cursor_with_a_local_model() {
 /// `caret exec` drives the agent through a gateway model (a scripted OpenAI-compatible
 /// server, test double) and prints its events as JSON lines: a model that keeps calling
 /// `read_file` reaches the step limit (exit 1); one that answers ends the turn (exit 0).
+/// A config whose `agent` model alias is the OpenAI-compatible server at `url`.
+fn agent_config(url: &str) -> String {
+    format!(
+        "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{url}\", model = \"m\" }}]\n"
+    )
+}
+
 /// The repository's rules files reach `caret exec`'s model, the run says which applied, and
 /// `caret rules` explains them for a path.
 #[test]
@@ -806,13 +813,7 @@ fn exec_follows_the_projects_rules_files_and_caret_rules_explains_them() {
         "---\ndescription: Rust style\nglobs: \"*.rs\"\n---\nNo unwrap outside tests.\n",
     );
     home.write("caret-home/AGENTS.md", "Answer briefly.\n");
-    home.write(
-        "caret-home/config.toml",
-        &format!(
-            "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
-            up.url
-        ),
-    );
+    home.write("caret-home/config.toml", &agent_config(&up.url));
     let ws = home.join("ws");
     let ws = ws.to_str().unwrap();
     up.set(Behaviour { answer: Some("Done.".into()), ..Behaviour::default() });
@@ -850,10 +851,9 @@ fn exec_calls_a_configured_mcp_servers_tool() {
     home.write(
         "caret-home/config.toml",
         &format!(
-            "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n\n\
-             [mcp_servers.time]\ncommand = {python:?}\nargs = [\"-m\", \"mcp_server_time\", \"--local-timezone\", \"UTC\"]\n\
+            "{}\n[mcp_servers.time]\ncommand = {python:?}\nargs = [\"-m\", \"mcp_server_time\", \"--local-timezone\", \"UTC\"]\n\
              tool_timeout = \"20s\"\n",
-            up.url
+            agent_config(&up.url)
         ),
     );
     // The server starts alongside the first model call; the model answers at once, and its
@@ -1011,13 +1011,7 @@ fn a_projects_mcp_server_starts_only_once_trusted() {
         );
     };
     declare("UTC");
-    home.write(
-        "caret-home/config.toml",
-        &format!(
-            "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
-            up.url
-        ),
-    );
+    home.write("caret-home/config.toml", &agent_config(&up.url));
     up.set(Behaviour {
         tool_call: Some("mcp__clock__get_current_time".into()),
         tool_arguments: Some(r#"{"timezone": "UTC"}"#.into()),
@@ -1061,13 +1055,7 @@ fn exec_runs_the_agent_and_prints_json_events() {
     let up = rt.block_on(ScriptedUpstream::start("agent"));
     let home = TempDir::new();
     home.write("ws/src/lib.rs", "pub fn answer() -> u32 {\n    42\n}\n");
-    home.write(
-        "caret-home/config.toml",
-        &format!(
-            "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
-            up.url
-        ),
-    );
+    home.write("caret-home/config.toml", &agent_config(&up.url));
     let ws = home.join("ws");
     let ws = ws.to_str().unwrap();
     up.set(Behaviour { tool_call: Some("read_file".into()), ..Behaviour::default() });
