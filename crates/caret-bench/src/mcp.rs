@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use caret_agent::tools::Ctx;
-use caret_mcp::{Approval, Hub, ServerConfig, Status};
+use caret_mcp::{Approval, Hub, ServerConfig, Status, Transport};
 
 /// The bench's settings.
 #[derive(Debug, Clone)]
@@ -22,10 +22,7 @@ pub struct McpBench {
 fn time_server(name: &str, python: &str) -> ServerConfig {
     ServerConfig {
         name: name.to_owned(),
-        command: python.to_owned(),
-        args: ["-m", "mcp_server_time", "--local-timezone", "UTC"].map(str::to_owned).to_vec(),
-        env: Default::default(),
-        cwd: None,
+        transport: Transport::stdio(python, &["-m", "mcp_server_time", "--local-timezone", "UTC"]),
         approval: Approval::Always,
         tool_timeout: Duration::from_secs(30),
         tools: Default::default(),
@@ -50,7 +47,7 @@ pub fn run(bench: McpBench) -> anyhow::Result<ExitCode> {
         three.settled(Duration::from_secs(60)).await;
         let ready = started.elapsed();
         anyhow::ensure!(
-            three.status().iter().all(|(_, s)| matches!(s, Status::Ready(_))),
+            three.status().iter().all(|(_, s)| matches!(s, Status::Ready { .. })),
             "the servers did not start: {:?} (is mcp-server-time installed for {}?)",
             three.status(),
             bench.python

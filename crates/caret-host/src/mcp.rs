@@ -1,9 +1,10 @@
 //! The MCP servers whose tools the agent gets, as `caret_mcp` takes them: the user's
 //! `[mcp_servers.NAME]`, and those a project declares in `.caret/mcp.json` or
-//! `.cursor/mcp.json` (`{"mcpServers": {NAME: {"command", "args", "env"}}}`, the format Cursor
-//! and Claude use). A project's server starts only once the user trusted it for that project
-//! and that exact command line (`caret mcp trust NAME`), remembered in
-//! `$CARET_HOME/mcp-trust.json`; a server of the same name in the user's config wins.
+//! `.cursor/mcp.json` (`{"mcpServers": {NAME: {"command", "args", "env"} or {"url",
+//! "headers"}}}`, the format Cursor and Claude use). A project's server starts only once the
+//! user trusted it for that project and that exact command line or URL (`caret mcp trust
+//! NAME`), remembered in `$CARET_HOME/mcp-trust.json`; a server of the same name in the
+//! user's config wins.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -27,6 +28,11 @@ pub struct McpServerSection {
     pub cwd: Option<PathBuf>,
     /// A remote server's URL (Streamable HTTP).
     pub url: Option<String>,
+    /// Headers sent to a remote server with every request.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The environment variable holding a remote server's bearer token.
+    pub bearer_token_env: Option<String>,
     /// `ask`, `always` (the default: run without asking) or `never`.
     #[serde(default)]
     pub approval: caret_mcp::Approval,
@@ -59,12 +65,30 @@ fn yes() -> bool {
 pub fn servers(sections: &BTreeMap<String, McpServerSection>) -> anyhow::Result<Vec<caret_mcp::ServerConfig>> {
     let mut out = Vec::new();
     for (name, s) in sections.iter().filter(|(_, s)| s.enabled) {
-        let command = match (&s.command, &s.url) {
-            (Some(c), None) => c.clone(),
-            (None, Some(_)) => anyhow::bail!(
-                "[mcp_servers.{name}]: remote servers (url) are not supported yet; run it over stdio with `command`"
+        let transport = match (&s.command, &s.url) {
+            (Some(command), None) => {
+                anyhow::ensure!(
+                    s.headers.is_empty() && s.bearer_token_env.is_none(),
+                    "[mcp_servers.{name}]: `headers` and `bearer_token_env` are for remote servers (`url`)"
+                );
+                caret_mcp::Transport::Stdio {
+                    command: command.clone(),
+                    args: s.args.clone(),
+                    env: s.env.clone(),
+                    cwd: s.cwd.clone(),
+                }
+            }
+            (None, Some(url)) => {
+                anyhow::ensure!(
+                    s.args.is_empty() && s.env.is_empty() && s.cwd.is_none(),
+                    "[mcp_servers.{name}]: `args`, `env` and `cwd` are for servers run over stdio (`command`)"
+                );
+                http_transport(name, url, s.headers.clone(), s.bearer_token_env.clone())?
+            }
+            (Some(_), Some(_)) => anyhow::bail!("[mcp_servers.{name}] has both `command` and `url`: keep one"),
+            (None, None) => anyhow::bail!(
+                "[mcp_servers.{name}] needs `command` (a program speaking MCP over stdio) or `url` (a remote server)"
             ),
-            _ => anyhow::bail!("[mcp_servers.{name}] needs `command` (a program speaking MCP over stdio)"),
         };
         let tool_timeout = match &s.tool_timeout {
             Some(t) => crate::units::parse_duration(t).with_context(|| format!("[mcp_servers.{name}] tool_timeout"))?,
@@ -75,18 +99,27 @@ pub fn servers(sections: &BTreeMap<String, McpServerSection>) -> anyhow::Result<
             .iter()
             .map(|(t, ts)| (t.clone(), caret_mcp::ToolSettings { approval: ts.approval, enabled: ts.enabled }))
             .collect();
-        out.push(caret_mcp::ServerConfig {
-            name: name.clone(),
-            command,
-            args: s.args.clone(),
-            env: s.env.clone(),
-            cwd: s.cwd.clone(),
-            approval: s.approval,
-            tool_timeout,
-            tools,
-        });
+        out.push(caret_mcp::ServerConfig { name: name.clone(), transport, approval: s.approval, tool_timeout, tools });
     }
     Ok(out)
+}
+
+/// A remote server's transport; an error for a URL that is not http(s).
+fn http_transport(
+    name: &str,
+    url: &str,
+    headers: BTreeMap<String, String>,
+    bearer_token_env: Option<String>,
+) -> anyhow::Result<caret_mcp::Transport> {
+    anyhow::ensure!(
+        url.starts_with("https://") || url.starts_with("http://"),
+        "MCP server {name}: its url is http:// or https://, not {url:?}"
+    );
+    Ok(caret_mcp::Transport::Http {
+        url: url.to_owned(),
+        headers,
+        bearer: bearer_token_env.map(caret_mcp::Bearer::Env),
+    })
 }
 
 /// A server a project declares.
@@ -96,10 +129,12 @@ pub struct ProjectServer {
     pub name: String,
     /// The file that declares it (relative to the project's root).
     pub file: String,
-    /// The program and its arguments: what trust is given to.
+    /// The program and its arguments, or a remote server's URL alone: what trust is given to.
     pub command_line: Vec<String>,
-    /// Its environment.
+    /// A stdio server's environment, or a remote one's headers.
     pub env: BTreeMap<String, String>,
+    /// Whether it is a remote server (its URL is the `command_line`).
+    pub remote: bool,
 }
 
 /// The servers `root` declares (`.caret/mcp.json` first: it wins over `.cursor/mcp.json` for
@@ -119,20 +154,28 @@ pub fn project_servers(root: &std::path::Path) -> Vec<ProjectServer> {
             if out.iter().any(|p| &p.name == name) {
                 continue;
             }
-            let Some(command) = s["command"].as_str() else {
-                tracing::warn!("{file}: MCP server {name} has no command (remote servers are not supported yet)");
-                continue;
+            let strings = |v: &serde_json::Value| -> BTreeMap<String, String> {
+                v.as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                    .collect()
             };
-            let mut command_line = vec![command.to_owned()];
-            command_line
-                .extend(s["args"].as_array().into_iter().flatten().filter_map(|a| a.as_str().map(str::to_owned)));
-            let env = s["env"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
-                .collect();
-            out.push(ProjectServer { name: name.clone(), file: file.to_owned(), command_line, env });
+            let (command_line, env, remote) = match (s["command"].as_str(), s["url"].as_str()) {
+                (Some(command), _) => {
+                    let mut line = vec![command.to_owned()];
+                    line.extend(
+                        s["args"].as_array().into_iter().flatten().filter_map(|a| a.as_str().map(str::to_owned)),
+                    );
+                    (line, strings(&s["env"]), false)
+                }
+                (None, Some(url)) => (vec![url.to_owned()], strings(&s["headers"]), true),
+                (None, None) => {
+                    tracing::warn!("{file}: MCP server {name} has neither `command` nor `url`");
+                    continue;
+                }
+            };
+            out.push(ProjectServer { name: name.clone(), file: file.to_owned(), command_line, env, remote });
         }
     }
     out
@@ -195,12 +238,19 @@ pub fn session_servers(
             untrusted.push(p);
             continue;
         }
+        let transport = if p.remote {
+            http_transport(&p.name, &p.command_line[0], p.env.clone(), None)?
+        } else {
+            caret_mcp::Transport::Stdio {
+                command: p.command_line[0].clone(),
+                args: p.command_line[1..].to_vec(),
+                env: p.env.clone(),
+                cwd: Some(root.to_path_buf()),
+            }
+        };
         servers.push(caret_mcp::ServerConfig {
             name: p.name.clone(),
-            command: p.command_line[0].clone(),
-            args: p.command_line[1..].to_vec(),
-            env: p.env.clone(),
-            cwd: Some(root.to_path_buf()),
+            transport,
             approval: caret_mcp::Approval::Always,
             tool_timeout: std::time::Duration::from_secs(60),
             tools: BTreeMap::new(),
@@ -209,21 +259,36 @@ pub fn session_servers(
     Ok((servers, untrusted))
 }
 
-/// Adds `[mcp_servers.NAME]` running `command_line` (with `env`) to the config file at `path`
-/// (created when absent), as text appended to it: the rest of the file — its comments and
-/// layout — stays as it was. Refuses a name already configured or not a bare TOML key, and
-/// writes nothing unless the result still parses.
-pub fn add_to_config(
-    path: &std::path::Path,
-    name: &str,
-    command_line: &[String],
-    env: &[(String, String)],
-) -> anyhow::Result<()> {
+/// A server `caret mcp add` writes.
+#[derive(Debug, Clone, Copy)]
+pub enum NewServer<'a> {
+    /// Run over stdio.
+    Stdio {
+        /// The program and its arguments.
+        command_line: &'a [String],
+        /// Environment for it.
+        env: &'a [(String, String)],
+    },
+    /// A remote server.
+    Http {
+        /// Its URL.
+        url: &'a str,
+        /// The variable holding its bearer token.
+        bearer_token_env: Option<&'a str>,
+        /// Headers sent with every request.
+        headers: &'a [(String, String)],
+    },
+}
+
+/// Adds `[mcp_servers.NAME]` for `server` to the config file at `path` (created when absent),
+/// as text appended to it: the rest of the file — its comments and layout — stays as it was.
+/// Refuses a name already configured or not a bare TOML key, and writes nothing unless the
+/// result still parses.
+pub fn add_to_config(path: &std::path::Path, name: &str, server: NewServer<'_>) -> anyhow::Result<()> {
     anyhow::ensure!(
         !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'),
         "an MCP server's name is letters, digits, `_` and `-`, not {name:?}"
     );
-    let (command, args) = command_line.split_first().context("give the server's command after `--`")?;
     let old = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
@@ -233,14 +298,33 @@ pub fn add_to_config(
     let taken = table.get("mcp_servers").and_then(|s| s.get(name)).is_some();
     anyhow::ensure!(!taken, "[mcp_servers.{name}] is already in {}: `caret mcp rm {name}` first", path.display());
     let quote = |s: &str| toml::Value::String(s.to_owned()).to_string();
-    let mut block = format!("\n[mcp_servers.{name}]\ncommand = {}\n", quote(command));
-    if !args.is_empty() {
-        let list: Vec<String> = args.iter().map(|a| quote(a)).collect();
-        block.push_str(&format!("args = [{}]\n", list.join(", ")));
-    }
-    if !env.is_empty() {
-        let pairs: Vec<String> = env.iter().map(|(k, v)| format!("{} = {}", quote(k), quote(v))).collect();
-        block.push_str(&format!("env = {{ {} }}\n", pairs.join(", ")));
+    let inline = |pairs: &[(String, String)]| -> String {
+        let pairs: Vec<String> = pairs.iter().map(|(k, v)| format!("{} = {}", quote(k), quote(v))).collect();
+        format!("{{ {} }}", pairs.join(", "))
+    };
+    let mut block = format!("\n[mcp_servers.{name}]\n");
+    match server {
+        NewServer::Stdio { command_line, env } => {
+            let (command, args) = command_line.split_first().context("give the server's command after `--`")?;
+            block.push_str(&format!("command = {}\n", quote(command)));
+            if !args.is_empty() {
+                let list: Vec<String> = args.iter().map(|a| quote(a)).collect();
+                block.push_str(&format!("args = [{}]\n", list.join(", ")));
+            }
+            if !env.is_empty() {
+                block.push_str(&format!("env = {}\n", inline(env)));
+            }
+        }
+        NewServer::Http { url, bearer_token_env, headers } => {
+            http_transport(name, url, BTreeMap::new(), None)?;
+            block.push_str(&format!("url = {}\n", quote(url)));
+            if let Some(var) = bearer_token_env {
+                block.push_str(&format!("bearer_token_env = {}\n", quote(var)));
+            }
+            if !headers.is_empty() {
+                block.push_str(&format!("headers = {}\n", inline(headers)));
+            }
+        }
     }
     let mut new = old.clone();
     if !new.is_empty() && !new.ends_with('\n') {

@@ -1,16 +1,21 @@
 //! Model Context Protocol servers as the agent's tools.
 //!
-//! A [`Hub`] starts every configured server in the background (a child process speaking MCP
-//! over stdio, through the official SDK `rmcp`, which also settles which protocol revision
-//! the server speaks), lists its tools, and offers them to a session as
+//! A [`Hub`] starts every configured server in the background — a child process speaking MCP
+//! over stdio, or a remote one over Streamable HTTP, through the official SDK `rmcp` — settles
+//! which protocol revision it speaks (the stateless `2026-07-28`, probed with
+//! `server/discover`, or the session-based ones with `initialize`), lists its tools, and
+//! offers them to a session as
 //! `mcp__SERVER__TOOL` (see [`tool_name`]). Starting never blocks a session: a session takes
 //! whatever tools are ready before each model call ([`caret_agent::tools::DynamicTools`]). A
 //! server that exits is started again with a growing pause (0.5 s to 30 s); meanwhile its
 //! tools answer a clear error. A call that outlasts the server's `tool_timeout` is dropped,
-//! which sends `notifications/cancelled`; a result's text is capped at [`MAX_OUTPUT`].
+//! which sends `notifications/cancelled`; a result's text is capped at [`MAX_OUTPUT`]. A
+//! server that says its tools changed (`notifications/tools/list_changed`, on a
+//! `subscriptions/listen` stream for the stateless revision) is asked for them again, and the
+//! next model call sees the new list.
 //!
-//! Never speaks HTTP itself, and never reads configuration files: the host hands it
-//! [`ServerConfig`]s.
+//! Never reads configuration files or secrets' stores: the host hands it [`ServerConfig`]s
+//! (a remote server's token included).
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
@@ -18,7 +23,6 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use caret_agent::tools::{Ctx, Spec, Tool, ToolApproval, ToolError, ToolResult};
-use rmcp::ServiceExt as _;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::{Peer, RoleClient};
 use serde_json::Value;
@@ -26,8 +30,7 @@ use serde_json::Value;
 /// Most bytes of a tool's result the model reads.
 pub const MAX_OUTPUT: usize = 64 * 1024;
 
-/// How long a server may take to start and list its tools.
-const START_TIMEOUT: Duration = Duration::from_secs(30);
+mod connect;
 
 /// Whether a server's (or a tool's) calls run without asking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
@@ -51,19 +54,95 @@ pub struct ToolSettings {
     pub enabled: bool,
 }
 
+/// How a server is reached.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Transport {
+    /// A child process speaking MCP on its standard input and output.
+    Stdio {
+        /// The program.
+        command: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Environment added to Caret's.
+        env: BTreeMap<String, String>,
+        /// Its working directory (none: Caret's).
+        cwd: Option<PathBuf>,
+    },
+    /// A remote server over Streamable HTTP.
+    Http {
+        /// Its endpoint (`https://host/mcp`).
+        url: String,
+        /// Headers sent with every request.
+        headers: BTreeMap<String, String>,
+        /// The bearer token sent as `Authorization` (never logged or shown).
+        bearer: Option<Bearer>,
+    },
+}
+
+/// Where a remote server's bearer token comes from; read each time the server is connected.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Bearer {
+    /// This token.
+    Token(String),
+    /// This environment variable's value (`bearer_token_env`).
+    Env(String),
+}
+
+impl Bearer {
+    /// The token, or why there is none.
+    pub fn token(&self) -> Result<String, String> {
+        match self {
+            Bearer::Token(t) => Ok(t.clone()),
+            Bearer::Env(var) => match std::env::var(var) {
+                Ok(t) if !t.trim().is_empty() => Ok(t.trim().to_owned()),
+                _ => Err(format!("its bearer token's variable {var} is not set")),
+            },
+        }
+    }
+}
+
+impl std::fmt::Debug for Transport {
+    /// Headers' values and the token are not shown (they are often secrets).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Transport::Stdio { command, args, .. } => {
+                f.debug_struct("Stdio").field("command", command).field("args", args).finish_non_exhaustive()
+            }
+            Transport::Http { url, headers, bearer } => f
+                .debug_struct("Http")
+                .field("url", url)
+                .field("headers", &headers.keys().collect::<Vec<_>>())
+                .field(
+                    "bearer",
+                    &bearer.as_ref().map(|b| match b {
+                        Bearer::Token(_) => "a token".to_owned(),
+                        Bearer::Env(var) => format!("${var}"),
+                    }),
+                )
+                .finish(),
+        }
+    }
+}
+
+impl Transport {
+    /// A stdio server running `command` with `args`, nothing else set.
+    pub fn stdio(command: impl Into<String>, args: &[&str]) -> Transport {
+        Transport::Stdio {
+            command: command.into(),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            env: BTreeMap::new(),
+            cwd: None,
+        }
+    }
+}
+
 /// A server to start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerConfig {
     /// Its name (the `SERVER` of `mcp__SERVER__TOOL`).
     pub name: String,
-    /// The program.
-    pub command: String,
-    /// Its arguments.
-    pub args: Vec<String>,
-    /// Environment added to Caret's.
-    pub env: BTreeMap<String, String>,
-    /// Its working directory (none: Caret's).
-    pub cwd: Option<PathBuf>,
+    /// How it is reached.
+    pub transport: Transport,
     /// Whether its calls run without asking.
     pub approval: Approval,
     /// How long a call may take.
@@ -77,8 +156,13 @@ pub struct ServerConfig {
 pub enum Status {
     /// Being started.
     Starting,
-    /// Answering, with this many tools.
-    Ready(usize),
+    /// Answering.
+    Ready {
+        /// How many tools it lists.
+        tools: usize,
+        /// The protocol revision it speaks (`2026-07-28`, `2025-11-25`…).
+        protocol: String,
+    },
     /// Not running (it failed to start or exited); being started again.
     Down(String),
 }
@@ -103,7 +187,7 @@ struct Server {
 
 enum State {
     Starting,
-    Ready { peer: Peer<RoleClient>, tools: Vec<rmcp::model::Tool> },
+    Ready { peer: Peer<RoleClient>, tools: Vec<rmcp::model::Tool>, protocol: String },
     Down { error: String, tools: Vec<rmcp::model::Tool> },
 }
 
@@ -125,7 +209,8 @@ impl Hub {
         if tasks.is_some() || tokio::runtime::Handle::try_current().is_err() {
             return;
         }
-        *tasks = Some(self.servers.iter().map(|s| tokio::spawn(supervise(s.clone())).abort_handle()).collect());
+        *tasks =
+            Some(self.servers.iter().map(|s| tokio::spawn(connect::supervise(s.clone())).abort_handle()).collect());
     }
 
     /// Each server's name and status.
@@ -135,7 +220,9 @@ impl Hub {
             .map(|s| {
                 let status = match &*s.state.read().unwrap_or_else(PoisonError::into_inner) {
                     State::Starting => Status::Starting,
-                    State::Ready { tools, .. } => Status::Ready(tools.len()),
+                    State::Ready { tools, protocol, .. } => {
+                        Status::Ready { tools: tools.len(), protocol: protocol.clone() }
+                    }
                     State::Down { error, .. } => Status::Down(error.clone()),
                 };
                 (s.config.name.clone(), status)
@@ -237,76 +324,6 @@ fn intern(s: String) -> &'static str {
     let leaked: &'static str = Box::leak(s.into_boxed_str());
     set.insert(leaked);
     leaked
-}
-
-/// Keeps a server running: starts it, lists its tools, waits for it to end, starts it again.
-async fn supervise(server: Arc<Server>) {
-    let mut pause = Duration::from_millis(500);
-    loop {
-        let known = |s: &State| match s {
-            State::Ready { tools, .. } | State::Down { tools, .. } => tools.clone(),
-            State::Starting => Vec::new(),
-        };
-        match connect(&server.config).await {
-            Ok((service, tools)) => {
-                pause = Duration::from_millis(500);
-                tracing::info!(server = %server.config.name, tools = tools.len(), "MCP server ready");
-                let peer = service.peer().clone();
-                *server.state.write().unwrap_or_else(PoisonError::into_inner) = State::Ready { peer, tools };
-                let why = match service.waiting().await {
-                    Ok(reason) => format!("{reason:?}"),
-                    Err(e) => e.to_string(),
-                };
-                let mut state = server.state.write().unwrap_or_else(PoisonError::into_inner);
-                let tools = known(&state);
-                tracing::warn!(server = %server.config.name, "MCP server stopped ({why}); starting it again");
-                *state = State::Down { error: format!("it stopped ({why}) and is being started again"), tools };
-            }
-            Err(error) => {
-                tracing::warn!(server = %server.config.name, "MCP server did not start: {error}");
-                let mut state = server.state.write().unwrap_or_else(PoisonError::into_inner);
-                let tools = known(&state);
-                *state = State::Down { error: format!("it did not start: {error}"), tools };
-            }
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(30));
-    }
-}
-
-type Running = rmcp::service::RunningService<RoleClient, ()>;
-
-/// Starts a server's process, settles the protocol and lists its tools.
-async fn connect(config: &ServerConfig) -> Result<(Running, Vec<rmcp::model::Tool>), String> {
-    let mut cmd = tokio::process::Command::new(&config.command);
-    cmd.args(&config.args).envs(&config.env).kill_on_drop(true);
-    if let Some(dir) = &config.cwd {
-        cmd.current_dir(dir);
-    }
-    let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(cmd)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("running {}: {e}", config.command))?;
-    // Its diagnostics go to the debug log (a full pipe would stall it).
-    if let Some(stderr) = stderr {
-        let name = config.name.clone();
-        tokio::spawn(async move {
-            use tokio::io::AsyncBufReadExt as _;
-            let mut lines = tokio::io::BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                tracing::debug!(server = %name, "{line}");
-            }
-        });
-    }
-    let service = tokio::time::timeout(START_TIMEOUT, ().serve(transport))
-        .await
-        .map_err(|_| format!("no answer within {START_TIMEOUT:?}"))?
-        .map_err(|e| format!("the protocol failed: {e}"))?;
-    let tools = tokio::time::timeout(START_TIMEOUT, service.list_all_tools())
-        .await
-        .map_err(|_| format!("no tool list within {START_TIMEOUT:?}"))?
-        .map_err(|e| format!("listing its tools: {e}"))?;
-    Ok((service, tools))
 }
 
 /// One tool of a server.

@@ -1,8 +1,11 @@
-//! The hub against real MCP servers over stdio: `mcp-server-time` from PyPI, and a probe
-//! server written with the official Python SDK (`mcp` from PyPI, `MCPServer`) whose tools
-//! echo structured content, fail, hang and crash the process. The Python comes from
-//! `CARET_TEST_MCP_PYTHON` (default `python3`) with `mcp-server-time` installed (`.ci/run`
-//! installs it).
+//! The hub against real MCP servers: `mcp-server-time` from PyPI over stdio; a probe server
+//! written with the official Python SDK (`mcp` from PyPI, `MCPServer`, which speaks the
+//! stateless `2026-07-28` revision) whose tools echo structured content, fail, hang, crash
+//! the process and add a tool, over stdio and over Streamable HTTP behind a bearer token; and
+//! `@modelcontextprotocol/server-everything` from npm (the TypeScript SDK's session-based
+//! revision) over stdio and Streamable HTTP. The Python comes from `CARET_TEST_MCP_PYTHON`
+//! (default `python3`) with `mcp-server-time` installed, the npm package from
+//! `tests/npm` (`npm ci` there; `.ci/run` does both).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -10,13 +13,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use caret_agent::tools::{Ctx, Tool, ToolApproval};
-use caret_mcp::{Approval, Hub, ServerConfig, Status, ToolSettings};
+use caret_mcp::{Approval, Bearer, Hub, ServerConfig, Status, ToolSettings, Transport};
 use caret_test_support::TempDir;
 use serde_json::json;
 
 const PROBE: &str = r#"
-import asyncio, os
-from mcp.server.mcpserver import MCPServer
+import asyncio, os, sys
+from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("probe")
 
@@ -41,7 +44,30 @@ def crash() -> str:
     """Ends the server's process."""
     os._exit(3)
 
-server.run()
+@server.tool()
+async def grow(ctx: Context) -> str:
+    """Adds a tool named extra."""
+    server.add_tool(lambda: "extra!", name="extra", description="Added while running.")
+    await ctx.notify_tools_changed()
+    return "grown"
+
+if sys.argv[1:2] == ["http"]:
+    # Streamable HTTP on this port, for requests with this bearer token and X-Team: caret.
+    import uvicorn
+    port, token = int(sys.argv[2]), sys.argv[3]
+    inner = server.streamable_http_app()
+    async def app(scope, receive, send):
+        if scope["type"] == "http":
+            headers = dict(scope["headers"])
+            if headers.get(b"authorization") != f"Bearer {token}".encode() or headers.get(b"x-team") != b"caret":
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"www-authenticate", b'Bearer realm="probe"')]})
+                await send({"type": "http.response.body", "body": b"who are you?"})
+                return
+        await inner(scope, receive, send)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+else:
+    server.run()
 "#;
 
 /// The Python with the MCP packages, or `None` (said as a skip).
@@ -63,10 +89,7 @@ fn python() -> Option<String> {
 fn server(name: &str, python: &str, args: &[&str]) -> ServerConfig {
     ServerConfig {
         name: name.to_owned(),
-        command: python.to_owned(),
-        args: args.iter().map(|a| (*a).to_owned()).collect(),
-        env: BTreeMap::new(),
-        cwd: None,
+        transport: Transport::stdio(python, args),
         approval: Approval::Always,
         tool_timeout: Duration::from_secs(20),
         tools: BTreeMap::new(),
@@ -88,7 +111,9 @@ async fn the_time_servers_tools_are_offered_and_answer() {
     let hub = Hub::new(vec![time]);
     assert!(hub.tools().is_empty(), "nothing before the server answers");
     hub.settled(Duration::from_secs(60)).await;
-    assert!(matches!(hub.status()[0].1, Status::Ready(2)), "{:?}", hub.status());
+    assert!(matches!(hub.status()[0].1, Status::Ready { tools: 2, .. }), "{:?}", hub.status());
+    let Status::Ready { protocol, .. } = &hub.status()[0].1 else { unreachable!() };
+    assert_eq!(protocol, "2026-07-28", "the stateless revision, found with server/discover");
     let tools = hub.tools();
     assert_eq!(tools.len(), 1, "convert_time is switched off");
     let now = find(&tools, "mcp__time__get_current_time");
@@ -113,7 +138,7 @@ async fn structured_results_errors_timeouts_and_crashes() {
     let hub = Hub::new(vec![probe]);
     hub.settled(Duration::from_secs(60)).await;
     let tools = hub.tools();
-    assert_eq!(tools.len(), 4, "{:?}", hub.status());
+    assert_eq!(tools.len(), 5, "{:?}", hub.status());
     assert_eq!(find(&tools, "mcp__probe__echo").approval(), Some(ToolApproval::Ask));
     assert_eq!(find(&tools, "mcp__probe__fail").approval(), Some(ToolApproval::Never));
 
@@ -144,7 +169,7 @@ async fn structured_results_errors_timeouts_and_crashes() {
                 let err = find(&hub.tools(), "mcp__probe__echo").call(json!({"text": "x"}), &ctx).await.unwrap_err();
                 assert!(err.to_string().contains("not running"), "{err} ({why})");
             }
-            Status::Ready(_) if said_down => break,
+            Status::Ready { .. } if said_down => break,
             _ => {}
         }
         assert!(std::time::Instant::now() < deadline, "not restarted: {:?}", hub.status());
@@ -163,4 +188,148 @@ async fn a_server_that_cannot_start_is_down_with_the_reason() {
         other => panic!("{other:?}"),
     }
     assert!(hub.tools().is_empty());
+}
+
+/// A free loopback port.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A server process on `port`, killed when dropped, once it accepts connections.
+struct Listening(std::process::Child);
+
+impl Listening {
+    fn start(cmd: &mut std::process::Command, port: u16) -> Listening {
+        let child = cmd.stdout(std::process::Stdio::null()).spawn().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "nothing listens on {port}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Listening(child)
+    }
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn remote(name: &str, url: String, headers: &[(&str, &str)], bearer: Option<Bearer>) -> ServerConfig {
+    ServerConfig {
+        transport: Transport::Http {
+            url,
+            headers: headers.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+            bearer,
+        },
+        ..server(name, "", &[])
+    }
+}
+
+#[tokio::test]
+async fn a_remote_server_over_streamable_http_with_a_bearer_token_and_headers() {
+    let Some(python) = python() else { return };
+    let dir = TempDir::new();
+    let script = dir.write("probe.py", PROBE);
+    let ctx = Ctx::new(dir.path()).unwrap();
+    let port = free_port();
+    // The token is a variable this process already has (tests may not set variables): PATH's value.
+    let token = std::env::var("PATH").unwrap();
+    let _server = Listening::start(
+        std::process::Command::new(&python).args([script.to_str().unwrap(), "http", &port.to_string(), &token]),
+        port,
+    );
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let good = remote("probe", url.clone(), &[("X-Team", "caret")], Some(Bearer::Env("PATH".into())));
+    let wrong = remote("wrong", url.clone(), &[("X-Team", "caret")], Some(Bearer::Token("guess".into())));
+    let unset = remote("unset", url, &[], Some(Bearer::Env("CARET_TEST_NO_SUCH_VARIABLE".into())));
+    assert!(!format!("{wrong:?}").contains("guess"), "tokens are never shown");
+    let hub = Hub::new(vec![good, wrong, unset]);
+    hub.settled(Duration::from_secs(60)).await;
+    let status = hub.status();
+    match &status[0].1 {
+        Status::Ready { tools: 5, protocol } => assert_eq!(protocol, "2026-07-28"),
+        other => panic!("{other:?}"),
+    }
+    match &status[1].1 {
+        Status::Down(why) => assert!(why.contains("authorization") && !why.contains("guess"), "{why}"),
+        other => panic!("a wrong token: {other:?}"),
+    }
+    match &status[2].1 {
+        Status::Down(why) => assert!(why.contains("CARET_TEST_NO_SUCH_VARIABLE is not set"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    let tools = hub.tools();
+    let echoed = find(&tools, "mcp__probe__echo").call(json!({"text": "over http"}), &ctx).await.unwrap();
+    assert!(echoed.contains("\"length\": 9"), "{echoed}");
+    // Calls go in parallel over one connection.
+    let slow = find(&tools, "mcp__probe__sleep");
+    let started = std::time::Instant::now();
+    let (a, b) = tokio::join!(slow.call(json!({"seconds": 1}), &ctx), slow.call(json!({"seconds": 1}), &ctx));
+    assert!(a.is_ok() && b.is_ok() && started.elapsed() < Duration::from_millis(1900), "{:?}", started.elapsed());
+
+    // The server adds a tool and says so on its subscriptions/listen stream: offered next.
+    assert!(!tools.iter().any(|t| t.spec().name == "mcp__probe__extra"));
+    find(&tools, "mcp__probe__grow").call(json!({}), &ctx).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !hub.tools().iter().any(|t| t.spec().name == "mcp__probe__extra") {
+        assert!(std::time::Instant::now() < deadline, "the new tool never came: {:?}", hub.status());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let extra = find(&hub.tools(), "mcp__probe__extra").call(json!({}), &ctx).await.unwrap();
+    assert_eq!(extra, "extra!");
+}
+
+/// `@modelcontextprotocol/server-everything`'s entry point, or `None` (said as a skip).
+fn everything() -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os("CARET_TEST_MCP_NPM")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/npm"));
+    let entry = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    if !entry.exists() {
+        caret_test_support::skip("server-everything is not installed (npm ci in crates/caret-mcp/tests/npm)");
+        return None;
+    }
+    Some(entry)
+}
+
+#[tokio::test]
+async fn the_everything_server_over_stdio_and_streamable_http() {
+    let Some(entry) = everything() else { return };
+    let dir = TempDir::new();
+    let ctx = Ctx::new(dir.path()).unwrap();
+    let port = free_port();
+    let _http = Listening::start(
+        std::process::Command::new("node").arg(&entry).arg("streamableHttp").env("PORT", port.to_string()),
+        port,
+    );
+    let stdio = server("everything", "node", &[entry.to_str().unwrap(), "stdio"]);
+    let http = remote("everything-http", format!("http://127.0.0.1:{port}/mcp"), &[], None);
+    let hub = Hub::new(vec![stdio, http]);
+    hub.settled(Duration::from_secs(60)).await;
+    for (name, status) in hub.status() {
+        match status {
+            // The TypeScript SDK's session-based revision, after server/discover was refused.
+            Status::Ready { tools, protocol } => {
+                assert!(tools >= 10 && protocol.as_str() < "2026-07-28", "{name}: {tools} tools, {protocol}")
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+    let tools = hub.tools();
+    for prefix in ["mcp__everything__", "mcp__everything-http__"] {
+        let echoed = find(&tools, &format!("{prefix}echo")).call(json!({"message": "hi there"}), &ctx).await.unwrap();
+        assert!(echoed.contains("hi there"), "{echoed}");
+        let sum = find(&tools, &format!("{prefix}get-sum")).call(json!({"a": 2, "b": 40}), &ctx).await.unwrap();
+        assert!(sum.contains("42"), "{sum}");
+        let image = find(&tools, &format!("{prefix}get-tiny-image")).call(json!({}), &ctx).await.unwrap();
+        assert!(image.contains("[image (image/png"), "{image}");
+        let structured = find(&tools, &format!("{prefix}get-structured-content"))
+            .call(json!({"location": "New York"}), &ctx)
+            .await
+            .unwrap();
+        assert!(structured.contains("temperature"), "{structured}");
+    }
 }

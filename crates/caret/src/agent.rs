@@ -658,17 +658,24 @@ pub enum McpCommand {
         #[arg(long, env = "CARET_TOKEN", hide_env_values = true)]
         token: Option<String>,
     },
-    /// Add an MCP server spoken to over stdio to the config (`caret mcp add time -- python3 -m
-    /// mcp_server_time`); the rest of the file stays as it is.
+    /// Add an MCP server to the config: one run over stdio (`caret mcp add time -- python3 -m
+    /// mcp_server_time`) or a remote one (`caret mcp add tracker --url https://…/mcp
+    /// --bearer-token-env TRACKER_TOKEN`); the rest of the file stays as it is.
     Add {
         /// Its name: the `NAME` of its tools' `mcp__NAME__TOOL`.
         name: String,
         /// Environment for it (`KEY=VALUE`, repeatable).
         #[arg(long = "env", value_name = "KEY=VALUE")]
         env: Vec<String>,
-        /// A remote server's URL (not supported yet: servers run over stdio).
+        /// A remote server's URL (Streamable HTTP) instead of a command.
         #[arg(long)]
         url: Option<String>,
+        /// The environment variable holding the remote server's bearer token.
+        #[arg(long, value_name = "VAR")]
+        bearer_token_env: Option<String>,
+        /// A header sent to the remote server (`NAME: VALUE`, repeatable).
+        #[arg(long, value_name = "NAME: VALUE")]
+        header: Vec<String>,
         /// The program and its arguments, after `--`.
         #[arg(last = true)]
         command: Vec<String>,
@@ -696,20 +703,39 @@ pub fn mcp(config: &Config, cmd: McpCommand) -> anyhow::Result<ExitCode> {
         |w: &std::path::Path| std::fs::canonicalize(w).with_context(|| format!("opening the project {}", w.display()));
     let config_file = config.file.clone().unwrap_or_else(|| config.home.join("config.toml"));
     match cmd {
-        McpCommand::Add { name, env, url, command } => {
-            anyhow::ensure!(
-                url.is_none(),
-                "remote MCP servers (--url) are not supported yet: run the server over stdio"
-            );
-            let env: Vec<(String, String)> = env
-                .iter()
-                .map(|kv| {
-                    kv.split_once('=')
-                        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                        .with_context(|| format!("--env takes KEY=VALUE, not {kv:?}"))
-                })
-                .collect::<anyhow::Result<_>>()?;
-            caret_host::mcp::add_to_config(&config_file, &name, &command, &env)?;
+        McpCommand::Add { name, env, url, bearer_token_env, header, command } => {
+            let pairs = |list: &[String], flag: &str, sep: char| -> anyhow::Result<Vec<(String, String)>> {
+                list.iter()
+                    .map(|kv| {
+                        kv.split_once(sep)
+                            .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+                            .with_context(|| format!("{flag} takes KEY{sep}VALUE, not {kv:?}"))
+                    })
+                    .collect()
+            };
+            let env = pairs(&env, "--env", '=')?;
+            let headers = pairs(&header, "--header", ':')?;
+            let server = match &url {
+                Some(url) => {
+                    anyhow::ensure!(
+                        command.is_empty() && env.is_empty(),
+                        "a remote server (--url) takes no command or --env"
+                    );
+                    caret_host::mcp::NewServer::Http {
+                        url,
+                        bearer_token_env: bearer_token_env.as_deref(),
+                        headers: &headers,
+                    }
+                }
+                None => {
+                    anyhow::ensure!(
+                        bearer_token_env.is_none() && headers.is_empty(),
+                        "--bearer-token-env and --header are for remote servers (--url)"
+                    );
+                    caret_host::mcp::NewServer::Stdio { command_line: &command, env: &env }
+                }
+            };
+            caret_host::mcp::add_to_config(&config_file, &name, server)?;
             println!(
                 "added [mcp_servers.{name}] to {}: `caret mcp ls` starts it and lists its tools",
                 config_file.display()
@@ -755,7 +781,9 @@ pub fn mcp(config: &Config, cmd: McpCommand) -> anyhow::Result<ExitCode> {
                 let mut taken = std::collections::HashSet::new();
                 for (name, status) in hub.status() {
                     match status {
-                        caret_mcp::Status::Ready(n) => println!("{name}  ready ({n} tools)"),
+                        caret_mcp::Status::Ready { tools, protocol } => {
+                            println!("{name}  ready ({tools} tools, MCP {protocol})")
+                        }
                         caret_mcp::Status::Starting => println!("{name}  still starting after 30 s"),
                         caret_mcp::Status::Down(why) => println!("{name}  not running: {why}"),
                     }
@@ -768,7 +796,7 @@ pub fn mcp(config: &Config, cmd: McpCommand) -> anyhow::Result<ExitCode> {
             });
             for p in untrusted {
                 println!(
-                    "{}  not started: declared by the project ({}) and not trusted — `caret mcp trust {}` runs: {}",
+                    "{}  not started: declared by the project ({}) and not trusted — `caret mcp trust {}` uses: {}",
                     p.name,
                     p.file,
                     p.name,

@@ -890,7 +890,8 @@ fn exec_calls_a_configured_mcp_servers_tool() {
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(
-        out.contains("time  ready (2 tools)") && out.contains("  mcp__time__convert_time  [MCP server time]"),
+        out.contains("time  ready (2 tools, MCP 2026-07-28)")
+            && out.contains("  mcp__time__convert_time  [MCP server time]"),
         "{out}"
     );
 }
@@ -981,14 +982,47 @@ fn mcp_add_and_rm_edit_the_config_and_keep_the_rest() {
         "{text}"
     );
     let ls = stdout(&caret(&home, &["mcp", "ls", "-C", home.path().to_str().unwrap()]));
-    assert!(ls.contains("clock  ready (2 tools)"), "{ls}");
-    // A second of the same name, a bad name and a remote one are refused; nothing changes.
+    assert!(ls.contains("clock  ready (2 tools, MCP 2026-07-28)"), "{ls}");
+    // A second of the same name, a bad name, a URL that is not http(s), a remote server with a
+    // command, a stdio one with a header: refused; nothing changes.
     assert!(!caret(&home, &["mcp", "add", "clock", "--", "x"]).status.success());
     assert!(!caret(&home, &["mcp", "add", "a b", "--", "x"]).status.success());
-    assert!(!caret(&home, &["mcp", "add", "far", "--url", "https://example.com/mcp"]).status.success());
+    assert!(!caret(&home, &["mcp", "add", "far", "--url", "ftp://example.com/mcp"]).status.success());
+    assert!(!caret(&home, &["mcp", "add", "far", "--url", "https://example.com/mcp", "--", "x"]).status.success());
+    assert!(!caret(&home, &["mcp", "add", "far", "--header", "A: b", "--", "x"]).status.success());
     assert_eq!(std::fs::read_to_string(home.join("caret-home/config.toml")).unwrap(), text);
-    let o = caret(&home, &["mcp", "rm", "clock"]);
+    // A remote one: its URL, the variable with its token, a header.
+    let o = caret(
+        &home,
+        &[
+            "mcp",
+            "add",
+            "far",
+            "--url",
+            "https://mcp.example.com/mcp",
+            "--bearer-token-env",
+            "FAR_TOKEN",
+            "--header",
+            "X-Team: caret",
+        ],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
+    let with_far = std::fs::read_to_string(home.join("caret-home/config.toml")).unwrap();
+    assert!(
+        with_far.ends_with(
+            "[mcp_servers.far]\nurl = \"https://mcp.example.com/mcp\"\nbearer_token_env = \"FAR_TOKEN\"\nheaders = { \"X-Team\" = \"caret\" }\n"
+        ),
+        "{with_far}"
+    );
+    let ls = stdout(&caret(&home, &["mcp", "ls", "-C", home.path().to_str().unwrap()]));
+    assert!(
+        ls.contains("far  not running: it did not start: its bearer token's variable FAR_TOKEN is not set"),
+        "{ls}"
+    );
+    for name in ["far", "clock"] {
+        let o = caret(&home, &["mcp", "rm", name]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
     let after = std::fs::read_to_string(home.join("caret-home/config.toml")).unwrap();
     assert_eq!(after.trim_end(), "# my settings\n[sync]\ninterval = \"5m\" # kept");
     assert!(!caret(&home, &["mcp", "rm", "clock"]).status.success());
