@@ -113,6 +113,10 @@ pub fn router(state: AppState, body_limit: usize, pages: Option<crate::Pages>) -
     let operators = table(operator_routes())
         .route_layer(compartments)
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate_operator));
+    // MCP over Streamable HTTP, behind a tenant's token like /v1.
+    let mcp = Router::new()
+        .route_service("/mcp", crate::mcp::service(state.clone()))
+        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
     let mut router = Router::new();
     if let Some(pages) = pages {
         let tenant = pages.tenant.route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
@@ -121,6 +125,7 @@ pub fn router(state: AppState, body_limit: usize, pages: Option<crate::Pages>) -
     router
         .merge(table(public_routes()))
         .merge(v1)
+        .merge(mcp)
         .merge(operators)
         .fallback(|| async { Error::NotFound("route".into()) })
         .layer(DefaultBodyLimit::max(body_limit))

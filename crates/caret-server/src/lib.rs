@@ -13,6 +13,7 @@ pub mod compartment;
 pub mod http;
 pub mod limit;
 pub mod llm;
+pub mod mcp;
 pub mod metrics;
 pub mod openapi;
 pub mod runs;

@@ -2131,3 +2131,191 @@ fn the_team_page_serves_each_workspace_behind_tenant_tokens() {
     assert!(!others.contains("caret_tab_requests_total{model=\"tab\"} "), "each tenant's own counts: {others}");
     server.stop();
 }
+
+/// The official Python MCP client (`mcp` from PyPI) against `/mcp`: `python3 SCRIPT URL TOKEN
+/// MODE CALLS` lists the tools and makes the calls (`[[tool, args], …]`), printing
+/// `{"protocol", "tools", "calls": [{"error", "text"}]}`.
+const MCP_HTTP_CLIENT: &str = r#"
+import asyncio, json, sys
+import httpx2
+from mcp.client.client import Client
+from mcp.client.streamable_http import streamable_http_client
+
+async def main():
+    url, token, mode, calls = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    async with Client(streamable_http_client(url, http_client=http), mode=mode) as c:
+        tools = await c.list_tools()
+        out = {"protocol": c.protocol_version, "tools": {t.name: t.input_schema for t in tools.tools}, "calls": []}
+        for name, args in calls:
+            res = await c.call_tool(name, args)
+            out["calls"].append({"error": bool(res.is_error), "text": res.content[0].text})
+        print(json.dumps(out))
+
+asyncio.run(main())
+"#;
+
+/// `/mcp` on `caret serve`, driven by the official Python client in both protocol eras: a
+/// tenant starts a background run on a repository, a worker runs it, its status and diff come
+/// back; another tenant cannot see it; no token, a wrong one or a browser page's request is
+/// refused.
+#[test]
+fn background_runs_are_served_over_mcp_to_the_python_client() {
+    let python = std::env::var("CARET_TEST_MCP_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    if !Command::new(&python).args(["-c", "import mcp.client.client"]).status().is_ok_and(|s| s.success()) {
+        caret_test_support::skip("the Python MCP SDK is not installed (pip install mcp; CARET_TEST_MCP_PYTHON)");
+        return;
+    }
+    let (_rt, up) = fixing_upstream();
+    let server = Server::start_with_config(&[], &[], Some(&agent_config(&up.url)));
+    let (alice, bob) = (server.tenant("alice"), server.tenant("bob"));
+    let operator = server.admin(&["admin", "operator-token", "create"]);
+    let repo = buggy_repo();
+    let scratch = TempDir::new();
+    let script = scratch.write("client.py", MCP_HTTP_CLIENT);
+    let url = format!("{}/mcp", server.url);
+    let mcp = |token: &str, mode: &str, calls: Value| -> Value {
+        let out = Command::new(&python).arg(&script).args([&url, token, mode, &calls.to_string()]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+
+    // The stateless revision (server/discover), the default of the SDK's Client.
+    let repo_url = format!("file://{}", repo.path().display());
+    let started = mcp(&alice, "auto", json!([["start_run", {"repo": repo_url, "task": "make add.sh add"}]]));
+    assert_eq!(started["protocol"], "2026-07-28", "{started}");
+    let tools: Vec<&str> = started["tools"].as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(tools, ["cancel_run", "list_runs", "run_diff", "run_status", "start_run"]);
+    assert_eq!(started["tools"]["start_run"]["required"], json!(["repo", "task"]), "{started}");
+    let call = &started["calls"][0];
+    assert_eq!(call["error"], false, "{started}");
+    let run: Value = serde_json::from_str(call["text"].as_str().unwrap()).unwrap();
+    let id = run["id"].as_str().unwrap().to_owned();
+    assert_eq!(run["state"], "queued", "{run}");
+
+    // Not finished yet: the diff says so as a tool error.
+    let early = mcp(&alice, "legacy", json!([["run_diff", {"id": id}]]));
+    assert_eq!(early["calls"][0]["error"], true, "{early}");
+
+    let worker = Command::new(CARET)
+        .args(["worker", "--server", &server.url, "--token", &operator, "--slots", "1", "--exit-when-idle", "2s"])
+        .env("CARET_HOME", scratch.join("worker-home"))
+        .output()
+        .unwrap();
+    assert!(worker.status.success(), "{}", String::from_utf8_lossy(&worker.stderr));
+
+    // The session-based revision (initialize), then the run's status, diff and the list.
+    let done = mcp(
+        &alice,
+        "legacy",
+        json!([["run_status", {"id": id}], ["run_diff", {"id": id}], ["list_runs", {}], ["run_status", {"idd": 1}]]),
+    );
+    assert!(done["protocol"].as_str().unwrap() < "2026-07-28", "{done}");
+    let status: Value = serde_json::from_str(done["calls"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(status["state"], "succeeded", "{done}");
+    let diff = done["calls"][1]["text"].as_str().unwrap();
+    assert!(diff.contains("+echo $(( $1 + $2 ))") && diff.contains("test `"), "{diff}");
+    assert!(done["calls"][2]["text"].as_str().unwrap().contains(&id), "{done}");
+    assert_eq!(done["calls"][3]["error"], true, "{done}");
+
+    // Another tenant's run answers as a missing one.
+    let theirs = mcp(&bob, "auto", json!([["run_status", {"id": id}], ["run_status", {"id": "run-0000000000000000"}]]));
+    let (a, b) = (&theirs["calls"][0], &theirs["calls"][1]);
+    assert_eq!(a["error"], true);
+    assert_eq!(
+        a["text"].as_str().unwrap().replace(&id, "ID"),
+        b["text"].as_str().unwrap().replace("run-0000000000000000", "ID")
+    );
+    assert!(!mcp(&bob, "auto", json!([["list_runs", {}]]))["calls"][0]["text"].as_str().unwrap().contains(&id));
+
+    // No token, a wrong one, a page's request.
+    let post = |token: Option<&str>, origin: Option<&str>| {
+        let mut req = http()
+            .post(&url)
+            .header("Accept", "application/json, text/event-stream")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(o) = origin {
+            req = req.header("Origin", o);
+        }
+        req.send().unwrap().status().as_u16()
+    };
+    assert_eq!(post(None, None), 401);
+    assert_eq!(post(Some("caret_not-a-token"), None), 401);
+    assert_eq!(post(Some(&alice), Some("https://evil.example")), 403);
+    assert_eq!(post(Some(&alice), None), 200, "the same request without the page's Origin");
+    assert!(up.violations().is_empty(), "{:?}", up.violations());
+}
+
+/// A loopback proxy adding `Authorization: Bearer TOKEN` to every request it forwards to
+/// `UPSTREAM` (`python3 SCRIPT PORT UPSTREAM TOKEN`): how a tool that takes no token (the
+/// conformance suite) reaches `/mcp`.
+const BEARER_PROXY: &str = r#"
+import http.server, sys, urllib.request, urllib.error
+port, upstream, token = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+class Proxy(http.server.BaseHTTPRequestHandler):
+    def forward(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) or None
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+        headers["Authorization"] = f"Bearer {token}"
+        req = urllib.request.Request(upstream + self.path, data=body, headers=headers, method=self.command)
+        try:
+            r = urllib.request.urlopen(req)
+        except urllib.error.HTTPError as e:
+            r = e
+        data = r.read()
+        self.send_response(r.status)
+        for k, v in r.headers.items():
+            if k.lower() not in ("transfer-encoding", "content-length", "connection"):
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    do_GET = do_POST = do_DELETE = forward
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", port), Proxy).serve_forever()
+"#;
+
+/// `/mcp` checked by the protocol's own conformance suite (`@modelcontextprotocol/conformance`
+/// from npm, in `crates/caret-mcp/tests/npm`): the scenarios that apply to a server of
+/// tools — the handshake, ping, listing tools.
+#[test]
+fn the_mcp_endpoint_passes_the_conformance_suite() {
+    let suite = std::env::var_os("CARET_TEST_MCP_NPM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../caret-mcp/tests/npm"))
+        .join("node_modules/.bin/conformance");
+    if !suite.exists() {
+        caret_test_support::skip("the MCP conformance suite is not installed (npm ci in crates/caret-mcp/tests/npm)");
+        return;
+    }
+    let server = Server::start_with_config(&[], &[], None);
+    let alice = server.tenant("alice");
+    let scratch = TempDir::new();
+    let proxy = scratch.write("proxy.py", BEARER_PROXY);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut proxy = Command::new("python3").arg(&proxy).args([&port.to_string(), &server.url, &alice]).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the proxy did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut failed = Vec::new();
+    for scenario in ["server-initialize", "ping", "tools-list"] {
+        let out = Command::new(&suite)
+            .args(["server", "--url", &format!("http://127.0.0.1:{port}/mcp"), "--scenario", scenario])
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        eprintln!("{scenario}:\n{text}");
+        if !out.status.success() || !text.contains("Passed: 1/1, 0 failed") {
+            failed.push(scenario);
+        }
+    }
+    let _ = proxy.kill();
+    let _ = proxy.wait();
+    assert!(failed.is_empty(), "failed: {failed:?}");
+}
