@@ -16,6 +16,7 @@ pub mod daemon;
 pub mod documents;
 pub mod mcp;
 pub mod mcp_server;
+pub mod mcp_tokens;
 pub mod merge;
 pub mod remote;
 pub mod runs;

@@ -61,8 +61,12 @@ fn yes() -> bool {
     true
 }
 
-/// The servers to start, in name order; an error names a server that cannot be used.
-pub fn servers(sections: &BTreeMap<String, McpServerSection>) -> anyhow::Result<Vec<caret_mcp::ServerConfig>> {
+/// The servers to start, in name order (a remote one's OAuth tokens, from `caret mcp login`,
+/// kept under `home`); an error names a server that cannot be used.
+pub fn servers(
+    sections: &BTreeMap<String, McpServerSection>,
+    home: &std::path::Path,
+) -> anyhow::Result<Vec<caret_mcp::ServerConfig>> {
     let mut out = Vec::new();
     for (name, s) in sections.iter().filter(|(_, s)| s.enabled) {
         let transport = match (&s.command, &s.url) {
@@ -83,7 +87,7 @@ pub fn servers(sections: &BTreeMap<String, McpServerSection>) -> anyhow::Result<
                     s.args.is_empty() && s.env.is_empty() && s.cwd.is_none(),
                     "[mcp_servers.{name}]: `args`, `env` and `cwd` are for servers run over stdio (`command`)"
                 );
-                http_transport(name, url, s.headers.clone(), s.bearer_token_env.clone())?
+                http_transport(home, name, url, s.headers.clone(), s.bearer_token_env.clone())?
             }
             (Some(_), Some(_)) => anyhow::bail!("[mcp_servers.{name}] has both `command` and `url`: keep one"),
             (None, None) => anyhow::bail!(
@@ -104,8 +108,10 @@ pub fn servers(sections: &BTreeMap<String, McpServerSection>) -> anyhow::Result<
     Ok(out)
 }
 
-/// A remote server's transport; an error for a URL that is not http(s).
+/// A remote server's transport: its token from `bearer_token_env`, else the OAuth tokens
+/// `caret mcp login` stored under `home`, if any; an error for a URL that is not http(s).
 fn http_transport(
+    home: &std::path::Path,
     name: &str,
     url: &str,
     headers: BTreeMap<String, String>,
@@ -115,11 +121,30 @@ fn http_transport(
         url.starts_with("https://") || url.starts_with("http://"),
         "MCP server {name}: its url is http:// or https://, not {url:?}"
     );
-    Ok(caret_mcp::Transport::Http {
-        url: url.to_owned(),
-        headers,
-        bearer: bearer_token_env.map(caret_mcp::Bearer::Env),
-    })
+    let tokens = crate::mcp_tokens::TokenStore::new(home, name, url);
+    let bearer = match bearer_token_env {
+        Some(var) => Some(caret_mcp::Bearer::Env(var)),
+        None if tokens.exists() => Some(caret_mcp::Bearer::OAuth(std::sync::Arc::new(tokens))),
+        None => None,
+    };
+    Ok(caret_mcp::Transport::Http { url: url.to_owned(), headers, bearer })
+}
+
+/// A remote server's URL by its name: the user's `[mcp_servers.NAME]`, else the project's at
+/// `root`.
+pub fn remote_url(
+    sections: &BTreeMap<String, McpServerSection>,
+    root: &std::path::Path,
+    name: &str,
+) -> anyhow::Result<String> {
+    if let Some(s) = sections.get(name) {
+        return s.url.clone().with_context(|| format!("[mcp_servers.{name}] is not a remote server (no url)"));
+    }
+    match project_servers(root).into_iter().find(|p| p.name == name) {
+        Some(p) if p.remote => Ok(p.command_line[0].clone()),
+        Some(_) => anyhow::bail!("the project's MCP server {name} is not a remote server"),
+        None => anyhow::bail!("no MCP server {name} in the config or the project"),
+    }
 }
 
 /// A server a project declares.
@@ -228,7 +253,7 @@ pub fn session_servers(
     home: &std::path::Path,
     root: &std::path::Path,
 ) -> anyhow::Result<(Vec<caret_mcp::ServerConfig>, Vec<ProjectServer>)> {
-    let mut servers = servers(sections)?;
+    let mut servers = servers(sections, home)?;
     let mut untrusted = Vec::new();
     for p in project_servers(root) {
         if sections.contains_key(&p.name) {
@@ -239,7 +264,7 @@ pub fn session_servers(
             continue;
         }
         let transport = if p.remote {
-            http_transport(&p.name, &p.command_line[0], p.env.clone(), None)?
+            http_transport(home, &p.name, &p.command_line[0], p.env.clone(), None)?
         } else {
             caret_mcp::Transport::Stdio {
                 command: p.command_line[0].clone(),
@@ -316,7 +341,10 @@ pub fn add_to_config(path: &std::path::Path, name: &str, server: NewServer<'_>) 
             }
         }
         NewServer::Http { url, bearer_token_env, headers } => {
-            http_transport(name, url, BTreeMap::new(), None)?;
+            anyhow::ensure!(
+                url.starts_with("https://") || url.starts_with("http://"),
+                "MCP server {name}: its url is http:// or https://, not {url:?}"
+            );
             block.push_str(&format!("url = {}\n", quote(url)));
             if let Some(var) = bearer_token_env {
                 block.push_str(&format!("bearer_token_env = {}\n", quote(var)));

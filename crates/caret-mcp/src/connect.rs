@@ -11,7 +11,7 @@ use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _, NotificationCont
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 
-use crate::{Server, ServerConfig, State, Transport};
+use crate::{Bearer, Server, ServerConfig, State, Transport};
 
 /// How long a server may take to start and list its tools.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -125,7 +125,7 @@ async fn connect(server: &Arc<Server>) -> Result<(Running, Vec<rmcp::model::Tool
     let service = match &config.transport {
         Transport::Stdio { command, .. } => {
             let transport = child(config)?;
-            start(handler, transport).await.map_err(|e| format!("{command}: {e}"))?
+            start(handler, transport, &config.name).await.map_err(|e| format!("{command}: {e}"))?
         }
         Transport::Http { url, headers, bearer } => {
             // reqwest's TLS takes the process's provider.
@@ -137,10 +137,28 @@ async fn connect(server: &Arc<Server>) -> Result<(Running, Vec<rmcp::model::Tool
                 custom.insert(name, value);
             }
             let mut http = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
-            if let Some(bearer) = bearer {
-                http = http.auth_header(bearer.token()?);
+            match bearer {
+                Some(Bearer::OAuth(store)) => {
+                    let mut manager = crate::oauth::manager(url, store.clone()).await?;
+                    let ready =
+                        manager.initialize_from_store().await.map_err(|e| format!("reading its OAuth tokens: {e}"))?;
+                    if !ready {
+                        return Err(format!("not logged in: `caret mcp login {}`", config.name));
+                    }
+                    let client = rmcp::transport::AuthClient::new(reqwest13::Client::default(), manager);
+                    let transport = StreamableHttpClientTransport::with_client(client, http);
+                    start(handler, transport, &config.name).await.map_err(|e| format!("{url}: {e}"))?
+                }
+                Some(bearer) => {
+                    http = http.auth_header(bearer.token()?);
+                    start(handler, StreamableHttpClientTransport::from_config(http), &config.name)
+                        .await
+                        .map_err(|e| format!("{url}: {e}"))?
+                }
+                None => start(handler, StreamableHttpClientTransport::from_config(http), &config.name)
+                    .await
+                    .map_err(|e| format!("{url}: {e}"))?,
             }
-            start(handler, StreamableHttpClientTransport::from_config(http)).await.map_err(|e| format!("{url}: {e}"))?
         }
     };
     let tools = tokio::time::timeout(START_TIMEOUT, service.list_all_tools())
@@ -152,7 +170,7 @@ async fn connect(server: &Arc<Server>) -> Result<(Running, Vec<rmcp::model::Tool
 
 /// The protocol over `transport`: the stateless revision when the server answers
 /// `server/discover`, else the `initialize` handshake.
-async fn start<T, E, A>(handler: Handler, transport: T) -> Result<Running, String>
+async fn start<T, E, A>(handler: Handler, transport: T, name: &str) -> Result<Running, String>
 where
     T: rmcp::transport::IntoTransport<RoleClient, E, A>,
     E: std::error::Error + Send + Sync + 'static,
@@ -163,7 +181,9 @@ where
         .await
         .map_err(|_| format!("no answer within {START_TIMEOUT:?}"))?
         .map_err(|e| match e.auth_challenge() {
-            Some(challenge) => format!("it asks for authorization ({challenge}): `caret mcp login` or a bearer token"),
+            Some(challenge) => {
+                format!("it asks for authorization ({challenge}): `caret mcp login {name}`, or a bearer token")
+            }
             None => format!("the protocol failed: {e}"),
         })
 }

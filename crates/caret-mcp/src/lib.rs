@@ -31,6 +31,7 @@ use serde_json::Value;
 pub const MAX_OUTPUT: usize = 64 * 1024;
 
 mod connect;
+pub mod oauth;
 
 /// Whether a server's (or a tool's) calls run without asking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
@@ -80,13 +81,27 @@ pub enum Transport {
 }
 
 /// Where a remote server's bearer token comes from; read each time the server is connected.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub enum Bearer {
     /// This token.
     Token(String),
     /// This environment variable's value (`bearer_token_env`).
     Env(String),
+    /// OAuth: the tokens `caret mcp login` put in this store, refreshed as they expire.
+    OAuth(Arc<dyn oauth::CredentialStore>),
 }
+
+impl PartialEq for Bearer {
+    fn eq(&self, other: &Bearer) -> bool {
+        match (self, other) {
+            (Bearer::Token(a), Bearer::Token(b)) | (Bearer::Env(a), Bearer::Env(b)) => a == b,
+            (Bearer::OAuth(a), Bearer::OAuth(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Bearer {}
 
 impl Bearer {
     /// The token, or why there is none.
@@ -97,6 +112,7 @@ impl Bearer {
                 Ok(t) if !t.trim().is_empty() => Ok(t.trim().to_owned()),
                 _ => Err(format!("its bearer token's variable {var} is not set")),
             },
+            Bearer::OAuth(_) => Err("its tokens come from OAuth".to_owned()),
         }
     }
 }
@@ -117,6 +133,7 @@ impl std::fmt::Debug for Transport {
                     &bearer.as_ref().map(|b| match b {
                         Bearer::Token(_) => "a token".to_owned(),
                         Bearer::Env(var) => format!("${var}"),
+                        Bearer::OAuth(_) => "OAuth".to_owned(),
                     }),
                 )
                 .finish(),
@@ -411,7 +428,13 @@ pub fn render(result: &Value) -> String {
     }
     if let Some(structured) = result.get("structuredContent").filter(|v| !v.is_null()) {
         let json = serde_json::to_string_pretty(structured).unwrap_or_default();
-        if !parts.iter().any(|p| p.trim() == json.trim()) {
+        // Already said: the same JSON as text, or a lone value wrapped as `{"result": …}`.
+        let wrapped = structured
+            .as_object()
+            .filter(|o| o.len() == 1)
+            .and_then(|o| o.values().next()?.as_str())
+            .is_some_and(|v| parts.iter().any(|p| p.trim() == v.trim()));
+        if !wrapped && !parts.iter().any(|p| p.trim() == json.trim()) {
             parts.push(format!("structured content:\n{json}"));
         }
     }
@@ -457,6 +480,8 @@ mod tests {
         let text = render(&r);
         assert!(text.starts_with("hello\n[image (image/png, 8 bytes of base64)"), "{text}");
         assert!(text.contains("file:///a.txt:\ninside") && text.contains("structured content:\n{\n  \"n\": 1\n}"));
+        let lone = serde_json::json!({"content": [{"type": "text", "text": "12:00"}], "structuredContent": {"result": "12:00"}});
+        assert_eq!(render(&lone), "12:00", "a wrapped lone value is not said twice");
         let big = serde_json::json!({"content": [{"type": "text", "text": "é".repeat(MAX_OUTPUT)}]});
         let text = render(&big);
         assert!(text.len() < MAX_OUTPUT + 100 && text.ends_with("are shown]"), "{}", text.len());

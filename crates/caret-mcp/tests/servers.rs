@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use caret_agent::tools::{Ctx, Tool, ToolApproval};
 use caret_mcp::{Approval, Bearer, Hub, ServerConfig, Status, ToolSettings, Transport};
-use caret_test_support::TempDir;
+use caret_test_support::{ChildGuard, TempDir};
 use serde_json::json;
 
 const PROBE: &str = r#"
@@ -190,33 +190,6 @@ async fn a_server_that_cannot_start_is_down_with_the_reason() {
     assert!(hub.tools().is_empty());
 }
 
-/// A free loopback port.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// A server process on `port`, killed when dropped, once it accepts connections.
-struct Listening(std::process::Child);
-
-impl Listening {
-    fn start(cmd: &mut std::process::Command, port: u16) -> Listening {
-        let child = cmd.stdout(std::process::Stdio::null()).spawn().unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(std::time::Instant::now() < deadline, "nothing listens on {port}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Listening(child)
-    }
-}
-
-impl Drop for Listening {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn remote(name: &str, url: String, headers: &[(&str, &str)], bearer: Option<Bearer>) -> ServerConfig {
     ServerConfig {
         transport: Transport::Http {
@@ -234,10 +207,10 @@ async fn a_remote_server_over_streamable_http_with_a_bearer_token_and_headers() 
     let dir = TempDir::new();
     let script = dir.write("probe.py", PROBE);
     let ctx = Ctx::new(dir.path()).unwrap();
-    let port = free_port();
+    let port = caret_test_support::free_port();
     // The token is a variable this process already has (tests may not set variables): PATH's value.
     let token = std::env::var("PATH").unwrap();
-    let _server = Listening::start(
+    let _server = ChildGuard::listening(
         std::process::Command::new(&python).args([script.to_str().unwrap(), "http", &port.to_string(), &token]),
         port,
     );
@@ -300,8 +273,8 @@ async fn the_everything_server_over_stdio_and_streamable_http() {
     let Some(entry) = everything() else { return };
     let dir = TempDir::new();
     let ctx = Ctx::new(dir.path()).unwrap();
-    let port = free_port();
-    let _http = Listening::start(
+    let port = caret_test_support::free_port();
+    let _http = ChildGuard::listening(
         std::process::Command::new("node").arg(&entry).arg("streamableHttp").env("PORT", port.to_string()),
         port,
     );

@@ -155,3 +155,43 @@ pub fn http_server(body: &'static str) -> u16 {
     });
     port
 }
+
+/// A child process killed (and reaped) when dropped, with its process group (a launcher such
+/// as pyenv's `python3` shim may fork the real program), so a failing test leaves no server
+/// behind holding its output open.
+#[derive(Debug)]
+pub struct ChildGuard(pub std::process::Child);
+
+impl ChildGuard {
+    /// Starts `cmd` in a process group of its own (its output discarded) and waits up to 30 s
+    /// until something accepts connections on 127.0.0.1:`port`.
+    pub fn listening(cmd: &mut std::process::Command, port: u16) -> ChildGuard {
+        use std::os::unix::process::CommandExt as _;
+        let child =
+            cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).process_group(0).spawn();
+        let guard = ChildGuard(child.unwrap_or_else(|e| panic!("starting {cmd:?}: {e}")));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "nothing listens on {port} ({cmd:?})");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        guard
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        // The group, when the child leads one (`listening`); then the child itself.
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0.id())])
+            .stderr(std::process::Stdio::null())
+            .status();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A free port on 127.0.0.1 (free when asked; bind it soon).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
+}

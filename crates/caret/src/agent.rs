@@ -685,6 +685,37 @@ pub enum McpCommand {
         /// Its name.
         name: String,
     },
+    /// Authorize Caret with a remote server that asks for OAuth: prints the page to open (in
+    /// any browser; it comes back to 127.0.0.1) and keeps the tokens, encrypted, in
+    /// $CARET_HOME.
+    Login {
+        /// The server's name (the config's, or the project's).
+        name: String,
+        /// The project (default: the current directory).
+        #[arg(short = 'C', long, default_value = ".")]
+        workspace: std::path::PathBuf,
+        /// Also open the page in the desktop's browser (xdg-open).
+        #[arg(long)]
+        open: bool,
+    },
+    /// Call one tool of a server as the agent would, and print what the model would read.
+    Call {
+        /// The server's name.
+        server: String,
+        /// The tool's name (the server's own, not `mcp__…`).
+        tool: String,
+        /// Its arguments, a JSON object.
+        #[arg(default_value = "{}")]
+        arguments: String,
+        /// The project (default: the current directory).
+        #[arg(short = 'C', long, default_value = ".")]
+        workspace: std::path::PathBuf,
+    },
+    /// Forget a remote server's OAuth tokens.
+    Logout {
+        /// The server's name.
+        name: String,
+    },
     /// Trust a server the project declares (`.caret/mcp.json`, `.cursor/mcp.json`): sessions
     /// in this project start it from now on, as long as its command line stays the same.
     Trust {
@@ -747,6 +778,64 @@ pub fn mcp(config: &Config, cmd: McpCommand) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("editing {}", config_file.display()))?;
             anyhow::ensure!(had, "{} has no [mcp_servers.{name}]", config_file.display());
             println!("removed [mcp_servers.{name}] from {}", config_file.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        McpCommand::Login { name, workspace, open } => {
+            let root = canonical(&workspace)?;
+            let url = caret_host::mcp::remote_url(&config.mcp_servers, &root, &name)?;
+            let store = std::sync::Arc::new(caret_host::mcp_tokens::TokenStore::new(&config.home, &name, &url));
+            caret_host::runtime::runtime()?.block_on(async {
+                let login = caret_mcp::oauth::Login::begin(&url, store).await.map_err(anyhow::Error::msg)?;
+                println!("Open this page to authorize Caret with {name} ({url}):\n{}", login.page());
+                use std::io::Write as _;
+                std::io::stdout().flush()?;
+                if open {
+                    let _ = std::process::Command::new("xdg-open")
+                        .arg(login.page())
+                        .stdout(std::process::Stdio::null())
+                        .stderr(std::process::Stdio::null())
+                        .spawn();
+                }
+                login.finish(std::time::Duration::from_secs(600)).await.map_err(anyhow::Error::msg)?;
+                println!("logged in to {name}: its tokens are kept encrypted under {}", config.home.display());
+                anyhow::Ok(())
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        McpCommand::Call { server, tool, arguments, workspace } => {
+            let root = canonical(&workspace)?;
+            let args: serde_json::Value =
+                serde_json::from_str(&arguments).context("the arguments are a JSON object")?;
+            let (servers, _) = caret_host::mcp::session_servers(&config.mcp_servers, &config.home, &root)?;
+            let chosen: Vec<_> = servers.into_iter().filter(|s| s.name == server).collect();
+            anyhow::ensure!(!chosen.is_empty(), "no MCP server {server} (or the project's, not trusted)");
+            caret_host::runtime::runtime()?.block_on(async {
+                let hub = caret_mcp::Hub::new(chosen);
+                hub.settled(std::time::Duration::from_secs(30)).await;
+                if let Some((_, caret_mcp::Status::Down(why))) = hub.status().first() {
+                    anyhow::bail!("{server} is not running: {why}");
+                }
+                let name = caret_mcp::tool_name(&server, &tool, &mut Default::default());
+                let found = hub.tools().into_iter().find(|t| t.spec().name == name);
+                let found = found.with_context(|| format!("{server} has no tool {tool}"))?;
+                let ctx = caret_agent::tools::Ctx::new(&root)?;
+                match found.call(args, &ctx).await {
+                    Ok(text) => {
+                        println!("{text}");
+                        Ok(ExitCode::SUCCESS)
+                    }
+                    Err(e) => {
+                        eprintln!("{e}");
+                        Ok(ExitCode::FAILURE)
+                    }
+                }
+            })
+        }
+        McpCommand::Logout { name } => {
+            let had = caret_host::mcp_tokens::TokenStore::remove(&config.home, &name)
+                .with_context(|| format!("forgetting {name}'s tokens"))?;
+            anyhow::ensure!(had, "no tokens kept for {name}");
+            println!("logged out of {name}");
             Ok(ExitCode::SUCCESS)
         }
         McpCommand::Serve { workspace, server, token } => {

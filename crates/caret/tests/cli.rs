@@ -1222,3 +1222,132 @@ fn exec_follows_the_configured_command_rules_and_limits() {
     let o = caret(&home, &["exec", "x", "-C", ws.to_str().unwrap()]);
     assert!(!o.status.success() && stderr(&o).contains("empty command prefix"), "{}", stderr(&o));
 }
+
+/// An MCP server behind OAuth 2.1, built with the official Python SDK's authorization
+/// support (`MCPServer` as its own authorization server: metadata, dynamic client
+/// registration, PKCE, refresh). Its `authorize` approves at once (the user's consent page
+/// is not what is tested); access tokens live 2 s, so a later connection must refresh.
+/// `python3 SCRIPT PORT`.
+const OAUTH_SERVER: &str = r#"
+import secrets, sys, time
+from mcp.server.mcpserver import MCPServer
+from mcp.server.auth.provider import AccessToken, AuthorizationCode, RefreshToken, construct_redirect_uri
+from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions
+from mcp.shared.auth import OAuthToken
+
+port = int(sys.argv[1])
+base = f"http://127.0.0.1:{port}"
+
+class Provider:
+    def __init__(self):
+        self.clients, self.codes, self.access, self.refresh = {}, {}, {}, {}
+        self.refreshed = 0
+    async def get_client(self, client_id):
+        return self.clients.get(client_id)
+    async def register_client(self, info):
+        self.clients[info.client_id] = info
+    async def authorize(self, client, params):
+        code = secrets.token_urlsafe(24)
+        self.codes[code] = AuthorizationCode(
+            code=code, scopes=params.scopes or [], expires_at=time.time() + 300, client_id=client.client_id,
+            code_challenge=params.code_challenge, redirect_uri=params.redirect_uri,
+            redirect_uri_provided_explicitly=params.redirect_uri_provided_explicitly, resource=params.resource)
+        return construct_redirect_uri(str(params.redirect_uri), code=code, state=params.state)
+    async def load_authorization_code(self, client, code):
+        return self.codes.get(code)
+    def issue(self, client_id, scopes, resource):
+        access, refresh = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+        self.access[access] = AccessToken(token=access, client_id=client_id, scopes=scopes,
+                                          expires_at=int(time.time()) + 2, resource=resource)
+        self.refresh[refresh] = RefreshToken(token=refresh, client_id=client_id, scopes=scopes, resource=resource)
+        return OAuthToken(access_token=access, expires_in=2, refresh_token=refresh, scope=" ".join(scopes) or None)
+    async def exchange_authorization_code(self, client, code):
+        del self.codes[code.code]
+        return self.issue(client.client_id, code.scopes, code.resource)
+    async def load_refresh_token(self, client, token):
+        return self.refresh.get(token)
+    async def exchange_refresh_token(self, client, token, scopes):
+        del self.refresh[token.token]
+        self.refreshed += 1
+        return self.issue(client.client_id, scopes or token.scopes, token.resource)
+    async def load_access_token(self, token):
+        found = self.access.get(token)
+        return found if found and found.expires_at > time.time() else None
+    async def revoke_token(self, token):
+        pass
+
+provider = Provider()
+server = MCPServer("guarded", auth_server_provider=provider, auth=AuthSettings(
+    issuer_url=base, resource_server_url=f"{base}/mcp",
+    client_registration_options=ClientRegistrationOptions(enabled=True)))
+
+@server.tool()
+def refreshes() -> str:
+    """How many times a token was refreshed."""
+    return f"refreshed {provider.refreshed} times"
+
+server.run("streamable-http", host="127.0.0.1", port=port)
+"#;
+
+/// `caret mcp login` against a server behind OAuth: before it, the server is down asking for
+/// authorization; the login registers Caret, the "browser" (this test) follows the page and
+/// comes back to Caret's loopback listener, the tokens are kept sealed; then the server's
+/// tools answer, also after the access token expired (refreshed); `logout` forgets them.
+#[test]
+fn mcp_login_authorizes_with_an_oauth_server_and_refreshes() {
+    let Some(python) = mcp_python() else { return };
+    let home = TempDir::new();
+    let script = home.write("oauth_server.py", OAUTH_SERVER);
+    let port = caret_test_support::free_port();
+    let _server =
+        caret_test_support::ChildGuard::listening(Command::new(&python).arg(&script).arg(port.to_string()), port);
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    assert!(caret(&home, &["mcp", "add", "guarded", "--url", &url]).status.success());
+    let ws = home.path().to_str().unwrap();
+    let ls = stdout(&caret(&home, &["mcp", "ls", "-C", ws]));
+    assert!(ls.contains("guarded  not running") && ls.contains("`caret mcp login guarded`"), "{ls}");
+
+    let mut login = Command::new(env!("CARGO_BIN_EXE_caret"))
+        .args(["mcp", "login", "guarded", "-C", ws])
+        .env("CARET_HOME", home.join("caret-home"))
+        .env("HOME", home.path())
+        .env_remove("CARET_CONFIG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(login.stdout.take().unwrap()));
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.starts_with("Open this page to authorize Caret with guarded"), "{first}");
+    let page = lines.next().unwrap().unwrap();
+    assert!(
+        page.starts_with(&format!("http://127.0.0.1:{port}/authorize?")) && page.contains("code_challenge="),
+        "{page}"
+    );
+    // The browser: the page redirects to Caret's listener on loopback, which says it is done.
+    let done = reqwest::blocking::get(&page).unwrap();
+    assert!(done.url().as_str().starts_with("http://127.0.0.1:") && done.url().path() == "/callback");
+    assert!(done.text().unwrap().contains("Caret is authorized"));
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    let status = login.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut login.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "{err}");
+    assert!(rest.concat().contains("logged in to guarded"), "{rest:?}");
+    let sealed = std::fs::read(home.join("caret-home/mcp-oauth/guarded.sealed")).unwrap();
+    assert!(!String::from_utf8_lossy(&sealed).contains("access_token"), "kept encrypted");
+
+    let ls = stdout(&caret(&home, &["mcp", "ls", "-C", ws]));
+    assert!(ls.contains("guarded  ready (1 tools") && ls.contains("mcp__guarded__refreshes"), "{ls}");
+    // Past the access token's life: the next connection refreshes it and goes on.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let called = caret(&home, &["mcp", "call", "guarded", "refreshes", "-C", ws]);
+    assert!(called.status.success(), "{}", stderr(&called));
+    assert_eq!(stdout(&called).trim(), "refreshed 1 times", "after expiry");
+    let wrong = caret(&home, &["mcp", "call", "guarded", "nope", "-C", ws]);
+    assert!(!wrong.status.success() && stderr(&wrong).contains("guarded has no tool nope"), "{}", stderr(&wrong));
+
+    assert!(caret(&home, &["mcp", "logout", "guarded"]).status.success());
+    let ls = stdout(&caret(&home, &["mcp", "ls", "-C", ws]));
+    assert!(ls.contains("`caret mcp login guarded`"), "{ls}");
+}

@@ -2296,13 +2296,11 @@ fn the_mcp_endpoint_passes_the_conformance_suite() {
     let alice = server.tenant("alice");
     let scratch = TempDir::new();
     let proxy = scratch.write("proxy.py", BEARER_PROXY);
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut proxy = Command::new("python3").arg(&proxy).args([&port.to_string(), &server.url, &alice]).spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "the proxy did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let port = caret_test_support::free_port();
+    let _proxy = caret_test_support::ChildGuard::listening(
+        Command::new("python3").arg(&proxy).args([&port.to_string(), &server.url, &alice]),
+        port,
+    );
     let mut failed = Vec::new();
     for scenario in ["server-initialize", "ping", "tools-list"] {
         let out = Command::new(&suite)
@@ -2315,7 +2313,5 @@ fn the_mcp_endpoint_passes_the_conformance_suite() {
             failed.push(scenario);
         }
     }
-    let _ = proxy.kill();
-    let _ = proxy.wait();
     assert!(failed.is_empty(), "failed: {failed:?}");
 }
