@@ -793,7 +793,12 @@ impl Session {
         let on_start = |c: &Call| {
             emit(
                 events,
-                Event::ToolCallBegin { call_id: c.id.clone(), name: c.name.clone(), arguments: c.arguments.clone() },
+                Event::ToolCallBegin {
+                    call_id: c.id.clone(),
+                    name: c.name.clone(),
+                    arguments: c.arguments.clone(),
+                    server: self.tools.get(&c.name).and_then(|t| t.server()).map(str::to_owned),
+                },
             )
         };
         let on_end = |o: &Outcome| {

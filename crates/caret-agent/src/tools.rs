@@ -204,6 +204,10 @@ pub trait Tool: Send + Sync {
     fn approval(&self) -> Option<ToolApproval> {
         None
     }
+    /// The MCP server it comes from (none: built in), shown with each of its calls.
+    fn server(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// What a tool's own settings say of its calls.

@@ -1,7 +1,8 @@
 //! `caret bench mcp`: what an MCP server costs an agent — time to start one and list its
-//! tools, the round trip of a tool call over stdio (an upper bound on the client's overhead:
-//! the server's own work for the call is included), and how long taking the tools blocks a
-//! session while three servers are still starting.
+//! tools, the round trip of a tool call over stdio and over Streamable HTTP on loopback (an
+//! upper bound on the client's overhead: the server's own work for the call is included;
+//! the HTTP server is a one-tool server written with the Python SDK that answers at once),
+//! and how long taking the tools blocks a session while three servers are still starting.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -28,6 +29,21 @@ fn time_server(name: &str, python: &str) -> ServerConfig {
         tools: Default::default(),
     }
 }
+
+/// A server with one tool that answers at once, over stdio or (`pong.py PORT`) Streamable HTTP.
+const PONG: &str = r#"
+import sys
+from mcp.server.mcpserver import MCPServer
+server = MCPServer("pong")
+@server.tool()
+def pong() -> str:
+    """Answers pong."""
+    return "pong"
+if len(sys.argv) > 1:
+    server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]), json_response=True)
+else:
+    server.run()
+"#;
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
@@ -85,6 +101,61 @@ pub fn run(bench: McpBench) -> anyhow::Result<ExitCode> {
             q(0.5),
             q(0.99)
         );
+        drop(hub);
+
+        // The same trivial tool over stdio and over Streamable HTTP on loopback.
+        let script = scratch.path().join("pong.py");
+        std::fs::write(&script, PONG)?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let mut http_server = std::process::Command::new(&bench.python)
+            .arg(&script)
+            .arg(port.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .context("starting the HTTP server")?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let stdio = ServerConfig {
+            name: "pong".into(),
+            transport: Transport::stdio(&bench.python, &[script.to_str().unwrap_or_default()]),
+            ..time_server("pong", &bench.python)
+        };
+        let http = ServerConfig {
+            name: "pong-http".into(),
+            transport: Transport::Http {
+                url: format!("http://127.0.0.1:{port}/mcp"),
+                headers: Default::default(),
+                bearer: None,
+            },
+            ..time_server("pong-http", &bench.python)
+        };
+        let hub = Hub::new(vec![stdio, http]);
+        hub.settled(Duration::from_secs(60)).await;
+        for (name, how) in [("mcp__pong__pong", "stdio"), ("mcp__pong-http__pong", "Streamable HTTP")] {
+            let tool = hub.tools().into_iter().find(|t| t.spec().name == name);
+            let tool = tool.with_context(|| format!("{name} did not start: {:?}", hub.status()))?;
+            let mut took = Vec::with_capacity(bench.calls);
+            for i in 0..bench.calls.max(1) + 10 {
+                let t = Instant::now();
+                tool.call(serde_json::json!({}), &ctx).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+                if i >= 10 {
+                    took.push(ms(t.elapsed()));
+                }
+            }
+            took.sort_by(f64::total_cmp);
+            let q = |p: f64| took[((took.len() - 1) as f64 * p).round() as usize];
+            println!(
+                "a trivial tool over {how} ({} calls): p50 {:.3} ms, p99 {:.3} ms",
+                took.len(),
+                q(0.5),
+                q(0.99)
+            );
+        }
+        let _ = http_server.kill();
+        let _ = http_server.wait();
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)

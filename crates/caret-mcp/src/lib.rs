@@ -358,6 +358,10 @@ impl Tool for McpTool {
         &self.spec
     }
 
+    fn server(&self) -> Option<&str> {
+        Some(&self.server.config.name)
+    }
+
     fn approval(&self) -> Option<ToolApproval> {
         match self.approval {
             Approval::Always => None,

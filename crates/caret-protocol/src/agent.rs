@@ -71,6 +71,9 @@ pub enum Event {
         name: String,
         /// Its arguments as the model gave them.
         arguments: Value,
+        /// The MCP server the tool comes from (none: a built-in tool).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        server: Option<String>,
     },
     /// A tool call ended.
     ToolCallEnd {

@@ -431,7 +431,7 @@ async fn collect(runs: &Runs, task: &Task, attempt: u32, info: &RunInfo) -> anyh
         after = last.seq;
         for e in batch {
             match e.event {
-                RunEvent::Agent(Event::ToolCallBegin { call_id, name, arguments }) => steps.push(Step {
+                RunEvent::Agent(Event::ToolCallBegin { call_id, name, arguments, .. }) => steps.push(Step {
                     call_id,
                     tool: name,
                     arguments,

@@ -185,9 +185,12 @@ impl App {
                 Some(Entry::Assistant(t)) => t.push_str(&text),
                 _ => self.entries.push(Entry::Assistant(text)),
             },
-            Event::ToolCallBegin { call_id, name, arguments } => self.entries.push(Entry::Tool {
+            Event::ToolCallBegin { call_id, name, arguments, server } => self.entries.push(Entry::Tool {
                 id: call_id,
-                summary: summary(&name, &arguments),
+                summary: match server {
+                    Some(server) => format!("(MCP server {server}) {}", summary(&name, &arguments)),
+                    None => summary(&name, &arguments),
+                },
                 name,
                 state: CallState::Running,
                 output: String::new(),
@@ -508,6 +511,7 @@ mod tests {
             call_id: "r1".into(),
             name: "read_file".into(),
             arguments: serde_json::json!({"path": "src/lib.rs"}),
+            server: None,
         });
         app.on_event(Event::ToolCallEnd {
             call_id: "r1".into(),

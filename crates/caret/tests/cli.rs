@@ -870,6 +870,8 @@ fn exec_calls_a_configured_mcp_servers_tool() {
         events.iter().find(|e| e["type"] == "tool_call_end").unwrap_or_else(|| panic!("{events:?}\n{}", stderr(&o)));
     assert_eq!(end["name"], "mcp__time__get_current_time");
     assert_eq!(end["ok"], true, "{end}");
+    let begin = events.iter().find(|e| e["type"] == "tool_call_begin").unwrap();
+    assert_eq!(begin["server"], "time", "each call says its server: {begin}");
     assert!(end["output"].as_str().unwrap().contains("Asia/Tokyo"), "{end}");
     let (_, sent) = up.last_request().unwrap();
     let tools: Vec<&str> =

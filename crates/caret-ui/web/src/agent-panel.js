@@ -192,7 +192,9 @@ export class AgentPanel {
       case 'tool_call_begin': {
         this.current = null;
         const out = el('pre', { class: 'output' });
-        const head = el('summary', {}, el('span', { class: 'tool-name' }, e.name), ' ', el('span', { class: 'tool-arg' }, summary(e.name, e.arguments)));
+        const head = el('summary', {}, el('span', { class: 'tool-name' }, e.name), ' ',
+          ...(e.server ? [el('span', { class: 'tool-server' }, `MCP server ${e.server}`), ' '] : []),
+          el('span', { class: 'tool-arg' }, summary(e.name, e.arguments)));
         const node = el('details', { class: 'entry tool running', 'data-call': e.call_id, 'data-tool': e.name }, head, out);
         this.calls.set(e.call_id, { node, out });
         this.log.append(node);
