@@ -45,6 +45,13 @@ else:
     server.run()
 "#;
 
+/// The median and the 99th percentile of `took` (sorted here).
+fn p50_p99(took: &mut [f64]) -> (f64, f64) {
+    took.sort_by(f64::total_cmp);
+    let q = |p: f64| took.get(((took.len().max(1) - 1) as f64 * p).round() as usize).copied().unwrap_or(0.0);
+    (q(0.5), q(0.99))
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -93,13 +100,10 @@ pub fn run(bench: McpBench) -> anyhow::Result<ExitCode> {
             tool.call(args.clone(), &ctx).await.map_err(|e| anyhow::anyhow!("{e}"))?;
             took.push(ms(t.elapsed()));
         }
-        took.sort_by(f64::total_cmp);
-        let q = |p: f64| took[((took.len() - 1) as f64 * p).round() as usize];
+        let (p50, p99) = p50_p99(&mut took);
         println!(
-            "a tool call over stdio (get_current_time, {} calls): p50 {:.3} ms, p99 {:.3} ms — the server's own work included",
+            "a tool call over stdio (get_current_time, {} calls): p50 {p50:.3} ms, p99 {p99:.3} ms — the server's own work included",
             took.len(),
-            q(0.5),
-            q(0.99)
         );
         drop(hub);
 
@@ -145,14 +149,8 @@ pub fn run(bench: McpBench) -> anyhow::Result<ExitCode> {
                     took.push(ms(t.elapsed()));
                 }
             }
-            took.sort_by(f64::total_cmp);
-            let q = |p: f64| took[((took.len() - 1) as f64 * p).round() as usize];
-            println!(
-                "a trivial tool over {how} ({} calls): p50 {:.3} ms, p99 {:.3} ms",
-                took.len(),
-                q(0.5),
-                q(0.99)
-            );
+            let (p50, p99) = p50_p99(&mut took);
+            println!("a trivial tool over {how} ({} calls): p50 {p50:.3} ms, p99 {p99:.3} ms", took.len());
         }
         let _ = http_server.kill();
         let _ = http_server.wait();

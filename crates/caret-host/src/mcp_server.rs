@@ -4,12 +4,11 @@
 //! the ignore files). The tools' schemas come from their argument types.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use rmcp::ErrorData;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig, Tool,
+    ServerConfig,
 };
 use rmcp::service::{MaybeSendFuture, RequestContext, RoleServer};
 use serde::Deserialize;
@@ -107,16 +106,9 @@ impl CaretServer {
     }
 }
 
-/// A tool whose input schema is `T`'s.
-fn tool<T: schemars::JsonSchema>(name: &'static str, description: &'static str) -> Tool {
-    let schema = serde_json::to_value(schemars::schema_for!(T)).unwrap_or_default();
-    let object = schema.as_object().cloned().unwrap_or_default();
-    Tool::new(name, description, Arc::new(object))
-}
-
 impl rmcp::ServerHandler for CaretServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        caret_server::mcp::server_info()
     }
 
     fn list_tools(
@@ -125,12 +117,12 @@ impl rmcp::ServerHandler for CaretServer {
         _context: RequestContext<RoleServer>,
     ) -> impl Future<Output = Result<ListToolsResult, ErrorData>> + MaybeSendFuture + '_ {
         let tools = vec![
-            tool::<SearchArgs>(
+            caret_server::mcp::tool::<SearchArgs>(
                 "codebase_search",
                 "Search the workspace by meaning and by words (Caret's private index of it, kept in step by \
                  `caret sync`): hits with their path, lines and code as it is on disk now.",
             ),
-            tool::<GrepArgs>(
+            caret_server::mcp::tool::<GrepArgs>(
                 "grep",
                 "Search the workspace's files for a regular expression (ignored files left out): matching lines \
                  with their path and line number.",
@@ -144,10 +136,6 @@ impl rmcp::ServerHandler for CaretServer {
         request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        Ok(match self.call(request).await {
-            Ok(result) => result.into(),
-            // A tool's failure is the caller's to read (`isError`), not a protocol error.
-            Err(why) => CallToolResult::error(vec![ContentBlock::text(why)]).into(),
-        })
+        Ok(caret_server::mcp::answer(self.call(request).await))
     }
 }

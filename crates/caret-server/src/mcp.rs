@@ -155,17 +155,30 @@ impl RunsMcp {
     }
 }
 
-/// A tool whose input schema is `T`'s.
-fn tool<T: schemars::JsonSchema>(name: &'static str, description: &'static str) -> Tool {
+/// A tool whose input schema is `T`'s (also for `caret mcp serve`'s tools).
+pub fn tool<T: schemars::JsonSchema>(name: &'static str, description: &'static str) -> Tool {
     let schema = serde_json::to_value(schemars::schema_for!(T)).unwrap_or_default();
     Tool::new(name, description, Arc::new(schema.as_object().cloned().unwrap_or_default()))
 }
 
+/// What a Caret MCP server says of itself: its name and that it has tools.
+pub fn server_info() -> ServerConfig {
+    let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+    info.server_info = rmcp::model::Implementation::new("caret", env!("CARGO_PKG_VERSION"));
+    info
+}
+
+/// A tool's answer: its failure is the caller's to read (`isError`), not a protocol error.
+pub fn answer(outcome: Result<CallToolResult, String>) -> CallToolResponse {
+    match outcome {
+        Ok(result) => result.into(),
+        Err(why) => CallToolResult::error(vec![ContentBlock::text(why)]).into(),
+    }
+}
+
 impl rmcp::ServerHandler for RunsMcp {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
-        info.server_info = rmcp::model::Implementation::new("caret", env!("CARGO_PKG_VERSION"));
-        info
+        server_info()
     }
 
     fn list_tools(
@@ -199,14 +212,9 @@ impl rmcp::ServerHandler for RunsMcp {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let outcome = match tenant(&context) {
+        Ok(answer(match tenant(&context) {
             Ok(t) => self.call(request, t).await,
             Err(e) => Err(e),
-        };
-        Ok(match outcome {
-            Ok(result) => result.into(),
-            // A tool's failure is the caller's to read (`isError`), not a protocol error.
-            Err(why) => CallToolResult::error(vec![ContentBlock::text(why)]).into(),
-        })
+        }))
     }
 }
