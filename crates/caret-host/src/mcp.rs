@@ -305,6 +305,37 @@ pub enum NewServer<'a> {
     },
 }
 
+/// Asks, on `output`, whether to trust each of the project's `untrusted` servers, reading
+/// `y`/`yes` (anything else: no) from `input`; trusts those said yes to (for `root`, under
+/// `home`). The names trusted.
+pub fn ask_trust(
+    home: &std::path::Path,
+    root: &std::path::Path,
+    untrusted: &[ProjectServer],
+    input: &mut dyn std::io::BufRead,
+    output: &mut dyn std::io::Write,
+) -> anyhow::Result<Vec<String>> {
+    let mut trusted = Vec::new();
+    for p in untrusted {
+        let what = if p.remote { "connects to" } else { "runs" };
+        write!(
+            output,
+            "The project declares an MCP server, {} ({}); it {what}: {}\nTrust it for this project and start it? [y/N] ",
+            p.name,
+            p.file,
+            p.command_line.join(" ")
+        )?;
+        output.flush()?;
+        let mut line = String::new();
+        input.read_line(&mut line)?;
+        if matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+            trust(home, root, p)?;
+            trusted.push(p.name.clone());
+        }
+    }
+    Ok(trusted)
+}
+
 /// Adds `[mcp_servers.NAME]` for `server` to the config file at `path` (created when absent),
 /// as text appended to it: the rest of the file — its comments and layout — stays as it was.
 /// Refuses a name already configured or not a bare TOML key, and writes nothing unless the
@@ -398,4 +429,40 @@ fn write_checked(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trust_is_asked_per_server_and_only_yes_trusts() {
+        let home = tempfile::tempdir().unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let server = |name: &str| ProjectServer {
+            name: name.to_owned(),
+            file: ".cursor/mcp.json".into(),
+            command_line: vec!["npx".into(), name.to_owned()],
+            env: BTreeMap::new(),
+            remote: false,
+        };
+        let (a, b, c) = (server("a"), server("b"), server("c"));
+        let mut said = Vec::new();
+        let trusted = ask_trust(
+            home.path(),
+            root.path(),
+            &[a.clone(), b.clone(), c.clone()],
+            &mut &b"y\nno\nYES\n"[..],
+            &mut said,
+        )
+        .unwrap();
+        assert_eq!(trusted, ["a", "c"]);
+        let said = String::from_utf8(said).unwrap();
+        assert!(said.contains("MCP server, b (.cursor/mcp.json); it runs: npx b\nTrust it"), "{said}");
+        assert!(is_trusted(home.path(), root.path(), &a) && !is_trusted(home.path(), root.path(), &b));
+        // No answer at all (end of input) is a no.
+        assert!(
+            ask_trust(home.path(), root.path(), &[server("d")], &mut &b""[..], &mut Vec::new()).unwrap().is_empty()
+        );
+    }
 }

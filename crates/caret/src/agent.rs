@@ -428,7 +428,19 @@ pub fn run(config: &Config, args: AgentArgs) -> anyhow::Result<ExitCode> {
         std::io::stdin().is_terminal() && std::io::stdout().is_terminal(),
         "caret agent needs a terminal; for scripts use `caret exec \"task\"` (JSON-lines events)"
     );
-    let (mut session, id, model, root) = open_session(config, &args.session.options())?;
+    let options = args.session.options();
+    // The project's MCP servers not trusted yet: asked here, once, before the screen is taken.
+    if let Ok(root) = std::fs::canonicalize(&options.path) {
+        let (_, untrusted) = caret_host::mcp::session_servers(&config.mcp_servers, &config.home, &root)?;
+        caret_host::mcp::ask_trust(
+            &config.home,
+            &root,
+            &untrusted,
+            &mut std::io::stdin().lock(),
+            &mut std::io::stderr(),
+        )?;
+    }
+    let (mut session, id, model, root) = open_session(config, &options)?;
     let mut app = App::new(&id, &model, &root.display().to_string());
     app.replay(session.messages());
     runtime()?.block_on(async move {
