@@ -845,19 +845,13 @@ impl Gateway {
                 Err(e) => return Err(last.filter(|_| matches!(e, Error::Shed { .. })).unwrap_or(e)),
             };
             let d = permit.deployment.clone();
-            let own_timeout = Instant::now() + d.limits.attempt_timeout;
-            let limit = own_timeout.min(ctx.deadline);
+            let own = Instant::now() + d.limits.attempt_timeout;
             let attempt_call =
                 tracing::Instrument::instrument(call(d.provider.clone(), d.model.clone()), permit.span.clone());
-            let outcome = tokio::time::timeout_at(limit.into(), attempt_call).await;
-            let err = match outcome {
+            let err = match tokio::time::timeout_at(own.min(ctx.deadline).into(), attempt_call).await {
                 Ok(Ok(value)) => return Ok((value, permit)),
                 Ok(Err(e)) => e,
-                // The caller's budget ran out first: its deadline, not the deployment's fault
-                // (nor a failure against its health).
-                Err(_) if ctx.deadline < own_timeout => {
-                    Error::Deadline(format!("{} had not answered when the request's deadline came", d.name))
-                }
+                Err(_) if ctx.deadline < own => Error::Deadline(format!("the request's, before {} answered", d.name)),
                 Err(_) => Error::Upstream {
                     upstream: d.name.clone(),
                     status: None,
