@@ -137,27 +137,22 @@ async fn connect(server: &Arc<Server>) -> Result<(Running, Vec<rmcp::model::Tool
                 custom.insert(name, value);
             }
             let mut http = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
-            match bearer {
-                Some(Bearer::OAuth(store)) => {
-                    let mut manager = crate::oauth::manager(url, store.clone()).await?;
-                    let ready =
-                        manager.initialize_from_store().await.map_err(|e| format!("reading its OAuth tokens: {e}"))?;
-                    if !ready {
-                        return Err(format!("not logged in: `caret mcp login {}`", config.name));
-                    }
-                    let client = rmcp::transport::AuthClient::new(reqwest13::Client::default(), manager);
-                    let transport = StreamableHttpClientTransport::with_client(client, http);
-                    start(handler, transport, &config.name).await.map_err(|e| format!("{url}: {e}"))?
+            if let Some(Bearer::OAuth(store)) = bearer {
+                let mut manager = crate::oauth::manager(url, store.clone()).await?;
+                let ready =
+                    manager.initialize_from_store().await.map_err(|e| format!("reading its OAuth tokens: {e}"))?;
+                if !ready {
+                    return Err(format!("not logged in: `caret mcp login {}`", config.name));
                 }
-                Some(bearer) => {
+                let client = rmcp::transport::AuthClient::new(reqwest13::Client::default(), manager);
+                let transport = StreamableHttpClientTransport::with_client(client, http);
+                start(handler, transport, &config.name).await.map_err(|e| format!("{url}: {e}"))?
+            } else {
+                if let Some(bearer) = bearer {
                     http = http.auth_header(bearer.token()?);
-                    start(handler, StreamableHttpClientTransport::from_config(http), &config.name)
-                        .await
-                        .map_err(|e| format!("{url}: {e}"))?
                 }
-                None => start(handler, StreamableHttpClientTransport::from_config(http), &config.name)
-                    .await
-                    .map_err(|e| format!("{url}: {e}"))?,
+                let transport = StreamableHttpClientTransport::from_config(http);
+                start(handler, transport, &config.name).await.map_err(|e| format!("{url}: {e}"))?
             }
         }
     };
