@@ -35,6 +35,8 @@ pub struct Outcome {
     pub ok: bool,
     /// What the model reads (on failure: why).
     pub output: String,
+    /// Images the result carries.
+    pub images: Vec<crate::tools::Image>,
     /// How long it ran.
     pub duration: Duration,
 }
@@ -56,27 +58,29 @@ async fn run_one(tools: &Registry, call: &Call, ctx: &Ctx) -> Outcome {
         ok = tracing::field::Empty
     );
     let result = match tools.get(&call.name) {
-        Some(tool) => tracing::Instrument::instrument(tool.call(call.arguments.clone(), ctx), span.clone()).await,
+        Some(tool) => {
+            tracing::Instrument::instrument(tool.call_with_images(call.arguments.clone(), ctx), span.clone()).await
+        }
         None => Err(crate::tools::ToolError::new(format!("there is no tool named {:?}", call.name))),
     };
     span.record("ok", result.is_ok());
-    let (ok, output) = match result {
+    let (ok, output, images) = match result {
         // A project rule for the file the call touched comes with its first result.
-        Ok(mut out) => {
+        Ok((mut out, images)) => {
             if let Some(rules) = call.arguments["path"].as_str().and_then(|p| ctx.attach_rules(p)) {
                 out.push_str(&rules);
             }
-            (true, out)
+            (true, out, images)
         }
         Err(e) => {
             let mut output = format!("error: {e}");
             if ctx.failed_before(format!("{}\0{}\0{output}", call.name, call.arguments)) {
                 output.push_str(REPEATED);
             }
-            (false, output)
+            (false, output, Vec::new())
         }
     };
-    Outcome { id: call.id.clone(), name: call.name.clone(), ok, output, duration: started.elapsed() }
+    Outcome { id: call.id.clone(), name: call.name.clone(), ok, output, images, duration: started.elapsed() }
 }
 
 /// Whether a call only reads (unknown tools count as read-only: they fail without effect).

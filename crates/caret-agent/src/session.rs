@@ -7,7 +7,8 @@ use std::sync::Arc;
 use caret_models::{Event as ModelEvent, EventStream};
 use caret_protocol::agent::{Decision, Event, Op, TurnEnd};
 use caret_protocol::llm::{
-    ChatMessage, ChatRequest, Content, FunctionCall, FunctionDef, Role, StreamOptions, Tool as ToolDef, ToolCall,
+    ChatMessage, ChatRequest, Content, ContentPart, FunctionCall, FunctionDef, Role, StreamOptions, Tool as ToolDef,
+    ToolCall,
 };
 use caret_protocol::runs::CallTokens;
 use futures::StreamExt as _;
@@ -76,6 +77,9 @@ pub struct Session {
     /// The model's context window in tokens: older turns are summarised when the
     /// conversation nears it.
     pub context_window: u32,
+    /// Whether the model takes images in its input: a tool's images are then attached after
+    /// its result (else the result says what they were).
+    pub images: bool,
     /// What the last model call's prompt and answer took, as its provider counted them, and
     /// how many messages that covered: the base of the next estimate.
     counted: Option<(u32, usize)>,
@@ -156,6 +160,7 @@ impl Session {
             turn: 0,
             log: None,
             context_window: 32_768,
+            images: false,
             counted: None,
             usage: (0, 0, 0),
             sampling: (None, None),
@@ -604,9 +609,7 @@ impl Session {
                 }
                 return TurnEnd::Interrupted;
             };
-            for o in &outcomes {
-                self.push(tool_message(&o.id, &o.output));
-            }
+            self.push_results(&outcomes);
             failed = outcomes.iter().any(|o| !o.ok);
         }
         TurnEnd::StepLimit
@@ -788,6 +791,7 @@ impl Session {
             name: c.name.clone(),
             ok: false,
             output: why.to_owned(),
+            images: Vec::new(),
             duration: std::time::Duration::ZERO,
         };
         let on_start = |c: &Call| {
@@ -842,6 +846,35 @@ impl Session {
             })
             .collect();
         Some(outcomes)
+    }
+}
+
+impl Session {
+    /// The calls' results, in order; their images attached after them in one user message
+    /// when the model takes images (a tool message holds text only).
+    fn push_results(&mut self, outcomes: &[Outcome]) {
+        let mut attached = Vec::new();
+        for o in outcomes {
+            let mut text = o.output.clone();
+            if !o.images.is_empty() {
+                let kinds: Vec<&str> = o.images.iter().map(|i| i.mime.as_str()).collect();
+                text.push_str(&if self.images {
+                    format!("\n[{} image(s) ({}) attached below]", o.images.len(), kinds.join(", "))
+                } else {
+                    format!("\n[{} image(s) ({}): this model does not take images]", o.images.len(), kinds.join(", "))
+                });
+                if self.images {
+                    attached.push(ContentPart::text(format!("Images from {} (call {}):", o.name, o.id)));
+                    attached.extend(o.images.iter().map(|i| ContentPart::image(&i.mime, &i.base64)));
+                }
+            }
+            self.push(tool_message(&o.id, &text));
+        }
+        if !attached.is_empty() {
+            let mut message = ChatMessage::text(Role::User, "");
+            message.content = Some(Content::Parts(attached));
+            self.push(message);
+        }
     }
 }
 

@@ -199,6 +199,11 @@ pub trait Tool: Send + Sync {
     fn spec(&self) -> &Spec;
     /// Runs it with the model's arguments.
     async fn call(&self, args: Value, ctx: &Ctx) -> ToolResult;
+    /// Runs it, with the images its result carries beside its text (an MCP server's
+    /// screenshot, say); by default [`Tool::call`]'s text and none.
+    async fn call_with_images(&self, args: Value, ctx: &Ctx) -> ToolResult<(String, Vec<Image>)> {
+        self.call(args, ctx).await.map(|text| (text, Vec::new()))
+    }
     /// Whether its calls need the user's approval first (none: the session's policy decides,
     /// which only looks at terminal commands).
     fn approval(&self) -> Option<ToolApproval> {
@@ -208,6 +213,15 @@ pub trait Tool: Send + Sync {
     fn server(&self) -> Option<&str> {
         None
     }
+}
+
+/// An image a tool's result carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    /// Its type (`image/png`).
+    pub mime: String,
+    /// Its bytes, base64.
+    pub base64: String,
 }
 
 /// What a tool's own settings say of its calls.

@@ -292,6 +292,65 @@ async fn silence_after_a_failed_call_is_asked_once_to_go_on() {
     assert_eq!(third.last().unwrap().role, Role::User);
 }
 
+/// A test double: a tool whose result carries an image (as an MCP server's screenshot does).
+struct Screenshot(caret_agent::tools::Spec);
+
+#[async_trait::async_trait]
+impl caret_agent::tools::Tool for Screenshot {
+    fn spec(&self) -> &caret_agent::tools::Spec {
+        &self.0
+    }
+    async fn call(&self, _args: serde_json::Value, _ctx: &Ctx) -> caret_agent::tools::ToolResult {
+        Ok("the page".to_owned())
+    }
+    async fn call_with_images(
+        &self,
+        _args: serde_json::Value,
+        _ctx: &Ctx,
+    ) -> caret_agent::tools::ToolResult<(String, Vec<caret_agent::tools::Image>)> {
+        let image = caret_agent::tools::Image { mime: "image/png".into(), base64: "iVBORw0KGgo=".into() };
+        Ok(("the page".to_owned(), vec![image]))
+    }
+}
+
+/// A tool's images are attached after its result for a model that takes images, in a user
+/// message of image parts; for one that does not, the result says what they were.
+#[tokio::test]
+async fn a_tools_images_reach_a_model_that_takes_images() {
+    for takes in [true, false] {
+        let dir = TempDir::new();
+        let answers = vec![calls(&[("s1", "screenshot", "{}")]), text("I see the page.")];
+        let model = Arc::new(ScriptedModel { answers: Mutex::new(answers.into()), requests: Mutex::default() });
+        let spec = caret_agent::tools::Spec {
+            name: "screenshot",
+            description: "a picture of the page",
+            parameters: serde_json::json!({"type": "object"}),
+            read_only: true,
+        };
+        let mut tools = Registry::workspace();
+        tools.add(Arc::new(Screenshot(spec)));
+        let mut session = Session::new(model.clone(), "scripted", tools, Arc::new(Ctx::new(dir.path()).unwrap()));
+        session.images = takes;
+        let (events_tx, _events) = mpsc::unbounded_channel();
+        let (_ops_tx, mut ops) = mpsc::unbounded_channel();
+        assert_eq!(session.turn("look at the page", &events_tx, &mut ops).await, TurnEnd::Done);
+        let requests = model.requests.lock().unwrap();
+        let second = &requests[1].messages;
+        let result = second.iter().find(|m| m.role == Role::Tool).unwrap().content_text();
+        let last = second.last().unwrap();
+        if takes {
+            assert_eq!(result, "the page\n[1 image(s) (image/png) attached below]");
+            let Some(caret_protocol::llm::Content::Parts(parts)) = &last.content else { panic!("{last:?}") };
+            assert_eq!((last.role, parts.len()), (Role::User, 2));
+            assert_eq!(parts[0].text.as_deref(), Some("Images from screenshot (call s1):"));
+            assert_eq!(parts[1].image_data(), Some(("image/png", "iVBORw0KGgo=")));
+        } else {
+            assert_eq!(result, "the page\n[1 image(s) (image/png): this model does not take images]");
+            assert_eq!(last.role, Role::Tool, "nothing attached");
+        }
+    }
+}
+
 /// The repository's rules files reach the model: `AGENTS.md` (root first, the nearest last)
 /// in the system prompt, a glob rule with the first result of a call on a matching file,
 /// a described rule through `fetch_rule`; each said once in a `rules_applied` event.

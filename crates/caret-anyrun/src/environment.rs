@@ -10,12 +10,15 @@
 //! hosts = ["pypi.org", "*.pythonhosted.org"] # or only these (80/443 unless a :port is given)
 //! [env]
 //! RUST_BACKTRACE = "1"
+//! [mcp_servers.docs]                         # MCP servers whose tools the agent gets
+//! command = "python3"                        # run in the sandbox, under its network rules
+//! args = ["-m", "docs_server"]
 //! ```
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use caret_protocol::runs::RunEnvironment;
+use caret_protocol::runs::{RunEnvironment, RunMcpServer};
 use serde::Deserialize;
 
 use crate::{Error, Result};
@@ -65,6 +68,8 @@ pub struct EnvironmentFile {
     pub hosts: Vec<String>,
     /// Environment variables.
     pub env: BTreeMap<String, String>,
+    /// MCP servers, by name.
+    pub mcp_servers: BTreeMap<String, RunMcpServer>,
 }
 
 /// What a run prepares, in order: the repository's install steps (skipped when a snapshot of
@@ -86,6 +91,8 @@ pub struct Prepared {
     pub network: bool,
     /// Hosts allowed without the network (both lists).
     pub hosts: Vec<String>,
+    /// MCP servers, by name (the request's win).
+    pub mcp_servers: BTreeMap<String, RunMcpServer>,
 }
 
 /// Reads the repository's file (if any) and merges the request's environment into it.
@@ -119,6 +126,8 @@ pub fn merge(file: EnvironmentFile, request: &RunEnvironment) -> Prepared {
     setup.extend(request.setup.iter().cloned());
     let mut env = file.env;
     env.extend(request.env.clone());
+    let mut mcp_servers = file.mcp_servers;
+    mcp_servers.extend(request.mcp_servers.clone());
     Prepared {
         install: file.install.list(),
         install_inputs: file.install_inputs,
@@ -131,6 +140,7 @@ pub fn merge(file: EnvironmentFile, request: &RunEnvironment) -> Prepared {
             hosts.extend(request.hosts.iter().filter(|h| !hosts.contains(h)).cloned().collect::<Vec<_>>());
             hosts
         },
+        mcp_servers,
     }
 }
 
@@ -141,12 +151,15 @@ mod tests {
     #[test]
     fn the_repository_file_and_the_request_merge_in_order() {
         let file = parse(
-            "install = [\"make deps\", \"make gen\"]\nstart = \"./serve &\"\ntest = \"make test\"\n[env]\nA = \"1\"\nB = \"2\"\n",
+            "install = [\"make deps\", \"make gen\"]\nstart = \"./serve &\"\ntest = \"make test\"\n[env]\nA = \"1\"\nB = \"2\"\n\
+             [mcp_servers.a]\ncommand = \"a-server\"\n[mcp_servers.b]\nurl = \"https://b.example/mcp\"\n",
         )
         .unwrap();
+        let request_b = RunMcpServer { command: Some("b-server".into()), ..RunMcpServer::default() };
         let request = RunEnvironment {
             setup: vec!["echo ready".into()],
             env: BTreeMap::from([("B".into(), "3".into())]),
+            mcp_servers: BTreeMap::from([("b".into(), request_b.clone())]),
             ..RunEnvironment::default()
         };
         assert_eq!(
@@ -159,6 +172,10 @@ mod tests {
                 env: BTreeMap::from([("A".into(), "1".into()), ("B".into(), "3".into())]),
                 network: false,
                 hosts: Vec::new(),
+                mcp_servers: BTreeMap::from([
+                    ("a".into(), RunMcpServer { command: Some("a-server".into()), ..RunMcpServer::default() }),
+                    ("b".into(), request_b),
+                ]),
             }
         );
         let err = parse("instal = \"x\"").unwrap_err().to_string();

@@ -20,6 +20,7 @@ mod checkout;
 mod coordinator;
 pub mod environment;
 pub mod episodes;
+mod mcp;
 pub mod queue;
 pub mod redact;
 pub mod remote;

@@ -96,6 +96,8 @@ pub struct WorkerConfig {
     pub landlock_helper: Option<PathBuf>,
     /// The model's context window (the agent compacts near it).
     pub context_window: u32,
+    /// Model aliases that take images in their input (tools' images are attached for them).
+    pub image_models: Vec<String>,
     /// After a drain is asked for, running attempts get this long before they are handed back.
     pub drain_timeout: Duration,
     /// Prepared environments kept for warm starts (none: every run installs).
@@ -118,6 +120,7 @@ impl WorkerConfig {
             limits: caret_sandbox::Limits::standard(),
             landlock_helper: None,
             context_window: 32_768,
+            image_models: Vec::new(),
             drain_timeout: Duration::from_secs(60),
         }
     }
@@ -745,8 +748,22 @@ async fn run_attempt(
     let model =
         Arc::new(LeaseModel { coord: coord.clone(), lease: lease.lease.clone(), started, first_call: OnceLock::new() });
     let mut session = Session::new(model.clone(), &lease.model, tools, ctx);
+    // The run's MCP servers, started after the environment's steps (a server may need what
+    // they installed); the agent starts with their tools (every attempt of a rollout sees the
+    // same ones), waiting for them at most 30 s.
+    let variables = prepared.env.iter().chain(&lease.secret_values).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let report = {
+        let tx = reporter.tx.clone();
+        move |s| drop(tx.send(RunEvent::Run(s)))
+    };
+    let servers = crate::mcp::start(&repo, &prepared, &variables, sandbox.clone(), report);
+    if let Some(servers) = &servers {
+        servers.hub.settled(crate::mcp::SETTLE).await;
+        session.add_dynamic_tools(servers.hub.clone());
+    }
     session.max_steps = lease.limits.steps.max(1);
     session.context_window = config.context_window;
+    session.images = config.image_models.contains(&lease.model);
     session.policy.approval = Approval::Never;
     session.policy.rules = config.rules.clone();
     if let Some(r) = &lease.rollout {

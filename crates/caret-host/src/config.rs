@@ -256,6 +256,9 @@ pub struct DeploymentSection {
     /// model's); any provider: what the agent keeps its conversation within (default 32768
     /// for remote ones).
     pub context_tokens: Option<u32>,
+    /// Whether the model takes images in its input (tools' images are then attached; default:
+    /// yes for `anthropic`, no otherwise).
+    pub images: Option<bool>,
     /// `local`: llama.cpp threads (default: the cores this process may use).
     pub threads: Option<usize>,
     /// `local`: llama.cpp's flash attention (default off: on a CPU, speculative edits and, with
@@ -807,6 +810,14 @@ impl Config {
                 _ => d.context_tokens.unwrap_or(32_768),
             })
             .min()
+    }
+
+    /// Whether every deployment of a model alias takes images (a failover must too).
+    pub fn takes_images(&self, alias: &str) -> bool {
+        self.models
+            .iter()
+            .find(|m| m.alias == alias)
+            .is_some_and(|m| m.deployments.iter().all(|d| d.images.unwrap_or(d.provider == ProviderKind::Anthropic)))
     }
 
     /// A local language model: a catalog name under `$CARET_HOME/models`, or a path.

@@ -147,6 +147,34 @@ pub fn remote_url(
     }
 }
 
+/// A configured server as a background run takes it (`caret run --mcp NAME`); its
+/// `bearer_token_env` names one of the run's variables or secrets there.
+pub fn run_server(name: &str, s: &McpServerSection) -> anyhow::Result<caret_protocol::runs::RunMcpServer> {
+    anyhow::ensure!(s.command.is_some() != s.url.is_some(), "[mcp_servers.{name}] needs one of `command` and `url`");
+    anyhow::ensure!(s.cwd.is_none(), "[mcp_servers.{name}]: a run's servers run in its checkout (no `cwd`)");
+    let tool_timeout_s = match &s.tool_timeout {
+        Some(t) => Some(
+            crate::units::parse_duration(t).with_context(|| format!("[mcp_servers.{name}] tool_timeout"))?.as_secs(),
+        ),
+        None => None,
+    };
+    Ok(caret_protocol::runs::RunMcpServer {
+        command: s.command.clone(),
+        args: s.args.clone(),
+        env: s.env.clone(),
+        url: s.url.clone(),
+        headers: s.headers.clone(),
+        bearer_token_env: s.bearer_token_env.clone(),
+        tool_timeout_s,
+    })
+}
+
+/// A URL's `host:port`, as an allowed host names it.
+pub fn url_host(url: &str) -> Option<String> {
+    let parsed = reqwest::Url::parse(url).ok()?;
+    Some(format!("{}:{}", parsed.host_str()?, parsed.port_or_known_default()?))
+}
+
 /// A server a project declares.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProjectServer {
@@ -166,41 +194,26 @@ pub struct ProjectServer {
 /// a name both declare). A file that cannot be read as such is skipped with a warning.
 pub fn project_servers(root: &std::path::Path) -> Vec<ProjectServer> {
     let mut out: Vec<ProjectServer> = Vec::new();
-    for file in [".caret/mcp.json", ".cursor/mcp.json"] {
+    for file in caret_mcp::project::FILES {
         let Ok(text) = std::fs::read_to_string(root.join(file)) else { continue };
-        let parsed: serde_json::Value = match serde_json::from_str(&text) {
-            Ok(v) => v,
+        let declared = match caret_mcp::project::parse(file, &text) {
+            Ok(d) => d,
             Err(e) => {
-                tracing::warn!("{file} is not JSON ({e}): its MCP servers are not used");
+                tracing::warn!("{e}: its MCP servers are not used");
                 continue;
             }
         };
-        for (name, s) in parsed["mcpServers"].as_object().into_iter().flatten() {
-            if out.iter().any(|p| &p.name == name) {
+        for (name, d) in declared {
+            if out.iter().any(|p| p.name == name) {
                 continue;
             }
-            let strings = |v: &serde_json::Value| -> BTreeMap<String, String> {
-                v.as_object()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
-                    .collect()
-            };
-            let (command_line, env, remote) = match (s["command"].as_str(), s["url"].as_str()) {
-                (Some(command), _) => {
-                    let mut line = vec![command.to_owned()];
-                    line.extend(
-                        s["args"].as_array().into_iter().flatten().filter_map(|a| a.as_str().map(str::to_owned)),
-                    );
-                    (line, strings(&s["env"]), false)
+            let (command_line, env, remote) = match d {
+                caret_mcp::project::Declared::Stdio { command, args, env } => {
+                    (std::iter::once(command).chain(args).collect(), env, false)
                 }
-                (None, Some(url)) => (vec![url.to_owned()], strings(&s["headers"]), true),
-                (None, None) => {
-                    tracing::warn!("{file}: MCP server {name} has neither `command` nor `url`");
-                    continue;
-                }
+                caret_mcp::project::Declared::Http { url, headers } => (vec![url], headers, true),
             };
-            out.push(ProjectServer { name: name.clone(), file: file.to_owned(), command_line, env, remote });
+            out.push(ProjectServer { name, file: file.to_owned(), command_line, env, remote });
         }
     }
     out

@@ -75,6 +75,7 @@ pub fn worker_config(config: &Config, slots: u32, idle: Option<Duration>, work_d
     if let Some(window) = config.context_window("agent") {
         w.context_window = window;
     }
+    w.image_models = config.models.iter().filter(|m| config.takes_images(&m.alias)).map(|m| m.alias.clone()).collect();
     w
 }
 

@@ -120,6 +120,7 @@ pub fn session_on(
     let mut session = Session::new(Arc::new(GatewayModel(backend)), &model, tools, ctx);
     session.max_steps = args.max_steps.max(1);
     session.context_window = config.context_window(&model).unwrap_or(32_768);
+    session.images = config.takes_images(&model);
     session.policy.rules = config.agent.rules();
     session.policy.approval = args.approval;
     // MCP servers start with the session's first model call, in the background; a project's

@@ -25,7 +25,7 @@ pub(crate) async fn supervise(server: Arc<Server>) {
             State::Starting => Vec::new(),
         };
         match connect(&server).await {
-            Ok((service, tools)) => {
+            Ok((service, tools, _alive)) => {
                 pause = Duration::from_millis(500);
                 let peer = service.peer().clone();
                 let protocol = peer.peer_info().map(|i| i.protocol_version.to_string()).unwrap_or_default();
@@ -117,17 +117,29 @@ async fn listen(server: Weak<Server>, peer: Peer<RoleClient>) {
     }
 }
 
+/// What keeps a launched server's process alive while its connection lasts.
+type Alive = Option<Box<dyn std::any::Any + Send + Sync>>;
+
 /// Starts a server (its process, or its first request), settles the protocol revision and
 /// lists its tools.
-async fn connect(server: &Arc<Server>) -> Result<(Running, Vec<rmcp::model::Tool>), String> {
+async fn connect(server: &Arc<Server>) -> Result<(Running, Vec<rmcp::model::Tool>, Alive), String> {
     let handler = Handler { server: Arc::downgrade(server) };
     let config = &server.config;
-    let service = match &config.transport {
-        Transport::Stdio { command, .. } => {
+    let mut alive: Alive = None;
+    let service = match (&config.transport, &server.place.launcher) {
+        (Transport::Stdio { command, args, env, cwd }, Some(launcher)) => {
+            let launched = launcher.launch(command, args, env, cwd.as_deref()).await?;
+            log_diagnostics(&config.name, launched.diagnostics);
+            alive = Some(launched.alive);
+            start(handler, (launched.output, launched.input), &config.name)
+                .await
+                .map_err(|e| format!("{command}: {e}"))?
+        }
+        (Transport::Stdio { command, .. }, None) => {
             let transport = child(config)?;
             start(handler, transport, &config.name).await.map_err(|e| format!("{command}: {e}"))?
         }
-        Transport::Http { url, headers, bearer } => {
+        (Transport::Http { url, headers, bearer }, _) => {
             // reqwest's TLS takes the process's provider.
             let _ = rustls::crypto::ring::default_provider().install_default();
             let mut custom = std::collections::HashMap::new();
@@ -137,6 +149,12 @@ async fn connect(server: &Arc<Server>) -> Result<(Running, Vec<rmcp::model::Tool
                 custom.insert(name, value);
             }
             let mut http = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
+            let mut client = reqwest13::Client::builder();
+            if let Some(proxy) = &server.place.proxy {
+                client =
+                    client.proxy(reqwest13::Proxy::all(proxy.as_str()).map_err(|e| format!("proxy {proxy}: {e}"))?);
+            }
+            let client = client.build().map_err(|e| format!("an HTTP client: {e}"))?;
             if let Some(Bearer::OAuth(store)) = bearer {
                 let mut manager = crate::oauth::manager(url, store.clone()).await?;
                 let ready =
@@ -144,14 +162,14 @@ async fn connect(server: &Arc<Server>) -> Result<(Running, Vec<rmcp::model::Tool
                 if !ready {
                     return Err(format!("not logged in: `caret mcp login {}`", config.name));
                 }
-                let client = rmcp::transport::AuthClient::new(reqwest13::Client::default(), manager);
+                let client = rmcp::transport::AuthClient::new(client, manager);
                 let transport = StreamableHttpClientTransport::with_client(client, http);
                 start(handler, transport, &config.name).await.map_err(|e| format!("{url}: {e}"))?
             } else {
                 if let Some(bearer) = bearer {
                     http = http.auth_header(bearer.token()?);
                 }
-                let transport = StreamableHttpClientTransport::from_config(http);
+                let transport = StreamableHttpClientTransport::with_client(client, http);
                 start(handler, transport, &config.name).await.map_err(|e| format!("{url}: {e}"))?
             }
         }
@@ -160,7 +178,7 @@ async fn connect(server: &Arc<Server>) -> Result<(Running, Vec<rmcp::model::Tool
         .await
         .map_err(|_| format!("no tool list within {START_TIMEOUT:?}"))?
         .map_err(|e| format!("listing its tools: {e}"))?;
-    Ok((service, tools))
+    Ok((service, tools, alive))
 }
 
 /// The protocol over `transport`: the stateless revision when the server answers
@@ -198,14 +216,19 @@ fn child(config: &ServerConfig) -> Result<TokioChildProcess, String> {
         .spawn()
         .map_err(|e| format!("running {command}: {e}"))?;
     if let Some(stderr) = stderr {
-        let name = config.name.clone();
-        tokio::spawn(async move {
-            use tokio::io::AsyncBufReadExt as _;
-            let mut lines = tokio::io::BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                tracing::debug!(server = %name, "{line}");
-            }
-        });
+        log_diagnostics(&config.name, stderr);
     }
     Ok(transport)
+}
+
+/// A server's standard error, line by line into the debug log, as it comes.
+fn log_diagnostics(name: &str, stderr: impl tokio::io::AsyncRead + Send + Unpin + 'static) {
+    let name = name.to_owned();
+    tokio::spawn(async move {
+        use tokio::io::AsyncBufReadExt as _;
+        let mut lines = tokio::io::BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            tracing::debug!(server = %name, "{line}");
+        }
+    });
 }

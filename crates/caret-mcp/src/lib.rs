@@ -14,15 +14,19 @@
 //! `subscriptions/listen` stream for the stateless revision) is asked for them again, and the
 //! next model call sees the new list.
 //!
+//! Where servers run is the hub's [`Place`]: stdio servers as Caret's own children, or
+//! started by a [`Launcher`] (a background run's sandbox); remote servers reached directly
+//! or through an HTTP proxy (a run's allowed-hosts proxy).
+//!
 //! Never reads configuration files or secrets' stores: the host hands it [`ServerConfig`]s
 //! (a remote server's token included).
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
-use caret_agent::tools::{Ctx, Spec, Tool, ToolApproval, ToolError, ToolResult};
+use caret_agent::tools::{Ctx, Image, Spec, Tool, ToolApproval, ToolError, ToolResult};
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::{Peer, RoleClient};
 use serde_json::Value;
@@ -30,8 +34,13 @@ use serde_json::Value;
 /// Most bytes of a tool's result the model reads.
 pub const MAX_OUTPUT: usize = 64 * 1024;
 
+/// Most images of one result attached for the model (each as the server sent it).
+pub const MAX_IMAGES: usize = 4;
+
 mod connect;
 pub mod oauth;
+pub mod project;
+pub mod sandboxed;
 
 /// Whether a server's (or a tool's) calls run without asking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
@@ -153,6 +162,43 @@ impl Transport {
     }
 }
 
+/// Starts stdio servers somewhere other than as Caret's own children (in a background run's
+/// sandbox, say).
+#[async_trait::async_trait]
+pub trait Launcher: Send + Sync {
+    /// Starts `command` with `args` and `env` (in `cwd`, when given), its standard streams
+    /// piped; the error says why it could not start.
+    async fn launch(
+        &self,
+        command: &str,
+        args: &[String],
+        env: &BTreeMap<String, String>,
+        cwd: Option<&Path>,
+    ) -> Result<Launched, String>;
+}
+
+/// A server a [`Launcher`] started.
+pub struct Launched {
+    /// Its standard input.
+    pub input: Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+    /// Its standard output.
+    pub output: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+    /// Its standard error (read into the debug log).
+    pub diagnostics: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+    /// The process's life: dropped when the connection ends, which stops it.
+    pub alive: Box<dyn std::any::Any + Send + Sync>,
+}
+
+/// Where a hub's servers run.
+#[derive(Clone, Default)]
+pub struct Place {
+    /// Starts stdio servers (none: as Caret's children).
+    pub launcher: Option<Arc<dyn Launcher>>,
+    /// The HTTP proxy remote servers are reached through (`http://127.0.0.1:PORT`; none:
+    /// directly).
+    pub proxy: Option<String>,
+}
+
 /// A server to start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerConfig {
@@ -199,6 +245,7 @@ impl std::fmt::Debug for Hub {
 
 struct Server {
     config: ServerConfig,
+    place: Place,
     state: RwLock<State>,
 }
 
@@ -212,9 +259,14 @@ impl Hub {
     /// A hub for these servers; they start on the Tokio runtime of the first
     /// [`Hub::start`] or [`Hub::tools`] called within one, in the background.
     pub fn new(configs: Vec<ServerConfig>) -> Arc<Hub> {
+        Hub::placed(configs, &Place::default())
+    }
+
+    /// A hub whose servers run at `place`.
+    pub fn placed(configs: Vec<ServerConfig>, place: &Place) -> Arc<Hub> {
         let servers: Vec<Arc<Server>> = configs
             .into_iter()
-            .map(|config| Arc::new(Server { config, state: RwLock::new(State::Starting) }))
+            .map(|config| Arc::new(Server { config, place: place.clone(), state: RwLock::new(State::Starting) }))
             .collect();
         Arc::new(Hub { servers, tasks: Mutex::new(None) })
     }
@@ -371,6 +423,26 @@ impl Tool for McpTool {
     }
 
     async fn call(&self, args: Value, _ctx: &Ctx) -> ToolResult {
+        let value = self.invoke(args).await?;
+        let text = render(&value);
+        if value["isError"].as_bool() == Some(true) {
+            return Err(ToolError::new(text));
+        }
+        Ok(text)
+    }
+
+    async fn call_with_images(&self, args: Value, _ctx: &Ctx) -> ToolResult<(String, Vec<Image>)> {
+        let value = self.invoke(args).await?;
+        if value["isError"].as_bool() == Some(true) {
+            return Err(ToolError::new(render(&value)));
+        }
+        Ok(render_with_images(&value))
+    }
+}
+
+impl McpTool {
+    /// Calls the server's tool; its result as JSON.
+    async fn invoke(&self, args: Value) -> ToolResult<Value> {
         let name = &self.server.config.name;
         let peer = match &*self.server.state.read().unwrap_or_else(PoisonError::into_inner) {
             State::Ready { peer, .. } => peer.clone(),
@@ -397,13 +469,26 @@ impl Tool for McpTool {
             Ok(Err(e)) => return Err(ToolError::new(format!("the MCP server {name} failed the call: {e}"))),
             Ok(Ok(result)) => result,
         };
-        let value = serde_json::to_value(&result).map_err(|e| ToolError::new(format!("reading the result: {e}")))?;
-        let text = render(&value);
-        if value["isError"].as_bool() == Some(true) {
-            return Err(ToolError::new(text));
-        }
-        Ok(text)
+        serde_json::to_value(&result).map_err(|e| ToolError::new(format!("reading the result: {e}")))
     }
+}
+
+/// A result's text as [`render`] makes it, but its images taken out as they are (for a model
+/// that takes images; at most [`MAX_IMAGES`], the rest described).
+pub fn render_with_images(result: &Value) -> (String, Vec<Image>) {
+    let mut images = Vec::new();
+    let mut rest = result.clone();
+    if let Some(blocks) = rest["content"].as_array_mut() {
+        blocks.retain(|b| {
+            let image = b["type"] == "image" && images.len() < MAX_IMAGES;
+            if let (true, Some(mime), Some(data)) = (image, b["mimeType"].as_str(), b["data"].as_str()) {
+                images.push(Image { mime: mime.to_owned(), base64: data.to_owned() });
+                return false;
+            }
+            true
+        });
+    }
+    (render(&rest), images)
 }
 
 /// A call's result as the model reads it: text blocks, resources' text, what images and
@@ -486,6 +571,9 @@ mod tests {
         assert!(text.contains("file:///a.txt:\ninside") && text.contains("structured content:\n{\n  \"n\": 1\n}"));
         let lone = serde_json::json!({"content": [{"type": "text", "text": "12:00"}], "structuredContent": {"result": "12:00"}});
         assert_eq!(render(&lone), "12:00", "a wrapped lone value is not said twice");
+        let (text, images) = render_with_images(&r);
+        assert_eq!(images, vec![Image { mime: "image/png".into(), base64: "aGVsbG8=".into() }]);
+        assert!(text.starts_with("hello\nfile:///a.txt:\ninside"), "the image is attached, not described: {text}");
         let big = serde_json::json!({"content": [{"type": "text", "text": "é".repeat(MAX_OUTPUT)}]});
         let text = render(&big);
         assert!(text.len() < MAX_OUTPUT + 100 && text.ends_with("are shown]"), "{}", text.len());

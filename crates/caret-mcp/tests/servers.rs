@@ -1,7 +1,6 @@
-//! The hub against real MCP servers: `mcp-server-time` from PyPI over stdio; a probe server
-//! written with the official Python SDK (`mcp` from PyPI, `MCPServer`, which speaks the
-//! stateless `2026-07-28` revision) whose tools echo structured content, fail, hang, crash
-//! the process and add a tool, over stdio and over Streamable HTTP behind a bearer token; and
+//! The hub against real MCP servers: `mcp-server-time` from PyPI over stdio; the probe server
+//! of [`caret_test_support::mcp`] (the official Python SDK) over stdio and over Streamable
+//! HTTP behind a bearer token; and
 //! `@modelcontextprotocol/server-everything` from npm (the TypeScript SDK's session-based
 //! revision) over stdio and Streamable HTTP. The Python comes from `CARET_TEST_MCP_PYTHON`
 //! (default `python3`) with `mcp-server-time` installed, the npm package from
@@ -14,77 +13,9 @@ use std::time::Duration;
 
 use caret_agent::tools::{Ctx, Tool, ToolApproval};
 use caret_mcp::{Approval, Bearer, Hub, ServerConfig, Status, ToolSettings, Transport};
+use caret_test_support::mcp::{PROBE, python};
 use caret_test_support::{ChildGuard, TempDir};
 use serde_json::json;
-
-const PROBE: &str = r#"
-import asyncio, os, sys
-from mcp.server.mcpserver import Context, MCPServer
-
-server = MCPServer("probe")
-
-@server.tool()
-def echo(text: str) -> dict:
-    """Echo a text back with its length."""
-    return {"text": text, "length": len(text)}
-
-@server.tool()
-async def sleep(seconds: float) -> str:
-    """Sleep for a while."""
-    await asyncio.sleep(seconds)
-    return "slept"
-
-@server.tool()
-def fail(why: str) -> str:
-    """Always fails."""
-    raise ValueError(why)
-
-@server.tool()
-def crash() -> str:
-    """Ends the server's process."""
-    os._exit(3)
-
-@server.tool()
-async def grow(ctx: Context) -> str:
-    """Adds a tool named extra."""
-    server.add_tool(lambda: "extra!", name="extra", description="Added while running.")
-    await ctx.notify_tools_changed()
-    return "grown"
-
-if sys.argv[1:2] == ["http"]:
-    # Streamable HTTP on this port, for requests with this bearer token and X-Team: caret.
-    import uvicorn
-    port, token = int(sys.argv[2]), sys.argv[3]
-    inner = server.streamable_http_app()
-    async def app(scope, receive, send):
-        if scope["type"] == "http":
-            headers = dict(scope["headers"])
-            if headers.get(b"authorization") != f"Bearer {token}".encode() or headers.get(b"x-team") != b"caret":
-                await send({"type": "http.response.start", "status": 401,
-                            "headers": [(b"www-authenticate", b'Bearer realm="probe"')]})
-                await send({"type": "http.response.body", "body": b"who are you?"})
-                return
-        await inner(scope, receive, send)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
-else:
-    server.run()
-"#;
-
-/// The Python with the MCP packages, or `None` (said as a skip).
-fn python() -> Option<String> {
-    let python = std::env::var("CARET_TEST_MCP_PYTHON").unwrap_or_else(|_| "python3".to_owned());
-    let ok = std::process::Command::new(&python)
-        .args(["-c", "import mcp_server_time, mcp.server.mcpserver"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        caret_test_support::skip(
-            "mcp-server-time is not installed (pip install mcp-server-time; CARET_TEST_MCP_PYTHON)",
-        );
-        return None;
-    }
-    Some(python)
-}
 
 fn server(name: &str, python: &str, args: &[&str]) -> ServerConfig {
     ServerConfig {
@@ -138,7 +69,7 @@ async fn structured_results_errors_timeouts_and_crashes() {
     let hub = Hub::new(vec![probe]);
     hub.settled(Duration::from_secs(60)).await;
     let tools = hub.tools();
-    assert_eq!(tools.len(), 5, "{:?}", hub.status());
+    assert_eq!(tools.len(), 6, "{:?}", hub.status());
     assert_eq!(find(&tools, "mcp__probe__echo").approval(), Some(ToolApproval::Ask));
     assert_eq!(find(&tools, "mcp__probe__fail").approval(), Some(ToolApproval::Never));
 
@@ -223,7 +154,7 @@ async fn a_remote_server_over_streamable_http_with_a_bearer_token_and_headers() 
     hub.settled(Duration::from_secs(60)).await;
     let status = hub.status();
     match &status[0].1 {
-        Status::Ready { tools: 5, protocol } => assert_eq!(protocol, "2026-07-28"),
+        Status::Ready { tools: 6, protocol } => assert_eq!(protocol, "2026-07-28"),
         other => panic!("{other:?}"),
     }
     match &status[1].1 {
@@ -237,6 +168,35 @@ async fn a_remote_server_over_streamable_http_with_a_bearer_token_and_headers() 
     let tools = hub.tools();
     let echoed = find(&tools, "mcp__probe__echo").call(json!({"text": "over http"}), &ctx).await.unwrap();
     assert!(echoed.contains("\"length\": 9"), "{echoed}");
+
+    // Through an allowed-hosts proxy (a background run's): the same server answers; a proxy
+    // that does not allow its host stops it.
+    let proxied = |allowed: &str| {
+        let socket = dir.join(format!("proxy-{}.sock", allowed.len()));
+        let list = caret_sandbox::netproxy::AllowList::parse(&[allowed]).unwrap();
+        let proxy = caret_sandbox::netproxy::Proxy::start(&socket, list).unwrap();
+        let entrance = caret_sandbox::netproxy::Entrance::open(&proxy).unwrap();
+        (proxy, entrance)
+    };
+    let (open, open_door) = proxied(&format!("127.0.0.1:{port}"));
+    let (_closed, closed_door) = proxied("example.com");
+    let through = |door: &caret_sandbox::netproxy::Entrance| {
+        let good = remote(
+            "probe",
+            format!("http://127.0.0.1:{port}/mcp"),
+            &[("X-Team", "caret")],
+            Some(Bearer::Env("PATH".into())),
+        );
+        Hub::placed(vec![good], &caret_mcp::Place { launcher: None, proxy: Some(door.url()) })
+    };
+    let (allowed, refused) = (through(&open_door), through(&closed_door));
+    allowed.settled(Duration::from_secs(60)).await;
+    refused.settled(Duration::from_secs(60)).await;
+    assert!(matches!(allowed.status()[0].1, Status::Ready { tools: 6, .. }), "{:?}", allowed.status());
+    assert!(matches!(&refused.status()[0].1, Status::Down(_)), "{:?}", refused.status());
+    let echoed = find(&allowed.tools(), "mcp__probe__echo").call(json!({"text": "proxied"}), &ctx).await.unwrap();
+    assert!(echoed.contains("proxied"), "{echoed}");
+    assert!(open.counters().allowed.load(std::sync::atomic::Ordering::Relaxed) >= 1);
     // Calls go in parallel over one connection.
     let slow = find(&tools, "mcp__probe__sleep");
     let started = std::time::Instant::now();
@@ -299,6 +259,14 @@ async fn the_everything_server_over_stdio_and_streamable_http() {
         assert!(sum.contains("42"), "{sum}");
         let image = find(&tools, &format!("{prefix}get-tiny-image")).call(json!({}), &ctx).await.unwrap();
         assert!(image.contains("[image (image/png"), "{image}");
+        // For a model that takes images, the image itself (a real PNG), not its description.
+        let (text, images) =
+            find(&tools, &format!("{prefix}get-tiny-image")).call_with_images(json!({}), &ctx).await.unwrap();
+        assert!(!text.contains("[image (") && images.len() == 1, "{text} {images:?}");
+        assert_eq!(images[0].mime, "image/png");
+        use base64::Engine as _;
+        let png = base64::engine::general_purpose::STANDARD.decode(&images[0].base64).unwrap();
+        assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{:?}", &png[..8]);
         let structured = find(&tools, &format!("{prefix}get-structured-content"))
             .call(json!({"location": "New York"}), &ctx)
             .await

@@ -43,6 +43,25 @@ impl AnthropicProvider {
     }
 }
 
+/// A user message's blocks: its text, and its images (`data:` URLs) as base64 image blocks
+/// (links as URL images).
+fn user_blocks(m: &caret_protocol::llm::ChatMessage) -> Vec<Value> {
+    let Some(caret_protocol::llm::Content::Parts(parts)) = &m.content else {
+        return vec![json!({"type": "text", "text": m.content_text()})];
+    };
+    parts
+        .iter()
+        .filter_map(|p| match (&p.text, p.image_data(), &p.image_url) {
+            (Some(text), _, _) => Some(json!({"type": "text", "text": text})),
+            (None, Some((mime, data)), _) => {
+                Some(json!({"type": "image", "source": {"type": "base64", "media_type": mime, "data": data}}))
+            }
+            (None, None, Some(link)) => Some(json!({"type": "image", "source": {"type": "url", "url": link.url}})),
+            (None, None, None) => None,
+        })
+        .collect()
+}
+
 /// The Messages request for an OpenAI-shaped chat request.
 pub fn messages_body(req: &ChatRequest) -> Result<Value> {
     let mut system: Vec<String> = Vec::new();
@@ -53,7 +72,7 @@ pub fn messages_body(req: &ChatRequest) -> Result<Value> {
                 system.push(m.content_text());
                 continue;
             }
-            Role::User => ("user", vec![json!({"type": "text", "text": m.content_text()})]),
+            Role::User => ("user", user_blocks(m)),
             Role::Tool => {
                 let id = m
                     .tool_call_id
@@ -271,6 +290,27 @@ mod tests {
         assert_eq!(msgs.len(), 3, "the two tool results share one user turn: {body}");
         assert_eq!(msgs[1]["content"][1]["input"], json!({"city": "Bergen"}));
         assert_eq!(msgs[2]["content"][1], json!({"type": "tool_result", "tool_use_id": "t2", "content": "4C"}));
+        // Images after tool results (a tool's attachments) go in the same user turn.
+        let with_image: ChatRequest = serde_json::from_value(json!({
+            "model": "m",
+            "messages": [
+                {"role": "user", "content": "look"},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "t1", "type": "function", "function": {"name": "shot", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "t1", "content": "[1 image below]"},
+                {"role": "user", "content": [{"type": "text", "text": "from shot:"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0="}}]}]
+        }))
+        .unwrap();
+        let body = messages_body(&with_image).unwrap();
+        assert_eq!(
+            body["messages"][2]["content"],
+            json!([
+                {"type": "tool_result", "tool_use_id": "t1", "content": "[1 image below]"},
+                {"type": "text", "text": "from shot:"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0="}},
+            ])
+        );
 
         let mut r = Reading::default();
         let mut got = Vec::new();

@@ -55,6 +55,39 @@ pub struct ContentPart {
     /// The text of a text part.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
+    /// The image of an `image_url` part.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_url: Option<ImageUrl>,
+}
+
+/// An image in a message: a `data:` URL (`data:image/png;base64,…`) or a link.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ImageUrl {
+    /// Where it is.
+    pub url: String,
+}
+
+impl ContentPart {
+    /// A text part.
+    pub fn text(text: impl Into<String>) -> ContentPart {
+        ContentPart { kind: "text".into(), text: Some(text.into()), image_url: None }
+    }
+
+    /// An image part from its type (`image/png`) and base64 bytes.
+    pub fn image(mime: &str, base64: &str) -> ContentPart {
+        ContentPart {
+            kind: "image_url".into(),
+            text: None,
+            image_url: Some(ImageUrl { url: format!("data:{mime};base64,{base64}") }),
+        }
+    }
+
+    /// An image part's type and base64 bytes, when it holds a `data:` URL.
+    pub fn image_data(&self) -> Option<(&str, &str)> {
+        let url = self.image_url.as_ref()?.url.strip_prefix("data:")?;
+        let (mime, data) = url.split_once(";base64,")?;
+        Some((mime, data))
+    }
 }
 
 /// A message of a conversation.

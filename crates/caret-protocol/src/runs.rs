@@ -113,6 +113,40 @@ pub struct RunEnvironment {
     /// one, ports 80 and 443).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<String>,
+    /// MCP servers whose tools the agent gets, by name (besides those of the repository's
+    /// `.caret/environment.toml`, `.caret/mcp.json` and `.cursor/mcp.json`; a name here wins).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub mcp_servers: BTreeMap<String, RunMcpServer>,
+}
+
+/// An MCP server of a run: a program run in the run's sandbox, under its network rules
+/// (`command`), or a remote server reached through the run's allowed hosts (`url`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunMcpServer {
+    /// The program of a server spoken to over stdio, run in the checkout.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// Its arguments.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Its environment, besides the run's.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// A remote server's URL (Streamable HTTP); its host must be allowed (`hosts`, or
+    /// `network`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Headers sent to a remote server with every request.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// The run's variable (one of its `env` or `secrets`) holding a remote server's bearer
+    /// token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bearer_token_env: Option<String>,
+    /// How long a call may take, seconds (default 60).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_timeout_s: Option<u64>,
 }
 
 /// `POST /v1/runs`.
@@ -419,6 +453,16 @@ pub enum RunStatus {
         files: u32,
         /// Whether the conversation was picked up too.
         conversation: bool,
+    },
+    /// An MCP server of the run answered, or did not: `status` says how (`ready (2 tools,
+    /// MCP 2026-07-28)`, or why its tools are missing).
+    McpServer {
+        /// Its name.
+        name: String,
+        /// Whether its tools are offered.
+        ready: bool,
+        /// What happened, in words.
+        status: String,
     },
     /// The run's attempt gave up for a reason outside the agent (a worker lost, say); another
     /// attempt follows if any are left.

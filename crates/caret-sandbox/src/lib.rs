@@ -137,6 +137,54 @@ pub trait Sandbox: Send + Sync {
     async fn usage(&self) -> Option<usage::Usage> {
         None
     }
+    /// Starts a long-lived command (a stdio MCP server, say) with its standard streams piped,
+    /// under the same isolation as [`Sandbox::run`]; its timeout and output limit do not
+    /// apply. It lives until the [`Process`] is dropped.
+    async fn spawn(&self, spec: &Spec) -> Result<Process> {
+        let _ = spec;
+        Err(Error::Unavailable(format!("the {} sandbox runs commands to their end only", self.name())))
+    }
+}
+
+/// A command started with [`Sandbox::spawn`]; it, and all it started, is killed when this is
+/// dropped.
+#[derive(Debug)]
+pub struct Process {
+    /// Its standard input.
+    pub stdin: tokio::process::ChildStdin,
+    /// Its standard output.
+    pub stdout: tokio::process::ChildStdout,
+    /// Its standard error.
+    pub stderr: tokio::process::ChildStderr,
+    /// The process itself: dropping this kills it.
+    pub alive: Alive,
+}
+
+/// A spawned command's life: dropped, it is killed (with all it started).
+#[derive(Debug)]
+pub struct Alive {
+    child: tokio::process::Child,
+    /// Its cgroups, removed once it is gone.
+    _group: Option<limits::Group>,
+    /// The seccomp program's file, read at its start.
+    _seccomp: Option<TempFile>,
+}
+
+impl Alive {
+    /// Whether it is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+/// A file removed when dropped.
+#[derive(Debug)]
+struct TempFile(PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// What a sandbox allows.
@@ -380,6 +428,11 @@ impl Bwrap {
     /// cover earlier ones: the system read-only first, then the empty directories, then the
     /// workspace (which may lie in one of them).
     fn arguments(&self, cwd: &Path, env: &[(String, String)]) -> Vec<String> {
+        self.arguments_reading_seccomp_from(cwd, env, 0)
+    }
+
+    /// [`Bwrap::arguments`] with the seccomp program read from descriptor `fd`.
+    fn arguments_reading_seccomp_from(&self, cwd: &Path, env: &[(String, String)], fd: u8) -> Vec<String> {
         let mut a: Vec<String> = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
             .iter()
             .map(|s| (*s).to_owned())
@@ -409,8 +462,9 @@ impl Bwrap {
                 .map(str::to_owned),
         );
         if self.seccomp.is_some() {
-            // The program comes on bwrap's standard input (the command's is then at its end).
-            a.extend(["--seccomp".to_owned(), "0".to_owned()]);
+            // The program comes on bwrap's standard input (the command's is then at its end),
+            // or, for a command that reads its input, on another descriptor.
+            a.extend(["--seccomp".to_owned(), fd.to_string()]);
         }
         if self.policy.network {
             a.push("--share-net".to_owned());
@@ -558,4 +612,44 @@ impl Sandbox for Bwrap {
         let done = finish(child, spec, async {}).await?;
         Ok(done.output(group.as_ref().is_some_and(limits::Group::oom_killed), started))
     }
+
+    async fn spawn(&self, spec: &Spec) -> Result<Process> {
+        let cwd = working_directory(&self.policy, spec)?;
+        // Its input is its own: the seccomp program comes from a file on descriptor 3,
+        // opened by the shell that becomes bwrap.
+        let mut args = self.arguments_reading_seccomp_from(&cwd, &spec.env, 3);
+        args.extend(self.command(&["bash".to_owned(), "-c".to_owned(), spec.command.clone()]));
+        let seccomp = match &self.seccomp {
+            Some(program) => {
+                let n = SECCOMP_FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let path = std::env::temp_dir().join(format!("caret-seccomp-{}-{n}.bpf", std::process::id()));
+                tokio::fs::write(&path, program.as_slice()).await?;
+                Some(TempFile(path))
+            }
+            None => None,
+        };
+        let group = if self.unlimited.is_none() { new_group(&self.policy.limits).ok() } else { None };
+        let procs = group.as_ref().map(limits::Group::procs).unwrap_or_default();
+        let mut command = tokio::process::Command::new("/bin/sh");
+        match &seccomp {
+            Some(file) => command.args(["-c", &format!("exec 3<\"$1\"; shift; {JOIN}"), "caret-sandbox"]).arg(&file.0),
+            None => command.args(["-c", JOIN, "caret-sandbox"]),
+        };
+        command.args(&procs).arg("--").arg(&self.program);
+        let mut child = command
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+        let (Some(stdin), Some(stdout), Some(stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(Error::Unavailable("no pipes to the command".into()));
+        };
+        Ok(Process { stdin, stdout, stderr, alive: Alive { child, _group: group, _seccomp: seccomp } })
+    }
 }
+
+/// Names seccomp program files apart.
+static SECCOMP_FILES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

@@ -200,6 +200,48 @@ impl Proxy {
     }
 }
 
+/// A loopback TCP port in front of a [`Proxy`]'s socket, for clients on the host side that
+/// speak to proxies over TCP only (the worker's own connections for a run, such as its remote
+/// MCP servers): the same list, the same checks. Closed when dropped.
+#[derive(Debug)]
+pub struct Entrance {
+    address: SocketAddr,
+    stop: Arc<AtomicBool>,
+}
+
+impl Entrance {
+    /// Listens on a free port of 127.0.0.1 and passes each connection to `proxy`.
+    pub fn open(proxy: &Proxy) -> std::io::Result<Entrance> {
+        let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+        let address = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (stop_bg, socket) = (stop.clone(), proxy.socket.clone());
+        std::thread::Builder::new().name("caret-netproxy-entrance".into()).spawn(move || {
+            for conn in listener.incoming() {
+                if stop_bg.load(Ordering::Acquire) {
+                    return;
+                }
+                let (Ok(conn), Ok(inner)) = (conn, UnixStream::connect(&socket)) else { continue };
+                let _ =
+                    std::thread::Builder::new().name("caret-netproxy-conn".into()).spawn(move || splice(conn, inner));
+            }
+        })?;
+        Ok(Entrance { address, stop })
+    }
+
+    /// The proxy's URL for HTTP clients (`http://127.0.0.1:PORT`).
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+}
+
+impl Drop for Entrance {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        let _ = TcpStream::connect(self.address);
+    }
+}
+
 impl Drop for Proxy {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
@@ -274,8 +316,9 @@ fn serve(conn: UnixStream, allow: &AllowList, counters: &Counters) {
             return;
         }
     } else {
-        // The request goes on as it came (servers take absolute-form targets).
-        if up.write_all(&head).is_err() {
+        // The request goes on in origin form (not every server takes absolute-form targets),
+        // one request per connection: later ones on it would be absolute-form again.
+        if up.write_all(origin_form(&text).as_bytes()).is_err() {
             return;
         }
     }
@@ -352,6 +395,31 @@ fn split_authority(authority: &str, default: u16) -> Option<(String, u16)> {
 }
 
 /// The host and port of an absolute-form target (`http://host[:port]/path`).
+/// A plain-HTTP proxy request's head as its server takes it: `GET /path HTTP/1.1` (from `GET
+/// http://host/path HTTP/1.1`), hop-by-hop and proxy headers dropped, `Connection: close`.
+fn origin_form(head: &str) -> String {
+    let mut lines = head.split("\r\n").flat_map(|l| l.split('\n'));
+    let first = lines.next().unwrap_or_default();
+    let mut parts = first.splitn(3, ' ');
+    let (method, target, version) =
+        (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let after_scheme = target.split_once("://").map_or(target, |(_, rest)| rest);
+    let path = after_scheme.find(['/', '?']).map_or("/".to_owned(), |i| {
+        let p = &after_scheme[i..];
+        if p.starts_with('?') { format!("/{p}") } else { p.to_owned() }
+    });
+    let mut out = format!("{method} {path} {version}\r\n");
+    for line in lines.filter(|l| !l.is_empty()) {
+        let name = line.split(':').next().unwrap_or_default().trim().to_ascii_lowercase();
+        if !matches!(name.as_str(), "connection" | "proxy-connection" | "keep-alive" | "proxy-authorization") {
+            out.push_str(line);
+            out.push_str("\r\n");
+        }
+    }
+    out.push_str("Connection: close\r\n\r\n");
+    out
+}
+
 fn absolute_target(target: &str) -> Option<(String, u16)> {
     let rest = target.strip_prefix("http://").or_else(|| target.strip_prefix("HTTP://"))?;
     let authority = rest.split(['/', '?', '#']).next()?;
@@ -398,7 +466,44 @@ mod tests {
         assert_eq!(absolute_target("http://example.com/a?b"), Some(("example.com".into(), 80)));
         assert_eq!(absolute_target("http://example.com:8080"), Some(("example.com".into(), 8080)));
         assert_eq!(absolute_target("/relative"), None);
+        assert_eq!(
+            origin_form(
+                "POST http://a.example:8080/mcp?x=1 HTTP/1.1\r\nHost: a.example:8080\r\nProxy-Connection: keep-alive\r\nConnection: keep-alive\r\nX-Team: caret\r\n\r\n"
+            ),
+            "POST /mcp?x=1 HTTP/1.1\r\nHost: a.example:8080\r\nX-Team: caret\r\nConnection: close\r\n\r\n"
+        );
+        assert_eq!(origin_form("GET http://a.example HTTP/1.0\n\n"), "GET / HTTP/1.0\r\nConnection: close\r\n\r\n");
         assert!(internal("127.0.0.1".parse().unwrap()) && internal("169.254.169.254".parse().unwrap()));
         assert!(internal("::ffff:127.0.0.1".parse().unwrap()) && !internal("140.82.112.3".parse().unwrap()));
+    }
+
+    #[test]
+    fn the_entrance_takes_tcp_clients_to_the_same_list() {
+        // A server that answers one line.
+        let server = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let port = server.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for mut c in server.incoming().flatten() {
+                let _ = c.write_all(b"hello from upstream\n");
+            }
+        });
+        let dir = std::env::temp_dir().join(format!("caret-entrance-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let proxy = Proxy::start(&dir.join("p.sock"), list(&[&format!("127.0.0.1:{port}")])).unwrap();
+        let entrance = Entrance::open(&proxy).unwrap();
+        let ask = |target: &str| {
+            let mut c = TcpStream::connect(entrance.url().trim_start_matches("http://")).unwrap();
+            c.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes()).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut got = String::new();
+            let _ = c.read_to_string(&mut got);
+            got
+        };
+        let allowed = ask(&format!("127.0.0.1:{port}"));
+        assert!(allowed.starts_with("HTTP/1.1 200") && allowed.ends_with("hello from upstream\n"), "{allowed}");
+        let refused = ask("127.0.0.2:80");
+        assert!(refused.starts_with("HTTP/1.1 403") && refused.contains("not among"), "{refused}");
+        assert_eq!(proxy.counters().refused.load(Ordering::Relaxed), 1);
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -119,6 +119,32 @@ async fn exposed_toolchains_are_read_only_and_their_neighbours_stay_hidden() {
 }
 
 #[tokio::test]
+async fn a_spawned_process_talks_on_its_pipes_under_the_same_fences_and_dies_when_dropped() {
+    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+    let (b, s) = sandbox(false);
+    let script = format!(
+        "grep Seccomp: /proc/self/status; echo x > {}/escaped 2>&1 || echo fenced; \
+         while read line; do echo \"got $line\"; done",
+        s.outside.path().display()
+    );
+    let mut p = b.spawn(&spec(&script, &s)).await.unwrap();
+    let mut lines = tokio::io::BufReader::new(p.stdout).lines();
+    let mut next = async || tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await.unwrap().unwrap();
+    assert_eq!(next().await.as_deref(), Some("Seccomp:\t2"), "the filter is installed, read from its own descriptor");
+    assert_eq!(next().await.as_deref(), Some("fenced"));
+    p.stdin.write_all(b"one\ntwo\n").await.unwrap();
+    assert_eq!(next().await.as_deref(), Some("got one"));
+    assert_eq!(next().await.as_deref(), Some("got two"));
+    assert!(!s.outside.join("escaped").exists());
+    // Dropped: killed, and the pipe ends though its input is still open.
+    let mut alive = p.alive;
+    assert!(alive.running());
+    drop(alive);
+    assert_eq!(next().await, None);
+    drop(p.stdin);
+}
+
+#[tokio::test]
 async fn system_calls_a_command_never_needs_are_refused() {
     let (b, s) = sandbox(false);
     let out = b.run(&spec("grep Seccomp: /proc/self/status; unshare -U true; echo unshare=$?", &s)).await.unwrap();

@@ -33,6 +33,11 @@ pub struct AgentSettings {
     pub idle_timeout: Duration,
     /// The Landlock helper for sandboxed commands (see `caret_sandbox::landlock`); none: none.
     pub landlock_helper: Option<PathBuf>,
+    /// MCP servers of each workspace's sessions, by workspace name (stdio ones run in the
+    /// session's sandbox).
+    pub mcp_servers: BTreeMap<String, Vec<caret_mcp::ServerConfig>>,
+    /// Model aliases that take images in their input.
+    pub image_models: Vec<String>,
 }
 
 impl Default for AgentSettings {
@@ -44,6 +49,8 @@ impl Default for AgentSettings {
             max_sessions_per_tenant: 4,
             idle_timeout: Duration::from_secs(3600),
             landlock_helper: None,
+            mcp_servers: BTreeMap::new(),
+            image_models: Vec::new(),
         }
     }
 }
@@ -128,6 +135,7 @@ impl AgentHost {
         let sandbox = tokio::task::spawn_blocking(move || caret_sandbox::Bwrap::new(policy))
             .await
             .map_err(|e| Error::Unavailable(e.to_string()))?;
+        let mut launcher: Option<Arc<dyn caret_mcp::Launcher>> = None;
         match sandbox {
             Ok(sandbox) => {
                 if let Some(why) = sandbox.landlock_unavailable() {
@@ -135,12 +143,21 @@ impl AgentHost {
                 }
                 let sandbox: Arc<dyn caret_sandbox::Sandbox> = Arc::new(sandbox);
                 tools.add(Arc::new(caret_agent::tools::terminal::RunTerminalCmd::new(sandbox.clone())));
-                tools.add(Arc::new(caret_agent::tools::lints::ReadLints::new(sandbox)));
+                tools.add(Arc::new(caret_agent::tools::lints::ReadLints::new(sandbox.clone())));
+                launcher = Some(Arc::new(caret_mcp::sandboxed::SandboxLauncher::new(sandbox, &ctx.root)));
             }
             Err(e) => tracing::warn!("agent sessions run without run_terminal_cmd and read_lints: {e}"),
         }
         let client = Arc::new(GatewayModel { gateway, tenant: tenant.clone() });
         let mut session = Session::new(client, &model, tools, ctx);
+        session.images = self.settings.image_models.contains(&model);
+        // The workspace's MCP servers, started alongside the first model call; stdio ones in
+        // the session's sandbox (none without one).
+        if let Some(servers) = self.settings.mcp_servers.get(&req.workspace).filter(|s| !s.is_empty()) {
+            let stdio = |c: &caret_mcp::ServerConfig| matches!(c.transport, caret_mcp::Transport::Stdio { .. });
+            let usable = servers.iter().filter(|c| launcher.is_some() || !stdio(c)).cloned().collect();
+            session.add_dynamic_tools(caret_mcp::Hub::placed(usable, &caret_mcp::Place { launcher, proxy: None }));
+        }
         session.policy.approval = approval;
         session.policy.rules = self.settings.rules.clone();
         session.max_steps = req.max_steps.unwrap_or(25).clamp(1, 200);

@@ -9,6 +9,7 @@
 
 pub mod database;
 pub mod faulty;
+pub mod mcp;
 pub mod models;
 pub mod otlp;
 pub mod proxy;

@@ -82,6 +82,11 @@ pub struct RunArgs {
     /// *.example.com, an address; 80/443 unless a :port is given.
     #[arg(long = "allow-host")]
     allow_host: Vec<String>,
+    /// An MCP server of the config (`[mcp_servers.NAME]`) whose tools the run's agent gets
+    /// (repeatable): a stdio one runs in the sandbox; a remote one's host is allowed, and its
+    /// `bearer_token_env` must name one of the run's --secret.
+    #[arg(long = "mcp", value_name = "NAME")]
+    mcp: Vec<String>,
     /// Wall time of an attempt (e.g. 30m).
     #[arg(long, default_value = "30m")]
     wall_time: String,
@@ -244,6 +249,16 @@ pub fn run(config: &Config, args: RunArgs) -> anyhow::Result<ExitCode> {
         Some(url) => RepoSource::Git { url: url.clone(), git_ref: args.git_ref.clone() },
         None => bundle_checkout(&args.path)?,
     };
+    let mut hosts = args.allow_host.clone();
+    let mut mcp_servers = std::collections::BTreeMap::new();
+    for name in &args.mcp {
+        let section = config.mcp_servers.get(name).with_context(|| format!("--mcp {name}: no [mcp_servers.{name}]"))?;
+        let server = caret_host::mcp::run_server(name, section)?;
+        if let Some(host) = server.url.as_deref().and_then(caret_host::mcp::url_host) {
+            hosts.extend((!hosts.contains(&host)).then_some(host));
+        }
+        mcp_servers.insert(name.clone(), server);
+    }
     let req = CreateRun {
         repo,
         task: args.task.clone(),
@@ -260,8 +275,9 @@ pub fn run(config: &Config, args: RunArgs) -> anyhow::Result<ExitCode> {
             secrets: args.secret.clone(),
             test: args.test.clone(),
             network: args.network,
-            hosts: args.allow_host.clone(),
+            hosts,
             test_timeout_s: None,
+            mcp_servers,
         },
         class: args.class,
         push: None,
@@ -355,6 +371,7 @@ fn print_event(e: &NumberedEvent, json: bool) {
             format!("── continuing from the last checkpoint ({files} changed files{talk})")
         }
         RunEvent::Run(RunStatus::AttemptLost { attempt, reason }) => format!("── attempt {attempt} lost: {reason}"),
+        RunEvent::Run(RunStatus::McpServer { name, status, .. }) => format!("── MCP server {name}: {status}"),
         RunEvent::Run(RunStatus::RunFinished { state, reason }) => {
             format!("── {}{}", state.as_str(), reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())
         }

@@ -117,6 +117,13 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
                 .context("[server] agent_idle_timeout")?,
             // `caret` is the Landlock helper of its sandboxes.
             landlock_helper: std::env::current_exe().ok(),
+            mcp_servers: workspace_mcp_servers(&config)?,
+            image_models: config
+                .models
+                .iter()
+                .filter(|m| config.takes_images(&m.alias))
+                .map(|m| m.alias.clone())
+                .collect(),
         },
     };
     serve.check()?;
@@ -566,4 +573,26 @@ async fn usage_report(
         );
     }
     Ok(())
+}
+
+/// The MCP servers of each agent workspace's sessions: the server's `[mcp_servers]` and the
+/// workspace's own that the operator trusted (`caret mcp trust NAME -C WORKSPACE`).
+fn workspace_mcp_servers(
+    config: &Config,
+) -> anyhow::Result<std::collections::BTreeMap<String, Vec<caret_mcp::ServerConfig>>> {
+    let mut out = std::collections::BTreeMap::new();
+    for (name, root) in &config.server.agent_workspaces {
+        let (servers, untrusted) = caret_host::mcp::session_servers(&config.mcp_servers, &config.home, root)
+            .with_context(|| format!("MCP servers of agent workspace {name}"))?;
+        for p in untrusted {
+            tracing::warn!(
+                "agent workspace {name}: its MCP server {} is not started: trust it with `caret mcp trust {} -C {}`",
+                p.name,
+                p.name,
+                root.display()
+            );
+        }
+        out.insert(name.clone(), servers);
+    }
+    Ok(out)
 }

@@ -900,15 +900,7 @@ fn exec_calls_a_configured_mcp_servers_tool() {
 
 /// A Python with `mcp-server-time`, or `None` (said as a skip).
 fn mcp_python() -> Option<String> {
-    let python = std::env::var("CARET_TEST_MCP_PYTHON").unwrap_or_else(|_| "python3".to_owned());
-    let installed = Command::new(&python).args(["-c", "import mcp_server_time"]).status().is_ok_and(|s| s.success());
-    if !installed {
-        caret_test_support::skip(
-            "mcp-server-time is not installed (pip install mcp-server-time; CARET_TEST_MCP_PYTHON)",
-        );
-        return None;
-    }
-    Some(python)
+    caret_test_support::mcp::python()
 }
 
 /// `caret mcp serve` driven by the official Python MCP client (`mcp` from PyPI) over stdio:

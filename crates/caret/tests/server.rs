@@ -1645,6 +1645,127 @@ fn an_embedded_run_starts_a_local_worker_and_waits_for_it() {
     assert!(!home.join("runs/worker.pid").exists(), "the local worker did not stop");
 }
 
+/// MCP servers in background runs and rollouts: the repository's `.cursor/mcp.json` probe
+/// runs inside the run's sandbox (the checkout its directory, its own PID namespace, `/usr`
+/// read-only, the run's secret in its environment and redacted in events); the config's
+/// remote probe (`--mcp`) is reached through the run's allowed-hosts proxy with its token from
+/// a stored secret; a remote server the repository names on a host the run does not allow is
+/// not started, and the run says so. The first model call already offers the servers' tools,
+/// and a rollout of the same task gets the same tools.
+#[test]
+fn runs_and_rollouts_call_mcp_servers_in_the_sandbox_and_through_the_proxy() {
+    use caret_test_support::scripted::{Answer, Behaviour, ScriptedUpstream};
+    let Some(python) = caret_test_support::mcp::python() else { return };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("agent-model"));
+    let mut conversation = vec![Answer::Calls(vec![
+        ("mcp__probe__look".into(), json!({"variable": "PROBE_TOKEN"})),
+        ("mcp__remote__echo".into(), json!({"text": "through the proxy"})),
+    ])];
+    conversation.extend(caret_test_support::scripted::fix_add_conversation().into_iter().skip(1));
+    up.set(Behaviour { conversation, ..Behaviour::default() });
+
+    // The remote probe, on the host, for requests with the token.
+    let token = "probe-token-5e4d3c2b1a";
+    let scripts = TempDir::new();
+    let probe = scripts.write("probe.py", caret_test_support::mcp::PROBE);
+    let port = caret_test_support::free_port();
+    let _remote = caret_test_support::ChildGuard::listening(
+        Command::new(&python).arg(&probe).args(["http", &port.to_string(), token]),
+        port,
+    );
+    let home = TempDir::new();
+    home.write(
+        "config.toml",
+        &format!(
+            "{}[mcp_servers.remote]\nurl = \"http://127.0.0.1:{port}/mcp\"\nheaders = {{ X-Team = \"caret\" }}\n\
+             bearer_token_env = \"PROBE_TOKEN\"\n",
+            agent_config(&up.url)
+        ),
+    );
+    let repo = buggy_repo();
+    repo.write("probe.py", caret_test_support::mcp::PROBE);
+    let declared = json!({"mcpServers": {
+        "probe": {"command": python, "args": ["probe.py"]},
+        "elsewhere": {"url": "http://127.0.0.2:9/mcp"},
+    }});
+    repo.write(".cursor/mcp.json", &declared.to_string());
+    repo.git(&["add", "-A"]);
+    repo.git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "mcp"]);
+    let caret = |args: &[&str], input: Option<&str>| {
+        let mut child = Command::new(CARET)
+            .args(args)
+            .env("CARET_HOME", home.path())
+            .env("CARET_LOCAL_WORKER_IDLE", "2s")
+            .env_remove("CARET_SERVER")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        std::io::Write::write_all(&mut stdin, input.unwrap_or_default().as_bytes()).unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "caret {args:?}: {text}\n{}", String::from_utf8_lossy(&out.stderr));
+        text
+    };
+    caret(&["secret", "set", "PROBE_TOKEN"], Some(token));
+
+    let repo_path = repo.path().display().to_string();
+    let run = ["run", "make add.sh add", "-C", &repo_path, "--wait", "--json", "--mcp", "remote", "--secret"];
+    let out = caret(&[&run[..], &["PROBE_TOKEN"]].concat(), None);
+    let events: Vec<Value> = out.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let of_type = |t: &str| events.iter().filter(|e| e["event"]["type"] == t).map(|e| &e["event"]).collect::<Vec<_>>();
+    let servers: std::collections::BTreeMap<String, (bool, String)> = of_type("mcp_server")
+        .iter()
+        .map(|e| {
+            (e["name"].as_str().unwrap().to_owned(), (e["ready"] == true, e["status"].as_str().unwrap().to_owned()))
+        })
+        .collect();
+    assert_eq!(servers.len(), 3, "{out}");
+    assert!(servers["probe"].0 && servers["probe"].1.starts_with("ready (6 tools, MCP 2026-07-28)"), "{servers:?}");
+    assert!(servers["remote"].0, "{servers:?}");
+    assert!(!servers["elsewhere"].0 && servers["elsewhere"].1.contains("127.0.0.2:9 is not among"), "{servers:?}");
+    let output = |name: &str| {
+        let end = of_type("tool_call_end").into_iter().find(|e| e["name"] == name).unwrap_or_else(|| panic!("{out}"));
+        assert_eq!(end["ok"], true, "{end}");
+        end["output"].as_str().unwrap().to_owned()
+    };
+    let look: Value = serde_json::from_str(&output("mcp__probe__look")).unwrap();
+    let cwd = look["cwd"].as_str().unwrap();
+    assert!(cwd.ends_with("/repo") && cwd != repo_path, "the run's checkout: {look}");
+    assert!(look["pid"].as_u64().unwrap() < 20, "a PID namespace of its own: {look}");
+    assert_eq!(look["wrote_usr"], false, "{look}");
+    assert_eq!(look["value"], "[secret PROBE_TOKEN]", "the secret is there, redacted in events: {look}");
+    assert!(output("mcp__remote__echo").contains("through the proxy"));
+    let begin = of_type("tool_call_begin").into_iter().find(|e| e["name"] == "mcp__remote__echo").unwrap().clone();
+    assert_eq!(begin["server"], "remote");
+    let first = &up.chats()[0];
+    let offered: Vec<&str> =
+        first["tools"].as_array().unwrap().iter().filter_map(|t| t["function"]["name"].as_str()).collect();
+    assert!(offered.contains(&"mcp__probe__look") && offered.contains(&"mcp__remote__echo"), "{offered:?}");
+
+    // A rollout of the task: the same servers from its environment, the same tools.
+    let tasks = home.join("tasks.jsonl");
+    let task = json!({"id": "mcp", "repo": repo_path, "prompt": "make add.sh add", "grader": {"command": "sh test.sh"},
+        "environment": {"secrets": ["PROBE_TOKEN"], "hosts": [format!("127.0.0.1:{port}")], "mcp_servers": {"remote": {
+            "url": format!("http://127.0.0.1:{port}/mcp"), "headers": {"X-Team": "caret"}, "bearer_token_env": "PROBE_TOKEN"}}}});
+    std::fs::write(&tasks, format!("{task}\n")).unwrap();
+    let out_dir = home.join("out");
+    caret(&["rollout", tasks.to_str().unwrap(), "-n", "1", "--out", out_dir.to_str().unwrap()], None);
+    let t: Value =
+        serde_json::from_str(std::fs::read_to_string(out_dir.join("trajectories.jsonl")).unwrap().trim()).unwrap();
+    assert_eq!(t["reward"].as_f64(), Some(1.0), "{t}");
+    for tool in ["mcp__probe__look", "mcp__remote__echo"] {
+        assert!(t["steps"].as_array().unwrap().iter().any(|s| s["tool"] == tool && s["ok"] == true), "{tool}: {t}");
+    }
+    let rollout_first = up.chats().into_iter().rev().find(|c| c["messages"].as_array().unwrap().len() == 2).unwrap();
+    assert_eq!(rollout_first["tools"].to_string(), first["tools"].to_string());
+    assert!(up.violations().is_empty(), "{:?}", up.violations());
+}
+
 /// The figures the dashboard shows, as the page has rendered them.
 const PAGE_FIGURES: &str = r#"
     const f = {};
