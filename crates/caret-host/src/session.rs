@@ -37,6 +37,9 @@ pub struct SessionOptions {
     pub server: Option<String>,
     /// API token for `server`.
     pub token: Option<String>,
+    /// MCP servers already running for the workspace (a page's, shared by its chats); none:
+    /// the session starts its own.
+    pub mcp: Option<Arc<caret_mcp::Hub>>,
 }
 
 impl SessionOptions {
@@ -51,6 +54,7 @@ impl SessionOptions {
             network: false,
             resume: None,
             server: None,
+            mcp: None,
             token: None,
         }
     }
@@ -125,17 +129,22 @@ pub fn session_on(
     session.policy.approval = args.approval;
     // MCP servers start with the session's first model call, in the background; a project's
     // own only once the user trusted them.
-    let (servers, untrusted) = crate::mcp::session_servers(&config.mcp_servers, &config.home, &root)?;
-    for p in &untrusted {
-        tracing::warn!(
-            "the project's MCP server {} ({}) is not started: trust it with `caret mcp trust {}`",
-            p.name,
-            p.file,
-            p.name
-        );
-    }
-    if !servers.is_empty() {
-        session.add_dynamic_tools(caret_mcp::Hub::new(servers));
+    match &args.mcp {
+        Some(hub) => session.add_dynamic_tools(hub.clone()),
+        None => {
+            let (servers, untrusted) = crate::mcp::session_servers(&config.mcp_servers, &config.home, &root)?;
+            for p in &untrusted {
+                tracing::warn!(
+                    "the project's MCP server {} ({}) is not started: trust it with `caret mcp trust {}`",
+                    p.name,
+                    p.file,
+                    p.name
+                );
+            }
+            if !servers.is_empty() {
+                session.add_dynamic_tools(caret_mcp::Hub::new(servers));
+            }
+        }
     }
     // Sessions are saved as JSON lines under $CARET_HOME/sessions.
     let id = match &args.resume {

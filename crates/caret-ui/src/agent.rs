@@ -65,19 +65,18 @@ impl Agents {
     }
 }
 
-/// Starts a session in `root` with `model` of `backend`, keeping the page's newest `kept`;
-/// returns its id and model.
+/// Starts a session as `args` say (the page's workspace and MCP servers) with `model` of
+/// `backend`, keeping the page's newest `kept`; returns its id and model.
 pub fn start(
     config: &Config,
     agents: &Agents,
     review: Arc<tokio::sync::Mutex<Review>>,
-    root: &std::path::Path,
+    args: &SessionOptions,
     backend: Backend,
     model: String,
     kept: usize,
 ) -> anyhow::Result<(String, String)> {
-    let args = SessionOptions::new(root.to_path_buf(), None);
-    let (mut session, id, model, root) = session_on(config, &args, backend, model)?;
+    let (mut session, id, model, root) = session_on(config, args, backend, model)?;
     let (ops_tx, mut ops) = mpsc::unbounded_channel::<Op>();
     let (live, _) = broadcast::channel(1024);
     let hosted = Arc::new(Hosted { ops: ops_tx, events: Mutex::new((Vec::new(), Some(live))) });

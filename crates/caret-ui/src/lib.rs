@@ -95,6 +95,9 @@ pub struct Ui {
     tab: tab::Tab,
     agents: agent::Agents,
     review: Arc<tokio::sync::Mutex<review::Review>>,
+    /// The MCP servers the page's chats share (the user's and the project's trusted ones),
+    /// started on first use and again after a trust.
+    mcp: std::sync::Mutex<Option<Arc<caret_mcp::Hub>>>,
     /// The run queue: the embedded one, opened on first use, or the server's.
     runs: tokio::sync::OnceCell<caret_host::runs::Runs>,
     /// Turns true when the server stops: the page's event streams end.
@@ -145,6 +148,7 @@ impl Ui {
             tab: tab::Tab::new(root.clone(), completer),
             agents: agent::Agents::default(),
             review: Arc::new(tokio::sync::Mutex::new(review::Review::new(&root))),
+            mcp: std::sync::Mutex::new(None),
             runs: tokio::sync::OnceCell::new(),
             stopping,
             synced: tokio::sync::Mutex::new(None),
@@ -302,6 +306,8 @@ fn api() -> Router {
         .route("/api/agent/sessions", post(start_session))
         .route("/api/agent/sessions/{id}/ops", post(session_op))
         .route("/api/agent/sessions/{id}/events", get(session_events))
+        .route("/api/mcp", get(mcp_servers))
+        .route("/api/mcp/trust", post(mcp_trust))
         .route("/api/review", get(review_list))
         .route("/api/review/diff", get(review_diff))
         .route("/api/review/accept", post(review_accept))
@@ -455,9 +461,75 @@ async fn start_session(Extension(ui): Extension<Arc<Ui>>, body: Option<Json<Star
     let unavailable = |e: anyhow::Error| ApiError(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}"), None);
     let (backend, model) = ui.agent_model(body.and_then(|b| b.0.model).as_deref()).map_err(unavailable)?;
     let kept = ui.config.server.agent_sessions_per_tenant.max(1);
+    let mut args = caret_host::session::SessionOptions::new(ui.root.clone(), None);
+    args.mcp = Some(ui.mcp_hub().map_err(unavailable)?);
     let (id, model) =
-        agent::start(&ui.config, &ui.agents, ui.review.clone(), &ui.root, backend, model, kept).map_err(unavailable)?;
+        agent::start(&ui.config, &ui.agents, ui.review.clone(), &args, backend, model, kept).map_err(unavailable)?;
     Ok(Json(json!({"id": id, "model": model})).into_response())
+}
+
+impl Ui {
+    /// The chats' MCP servers, started now if they were not.
+    fn mcp_hub(&self) -> anyhow::Result<Arc<caret_mcp::Hub>> {
+        let mut hub = self.mcp.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(h) = &*hub {
+            return Ok(h.clone());
+        }
+        let (servers, _) = caret_host::mcp::session_servers(&self.config.mcp_servers, &self.config.home, &self.root)?;
+        let made = caret_mcp::Hub::new(servers);
+        made.start();
+        *hub = Some(made.clone());
+        Ok(made)
+    }
+}
+
+/// The chats' MCP servers and how each is (`servers`: name, `ready`, `status`), started if
+/// they were not; and the project's that wait for the user's trust (`untrusted`: name, file,
+/// command line or URL).
+async fn mcp_servers(Extension(ui): Extension<Arc<Ui>>) -> ApiResult {
+    let bad = |e: anyhow::Error| ApiError(StatusCode::UNPROCESSABLE_ENTITY, format!("{e:#}"), None);
+    let (_, untrusted) =
+        caret_host::mcp::session_servers(&ui.config.mcp_servers, &ui.config.home, &ui.root).map_err(bad)?;
+    let untrusted: Vec<Value> = untrusted
+        .iter()
+        .map(|p| json!({"name": p.name, "file": p.file, "command_line": p.command_line, "remote": p.remote}))
+        .collect();
+    let servers: Vec<Value> = ui
+        .mcp_hub()
+        .map_err(bad)?
+        .status()
+        .into_iter()
+        .map(|(name, status)| {
+            let (ready, status) = match status {
+                caret_mcp::Status::Ready { tools, protocol } => {
+                    (true, format!("ready ({tools} tools, MCP {protocol})"))
+                }
+                caret_mcp::Status::Starting => (false, "starting".to_owned()),
+                caret_mcp::Status::Down(why) => (false, why),
+            };
+            json!({"name": name, "ready": ready, "status": status})
+        })
+        .collect();
+    Ok(Json(json!({"servers": servers, "untrusted": untrusted})).into_response())
+}
+
+#[derive(serde::Deserialize)]
+struct TrustMcp {
+    name: String,
+}
+
+/// Trusts a project's MCP server, as `caret mcp trust NAME` does: sessions started from now
+/// on start it.
+async fn mcp_trust(Extension(ui): Extension<Arc<Ui>>, Json(body): Json<TrustMcp>) -> ApiResult {
+    let server =
+        caret_host::mcp::project_servers(&ui.root).into_iter().find(|p| p.name == body.name).ok_or_else(|| {
+            ApiError(StatusCode::NOT_FOUND, format!("the project declares no MCP server {}", body.name), None)
+        })?;
+    caret_host::mcp::trust(&ui.config.home, &ui.root, &server)
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}"), None))?;
+    // The next chat gets a hub with it (running chats keep theirs).
+    *ui.mcp.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 fn hosted(ui: &Ui, id: &str) -> Result<Arc<agent::Hosted>, ApiError> {

@@ -69,6 +69,7 @@ impl SessionArgs {
             resume: self.resume.clone(),
             server: self.server.clone(),
             token: self.token.clone(),
+            mcp: None,
         }
     }
 }

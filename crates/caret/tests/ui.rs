@@ -350,3 +350,74 @@ fn a_background_run_started_from_the_page_is_reviewed_and_applied() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// A project's MCP server waits for the user's trust on the page: the agent panel shows what
+/// it would run; Trust remembers it (as `caret mcp trust` does), the panel shows the server
+/// starting and ready, and the chat then calls its tool, shown with its server.
+#[test]
+fn a_project_mcp_server_is_trusted_from_the_page_and_its_tool_called() {
+    let Some(python) = caret_test_support::mcp::python() else { return };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("mcp-model"));
+    up.set(Behaviour {
+        conversation: vec![
+            Answer::Calls(vec![("mcp__probe__echo".into(), json!({"text": "from the page"}))]),
+            Answer::Text("It echoed.".into()),
+        ],
+        ..Behaviour::default()
+    });
+    let home = TempDir::new();
+    home.write(
+        "config.toml",
+        &format!(
+            "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
+            up.url
+        ),
+    );
+    let ws = TempDir::new();
+    ws.write("probe.py", caret_test_support::mcp::PROBE);
+    ws.write(
+        ".caret/mcp.json",
+        &json!({"mcpServers": {"probe": {"command": python, "args": ["probe.py"]}}}).to_string(),
+    );
+    let ui = start_ui(home.path(), ws.path());
+    let browser = Browser::start();
+    browser.open(&format!("{}/#token={}", ui.base, ui.token));
+    browser.wait_for("the page", 30, "return window.caret?.ready");
+    let asked = browser.wait_for(
+        "the trust notice",
+        20,
+        "return document.querySelector('[data-role=mcp-trust][data-server=probe]')?.textContent",
+    );
+    let asked = asked.as_str().unwrap();
+    assert!(asked.contains(".caret/mcp.json declares the MCP server probe") && asked.contains("probe.py"), "{asked}");
+    shot(&browser, "6-mcp-trust");
+    assert!(!home.join("mcp-trust.json").exists(), "nothing trusted before the click");
+    browser.eval("document.querySelector('[data-role=mcp-trust][data-server=probe] [data-role=trust]').click()");
+    browser.wait_for(
+        "the trust",
+        20,
+        "return document.querySelector('[data-role=mcp-trust]')?.dataset.trusted === 'yes'",
+    );
+    assert!(read_home(&home, "mcp-trust.json").contains("probe.py"));
+    let ready = browser.wait_for(
+        "the server ready",
+        60,
+        "const l = document.querySelector('[data-role=mcp-servers]'); return l?.dataset.ready === 'probe' && l.textContent",
+    );
+    assert!(ready.as_str().unwrap().contains("probe ready (6 tools, MCP 2026-07-28)"), "{ready}");
+    browser.eval("const i = document.querySelector('[data-role=input]'); i.value = 'Echo something'; document.querySelector('[data-role=send]').click();");
+    browser.wait_for("the turn's end", 30, "return document.querySelector('#agent').dataset.busy === 'no' && document.querySelector('.entry.assistant')?.textContent");
+    let call = browser.eval(
+        "const e = document.querySelector('.entry.tool[data-tool=mcp__probe__echo]'); return [e.className, e.querySelector('.tool-server').textContent, e.querySelector('.output').textContent]",
+    );
+    assert_eq!(call[0], "entry tool ok", "{call}");
+    assert_eq!(call[1], "MCP server probe");
+    assert!(call[2].as_str().unwrap().contains("from the page"), "{call}");
+    shot(&browser, "7-mcp-call");
+    assert!(up.violations().is_empty(), "{:?}", up.violations());
+}
+
+fn read_home(home: &TempDir, rel: &str) -> String {
+    std::fs::read_to_string(home.path().join(rel)).unwrap()
+}

@@ -137,6 +137,8 @@ function openAgent(context: vscode.ExtensionContext) {
     showDiff: (path: string) => showDiff(path),
     openFile: (path: string, line?: number) => openAt(path, line),
     paths: async () => (await s.call('GET', '/api/tree')).files,
+    mcp: () => s.call('GET', '/api/mcp'),
+    trustMcp: (name: string) => s.call('POST', '/api/mcp/trust', { name }),
   };
   panel.webview.onDidReceiveMessage(async (m: { type: string; id: number; method: string; args: unknown[] }) => {
     if (m.type !== 'call') return;

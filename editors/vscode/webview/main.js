@@ -43,6 +43,8 @@ const host = {
   showDiff: (path) => call('showDiff', path),
   openFile: (path, line) => call('openFile', path, line),
   paths: () => paths,
+  mcp: () => call('mcp'),
+  trustMcp: (name) => call('trustMcp', name),
 };
 
 call('paths').then((p) => (paths = p)).catch(() => {});

@@ -12,6 +12,8 @@
 //   accept(path), reject(path), restore(turn): Promise
 //   showDiff(path), openFile(path, line)     the host's editor
 //   paths(): string[]                        workspace files, for @ mentions
+//   mcp(): Promise<{servers, untrusted}>     (optional) MCP servers; the project's untrusted
+//   trustMcp(name): Promise                  (optional) trusts one: new chats start it
 // }
 
 const el = (tag, attrs = {}, ...children) => {
@@ -51,6 +53,7 @@ export class AgentPanel {
     this.calls = new Map();
     this.abort = null;
     this.build();
+    this.askTrust();
   }
 
   build() {
@@ -87,6 +90,61 @@ export class AgentPanel {
     this.log.replaceChildren();
     this.todos.hidden = true;
     this.setBusy(false);
+    this.askTrust();
+  }
+
+  // One line for the chats' MCP servers, how each is; asked again while one is starting.
+  showServers(servers) {
+    clearTimeout(this.serversTimer);
+    if (!servers.length) return this.serversLine?.remove();
+    if (!this.serversLine?.isConnected) {
+      this.serversLine = el('div', { class: 'entry notice', 'data-role': 'mcp-servers' });
+      this.log.prepend(this.serversLine);
+    }
+    this.serversLine.textContent = `MCP: ${servers.map((s) => `${s.name} ${s.status}`).join(' · ')}`;
+    this.serversLine.dataset.ready = servers.filter((s) => s.ready).map((s) => s.name).join(',');
+    if (servers.some((s) => s.status === 'starting')) {
+      this.serversTimer = setTimeout(async () => {
+        try {
+          this.showServers((await this.host.mcp()).servers || []);
+        } catch {}
+      }, 1000);
+    }
+  }
+
+  // The project's MCP servers that run only once trusted: each shown with what it would run,
+  // and a button to trust it (for chats started from then on).
+  async askTrust() {
+    if (!this.host.mcp) return;
+    let info;
+    try {
+      info = await this.host.mcp();
+    } catch (e) {
+      this.notice(`MCP servers: ${e.message}`, 'error');
+      return;
+    }
+    this.showServers(info.servers || []);
+    for (const s of info.untrusted || []) {
+      const what = el('code', {}, s.command_line.join(' '));
+      const note = el('div', { class: 'entry trust', 'data-role': 'mcp-trust', 'data-server': s.name });
+      const trust = async () => {
+        try {
+          await this.host.trustMcp(s.name);
+          const when = this.session ? 'the next chat' : 'this chat';
+          note.replaceChildren(el('span', {}, `MCP server ${s.name} trusted: it starts with ${when}.`));
+          note.dataset.trusted = 'yes';
+          this.showServers((await this.host.mcp()).servers || []);
+        } catch (e) {
+          note.append(el('span', { class: 'error' }, ` ${e.message}`));
+        }
+      };
+      note.append(
+        el('span', {}, `${s.file} declares the MCP server ${s.name} (`, what, '). It runs only once you trust it. '),
+        el('button', { class: 'small', 'data-role': 'trust', onclick: trust }, 'Trust'),
+        el('button', { class: 'small', onclick: () => note.remove() }, 'Not now'),
+      );
+      this.log.append(note);
+    }
   }
 
   key(e) {

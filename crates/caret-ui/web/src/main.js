@@ -482,6 +482,8 @@ const panel = new AgentPanel($('#agent'), {
   showDiff,
   openFile,
   paths: () => state.paths,
+  mcp: () => get('/api/mcp'),
+  trustMcp: (name) => post('/api/mcp/trust', { name }),
 });
 window.caret.panel = panel;
 
