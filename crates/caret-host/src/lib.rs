@@ -1,7 +1,7 @@
 //! What every front end of Caret shares: the one [`config::Config`] (a TOML file, `CARET_*`
 //! overrides), the async [`runtime`], the embedded-or-remote model [`backend`] and index
 //! server ([`remote`]), the local [`daemon`] that keeps the embedded server warm, workspace
-//! [`search`], the Tab [`completer`] and the editor's open [`documents`], agent
+//! [`search`] and documentation sources ([`docs`]), the Tab [`completer`] and the editor's open [`documents`], agent
 //! [`session`]s, background [`runs`], and collecting a model's merge of an edit ([`merge`]).
 //!
 //! The command line, the language server, the workspace page, the benchmarks and the
@@ -13,6 +13,7 @@ pub mod backend;
 pub mod completer;
 pub mod config;
 pub mod daemon;
+pub mod docs;
 pub mod documents;
 pub mod mcp;
 pub mod mcp_server;

@@ -6,6 +6,7 @@ mod apply;
 mod chat;
 mod complete;
 mod daemon;
+mod docs;
 mod exec;
 mod index;
 mod models;
@@ -66,6 +67,9 @@ enum Command {
     Complete(complete::CompleteArgs),
     /// Language server over stdio: Tab completions in any editor.
     Lsp(caret_lsp::LspArgs),
+    /// Documentation sources (@Docs): add a docs site or folder, refresh, list, search.
+    #[command(subcommand)]
+    Docs(docs::DocsCommand),
     /// Open the workspace in a browser: editor, Tab, agent, search (loopback only).
     Ui(caret_ui::UiArgs),
     /// The project rules files (`AGENTS.md`, `.cursor/rules`, …) an agent session would apply,
@@ -151,6 +155,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Complete(args) => complete::run(&config, args),
         Command::Lsp(args) => caret_lsp::run(&config, args),
         Command::Ui(args) => caret_ui::run(&config, args),
+        Command::Docs(cmd) => docs::run(&config, cmd),
         Command::Rules(args) => agent::rules(&config, args),
         Command::Mcp(cmd) => agent::mcp(&config, cmd),
         Command::Agent(args) => agent::run(&config, args),
