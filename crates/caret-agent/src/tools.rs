@@ -215,6 +215,20 @@ pub trait Tool: Send + Sync {
     }
 }
 
+/// A `&'static str` for a dynamic name or description (a tool's [`Spec`] holds static
+/// strings): each distinct text is leaked once and reused.
+pub fn intern(s: String) -> &'static str {
+    static SEEN: std::sync::Mutex<Option<std::collections::HashSet<&'static str>>> = std::sync::Mutex::new(None);
+    let mut seen = SEEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let set = seen.get_or_insert_with(std::collections::HashSet::new);
+    if let Some(found) = set.get(s.as_str()) {
+        return found;
+    }
+    let leaked: &'static str = Box::leak(s.into_boxed_str());
+    set.insert(leaked);
+    leaked
+}
+
 /// An image a tool's result carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Image {

@@ -255,8 +255,7 @@ pub struct DocHit {
 /// Searches the sources `names` (none: all) for `query`: the best `k` hits, best first.
 pub async fn search(config: &Config, query: &str, names: &[String], k: usize) -> anyhow::Result<Vec<DocHit>> {
     let all = list(config)?;
-    let chosen: Vec<&Listed> =
-        all.iter().filter(|l| names.is_empty() || names.iter().any(|n| *n == l.source.name)).collect();
+    let chosen: Vec<&Listed> = all.iter().filter(|l| names.is_empty() || names.contains(&l.source.name)).collect();
     if let Some(missing) = names.iter().find(|n| !all.iter().any(|l| &l.source.name == *n)) {
         anyhow::bail!("no docs source {missing} (`caret docs ls`)");
     }

@@ -1,7 +1,8 @@
 //! `caret mcp serve`: Caret as an MCP server over stdio, for the workspace it runs in, so that
 //! other agents can use what only Caret has: `codebase_search` (the synced index: hits with
 //! paths, lines and the code read from the local disk) and `grep` (the agent's own, honouring
-//! the ignore files). The tools' schemas come from their argument types.
+//! the ignore files), and `docs_search` (the documentation sources of `caret docs add`, when
+//! there are any). The tools' schemas come from their argument types.
 
 use std::path::PathBuf;
 
@@ -23,6 +24,20 @@ pub struct SearchArgs {
     /// What to look for, in words (a concept, a behaviour) or names.
     pub query: String,
     /// How many hits (default 10, at most 50).
+    #[serde(default)]
+    pub k: Option<usize>,
+}
+
+/// `docs_search`'s arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DocsArgs {
+    /// A question about a library or tool whose documentation was added.
+    pub query: String,
+    /// One source by name (default: all).
+    #[serde(default)]
+    pub source: Option<String>,
+    /// How many hits (default 5, at most 20).
     #[serde(default)]
     pub k: Option<usize>,
 }
@@ -101,6 +116,25 @@ impl CaretServer {
                 let out = self.grep.call(args, &self.ctx).await.map_err(|e| e.to_string())?;
                 Ok(CallToolResult::success(vec![ContentBlock::text(out)]))
             }
+            "docs_search" => {
+                let a: DocsArgs = serde_json::from_value(args).map_err(|e| format!("arguments: {e}"))?;
+                let names: Vec<String> = a.source.into_iter().collect();
+                let hits = crate::docs::search(&self.config, &a.query, &names, a.k.unwrap_or(5).clamp(1, 20))
+                    .await
+                    .map_err(|e| format!("{e:#}"))?;
+                let structured = serde_json::json!({ "hits": hits });
+                let text: Vec<String> = hits
+                    .iter()
+                    .map(|h| {
+                        let heading = if h.heading.is_empty() { String::new() } else { format!(" › {}", h.heading) };
+                        format!("{}{heading} — {}\n{}", h.title, h.url, h.text.trim_end())
+                    })
+                    .collect();
+                let text = if text.is_empty() { "no hits".to_owned() } else { text.join("\n\n") };
+                let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+                result.structured_content = Some(structured);
+                Ok(result)
+            }
             other => Err(format!("there is no tool named {other:?}")),
         }
     }
@@ -116,7 +150,7 @@ impl rmcp::ServerHandler for CaretServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> impl Future<Output = Result<ListToolsResult, ErrorData>> + MaybeSendFuture + '_ {
-        let tools = vec![
+        let mut tools = vec![
             caret_server::mcp::tool::<SearchArgs>(
                 "codebase_search",
                 "Search the workspace by meaning and by words (Caret's private index of it, kept in step by \
@@ -128,6 +162,13 @@ impl rmcp::ServerHandler for CaretServer {
                  with their path and line number.",
             ),
         ];
+        if crate::docs::list(&self.config).is_ok_and(|l| !l.is_empty()) {
+            tools.push(caret_server::mcp::tool::<DocsArgs>(
+                "docs_search",
+                "Search the third-party documentation added to Caret (`caret docs add`) by meaning and words: \
+                 sections with their page's URL, title and heading.",
+            ));
+        }
         std::future::ready(Ok(ListToolsResult::with_all_items(tools)))
     }
 

@@ -103,6 +103,9 @@ pub fn session_on(
     let mut tools = Registry::workspace();
     let remote = Remote { server: args.server.clone(), token: args.token.clone() };
     tools.add(Arc::new(CodebaseSearch::new(config.clone(), remote)));
+    if let Some(docs) = DocsSearch::new(config.clone()) {
+        tools.add(Arc::new(docs));
+    }
     let mut policy = caret_sandbox::Policy::new(&ctx.root)?.with_toolchains();
     policy.network = args.network;
     policy.limits = config.agent.limits();
@@ -232,6 +235,81 @@ impl caret_agent::tools::Tool for CodebaseSearch {
         }
         if outcome.hits.is_empty() {
             out.push_str("no results (is the workspace synced? caret index)\n");
+        }
+        Ok(caret_agent::tools::truncate(out, ctx.max_output_bytes, "ask for fewer hits (k)"))
+    }
+}
+
+/// `docs_search`: the documentation sources of this machine (`caret docs add`), each hit with
+/// its page's URL and heading.
+pub struct DocsSearch {
+    spec: caret_agent::tools::Spec,
+    config: Config,
+}
+
+impl DocsSearch {
+    /// The tool over `config`'s sources, when there are any (their names in its description).
+    pub fn new(config: Config) -> Option<DocsSearch> {
+        let names: Vec<String> = crate::docs::list(&config).ok()?.into_iter().map(|l| l.source.name).collect();
+        if names.is_empty() {
+            return None;
+        }
+        let description = format!(
+            "Search third-party documentation the user added ({}) by meaning: a question about a library \
+             or tool. Answers the best matching sections with their page's URL. Prefer it over your memory \
+             for these libraries. When the user writes @Docs NAME, search that source.",
+            names.join(", ")
+        );
+        Some(DocsSearch {
+            spec: caret_agent::tools::Spec {
+                name: "docs_search",
+                description: caret_agent::tools::intern(description),
+                parameters: serde_json::json!({
+                    "type": "object",
+                    "properties": {
+                        "query": {"type": "string"},
+                        "source": {"type": "string", "enum": names, "description": "one source (default: all)"},
+                        "k": {"type": "integer", "minimum": 1, "maximum": 20}
+                    },
+                    "required": ["query"]
+                }),
+                read_only: true,
+            },
+            config,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl caret_agent::tools::Tool for DocsSearch {
+    fn spec(&self) -> &caret_agent::tools::Spec {
+        &self.spec
+    }
+
+    async fn call(&self, args: serde_json::Value, ctx: &Ctx) -> caret_agent::tools::ToolResult {
+        use std::fmt::Write as _;
+
+        use caret_agent::tools::ToolError;
+        let query = args
+            .get("query")
+            .and_then(serde_json::Value::as_str)
+            .ok_or_else(|| ToolError::new("missing string argument `query`"))?;
+        let k = args.get("k").and_then(serde_json::Value::as_u64).unwrap_or(5).clamp(1, 20) as usize;
+        let names: Vec<String> =
+            args.get("source").and_then(serde_json::Value::as_str).map(str::to_owned).into_iter().collect();
+        let hits = crate::docs::search(&self.config, query, &names, k)
+            .await
+            .map_err(|e| ToolError::new(format!("docs_search: {e:#}")))?;
+        let mut out = String::new();
+        for h in &hits {
+            let heading = if h.heading.is_empty() { String::new() } else { format!(" › {}", h.heading) };
+            let _ = writeln!(out, "{}{heading} — {} ({}, score {:.3})", h.title, h.url, h.source, h.score);
+            for line in h.text.lines().take(40) {
+                let _ = writeln!(out, "    {line}");
+            }
+        }
+        if hits.is_empty() {
+            out.push_str("no results\n");
         }
         Ok(caret_agent::tools::truncate(out, ctx.max_output_bytes, "ask for fewer hits (k)"))
     }

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
-use caret_agent::tools::{Ctx, Image, Spec, Tool, ToolApproval, ToolError, ToolResult};
+use caret_agent::tools::{Ctx, Image, Spec, Tool, ToolApproval, ToolError, ToolResult, intern};
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::{Peer, RoleClient};
 use serde_json::Value;
@@ -379,20 +379,6 @@ pub fn tool_name(server: &str, tool: &str, taken: &mut HashSet<String>) -> Strin
     }
     taken.insert(name.clone());
     name
-}
-
-/// A `&'static str` for a dynamic name (a tool's spec holds static strings): each distinct
-/// text is leaked once and reused.
-fn intern(s: String) -> &'static str {
-    static SEEN: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
-    let mut seen = SEEN.lock().unwrap_or_else(PoisonError::into_inner);
-    let set = seen.get_or_insert_with(HashSet::new);
-    if let Some(found) = set.get(s.as_str()) {
-        return found;
-    }
-    let leaked: &'static str = Box::leak(s.into_boxed_str());
-    set.insert(leaked);
-    leaked
 }
 
 /// One tool of a server.

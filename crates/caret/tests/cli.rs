@@ -898,14 +898,64 @@ fn exec_calls_a_configured_mcp_servers_tool() {
     );
 }
 
+/// The agent answers from added documentation: with a docs source, `docs_search` is offered
+/// (its description naming the sources) and a call of it returns the page's section with its
+/// URL; without one, it is not offered.
+#[test]
+fn exec_searches_added_documentation_with_docs_search() {
+    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("agent"));
+    let home = TempDir::new();
+    home.write("ws/README.md", "# a project\n");
+    home.write("caret-home/config.toml", &agent_config(&up.url));
+    up.set(Behaviour {
+        tool_call: Some("docs_search".into()),
+        tool_arguments: Some(r#"{"query": "how are failed calls retried", "source": "mylib"}"#.into()),
+        ..Behaviour::default()
+    });
+    let ws = home.join("ws");
+    let run = || caret(&home, &["exec", "how does mylib retry?", "-C", ws.to_str().unwrap(), "--max-steps", "2"]);
+    let offered = |sent: &Value| -> Vec<String> {
+        sent["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
+            .collect()
+    };
+    run();
+    assert!(!offered(&up.last_request().unwrap().1).contains(&"docs_search".to_owned()), "no sources, no tool");
+
+    home.write(
+        "mylib-docs/guide/retry.md",
+        "# Retries\n\nFailed calls are retried with exponential backoff, 5 times.\n",
+    );
+    home.write("mylib-docs/index.md", "# mylib\n\nA client library.\n");
+    let added =
+        caret(&home, &["docs", "add", home.join("mylib-docs").to_str().unwrap(), "--name", "mylib", "--no-embed"]);
+    assert!(added.status.success(), "{}", stderr(&added));
+    let o = run();
+    let events: Vec<Value> = stdout(&o).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let end = events.iter().find(|e| e["type"] == "tool_call_end").unwrap_or_else(|| panic!("{events:?}"));
+    assert_eq!((end["name"].as_str(), end["ok"].as_bool()), (Some("docs_search"), Some(true)), "{end}");
+    let output = end["output"].as_str().unwrap();
+    assert!(output.starts_with("Retries — file://") && output.contains("/mylib-docs/guide/retry.md"), "{output}");
+    assert!(output.contains("exponential backoff, 5 times"), "{output}");
+    let sent = up.last_request().unwrap().1;
+    let tool = sent["tools"].as_array().unwrap().iter().find(|t| t["function"]["name"] == "docs_search").unwrap();
+    assert!(tool["function"]["description"].as_str().unwrap().contains("(mylib)"), "{tool}");
+    assert_eq!(tool["function"]["parameters"]["properties"]["source"]["enum"], serde_json::json!(["mylib"]));
+}
+
 /// A Python with `mcp-server-time`, or `None` (said as a skip).
 fn mcp_python() -> Option<String> {
     caret_test_support::mcp::python()
 }
 
 /// `caret mcp serve` driven by the official Python MCP client (`mcp` from PyPI) over stdio:
-/// its tools listed with schemas, `grep` and `codebase_search` (the synced index, code read
-/// from disk) answered, bad arguments a tool error.
+/// its tools listed with schemas, `grep`, `codebase_search` (the synced index, code read
+/// from disk) and `docs_search` (a documentation source) answered, bad arguments a tool error.
 #[test]
 fn caret_serves_its_workspace_over_mcp_to_the_python_client() {
     let Some(python) = mcp_python() else { return };
@@ -915,6 +965,11 @@ fn caret_serves_its_workspace_over_mcp_to_the_python_client() {
     let ws = home.join("ws");
     let synced = caret(&home, &["sync", ws.to_str().unwrap()]);
     assert!(synced.status.success(), "{}", stderr(&synced));
+    // A documentation source (a local folder): `docs_search` comes with it.
+    home.write("mylib-docs/retry.md", "# Retries\n\n## Backoff\n\nCalls are retried with exponential backoff.\n");
+    let added =
+        caret(&home, &["docs", "add", home.join("mylib-docs").to_str().unwrap(), "--name", "mylib", "--no-embed"]);
+    assert!(added.status.success(), "{}", stderr(&added));
     let client = home.write(
         "client.py",
         r#"
@@ -931,7 +986,8 @@ async def main():
             out = {"tools": {t.name: t.input_schema for t in tools.tools}}
             for name, args in [("grep", {"pattern": "add_numbers"}),
                                ("codebase_search", {"query": "add_numbers", "k": 3}),
-                               ("codebase_search", {"nope": 1})]:
+                               ("codebase_search", {"nope": 1}),
+                               ("docs_search", {"query": "exponential backoff", "source": "mylib"})]:
                 res = await s.call_tool(name, args)
                 out.setdefault("calls", []).append({"error": res.is_error, "text": res.content[0].text})
             print(json.dumps(out))
@@ -959,6 +1015,11 @@ asyncio.run(main())
     assert!(calls[1]["text"].as_str().unwrap().starts_with("src/lib.rs:1-4\n/// Adds two numbers."), "{got}");
     assert_eq!(calls[2]["error"], true);
     assert!(calls[2]["text"].as_str().unwrap().contains("unknown field `nope`"), "{got}");
+    assert_eq!(got["tools"]["docs_search"]["required"], serde_json::json!(["query"]), "{got}");
+    assert_eq!(calls[3]["error"], false);
+    let docs = calls[3]["text"].as_str().unwrap();
+    assert!(docs.starts_with("Retries — file://") && docs.contains("retry.md\n# Retries"), "{got}");
+    assert!(docs.contains("exponential backoff"), "{got}");
 }
 
 /// `caret mcp add` and `rm` edit the config file and leave the rest of it as it was.
@@ -1344,4 +1405,83 @@ fn mcp_login_authorizes_with_an_oauth_server_and_refreshes() {
     assert!(caret(&home, &["mcp", "logout", "guarded"]).status.success());
     let ls = stdout(&caret(&home, &["mcp", "ls", "-C", ws]));
     assert!(ls.contains("`caret mcp login guarded`"), "{ls}");
+}
+
+/// SQLite's documentation as Debian ships it (`sqlite3-doc`), or `None` (said as a skip).
+fn sqlite_docs() -> Option<std::path::PathBuf> {
+    let dir = std::path::PathBuf::from(
+        std::env::var("CARET_TEST_SQLITE_DOCS").unwrap_or_else(|_| "/usr/share/doc/sqlite3".to_owned()),
+    );
+    if dir.join("lang_select.html").is_file() {
+        Some(dir)
+    } else {
+        caret_test_support::skip(
+            "SQLite's documentation is not installed (Debian: sqlite3-doc; CARET_TEST_SQLITE_DOCS)",
+        );
+        None
+    }
+}
+
+/// @Docs from the command line over a real docs site (SQLite's) served on loopback: added
+/// (crawled, indexed, embedded), listed, searched (hits with URL and anchor, heading, text,
+/// score, source), refreshed (every page unchanged: nothing written or embedded again) and
+/// removed.
+#[test]
+fn docs_are_added_searched_refreshed_and_removed() {
+    let Some(site) = sqlite_docs() else { return };
+    let home = TempDir::new();
+    let port = caret_test_support::free_port();
+    let _server = caret_test_support::ChildGuard::listening(
+        Command::new("python3")
+            .args(["-m", "http.server", &port.to_string(), "--bind", "127.0.0.1", "--directory"])
+            .arg(&site),
+        port,
+    );
+    let url = format!("http://127.0.0.1:{port}/lang.html");
+    let out = caret_model(&home, &["docs", "add", &url, "--name", "sqlite", "--depth", "1"]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let said = stdout(&out);
+    assert!(said.starts_with("sqlite: ") && said.contains(" pages fetched in "), "{said}");
+    let semantic = caret_test_support::models::TestModel::Embedding.dir().is_some();
+    if semantic {
+        assert!(said.contains("sqlite: embedded "), "{said}");
+    }
+    let ls: Value = serde_json::from_slice(&caret(&home, &["docs", "ls", "--json"]).stdout).unwrap();
+    assert_eq!(ls[0]["source"]["name"], "sqlite");
+    // The start page and what it links to, one level down.
+    let pages = ls[0]["pages"].as_u64().unwrap();
+    assert!(pages > 40 && said.contains(&format!("{pages} written")), "{ls}\n{said}");
+    assert_eq!(ls[0]["source"]["origin"]["prefix"], format!("http://127.0.0.1:{port}/"));
+
+    let search = |q: &str| -> Value {
+        let out = caret_model(&home, &["docs", "search", q, "--json", "-k", "3"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let hits = search("how do I limit the number of rows a query returns");
+    let want = format!("http://127.0.0.1:{port}/lang_select.html#the_limit_clause");
+    let best =
+        hits.as_array().unwrap().iter().find(|h| h["url"] == want.as_str()).unwrap_or_else(|| panic!("{hits:#}"));
+    assert_eq!((best["title"].as_str(), best["source"].as_str()), (Some("SELECT"), Some("sqlite")));
+    assert!(best["heading"].as_str().unwrap().contains("The LIMIT clause"), "{best}");
+    assert!(best["text"].as_str().unwrap().contains("upper bound on the number of rows"), "{best}");
+    assert!(best["score"].as_f64().unwrap() > 0.0);
+
+    // A refresh of the unchanged site: conditional requests, nothing written, nothing embedded.
+    let out = caret_model(&home, &["docs", "refresh", "sqlite"]);
+    let said = stdout(&out);
+    assert!(out.status.success(), "{said}{}", stderr(&out));
+    assert!(
+        said.contains(&format!("0 written, {pages} unchanged, 0 removed")) && said.contains("(+0 ~0 -0)"),
+        "{said}"
+    );
+    if semantic {
+        assert!(said.contains("sqlite: embedded 0 chunks"), "{said}");
+    }
+
+    let out = caret(&home, &["docs", "rm", "sqlite"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&caret(&home, &["docs", "ls"])).contains("no docs sources"));
+    let out = caret_model(&home, &["docs", "search", "LIMIT", "--name", "sqlite"]);
+    assert!(!out.status.success() && stderr(&out).contains("no docs source sqlite"), "{}", stderr(&out));
 }
