@@ -630,8 +630,20 @@ impl<'a, 't> Cx<'a, 't> {
     fn paragraphs(&mut self, first: usize, last: usize, context: &[String]) {
         let mut segs = Vec::new();
         let mut start = first;
+        // A Markdown code block is one paragraph, blank lines and all (cut further only when
+        // it alone is over budget).
+        let mut fence: Option<String> = None;
         for row in first..=last {
-            if row > start && self.lines.is_blank(row) && !self.lines.is_blank(row - 1) {
+            if self.language == Language::Markdown {
+                let t = self.lines.line(row).trim_start();
+                match &fence {
+                    Some(f) if t.starts_with(f.as_str()) => fence = None,
+                    Some(_) => continue,
+                    None if t.starts_with("```") || t.starts_with("~~~") => fence = Some(t[..3].to_owned()),
+                    None => {}
+                }
+            }
+            if fence.is_none() && row > start && self.lines.is_blank(row) && !self.lines.is_blank(row - 1) {
                 segs.push(Seg {
                     first: start,
                     last: row - 1,

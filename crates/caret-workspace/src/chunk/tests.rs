@@ -529,6 +529,17 @@ default models into the data directory so that everything works offline afterwar
 }
 
 #[test]
+fn a_markdown_code_block_with_blank_lines_stays_whole_where_it_fits() {
+    let text = "# API\n\n## load\n\nLoads a file and returns its settings.\n\n```python\nimport lib\n\nsettings = \
+                lib.load(\"a.toml\", strict=True, merge=False)\n\nprint(settings)\n```\n";
+    expect![[r#"
+        1-5 # API
+        7-13 [# API > ## load] ```python
+    "#]]
+    .assert_eq(&render("docs/api.md", text, &chunker(56, 4)));
+}
+
+#[test]
 fn plain_text_by_paragraphs_and_long_lines_by_words() {
     let long_line = "word ".repeat(200);
     let text = format!("first paragraph line one\nline two\n\nsecond paragraph\n\n{long_line}\n");
