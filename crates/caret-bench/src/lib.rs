@@ -1,9 +1,10 @@
 //! `caret bench …`: measurements that print figures — throughput, p50/p99 latency, peak
 //! memory — with a baseline in the same run where there is one (`docs/benchmarks.md` lists
 //! them all). They never assert a timing and are never run by the tests; their data
-//! (`src/data/`) is embedded. Each bench is a module: [`llm`], [`merge`], [`search`],
+//! (`src/data/`) is embedded. Each bench is a module: [`docs`], [`llm`], [`mcp`], [`merge`], [`search`],
 //! [`soak`], [`sync`], [`tab`], [`team`]; `scan`, `embed` and `vectors` live here.
 
+pub mod docs;
 pub mod llm;
 pub mod mcp;
 pub mod merge;
@@ -197,6 +198,23 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 100)]
         rounds: usize,
     },
+    /// @Docs over a real docs site served from loopback: a crawl of N pages to lexical search,
+    /// embedding throughput, a refresh of the unchanged site, search latency through the warm
+    /// daemon, and quality on the kept question set (page-level R@1, R@5, MRR@10).
+    Docs {
+        /// The site (default: SQLite's documentation, Debian's sqlite3-doc).
+        #[arg(long, default_value = "/usr/share/doc/sqlite3")]
+        site: PathBuf,
+        /// Pages of the timed crawl.
+        #[arg(long, default_value_t = 500)]
+        pages: usize,
+        /// Requests a second the crawls may make (`caret docs add`'s default: 20).
+        #[arg(long, default_value_t = 20.0)]
+        rate: f64,
+        /// Searches for the latency figures.
+        #[arg(long, default_value_t = 100)]
+        searches: usize,
+    },
     /// MCP servers over stdio (`mcp-server-time` from PyPI): start and tool listing, a tool
     /// call's round trip, and what taking the tools costs a session while servers start.
     Mcp {
@@ -238,6 +256,9 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Sync { path, changes } => crate::sync::run(config, &path, changes),
         BenchCommand::Soak { duration, clients, model } => {
             crate::soak::run(config, crate::soak::SoakBench { duration, clients: clients.max(1), model })
+        }
+        BenchCommand::Docs { site, pages, rate, searches } => {
+            crate::docs::run(config, crate::docs::DocsBench { site, pages, rate, searches })
         }
         BenchCommand::Mcp { python, calls } => crate::mcp::run(crate::mcp::McpBench { python, calls }),
         BenchCommand::Team { requests, rounds } => {

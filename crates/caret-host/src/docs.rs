@@ -76,55 +76,172 @@ pub struct Updated {
     pub counts: Counts,
     /// Seconds the crawl took.
     pub crawl_seconds: f64,
-    /// The index sync: files added, changed, removed.
+    /// The index syncs, together: files added, changed, removed.
     pub synced: (u64, u64, u64),
-    /// Seconds the sync took (after it, lexical search has the pages).
+    /// Seconds from the crawl's end until lexical search had every page (the last sync).
     pub sync_seconds: f64,
+    /// Chunks embedded (beside the crawl, then after it).
+    pub embedded: u64,
+    /// Chunks of the source, and those with vectors, at the end.
+    pub vectors: (u64, u64),
+    /// Seconds from the start until every chunk had its vector (none: not embedded).
+    pub embedded_after: Option<f64>,
+    /// The embedding model (none: lexical only).
+    pub model: Option<String>,
 }
 
-/// Crawls (or reads) the source `name` into its directory and syncs its pages with the
-/// index; `progress` hears the counts and may stop the crawl (it resumes next time).
+/// How often pages written during a crawl are synced and embedded beside it.
+const BESIDE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Crawls (or reads) the source `name` into its directory and keeps the index in step
+/// beside it: every few seconds the pages written so far are synced and, with `embed`,
+/// embedded (the crawl waits on the network, the embedding on the CPU); at the end a last
+/// sync, then the rest embedded. `progress` hears the crawl's counts and may stop it (the next
+/// update goes on from there).
 pub async fn update(
     config: &Config,
     name: &str,
     progress: &mut (dyn FnMut(&Counts) -> ControlFlow<()> + Send),
+    embed: bool,
 ) -> anyhow::Result<Updated> {
+    use std::sync::atomic::{AtomicU64, Ordering};
     let d = dir(config, name)?;
     let source = d.source().with_context(|| format!("no docs source {name} (`caret docs ls`)"))?;
     let _lock = lock(&d)?;
+    std::fs::create_dir_all(d.pages())?;
+    let transport: Arc<dyn caret_client::transport::Transport> =
+        Arc::from(transport(config, &Remote::default()).await?);
+    let ws = open_workspace(config, &d.pages())?;
+    let scanner = Arc::new(Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash));
     let started = std::time::Instant::now();
-    let counts = match &source.origin {
+    let index = Index { engine: Arc::new(engine(config)?), scanner, transport, embed };
+    // The index beside the crawl: pages written so far, every few seconds.
+    let written = Arc::new(AtomicU64::new(0));
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let beside = {
+        let (index, written) = (index.clone(), written.clone());
+        tokio::spawn(async move {
+            let (mut done, mut totals) = (0, Totals::default());
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep(BESIDE) => {}
+                    _ = stop_rx.changed() => return (ws, totals),
+                }
+                let now = written.load(Ordering::Relaxed);
+                if now == done {
+                    continue;
+                }
+                done = now;
+                if let Err(e) = index.step(&ws, &mut totals).await {
+                    tracing::warn!("indexing pages beside the crawl: {e:#}");
+                }
+            }
+        })
+    };
+    let mut counting = |c: &Counts| {
+        written.store(c.written, Ordering::Relaxed);
+        progress(c)
+    };
+    let crawled = match &source.origin {
         Origin::Site { url, prefix, depth, max_pages, rate } => {
             let mut settings = caret_docs::crawl::Settings::new(url::Url::parse(url)?);
             settings.prefix = prefix.clone();
             settings.depth = *depth;
             settings.max_pages = *max_pages;
             settings.rate = *rate;
-            caret_docs::crawl::crawl(&d, &settings, progress).await?
+            caret_docs::crawl::crawl(&d, &settings, &mut counting).await
         }
-        Origin::Folder { path } => {
-            let (d2, path) = (d.clone(), path.clone());
-            // Reading files blocks: off the async threads (the progress stays here).
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Counts>();
-            let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
-            let job = tokio::task::spawn_blocking(move || {
-                caret_docs::local::import(&d2, &path, &mut |c| {
-                    let _ = tx.send(c.clone());
-                    if stop_rx.try_recv().is_ok() { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
-                })
-            });
-            while let Some(c) = rx.recv().await {
-                if progress(&c).is_break() {
-                    let _ = stop_tx.send(());
-                }
-            }
-            job.await.context("reading the folder")??
-        }
+        Origin::Folder { path } => read_folder(&d, path, &mut counting).await,
     };
     let crawl_seconds = started.elapsed().as_secs_f64();
-    let started = std::time::Instant::now();
-    let report = sync_pages(config, &d).await?;
-    Ok(Updated { counts, crawl_seconds, synced: report, sync_seconds: started.elapsed().as_secs_f64() })
+    let _ = stop_tx.send(true);
+    let (ws, mut totals) = beside.await.context("indexing beside the crawl")?;
+    let counts = crawled?;
+    // The rest: a last sync (lexical search has every page), then what lacks a vector.
+    let last_sync = std::time::Instant::now();
+    index.sync(&ws, &mut totals).await?;
+    let sync_seconds = last_sync.elapsed().as_secs_f64();
+    if embed {
+        index.embed(&ws, &mut totals).await?;
+    }
+    Ok(Updated {
+        counts,
+        crawl_seconds,
+        synced: totals.synced,
+        sync_seconds,
+        embedded: totals.embedded,
+        vectors: totals.vectors,
+        embedded_after: (embed && totals.model.is_some()).then(|| started.elapsed().as_secs_f64()),
+        model: totals.model,
+    })
+}
+
+/// What the index did during an update.
+#[derive(Debug, Default)]
+struct Totals {
+    synced: (u64, u64, u64),
+    embedded: u64,
+    vectors: (u64, u64),
+    model: Option<String>,
+}
+
+/// Keeping a source's pages in the index.
+#[derive(Clone)]
+struct Index {
+    engine: Arc<caret_client::sync::SyncEngine>,
+    scanner: Arc<Scanner>,
+    transport: Arc<dyn caret_client::transport::Transport>,
+    embed: bool,
+}
+
+impl Index {
+    async fn sync(&self, ws: &caret_client::state::WorkspaceState, totals: &mut Totals) -> anyhow::Result<()> {
+        let r = self.engine.sync(ws, self.transport.as_ref()).await.context("indexing the pages")?;
+        totals.synced = (totals.synced.0 + r.added, totals.synced.1 + r.modified, totals.synced.2 + r.deleted);
+        Ok(())
+    }
+
+    async fn embed(&self, ws: &caret_client::state::WorkspaceState, totals: &mut Totals) -> anyhow::Result<()> {
+        let report = caret_client::index::embed_missing(self.scanner.clone(), ws, self.transport.as_ref(), |_| {})
+            .await
+            .context("embedding the pages")?;
+        totals.embedded += report.progress.embedded;
+        totals.vectors = (report.progress.total, report.progress.done);
+        totals.model = report.model;
+        Ok(())
+    }
+
+    /// A sync, then (when embedding) the embedding of what it brought.
+    async fn step(&self, ws: &caret_client::state::WorkspaceState, totals: &mut Totals) -> anyhow::Result<()> {
+        self.sync(ws, totals).await?;
+        if self.embed {
+            self.embed(ws, totals).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads a folder source (blocking reads off the async threads; the progress stays here).
+async fn read_folder(
+    d: &SourceDir,
+    path: &std::path::Path,
+    progress: &mut (dyn FnMut(&Counts) -> ControlFlow<()> + Send),
+) -> caret_docs::Result<Counts> {
+    let (d2, path) = (d.clone(), path.to_path_buf());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Counts>();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let job = tokio::task::spawn_blocking(move || {
+        caret_docs::local::import(&d2, &path, &mut |c| {
+            let _ = tx.send(c.clone());
+            if stop_rx.try_recv().is_ok() { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+        })
+    });
+    while let Some(c) = rx.recv().await {
+        if progress(&c).is_break() {
+            let _ = stop_tx.send(());
+        }
+    }
+    job.await.unwrap_or_else(|e| Err(caret_docs::Error::BadRequest(format!("reading the folder: {e}"))))
 }
 
 /// The source's update lock: one update of a source at a time (held until dropped).
@@ -190,22 +307,6 @@ async fn sync_pages(config: &Config, d: &SourceDir) -> anyhow::Result<(u64, u64,
     Ok((sync.added, sync.modified, sync.deleted))
 }
 
-/// Embeds what the source's pages lack (search by meaning then has them); `progress` hears
-/// how far it got.
-pub async fn embed(
-    config: &Config,
-    name: &str,
-    progress: impl FnMut(&caret_client::index::EmbedProgress) + Send,
-) -> anyhow::Result<caret_client::index::EmbedReport> {
-    let d = dir(config, name)?;
-    let ws = open_workspace(config, &d.pages())?;
-    let scanner = Arc::new(Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash));
-    let transport = transport(config, &Remote::default()).await?;
-    caret_client::index::embed_missing(scanner, &ws, transport.as_ref(), progress)
-        .await
-        .with_context(|| format!("embedding the pages of {name}"))
-}
-
 /// Adds a source (its settings saved; nothing fetched yet: [`update`] does that).
 pub fn add(config: &Config, source: &Source) -> anyhow::Result<()> {
     let d = dir(config, &source.name)?;
@@ -254,18 +355,16 @@ pub struct DocHit {
 
 /// Searches the sources `names` (none: all) for `query`: the best `k` hits, best first.
 pub async fn search(config: &Config, query: &str, names: &[String], k: usize) -> anyhow::Result<Vec<DocHit>> {
-    let all = list(config)?;
-    let chosen: Vec<&Listed> = all.iter().filter(|l| names.is_empty() || names.contains(&l.source.name)).collect();
-    if let Some(missing) = names.iter().find(|n| !all.iter().any(|l| &l.source.name == *n)) {
+    let all = source_names(config);
+    if let Some(missing) = names.iter().find(|n| !all.contains(n)) {
         anyhow::bail!("no docs source {missing} (`caret docs ls`)");
     }
     let mut hits = Vec::new();
-    for l in chosen {
-        let d = dir(config, &l.source.name)?;
+    for name in all.iter().filter(|n| names.is_empty() || names.contains(n)) {
+        let d = dir(config, name)?;
         if !d.pages().is_dir() {
             continue;
         }
-        let state = d.state()?;
         let outcome = crate::search::search_workspace(
             config,
             &d.pages(),
@@ -275,11 +374,24 @@ pub async fn search(config: &Config, query: &str, names: &[String], k: usize) ->
             caret_protocol::SearchMode::Hybrid,
         )
         .await?;
-        hits.extend(outcome.hits.into_iter().filter_map(|h| hit(&l.source.name, &state, h)));
+        let state = d.state()?;
+        hits.extend(outcome.hits.into_iter().filter_map(|h| hit(name, &state, h)));
     }
     hits.sort_by(|a, b| b.score.total_cmp(&a.score));
     hits.truncate(k);
     Ok(hits)
+}
+
+/// The names of the sources, sorted (their settings are not read).
+pub fn source_names(config: &Config) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(root(config)) else { return Vec::new() };
+    let mut names: Vec<String> = entries
+        .flatten()
+        .filter(|e| e.path().join("source.json").is_file())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
 }
 
 /// A search hit of a source's pages as a documentation hit (`None`: not a page any more).

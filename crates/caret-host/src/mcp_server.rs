@@ -162,7 +162,7 @@ impl rmcp::ServerHandler for CaretServer {
                  with their path and line number.",
             ),
         ];
-        if crate::docs::list(&self.config).is_ok_and(|l| !l.is_empty()) {
+        if !crate::docs::source_names(&self.config).is_empty() {
             tools.push(caret_server::mcp::tool::<DocsArgs>(
                 "docs_search",
                 "Search the third-party documentation added to Caret (`caret docs add`) by meaning and words: \

@@ -250,7 +250,7 @@ pub struct DocsSearch {
 impl DocsSearch {
     /// The tool over `config`'s sources, when there are any (their names in its description).
     pub fn new(config: Config) -> Option<DocsSearch> {
-        let names: Vec<String> = crate::docs::list(&config).ok()?.into_iter().map(|l| l.source.name).collect();
+        let names = crate::docs::source_names(&config);
         if names.is_empty() {
             return None;
         }

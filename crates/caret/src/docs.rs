@@ -173,52 +173,38 @@ fn update(config: &Config, name: &str, embed: bool) -> anyhow::Result<ExitCode> 
             }
             if stop.load(Ordering::Relaxed) { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
         };
-        let updated = caret_host::docs::update(config, name, &mut progress).await;
+        let updated = caret_host::docs::update(config, name, &mut progress, embed).await;
         if tty {
             eprintln!();
         }
         let u = updated?;
         let c = &u.counts;
         println!(
-            "{name}: {} pages fetched in {:.1} s ({:.0} pages/s): {} written, {} unchanged, {} removed; indexed in {:.1} s \
-             (+{} ~{} -{}): lexical search is ready",
+            "{name}: {} pages fetched in {:.1} s ({:.0} pages/s): {} written, {} unchanged, {} removed; indexed \
+             (+{} ~{} -{}), the last {:.1} s after the crawl: lexical search is ready",
             thousands(c.fetched),
             u.crawl_seconds,
             c.fetched as f64 / u.crawl_seconds.max(1e-3),
             thousands(c.written),
             thousands(c.unchanged),
             c.removed,
-            u.sync_seconds,
             u.synced.0,
             u.synced.1,
-            u.synced.2
+            u.synced.2,
+            u.sync_seconds,
         );
         for (why, n) in c.skipped.iter().chain(&c.failed) {
             println!("  {n} × {why}");
         }
-        if embed {
-            let report = caret_host::docs::embed(config, name, |p| {
-                if tty && p.total > 0 {
-                    eprint!("\rembedding {}/{} chunks   ", p.done, p.total);
-                    let _ = std::io::stderr().flush();
-                }
-            })
-            .await?;
-            if tty {
-                eprintln!();
-            }
-            let p = &report.progress;
-            match &report.model {
-                Some(model) => println!(
-                    "{name}: embedded {} chunks in {:.1} s ({:.0} chunks/s, {model}); {} of {} have vectors",
-                    thousands(p.embedded),
-                    report.seconds,
-                    p.embedded as f64 / report.seconds.max(1e-3),
-                    thousands(p.done),
-                    thousands(p.total)
-                ),
-                None => println!("{name}: no embedding model: search is lexical only"),
-            }
+        match (&u.model, u.embedded_after) {
+            (Some(model), Some(after)) => println!(
+                "{name}: embedded {} chunks ({model}); all {} have vectors {:.1} s after the start",
+                thousands(u.embedded),
+                thousands(u.vectors.0),
+                after
+            ),
+            (None, Some(_)) => println!("{name}: no embedding model: search is lexical only"),
+            _ => {}
         }
         anyhow::Ok(())
     })?;
