@@ -19,6 +19,14 @@ use crate::batch::{Call, Outcome, run_calls};
 use crate::policy::{Policy, Verdict};
 use crate::tools::{Ctx, Registry};
 
+/// What a front end attaches to a request for its mentions beyond files (`@Docs NAME`: the
+/// sections of that documentation that answer it).
+#[async_trait::async_trait]
+pub trait Mentions: Send + Sync {
+    /// Text to add to the request `input` (none: nothing is mentioned).
+    async fn attach(&self, input: &str) -> Option<String>;
+}
+
 /// Where model answers come from (the gateway in the binary; a scripted model in tests).
 #[async_trait::async_trait]
 pub trait ModelClient: Send + Sync {
@@ -58,6 +66,8 @@ pub struct Session {
     tools: Registry,
     /// Tools that come and go (MCP servers'), and the names taken from them last.
     dynamic: Option<(Arc<dyn crate::tools::DynamicTools>, Vec<&'static str>)>,
+    /// What mentions in a request attach besides files.
+    pub mentions: Option<Arc<dyn Mentions>>,
     /// Tools the user approved for the rest of the session.
     approved_tools: std::collections::HashSet<String>,
     /// Temperature and seed of model calls (none: 0 and none).
@@ -148,6 +158,7 @@ impl Session {
             model_name: model_name.to_owned(),
             tools,
             dynamic: None,
+            mentions: None,
             approved_tools: std::collections::HashSet::new(),
             ctx,
             policy: Policy::default(),
@@ -491,7 +502,11 @@ impl Session {
         let before = self.attached_rules();
         let attached = self.attach_named_files(input);
         self.emit_new_rules(events, before);
-        self.push(ChatMessage::text(Role::User, format!("{input}{attached}")));
+        let mentioned = match &self.mentions {
+            Some(m) => m.attach(input).await.unwrap_or_default(),
+            None => String::new(),
+        };
+        self.push(ChatMessage::text(Role::User, format!("{input}{attached}{mentioned}")));
         let reason = self.steps(events, ops).await;
         emit(events, Event::TurnEnd { turn, reason });
         reason

@@ -103,7 +103,9 @@ pub fn session_on(
     let mut tools = Registry::workspace();
     let remote = Remote { server: args.server.clone(), token: args.token.clone() };
     tools.add(Arc::new(CodebaseSearch::new(config.clone(), remote)));
-    if let Some(docs) = DocsSearch::new(config.clone()) {
+    let docs = DocsSearch::new(config.clone());
+    let has_docs = docs.is_some();
+    if let Some(docs) = docs {
         tools.add(Arc::new(docs));
     }
     let mut policy = caret_sandbox::Policy::new(&ctx.root)?.with_toolchains();
@@ -128,6 +130,9 @@ pub fn session_on(
     session.max_steps = args.max_steps.max(1);
     session.context_window = config.context_window(&model).unwrap_or(32_768);
     session.images = config.takes_images(&model);
+    if has_docs {
+        session.mentions = Some(Arc::new(DocsMentions::new(config.clone())));
+    }
     session.policy.rules = config.agent.rules();
     session.policy.approval = args.approval;
     // MCP servers start with the session's first model call, in the background; a project's
@@ -312,5 +317,75 @@ impl caret_agent::tools::Tool for DocsSearch {
             out.push_str("no results\n");
         }
         Ok(caret_agent::tools::truncate(out, ctx.max_output_bytes, "ask for fewer hits (k)"))
+    }
+}
+
+/// `@Docs NAME` in a request: the sections of that documentation source that best answer
+/// it come with it (as an editor attaches the docs a user mentions).
+pub struct DocsMentions {
+    config: Config,
+}
+
+/// Sections attached for one `@Docs` mention.
+const MENTION_HITS: usize = 4;
+
+impl DocsMentions {
+    /// Mentions of `config`'s sources.
+    pub fn new(config: Config) -> DocsMentions {
+        DocsMentions { config }
+    }
+
+    /// The sources `input` mentions (`@Docs NAME`, any case), known ones only, in order.
+    pub fn mentioned(input: &str, known: &[String]) -> Vec<String> {
+        let words: Vec<&str> = input.split_whitespace().collect();
+        let mut out = Vec::new();
+        for pair in words.windows(2) {
+            let name = pair[1].trim_end_matches([',', '.', ':', ';', '!', '?']);
+            if pair[0].eq_ignore_ascii_case("@docs")
+                && known.iter().any(|k| k == name)
+                && !out.iter().any(|o| o == name)
+            {
+                out.push(name.to_owned());
+            }
+        }
+        out
+    }
+}
+
+#[async_trait::async_trait]
+impl caret_agent::session::Mentions for DocsMentions {
+    async fn attach(&self, input: &str) -> Option<String> {
+        use std::fmt::Write as _;
+        let names = DocsMentions::mentioned(input, &crate::docs::source_names(&self.config));
+        if names.is_empty() {
+            return None;
+        }
+        let mut out = String::new();
+        for name in names {
+            match crate::docs::search(&self.config, input, std::slice::from_ref(&name), MENTION_HITS).await {
+                Ok(hits) => {
+                    let _ = write!(out, "\n\n[@Docs {name}: the sections that best match this request]");
+                    for h in hits {
+                        let heading = if h.heading.is_empty() { String::new() } else { format!(" › {}", h.heading) };
+                        let _ = write!(out, "\n\n{}{heading} — {}\n{}", h.title, h.url, h.text.trim_end());
+                    }
+                }
+                Err(e) => tracing::warn!("@Docs {name}: {e:#}"),
+            }
+        }
+        Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docs_mentions_name_known_sources() {
+        let known = vec!["sqlite".to_owned(), "mylib".to_owned()];
+        let got = DocsMentions::mentioned("use @Docs sqlite, and @docs mylib. Not @Docs other or @Docssqlite", &known);
+        assert_eq!(got, ["sqlite", "mylib"]);
+        assert!(DocsMentions::mentioned("@Docs", &known).is_empty());
     }
 }

@@ -307,6 +307,7 @@ fn api() -> Router {
         .route("/api/agent/sessions/{id}/ops", post(session_op))
         .route("/api/agent/sessions/{id}/events", get(session_events))
         .route("/api/mcp", get(mcp_servers))
+        .route("/api/docs", get(docs_sources))
         .route("/api/mcp/trust", post(mcp_trust))
         .route("/api/review", get(review_list))
         .route("/api/review/diff", get(review_diff))
@@ -513,6 +514,15 @@ async fn mcp_servers(Extension(ui): Extension<Arc<Ui>>) -> ApiResult {
     Ok(Json(json!({"servers": servers, "untrusted": untrusted})).into_response())
 }
 
+/// The documentation sources (`caret docs add`): `{sources: [{name, pages, …}]}`.
+async fn docs_sources(Extension(ui): Extension<Arc<Ui>>) -> ApiResult {
+    let sources = caret_host::docs::list(&ui.config)
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}"), None))?;
+    let sources: Vec<Value> =
+        sources.iter().map(|l| json!({"name": l.source.name, "pages": l.pages, "updated_at": l.updated_at})).collect();
+    Ok(Json(json!({ "sources": sources })).into_response())
+}
+
 #[derive(serde::Deserialize)]
 struct TrustMcp {
     name: String,
@@ -634,7 +644,15 @@ async fn search_route(Extension(ui): Extension<Arc<Ui>>, Query(q): Query<SearchQ
             tokio::task::spawn_blocking(move || search::grep(&root, &q.q, k * 10)).await.map_err(internal)?
         }
         "semantic" => search::semantic(&ui.config, &ui.root, &q.q, k, &ui.synced).await,
-        other => return Err(bad(format!("mode {other:?}: semantic or grep"))),
+        // The documentation sources (`caret docs add`): hits with their page's URL.
+        "docs" => caret_host::docs::search(&ui.config, &q.q, &[], k.min(50)).await.map(|hits| {
+            let note = match (hits.len(), caret_host::docs::source_names(&ui.config).len()) {
+                (_, 0) => "no documentation added yet: `caret docs add URL --name NAME`".to_owned(),
+                (n, s) => format!("{n} sections from {s} docs sources"),
+            };
+            json!({"hits": hits, "note": note})
+        }),
+        other => return Err(bad(format!("mode {other:?}: semantic, grep or docs"))),
     }
     .map_err(|e| bad(format!("{e:#}")))?;
     Ok(Json(found).into_response())

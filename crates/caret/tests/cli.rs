@@ -900,7 +900,8 @@ fn exec_calls_a_configured_mcp_servers_tool() {
 
 /// The agent answers from added documentation: with a docs source, `docs_search` is offered
 /// (its description naming the sources) and a call of it returns the page's section with its
-/// URL; without one, it is not offered.
+/// URL; without one, it is not offered. `@Docs NAME` in a request attaches that source's best
+/// sections to it.
 #[test]
 fn exec_searches_added_documentation_with_docs_search() {
     use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
@@ -946,6 +947,13 @@ fn exec_searches_added_documentation_with_docs_search() {
     let tool = sent["tools"].as_array().unwrap().iter().find(|t| t["function"]["name"] == "docs_search").unwrap();
     assert!(tool["function"]["description"].as_str().unwrap().contains("(mylib)"), "{tool}");
     assert_eq!(tool["function"]["parameters"]["properties"]["source"]["enum"], serde_json::json!(["mylib"]));
+
+    // `@Docs mylib` in the request: its best sections come with it.
+    caret(&home, &["exec", "How are calls retried? @Docs mylib", "-C", ws.to_str().unwrap(), "--max-steps", "1"]);
+    let first = up.chats().into_iter().rev().find(|c| c["messages"].as_array().is_some_and(|m| m.len() == 2)).unwrap();
+    let asked = first["messages"][1]["content"].as_str().unwrap();
+    assert!(asked.starts_with("How are calls retried? @Docs mylib\n\n[@Docs mylib: "), "{asked}");
+    assert!(asked.contains("Retries — file://") && asked.contains("exponential backoff, 5 times"), "{asked}");
 }
 
 /// A Python with `mcp-server-time`, or `None` (said as a skip).

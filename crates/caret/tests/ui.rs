@@ -421,3 +421,63 @@ fn a_project_mcp_server_is_trusted_from_the_page_and_its_tool_called() {
 fn read_home(home: &TempDir, rel: &str) -> String {
     std::fs::read_to_string(home.path().join(rel)).unwrap()
 }
+
+/// Documentation on the page: the search pane's docs mode finds a section of an added source
+/// (title, heading, source and URL shown); the agent panel offers `@Docs NAME` among its
+/// mentions, and a request naming it carries that source's best sections to the model.
+#[test]
+fn added_documentation_is_searched_and_mentioned_from_the_page() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("docs-model"));
+    up.set(Behaviour { conversation: vec![Answer::Text("With backoff.".into())], ..Behaviour::default() });
+    let home = TempDir::new();
+    home.write(
+        "config.toml",
+        &format!(
+            "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
+            up.url
+        ),
+    );
+    let docs = TempDir::new();
+    docs.write("guide/retry.md", "# Retries\n\n## Backoff\n\nFailed calls are retried with exponential backoff.\n");
+    docs.write("index.md", "# mylib\n\nA client library.\n");
+    let added = std::process::Command::new(CARET)
+        .args(["docs", "add", docs.path().to_str().unwrap(), "--name", "mylib", "--no-embed"])
+        .env("CARET_HOME", home.path())
+        .env_remove("CARET_SERVER")
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "{}", String::from_utf8_lossy(&added.stderr));
+    let ws = TempDir::new();
+    ws.write("README.md", "# a project\n");
+    let ui = start_ui(home.path(), ws.path());
+    let browser = Browser::start();
+    browser.open(&format!("{}/#token={}", ui.base, ui.token));
+    browser.wait_for("the page", 30, "return window.caret?.ready");
+    browser.eval("document.querySelector('.side-tabs button[data-side=search]').click()");
+    browser.eval("document.querySelector('#search-form input[value=docs]').click(); document.querySelector('#search-q').value = 'exponential backoff'; document.querySelector('#search-form').requestSubmit();");
+    let hit = browser.wait_for(
+        "a docs hit",
+        30,
+        "const li = document.querySelector('#search-hits li[data-url]'); return li && [li.querySelector('.where').textContent, li.querySelector('.source').textContent, li.querySelector('pre').textContent]",
+    );
+    assert_eq!(hit[0], "Retries", "{hit}");
+    assert!(hit[1].as_str().unwrap().starts_with("mylib · file://"), "{hit}");
+    assert!(hit[2].as_str().unwrap().contains("exponential backoff"), "{hit}");
+    shot(&browser, "8-docs-search");
+
+    browser.eval("const i = document.querySelector('[data-role=input]'); i.value = 'How are calls retried? @Do'; i.selectionStart = i.value.length; i.dispatchEvent(new Event('input'));");
+    let offered = browser.wait_for(
+        "the @Docs mention",
+        10,
+        "return [...document.querySelectorAll('.mentions li')].map((li) => li.dataset.mention).join(',')",
+    );
+    assert_eq!(offered, "Docs mylib");
+    browser.eval("document.querySelector('.mentions li').click(); document.querySelector('[data-role=send]').click();");
+    browser.wait_for("the answer", 30, "return document.querySelector('.entry.assistant')?.textContent");
+    let asked = up.chats().into_iter().find(|c| c.get("messages").is_some()).unwrap();
+    let request = asked["messages"][1]["content"].as_str().unwrap().to_owned();
+    assert!(request.starts_with("How are calls retried? @Docs mylib"), "{request}");
+    assert!(request.contains("[@Docs mylib: ") && request.contains("exponential backoff"), "{request}");
+    assert!(up.violations().is_empty(), "{:?}", up.violations());
+}

@@ -138,6 +138,7 @@ function openAgent(context: vscode.ExtensionContext) {
     openFile: (path: string, line?: number) => openAt(path, line),
     paths: async () => (await s.call('GET', '/api/tree')).files,
     mcp: () => s.call('GET', '/api/mcp'),
+    docs: async () => (await s.call('GET', '/api/docs')).sources.map((d: { name: string }) => d.name),
     trustMcp: (name: string) => s.call('POST', '/api/mcp/trust', { name }),
   };
   panel.webview.onDidReceiveMessage(async (m: { type: string; id: number; method: string; args: unknown[] }) => {

@@ -9,6 +9,7 @@ const pending = new Map();
 const listeners = new Map();
 let next = 1;
 let paths = [];
+let docs = [];
 
 window.addEventListener('message', (e) => {
   const m = e.data;
@@ -44,8 +45,10 @@ const host = {
   openFile: (path, line) => call('openFile', path, line),
   paths: () => paths,
   mcp: () => call('mcp'),
+  docs: () => docs,
   trustMcp: (name) => call('trustMcp', name),
 };
 
 call('paths').then((p) => (paths = p)).catch(() => {});
+call('docs').then((d) => (docs = d)).catch(() => {});
 new AgentPanel(document.getElementById('agent'), host);

@@ -12,6 +12,7 @@
 //   accept(path), reject(path), restore(turn): Promise
 //   showDiff(path), openFile(path, line)     the host's editor
 //   paths(): string[]                        workspace files, for @ mentions
+//   docs(): string[]                         (optional) documentation sources, for @Docs
 //   mcp(): Promise<{servers, untrusted}>     (optional) MCP servers; the project's untrusted
 //   trustMcp(name): Promise                  (optional) trusts one: new chats start it
 // }
@@ -172,10 +173,13 @@ export class AgentPanel {
       return;
     }
     const q = m[1].toLowerCase();
-    const hits = this.host.paths().filter((p) => p.toLowerCase().includes(q)).slice(0, 8);
+    // Documentation sources first (`@Docs NAME` attaches their best sections), then files.
+    const docs = (this.host.docs?.() || []).map((d) => `Docs ${d}`).filter((d) => d.toLowerCase().includes(q) || 'docs'.startsWith(q));
+    const hits = [...docs, ...this.host.paths().filter((p) => p.toLowerCase().includes(q))].slice(0, 8);
     this.mentions.replaceChildren(
       ...hits.map((p) =>
         el('li', {
+          'data-mention': p,
           onclick: () => {
             const at = upto.length - m[0].length;
             this.input.value = `${this.input.value.slice(0, at)}@${p} ${this.input.value.slice(upto.length)}`;

@@ -483,9 +483,11 @@ const panel = new AgentPanel($('#agent'), {
   openFile,
   paths: () => state.paths,
   mcp: () => get('/api/mcp'),
+  docs: () => state.docs || [],
   trustMcp: (name) => post('/api/mcp/trust', { name }),
 });
 window.caret.panel = panel;
+get('/api/docs').then((r) => (state.docs = r.sources.map((s) => s.name))).catch(() => {});
 
 // ---- Cmd-K: an instruction applied to the selection -------------------------------------
 
@@ -586,6 +588,21 @@ $('#search-form').onsubmit = async (e) => {
     $('#search-hits').replaceChildren(
       ...r.hits.map((h) => {
         const li = document.createElement('li');
+        if (mode === 'docs') {
+          // A section of added documentation: its page opens in a new tab.
+          li.dataset.url = h.url;
+          const where = document.createElement('div');
+          where.className = 'where';
+          where.textContent = h.heading ? `${h.title} › ${h.heading}` : h.title;
+          const from = document.createElement('div');
+          from.className = 'source';
+          from.textContent = `${h.source} · ${h.url}`;
+          const snip = document.createElement('pre');
+          snip.textContent = h.text;
+          li.append(where, from, snip);
+          li.onclick = () => window.open(h.url, '_blank', 'noopener');
+          return li;
+        }
         li.dataset.path = h.path;
         const where = document.createElement('div');
         where.className = 'where';
