@@ -63,6 +63,14 @@ async fn serve(site: Site, uri: Uri, headers: HeaderMap) -> Response {
             let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
             return Response::new(Body::from(xml.replace("HOST", host)));
         }
+        "/llms.txt" => {
+            let text = "# Lib\n\n> A library.\n\n## Docs\n\n- [Guide](/guide.md): start here\n- [SELECT](/docs/lang_select.html)\n";
+            return Response::builder().header(header::CONTENT_TYPE, "text/plain").body(Body::from(text)).unwrap();
+        }
+        "/guide.md" => {
+            let text = "# Guide\n\nInstall it, then [read more](/docs/lang_update.html).\n\n## Usage\n\nCall it.\n";
+            return Response::builder().header(header::CONTENT_TYPE, "text/markdown").body(Body::from(text)).unwrap();
+        }
         "/docs/loop-a.html" => return redirect("/docs/loop-b.html"),
         "/docs/loop-b.html" => return redirect("/docs/loop-a.html"),
         "/docs/broken.html" => return html(StatusCode::INTERNAL_SERVER_ERROR, Body::from("oops")),
@@ -196,6 +204,28 @@ async fn a_docs_site_is_crawled_resumed_and_refreshed() {
     let md = std::fs::read_to_string(source.pages().join(&select.file)).unwrap();
     assert!(md.contains("Rewritten."));
     assert!(!source.state().unwrap().pages.keys().any(|u| u.ends_with("orphan.html")));
+}
+
+/// An `llms.txt`: it and the pages it links (Markdown or HTML) are the source; links inside
+/// those pages are not followed.
+#[tokio::test]
+async fn an_llms_txt_brings_the_pages_it_links() {
+    let Some(root) = sqlite_docs() else { return };
+    let (start, _site) = start_site(root).await;
+    let llms = start.replace("/docs/start.html", "/llms.txt");
+    let dir = TempDir::new();
+    let source = SourceDir::new(dir.join("src"));
+    let mut s = settings(&llms, 100);
+    s.prefix = llms.trim_end_matches("llms.txt").to_owned();
+    let counts = crawl(&source, &s, &mut go_on).await.unwrap();
+    let state = source.state().unwrap();
+    let files: Vec<&str> = state.pages.values().map(|p| p.file.as_str()).collect();
+    assert_eq!(files, ["docs/lang_select.md", "guide.md", "llms.md"], "{counts:?}");
+    let guide = state.pages.values().find(|p| p.file == "guide.md").unwrap();
+    assert_eq!(
+        guide.headings.iter().map(|h| (h.line, h.text.as_str())).collect::<Vec<_>>(),
+        [(1, "Guide"), (5, "Usage")]
+    );
 }
 
 #[tokio::test]
