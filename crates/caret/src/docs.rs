@@ -121,7 +121,15 @@ fn add(config: &Config, args: AddArgs) -> anyhow::Result<ExitCode> {
     };
     let source = Source { name: args.name.clone(), origin, refresh: args.refresh.clone() };
     caret_host::docs::add(config, &source)?;
-    update(config, &args.name, !args.no_embed)
+    let updated = update(config, &args.name, !args.no_embed);
+    // A source whose first crawl kept nothing (its URL did not answer) is not kept either.
+    if updated.is_err() {
+        let d = caret_host::docs::dir(config, &args.name)?;
+        if d.state().map_or(true, |s| s.pages.is_empty()) {
+            let _ = std::fs::remove_dir_all(&d.root);
+        }
+    }
+    updated
 }
 
 fn refresh(config: &Config, args: RefreshArgs) -> anyhow::Result<ExitCode> {

@@ -1487,6 +1487,11 @@ fn docs_are_added_searched_refreshed_and_removed() {
         assert!(said.contains("sqlite: embedded 0 chunks"), "{said}");
     }
 
+    // A site that does not answer: a clear error, and no source left behind.
+    let out = caret(&home, &["docs", "add", "http://127.0.0.1:9/docs/", "--name", "gone", "--no-embed"]);
+    assert!(!out.status.success() && stderr(&out).contains("fetching http://127.0.0.1:9/docs/"), "{}", stderr(&out));
+    assert!(!stdout(&caret(&home, &["docs", "ls"])).contains("gone"));
+
     let out = caret(&home, &["docs", "rm", "sqlite"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&caret(&home, &["docs", "ls"])).contains("no docs sources"));

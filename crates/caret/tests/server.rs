@@ -1084,6 +1084,53 @@ fn agent_sessions_stream_their_events_over_sse() {
     server.stop();
 }
 
+/// A server-side agent session with the server's `[mcp_servers]`: the stdio server runs in
+/// the session's sandbox (the workspace its directory, a PID namespace of its own, `/usr`
+/// read-only), and the model's call of its tool — made before the server finished starting —
+/// waits for it and is answered, shown with its server.
+#[test]
+fn a_server_session_calls_an_mcp_servers_tool_in_its_sandbox() {
+    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
+    let Some(python) = caret_test_support::mcp::python() else { return };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("agent-model"));
+    up.set(Behaviour {
+        tool_call: Some("mcp__probe__look".into()),
+        tool_arguments: Some("{}".into()),
+        ..Behaviour::default()
+    });
+    let ws = TempDir::new();
+    let probe = ws.write("probe.py", caret_test_support::mcp::PROBE);
+    let config = format!(
+        "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n\n\
+         [mcp_servers.probe]\ncommand = {python:?}\nargs = [{:?}]\n\n[server.agent_workspaces]\ndemo = \"{}\"\n",
+        up.url,
+        probe.display().to_string(),
+        ws.path().display()
+    );
+    let server = Server::start_with_config(&[], &[], Some(&config));
+    let token = server.tenant("mcp-a");
+    let c = http();
+    let url = |p: &str| format!("{}/v1/agent/sessions{p}", server.url);
+    let r = c.post(url("")).bearer_auth(&token).json(&json!({"workspace": "demo", "max_steps": 2})).send().unwrap();
+    assert_eq!(r.status(), 201);
+    let id = r.json::<Value>().unwrap()["id"].as_str().unwrap().to_owned();
+    let input = json!({"type": "user_input", "text": "look around"});
+    assert_eq!(c.post(url(&format!("/{id}/ops"))).bearer_auth(&token).json(&input).send().unwrap().status(), 202);
+    let events =
+        harness::events_until(c.get(url(&format!("/{id}/events"))).bearer_auth(&token).send().unwrap(), "turn_end");
+    let begin = events.iter().find(|e| e["type"] == "tool_call_begin").unwrap_or_else(|| panic!("{events:?}"));
+    assert_eq!((begin["name"].as_str(), begin["server"].as_str()), (Some("mcp__probe__look"), Some("probe")));
+    let end = events.iter().find(|e| e["type"] == "tool_call_end").unwrap();
+    assert_eq!(end["ok"], true, "{end}");
+    let look: Value = serde_json::from_str(end["output"].as_str().unwrap()).unwrap();
+    let root = std::fs::canonicalize(ws.path()).unwrap();
+    assert_eq!(look["cwd"], root.display().to_string(), "{look}");
+    assert!(look["pid"].as_u64().unwrap() < 20, "a PID namespace of its own: {look}");
+    assert_eq!(look["wrote_usr"], false, "{look}");
+    server.stop();
+}
+
 /// A whole agent session on the server through each tool-calling format the gateway speaks
 /// (OpenAI tools and Anthropic tool use, each from a scripted server — a test double — that
 /// refuses any request breaking its API's rules): parallel reads and a grep in one answer, an
@@ -1814,10 +1861,11 @@ fn the_fleet_dashboard_shows_what_the_api_says_while_runs_start_and_finish() {
     use caret_test_support::scripted::{Answer, Behaviour, ScriptedUpstream};
     let rt = tokio::runtime::Runtime::new().unwrap();
     let up = rt.block_on(ScriptedUpstream::start("agent-model"));
-    // Each run holds its sandbox for a few seconds with a live command, then ends.
+    // Each run holds its sandbox for a few seconds with a live command, then ends (long enough
+    // for the page to be read while the first runs and the second waits, on a busy machine).
     up.set(Behaviour {
         conversation: vec![
-            Answer::Calls(vec![("run_terminal_cmd".into(), json!({"command": "sleep 4"}))]),
+            Answer::Calls(vec![("run_terminal_cmd".into(), json!({"command": "sleep 8"}))]),
             Answer::Text("done".into()),
         ],
         ..Behaviour::default()
@@ -1883,7 +1931,10 @@ fn the_fleet_dashboard_shows_what_the_api_says_while_runs_start_and_finish() {
         .spawn()
         .unwrap();
     let running = matches("running", &|p| {
-        p["running"] == "1" && p["sandboxes"] == "1" && p["sandbox_processes"][0].as_str().is_some_and(|n| n != "0")
+        p["running"] == "1"
+            && p["queued"] == "1"
+            && p["sandboxes"] == "1"
+            && p["sandbox_processes"][0].as_str().is_some_and(|n| n != "0")
     });
     assert_eq!((running["queued"].as_str(), running["busy"].as_str()), (Some("1"), Some("1")), "{running}");
     if let Ok(path) = std::env::var("CARET_TEST_SCREENSHOT") {
