@@ -18,18 +18,8 @@ use caret_docs::crawl::{Settings, crawl};
 use caret_docs::pages::{Counts, SourceDir};
 use caret_test_support::TempDir;
 
-/// The SQLite documentation's directory, or `None` (said as a skip).
 fn sqlite_docs() -> Option<PathBuf> {
-    let dir =
-        PathBuf::from(std::env::var("CARET_TEST_SQLITE_DOCS").unwrap_or_else(|_| "/usr/share/doc/sqlite3".to_owned()));
-    if dir.join("lang_select.html").is_file() {
-        Some(dir)
-    } else {
-        caret_test_support::skip(
-            "SQLite's documentation is not installed (Debian: sqlite3-doc; CARET_TEST_SQLITE_DOCS)",
-        );
-        None
-    }
+    caret_test_support::sqlite_docs()
 }
 
 /// The site: `/docs/` is the documentation (plus what `pages` puts or hides there).

@@ -219,11 +219,7 @@ impl caret_agent::tools::Tool for CodebaseSearch {
         use std::fmt::Write as _;
 
         use caret_agent::tools::ToolError;
-        let query = args
-            .get("query")
-            .and_then(serde_json::Value::as_str)
-            .ok_or_else(|| ToolError::new("missing string argument `query`"))?;
-        let k = args.get("k").and_then(serde_json::Value::as_u64).unwrap_or(8).clamp(1, 30) as usize;
+        let (query, k) = query_and_k(&args, 8, 30)?;
         let mode = caret_protocol::SearchMode::Hybrid;
         let outcome = crate::search::search_workspace(&self.config, &ctx.root, &self.remote, query, k, mode)
             .await
@@ -243,6 +239,16 @@ impl caret_agent::tools::Tool for CodebaseSearch {
         }
         Ok(caret_agent::tools::truncate(out, ctx.max_output_bytes, "ask for fewer hits (k)"))
     }
+}
+
+/// A search tool's `query` and `k` (`default`, at most `most`).
+fn query_and_k(args: &serde_json::Value, default: u64, most: u64) -> caret_agent::tools::ToolResult<(&str, usize)> {
+    let query = args
+        .get("query")
+        .and_then(serde_json::Value::as_str)
+        .ok_or_else(|| caret_agent::tools::ToolError::new("missing string argument `query`"))?;
+    let k = args.get("k").and_then(serde_json::Value::as_u64).unwrap_or(default).clamp(1, most);
+    Ok((query, usize::try_from(k).unwrap_or(1)))
 }
 
 /// `docs_search`: the documentation sources of this machine (`caret docs add`), each hit with
@@ -295,11 +301,7 @@ impl caret_agent::tools::Tool for DocsSearch {
         use std::fmt::Write as _;
 
         use caret_agent::tools::ToolError;
-        let query = args
-            .get("query")
-            .and_then(serde_json::Value::as_str)
-            .ok_or_else(|| ToolError::new("missing string argument `query`"))?;
-        let k = args.get("k").and_then(serde_json::Value::as_u64).unwrap_or(5).clamp(1, 20) as usize;
+        let (query, k) = query_and_k(&args, 5, 20)?;
         let names: Vec<String> =
             args.get("source").and_then(serde_json::Value::as_str).map(str::to_owned).into_iter().collect();
         let hits = crate::docs::search(&self.config, query, &names, k)

@@ -196,3 +196,18 @@ impl Drop for ChildGuard {
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
 }
+
+/// SQLite's documentation as Debian ships it (`sqlite3-doc`; `CARET_TEST_SQLITE_DOCS`,
+/// default `/usr/share/doc/sqlite3`): a real docs site for the @Docs tests; `None` (said as a
+/// skip) when it is not installed.
+pub fn sqlite_docs() -> Option<std::path::PathBuf> {
+    let dir = std::path::PathBuf::from(
+        std::env::var("CARET_TEST_SQLITE_DOCS").unwrap_or_else(|_| "/usr/share/doc/sqlite3".to_owned()),
+    );
+    if dir.join("lang_select.html").is_file() {
+        Some(dir)
+    } else {
+        skip("SQLite's documentation is not installed (Debian: sqlite3-doc; CARET_TEST_SQLITE_DOCS)");
+        None
+    }
+}

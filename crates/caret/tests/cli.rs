@@ -1415,19 +1415,8 @@ fn mcp_login_authorizes_with_an_oauth_server_and_refreshes() {
     assert!(ls.contains("`caret mcp login guarded`"), "{ls}");
 }
 
-/// SQLite's documentation as Debian ships it (`sqlite3-doc`), or `None` (said as a skip).
 fn sqlite_docs() -> Option<std::path::PathBuf> {
-    let dir = std::path::PathBuf::from(
-        std::env::var("CARET_TEST_SQLITE_DOCS").unwrap_or_else(|_| "/usr/share/doc/sqlite3".to_owned()),
-    );
-    if dir.join("lang_select.html").is_file() {
-        Some(dir)
-    } else {
-        caret_test_support::skip(
-            "SQLite's documentation is not installed (Debian: sqlite3-doc; CARET_TEST_SQLITE_DOCS)",
-        );
-        None
-    }
+    caret_test_support::sqlite_docs()
 }
 
 /// @Docs from the command line over a real docs site (SQLite's) served on loopback: added

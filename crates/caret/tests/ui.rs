@@ -31,6 +31,13 @@ fn read(ws: &TempDir, rel: &str) -> String {
     std::fs::read_to_string(ws.path().join(rel)).unwrap()
 }
 
+/// A config whose `agent` model is the scripted server at `url`.
+fn agent_config(url: &str) -> String {
+    format!(
+        "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{url}\", model = \"m\" }}]\n"
+    )
+}
+
 fn http() -> reqwest::blocking::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).build().unwrap()
@@ -306,13 +313,7 @@ fn a_background_run_started_from_the_page_is_reviewed_and_applied() {
     let up = rt.block_on(ScriptedUpstream::start("run-model"));
     up.set(Behaviour { conversation: caret_test_support::scripted::fix_add_conversation(), ..Behaviour::default() });
     let home = TempDir::new();
-    home.write(
-        "config.toml",
-        &format!(
-            "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
-            up.url
-        ),
-    );
+    home.write("config.toml", &agent_config(&up.url));
     let repo = TempDir::new();
     repo.write("add.sh", "echo $(( $1 - $2 ))\n");
     repo.git_init();
@@ -367,13 +368,7 @@ fn a_project_mcp_server_is_trusted_from_the_page_and_its_tool_called() {
         ..Behaviour::default()
     });
     let home = TempDir::new();
-    home.write(
-        "config.toml",
-        &format!(
-            "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
-            up.url
-        ),
-    );
+    home.write("config.toml", &agent_config(&up.url));
     let ws = TempDir::new();
     ws.write("probe.py", caret_test_support::mcp::PROBE);
     ws.write(
@@ -431,13 +426,7 @@ fn added_documentation_is_searched_and_mentioned_from_the_page() {
     let up = rt.block_on(ScriptedUpstream::start("docs-model"));
     up.set(Behaviour { conversation: vec![Answer::Text("With backoff.".into())], ..Behaviour::default() });
     let home = TempDir::new();
-    home.write(
-        "config.toml",
-        &format!(
-            "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
-            up.url
-        ),
-    );
+    home.write("config.toml", &agent_config(&up.url));
     let docs = TempDir::new();
     docs.write("guide/retry.md", "# Retries\n\n## Backoff\n\nFailed calls are retried with exponential backoff.\n");
     docs.write("index.md", "# mylib\n\nA client library.\n");
