@@ -268,6 +268,9 @@ async fn retired(dir: &Path, pid: u32, idle: Duration, activity: &Activity) -> &
     }
 }
 
+/// How often a running daemon looks for documentation sources due a refresh.
+const DOCS_REFRESH_CHECK: Duration = Duration::from_secs(15 * 60);
+
 /// `caret daemon`: serves the embedded server on loopback until idle (`idle`, else `[daemon]
 /// idle`) or retired; `log` takes the lines of its log (its standard error).
 pub fn serve(config: &Config, idle: Option<&str>, log: fn(String)) -> anyhow::Result<()> {
@@ -329,6 +332,15 @@ pub fn serve(config: &Config, idle: Option<&str>, log: fn(String)) -> anyhow::Re
             .layer(axum::middleware::from_fn_with_state(activity.clone(), track));
         write_announce(&dir, &Announce { pid, addr, token, identity })?;
         log(format!("caret daemon {pid}: serving {} on http://{addr} (stops after {idle:?} idle)", dir.display()));
+        // Documentation sources whose refresh interval passed are refreshed while it runs.
+        let docs = config.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(DOCS_REFRESH_CHECK);
+            loop {
+                tick.tick().await;
+                crate::docs::refresh_due_in_background(&docs);
+            }
+        });
         // Load the model while the first caller's request is on its way.
         let warm = service.clone();
         tokio::spawn(async move {

@@ -302,6 +302,9 @@ impl caret_agent::tools::Tool for DocsSearch {
 
         use caret_agent::tools::ToolError;
         let (query, k) = query_and_k(&args, 5, 20)?;
+        // Sources due a refresh are refreshed in the background (once per process).
+        static DUE: std::sync::Once = std::sync::Once::new();
+        DUE.call_once(|| crate::docs::refresh_due_in_background(&self.config));
         let names: Vec<String> =
             args.get("source").and_then(serde_json::Value::as_str).map(str::to_owned).into_iter().collect();
         let hits = crate::docs::search(&self.config, query, &names, k)

@@ -78,3 +78,28 @@ fn a_config_file_names_models_and_limits_and_a_bad_one_says_where() {
     let err = format!("{:#}", Config::load(Some(&bad)).unwrap_err());
     assert!(err.contains("bad.toml") || err.contains("max_file_size"), "{err}");
 }
+
+/// A documentation source is due a refresh once its interval has passed since its last
+/// complete update; one without an interval, or updated recently, is not.
+#[test]
+fn docs_sources_fall_due_by_their_refresh_interval() {
+    use caret_docs::pages::{Origin, Source, SourceDir, State};
+    let dir = TempDir::new();
+    let file = dir.write("config.toml", "");
+    let mut config = Config::load(Some(&file)).unwrap();
+    config.home = dir.join("home");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    for (name, refresh, finished) in
+        [("old", Some("7d"), now - 8 * 86_400), ("fresh", Some("7d"), now - 3_600), ("never", None, 0)]
+    {
+        let d = SourceDir::new(caret_host::docs::root(&config).join(name));
+        let origin = Origin::Folder { path: dir.path().to_path_buf() };
+        d.save_source(&Source { name: name.into(), origin, refresh: refresh.map(str::to_owned) }).unwrap();
+        d.save_state(&State { finished_at: Some(finished), ..State::default() }).unwrap();
+    }
+    let never_updated = SourceDir::new(caret_host::docs::root(&config).join("new"));
+    let origin = Origin::Folder { path: dir.path().to_path_buf() };
+    never_updated.save_source(&Source { name: "new".into(), origin, refresh: Some("1h".into()) }).unwrap();
+    assert_eq!(caret_host::docs::due(&config).unwrap(), ["new", "old"]);
+    assert_eq!(caret_host::docs::source_names(&config), ["fresh", "never", "new", "old"]);
+}
