@@ -347,6 +347,9 @@ async fn fetch(
         return Got::Skip("binary content".into());
     }
     let text = String::from_utf8_lossy(&body).into_owned();
+    if !markdown && extract::nesting(&text) > extract::MAX_OPEN {
+        return Got::Skip("nested too deeply".into());
+    }
     let base = at.clone();
     let parsed = tokio::task::spawn_blocking(move || {
         if markdown {

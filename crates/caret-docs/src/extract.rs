@@ -89,8 +89,90 @@ const DROPPED_WORDS: &[&str] = &[
 /// ARIA roles of navigation.
 const DROPPED_ROLES: &[&str] = &["navigation", "banner", "contentinfo", "search", "complementary"];
 
-/// Reads a page fetched from `base`.
+/// Elements nested deeper than this lose what is below them: no documentation nests so
+/// deep, and the conversion recurses along the tree.
+const MAX_DEPTH: usize = 256;
+
+/// Stack of the thread a page is read on (the conversion recurses along the tree).
+const STACK: usize = 64 << 20;
+
+/// Open tags a page may leave open at once (an estimate made before parsing): the HTML
+/// parser's tree builder slows quadratically with the depth of the open elements, so a page
+/// past this is refused rather than read for minutes.
+pub const MAX_OPEN: usize = 5_000;
+
+/// An estimate of how deeply a page nests its elements: the most tags open at once, counting
+/// `<name` as an opening and `</name` as a closing, leaving out void elements, `/>` and the
+/// elements whose end tag may be left out (`li`, `p`, `td`, …: the parser closes those
+/// itself). Not a parse: a guard before one.
+pub fn nesting(text: &str) -> usize {
+    const FLAT: [&str; 33] = [
+        "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr",
+        "li", "p", "td", "th", "tr", "dt", "dd", "option", "optgroup", "tbody", "thead", "tfoot", "colgroup",
+        "caption", "rp", "rt", "html", "head", "body",
+    ];
+    let bytes = text.as_bytes();
+    let name_at = |i: usize| -> String {
+        bytes[i.min(bytes.len())..]
+            .iter()
+            .take_while(|b| b.is_ascii_alphanumeric())
+            .map(|b| b.to_ascii_lowercase() as char)
+            .collect()
+    };
+    let (mut depth, mut most) = (0usize, 0usize);
+    let mut i = 0;
+    while let Some(at) = bytes[i..].iter().position(|b| *b == b'<') {
+        i += at + 1;
+        match bytes.get(i) {
+            Some(b'/') if !FLAT.contains(&name_at(i + 1).as_str()) => depth = depth.saturating_sub(1),
+            Some(c) if c.is_ascii_alphabetic() => {
+                let name = name_at(i);
+                let end = bytes[i..].iter().position(|b| *b == b'>').map_or(bytes.len(), |e| i + e);
+                let self_closing = end > 0 && bytes.get(end - 1) == Some(&b'/');
+                if !FLAT.contains(&name.as_str()) && !self_closing {
+                    depth += 1;
+                    most = most.max(depth);
+                }
+            }
+            _ => {}
+        }
+    }
+    most
+}
+
+/// Reads a page fetched from `base` (on a thread with a large stack: what nests deeper than
+/// [`MAX_DEPTH`] is cut, not a crash).
 pub fn html(text: &str, base: &url::Url) -> Extracted {
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("caret-docs-page".into())
+            .stack_size(STACK)
+            .spawn_scoped(scope, || read_html(text, base))
+            .ok()
+            .and_then(|t| t.join().ok())
+    })
+    .unwrap_or_else(|| Extracted {
+        title: String::new(),
+        canonical: None,
+        links: Vec::new(),
+        markdown: String::new(),
+        headings: Vec::new(),
+    })
+}
+
+/// Drops what lies deeper than [`MAX_DEPTH`] below `root` (without recursing).
+fn cap_depth(root: &Rc<Node>) {
+    let mut stack = vec![(root.clone(), 0usize)];
+    while let Some((node, depth)) = stack.pop() {
+        if depth >= MAX_DEPTH {
+            node.children.borrow_mut().clear();
+            continue;
+        }
+        stack.extend(node.children.borrow().iter().map(|c| (c.clone(), depth + 1)));
+    }
+}
+
+fn read_html(text: &str, base: &url::Url) -> Extracted {
     let converter = htmd::HtmlToMarkdown::builder()
         .skip_tags(vec!["img", "picture", "video", "audio", "canvas"])
         .add_handler(vec!["a"], |h: &dyn htmd::element_handler::Handlers, e: htmd::Element<'_>| {
@@ -106,6 +188,7 @@ pub fn html(text: &str, base: &url::Url) -> Extracted {
             headings: Vec::new(),
         };
     };
+    cap_depth(&document);
     let mut title = String::new();
     let mut canonical = None;
     let mut links = Vec::new();
@@ -549,5 +632,16 @@ lib.load("a.toml")</code></pre>
         assert_eq!(page.markdown, "# T\n\nJust **text**\n\nand more *unclosed*\n");
         let none = check("");
         assert_eq!((none.title.as_str(), none.markdown.as_str()), ("", ""));
+        // Nested 2,000 deep: cut below MAX_DEPTH, read, no crash.
+        let deep = check(&format!("<title>Deep</title><p>top</p>{}x{}", "<div>".repeat(2_000), "</div>".repeat(2_000)));
+        assert_eq!(deep.markdown, "# Deep\n\ntop\n");
+        // How deep a page nests, estimated before parsing (the guard against a page that would
+        // take the parser minutes).
+        assert_eq!(
+            nesting("<html><body><p>a<br>b<img src=x/></p><ul><li>x<li>y</ul><div><div/></div></body></html>"),
+            1
+        );
+        assert_eq!(nesting("<div><section><div><span>x</span></div></section></div>"), 4);
+        assert_eq!(nesting(&"<div>".repeat(100_000)), 100_000);
     }
 }

@@ -52,6 +52,10 @@ pub fn import(
         let text = String::from_utf8_lossy(&bytes);
         let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("").to_owned();
         let page = match ext.as_str() {
+            "html" | "htm" | "xhtml" if extract::nesting(&text) > extract::MAX_OPEN => {
+                *rec.counts.skipped.entry("nested too deeply".into()).or_default() += 1;
+                continue;
+            }
             "html" | "htm" | "xhtml" => extract::html(&text, &url),
             "md" | "markdown" | "mdx" => extract::markdown(&text, &url, &name),
             "rst" | "txt" => extract::markdown(&extract::rst_to_markdown(&text), &url, &name),

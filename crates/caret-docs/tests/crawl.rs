@@ -1,7 +1,7 @@
 //! Crawls of a real documentation site — SQLite's, as Debian ships it (`sqlite3-doc`;
 //! `CARET_TEST_SQLITE_DOCS`, default `/usr/share/doc/sqlite3`) — served from loopback with
 //! `ETag`s, beside hand-made bad pages: a redirect loop, a 500, a 50 MB page, binary content
-//! under an `.html` name, a path `robots.txt` disallows, links leaving the prefix, a page
+//! under an `.html` name, elements nested 20,000 deep, a path `robots.txt` disallows, links leaving the prefix, a page
 //! only the sitemap names. Then an interrupted crawl resumed without fetching a page twice,
 //! a refresh (one page changed, one removed) costing one request a page, and a local folder.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -36,7 +36,7 @@ const START: &str = r#"<html><head><title>Start</title></head><body><main>
 <h1>Start here</h1><p>The SQLite documentation, and some bad pages.</p>
 <a href="index.html">SQLite home</a> <a href="lang_select.html">SELECT</a>
 <a href="loop-a.html">loop</a> <a href="broken.html">broken</a> <a href="huge.html">huge</a>
-<a href="binary.html">binary</a> <a href="private/secret.html">private</a>
+<a href="binary.html">binary</a> <a href="private/secret.html">private</a> <a href="deep.html">deep</a>
 <a href="/elsewhere/page.html">outside the prefix</a> <a href="https://example.org/">another site</a>
 </main></body></html>"#;
 
@@ -71,6 +71,8 @@ async fn serve(site: Site, uri: Uri, headers: HeaderMap) -> Response {
             return html(StatusCode::OK, Body::from_stream(stream));
         }
         "/docs/binary.html" => return html(StatusCode::OK, Body::from(vec![0u8, 159, 146, 150, 0, 1, 2, 3])),
+        // Elements nested 20,000 deep (the parser would take minutes over it).
+        "/docs/deep.html" => return html(StatusCode::OK, Body::from("<div>".repeat(20_000) + "x")),
         _ => {}
     }
     let Some(rel) = path.strip_prefix("/docs/") else { return html(StatusCode::NOT_FOUND, Body::empty()) };
@@ -165,6 +167,7 @@ async fn a_docs_site_is_crawled_resumed_and_refreshed() {
     assert_eq!(counts.failed.get("too many redirects (a loop?)"), Some(&1), "{counts:?}");
     assert_eq!(counts.skipped.get("over the size limit"), Some(&1), "{counts:?}");
     assert_eq!(counts.skipped.get("binary content"), Some(&1), "{counts:?}");
+    assert_eq!(counts.skipped.get("nested too deeply"), Some(&1), "{counts:?}");
     assert_eq!(counts.skipped.get("disallowed by robots.txt"), Some(&1), "{counts:?}");
     assert!(counts.skipped.get("over the page limit").is_some_and(|n| *n > 0), "{counts:?}");
     let urls: Vec<&String> = state.pages.keys().collect();
