@@ -332,13 +332,16 @@ pub fn serve(config: &Config, idle: Option<&str>, log: fn(String)) -> anyhow::Re
             .layer(axum::middleware::from_fn_with_state(activity.clone(), track));
         write_announce(&dir, &Announce { pid, addr, token, identity })?;
         log(format!("caret daemon {pid}: serving {} on http://{addr} (stops after {idle:?} idle)", dir.display()));
-        // Documentation sources whose refresh interval passed are refreshed while it runs.
+        // Documentation sources whose refresh interval passed are refreshed while it runs (the
+        // refresh finds which are due, and exits at once when none is).
         let docs = config.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(DOCS_REFRESH_CHECK);
             loop {
                 tick.tick().await;
-                crate::docs::refresh_due_in_background(&docs);
+                if docs.home.join("docs").is_dir() {
+                    crate::docs_refresh::spawn(&docs);
+                }
             }
         });
         // Load the model while the first caller's request is on its way.

@@ -273,25 +273,11 @@ pub fn due(config: &Config) -> anyhow::Result<Vec<String>> {
     Ok(out)
 }
 
-/// Starts `caret docs refresh --due` in the background when a source is due (its output in
-/// `$CARET_HOME/docs/refresh.log`); what is being updated is searched as it was meanwhile.
+/// Starts `caret docs refresh --due` in the background when a source is due (see
+/// [`crate::docs_refresh`]); what is being updated is searched as it was meanwhile.
 pub fn refresh_due_in_background(config: &Config) {
-    if due(config).is_ok_and(|d| d.is_empty()) {
-        return;
-    }
-    let (Ok(me), Ok(log)) = (
-        std::env::current_exe(),
-        std::fs::OpenOptions::new().create(true).append(true).open(root(config).join("refresh.log")),
-    ) else {
-        return;
-    };
-    let mut cmd = std::process::Command::new(me);
-    cmd.args(["docs", "refresh", "--due"]).env("CARET_HOME", &config.home).stdin(std::process::Stdio::null());
-    if let Ok(err) = log.try_clone() {
-        cmd.stdout(log).stderr(err);
-    }
-    if let Err(e) = cmd.spawn() {
-        tracing::warn!("refreshing docs sources in the background: {e}");
+    if due(config).is_ok_and(|d| !d.is_empty()) {
+        crate::docs_refresh::spawn(config);
     }
 }
 

@@ -14,6 +14,7 @@ pub mod completer;
 pub mod config;
 pub mod daemon;
 pub mod docs;
+pub mod docs_refresh;
 pub mod documents;
 pub mod mcp;
 pub mod mcp_server;
