@@ -152,14 +152,11 @@ pub(crate) fn start(
         let Some(hub) = watched.upgrade() else { return };
         hub.settled(SETTLE).await;
         for (name, status) in hub.status() {
-            let (ready, status) = match status {
-                caret_mcp::Status::Ready { tools, protocol } => {
-                    (true, format!("ready ({tools} tools, MCP {protocol})"))
-                }
-                caret_mcp::Status::Down(why) => (false, why),
-                caret_mcp::Status::Starting => (false, format!("still starting after {} s", SETTLE.as_secs())),
+            let text = match &status {
+                caret_mcp::Status::Starting => format!("still starting after {} s", SETTLE.as_secs()),
+                other => other.to_string(),
             };
-            report(RunStatus::McpServer { name, ready, status });
+            report(RunStatus::McpServer { name, ready: status.is_ready(), status: text });
         }
     });
     Some(RunServers { hub, _gate: gate })

@@ -230,6 +230,24 @@ pub enum Status {
     Down(String),
 }
 
+impl Status {
+    /// Whether its tools answer.
+    pub fn is_ready(&self) -> bool {
+        matches!(self, Status::Ready { .. })
+    }
+}
+
+impl std::fmt::Display for Status {
+    /// `ready (6 tools, MCP 2026-07-28)`, `starting`, or why it is down.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Status::Ready { tools, protocol } => write!(f, "ready ({tools} tools, MCP {protocol})"),
+            Status::Starting => f.write_str("starting"),
+            Status::Down(why) => f.write_str(why),
+        }
+    }
+}
+
 /// The running servers of a session (or of `caret mcp ls`).
 pub struct Hub {
     servers: Vec<Arc<Server>>,

@@ -500,16 +500,7 @@ async fn mcp_servers(Extension(ui): Extension<Arc<Ui>>) -> ApiResult {
         .map_err(bad)?
         .status()
         .into_iter()
-        .map(|(name, status)| {
-            let (ready, status) = match status {
-                caret_mcp::Status::Ready { tools, protocol } => {
-                    (true, format!("ready ({tools} tools, MCP {protocol})"))
-                }
-                caret_mcp::Status::Starting => (false, "starting".to_owned()),
-                caret_mcp::Status::Down(why) => (false, why),
-            };
-            json!({"name": name, "ready": ready, "status": status})
-        })
+        .map(|(name, status)| json!({"name": name, "ready": status.is_ready(), "status": status.to_string()}))
         .collect();
     Ok(Json(json!({"servers": servers, "untrusted": untrusted})).into_response())
 }

@@ -886,11 +886,9 @@ pub fn mcp(config: &Config, cmd: McpCommand) -> anyhow::Result<ExitCode> {
                 let mut taken = std::collections::HashSet::new();
                 for (name, status) in hub.status() {
                     match status {
-                        caret_mcp::Status::Ready { tools, protocol } => {
-                            println!("{name}  ready ({tools} tools, MCP {protocol})")
-                        }
                         caret_mcp::Status::Starting => println!("{name}  still starting after 30 s"),
                         caret_mcp::Status::Down(why) => println!("{name}  not running: {why}"),
+                        ready => println!("{name}  {ready}"),
                     }
                     let prefix = caret_mcp::tool_name(&name, "", &mut taken);
                     for t in tools.iter().filter(|t| t.spec().name.starts_with(&prefix)) {
