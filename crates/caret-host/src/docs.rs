@@ -109,12 +109,9 @@ pub async fn update(
     let source = d.source().with_context(|| format!("no docs source {name} (`caret docs ls`)"))?;
     let _lock = lock(&d)?;
     std::fs::create_dir_all(d.pages())?;
-    let transport: Arc<dyn caret_client::transport::Transport> =
-        Arc::from(transport(config, &Remote::default()).await?);
+    let index = Index::open(config, embed).await?;
     let ws = open_workspace(config, &d.pages())?;
-    let scanner = Arc::new(Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash));
     let started = std::time::Instant::now();
-    let index = Index { engine: Arc::new(engine(config)?), scanner, transport, embed };
     // The index beside the crawl: pages written so far, every few seconds.
     let written = Arc::new(AtomicU64::new(0));
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
@@ -195,6 +192,16 @@ struct Index {
 }
 
 impl Index {
+    /// The index of this machine (the embedded server), with `config`'s scanner.
+    async fn open(config: &Config, embed: bool) -> anyhow::Result<Index> {
+        Ok(Index {
+            engine: Arc::new(engine(config)?),
+            scanner: Arc::new(Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash)),
+            transport: Arc::from(transport(config, &Remote::default()).await?),
+            embed,
+        })
+    }
+
     async fn sync(&self, ws: &caret_client::state::WorkspaceState, totals: &mut Totals) -> anyhow::Result<()> {
         let r = self.engine.sync(ws, self.transport.as_ref()).await.context("indexing the pages")?;
         totals.synced = (totals.synced.0 + r.added, totals.synced.1 + r.modified, totals.synced.2 + r.deleted);
@@ -281,18 +288,6 @@ pub fn refresh_due_in_background(config: &Config) {
     }
 }
 
-/// Syncs a source's pages with the index: (added, changed, removed).
-async fn sync_pages(config: &Config, d: &SourceDir) -> anyhow::Result<(u64, u64, u64)> {
-    std::fs::create_dir_all(d.pages())?;
-    let ws = open_workspace(config, &d.pages())?;
-    let transport = transport(config, &Remote::default()).await?;
-    let sync = engine(config)?
-        .sync(&ws, transport.as_ref())
-        .await
-        .with_context(|| format!("indexing the pages of {}", d.root.display()))?;
-    Ok((sync.added, sync.modified, sync.deleted))
-}
-
 /// Adds a source (its settings saved; nothing fetched yet: [`update`] does that).
 pub fn add(config: &Config, source: &Source) -> anyhow::Result<()> {
     let d = dir(config, &source.name)?;
@@ -314,7 +309,8 @@ pub async fn remove(config: &Config, name: &str) -> anyhow::Result<()> {
     if d.pages().is_dir() {
         std::fs::remove_dir_all(d.pages())?;
         std::fs::create_dir_all(d.pages())?;
-        sync_pages(config, &d).await?;
+        let ws = open_workspace(config, &d.pages())?;
+        Index::open(config, false).await?.sync(&ws, &mut Totals::default()).await?;
         let state = config.workspace_state_dir(&std::fs::canonicalize(d.pages())?);
         let _ = std::fs::remove_dir_all(state);
     }
