@@ -211,6 +211,12 @@ impl RunService {
         &self.episodes
     }
 
+    /// A key derived from the runs' key for another purpose of the server's (a tenant's
+    /// documentation sources): replicas sharing the runs' key derive the same one.
+    pub fn derived_key(&self, purpose: &str) -> caret_crypto::WorkspaceKey {
+        self.key.derive(purpose)
+    }
+
     fn sealer(&self, tenant_id: &str) -> Sealer {
         self.key.sealer(&format!("anyrun/{tenant_id}"))
     }

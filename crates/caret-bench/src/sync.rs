@@ -61,6 +61,7 @@ fn bench(config: &Config, path: &Path, changes: usize, scratch: &Path) -> anyhow
             gateway: None,
             agent: Default::default(),
             runs: None,
+            docs: None,
             pages: None,
             replicas: caret_server::Replicas::Join(None),
             usage: caret_usage::Recorder::off(),

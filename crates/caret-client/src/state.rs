@@ -72,6 +72,15 @@ impl WorkspaceState {
         Ok(WorkspaceState { root, state_dir: state_dir.to_path_buf(), id, key, key_path })
     }
 
+    /// A workspace whose id and key the caller holds (a server indexing documentation pages
+    /// under a key it derives): nothing is read or written but the state directory's caches.
+    pub fn given(root: &Path, state_dir: &Path, id: &str, key: WorkspaceKey) -> Result<Self> {
+        let root = std::fs::canonicalize(root).map_err(io("opening workspace", root))?;
+        std::fs::create_dir_all(state_dir).map_err(io("creating", state_dir))?;
+        let key_path = state_dir.join("given.key");
+        Ok(WorkspaceState { root, state_dir: state_dir.to_path_buf(), id: id.to_owned(), key, key_path })
+    }
+
     /// Replaces the key (a team member's key, imported). The old one is kept as `.key.old`.
     pub fn replace_key(&mut self, key: WorkspaceKey) -> Result<()> {
         if self.key_path.exists() {

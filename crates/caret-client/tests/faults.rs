@@ -44,6 +44,7 @@ async fn serve(service: Arc<Service>) -> Server {
         gateway: None,
         agent: caret_server::sessions::AgentSettings::default(),
         runs: None,
+        docs: None,
         pages: None,
         replicas: caret_server::Replicas::Join(None),
         usage: caret_usage::Recorder::off(),

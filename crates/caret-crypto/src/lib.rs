@@ -182,6 +182,12 @@ impl WorkspaceKey {
         ServerKey(hkdf(&self.0, b"server"))
     }
 
+    /// A key of its own for one purpose (a tenant's documentation index, say), derived from
+    /// this one: the same purpose always gives the same key, distinct purposes independent ones.
+    pub fn derive(&self, purpose: &str) -> WorkspaceKey {
+        WorkspaceKey(hkdf(&self.0, format!("derive:{purpose}").as_bytes()))
+    }
+
     /// An encryption key for one purpose (a tenant's stored runs, say): distinct purposes
     /// get independent keys.
     pub fn sealer(&self, purpose: &str) -> seal::Sealer {

@@ -99,3 +99,14 @@ fn vector_rotation_keeps_dot_products_and_hides_the_vectors() {
         assert_ne!(other, ra, "another key, another rotation");
     }
 }
+
+#[test]
+fn derived_keys_are_stable_per_purpose_and_independent() {
+    let master = key(7);
+    let a = master.derive("docs/t1/sqlite");
+    assert_eq!(a.export(), master.derive("docs/t1/sqlite").export(), "same purpose, same key");
+    assert_ne!(a.export(), master.derive("docs/t2/sqlite").export(), "another purpose, another key");
+    assert_ne!(a.export(), master.export(), "not the master itself");
+    assert_ne!(a.export(), key(8).derive("docs/t1/sqlite").export(), "another master, another key");
+    assert_ne!(a.paths().path(b"x.md"), master.paths().path(b"x.md"));
+}

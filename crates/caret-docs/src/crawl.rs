@@ -53,6 +53,8 @@ pub struct Settings {
     pub timeout: Duration,
     /// Read the site's sitemaps for more URLs.
     pub sitemaps: bool,
+    /// Every request through this HTTP proxy (a server's allow-list proxy); none: direct.
+    pub proxy: Option<String>,
 }
 
 impl Settings {
@@ -70,6 +72,7 @@ impl Settings {
             max_bytes: 5 << 20,
             timeout: Duration::from_secs(30),
             sitemaps: true,
+            proxy: None,
         }
     }
 }
@@ -114,14 +117,17 @@ enum Got {
 pub async fn crawl(
     dir: &SourceDir,
     settings: &Settings,
-    progress: &mut dyn FnMut(&Counts) -> ControlFlow<()>,
+    progress: &mut (dyn FnMut(&Counts) -> ControlFlow<()> + Send),
 ) -> Result<Counts> {
-    let client = reqwest::Client::builder()
+    let mut client = reqwest::Client::builder()
         .user_agent(AGENT)
         .timeout(settings.timeout)
-        .redirect(reqwest::redirect::Policy::limited(10))
-        .build()
-        .map_err(|e| Error::BadRequest(format!("an HTTP client: {e}")))?;
+        .redirect(reqwest::redirect::Policy::limited(10));
+    if let Some(proxy) = &settings.proxy {
+        let proxy = reqwest::Proxy::all(proxy).map_err(|e| Error::BadRequest(format!("the proxy {proxy}: {e}")))?;
+        client = client.proxy(proxy);
+    }
+    let client = client.build().map_err(|e| Error::BadRequest(format!("an HTTP client: {e}")))?;
     let origin = settings.start.origin().ascii_serialization();
     let robots = match client.get(format!("{origin}/robots.txt")).send().await {
         Ok(r) if r.status().is_success() => Robots::parse(&r.text().await.unwrap_or_default(), "caret"),
@@ -310,7 +316,13 @@ async fn fetch(
         return Got::Gone(format!("HTTP {}", status.as_u16()));
     }
     if !status.is_success() {
-        return Got::Fail(format!("HTTP {}", status.as_u16()));
+        // A refusal of the allow-list proxy says why in its body (`caret: …`).
+        let body =
+            if matches!(status.as_u16(), 403 | 502) { resp.text().await.unwrap_or_default() } else { String::new() };
+        return Got::Fail(match body.lines().next().filter(|l| l.starts_with("caret: ")) {
+            Some(why) => format!("HTTP {} ({})", status.as_u16(), why.chars().take(200).collect::<String>()),
+            None => format!("HTTP {}", status.as_u16()),
+        });
     }
     let at = resp.url().clone();
     if !at.as_str().starts_with(prefix) {

@@ -52,6 +52,7 @@ fn harness() -> &'static Harness {
                 gateway: None,
                 agent: caret_server::sessions::AgentSettings::default(),
                 runs: None,
+                docs: None,
                 pages: None,
                 replicas: caret_server::Replicas::Join(None),
                 usage: caret_usage::Recorder::off(),

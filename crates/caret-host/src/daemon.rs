@@ -322,6 +322,7 @@ pub fn serve(config: &Config, idle: Option<&str>, log: fn(String)) -> anyhow::Re
             gateway: None,
             agent: caret_server::sessions::AgentSettings::default(),
             runs: None,
+            docs: None,
             pages: None,
             replicas: caret_server::Replicas::Alone,
             usage: caret_usage::Recorder::off(),

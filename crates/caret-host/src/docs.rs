@@ -23,6 +23,13 @@ pub fn root(config: &Config) -> PathBuf {
 
 /// The directory of the source `name` (a name of letters, digits, `.`, `_` and `-`).
 pub fn dir(config: &Config, name: &str) -> anyhow::Result<SourceDir> {
+    check_name(name)?;
+    Ok(SourceDir::new(root(config).join(name)))
+}
+
+/// Whether `name` can name a source: letters, digits, `.`, `_` and `-`, at most 64, not
+/// starting with a dot.
+pub fn check_name(name: &str) -> anyhow::Result<()> {
     anyhow::ensure!(
         !name.is_empty()
             && name.len() <= 64
@@ -30,7 +37,18 @@ pub fn dir(config: &Config, name: &str) -> anyhow::Result<SourceDir> {
             && name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)),
         "a docs source's name is letters, digits, `.`, `_` and `-` (at most 64), not {name:?}"
     );
-    Ok(SourceDir::new(root(config).join(name)))
+    Ok(())
+}
+
+/// A docs site as a source's origin: `url` (http or https) crawled under `prefix` (default:
+/// its directory), `depth` links deep, `max_pages` at most, `rate` requests a second.
+pub fn site(url: &str, prefix: Option<String>, depth: u32, max_pages: usize, rate: f64) -> anyhow::Result<Origin> {
+    let url = url::Url::parse(url).with_context(|| format!("reading the URL {url}"))?;
+    anyhow::ensure!(matches!(url.scheme(), "http" | "https"), "{url} is not an http(s) URL");
+    let prefix = prefix.unwrap_or_else(|| caret_docs::crawl::default_prefix(&url));
+    anyhow::ensure!(url.as_str().starts_with(&prefix), "the URL {url} does not start with its prefix {prefix}");
+    anyhow::ensure!((0.01..=1000.0).contains(&rate), "the rate is 0.01 to 1,000 requests a second, not {rate}");
+    Ok(Origin::Site { url: url.to_string(), prefix, depth, max_pages, rate })
 }
 
 /// A source as `caret docs ls` shows it.
@@ -104,13 +122,27 @@ pub async fn update(
     progress: &mut (dyn FnMut(&Counts) -> ControlFlow<()> + Send),
     embed: bool,
 ) -> anyhow::Result<Updated> {
-    use std::sync::atomic::{AtomicU64, Ordering};
     let d = dir(config, name)?;
     let source = d.source().with_context(|| format!("no docs source {name} (`caret docs ls`)"))?;
     let _lock = lock(&d)?;
     std::fs::create_dir_all(d.pages())?;
-    let index = Index::open(config, embed).await?;
+    let index = Index::open(config, Arc::from(transport(config, &Remote::default()).await?), embed)?;
     let ws = open_workspace(config, &d.pages())?;
+    update_in(&d, &source, &index, ws, None, progress).await
+}
+
+/// The crawl (or the folder's reading) of `source` into `d` with the index kept in step
+/// beside it, through `proxy` when given: what [`update`] does on this machine and a team
+/// server does for a tenant.
+pub(crate) async fn update_in(
+    d: &SourceDir,
+    source: &Source,
+    index: &Index,
+    ws: caret_client::state::WorkspaceState,
+    proxy: Option<String>,
+    progress: &mut (dyn FnMut(&Counts) -> ControlFlow<()> + Send),
+) -> anyhow::Result<Updated> {
+    use std::sync::atomic::{AtomicU64, Ordering};
     let started = std::time::Instant::now();
     // The index beside the crawl: pages written so far, every few seconds.
     let written = Arc::new(AtomicU64::new(0));
@@ -146,9 +178,10 @@ pub async fn update(
             settings.depth = *depth;
             settings.max_pages = *max_pages;
             settings.rate = *rate;
-            caret_docs::crawl::crawl(&d, &settings, &mut counting).await
+            settings.proxy = proxy;
+            caret_docs::crawl::crawl(d, &settings, &mut counting).await
         }
-        Origin::Folder { path } => read_folder(&d, path, &mut counting).await,
+        Origin::Folder { path } => read_folder(d, path, &mut counting).await,
     };
     let crawl_seconds = started.elapsed().as_secs_f64();
     let _ = stop_tx.send(true);
@@ -158,7 +191,7 @@ pub async fn update(
     let last_sync = std::time::Instant::now();
     index.sync(&ws, &mut totals).await?;
     let sync_seconds = last_sync.elapsed().as_secs_f64();
-    if embed {
+    if index.embed {
         index.embed(&ws, &mut totals).await?;
     }
     Ok(Updated {
@@ -168,23 +201,23 @@ pub async fn update(
         sync_seconds,
         embedded: totals.embedded,
         vectors: totals.vectors,
-        embedded_after: (embed && totals.model.is_some()).then(|| started.elapsed().as_secs_f64()),
+        embedded_after: (index.embed && totals.model.is_some()).then(|| started.elapsed().as_secs_f64()),
         model: totals.model,
     })
 }
 
 /// What the index did during an update.
 #[derive(Debug, Default)]
-struct Totals {
+pub(crate) struct Totals {
     synced: (u64, u64, u64),
     embedded: u64,
     vectors: (u64, u64),
     model: Option<String>,
 }
 
-/// Keeping a source's pages in the index.
+/// Keeping a source's pages in an index.
 #[derive(Clone)]
-struct Index {
+pub(crate) struct Index {
     engine: Arc<caret_client::sync::SyncEngine>,
     scanner: Arc<Scanner>,
     transport: Arc<dyn caret_client::transport::Transport>,
@@ -192,17 +225,25 @@ struct Index {
 }
 
 impl Index {
-    /// The index of this machine (the embedded server), with `config`'s scanner.
-    async fn open(config: &Config, embed: bool) -> anyhow::Result<Index> {
+    /// The index behind `transport`, with `config`'s scanner; `embed`: vectors too.
+    pub(crate) fn open(
+        config: &Config,
+        transport: Arc<dyn caret_client::transport::Transport>,
+        embed: bool,
+    ) -> anyhow::Result<Index> {
         Ok(Index {
             engine: Arc::new(engine(config)?),
             scanner: Arc::new(Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash)),
-            transport: Arc::from(transport(config, &Remote::default()).await?),
+            transport,
             embed,
         })
     }
 
-    async fn sync(&self, ws: &caret_client::state::WorkspaceState, totals: &mut Totals) -> anyhow::Result<()> {
+    pub(crate) async fn sync(
+        &self,
+        ws: &caret_client::state::WorkspaceState,
+        totals: &mut Totals,
+    ) -> anyhow::Result<()> {
         let r = self.engine.sync(ws, self.transport.as_ref()).await.context("indexing the pages")?;
         totals.synced = (totals.synced.0 + r.added, totals.synced.1 + r.modified, totals.synced.2 + r.deleted);
         Ok(())
@@ -310,7 +351,8 @@ pub async fn remove(config: &Config, name: &str) -> anyhow::Result<()> {
         std::fs::remove_dir_all(d.pages())?;
         std::fs::create_dir_all(d.pages())?;
         let ws = open_workspace(config, &d.pages())?;
-        Index::open(config, false).await?.sync(&ws, &mut Totals::default()).await?;
+        let transport = Arc::from(transport(config, &Remote::default()).await?);
+        Index::open(config, transport, false)?.sync(&ws, &mut Totals::default()).await?;
         let state = config.workspace_state_dir(&std::fs::canonicalize(d.pages())?);
         let _ = std::fs::remove_dir_all(state);
     }
@@ -318,22 +360,8 @@ pub async fn remove(config: &Config, name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A documentation hit.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct DocHit {
-    /// The page's URL, with the anchor of the heading above the hit.
-    pub url: String,
-    /// The page's title.
-    pub title: String,
-    /// The headings above the hit, outermost first, ` > ` between.
-    pub heading: String,
-    /// The hit's text.
-    pub text: String,
-    /// Its score (higher is better).
-    pub score: f32,
-    /// The source's name.
-    pub source: String,
-}
+/// A documentation hit (the wire type: `caret docs search --json` prints these).
+pub use caret_protocol::docs::DocsHit as DocHit;
 
 /// Searches the sources `names` (none: all) for `query`: the best `k` hits, best first.
 pub async fn search(config: &Config, query: &str, names: &[String], k: usize) -> anyhow::Result<Vec<DocHit>> {
@@ -377,7 +405,7 @@ pub fn source_names(config: &Config) -> Vec<String> {
 }
 
 /// A search hit of a source's pages as a documentation hit (`None`: not a page any more).
-fn hit(source: &str, state: &State, h: caret_client::index::Hit) -> Option<DocHit> {
+pub(crate) fn hit(source: &str, state: &State, h: caret_client::index::Hit) -> Option<DocHit> {
     let (url, page) = state.pages.iter().find(|(_, p)| p.file == h.path)?;
     // The headings above the hit's first line, innermost last.
     let mut path: Vec<&caret_docs::extract::Heading> = Vec::new();

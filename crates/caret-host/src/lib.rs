@@ -25,4 +25,5 @@ pub mod runs;
 pub mod runtime;
 pub mod search;
 pub mod session;
+pub mod team_docs;
 pub mod units;

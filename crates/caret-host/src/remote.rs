@@ -75,9 +75,113 @@ pub async fn embedded_service(
     Ok((Arc::new(service), tenant))
 }
 
+/// The index service of `caret serve` on `storage`, with the configured embedding model
+/// (loaded on first use), search weights and stage windows.
+pub async fn server_service(
+    config: &Config,
+    storage: &caret_index::StorageConfig,
+) -> anyhow::Result<Arc<caret_index::service::Service>> {
+    let mut service = caret_index::open(storage).await.context("opening the server's storage")?;
+    match config.embedding_model()? {
+        Some(model) => {
+            tracing::info!(model = model.id(), "embedding model (loaded on first use)");
+            service = service.with_embedding(model);
+        }
+        None => tracing::warn!("no embedding model: search is lexical only"),
+    }
+    if let Some(records) = std::env::var("CARET_COMPACT_RECORDS").ok().and_then(|v| v.parse().ok()) {
+        let policy = caret_index::service::CompactionPolicy { records, ..Default::default() };
+        service = service.with_compaction(policy);
+    }
+    Ok(Arc::new(service.with_weights(config.search_weights()?).with_stage_windows(config.stage_windows()?)))
+}
+
+/// The MCP servers of each agent workspace's sessions: the server's `[mcp_servers]` and the
+/// workspace's own that the operator trusted (`caret mcp trust NAME -C WORKSPACE`).
+pub fn agent_workspace_servers(
+    config: &Config,
+) -> anyhow::Result<std::collections::BTreeMap<String, Vec<caret_mcp::ServerConfig>>> {
+    let mut out = std::collections::BTreeMap::new();
+    for (name, root) in &config.server.agent_workspaces {
+        let (servers, untrusted) = crate::mcp::session_servers(&config.mcp_servers, &config.home, root)
+            .with_context(|| format!("MCP servers of agent workspace {name}"))?;
+        for p in untrusted {
+            tracing::warn!(
+                "agent workspace {name}: its MCP server {} is not started: trust it with `caret mcp trust {} -C {}`",
+                p.name,
+                p.name,
+                root.display()
+            );
+        }
+        out.insert(name.clone(), servers);
+    }
+    Ok(out)
+}
+
 /// The sync engine with the configured scanner and batch size.
 pub fn engine(config: &Config) -> anyhow::Result<SyncEngine> {
     let scanner = Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash);
     let options = SyncOptions { batch_files: config.sync.batch_files.max(1), ..SyncOptions::default() };
     Ok(SyncEngine::new(Arc::new(scanner), options))
+}
+
+/// A `caret serve` over HTTP for the tenant routes (runs, docs sources): its base URL, the
+/// token and a client.
+#[derive(Debug, Clone)]
+pub struct Api {
+    /// The base URL, without a trailing `/`.
+    pub base: String,
+    /// The tenant's API token.
+    pub token: String,
+    /// The HTTP client.
+    pub client: reqwest::Client,
+}
+
+impl Api {
+    /// The server `target` names (none: it names none).
+    pub fn open(target: &Remote) -> anyhow::Result<Option<Api>> {
+        let Some(base) = &target.server else { return Ok(None) };
+        let token = target.token.clone().context("--server needs --token (or CARET_TOKEN)")?;
+        let client = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(600))
+            .build()
+            .context("building the HTTP client")?;
+        Ok(Some(Api { base: base.trim_end_matches('/').to_owned(), token, client }))
+    }
+
+    /// The server URL for an API path.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Sends a request and reads its JSON answer (an error body as the error). Rate limited:
+    /// waits as the server says (two minutes in all), then gives up.
+    pub async fn call<T: serde::de::DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> anyhow::Result<T> {
+        use std::time::Duration;
+        let mut waited = Duration::ZERO;
+        let resp = loop {
+            let attempt = req.try_clone().context("a request that cannot be sent again")?;
+            let resp = attempt.bearer_auth(&self.token).send().await.context("reaching the server")?;
+            if resp.status() != reqwest::StatusCode::TOO_MANY_REQUESTS || waited >= Duration::from_secs(120) {
+                break resp;
+            }
+            let after = resp
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+                .unwrap_or(1)
+                .clamp(1, 30);
+            tokio::time::sleep(Duration::from_secs(after)).await;
+            waited += Duration::from_secs(after);
+        };
+        let status = resp.status();
+        let text = resp.text().await.context("reading the server's answer")?;
+        if !status.is_success() {
+            let message =
+                serde_json::from_str::<caret_protocol::ErrorBody>(&text).map(|b| b.error.message).unwrap_or(text);
+            anyhow::bail!("the server answered {status}: {message}");
+        }
+        let text = if text.is_empty() { "null".to_owned() } else { text };
+        serde_json::from_str(&text).with_context(|| format!("reading the server's answer {text:?}"))
+    }
 }

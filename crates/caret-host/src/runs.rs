@@ -14,7 +14,7 @@ use caret_anyrun::worker::{InProcess, Worker, WorkerConfig};
 use caret_protocol::runs::{CreateRun, NumberedEvent, PutSecret, RepoSource, RunInfo, RunList, RunResult, SecretList};
 
 use crate::config::Config;
-use crate::remote::Remote;
+use crate::remote::{Api, Remote};
 
 /// The run service of the embedded queue (or a server's, in `caret serve`).
 pub async fn open_service(
@@ -28,7 +28,7 @@ pub async fn open_service(
         .context("opening the run queue")
 }
 
-fn data_dir(config: &Config) -> PathBuf {
+pub(crate) fn data_dir(config: &Config) -> PathBuf {
     config.server.data_dir.clone().unwrap_or_else(|| config.home.join("server"))
 }
 
@@ -97,20 +97,14 @@ pub enum Runs {
     #[allow(missing_docs)]
     Local { service: Arc<RunService>, tenant: TenantRef, config: Box<Config>, start_worker: bool },
     /// A server over HTTP.
-    #[allow(missing_docs)]
-    Remote { base: String, token: String, client: reqwest::Client },
+    Remote(Api),
 }
 
 impl Runs {
     /// The server `target` names, else the embedded queue (its run service in this process).
     pub async fn open(config: &Config, target: &Remote) -> anyhow::Result<Runs> {
-        if let Some(base) = &target.server {
-            let token = target.token.clone().context("--server needs --token (or CARET_TOKEN)")?;
-            let client = reqwest::Client::builder()
-                .timeout(Duration::from_secs(600))
-                .build()
-                .context("building the HTTP client")?;
-            return Ok(Runs::Remote { base: base.trim_end_matches('/').to_owned(), token, client });
+        if let Some(api) = Api::open(target)? {
+            return Ok(Runs::Remote(api));
         }
         let service = caret_index::open(&config.storage()).await.context("opening the embedded server's storage")?;
         let tenant = match service.db().tenant_by_name("local").await? {
@@ -133,39 +127,14 @@ impl Runs {
 
     /// Sends a request to the server and reads its JSON answer (an error body as the error).
     pub async fn call<T: serde::de::DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> anyhow::Result<T> {
-        let Runs::Remote { token, .. } = self else { bail!("not a server") };
-        // Rate limited: wait as the server says (a while in all), then give up.
-        let mut waited = Duration::ZERO;
-        let resp = loop {
-            let attempt = req.try_clone().context("a request that cannot be sent again")?;
-            let resp = attempt.bearer_auth(token).send().await.context("reaching the server")?;
-            if resp.status() != reqwest::StatusCode::TOO_MANY_REQUESTS || waited >= Duration::from_secs(120) {
-                break resp;
-            }
-            let after = resp
-                .headers()
-                .get(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-                .unwrap_or(1)
-                .clamp(1, 30);
-            tokio::time::sleep(Duration::from_secs(after)).await;
-            waited += Duration::from_secs(after);
-        };
-        let status = resp.status();
-        let text = resp.text().await.context("reading the server's answer")?;
-        if !status.is_success() {
-            let message =
-                serde_json::from_str::<caret_protocol::ErrorBody>(&text).map(|b| b.error.message).unwrap_or(text);
-            bail!("the server answered {status}: {message}");
-        }
-        let text = if text.is_empty() { "null".to_owned() } else { text };
-        serde_json::from_str(&text).with_context(|| format!("reading the server's answer {text:?}"))
+        let Runs::Remote(api) = self else { bail!("not a server") };
+        api.call(req).await
     }
 
     /// The server URL for an API path.
     pub fn url(&self, path: &str) -> String {
         match self {
-            Runs::Remote { base, .. } => format!("{base}{path}"),
+            Runs::Remote(api) => api.url(path),
             Runs::Local { .. } => path.to_owned(),
         }
     }
@@ -182,7 +151,7 @@ impl Runs {
                 }
                 Ok(info)
             }
-            Runs::Remote { client, .. } => self.call(client.post(self.url("/v1/runs")).json(&req)).await,
+            Runs::Remote(Api { client, .. }) => self.call(client.post(self.url("/v1/runs")).json(&req)).await,
         }
     }
 
@@ -190,7 +159,7 @@ impl Runs {
     pub async fn list(&self, limit: u32) -> anyhow::Result<Vec<RunInfo>> {
         match self {
             Runs::Local { service, tenant, .. } => Ok(service.list(&tenant.id, limit).await?),
-            Runs::Remote { client, .. } => {
+            Runs::Remote(Api { client, .. }) => {
                 let l: RunList = self.call(client.get(self.url(&format!("/v1/runs?limit={limit}")))).await?;
                 Ok(l.runs)
             }
@@ -201,7 +170,7 @@ impl Runs {
     pub async fn get(&self, id: &str) -> anyhow::Result<RunInfo> {
         match self {
             Runs::Local { service, tenant, .. } => Ok(service.get(&tenant.id, id).await?),
-            Runs::Remote { client, .. } => self.call(client.get(self.url(&format!("/v1/runs/{id}")))).await,
+            Runs::Remote(Api { client, .. }) => self.call(client.get(self.url(&format!("/v1/runs/{id}")))).await,
         }
     }
 
@@ -209,7 +178,9 @@ impl Runs {
     pub async fn cancel(&self, id: &str) -> anyhow::Result<RunInfo> {
         match self {
             Runs::Local { service, tenant, .. } => Ok(service.cancel(&tenant.id, id).await?),
-            Runs::Remote { client, .. } => self.call(client.post(self.url(&format!("/v1/runs/{id}/cancel")))).await,
+            Runs::Remote(Api { client, .. }) => {
+                self.call(client.post(self.url(&format!("/v1/runs/{id}/cancel")))).await
+            }
         }
     }
 
@@ -217,7 +188,7 @@ impl Runs {
     pub async fn delete(&self, id: &str) -> anyhow::Result<()> {
         match self {
             Runs::Local { service, tenant, .. } => Ok(service.delete(&tenant.id, id).await?),
-            Runs::Remote { client, .. } => self.call(client.delete(self.url(&format!("/v1/runs/{id}")))).await,
+            Runs::Remote(Api { client, .. }) => self.call(client.delete(self.url(&format!("/v1/runs/{id}")))).await,
         }
     }
 
@@ -225,7 +196,7 @@ impl Runs {
     pub async fn result(&self, id: &str) -> anyhow::Result<RunResult> {
         match self {
             Runs::Local { service, tenant, .. } => Ok(service.result(&tenant.id, id).await?),
-            Runs::Remote { client, .. } => self.call(client.get(self.url(&format!("/v1/runs/{id}/result")))).await,
+            Runs::Remote(Api { client, .. }) => self.call(client.get(self.url(&format!("/v1/runs/{id}/result")))).await,
         }
     }
 
@@ -233,7 +204,7 @@ impl Runs {
     pub async fn events(&self, id: &str, after: u64) -> anyhow::Result<Vec<NumberedEvent>> {
         match self {
             Runs::Local { service, tenant, .. } => Ok(service.events(&tenant.id, id, after, 1000).await?),
-            Runs::Remote { client, .. } => {
+            Runs::Remote(Api { client, .. }) => {
                 let url = self.url(&format!("/v1/runs/{id}/events?follow=false&after={after}"));
                 self.call(client.get(url)).await
             }
@@ -244,7 +215,7 @@ impl Runs {
     pub async fn put_secret(&self, name: &str, value: String) -> anyhow::Result<()> {
         match self {
             Runs::Local { service, tenant, .. } => Ok(service.put_secret(&tenant.id, name, &value).await?),
-            Runs::Remote { client, .. } => {
+            Runs::Remote(Api { client, .. }) => {
                 self.call(client.put(self.url(&format!("/v1/secrets/{name}"))).json(&PutSecret { value })).await
             }
         }
@@ -254,7 +225,7 @@ impl Runs {
     pub async fn secrets(&self) -> anyhow::Result<Vec<String>> {
         match self {
             Runs::Local { service, tenant, .. } => Ok(service.secret_names(&tenant.id).await?),
-            Runs::Remote { client, .. } => {
+            Runs::Remote(Api { client, .. }) => {
                 let l: SecretList = self.call(client.get(self.url("/v1/secrets"))).await?;
                 Ok(l.names)
             }
@@ -265,7 +236,9 @@ impl Runs {
     pub async fn delete_secret(&self, name: &str) -> anyhow::Result<()> {
         match self {
             Runs::Local { service, tenant, .. } => Ok(service.delete_secret(&tenant.id, name).await?),
-            Runs::Remote { client, .. } => self.call(client.delete(self.url(&format!("/v1/secrets/{name}")))).await,
+            Runs::Remote(Api { client, .. }) => {
+                self.call(client.delete(self.url(&format!("/v1/secrets/{name}")))).await
+            }
         }
     }
 }

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 pub mod agent;
 pub mod apply;
 pub mod complete;
+pub mod docs;
 pub mod envs;
 pub mod llm;
 pub mod runs;

@@ -69,6 +69,10 @@ fn tenant_routes() -> Routes {
         ("/v1/envs/{id}", delete(crate::runs::close_env)),
         ("/v1/envs/{id}/step", post(crate::runs::step_env)),
         ("/v1/envs/{id}/grade", post(crate::runs::grade_env)),
+        ("/v1/docs/sources", post(crate::docs::add).get(crate::docs::list)),
+        ("/v1/docs/sources/{name}", delete(crate::docs::remove)),
+        ("/v1/docs/sources/{name}/refresh", post(crate::docs::refresh)),
+        ("/v1/docs/search", post(crate::docs::search)),
         ("/v1/secrets", get(crate::runs::list_secrets)),
         ("/v1/secrets/{name}", put(crate::runs::put_secret).delete(crate::runs::delete_secret)),
     ]

@@ -10,6 +10,8 @@
 pub mod agent;
 pub mod cluster;
 pub mod compartment;
+pub mod docs;
+pub mod docs_library;
 pub mod http;
 pub mod limit;
 pub mod llm;
@@ -88,6 +90,8 @@ pub struct ServeConfig {
     pub agent: sessions::AgentSettings,
     /// Background runs (none: `/v1/runs` answers 503).
     pub runs: Option<Arc<caret_anyrun::runs::RunService>>,
+    /// Documentation sources (none: `/v1/docs/...` answers 503).
+    pub docs: Option<Arc<dyn docs_library::DocsLibrary>>,
     /// A front end served under `/ui` (the team's editor page), when there is one.
     pub pages: Option<Pages>,
     /// Whether this server joins the replicas on its database.
@@ -162,6 +166,7 @@ fn app_state(
         agent: (!config.agent.workspaces.is_empty())
             .then(|| Arc::new(sessions::AgentHost::new(config.agent.clone(), config.usage.clone()))),
         runs: config.runs.clone(),
+        docs: config.docs.clone(),
         stopping,
         cluster,
         compartments,

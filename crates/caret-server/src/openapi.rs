@@ -9,7 +9,7 @@
 
 use std::collections::BTreeSet;
 
-use caret_protocol::{agent, apply, complete, envs, llm, runs, usage};
+use caret_protocol::{agent, apply, complete, docs, envs, llm, runs, usage};
 use schemars::JsonSchema;
 use schemars::generate::{Contract, SchemaGenerator, SchemaSettings};
 use serde_json::{Map, Value, json};
@@ -238,6 +238,11 @@ fn operations(s: &mut Schemas) -> Vec<Operation> {
         "name",
         "The secret's name: an environment variable's.",
         json!({ "type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]{0,127}$" }),
+    );
+    let docs_name = path_param(
+        "name",
+        "The documentation source's name.",
+        json!({ "type": "string", "pattern": "^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$" }),
     );
     let run_id = id("The run's id.");
     let env_id = id("The episode's id.");
@@ -561,6 +566,42 @@ fn operations(s: &mut Schemas) -> Vec<Operation> {
             answers: no_content(),
             ..op("delete", "/v1/secrets/{name}", "delete_secret", "Deletes a secret.", Tenant)
         },
+        Operation {
+            body: Some(s.read::<docs::AddDocsSource>()),
+            answers: vec![(201, "Added; its first crawl is queued", s.json::<docs::DocsSource>())],
+            ..op(
+                "post",
+                "/v1/docs/sources",
+                "add_docs_source",
+                "Adds a documentation site for the server to crawl.",
+                Tenant,
+            )
+        },
+        Operation {
+            answers: ok(s.json::<docs::DocsSourceList>()),
+            ..op("get", "/v1/docs/sources", "list_docs_sources", "The tenant's documentation sources.", Tenant)
+        },
+        Operation {
+            parameters: vec![docs_name.clone()],
+            answers: no_content(),
+            ..op("delete", "/v1/docs/sources/{name}", "remove_docs_source", "Removes a documentation source.", Tenant)
+        },
+        Operation {
+            parameters: vec![docs_name],
+            answers: vec![(202, "Its crawl is queued", s.json::<docs::DocsSource>())],
+            ..op(
+                "post",
+                "/v1/docs/sources/{name}/refresh",
+                "refresh_docs_source",
+                "Crawls a documentation source again.",
+                Tenant,
+            )
+        },
+        Operation {
+            body: Some(s.read::<docs::DocsSearch>()),
+            answers: ok(s.json::<docs::DocsHits>()),
+            ..op("post", "/v1/docs/search", "search_docs", "Searches the tenant's documentation sources.", Tenant)
+        },
         // Workers and operators.
         Operation {
             body: Some(s.read::<runs::LeaseRequest>()),
@@ -735,6 +776,7 @@ fn tag(path: &str) -> &'static str {
         "apply" | "complete" => "editing",
         "agent" => "agent",
         "runs" | "secrets" => "runs",
+        "docs" => "docs",
         "envs" => "envs",
         "workers" | "fleet" => "operators",
         _ => "server",

@@ -32,6 +32,8 @@ pub struct AppState {
     pub agent: Option<Arc<AgentHost>>,
     /// Background runs, when enabled.
     pub runs: Option<Arc<caret_anyrun::runs::RunService>>,
+    /// Documentation sources, when enabled.
+    pub docs: Option<Arc<dyn crate::docs_library::DocsLibrary>>,
     /// Turns true when the server stops: event streams end.
     pub stopping: Arc<tokio::sync::watch::Sender<bool>>,
     /// This replica among the others on the database (none: a router built without serving,

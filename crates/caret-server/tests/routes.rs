@@ -46,6 +46,7 @@ async fn harness(rate_limit: RateLimit) -> Harness {
         gateway: None,
         agent: caret_server::sessions::AgentSettings::default(),
         runs: None,
+        docs: None,
         pages: None,
         replicas: caret_server::Replicas::Join(None),
         usage: caret_usage::Recorder::off(),

@@ -10,8 +10,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::Context as _;
 use caret_docs::pages::{Counts, Origin, Source};
 use caret_host::config::Config;
+use caret_host::remote::Api;
 use caret_host::runtime::runtime;
 use caret_host::units::thousands;
+use caret_protocol::docs::{AddDocsSource, DocsSearch, DocsSource};
+
+use crate::sync::RemoteArgs;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum DocsCommand {
@@ -89,7 +93,19 @@ pub struct SearchArgs {
     json: bool,
 }
 
-pub fn run(config: &Config, cmd: DocsCommand) -> anyhow::Result<ExitCode> {
+/// `caret docs`: this machine's sources, or with `--server URL --token T` a team server's.
+#[derive(Debug, clap::Args)]
+pub struct DocsArgs {
+    #[command(subcommand)]
+    cmd: DocsCommand,
+    #[command(flatten)]
+    remote: RemoteArgs,
+}
+
+pub fn run(config: &Config, DocsArgs { cmd, remote }: DocsArgs) -> anyhow::Result<ExitCode> {
+    if let Some(api) = Api::open(&remote.remote())? {
+        return runtime()?.block_on(team(&api, cmd));
+    }
     match cmd {
         DocsCommand::Add(args) => add(config, args),
         DocsCommand::Refresh(args) => refresh(config, args),
@@ -103,16 +119,71 @@ pub fn run(config: &Config, cmd: DocsCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The same commands against a team server's sources (it crawls; this follows its progress).
+async fn team(api: &Api, cmd: DocsCommand) -> anyhow::Result<ExitCode> {
+    use caret_host::team_docs::client;
+    let line = |s: &DocsSource| {
+        let (c, error) = (&s.last, s.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default());
+        let counts =
+            format!("{} found, {} fetched, {} written, {} unchanged", c.found, c.fetched, c.written, c.unchanged);
+        format!("{}  {}  {} pages, {:?}{error} ({counts})", s.name, s.url, thousands(s.pages), s.state)
+    };
+    let mut follow = |s: &DocsSource| eprintln!("{}", line(s));
+    let done = match cmd {
+        DocsCommand::Add(a) => {
+            let max_pages = u32::try_from(a.max_pages).ok();
+            let (depth, rate) = (Some(a.depth), Some(a.rate));
+            let req = AddDocsSource {
+                name: a.name,
+                url: a.what,
+                prefix: a.prefix,
+                depth,
+                max_pages,
+                rate,
+                refresh: a.refresh,
+            };
+            client::add(api, &req).await?;
+            client::wait(api, &req.name, &mut follow).await?
+        }
+        DocsCommand::Refresh(RefreshArgs { name, .. }) => {
+            let name = name.context("name the source to refresh on a team server (its schedule refreshes the rest)")?;
+            client::refresh(api, &name).await?;
+            client::wait(api, &name, &mut follow).await?
+        }
+        DocsCommand::Ls { json } => {
+            let all = client::list(api).await?;
+            let text = if json {
+                serde_json::to_string_pretty(&all)?
+            } else {
+                all.iter().map(line).collect::<Vec<_>>().join("\n")
+            };
+            println!("{text}");
+            return Ok(ExitCode::SUCCESS);
+        }
+        DocsCommand::Rm { name } => {
+            client::remove(api, &name).await?;
+            println!("removed {name}");
+            return Ok(ExitCode::SUCCESS);
+        }
+        DocsCommand::Search(a) => {
+            anyhow::ensure!((1..=50).contains(&a.k), "-k must be 1-50");
+            let req = DocsSearch { query: a.query.clone(), names: a.name.clone(), k: a.k as u32 };
+            return print_hits(&client::search(api, &req).await?, a.json);
+        }
+    };
+    println!("{}", line(&done));
+    match done.error {
+        Some(e) => anyhow::bail!("{}: {e}", done.name),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
 fn add(config: &Config, args: AddArgs) -> anyhow::Result<ExitCode> {
     if let Some(r) = &args.refresh {
         caret_host::config::parse_duration(r).context("--refresh")?;
     }
     let origin = if args.what.starts_with("http://") || args.what.starts_with("https://") {
-        let url = url::Url::parse(&args.what).with_context(|| format!("reading the URL {}", args.what))?;
-        let prefix = args.prefix.clone().unwrap_or_else(|| caret_docs::crawl::default_prefix(&url));
-        anyhow::ensure!(url.as_str().starts_with(&prefix), "the URL {url} does not start with its --prefix {prefix}");
-        anyhow::ensure!(args.rate > 0.0, "--rate must be above 0");
-        Origin::Site { url: url.to_string(), prefix, depth: args.depth, max_pages: args.max_pages, rate: args.rate }
+        caret_host::docs::site(&args.what, args.prefix.clone(), args.depth, args.max_pages, args.rate)?
     } else {
         let path = std::fs::canonicalize(PathBuf::from(&args.what))
             .with_context(|| format!("{} is neither an http(s) URL nor a folder", args.what))?;
@@ -244,10 +315,14 @@ fn search(config: &Config, args: SearchArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!((1..=50).contains(&args.k), "-k must be 1-50");
     caret_host::docs::refresh_due_in_background(config);
     let hits = runtime()?.block_on(caret_host::docs::search(config, &args.query, &args.name, args.k))?;
-    if args.json {
+    print_hits(&hits, args.json)
+}
+
+fn print_hits(hits: &[caret_host::docs::DocHit], json: bool) -> anyhow::Result<ExitCode> {
+    if json {
         println!("{}", serde_json::to_string_pretty(&hits)?);
     } else {
-        for h in &hits {
+        for h in hits {
             let heading = if h.heading.is_empty() { String::new() } else { format!(" › {}", h.heading) };
             println!("{}{heading}  ({}, {:.4})\n  {}", h.title, h.source, h.score, h.url);
             for line in h.text.lines().filter(|l| !l.trim().is_empty()).take(6) {

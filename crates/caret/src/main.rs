@@ -68,8 +68,7 @@ enum Command {
     /// Language server over stdio: Tab completions in any editor.
     Lsp(caret_lsp::LspArgs),
     /// Documentation sources (@Docs): add a docs site or folder, refresh, list, search.
-    #[command(subcommand)]
-    Docs(docs::DocsCommand),
+    Docs(docs::DocsArgs),
     /// Open the workspace in a browser: editor, Tab, agent, search (loopback only).
     Ui(caret_ui::UiArgs),
     /// The project rules files (`AGENTS.md`, `.cursor/rules`, …) an agent session would apply,
@@ -179,8 +178,11 @@ fn init_tracing(default: &str, service: &'static str) -> Option<caret_trace::Exp
     use tracing_subscriber::Layer as _;
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
+    // The HTML parser's debug lines quote the pages it reads: never logged.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let filter =
+        ["html5ever=warn", "markup5ever=warn"].iter().flat_map(|d| d.parse()).fold(filter, |f, d| f.add_directive(d));
     let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_target(false).with_filter(filter);
     let (traces, exporter) = match caret_trace::layer(service) {
         Ok(Some((layer, exporter))) => (Some(layer), Some(exporter)),

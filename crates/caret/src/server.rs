@@ -105,6 +105,7 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
         body_limit: usize::try_from(args.body_limit.unwrap_or(config.server.body_limit.0)).unwrap_or(usize::MAX),
         gateway: config.gateway()?,
         runs: None,
+        docs: None,
         pages: None,
         replicas: caret_server::Replicas::Join(args.advertise_url),
         usage: caret_usage::Recorder::off(),
@@ -117,7 +118,7 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
                 .context("[server] agent_idle_timeout")?,
             // `caret` is the Landlock helper of its sandboxes.
             landlock_helper: std::env::current_exe().ok(),
-            mcp_servers: workspace_mcp_servers(&config)?,
+            mcp_servers: caret_host::remote::agent_workspace_servers(&config)?,
             image_models: config
                 .models
                 .iter()
@@ -130,20 +131,7 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut serve = serve;
     let storage = config.storage();
     runtime()?.block_on(async move {
-        let mut service = caret_index::open(&storage).await.context("opening the server's storage")?;
-        match config.embedding_model()? {
-            Some(model) => {
-                tracing::info!(model = model.id(), "embedding model (loaded on first use)");
-                service = service.with_embedding(model);
-            }
-            None => tracing::warn!("no embedding model: search is lexical only"),
-        }
-        if let Some(records) = std::env::var("CARET_COMPACT_RECORDS").ok().and_then(|v| v.parse().ok()) {
-            let policy = caret_index::service::CompactionPolicy { records, ..Default::default() };
-            service = service.with_compaction(policy);
-        }
-        let service =
-            Arc::new(service.with_weights(config.search_weights()?).with_stage_windows(config.stage_windows()?));
+        let service = caret_host::remote::server_service(&config, &storage).await?;
         serve.usage = config.usage_recorder(service.store().clone())?;
         if serve.usage.is_on() {
             tracing::info!(retention = %config.usage.retention, "usage telemetry: collected (docs/operations.md)");
@@ -155,6 +143,9 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
         });
         let runs = Arc::new(caret_host::runs::open_service(&config, &service, serve.gateway.clone()).await?);
         serve.runs = Some(runs.clone());
+        let docs = caret_host::team_docs::TeamDocs::open(&config, service.clone(), &runs);
+        let _docs_upkeep = docs.spawn_upkeep(std::time::Duration::from_secs(60));
+        serve.docs = Some(Arc::new(docs));
         let _upkeep = caret_host::runs::spawn_upkeep(runs.clone());
         let (drain_tx, drain) = tokio::sync::watch::channel(false);
         // The editor page of each agent workspace, for the tenants' tokens.
@@ -573,26 +564,4 @@ async fn usage_report(
         );
     }
     Ok(())
-}
-
-/// The MCP servers of each agent workspace's sessions: the server's `[mcp_servers]` and the
-/// workspace's own that the operator trusted (`caret mcp trust NAME -C WORKSPACE`).
-fn workspace_mcp_servers(
-    config: &Config,
-) -> anyhow::Result<std::collections::BTreeMap<String, Vec<caret_mcp::ServerConfig>>> {
-    let mut out = std::collections::BTreeMap::new();
-    for (name, root) in &config.server.agent_workspaces {
-        let (servers, untrusted) = caret_host::mcp::session_servers(&config.mcp_servers, &config.home, root)
-            .with_context(|| format!("MCP servers of agent workspace {name}"))?;
-        for p in untrusted {
-            tracing::warn!(
-                "agent workspace {name}: its MCP server {} is not started: trust it with `caret mcp trust {} -C {}`",
-                p.name,
-                p.name,
-                root.display()
-            );
-        }
-        out.insert(name.clone(), servers);
-    }
-    Ok(out)
 }

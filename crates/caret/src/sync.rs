@@ -20,10 +20,10 @@ use caret_host::units::{human_bytes, thousands};
 pub struct RemoteArgs {
     /// A `caret serve` URL (env CARET_SERVER); without one, the embedded server in
     /// $CARET_HOME/local is used in-process.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub server: Option<String>,
     /// API token for --server (env CARET_TOKEN).
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub token: Option<String>,
 }
 

@@ -2487,3 +2487,102 @@ fn the_mcp_endpoint_passes_the_conformance_suite() {
     }
     assert!(failed.is_empty(), "failed: {failed:?}");
 }
+
+/// @Docs on a team server: a tenant adds a docs site (SQLite's, served on loopback) once, the
+/// server crawls and indexes it, and members search it with `caret docs --server`; another
+/// tenant sees nothing of it; the pages are sealed at rest (no page text on the server's disk
+/// or in its log); a refresh of the unchanged site writes nothing; a host the runs' network
+/// rules refuse (a name leading to loopback) fails with the reason; removal empties it.
+#[test]
+fn docs_sources_on_a_team_server_are_the_tenants_own() {
+    let Some(site) = caret_test_support::sqlite_docs() else { return };
+    let port = caret_test_support::free_port();
+    let _site = caret_test_support::ChildGuard::listening(
+        Command::new("python3")
+            .args(["-m", "http.server", &port.to_string(), "--bind", "127.0.0.1", "--directory"])
+            .arg(&site),
+        port,
+    );
+    for (name, storage) in backends() {
+        let server = Server::start(&storage, &[]);
+        let (alice, bob) = (server.tenant("alice"), server.tenant("bob"));
+        let member = Client::new();
+        let docs = |token: &str, args: &[&str]| -> Output {
+            let mut full = vec!["docs", "--server", &server.url, "--token", token];
+            full.extend_from_slice(args);
+            member.run(&full, &[])
+        };
+        let url = format!("http://127.0.0.1:{port}/lang.html");
+        let out = docs(&alice, &["add", &url, "--name", "sqlite", "--depth", "1"]);
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{name}: {said}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(said.starts_with("sqlite  ") && said.contains("Ready"), "{name}: {said}");
+        let ls: Value = serde_json::from_slice(&docs(&alice, &["ls", "--json"]).stdout).unwrap();
+        let pages = ls[0]["pages"].as_u64().unwrap();
+        assert!(pages > 40 && ls[0]["state"] == "ready" && ls[0]["last"]["written"] == pages, "{name}: {ls}");
+
+        let search = |token: &str, q: &str, extra: &[&str]| -> (bool, Value) {
+            let mut args = vec!["search", q, "--json", "-k", "3"];
+            args.extend_from_slice(extra);
+            let out = docs(token, &args);
+            let hits = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+            (out.status.success(), if hits.is_null() { json!(String::from_utf8_lossy(&out.stderr)) } else { hits })
+        };
+        let (found, hits) = search(&alice, "how do I limit the number of rows a query returns", &[]);
+        let want = format!("http://127.0.0.1:{port}/lang_select.html#the_limit_clause");
+        assert!(found, "{name}: {hits}");
+        let best = hits.as_array().unwrap().iter().find(|h| h["url"] == want.as_str());
+        let best = best.unwrap_or_else(|| panic!("{name}: {hits:#}"));
+        assert_eq!((best["title"].as_str(), best["source"].as_str()), (Some("SELECT"), Some("sqlite")));
+        assert!(best["heading"].as_str().unwrap().contains("The LIMIT clause"), "{best}");
+        assert!(best["text"].as_str().unwrap().contains("upper bound on the number of rows"), "{best}");
+
+        // Another tenant: nothing listed, nothing found, the source answers like a missing one.
+        assert_eq!(serde_json::from_slice::<Value>(&docs(&bob, &["ls", "--json"]).stdout).unwrap(), json!([]));
+        let (found, hits) = search(&bob, "how do I limit the number of rows a query returns", &[]);
+        assert!(!found && hits == json!([]), "{name}: {hits}");
+        let (found, said) = search(&bob, "LIMIT", &["--name", "sqlite"]);
+        assert!(!found && said.as_str().unwrap().contains("docs source sqlite not found"), "{name}: {said}");
+        let h = http();
+        let gone = |token: &str, what: &str| {
+            let r = h.delete(format!("{}/v1/docs/sources/{what}", server.url)).bearer_auth(token).send().unwrap();
+            (r.status().as_u16(), r.text().unwrap().replace(what, "NAME"))
+        };
+        assert_eq!(gone(&bob, "sqlite"), gone(&bob, "nosuchsource"), "{name}");
+        let r = h.post(format!("{}/v1/docs/search", server.url)).json(&json!({"query": "LIMIT"})).send().unwrap();
+        assert_eq!(r.status(), 401, "{name}");
+
+        // A refresh of the unchanged site: every page answered 304, nothing written.
+        let out = docs(&alice, &["refresh", "sqlite"]);
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{name}: {said}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(said.contains(&format!("0 written, {pages} unchanged")), "{name}: {said}");
+
+        // The runs' network rules: a name that leads to loopback is refused by the proxy.
+        let out = docs(&alice, &["add", &format!("http://localhost:{port}/lang.html"), "--name", "local"]);
+        assert!(!out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stdout));
+        let ls: Value = serde_json::from_slice(&docs(&alice, &["ls", "--json"]).stdout).unwrap();
+        let local = ls.as_array().unwrap().iter().find(|s| s["name"] == "local").unwrap();
+        assert!(
+            local["state"] == "failed"
+                && local["error"].as_str().unwrap().contains("resolves only to internal addresses"),
+            "{name}: {local}"
+        );
+
+        // Sealed at rest: no page's text anywhere on the server's disk or in its log.
+        for (path, bytes) in all_bytes(server.data.path()) {
+            for needle in ["upper bound on the number of rows", "lang_select"] {
+                let at = bytes.windows(needle.len()).position(|w| w.eq_ignore_ascii_case(needle.as_bytes()));
+                let around = at.map(|i| {
+                    String::from_utf8_lossy(&bytes[i.saturating_sub(400)..(i + 100).min(bytes.len())]).into_owned()
+                });
+                assert!(at.is_none(), "{name}: {needle:?} in {}: {around:?}", path.display());
+            }
+        }
+
+        assert!(docs(&alice, &["rm", "sqlite"]).status.success());
+        let (found, said) = search(&alice, "LIMIT", &["--name", "sqlite"]);
+        assert!(!found && said.as_str().unwrap().contains("not found"), "{name}: {said}");
+        server.stop();
+    }
+}

@@ -1,0 +1,651 @@
+//! Documentation sources of a team server's tenants (`/v1/docs/...` on `caret serve`): a
+//! tenant adds a docs site once, the server crawls it through an allow-list proxy (the runs'
+//! network rules: the site's host and port only, no name leading to an internal address),
+//! indexes its pages in a workspace of the tenant's own index (the same chunking, embedding
+//! and hybrid search as code), and every member searches it.
+//!
+//! At rest on the object store, under `docs/{tenant}/{source id}/`: `record` (the source's
+//! settings and status), `state` (its pages' URLs, validators and headings) and one object
+//! per page, all sealed with a key of the tenant's; object names reveal nothing (the source id
+//! and the page names are keyed). The key of a source's index workspace is derived from the
+//! runs' key, which replicas share, so any replica searches what another crawled. A crawl
+//! works in a plaintext directory under the server's data directory, removed when it ends; one
+//! killed halfway leaves it, and the next update goes on from it.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use caret_crypto::WorkspaceKey;
+use caret_docs::pages::{Counts, Origin, Source, SourceDir, State};
+use caret_index::db::Tenant;
+use caret_protocol::docs::{AddDocsSource, DocsCounts, DocsHit, DocsSearch, DocsSource, DocsState};
+use caret_server::docs_library::{DocsError, DocsLibrary};
+use futures::StreamExt as _;
+use object_store::ObjectStore;
+use object_store::path::Path as ObjectPath;
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::docs::{Index, check_name, hit, site, update_in};
+
+/// An update that has written nothing for this long is taken for dead (its replica gone).
+const STALE: Duration = Duration::from_secs(120);
+/// How often an update writes its progress (its sign of life).
+const BEAT: Duration = Duration::from_secs(5);
+/// Updates running at once on one replica.
+const AT_ONCE: usize = 2;
+
+/// What is kept of a source (sealed).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Record {
+    source: Source,
+    state: DocsState,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    last: Counts,
+    #[serde(default)]
+    pages: u64,
+    #[serde(default)]
+    updated_at: Option<u64>,
+    /// When `state` last changed or the update last wrote its progress (Unix seconds).
+    since: u64,
+}
+
+/// A source's pages as search reads them: its state and its index's names of the page files.
+struct Loaded {
+    updated_at: Option<u64>,
+    state: State,
+    /// Obfuscated path in the index → page file.
+    files: HashMap<String, String>,
+}
+
+/// The team server's documentation library.
+#[derive(Clone)]
+pub struct TeamDocs {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    service: Arc<caret_index::service::Service>,
+    master: WorkspaceKey,
+    config: Config,
+    work: PathBuf,
+    /// Updates running on this replica, with their stop flags.
+    running: Mutex<HashMap<(String, String), Arc<AtomicBool>>>,
+    loaded: Mutex<HashMap<(String, String), Arc<Loaded>>>,
+    slots: tokio::sync::Semaphore,
+}
+
+impl std::fmt::Debug for TeamDocs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TeamDocs").field("work", &self.inner.work).finish_non_exhaustive()
+    }
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+fn internal(e: impl std::fmt::Display) -> DocsError {
+    DocsError::Internal(e.to_string())
+}
+
+impl TeamDocs {
+    /// The library of `caret serve`: over its index `service`, keyed from the runs' key,
+    /// crawling under `docs-work/` of the server's data directory.
+    pub fn open(
+        config: &Config,
+        service: Arc<caret_index::service::Service>,
+        runs: &caret_anyrun::runs::RunService,
+    ) -> TeamDocs {
+        TeamDocs::new(service, runs.derived_key("docs"), config, crate::runs::data_dir(config).join("docs-work"))
+    }
+
+    /// The library over the server's index `service`, its sources sealed with keys derived from
+    /// `master` (the runs' key), crawls working under `work`.
+    pub fn new(
+        service: Arc<caret_index::service::Service>,
+        master: WorkspaceKey,
+        config: &Config,
+        work: PathBuf,
+    ) -> TeamDocs {
+        TeamDocs {
+            inner: Arc::new(Inner {
+                service,
+                master,
+                config: config.clone(),
+                work,
+                running: Mutex::default(),
+                loaded: Mutex::default(),
+                slots: tokio::sync::Semaphore::new(AT_ONCE),
+            }),
+        }
+    }
+
+    /// Every `every`: updates what is queued, what a lost replica left halfway and what is due
+    /// by its `refresh` interval (the first look at once, so a restart resumes).
+    pub fn spawn_upkeep(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+        let me = self.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Err(e) = me.upkeep().await {
+                    tracing::warn!("docs sources' upkeep: {e:#}");
+                }
+                tokio::time::sleep(every).await;
+            }
+        })
+    }
+
+    async fn upkeep(&self) -> anyhow::Result<()> {
+        let tenants = self.inner.service.db().tenants().await?;
+        let t = now();
+        for tenant in tenants {
+            for (sid, record) in self.records(&tenant).await.map_err(|e| anyhow::anyhow!("{e}"))? {
+                let stale = t.saturating_sub(record.since) > STALE.as_secs();
+                let due =
+                    record.source.refresh.as_deref().and_then(|r| crate::units::parse_duration(r).ok()).is_some_and(
+                        |every| {
+                            matches!(record.state, DocsState::Ready | DocsState::Failed)
+                                && record.updated_at.is_none_or(|u| t.saturating_sub(u) >= every.as_secs())
+                        },
+                    );
+                let go = match record.state {
+                    DocsState::Queued | DocsState::Updating => stale || record.state == DocsState::Queued,
+                    _ => due,
+                };
+                if go && !self.is_running(&tenant.id, &record.source.name) {
+                    tracing::info!(tenant = %tenant.id, source = %sid, "updating a docs source");
+                    self.start(tenant.clone(), record.source.name.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn is_running(&self, tenant: &str, name: &str) -> bool {
+        self.inner
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(&(tenant.to_owned(), name.to_owned()))
+    }
+
+    /// The key of a source's index workspace.
+    fn source_key(&self, tenant: &str, name: &str) -> WorkspaceKey {
+        self.inner.master.derive(&format!("docs/{tenant}/{name}"))
+    }
+
+    /// The source's id: its objects' folder and (with `docs` before it) its workspace's id.
+    fn sid(&self, tenant: &str, name: &str) -> String {
+        self.source_key(tenant, name).key_id()
+    }
+
+    fn object(tenant: &str, sid: &str, rest: &str) -> ObjectPath {
+        ObjectPath::from(format!("docs/{tenant}/{sid}/{rest}"))
+    }
+
+    fn store(&self) -> &Arc<dyn ObjectStore> {
+        self.inner.service.store()
+    }
+
+    async fn put_sealed(&self, tenant: &str, sid: &str, rest: &str, bytes: &[u8]) -> Result<(), DocsError> {
+        let sealed = self
+            .inner
+            .master
+            .sealer(&format!("docs/{tenant}"))
+            .seal(&format!("{sid}/{rest}"), bytes)
+            .map_err(internal)?;
+        self.store().put(&Self::object(tenant, sid, rest), sealed.into()).await.map_err(internal)?;
+        Ok(())
+    }
+
+    async fn get_sealed(&self, tenant: &str, sid: &str, rest: &str) -> Result<Option<Vec<u8>>, DocsError> {
+        let got = match self.store().get(&Self::object(tenant, sid, rest)).await {
+            Ok(g) => g.bytes().await.map_err(internal)?,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(internal(e)),
+        };
+        let opened = self
+            .inner
+            .master
+            .sealer(&format!("docs/{tenant}"))
+            .open(&format!("{sid}/{rest}"), &got)
+            .map_err(|e| DocsError::Internal(format!("a stored docs object does not open: {e}")))?;
+        Ok(Some(opened))
+    }
+
+    async fn record(&self, tenant: &str, name: &str) -> Result<Option<Record>, DocsError> {
+        let sid = self.sid(tenant, name);
+        match self.get_sealed(tenant, &sid, "record").await? {
+            Some(bytes) => Ok(Some(serde_json::from_slice(&bytes).map_err(internal)?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn save_record(&self, tenant: &str, record: &Record) -> Result<(), DocsError> {
+        let sid = self.sid(tenant, &record.source.name);
+        let json = serde_json::to_vec(record).map_err(internal)?;
+        self.put_sealed(tenant, &sid, "record", &json).await
+    }
+
+    /// The tenant's sources, by name, with their ids.
+    async fn records(&self, tenant: &Tenant) -> Result<Vec<(String, Record)>, DocsError> {
+        let prefix = ObjectPath::from(format!("docs/{}", tenant.id));
+        let objects: Vec<_> = self.store().list(Some(&prefix)).collect().await;
+        let mut out = Vec::new();
+        for o in objects {
+            let o = o.map_err(internal)?;
+            let parts: Vec<_> = o.location.parts().map(|p| p.as_ref().to_owned()).collect();
+            if let [_, _, sid, last] = parts.as_slice()
+                && last == "record"
+                && let Some(bytes) = self.get_sealed(&tenant.id, sid, "record").await?
+            {
+                let record: Record = serde_json::from_slice(&bytes).map_err(internal)?;
+                out.push((sid.clone(), record));
+            }
+        }
+        out.sort_by(|a, b| a.1.source.name.cmp(&b.1.source.name));
+        Ok(out)
+    }
+
+    /// Starts an update of a source on this replica (at most [`AT_ONCE`] run at once, the
+    /// others wait for a slot); nothing when one is running here already.
+    fn start(&self, tenant: Tenant, name: String) {
+        let stop = Arc::new(AtomicBool::new(false));
+        {
+            let mut running = self.inner.running.lock().unwrap_or_else(PoisonError::into_inner);
+            let key = (tenant.id.clone(), name.clone());
+            if running.contains_key(&key) {
+                return;
+            }
+            running.insert(key, stop.clone());
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            let _slot = me.inner.slots.acquire().await;
+            if let Err(e) = me.update(&tenant, &name, &stop).await {
+                tracing::warn!(tenant = %tenant.id, "updating a docs source: {e}");
+                if let Ok(Some(mut record)) = me.record(&tenant.id, &name).await
+                    && !stop.load(Ordering::Relaxed)
+                {
+                    record.state = DocsState::Failed;
+                    record.error = Some(e.to_string());
+                    record.since = now();
+                    let _ = me.save_record(&tenant.id, &record).await;
+                }
+            }
+            me.inner.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&(tenant.id.clone(), name.clone()));
+            me.inner.loaded.lock().unwrap_or_else(PoisonError::into_inner).remove(&(tenant.id.clone(), name));
+        });
+    }
+
+    /// Crawls and indexes a source, then seals what changed.
+    async fn update(&self, tenant: &Tenant, name: &str, stop: &Arc<AtomicBool>) -> Result<(), DocsError> {
+        let Some(mut record) = self.record(&tenant.id, name).await? else { return Ok(()) };
+        let sid = self.sid(&tenant.id, name);
+        record.state = DocsState::Updating;
+        record.error = None;
+        record.since = now();
+        self.save_record(&tenant.id, &record).await?;
+        // The working directory: what a killed update left, or the pages as stored.
+        let d = SourceDir::new(self.inner.work.join(&tenant.id).join(&sid));
+        let before = self.restore(&tenant.id, &sid, &d, &record.source).await?;
+        // The runs' network rules: the site's host and port only, through the proxy.
+        let Origin::Site { url, .. } = &record.source.origin else {
+            return Err(DocsError::BadRequest("a team server crawls docs sites only".into()));
+        };
+        let url = url::Url::parse(url).map_err(|e| DocsError::BadRequest(e.to_string()))?;
+        let host = url.host_str().unwrap_or_default();
+        let allow = format!("{host}:{}", url.port_or_known_default().unwrap_or(443));
+        let allow = caret_sandbox::netproxy::AllowList::parse(&[allow]).map_err(DocsError::BadRequest)?;
+        let socket =
+            std::env::temp_dir().join(format!("caret-docs-{}.sock", caret_crypto::random_id().map_err(internal)?));
+        let proxy = caret_sandbox::netproxy::Proxy::start(&socket, allow).map_err(internal)?;
+        let entrance = caret_sandbox::netproxy::Entrance::open(&proxy).map_err(internal)?;
+        // Index: the tenant's own, in a workspace keyed for this source.
+        let key = self.source_key(&tenant.id, name);
+        let ws =
+            caret_client::state::WorkspaceState::given(&d.pages(), &d.root.join("index"), &format!("docs{sid}"), key)
+                .map_err(internal)?;
+        let transport: Arc<dyn caret_client::transport::Transport> = Arc::new(
+            caret_client::transport::InProcessTransport::new(self.inner.service.clone(), tenant.clone(), "team docs"),
+        );
+        let embed = self.inner.service.model_id().is_some();
+        let index = Index::open(&self.inner.config, transport, embed).map_err(internal)?;
+        // Progress, written every few seconds as the update's sign of life.
+        let so_far = Arc::new(Mutex::new(Counts::default()));
+        let beat = {
+            let (me, tenant, so_far, mut record) = (self.clone(), tenant.id.clone(), so_far.clone(), record.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(BEAT).await;
+                    record.last = so_far.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                    record.since = now();
+                    let _ = me.save_record(&tenant, &record).await;
+                }
+            })
+        };
+        let mut progress = |c: &Counts| {
+            *so_far.lock().unwrap_or_else(PoisonError::into_inner) = c.clone();
+            if stop.load(Ordering::Relaxed) { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+        };
+        let updated = update_in(&d, &record.source, &index, ws, Some(entrance.url()), &mut progress).await;
+        beat.abort();
+        drop(entrance);
+        drop(proxy);
+        if stop.load(Ordering::Relaxed) {
+            let _ = std::fs::remove_dir_all(&d.root);
+            return Ok(());
+        }
+        // Whatever the crawl kept is what the index now holds: seal it, then the record.
+        let state = d.state().map_err(internal)?;
+        self.seal_pages(&tenant.id, &sid, &d, &before, &state).await?;
+        let _ = std::fs::remove_dir_all(&d.root);
+        let Some(mut record) = self.record(&tenant.id, name).await? else { return Ok(()) };
+        record.pages = state.pages.len() as u64;
+        record.since = now();
+        match updated {
+            Ok(u) => {
+                record.state = DocsState::Ready;
+                record.last = u.counts;
+                record.updated_at = Some(now());
+            }
+            Err(e) => {
+                record.state = DocsState::Failed;
+                record.error = Some(format!("{e:#}"));
+            }
+        }
+        self.save_record(&tenant.id, &record).await
+    }
+
+    /// Fills `d` with the source's stored pages unless an update killed halfway left it (that
+    /// one goes on from there); the stored state, to tell what changed.
+    async fn restore(&self, tenant: &str, sid: &str, d: &SourceDir, source: &Source) -> Result<State, DocsError> {
+        let stored: State = match self.get_sealed(tenant, sid, "state").await? {
+            Some(bytes) => serde_json::from_slice(&bytes).map_err(internal)?,
+            None => State::default(),
+        };
+        if d.root.join("state.json").is_file() && d.state().is_ok() {
+            return Ok(stored);
+        }
+        let _ = std::fs::remove_dir_all(&d.root);
+        std::fs::create_dir_all(d.pages()).map_err(internal)?;
+        d.save_source(source).map_err(internal)?;
+        let names = self.source_key(tenant, &source.name).paths();
+        for page in stored.pages.values() {
+            if let Some(text) =
+                self.get_sealed(tenant, sid, &format!("page/{}", names.segment(page.file.as_bytes()))).await?
+            {
+                d.write_page(&page.file, &String::from_utf8_lossy(&text)).map_err(internal)?;
+            }
+        }
+        d.save_state(&stored).map_err(internal)?;
+        Ok(stored)
+    }
+
+    /// Seals the pages that are new or changed since `before`, deletes those gone, then the
+    /// state.
+    async fn seal_pages(
+        &self,
+        tenant: &str,
+        sid: &str,
+        d: &SourceDir,
+        before: &State,
+        now: &State,
+    ) -> Result<(), DocsError> {
+        let name = d.source().map_err(internal)?.name;
+        let names = self.source_key(tenant, &name).paths();
+        let old: BTreeMap<&str, &str> = before.pages.values().map(|p| (p.file.as_str(), p.hash.as_str())).collect();
+        let kept: HashSet<&str> = now.pages.values().map(|p| p.file.as_str()).collect();
+        for page in now.pages.values() {
+            if old.get(page.file.as_str()) == Some(&page.hash.as_str()) {
+                continue;
+            }
+            let text = std::fs::read(d.pages().join(&page.file)).map_err(internal)?;
+            self.put_sealed(tenant, sid, &format!("page/{}", names.segment(page.file.as_bytes())), &text).await?;
+        }
+        for file in old.keys().filter(|f| !kept.contains(*f)) {
+            let path = Self::object(tenant, sid, &format!("page/{}", names.segment(file.as_bytes())));
+            let _ = self.store().delete(&path).await;
+        }
+        let json = serde_json::to_vec(now).map_err(internal)?;
+        self.put_sealed(tenant, sid, "state", &json).await
+    }
+
+    /// A source's pages as search reads them (kept while its last update stands).
+    async fn loaded(&self, tenant: &str, record: &Record) -> Result<Arc<Loaded>, DocsError> {
+        let key = (tenant.to_owned(), record.source.name.clone());
+        if let Some(l) = self.inner.loaded.lock().unwrap_or_else(PoisonError::into_inner).get(&key)
+            && l.updated_at == record.updated_at
+        {
+            return Ok(l.clone());
+        }
+        let sid = self.sid(tenant, &record.source.name);
+        let state: State = match self.get_sealed(tenant, &sid, "state").await? {
+            Some(bytes) => serde_json::from_slice(&bytes).map_err(internal)?,
+            None => State::default(),
+        };
+        let paths = self.source_key(tenant, &record.source.name).paths();
+        let files = state.pages.values().map(|p| (paths.path(p.file.as_bytes()), p.file.clone())).collect();
+        let loaded = Arc::new(Loaded { updated_at: record.updated_at, state, files });
+        self.inner.loaded.lock().unwrap_or_else(PoisonError::into_inner).insert(key, loaded.clone());
+        Ok(loaded)
+    }
+
+    fn as_wire(record: &Record) -> DocsSource {
+        let (url, prefix) = match &record.source.origin {
+            Origin::Site { url, prefix, .. } => (url.clone(), prefix.clone()),
+            Origin::Folder { path } => (path.display().to_string(), String::new()),
+        };
+        let c = &record.last;
+        DocsSource {
+            name: record.source.name.clone(),
+            url,
+            prefix,
+            refresh: record.source.refresh.clone(),
+            state: record.state,
+            pages: record.pages,
+            updated_at: record.updated_at,
+            last: DocsCounts {
+                found: c.found,
+                fetched: c.fetched,
+                written: c.written,
+                unchanged: c.unchanged,
+                removed: c.removed,
+                skipped: c.skipped.clone(),
+                failed: c.failed.clone(),
+            },
+            error: record.error.clone(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl DocsLibrary for TeamDocs {
+    async fn add(&self, tenant: &Tenant, req: AddDocsSource) -> Result<DocsSource, DocsError> {
+        let bad = |e: anyhow::Error| DocsError::BadRequest(format!("{e:#}"));
+        check_name(&req.name).map_err(bad)?;
+        if let Some(r) = &req.refresh {
+            crate::units::parse_duration(r).context("refresh").map_err(bad)?;
+        }
+        let max_pages = req.max_pages.unwrap_or(2000).clamp(1, 100_000) as usize;
+        let origin =
+            site(&req.url, req.prefix.clone(), req.depth.unwrap_or(6).min(64), max_pages, req.rate.unwrap_or(20.0))
+                .map_err(bad)?;
+        if self.record(&tenant.id, &req.name).await?.is_some() {
+            return Err(DocsError::Conflict(format!("a docs source {} exists already", req.name)));
+        }
+        let source = Source { name: req.name.clone(), origin, refresh: req.refresh.clone() };
+        let record = Record {
+            source,
+            state: DocsState::Queued,
+            error: None,
+            last: Counts::default(),
+            pages: 0,
+            updated_at: None,
+            since: now(),
+        };
+        self.save_record(&tenant.id, &record).await?;
+        self.start(tenant.clone(), req.name);
+        Ok(Self::as_wire(&record))
+    }
+
+    async fn list(&self, tenant: &Tenant) -> Result<Vec<DocsSource>, DocsError> {
+        Ok(self.records(tenant).await?.iter().map(|(_, r)| Self::as_wire(r)).collect())
+    }
+
+    async fn remove(&self, tenant: &Tenant, name: &str) -> Result<(), DocsError> {
+        if check_name(name).is_err() || self.record(&tenant.id, name).await?.is_none() {
+            return Err(DocsError::NotFound(name.to_owned()));
+        }
+        let running = self
+            .inner
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&(tenant.id.clone(), name.to_owned()))
+            .cloned();
+        if let Some(stop) = running {
+            stop.store(true, Ordering::Relaxed);
+        }
+        let sid = self.sid(&tenant.id, name);
+        // The record first: an update still ending sees it gone and keeps nothing.
+        let _ = self.store().delete(&Self::object(&tenant.id, &sid, "record")).await;
+        match self.inner.service.delete_workspace(tenant, &format!("docs{sid}")).await {
+            Ok(()) | Err(caret_index::Error::NotFound(_)) => {}
+            Err(e) => return Err(internal(e)),
+        }
+        let prefix = ObjectPath::from(format!("docs/{}/{sid}", tenant.id));
+        let objects: Vec<_> = self.store().list(Some(&prefix)).collect().await;
+        for o in objects.into_iter().flatten() {
+            let _ = self.store().delete(&o.location).await;
+        }
+        self.inner.loaded.lock().unwrap_or_else(PoisonError::into_inner).remove(&(tenant.id.clone(), name.to_owned()));
+        Ok(())
+    }
+
+    async fn refresh(&self, tenant: &Tenant, name: &str) -> Result<DocsSource, DocsError> {
+        let missing = || DocsError::NotFound(name.to_owned());
+        check_name(name).map_err(|_| missing())?;
+        let mut record = self.record(&tenant.id, name).await?.ok_or_else(missing)?;
+        let alive = now().saturating_sub(record.since) <= STALE.as_secs();
+        if self.is_running(&tenant.id, name) || (record.state == DocsState::Updating && alive) {
+            return Err(DocsError::Conflict(format!("{name} is being updated; its crawl goes on")));
+        }
+        record.state = DocsState::Queued;
+        record.since = now();
+        self.save_record(&tenant.id, &record).await?;
+        self.start(tenant.clone(), name.to_owned());
+        Ok(Self::as_wire(&record))
+    }
+
+    async fn search(&self, tenant: &Tenant, req: &DocsSearch) -> Result<Vec<DocsHit>, DocsError> {
+        let records = self.records(tenant).await?;
+        if let Some(missing) = req.names.iter().find(|n| !records.iter().any(|(_, r)| &r.source.name == *n)) {
+            return Err(DocsError::NotFound(missing.clone()));
+        }
+        let mut hits = Vec::new();
+        for (sid, record) in records.iter().filter(|(_, r)| req.names.is_empty() || req.names.contains(&r.source.name))
+        {
+            let name = &record.source.name;
+            let key = self.source_key(&tenant.id, name).server_key();
+            let search = caret_protocol::SearchRequest {
+                query: req.query.clone(),
+                k: req.k,
+                mode: caret_protocol::SearchMode::Hybrid,
+            };
+            let found = match self.inner.service.search(tenant, &format!("docs{sid}"), &key, &search).await {
+                Ok(found) => found,
+                // Nothing indexed yet (its first crawl is queued).
+                Err(caret_index::Error::NotFound(_)) => continue,
+                Err(caret_index::Error::BadRequest(m)) => return Err(DocsError::BadRequest(m)),
+                Err(e) => return Err(internal(e)),
+            };
+            let loaded = self.loaded(&tenant.id, record).await?;
+            let mut texts: HashMap<String, Option<String>> = HashMap::new();
+            for h in found.hits {
+                let Some(file) = loaded.files.get(&h.path) else { continue };
+                if !texts.contains_key(file) {
+                    let object = format!("page/{}", self.source_key(&tenant.id, name).paths().segment(file.as_bytes()));
+                    let text = self
+                        .get_sealed(&tenant.id, sid, &object)
+                        .await?
+                        .map(|b| String::from_utf8_lossy(&b).into_owned());
+                    texts.insert(file.clone(), text);
+                }
+                let Some(Some(text)) = texts.get(file) else { continue };
+                let lines: Vec<&str> = text.lines().collect();
+                let (a, b) = ((h.start_line as usize).saturating_sub(1), (h.end_line as usize).min(lines.len()));
+                let snippet = lines.get(a..b).map(|l| l.join("\n")).unwrap_or_default();
+                let client_hit = caret_client::index::Hit {
+                    path: file.clone(),
+                    start_line: h.start_line,
+                    end_line: h.end_line,
+                    score: h.score,
+                    snippet,
+                };
+                hits.extend(hit(name, &loaded.state, client_hit));
+            }
+        }
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+        hits.truncate(req.k as usize);
+        Ok(hits)
+    }
+}
+
+/// A team server's documentation sources from a member's machine (`caret docs … --server`).
+pub mod client {
+    use caret_protocol::docs::{AddDocsSource, DocsHit, DocsHits, DocsSearch, DocsSource, DocsSourceList, DocsState};
+
+    use crate::remote::Api;
+
+    /// Adds a source (the server crawls it).
+    pub async fn add(api: &Api, req: &AddDocsSource) -> anyhow::Result<DocsSource> {
+        anyhow::ensure!(
+            req.url.starts_with("http://") || req.url.starts_with("https://"),
+            "a team server crawls docs sites (an http(s) URL), not {}",
+            req.url
+        );
+        api.call(api.client.post(api.url("/v1/docs/sources")).json(req)).await
+    }
+
+    /// The tenant's sources.
+    pub async fn list(api: &Api) -> anyhow::Result<Vec<DocsSource>> {
+        Ok(api.call::<DocsSourceList>(api.client.get(api.url("/v1/docs/sources"))).await?.sources)
+    }
+
+    /// Removes a source.
+    pub async fn remove(api: &Api, name: &str) -> anyhow::Result<()> {
+        api.call::<serde_json::Value>(api.client.delete(api.url(&format!("/v1/docs/sources/{name}")))).await?;
+        Ok(())
+    }
+
+    /// Queues a source's crawl again.
+    pub async fn refresh(api: &Api, name: &str) -> anyhow::Result<DocsSource> {
+        api.call(api.client.post(api.url(&format!("/v1/docs/sources/{name}/refresh")))).await
+    }
+
+    /// Searches the tenant's sources.
+    pub async fn search(api: &Api, req: &DocsSearch) -> anyhow::Result<Vec<DocsHit>> {
+        Ok(api.call::<DocsHits>(api.client.post(api.url("/v1/docs/search")).json(req)).await?.hits)
+    }
+
+    /// Follows a source's update until it ends (ready or failed), telling `progress` each look.
+    pub async fn wait(api: &Api, name: &str, progress: &mut dyn FnMut(&DocsSource)) -> anyhow::Result<DocsSource> {
+        loop {
+            let now = list(api).await?.into_iter().find(|s| s.name == name);
+            let s = now.ok_or_else(|| anyhow::anyhow!("the server has no docs source {name} any more"))?;
+            progress(&s);
+            if matches!(s.state, DocsState::Ready | DocsState::Failed) {
+                return Ok(s);
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    }
+}
