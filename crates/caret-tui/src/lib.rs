@@ -1,0 +1,536 @@
+//! The agent's terminal UI (`caret agent`), as state apart from the terminal: [`App`] takes
+//! the agent's events and the user's keys and is drawn to any ratatui backend, which is how
+//! it is tested.
+//!
+//! The screen: the conversation (the user's messages, the agent's text as it streams, each
+//! tool call on one line with its outcome — `Ctrl-O` unfolds their outputs — and diffs
+//! coloured), the todo list beside it when there is one, a status line (model, session,
+//! context used) and the input box. `Enter` sends (a message typed during a turn waits for
+//! it), `Esc` interrupts the turn, `PageUp`/`PageDown` scroll, `Ctrl-C` quits. A command that
+//! needs approval asks in place: `y` once, `a` for the session, `n` no.
+
+use caret_protocol::agent::{ChangeKind, Decision, Event, Op, TodoItem, TodoStatus, TurnEnd};
+use caret_protocol::llm::{ChatMessage, Role};
+use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
+
+/// How a tool call stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CallState {
+    Running,
+    Ok,
+    Failed,
+}
+
+/// One thing in the conversation pane.
+#[derive(Debug, Clone, PartialEq)]
+enum Entry {
+    User(String),
+    Assistant(String),
+    Tool { id: String, name: String, summary: String, state: CallState, output: String },
+    Diff { path: String, kind: ChangeKind, diff: String },
+    Notice(String),
+    Error(String),
+}
+
+/// A question waiting for the user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Pending {
+    call_id: String,
+    command: String,
+    reason: String,
+}
+
+/// What a key asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Nothing beyond redrawing.
+    None,
+    /// Send this to the agent.
+    Op(Op),
+    /// Leave.
+    Quit,
+}
+
+/// The UI's state.
+#[derive(Debug, Default)]
+pub struct App {
+    header: String,
+    entries: Vec<Entry>,
+    todos: Vec<TodoItem>,
+    input: String,
+    approval: Option<Pending>,
+    /// A turn is running.
+    busy: bool,
+    /// Messages sent while a turn ran, not begun yet.
+    queued: usize,
+    /// (context tokens, window) after the last model call.
+    usage: Option<(u32, u32)>,
+    /// Lines scrolled up from the bottom.
+    scroll: u16,
+    /// Tool outputs shown.
+    unfolded: bool,
+}
+
+/// The short form of a call's arguments: its path, command, query or pattern.
+fn summary(name: &str, args: &serde_json::Value) -> String {
+    let s = |k: &str| args.get(k).and_then(serde_json::Value::as_str);
+    let text = match name {
+        "run_terminal_cmd" => s("command")
+            .map(str::to_owned)
+            .or_else(|| args.get("job").and_then(serde_json::Value::as_u64).map(|j| format!("job {j}"))),
+        "codebase_search" => s("query").map(|q| format!("{q:?}")),
+        "grep" | "glob" => s("pattern").map(str::to_owned),
+        "todo_write" => Some(String::new()),
+        _ => s("path").map(str::to_owned),
+    };
+    let text = text.unwrap_or_else(|| args.to_string());
+    match text.char_indices().nth(100) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None => text,
+    }
+}
+
+impl App {
+    /// A UI for the session `id` with `model` in `root`.
+    pub fn new(id: &str, model: &str, root: &str) -> App {
+        App { header: format!("caret agent · {model} · {root} · session {id}"), ..App::default() }
+    }
+
+    /// Shows a resumed conversation.
+    pub fn replay(&mut self, messages: &[ChatMessage]) {
+        for m in messages {
+            match m.role {
+                Role::User => self.entries.push(Entry::User(m.content_text())),
+                Role::Assistant => {
+                    let text = m.content_text();
+                    if !text.is_empty() {
+                        self.entries.push(Entry::Assistant(text));
+                    }
+                    for c in &m.tool_calls {
+                        let args = serde_json::from_str(&c.function.arguments).unwrap_or(serde_json::Value::Null);
+                        self.entries.push(Entry::Tool {
+                            id: c.id.clone(),
+                            name: c.function.name.clone(),
+                            summary: summary(&c.function.name, &args),
+                            state: CallState::Ok,
+                            output: String::new(),
+                        });
+                    }
+                }
+                Role::Tool => {
+                    let id = m.tool_call_id.clone().unwrap_or_default();
+                    let text = m.content_text();
+                    if let Some(Entry::Tool { output, state, .. }) =
+                        self.entries.iter_mut().rev().find(|e| matches!(e, Entry::Tool { id: i, .. } if *i == id))
+                    {
+                        *state = if text.starts_with("error:") { CallState::Failed } else { CallState::Ok };
+                        *output = text;
+                    }
+                }
+                Role::System => {}
+            }
+        }
+        if !self.entries.is_empty() {
+            self.entries.push(Entry::Notice("(resumed)".to_owned()));
+        }
+    }
+
+    /// Takes an agent event.
+    pub fn on_event(&mut self, e: Event) {
+        match e {
+            Event::SessionConfigured { .. } => {}
+            Event::TurnBegin { .. } => {
+                self.busy = true;
+                self.queued = self.queued.saturating_sub(1);
+            }
+            Event::TurnEnd { reason, .. } => {
+                self.busy = false;
+                self.approval = None;
+                let why = match reason {
+                    TurnEnd::Done => None,
+                    TurnEnd::Interrupted => Some("interrupted"),
+                    TurnEnd::StepLimit => Some("stopped at the step limit"),
+                    TurnEnd::Failed => Some("failed"),
+                };
+                if let Some(why) = why {
+                    self.entries.push(Entry::Notice(format!("turn {why}")));
+                }
+            }
+            Event::TextDelta { text } => match self.entries.last_mut() {
+                Some(Entry::Assistant(t)) => t.push_str(&text),
+                _ => self.entries.push(Entry::Assistant(text)),
+            },
+            Event::ToolCallBegin { call_id, name, arguments, server } => self.entries.push(Entry::Tool {
+                id: call_id,
+                summary: match server {
+                    Some(server) => format!("(MCP server {server}) {}", summary(&name, &arguments)),
+                    None => summary(&name, &arguments),
+                },
+                name,
+                state: CallState::Running,
+                output: String::new(),
+            }),
+            Event::ToolCallEnd { call_id, ok, output: out, .. } => {
+                if let Some(Entry::Tool { state, output, .. }) =
+                    self.entries.iter_mut().rev().find(|e| matches!(e, Entry::Tool { id, .. } if *id == call_id))
+                {
+                    *state = if ok { CallState::Ok } else { CallState::Failed };
+                    *output = out;
+                }
+            }
+            Event::FileChange { path, kind, diff } => self.entries.push(Entry::Diff { path, kind, diff }),
+            Event::TodoUpdate { items } => self.todos = items,
+            Event::ApprovalRequest { call_id, command, reason } => {
+                self.approval = Some(Pending { call_id, command, reason });
+            }
+            Event::TokenUsage { context_tokens, context_window, .. } => {
+                self.usage = Some((context_tokens, context_window));
+            }
+            Event::Compacted { messages_before, messages_after, .. } => self.entries.push(Entry::Notice(format!(
+                "older turns summarised to stay within the model's window ({messages_before} → {messages_after} \
+                 messages)"
+            ))),
+            Event::Error { message } => self.entries.push(Entry::Error(message)),
+            Event::RulesApplied { rules, dropped } => {
+                let mut note = String::new();
+                if !rules.is_empty() {
+                    note = format!("rules: {}", rules.join(", "));
+                }
+                if !dropped.is_empty() {
+                    note.push_str(&format!(
+                        "{}left out (over the size cap): {}",
+                        if note.is_empty() { "" } else { "; " },
+                        dropped.join(", ")
+                    ));
+                }
+                self.entries.push(Entry::Notice(note));
+            }
+        }
+    }
+
+    /// Shows a message sent without typing it (the task given on the command line).
+    pub fn sent(&mut self, text: &str) {
+        self.entries.push(Entry::User(text.to_owned()));
+        self.queued += 1;
+    }
+
+    /// Takes a key.
+    pub fn on_key(&mut self, k: KeyEvent) -> Action {
+        if k.kind == KeyEventKind::Release {
+            return Action::None;
+        }
+        let ctrl = k.modifiers.contains(KeyModifiers::CONTROL);
+        if ctrl && matches!(k.code, KeyCode::Char('c' | 'd')) {
+            return Action::Quit;
+        }
+        if let Some(p) = &self.approval {
+            let decision = match k.code {
+                KeyCode::Char('y' | 'Y') | KeyCode::Enter => Decision::Approve,
+                KeyCode::Char('a' | 'A') => Decision::ApproveForSession,
+                KeyCode::Char('n' | 'N') | KeyCode::Esc => Decision::Deny,
+                _ => return Action::None,
+            };
+            let call_id = p.call_id.clone();
+            self.approval = None;
+            return Action::Op(Op::Approval { call_id, decision });
+        }
+        match k.code {
+            KeyCode::Char('o') if ctrl => self.unfolded = !self.unfolded,
+            KeyCode::Char(c) if !ctrl => self.input.push(c),
+            KeyCode::Backspace => {
+                self.input.pop();
+            }
+            KeyCode::Enter if k.modifiers.contains(KeyModifiers::ALT) => self.input.push('\n'),
+            KeyCode::Enter => {
+                let text = std::mem::take(&mut self.input);
+                if text.trim().is_empty() {
+                    return Action::None;
+                }
+                self.entries.push(Entry::User(text.clone()));
+                self.queued += 1;
+                self.scroll = 0;
+                return Action::Op(Op::UserInput { text });
+            }
+            KeyCode::Esc if self.busy => return Action::Op(Op::Interrupt),
+            KeyCode::PageUp => self.scroll = self.scroll.saturating_add(10),
+            KeyCode::PageDown => self.scroll = self.scroll.saturating_sub(10),
+            _ => {}
+        }
+        Action::None
+    }
+
+    /// The conversation as styled lines.
+    fn lines(&self) -> Vec<Line<'static>> {
+        // Tabs (read_file's line numbers) take two cells; a terminal cell holds no tab.
+        let detab = |s: &str| s.replace('\t', "  ");
+        let mut out = Vec::new();
+        let dim = Style::default().fg(Color::DarkGray);
+        for e in &self.entries {
+            match e {
+                Entry::User(t) => {
+                    for (i, l) in t.lines().enumerate() {
+                        let mark = if i == 0 { "› " } else { "  " };
+                        out.push(Line::from(vec![
+                            Span::styled(mark, Style::default().fg(Color::Cyan).add_modifier(Modifier::BOLD)),
+                            Span::styled(l.to_owned(), Style::default().add_modifier(Modifier::BOLD)),
+                        ]));
+                    }
+                }
+                Entry::Assistant(t) => out.extend(t.lines().map(|l| Line::from(detab(l)))),
+                Entry::Tool { name, summary, state, output, .. } => {
+                    let (mark, color) = match state {
+                        CallState::Running => ("…", Color::Yellow),
+                        CallState::Ok => ("✓", Color::Green),
+                        CallState::Failed => ("✗", Color::Red),
+                    };
+                    let first = detab(output.lines().next().unwrap_or(""));
+                    let more = output.lines().count().saturating_sub(1);
+                    let mut spans = vec![
+                        Span::styled(format!("{mark} "), Style::default().fg(color)),
+                        Span::styled(name.clone(), Style::default().fg(Color::Magenta)),
+                        Span::raw(format!(" {summary}")),
+                    ];
+                    if !self.unfolded && !first.is_empty() {
+                        let tail = if more > 0 { format!(" (+{more} lines)") } else { String::new() };
+                        spans.push(Span::styled(format!("  {first}{tail}"), dim));
+                    }
+                    out.push(Line::from(spans));
+                    if self.unfolded {
+                        out.extend(output.lines().map(|l| Line::styled(format!("    {}", detab(l)), dim)));
+                    }
+                }
+                Entry::Diff { path, kind, diff } => {
+                    let what = match kind {
+                        ChangeKind::Add => "added",
+                        ChangeKind::Update => "edited",
+                        ChangeKind::Delete => "deleted",
+                    };
+                    out.push(Line::styled(format!("  {what} {path}"), Style::default().add_modifier(Modifier::BOLD)));
+                    for l in diff.lines().filter(|l| !l.starts_with("---") && !l.starts_with("+++")) {
+                        let style = match l.chars().next() {
+                            Some('+') => Style::default().fg(Color::Green),
+                            Some('-') => Style::default().fg(Color::Red),
+                            Some('@') => Style::default().fg(Color::Cyan),
+                            _ => dim,
+                        };
+                        out.push(Line::styled(format!("    {}", detab(l)), style));
+                    }
+                }
+                Entry::Notice(t) => out.push(Line::styled(format!("· {t}"), dim)),
+                Entry::Error(t) => out.push(Line::styled(format!("error: {t}"), Style::default().fg(Color::Red))),
+            }
+        }
+        out
+    }
+
+    /// Draws the UI on `f`.
+    pub fn draw(&self, f: &mut Frame<'_>) {
+        let input_lines = u16::try_from(self.input.lines().count().clamp(1, 6)).unwrap_or(6);
+        let bottom = if self.approval.is_some() { 4 } else { input_lines + 2 };
+        let [main, status, input] =
+            Layout::vertical([Constraint::Min(3), Constraint::Length(1), Constraint::Length(bottom)]).areas(f.area());
+        let (talk, todo) = if self.todos.is_empty() {
+            (main, None)
+        } else {
+            let [a, b] = Layout::horizontal([Constraint::Min(20), Constraint::Length(36)]).areas(main);
+            (a, Some(b))
+        };
+        self.draw_talk(f, talk);
+        if let Some(area) = todo {
+            let lines: Vec<Line<'_>> = self
+                .todos
+                .iter()
+                .map(|t| {
+                    let (mark, style) = match t.status {
+                        TodoStatus::Pending => ("☐", Style::default()),
+                        TodoStatus::InProgress => ("▶", Style::default().fg(Color::Yellow)),
+                        TodoStatus::Completed => ("☑", Style::default().fg(Color::Green)),
+                        TodoStatus::Cancelled => ("☒", Style::default().fg(Color::DarkGray)),
+                    };
+                    Line::styled(format!("{mark} {}", t.content), style)
+                })
+                .collect();
+            let block = Block::default().borders(Borders::LEFT).title(" todo ");
+            f.render_widget(Paragraph::new(lines).block(block).wrap(Wrap { trim: false }), area);
+        }
+        let mut state = self.header.clone();
+        if let Some((used, window)) = self.usage
+            && window > 0
+        {
+            state.push_str(&format!(" · context {}%", u64::from(used) * 100 / u64::from(window)));
+        }
+        if self.busy {
+            state.push_str(" · working (Esc interrupts)");
+        }
+        if self.queued > usize::from(self.busy) {
+            state.push_str(&format!(" · {} queued", self.queued - usize::from(self.busy)));
+        }
+        f.render_widget(Paragraph::new(state).style(Style::default().fg(Color::DarkGray)), status);
+        match &self.approval {
+            Some(p) => {
+                let lines = vec![
+                    Line::styled(format!("run `{}`?", p.command), Style::default().add_modifier(Modifier::BOLD)),
+                    Line::from(format!("{} — [y]es  [a]lways this session  [n]o", p.reason)),
+                ];
+                let block = Block::default().borders(Borders::ALL).title(" approval ").border_style(Color::Yellow);
+                f.render_widget(Paragraph::new(lines).block(block).wrap(Wrap { trim: false }), input);
+            }
+            None => {
+                let title = " message (Enter sends, Alt-Enter new line, Ctrl-O tool output, Ctrl-C quits) ";
+                let block = Block::default().borders(Borders::ALL).title(title);
+                f.render_widget(Paragraph::new(self.input.as_str()).block(block).wrap(Wrap { trim: false }), input);
+            }
+        }
+    }
+
+    fn draw_talk(&self, f: &mut Frame<'_>, area: Rect) {
+        let lines = self.lines();
+        let para = Paragraph::new(lines).wrap(Wrap { trim: false });
+        // Bottom-anchored: the newest lines show unless scrolled up.
+        let total = u16::try_from(para.line_count(area.width)).unwrap_or(u16::MAX);
+        let top = total.saturating_sub(area.height).saturating_sub(self.scroll);
+        f.render_widget(para.scroll((top, 0)), area);
+    }
+}
+
+/// Puts the terminal back however the UI ends (made once the screen is taken).
+pub struct TerminalGuard;
+
+impl Drop for TerminalGuard {
+    fn drop(&mut self) {
+        let _ = crossterm::terminal::disable_raw_mode();
+        let _ = crossterm::execute!(std::io::stdout(), crossterm::terminal::LeaveAlternateScreen);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use ratatui::Terminal;
+    use ratatui::backend::TestBackend;
+
+    fn key(code: KeyCode) -> KeyEvent {
+        KeyEvent::new(code, KeyModifiers::NONE)
+    }
+
+    fn screen(app: &App, w: u16, h: u16) -> String {
+        let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+        t.draw(|f| app.draw(f)).unwrap();
+        let buf = t.backend().buffer().clone();
+        (0..h)
+            .map(|y| (0..w).map(|x| buf[(x, y)].symbol().to_owned()).collect::<String>().trim_end().to_owned())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn a_turn_shows_text_tools_diffs_todos_and_asks_for_approval() {
+        let mut app = App::new("s1", "local", "/ws");
+        for c in "add a test".chars() {
+            assert_eq!(app.on_key(key(KeyCode::Char(c))), Action::None);
+        }
+        assert_eq!(app.on_key(key(KeyCode::Enter)), Action::Op(Op::UserInput { text: "add a test".into() }));
+        assert!(app.input.is_empty());
+        app.on_event(Event::TurnBegin { turn: 1 });
+        app.on_event(Event::TextDelta { text: "Reading ".into() });
+        app.on_event(Event::TextDelta { text: "the code.".into() });
+        app.on_event(Event::ToolCallBegin {
+            call_id: "r1".into(),
+            name: "read_file".into(),
+            arguments: serde_json::json!({"path": "src/lib.rs"}),
+            server: None,
+        });
+        app.on_event(Event::ToolCallEnd {
+            call_id: "r1".into(),
+            name: "read_file".into(),
+            ok: true,
+            output: "1\tfn a() {}\n2\t".into(),
+            duration_ms: 1.0,
+        });
+        app.on_event(Event::FileChange {
+            path: "src/lib.rs".into(),
+            kind: ChangeKind::Update,
+            diff: "--- a/src/lib.rs\n+++ b/src/lib.rs\n@@ -1 +1 @@\n-fn a() {}\n+fn a() -> u8 { 1 }\n".into(),
+        });
+        app.on_event(Event::TodoUpdate {
+            items: vec![TodoItem { id: "1".into(), content: "write the test".into(), status: TodoStatus::InProgress }],
+        });
+        app.on_event(Event::TokenUsage {
+            prompt_tokens: 900,
+            completion_tokens: 100,
+            context_tokens: 1000,
+            context_window: 4000,
+        });
+        let s = screen(&app, 100, 20);
+        assert!(s.contains("› add a test"), "{s}");
+        assert!(s.contains("Reading the code."), "{s}");
+        assert!(s.contains("✓ read_file src/lib.rs  1  fn a() {}"), "{s}");
+        assert!(s.contains("(+1 lines)"), "{s}");
+        assert!(
+            s.contains("edited src/lib.rs") && s.contains("-fn a() {}") && s.contains("+fn a() -> u8 { 1 }"),
+            "{s}"
+        );
+        assert!(s.contains("▶ write the test"), "{s}");
+        assert!(s.contains("context 25%") && s.contains("working (Esc interrupts)"), "{s}");
+
+        // Ctrl-O unfolds tool output.
+        app.on_key(KeyEvent::new(KeyCode::Char('o'), KeyModifiers::CONTROL));
+        let s = screen(&app, 100, 20);
+        assert!(s.contains("    1  fn a() {}") && !s.contains("(+1 lines)"), "{s}");
+
+        // An approval takes the input area; y answers it.
+        app.on_event(Event::ApprovalRequest {
+            call_id: "x1".into(),
+            command: "rm -rf build".into(),
+            reason: "`rm` may delete".into(),
+        });
+        let s = screen(&app, 100, 20);
+        assert!(s.contains("run `rm -rf build`?") && s.contains("[y]es"), "{s}");
+        assert_eq!(app.on_key(key(KeyCode::Char('q'))), Action::None, "other keys wait");
+        assert_eq!(
+            app.on_key(key(KeyCode::Char('a'))),
+            Action::Op(Op::Approval { call_id: "x1".into(), decision: Decision::ApproveForSession })
+        );
+        assert!(app.approval.is_none());
+        // Esc interrupts a running turn; the turn's end is shown.
+        assert_eq!(app.on_key(key(KeyCode::Esc)), Action::Op(Op::Interrupt));
+        app.on_event(Event::TurnEnd { turn: 1, reason: TurnEnd::Interrupted });
+        assert!(screen(&app, 100, 20).contains("· turn interrupted"));
+        assert_eq!(app.on_key(key(KeyCode::Esc)), Action::None, "nothing to interrupt");
+        assert_eq!(app.on_key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)), Action::Quit);
+    }
+
+    #[test]
+    fn a_resumed_session_shows_its_conversation_and_the_newest_lines_stay_in_view() {
+        use caret_protocol::llm::{FunctionCall, ToolCall};
+        let mut call = ChatMessage::text(Role::Assistant, "Looking.");
+        call.tool_calls = vec![ToolCall {
+            id: "g1".into(),
+            kind: "function".into(),
+            function: FunctionCall { name: "grep".into(), arguments: r#"{"pattern": "fn main"}"#.into() },
+        }];
+        let mut result = ChatMessage::text(Role::Tool, "error: no such directory");
+        result.tool_call_id = Some("g1".into());
+        let mut app = App::new("s2", "m", "/ws");
+        app.replay(&[ChatMessage::text(Role::System, "sys"), ChatMessage::text(Role::User, "find main"), call, result]);
+        let s = screen(&app, 80, 12);
+        assert!(s.contains("› find main") && s.contains("Looking.") && s.contains("✗ grep fn main"), "{s}");
+        assert!(!s.contains("sys"));
+        // Many lines: the last ones show; PageUp scrolls back.
+        for i in 0..50 {
+            app.on_event(Event::TextDelta { text: format!("line {i}\n") });
+        }
+        let s = screen(&app, 80, 12);
+        assert!(s.contains("line 49") && !s.contains("line 10"), "{s}");
+        app.on_key(key(KeyCode::PageUp));
+        app.on_key(key(KeyCode::PageUp));
+        let s = screen(&app, 80, 12);
+        assert!(!s.contains("line 49") && s.contains("line 29") && !s.contains("line 30"), "{s}");
+    }
+}
