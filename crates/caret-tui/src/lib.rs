@@ -74,6 +74,8 @@ pub struct App {
     scroll: u16,
     /// Tool outputs shown.
     unfolded: bool,
+    /// The documentation sources `@Docs` completes to.
+    docs: Vec<String>,
 }
 
 /// The short form of a call's arguments: its path, command, query or pattern.
@@ -213,6 +215,30 @@ impl App {
         }
     }
 
+    /// The documentation sources `@Docs NAME` can attach (the input completes them).
+    pub fn docs(&mut self, names: Vec<String>) {
+        self.docs = names;
+    }
+
+    /// What the end of the input completes to: `@Docs NAME` for each source that fits what is
+    /// typed (`@d`, `@Docs `, `@Docs sq`), with how many characters of the input it replaces.
+    fn completions(&self) -> (usize, Vec<String>) {
+        let tail = &self.input[self.input.rfind('\n').map_or(0, |i| i + 1)..];
+        let words: Vec<&str> = tail.split(' ').collect();
+        let last = words.last().copied().unwrap_or("");
+        let before = words.len().checked_sub(2).map(|i| words[i]);
+        let is_docs = |w: &str| w.eq_ignore_ascii_case("@docs");
+        let (replaced, prefix) = match before {
+            // `@Docs ` or `@Docs sq`: the name is being typed.
+            Some(b) if is_docs(b) => (b.len() + 1 + last.len(), last),
+            // `@d`, `@Docs`: the mention itself.
+            _ if last.len() >= 2 && "@docs".starts_with(&last.to_ascii_lowercase()) => (last.len(), ""),
+            _ => return (0, Vec::new()),
+        };
+        let names = self.docs.iter().filter(|n| n.starts_with(prefix) && n.as_str() != prefix);
+        (replaced, names.map(|n| format!("@Docs {n}")).collect())
+    }
+
     /// Shows a message sent without typing it (the task given on the command line).
     pub fn sent(&mut self, text: &str) {
         self.entries.push(Entry::User(text.to_owned()));
@@ -242,6 +268,14 @@ impl App {
         match k.code {
             KeyCode::Char('o') if ctrl => self.unfolded = !self.unfolded,
             KeyCode::Char(c) if !ctrl => self.input.push(c),
+            KeyCode::Tab => {
+                let (replaced, options) = self.completions();
+                if let Some(first) = options.first() {
+                    self.input.truncate(self.input.len() - replaced);
+                    self.input.push_str(first);
+                    self.input.push(' ');
+                }
+            }
             KeyCode::Backspace => {
                 self.input.pop();
             }
@@ -384,8 +418,37 @@ impl App {
                 let title = " message (Enter sends, Alt-Enter new line, Ctrl-O tool output, Ctrl-C quits) ";
                 let block = Block::default().borders(Borders::ALL).title(title);
                 f.render_widget(Paragraph::new(self.input.as_str()).block(block).wrap(Wrap { trim: false }), input);
+                self.draw_completions(f, input);
             }
         }
+    }
+
+    /// The `@Docs` completions in a box just above the input (Tab takes the first).
+    fn draw_completions(&self, f: &mut Frame<'_>, input: Rect) {
+        let (_, options) = self.completions();
+        let shown: Vec<&String> = options.iter().take(6).collect();
+        if shown.is_empty() {
+            return;
+        }
+        let width = shown.iter().map(|o| o.chars().count()).max().unwrap_or(0).max(14) + 4;
+        let height = u16::try_from(shown.len()).unwrap_or(6) + 2;
+        let area = Rect {
+            x: input.x + 1,
+            y: input.y.saturating_sub(height),
+            width: u16::try_from(width).unwrap_or(u16::MAX).min(input.width.saturating_sub(2)),
+            height: height.min(input.y),
+        };
+        let lines: Vec<Line<'_>> = shown
+            .iter()
+            .enumerate()
+            .map(|(i, o)| {
+                let style = if i == 0 { Style::default().add_modifier(Modifier::REVERSED) } else { Style::default() };
+                Line::styled(format!(" {o} "), style)
+            })
+            .collect();
+        let block = Block::default().borders(Borders::ALL).title(" Tab ").border_style(Color::Cyan);
+        f.render_widget(ratatui::widgets::Clear, area);
+        f.render_widget(Paragraph::new(lines).block(block), area);
     }
 
     fn draw_talk(&self, f: &mut Frame<'_>, area: Rect) {
@@ -532,5 +595,35 @@ mod tests {
         app.on_key(key(KeyCode::PageUp));
         let s = screen(&app, 80, 12);
         assert!(!s.contains("line 49") && s.contains("line 29") && !s.contains("line 30"), "{s}");
+    }
+
+    #[test]
+    fn docs_mentions_complete_from_the_sources() {
+        let mut app = App::new("s3", "m", "/ws");
+        app.docs(vec!["sqlite".into(), "mylib".into()]);
+        for c in "how do I use @d".chars() {
+            app.on_key(key(KeyCode::Char(c)));
+        }
+        let s = screen(&app, 80, 16);
+        assert!(s.contains("│ @Docs sqlite") && s.contains("│ @Docs mylib"), "{s}");
+        app.on_key(key(KeyCode::Tab));
+        assert_eq!(app.input, "how do I use @Docs sqlite ");
+        assert!(!screen(&app, 80, 16).contains("@Docs mylib"), "nothing left to complete");
+        for c in "and @docs my".chars() {
+            app.on_key(key(KeyCode::Char(c)));
+        }
+        let s = screen(&app, 80, 16);
+        assert!(s.contains("│ @Docs mylib") && !s.contains("│ @Docs sqlite"), "{s}");
+        app.on_key(key(KeyCode::Tab));
+        assert_eq!(app.input, "how do I use @Docs sqlite and @Docs mylib ");
+        // Nothing to complete: Tab changes nothing, and no box is drawn.
+        app.on_key(key(KeyCode::Char('x')));
+        app.on_key(key(KeyCode::Tab));
+        assert_eq!(app.input, "how do I use @Docs sqlite and @Docs mylib x");
+        assert!(!screen(&app, 80, 16).contains(" Tab "));
+        let mut bare = App::new("s4", "m", "/ws");
+        bare.on_key(key(KeyCode::Char('@')));
+        bare.on_key(key(KeyCode::Char('d')));
+        assert!(bare.completions().1.is_empty(), "no sources, no completions");
     }
 }

@@ -44,6 +44,7 @@ pub fn run(config: &Config, args: AgentArgs) -> anyhow::Result<ExitCode> {
     let (mut session, id, model, root) = open_session(config, &options)?;
     let mut app = App::new(&id, &model, &root.display().to_string());
     app.replay(session.messages());
+    app.docs(caret_host::docs::source_names(config));
     runtime()?.block_on(async move {
         let (ops_tx, mut ops) = mpsc::unbounded_channel::<Op>();
         let (events_tx, mut events) = mpsc::unbounded_channel::<Event>();
@@ -86,7 +87,6 @@ pub fn run(config: &Config, args: AgentArgs) -> anyhow::Result<ExitCode> {
         anyhow::Ok(ExitCode::SUCCESS)
     })
 }
-
 
 #[derive(Debug, clap::Args)]
 pub struct RulesArgs {
