@@ -372,11 +372,17 @@ pub fn markdown_headings(markdown: &str) -> Vec<(usize, &str)> {
     out
 }
 
-/// Collapses blank-line runs and trailing spaces.
+/// Collapses blank-line runs and trailing spaces, and drops orphaned labels (see
+/// [`orphan_labels`]).
 fn tidy(markdown: &str) -> String {
     let mut out = String::with_capacity(markdown.len());
     let mut blank = 0;
-    for line in markdown.trim().lines() {
+    let lines: Vec<&str> = markdown.trim().lines().collect();
+    let orphans = orphan_labels(&lines);
+    for (i, line) in lines.into_iter().enumerate() {
+        if orphans.contains(&i) {
+            continue;
+        }
         let line = line.trim_end();
         if line.is_empty() {
             blank += 1;
@@ -389,6 +395,39 @@ fn tidy(markdown: &str) -> String {
         out.push_str(line);
         out.push('\n');
     }
+    out
+}
+
+/// Lines of runs of two or more paragraphs that are each only a bold label ending in a colon
+/// (`**attach-stmt:**`), outside code fences: what is left of figures whose labels stayed
+/// when the figures (SVG syntax diagrams, images) were dropped. They hold no text to search
+/// and would drown the paragraph after them in the chunk's embedding. One label followed by
+/// its text (`**Note:** …`, or `**Note:**` then a paragraph) stays.
+fn orphan_labels(lines: &[&str]) -> std::collections::HashSet<usize> {
+    let is_label = |l: &str| {
+        let t = l.trim();
+        t.len() < 100 && t.starts_with("**") && t.ends_with(":**") && !t[2..t.len() - 3].contains("**")
+    };
+    let mut out = std::collections::HashSet::new();
+    let (mut run, mut fence) = (Vec::new(), false);
+    let mut end_run = |run: &mut Vec<usize>| {
+        if run.len() >= 2 {
+            out.extend(run.iter().copied());
+        }
+        run.clear();
+    };
+    for (i, l) in lines.iter().enumerate() {
+        let t = l.trim_start();
+        if t.starts_with("```") || t.starts_with("~~~") {
+            fence = !fence;
+        }
+        if !fence && is_label(l) {
+            run.push(i);
+        } else if fence || !t.is_empty() {
+            end_run(&mut run);
+        }
+    }
+    end_run(&mut run);
     out
 }
 
@@ -549,6 +588,17 @@ mod tests {
 
     fn check(html_text: &str) -> Extracted {
         html(html_text, &url::Url::parse("https://docs.example.com/lib/guide/intro.html").unwrap())
+    }
+
+    #[test]
+    fn labels_left_by_dropped_figures_go_and_a_single_label_stays() {
+        let md = "# ATTACH\n\n**attach-stmt:**\n\n**expr:**\n\n**signed-number:**\n\nThe ATTACH statement adds a file.\n\n\
+                  **Note:**\n\nKeep this one.\n\n```\n**a:**\n\n**b:**\n```\n";
+        let (page, _) = page("ATTACH", md, Vec::new());
+        assert_eq!(
+            page,
+            "# ATTACH\n\nThe ATTACH statement adds a file.\n\n**Note:**\n\nKeep this one.\n\n```\n**a:**\n\n**b:**\n```\n"
+        );
     }
 
     #[test]
