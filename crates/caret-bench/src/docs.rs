@@ -171,6 +171,7 @@ async fn measure(config: &Config, bench: &DocsBench, timed: &str, full: &str) ->
     for m in misses {
         println!("  not in the first 5: {m}");
     }
+    fusion_bound(config, &questions, &names, &site).await?;
     for _ in 0..bench.searches.saturating_sub(questions.len()).div_ceil(questions.len().max(1)) {
         for q in &questions {
             let t = Instant::now();
@@ -185,6 +186,47 @@ async fn measure(config: &Config, bench: &DocsBench, timed: &str, full: &str) ->
         if caret_host::daemon::connect(config).await.is_some() { ", warm daemon" } else { ", in-process" },
         percentile(&times, 0.5),
         percentile(&times, 0.99)
+    );
+    Ok(())
+}
+
+/// The best page-level R@5 that any monotone fusion of the two rankings could reach: a page
+/// can be fused above another only if it beats it in at least one of them, so an answer
+/// beaten in both by five pages (each list taken as pages, 50 hits deep) stays out of the
+/// first five whatever the weights. Shows whether a setting could meet a target at all.
+async fn fusion_bound(config: &Config, questions: &[Question], names: &[String], site: &str) -> anyhow::Result<()> {
+    use caret_protocol::SearchMode;
+    let mut reachable = 0;
+    for q in questions {
+        let mut ranks = Vec::new();
+        for mode in [SearchMode::Lexical, SearchMode::Semantic] {
+            let hits = caret_host::docs::search_with(config, &q.q, names, 50, mode).await?;
+            let mut pages: Vec<String> = Vec::new();
+            for h in hits {
+                let p = h.url.split('#').next().unwrap_or("").trim_start_matches(site).to_owned();
+                if !pages.contains(&p) {
+                    pages.push(p);
+                }
+            }
+            ranks.push(pages);
+        }
+        let rank = |list: &[String], p: &str| list.iter().position(|x| x == p).unwrap_or(usize::MAX);
+        let beaten_by = |target: &str| {
+            let (a, b) = (rank(&ranks[0], target), rank(&ranks[1], target));
+            if a == usize::MAX && b == usize::MAX {
+                return usize::MAX;
+            }
+            let all: HashSet<&String> = ranks[0].iter().chain(&ranks[1]).collect();
+            all.iter().filter(|p| p.as_str() != target && rank(&ranks[0], p) < a && rank(&ranks[1], p) < b).count()
+        };
+        if q.pages.iter().map(|p| beaten_by(p)).min().is_some_and(|n| n < 5) {
+            reachable += 1;
+        }
+    }
+    println!(
+        "  the most any fusion of the lexical and vector rankings could reach: R@5 {:.2} ({reachable}/{})",
+        reachable as f64 / questions.len().max(1) as f64,
+        questions.len()
     );
     Ok(())
 }

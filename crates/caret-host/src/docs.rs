@@ -365,6 +365,18 @@ pub use caret_protocol::docs::DocsHit as DocHit;
 
 /// Searches the sources `names` (none: all) for `query`: the best `k` hits, best first.
 pub async fn search(config: &Config, query: &str, names: &[String], k: usize) -> anyhow::Result<Vec<DocHit>> {
+    search_with(config, query, names, k, caret_protocol::SearchMode::Hybrid).await
+}
+
+/// [`search`] with one ranking only (`Lexical`, `Semantic`) or both (`Hybrid`): what the
+/// benchmark compares.
+pub async fn search_with(
+    config: &Config,
+    query: &str,
+    names: &[String],
+    k: usize,
+    mode: caret_protocol::SearchMode,
+) -> anyhow::Result<Vec<DocHit>> {
     let all = source_names(config);
     if let Some(missing) = names.iter().find(|n| !all.contains(n)) {
         anyhow::bail!("no docs source {missing} (`caret docs ls`)");
@@ -375,15 +387,7 @@ pub async fn search(config: &Config, query: &str, names: &[String], k: usize) ->
         if !d.pages().is_dir() {
             continue;
         }
-        let outcome = crate::search::search_workspace(
-            config,
-            &d.pages(),
-            &Remote::default(),
-            query,
-            k,
-            caret_protocol::SearchMode::Hybrid,
-        )
-        .await?;
+        let outcome = crate::search::search_workspace(config, &d.pages(), &Remote::default(), query, k, mode).await?;
         let state = d.state()?;
         hits.extend(outcome.hits.into_iter().filter_map(|h| hit(name, &state, h)));
     }
