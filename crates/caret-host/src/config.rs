@@ -17,6 +17,12 @@ pub const DEFAULT_EMBEDDING_MODEL: &str = "all-minilm-l6-v2-int8";
 #[cfg(not(target_arch = "x86_64"))]
 pub const DEFAULT_EMBEDDING_MODEL: &str = FALLBACK_EMBEDDING_MODEL;
 
+/// The default code model (a `caret models pull` name): with no `[[models]]` configured and
+/// it installed, it is served in-process as the alias [`DEFAULT_CODE_ALIAS`].
+pub const DEFAULT_CODE_MODEL: &str = "qwen2.5-coder-1.5b-instruct-q4";
+/// The alias of the default code model when nothing is configured.
+pub const DEFAULT_CODE_ALIAS: &str = "local";
+
 /// The same model in f32 on candle: used by default when only it is installed.
 pub const FALLBACK_EMBEDDING_MODEL: &str = "all-minilm-l6-v2";
 
@@ -614,7 +620,39 @@ impl Config {
         if let Some(v) = env("CARET_DAEMON_IDLE") {
             config.daemon.idle = v;
         }
+        config.use_installed_code_model();
         Ok(config)
+    }
+
+    /// With no `[[models]]`, the default code model when it is installed: Tab, next-edit, the
+    /// agent and runs work after `caret models pull` without a line of configuration. (A
+    /// download in progress lives under `models/.downloads` and is moved in whole.)
+    pub fn use_installed_code_model(&mut self) {
+        let file = self.model_path(DEFAULT_CODE_MODEL).join("model.gguf");
+        if !self.models.is_empty() || !std::fs::metadata(&file).is_ok_and(|m| m.is_file() && m.len() > 0) {
+            return;
+        }
+        let deployment = DeploymentSection {
+            name: None,
+            provider: ProviderKind::Local,
+            url: String::new(),
+            model: DEFAULT_CODE_MODEL.to_owned(),
+            context_tokens: None,
+            images: None,
+            threads: None,
+            flash_attention: None,
+            key_cache: None,
+            api_key_env: None,
+            order: 0,
+            weight: 1,
+            rpm: None,
+            tpm: None,
+            max_concurrency: None,
+            max_queue: None,
+            timeout_ms: None,
+            slow_start_s: None,
+        };
+        self.models.push(ModelAlias { alias: DEFAULT_CODE_ALIAS.to_owned(), deployments: vec![deployment] });
     }
 
     /// The usage recorder `caret serve` writes with into `store`: off unless `[usage]

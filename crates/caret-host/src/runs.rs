@@ -250,8 +250,9 @@ pub fn default_alias(config: &Config, asked: Option<&str>) -> anyhow::Result<Str
         Some(m) if aliases.contains(&m) => Ok(m.to_owned()),
         Some(m) => bail!("unknown model alias {m:?} (configured: {})", aliases.join(", ")),
         None => aliases.iter().find(|a| **a == "agent").or(aliases.first()).map(|a| (*a).to_owned()).context(
-            "no models are configured: add [[models]] to the config (an `agent` alias is used first; for a local \
-             model, `caret models pull qwen2.5-coder-1.5b-instruct-q4`), or use --server",
+            "no models are configured: `caret models pull qwen2.5-coder-1.5b-instruct-q4` (the local code model, \
+             used as soon as it is installed), or add [[models]] to the config (an `agent` alias is used first), \
+             or use --server",
         ),
     }
 }

@@ -82,8 +82,9 @@ pub fn open_session(config: &Config, args: &SessionOptions) -> anyhow::Result<(S
         "agent",
     )?
     .context(
-        "no models are configured: add [[models]] to the config (an `agent` alias is used first; for a local \
-         model, `caret models pull qwen2.5-coder-1.5b-instruct-q4`), or use --server",
+        "no models are configured: `caret models pull qwen2.5-coder-1.5b-instruct-q4` (the local code model, \
+         used as soon as it is installed), or add [[models]] to the config (an `agent` alias is used first), or \
+         use --server",
     )?;
     session_on(config, args, backend, model)
 }

@@ -79,6 +79,28 @@ fn a_config_file_names_models_and_limits_and_a_bad_one_says_where() {
     assert!(err.contains("bad.toml") || err.contains("max_file_size"), "{err}");
 }
 
+/// With no `[[models]]`, the installed default code model is served as `local` (what Tab,
+/// the agent and runs use first on a fresh machine); nothing when it is not installed or when
+/// models are configured.
+#[test]
+fn the_installed_default_code_model_serves_when_nothing_is_configured() {
+    use caret_host::config::{DEFAULT_CODE_ALIAS, DEFAULT_CODE_MODEL, ProviderKind};
+    let dir = TempDir::new();
+    let mut config = Config::load(Some(&dir.write("config.toml", ""))).unwrap();
+    config.home = dir.join("home");
+    config.models.clear();
+    config.use_installed_code_model();
+    assert!(config.models.is_empty(), "not installed: no model");
+    dir.write(&format!("home/models/{DEFAULT_CODE_MODEL}/model.gguf"), "GGUF");
+    config.use_installed_code_model();
+    assert_eq!(config.models.len(), 1);
+    let m = &config.models[0];
+    assert_eq!((m.alias.as_str(), m.deployments[0].provider), (DEFAULT_CODE_ALIAS, ProviderKind::Local));
+    assert_eq!(m.deployments[0].model, DEFAULT_CODE_MODEL);
+    config.use_installed_code_model();
+    assert_eq!(config.models.len(), 1, "configured models are left as they are");
+}
+
 /// A documentation source is due a refresh once its interval has passed since its last
 /// complete update; one without an interval, or updated recently, is not.
 #[test]

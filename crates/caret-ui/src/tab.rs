@@ -96,7 +96,10 @@ impl Tab {
     /// The suggestion at UTF-16 offset `cursor` of `text` (the page's buffer of `path`).
     pub async fn complete(&self, path: &str, text: String, cursor: usize) -> Outcome {
         let Some(completer) = self.completer.clone() else {
-            return Outcome::Failed("no Tab model is configured".to_owned());
+            return Outcome::Failed(
+                "no Tab model: `caret models pull qwen2.5-coder-1.5b-instruct-q4` (used as soon as it is installed)"
+                    .to_owned(),
+            );
         };
         let model = completer.model().to_owned();
         self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner).entry(model).or_default().requested += 1;
