@@ -8,6 +8,7 @@ pub mod docs;
 pub mod llm;
 pub mod mcp;
 pub mod merge;
+pub mod next_edit;
 pub mod search;
 pub mod soak;
 pub mod sync;
@@ -215,6 +216,17 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 100)]
         searches: usize,
     },
+    /// Next-edit prediction on real history (this repository's commits): how often the
+    /// predicted edit is in the right place and exact, for the deterministic candidates, a
+    /// model, and both.
+    NextEdit {
+        /// The model alias (default: `next-edit`, `tab`, the installed default, else the first).
+        #[arg(long)]
+        model: Option<String>,
+        /// Cases asked of the model (slow on a CPU); the candidates see them all.
+        #[arg(long, default_value_t = 20)]
+        model_cases: usize,
+    },
     /// MCP servers over stdio (`mcp-server-time` from PyPI): start and tool listing, a tool
     /// call's round trip, and what taking the tools costs a session while servers start.
     Mcp {
@@ -259,6 +271,9 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         }
         BenchCommand::Docs { site, pages, rate, searches } => {
             crate::docs::run(config, crate::docs::DocsBench { site, pages, rate, searches })
+        }
+        BenchCommand::NextEdit { model, model_cases } => {
+            crate::next_edit::run(config, crate::next_edit::NextEditBench { model, model_cases })
         }
         BenchCommand::Mcp { python, calls } => crate::mcp::run(crate::mcp::McpBench { python, calls }),
         BenchCommand::Team { requests, rounds } => {

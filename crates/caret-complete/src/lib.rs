@@ -13,6 +13,8 @@
 //! - [`plan`]: all of the above for one request: prompt, mode, token limit, stopper.
 //! - [`cache`]: serves the rest of a suggestion while the user types its first characters.
 //! - [`engine`]: runs a plan against a model through the gateway and cuts its stream.
+//! - [`next_edit`]: the edit likely next after the user's recent ones (Tab, Tab): recent
+//!   edits, deterministic candidates, a Zeta-shaped prompt for a model.
 //!
 //! It knows nothing about LSP or HTTP: `caret lsp` and `POST /v1/complete` both call it.
 
@@ -21,6 +23,7 @@ pub mod context;
 pub mod debounce;
 pub mod engine;
 pub mod neighbours;
+pub mod next_edit;
 pub mod plan;
 pub mod post;
 pub mod template;

@@ -15,6 +15,12 @@
 //! the cursor moved; sent by Caret's own editor extensions) has its prompt read into a local
 //! model's cache ahead of the request — a warm-up that any request pre-empts.
 //!
+//! `caret/nextEdit` (`{textDocument, position}`) answers the edit likely next after the user's
+//! recent ones, possibly away from the cursor (`{textDocument, range, newText, reason}` or
+//! `null`): the edits since the document last settled are diffed into one, and
+//! `caret_complete::next_edit` finds where it repeats. An editor shows it as a jump target
+//! (Tab jumps there, Tab again applies `newText` to `range`, Esc dismisses).
+//!
 //! This crate owns the protocol side only: suggestions come from `caret_host::completer`,
 //! documents from `caret_host::documents`, search from `caret_host::search`. It never
 //! reaches into another front end.
@@ -151,6 +157,8 @@ struct Server {
     /// Warm-ups waiting for a quiet moment: document → task.
     warming: Mutex<HashMap<String, tokio::task::AbortHandle>>,
     completer: Mutex<Option<Arc<Completer>>>,
+    /// The open documents' recent edits, for `caret/nextEdit`.
+    history: Mutex<caret_complete::next_edit::History>,
     debounce: Mutex<Duration>,
     /// Whether the user was told that the server switched Tab off (once a session).
     told_switched_off: std::sync::atomic::AtomicBool,
@@ -198,6 +206,7 @@ pub fn run(config: &Config, args: LspArgs) -> anyhow::Result<ExitCode> {
         flight: Mutex::new(HashMap::new()),
         warming: Mutex::new(HashMap::new()),
         completer: Mutex::new(None),
+        history: Mutex::default(),
         debounce: Mutex::new(Duration::from_millis(25)),
         told_switched_off: std::sync::atomic::AtomicBool::new(false),
         usage: usage::Reporter::from_config(config, args.server.as_deref(), args.token.as_deref()),
@@ -233,6 +242,7 @@ pub fn run(config: &Config, args: LspArgs) -> anyhow::Result<ExitCode> {
                                 "inlineCompletionProvider": {},
                                 "completionProvider": {"resolveProvider": false},
                                 "executeCommandProvider": {"commands": ["caret.search", "caret.apply", "caret.tabAccepted"]},
+                                "experimental": {"caretNextEdit": true},
                             }, "serverInfo": {"name": "caret", "version": env!("CARGO_PKG_VERSION"), "model": model}})
                         }
                         Err(e) => {
@@ -254,6 +264,7 @@ pub fn run(config: &Config, args: LspArgs) -> anyhow::Result<ExitCode> {
                     let d = &msg["params"]["textDocument"];
                     if let (Some(uri), Some(text)) = (d["uri"].as_str(), d["text"].as_str()) {
                         server.docs.lock().await.open(uri, text, *server.debounce.lock().await);
+                        server.history.lock().await.open(uri, text);
                         // Where the user will type is not known yet: the end, whose prompt
                         // holds the most of the file.
                         warm_later(&server, uri, text.len(), WARM_QUIET).await;
@@ -290,11 +301,18 @@ pub fn run(config: &Config, args: LspArgs) -> anyhow::Result<ExitCode> {
                 "textDocument/didClose" => {
                     if let Some(uri) = msg["params"]["textDocument"]["uri"].as_str() {
                         server.docs.lock().await.close(uri);
+                        server.history.lock().await.close(uri);
                     }
                 }
                 "textDocument/inlineCompletion" | "textDocument/completion" => {
                     let Some(id) = id else { continue };
                     suggest(&server, id, method == "textDocument/inlineCompletion", &msg["params"]).await;
+                }
+                // The edit likely next after the recent ones (Tab, Tab), anywhere in the file.
+                "caret/nextEdit" => {
+                    let Some(id) = id else { continue };
+                    let result = next_edit(&server, &msg["params"]).await;
+                    let _ = server.out.send(json!({"jsonrpc": "2.0", "id": id, "result": result}));
                 }
                 "workspace/executeCommand" => {
                     let Some(id) = id else { continue };
@@ -480,6 +498,33 @@ fn root_of(params: &Value) -> Option<PathBuf> {
         Some(u) => uri_to_path(u),
         None => params["rootPath"].as_str().map(PathBuf::from),
     }
+}
+
+/// `caret/nextEdit` (`{textDocument, position}`): the document's edits since it last settled
+/// become one recent edit, and the nearest place that edit predicts answers
+/// `{textDocument, range, newText, reason}`; `null` when nothing is predicted.
+async fn next_edit(server: &Arc<Server>, params: &Value) -> Value {
+    use caret_complete::next_edit::{Why, candidates};
+    let uri = params["textDocument"]["uri"].as_str().unwrap_or("");
+    let Some(text) = server.docs.lock().await.open.get(uri).map(|d| d.text.clone()) else { return Value::Null };
+    let (line, character) =
+        (params["position"]["line"].as_u64().unwrap_or(0), params["position"]["character"].as_u64().unwrap_or(0));
+    let cursor = offset_at(&text, line, character);
+    let mut history = server.history.lock().await;
+    history.settle(uri, &text);
+    let Some(last) = history.last() else { return Value::Null };
+    let Some(p) = candidates(last, uri, &text, cursor).into_iter().next() else { return Value::Null };
+    let reason = match p.why {
+        Why::Repeat => "repeat",
+        Why::Insert => "insert",
+        Why::Model => "model",
+    };
+    json!({
+        "textDocument": {"uri": uri},
+        "range": {"start": position_of(&text, p.start), "end": position_of(&text, p.end)},
+        "newText": p.replacement,
+        "reason": reason,
+    })
 }
 
 /// The LSP position (line, UTF-16 column) of byte `at` of `text`.

@@ -248,3 +248,54 @@ fn commands_apply_edits_and_search_the_workspace() {
     c.notify("exit", Value::Null);
     assert!(c.child.wait().unwrap().success());
 }
+
+/// `caret/nextEdit`: after a rename typed keystroke by keystroke (incremental changes), the
+/// next use of the old name below the cursor is the predicted edit; applied, the one after;
+/// with nothing left (or nothing changed) the answer is null. Needs no model.
+#[test]
+fn next_edit_predicts_the_rest_of_a_rename() {
+    let home = TempDir::new();
+    let mut c = Client::start(&home);
+    c.request(1, "initialize", json!({"capabilities": {}}));
+    let init = c.answer(1);
+    assert_eq!(init["result"]["capabilities"]["experimental"]["caretNextEdit"], true, "{init}");
+    let uri = "file:///w/stats.py";
+    let text = "def mean(values):\n    total = sum(values)\n    return total / len(values)\n";
+    c.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}),
+    );
+    c.request(2, "caret/nextEdit", position(0, 0, uri));
+    assert_eq!(c.answer(2)["result"], Value::Null, "nothing edited yet");
+    // `values` → `xs` in the signature: delete the word, then type the new one.
+    let change = |start: u64, end: u64, text: &str, version: u64| {
+        json!({"textDocument": {"uri": uri, "version": version}, "contentChanges": [{
+            "range": {"start": {"line": 0, "character": start}, "end": {"line": 0, "character": end}}, "text": text}]})
+    };
+    c.notify("textDocument/didChange", change(9, 15, "", 2));
+    c.notify("textDocument/didChange", change(9, 9, "x", 3));
+    c.notify("textDocument/didChange", change(10, 10, "s", 4));
+    c.request(3, "caret/nextEdit", position(0, 11, uri));
+    let next = c.answer(3)["result"].clone();
+    assert_eq!(next["newText"], "xs", "{next}");
+    assert_eq!(next["reason"], "repeat");
+    assert_eq!(next["range"], json!({"start": {"line": 1, "character": 16}, "end": {"line": 1, "character": 22}}));
+    // The editor applies it (Tab, Tab): the next one is the last use.
+    c.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": uri, "version": 5}, "contentChanges": [{"range": next["range"], "text": "xs"}]}),
+    );
+    c.request(4, "caret/nextEdit", position(1, 18, uri));
+    let next = c.answer(4)["result"].clone();
+    assert_eq!(next["range"]["start"], json!({"line": 2, "character": 23}), "{next}");
+    c.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": uri, "version": 6}, "contentChanges": [{"range": next["range"], "text": "xs"}]}),
+    );
+    c.request(5, "caret/nextEdit", position(2, 25, uri));
+    assert_eq!(c.answer(5)["result"], Value::Null, "every use renamed");
+    c.request(6, "shutdown", Value::Null);
+    c.answer(6);
+    c.notify("exit", Value::Null);
+    assert!(c.child.wait().unwrap().success());
+}
