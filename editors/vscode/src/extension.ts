@@ -8,6 +8,8 @@ import * as vscode from 'vscode';
 import { LanguageClient, LanguageClientOptions, ServerOptions } from 'vscode-languageclient/node';
 import {
   Hit,
+  NextEdit,
+  NextEditState,
   SseParser,
   Settings,
   debounce,
@@ -187,8 +189,73 @@ function startClient(): LanguageClient {
     initializationOptions: initializationOptions(s),
   };
   const c = new LanguageClient('caret', 'Caret', serverOptions, clientOptions);
+  // Inline completion is a proposed feature of vscode-languageclient 9: without this the
+  // client registers no inline provider and VS Code shows Tab's suggestions in the
+  // completion list instead of as ghost text.
+  c.registerProposedFeatures();
   c.start();
   return c;
+}
+
+const nextEdit = new NextEditState();
+const nextEditMark = vscode.window.createTextEditorDecorationType({
+  backgroundColor: new vscode.ThemeColor('diffEditor.removedTextBackground'),
+  border: '1px dashed',
+  borderColor: new vscode.ThemeColor('editorInfo.foreground'),
+});
+
+/** Shows `edit` in `editor` (a marked range and what it becomes) and lets Tab take it. */
+function showNextEdit(editor: vscode.TextEditor, edit: NextEdit | null) {
+  nextEdit.offer(edit);
+  vscode.commands.executeCommand('setContext', 'caret.nextEditShown', !!edit);
+  if (!edit) {
+    editor.setDecorations(nextEditMark, []);
+    return;
+  }
+  const r = edit.range;
+  const range = new vscode.Range(r.start.line, r.start.character, r.end.line, r.end.character);
+  editor.setDecorations(nextEditMark, [
+    {
+      range,
+      renderOptions: { after: { contentText: ` ⇥ ${edit.newText.split('\n')[0]}`, color: new vscode.ThemeColor('editorInfo.foreground') } },
+      hoverMessage: `Tab: ${edit.reason === 'model' ? 'the predicted edit' : 'the same change here'}`,
+    },
+  ]);
+}
+
+/** Asks the server for the edit likely next after the user's recent ones. */
+const askNextEdit = debounce(async (editor: vscode.TextEditor) => {
+  if (!client?.isRunning() || vscode.window.activeTextEditor !== editor) return;
+  const p = editor.selection.active;
+  const uri = editor.document.uri.toString();
+  try {
+    const edit = await client.sendRequest<NextEdit | null>('caret/nextEdit', focusParams(uri, p.line, p.character));
+    if (vscode.window.activeTextEditor === editor && editor.document.uri.toString() === uri) showNextEdit(editor, edit);
+  } catch {
+    // An older server without caret/nextEdit: nothing to show.
+  }
+}, 400);
+
+/** Tab with a prediction shown: jump to it, or apply it (and ask for the one after). */
+async function takeNextEdit() {
+  const editor = vscode.window.activeTextEditor;
+  if (!editor) return;
+  const p = editor.selection.active;
+  const step = nextEdit.tab(editor.document.uri.toString(), { line: p.line, character: p.character });
+  if (step.kind === 'jump') {
+    const at = new vscode.Position(step.to.line, step.to.character);
+    editor.selection = new vscode.Selection(at, at);
+    editor.revealRange(new vscode.Range(at, at), vscode.TextEditorRevealType.InCenterIfOutsideViewport);
+    return;
+  }
+  if (step.kind === 'apply') {
+    const r = step.edit.range;
+    const range = new vscode.Range(r.start.line, r.start.character, r.end.line, r.end.character);
+    showNextEdit(editor, null);
+    await editor.edit((b) => b.replace(range, step.edit.newText));
+    const end = editor.document.positionAt(editor.document.offsetAt(range.start) + step.edit.newText.length);
+    editor.selection = new vscode.Selection(end, end);
+  }
 }
 
 export function activate(context: vscode.ExtensionContext) {
@@ -200,6 +267,23 @@ export function activate(context: vscode.ExtensionContext) {
   }, 250);
   context.subscriptions.push(
     vscode.window.onDidChangeTextEditorSelection(focus),
+    // A keystroke drops the shown prediction; a pause asks for the next one.
+    vscode.workspace.onDidChangeTextDocument((e) => {
+      const editor = vscode.window.activeTextEditor;
+      if (!editor || e.document !== editor.document || e.contentChanges.length === 0) return;
+      if (nextEdit.current()) showNextEdit(editor, null);
+      askNextEdit(editor);
+    }),
+    vscode.window.onDidChangeActiveTextEditor((editor) => {
+      nextEdit.dismiss();
+      vscode.commands.executeCommand('setContext', 'caret.nextEditShown', false);
+      editor?.setDecorations(nextEditMark, []);
+    }),
+    vscode.commands.registerCommand('caret.nextEdit', takeNextEdit),
+    vscode.commands.registerCommand('caret.dismissNextEdit', () => {
+      const editor = vscode.window.activeTextEditor;
+      if (editor) showNextEdit(editor, null);
+    }),
     vscode.workspace.registerTextDocumentContentProvider('caret-before', {
       provideTextDocumentContent: (uri) => before.get(uri.path.slice(1)) ?? '',
     }),

@@ -137,3 +137,51 @@ export function debounce<A extends unknown[]>(f: (...a: A) => void, ms: number):
     t = setTimeout(() => f(...a), ms);
   };
 }
+
+/** A position as LSP says it (0-based line, UTF-16 character). */
+export interface Pos {
+  line: number;
+  character: number;
+}
+
+/** `caret/nextEdit`'s answer: replace `range` with `newText` (possibly away from the cursor). */
+export interface NextEdit {
+  textDocument: { uri: string };
+  range: { start: Pos; end: Pos };
+  newText: string;
+  reason: string;
+}
+
+/**
+ * A shown next-edit prediction and what Tab does with it: the first Tab jumps to it when the
+ * cursor is elsewhere, the next applies it; Esc, a keystroke or another document drops it.
+ */
+export class NextEditState {
+  private shown: NextEdit | undefined;
+
+  /** Shows `edit` (null: nothing to show). */
+  offer(edit: NextEdit | null | undefined): void {
+    this.shown = edit ?? undefined;
+  }
+
+  /** The prediction shown, if any. */
+  current(): NextEdit | undefined {
+    return this.shown;
+  }
+
+  /** What Tab does with the cursor in `uri` at `cursor`: jump there, apply it, or nothing. */
+  tab(uri: string, cursor: Pos): { kind: 'jump'; to: Pos } | { kind: 'apply'; edit: NextEdit } | { kind: 'none' } {
+    const e = this.shown;
+    if (!e || e.textDocument.uri !== uri) return { kind: 'none' };
+    const at = e.range.start;
+    // Off the target's line: go there first, so that the user sees what Tab will do.
+    if (cursor.line !== at.line) return { kind: 'jump', to: at };
+    this.shown = undefined;
+    return { kind: 'apply', edit: e };
+  }
+
+  /** Drops it (Esc, a keystroke, another document). */
+  dismiss(): void {
+    this.shown = undefined;
+  }
+}
