@@ -288,7 +288,10 @@ export function activate(context: vscode.ExtensionContext) {
       provideTextDocumentContent: (uri) => before.get(uri.path.slice(1)) ?? '',
     }),
     vscode.commands.registerCommand('caret.openAgent', () => openAgent(context)),
-    vscode.commands.registerCommand('caret.search', () => search('semantic')),
+    // Not `caret.search`: vscode-languageclient registers the server's own commands
+    // (`caret.search`, `caret.apply`, `caret.tabAccepted`) under their names, and a second
+    // registration of one fails the client's start.
+    vscode.commands.registerCommand('caret.searchCodebase', () => search('semantic')),
     vscode.commands.registerCommand('caret.grep', () => search('grep')),
     vscode.commands.registerCommand('caret.restartServer', async () => {
       await client?.stop();
