@@ -159,14 +159,20 @@ pub fn run(config: &Config, bench: NextEditBench) -> anyhow::Result<ExitCode> {
             let prompt = next_edit::prompt(history.edits(), &c.path, &text, cursor, region, 8);
             let mut req = caret_protocol::llm::CompletionRequest::greedy(alias.clone(), prompt, 400);
             req.stop = Some(caret_protocol::llm::Stop::One(next_edit::REGION_END.to_owned()));
-            let mut answer = format!("```{}\n{}\n", c.path, next_edit::REGION_START);
+            let (mut answer, mut ended) = (String::new(), false);
             let mut stream = backend.complete(req).await?;
             while let Some(e) = stream.next().await {
-                if let caret_models::Event::Text(s) = e? {
-                    answer.push_str(&s);
+                match e? {
+                    caret_models::Event::Text(s) => answer.push_str(&s),
+                    caret_models::Event::Finish(r) => ended = r == caret_protocol::llm::FinishReason::Stop,
+                    _ => {}
                 }
             }
-            answer.push_str(next_edit::REGION_END);
+            // The stop sequence ends the stream without itself; a region cut at the token
+            // limit is no prediction.
+            if ended {
+                answer.push_str(next_edit::REGION_END);
+            }
             let predicted = next_edit::parse(&answer)
                 .and_then(|rewritten| next_edit::region_edit(&c.path, &text, region, &rewritten));
             let model_ms = t.elapsed().as_secs_f64() * 1000.0;

@@ -347,7 +347,8 @@ pub const CURSOR: &str = "<|user_cursor_is_here|>";
 
 /// A next-edit prompt: the recent edits as unified-diff-like hunks, then the excerpt of
 /// `path` (`context` lines around the editable region `region`) with the region and the
-/// cursor marked; the model answers the region rewritten.
+/// cursor marked; the response is begun up to the region's start marker, so that the model
+/// goes on with the region rewritten and ends it with [`REGION_END`] (see [`parse`]).
 pub fn prompt<'a>(
     edits: impl Iterator<Item = &'a Edit>,
     path: &str,
@@ -380,18 +381,15 @@ pub fn prompt<'a>(
         "### Instruction:\nYou are a code completion assistant and your task is to analyze user edits and then \
          rewrite an excerpt that the user provides, suggesting the appropriate edits within the excerpt, taking \
          into account the cursor location.\n\n### User Edits:\n\n{events}### User Excerpt:\n\n{excerpt}\n\n\
-         ### Response:\n"
+         ### Response:\n```{path}\n{REGION_START}\n"
     )
 }
 
-/// The rewritten region in a model's answer (between the region markers, the cursor marker
-/// dropped), if it has one.
-pub fn parse(answer: &str) -> Option<String> {
-    let start = answer.find(REGION_START)? + REGION_START.len();
-    let rest = &answer[start..];
-    let end = rest.find(REGION_END)?;
-    let region = rest[..end].replace(CURSOR, "");
-    Some(region.strip_prefix('\n').unwrap_or(&region).to_owned())
+/// The rewritten region in a model's continuation of a [`prompt`] (up to [`REGION_END`], the
+/// cursor marker dropped); `None` when the region was not finished (cut short).
+pub fn parse(continuation: &str) -> Option<String> {
+    let end = continuation.find(REGION_END)?;
+    Some(continuation[..end].replace(CURSOR, ""))
 }
 
 /// The edit that a rewritten region makes to `text` (the region being `region` of it), or
@@ -464,8 +462,8 @@ mod tests {
         let p = prompt(std::iter::once(&e), "n.txt", text, cursor, r, 5);
         assert!(p.contains("User edited \"n.txt\"") && p.contains("-one\n+one!\n"), "{p}");
         assert!(p.contains(&format!("one\n{REGION_START}\ntwo\nth{CURSOR}ree\nfour\n{REGION_END}\nfive\n")), "{p}");
-        let answer = format!("```n.txt\n{REGION_START}\ntwo\nthree!\nfour\n{REGION_END}\n```");
-        let rewritten = parse(&answer).unwrap();
+        assert!(p.ends_with(&format!("### Response:\n```n.txt\n{REGION_START}\n")), "{p}");
+        let rewritten = parse(&format!("two\nth{CURSOR}ree!\nfour\n{REGION_END}\n```")).unwrap();
         let edit = region_edit("n.txt", text, r, &rewritten).unwrap();
         assert_eq!(edit.apply(text), "one\ntwo\nthree!\nfour\nfive\n");
         assert!(region_edit("n.txt", text, r, "two\nthree\nfour\n").is_none());

@@ -132,6 +132,36 @@ impl Completer {
         }
     }
 
+    /// A greedy text completion of `prompt` by Tab's model, up to `stop` (next-edit prompts),
+    /// and whether it ended there (or naturally) rather than at the token limit; `None` when
+    /// the model is a server's `/v1/complete`, which takes no free prompt.
+    pub async fn continue_prompt(
+        &self,
+        prompt: String,
+        max_tokens: u32,
+        stop: &str,
+    ) -> Option<anyhow::Result<(String, bool)>> {
+        use futures::StreamExt as _;
+        let Source::Model { backend, .. } = &self.source else { return None };
+        let mut req = caret_protocol::llm::CompletionRequest::greedy(self.model.clone(), prompt, max_tokens);
+        req.stop = Some(caret_protocol::llm::Stop::One(stop.to_owned()));
+        Some(
+            async {
+                let mut stream = backend.complete(req).await?;
+                let (mut out, mut ended) = (String::new(), false);
+                while let Some(e) = stream.next().await {
+                    match e? {
+                        caret_models::Event::Text(t) => out.push_str(&t),
+                        caret_models::Event::Finish(r) => ended = r == caret_protocol::llm::FinishReason::Stop,
+                        _ => {}
+                    }
+                }
+                Ok((out, ended))
+            }
+            .await,
+        )
+    }
+
     /// The model alias.
     pub fn model(&self) -> &str {
         &self.model

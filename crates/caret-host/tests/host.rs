@@ -91,7 +91,7 @@ fn the_installed_default_code_model_serves_when_nothing_is_configured() {
     config.models.clear();
     config.use_installed_code_model();
     assert!(config.models.is_empty(), "not installed: no model");
-    dir.write(&format!("home/models/{DEFAULT_CODE_MODEL}/model.gguf"), "GGUF");
+    dir.write(format!("home/models/{DEFAULT_CODE_MODEL}/model.gguf"), "GGUF");
     config.use_installed_code_model();
     assert_eq!(config.models.len(), 1);
     let m = &config.models[0];

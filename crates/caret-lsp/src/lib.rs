@@ -311,8 +311,7 @@ pub fn run(config: &Config, args: LspArgs) -> anyhow::Result<ExitCode> {
                 // The edit likely next after the recent ones (Tab, Tab), anywhere in the file.
                 "caret/nextEdit" => {
                     let Some(id) = id else { continue };
-                    let result = next_edit(&server, &msg["params"]).await;
-                    let _ = server.out.send(json!({"jsonrpc": "2.0", "id": id, "result": result}));
+                    next_edit(&server, id, &msg["params"]).await;
                 }
                 "workspace/executeCommand" => {
                     let Some(id) = id else { continue };
@@ -502,18 +501,60 @@ fn root_of(params: &Value) -> Option<PathBuf> {
 
 /// `caret/nextEdit` (`{textDocument, position}`): the document's edits since it last settled
 /// become one recent edit, and the nearest place that edit predicts answers
-/// `{textDocument, range, newText, reason}`; `null` when nothing is predicted.
-async fn next_edit(server: &Arc<Server>, params: &Value) -> Value {
-    use caret_complete::next_edit::{Why, candidates};
-    let uri = params["textDocument"]["uri"].as_str().unwrap_or("");
-    let Some(text) = server.docs.lock().await.open.get(uri).map(|d| d.text.clone()) else { return Value::Null };
+/// `{textDocument, range, newText, reason}`. With no such place and a local-engine or
+/// gateway model for Tab, the model rewrites the region around the cursor (a Zeta-shaped
+/// prompt) — as a request in flight for the document, so the next keystroke's request or a
+/// `$/cancelRequest` aborts it. `null` when nothing is predicted.
+async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
+    use caret_complete::next_edit::{self as ne, candidates};
+    let uri = params["textDocument"]["uri"].as_str().unwrap_or("").to_owned();
+    let send = |srv: &Server, id: &Value, result: Value| {
+        let _ = srv.out.send(json!({"jsonrpc": "2.0", "id": id, "result": result}));
+    };
+    let Some(text) = server.docs.lock().await.open.get(&uri).map(|d| d.text.clone()) else {
+        return send(server, &id, Value::Null);
+    };
     let (line, character) =
         (params["position"]["line"].as_u64().unwrap_or(0), params["position"]["character"].as_u64().unwrap_or(0));
     let cursor = offset_at(&text, line, character);
-    let mut history = server.history.lock().await;
-    history.settle(uri, &text);
-    let Some(last) = history.last() else { return Value::Null };
-    let Some(p) = candidates(last, uri, &text, cursor).into_iter().next() else { return Value::Null };
+    let (found, region, prompt) = {
+        let mut history = server.history.lock().await;
+        history.settle(&uri, &text);
+        let Some(last) = history.last() else { return send(server, &id, Value::Null) };
+        let found = candidates(last, &uri, &text, cursor).into_iter().next();
+        let region = ne::region(&text, cursor, 3, 12);
+        let path = relative(&uri, server.root.lock().await.as_deref());
+        (found, region, ne::prompt(history.edits(), &path, &text, cursor, region, 8))
+    };
+    if let Some(p) = found {
+        return send(server, &id, prediction_json(&uri, &text, &p));
+    }
+    let Some(completer) = server.completer.lock().await.clone() else { return send(server, &id, Value::Null) };
+    let (srv, key, doc) = (server.clone(), id.to_string(), uri.clone());
+    let flight_key = key.clone();
+    // The flight table is held while the task starts, so that it finds itself there.
+    let mut flight = server.flight.lock().await;
+    let task = tokio::spawn(async move {
+        let predicted = match completer.continue_prompt(prompt, 400, ne::REGION_END).await {
+            Some(Ok((mut out, true))) => {
+                out.push_str(ne::REGION_END);
+                ne::parse(&out).and_then(|rewritten| ne::region_edit(&uri, &text, region, &rewritten))
+            }
+            Some(Err(e)) => {
+                tracing::warn!("next edit: {e:#}");
+                None
+            }
+            _ => None,
+        };
+        srv.flight.lock().await.remove(&key);
+        send(&srv, &id, predicted.as_ref().map_or(Value::Null, |p| prediction_json(&uri, &text, p)));
+    });
+    flight.insert(flight_key, (doc, task.abort_handle()));
+}
+
+/// A predicted edit as `caret/nextEdit` answers it.
+fn prediction_json(uri: &str, text: &str, p: &caret_complete::next_edit::Prediction) -> Value {
+    use caret_complete::next_edit::Why;
     let reason = match p.why {
         Why::Repeat => "repeat",
         Why::Insert => "insert",
@@ -521,7 +562,7 @@ async fn next_edit(server: &Arc<Server>, params: &Value) -> Value {
     };
     json!({
         "textDocument": {"uri": uri},
-        "range": {"start": position_of(&text, p.start), "end": position_of(&text, p.end)},
+        "range": {"start": position_of(text, p.start), "end": position_of(text, p.end)},
         "newText": p.replacement,
         "reason": reason,
     })

@@ -302,6 +302,7 @@ fn api() -> Router {
         .route("/api/tab/complete", post(tab_complete))
         .route("/api/tab/open", post(tab_open))
         .route("/api/tab/feedback", post(tab_feedback))
+        .route("/api/tab/next-edit", post(tab_next_edit))
         .route("/metrics", get(metrics))
         .route("/api/agent/sessions", post(start_session))
         .route("/api/agent/sessions/{id}/ops", post(session_op))
@@ -435,6 +436,26 @@ async fn tab_open(Extension(ui): Extension<Arc<Ui>>, Json(r): Json<TabRequest>) 
     files::resolve(&ui.root, &r.path)?;
     let warmed = ui.tab.warm(&r.path, r.text, r.cursor).await;
     Ok(Json(json!({"warmed": warmed})).into_response())
+}
+
+#[derive(Deserialize)]
+struct NextEditRequest {
+    path: String,
+    text: String,
+    cursor: usize,
+    /// The file as opened: its edits are followed from here (nothing is predicted).
+    #[serde(default)]
+    open: bool,
+}
+
+/// The edit likely next after the user's recent ones (`null`: none), as UTF-16 offsets.
+async fn tab_next_edit(Extension(ui): Extension<Arc<Ui>>, Json(r): Json<NextEditRequest>) -> ApiResult {
+    files::resolve(&ui.root, &r.path)?;
+    if r.open {
+        ui.tab.follow(&r.path, &r.text).await;
+        return Ok(Json(Value::Null).into_response());
+    }
+    Ok(Json(ui.tab.next_edit(&r.path, &r.text, r.cursor).await).into_response())
 }
 
 #[derive(Deserialize)]

@@ -32,6 +32,26 @@ pub struct Tab {
     /// Requests in flight: document → task.
     flight: Mutex<HashMap<String, tokio::task::AbortHandle>>,
     counts: std::sync::Mutex<BTreeMap<String, Counts>>,
+    /// The open files' recent edits, for the next edit.
+    history: Mutex<caret_complete::next_edit::History>,
+}
+
+/// A predicted next edit in the page's terms: UTF-16 offsets of the text it was asked with.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct NextEdit {
+    /// Where the replaced text starts.
+    pub start: usize,
+    /// Where it ends.
+    pub end: usize,
+    /// What replaces it.
+    pub text: String,
+    /// Why it was predicted (`repeat`, `insert`).
+    pub reason: &'static str,
+}
+
+/// UTF-16 offset of byte `at` of `text`.
+fn units(text: &str, at: usize) -> usize {
+    text[..at].encode_utf16().count()
 }
 
 /// What came of a request.
@@ -71,7 +91,29 @@ impl Tab {
             docs: Mutex::new(Docs::default()),
             flight: Mutex::new(HashMap::new()),
             counts: std::sync::Mutex::new(BTreeMap::new()),
+            history: Mutex::default(),
         }
+    }
+
+    /// Starts following the edits of `path` at `text` (the file as opened).
+    pub async fn follow(&self, path: &str, text: &str) {
+        self.history.lock().await.open(path, text);
+    }
+
+    /// The edit likely next in `path` after the recent ones (needs no model): the edits since
+    /// the file last settled become one, and the nearest place it predicts answers.
+    pub async fn next_edit(&self, path: &str, text: &str, cursor: usize) -> Option<NextEdit> {
+        use caret_complete::next_edit::{Why, candidates};
+        let mut history = self.history.lock().await;
+        history.settle(path, text);
+        let last = history.last()?;
+        let p = candidates(last, path, text, byte_offset(text, cursor)).into_iter().next()?;
+        let reason = match p.why {
+            Why::Repeat => "repeat",
+            Why::Insert => "insert",
+            Why::Model => "model",
+        };
+        Some(NextEdit { start: units(text, p.start), end: units(text, p.end), text: p.replacement, reason })
     }
 
     /// The model alias, when there is one.

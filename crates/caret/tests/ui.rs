@@ -470,3 +470,38 @@ fn added_documentation_is_searched_and_mentioned_from_the_page() {
     assert!(request.contains("[@Docs mylib: ") && request.contains("exponential backoff"), "{request}");
     assert!(up.violations().is_empty(), "{:?}", up.violations());
 }
+
+/// Next edit in the page, with no model at all: a rename typed in the signature is followed
+/// by the next use marked (what it becomes after it); Tab jumps there, Tab applies it, and
+/// the last use is offered next; Esc dismisses one.
+#[test]
+fn the_page_offers_a_renames_next_edit_and_tab_applies_it() {
+    let home = TempDir::new();
+    let ws = TempDir::new();
+    ws.write("stats.py", "def mean(values):\n    total = sum(values)\n    return total / len(values)\n");
+    let ui = start_ui(home.path(), ws.path());
+    let browser = Browser::start();
+    browser.open(&format!("{}/?open=stats.py#token={}", ui.base, ui.token));
+    browser.wait_for("the file open in the editor", 30, "return window.caret?.editor?.getModel()?.getValue()");
+    // `values` → `xs` in the signature, as typing does (select the word, type over it).
+    browser.eval("caret.editor.setSelection({startLineNumber: 1, startColumn: 10, endLineNumber: 1, endColumn: 16}); caret.editor.focus();");
+    browser.keys("xs");
+    let offered = browser.wait_for("the next edit", 20, "return window.caret.nextEdit");
+    assert_eq!((offered["text"].as_str(), offered["line"].as_u64()), (Some("xs"), Some(2)), "{offered}");
+    let marked =
+        "return [...document.querySelectorAll('.caret-next-edit-text')].map((e) => e.textContent).join('').replace(/\\u00a0/g, ' ')";
+    assert_eq!(browser.wait_for("the mark", 10, marked), " ⇥ xs");
+    shot(&browser, "next-edit-offered");
+    let value = "return caret.editor.getModel().getValue()";
+    browser.keys("\u{E004}"); // Tab: to it
+    browser.wait_for("the cursor at the next use", 10, "return caret.editor.getPosition().lineNumber === 2");
+    assert!(browser.eval(value).as_str().unwrap().contains("sum(values)"), "not applied yet");
+    browser.keys("\u{E004}"); // Tab: apply
+    browser.wait_for("applied", 10, &format!("{value}.includes('sum(xs)')"));
+    // The last use is offered next; Esc dismisses it.
+    browser.wait_for("the last use offered", 20, "return window.caret.nextEdit?.line === 3");
+    browser.wait_for("its mark", 10, marked);
+    browser.keys("\u{E00C}"); // Esc
+    browser.wait_for("dismissed", 10, &format!("{marked} === ''"));
+    assert!(browser.eval(value).as_str().unwrap().contains("len(values)"), "Esc applies nothing");
+}

@@ -7,6 +7,7 @@ import './style.css';
 import { call, get, onServer, post, put, signIn, stream } from './api.js';
 import { AgentPanel } from './agent-panel.js';
 import * as runs from './runs.js';
+import { installNextEdit } from './next-edit.js';
 
 self.MonacoEnvironment = { getWorkerUrl: () => 'assets/editor.worker.js' };
 
@@ -108,6 +109,7 @@ async function openFile(path, line) {
     const t = { model, version: file.version, saved: file.text, conflict: null, viewState: null };
     model.onDidChangeContent(() => renderTabs());
     state.tabs.set(path, t);
+    nextEdit.follow(model);
   }
   activate(path);
   if (line) {
@@ -171,6 +173,7 @@ async function save(force = false) {
 }
 
 editor.addCommand(monaco.KeyMod.CtrlCmd | monaco.KeyCode.KeyS, () => save());
+const nextEdit = installNextEdit(monaco, editor, pathOf);
 
 $('#conflict-disk').onclick = () => {
   const t = state.tabs.get(state.active);
