@@ -299,3 +299,46 @@ fn next_edit_predicts_the_rest_of_a_rename() {
     c.notify("exit", Value::Null);
     assert!(c.child.wait().unwrap().success());
 }
+
+/// With no deterministic candidate, `caret/nextEdit` asks Tab's model to rewrite the region
+/// around the cursor (a Zeta-shaped prompt, the response begun at the region's marker) and
+/// answers the difference as the predicted edit.
+#[test]
+fn next_edit_asks_the_model_when_no_candidate_fits() {
+    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("next-edit-model"));
+    // The region rewritten: the model carries the change of `a` over to `b`.
+    up.set(Behaviour { answer: Some("a = 10\nb = 20\n".to_owned()), ..Behaviour::default() });
+    let home = TempDir::new();
+    home.write(
+        "caret-home/config.toml",
+        &format!(
+            "[[models]]\nalias = \"tab\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
+            up.url
+        ),
+    );
+    let mut c = Client::start(&home);
+    c.request(1, "initialize", json!({"capabilities": {}}));
+    c.answer(1);
+    let uri = "file:///w/n.py";
+    c.notify("textDocument/didOpen", json!({"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": "a = 1\nb = 2\n"}}));
+    c.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": uri, "version": 2}, "contentChanges": [{
+            "range": {"start": {"line": 0, "character": 5}, "end": {"line": 0, "character": 5}}, "text": "0"}]}),
+    );
+    c.request(2, "caret/nextEdit", position(0, 6, uri));
+    let next = c.answer(2)["result"].clone();
+    assert_eq!(next["reason"], "model", "{next}");
+    assert_eq!(next["newText"], "20");
+    assert_eq!(next["range"], json!({"start": {"line": 1, "character": 4}, "end": {"line": 1, "character": 5}}));
+    let (_, body) = up.last_request().unwrap();
+    let prompt = body["prompt"].as_str().unwrap_or_default().to_owned();
+    assert!(prompt.contains("User edited \"") && prompt.contains("-a = 1\n+a = 10\n"), "{prompt}");
+    assert!(prompt.ends_with("<|editable_region_start|>\n"), "{prompt}");
+    c.request(3, "shutdown", Value::Null);
+    c.answer(3);
+    c.notify("exit", Value::Null);
+    assert!(c.child.wait().unwrap().success());
+}
