@@ -393,9 +393,17 @@ pub fn parse(continuation: &str) -> Option<String> {
 }
 
 /// The edit that a rewritten region makes to `text` (the region being `region` of it), or
-/// `None` when it changes nothing.
+/// `None` when it changes nothing — or takes away more than three lines, or all of a region
+/// that held something: an empty or cut answer is not an edit.
 pub fn region_edit(path: &str, text: &str, region: (usize, usize), rewritten: &str) -> Option<Prediction> {
-    let e = diff(path, &text[region.0..region.1], rewritten)?;
+    let original = &text[region.0..region.1];
+    if rewritten.trim().is_empty() && !original.trim().is_empty() {
+        return None;
+    }
+    let e = diff(path, original, rewritten)?;
+    if e.old.matches('\n').count() > e.new.matches('\n').count() + 3 {
+        return None;
+    }
     Some(Prediction {
         path: path.to_owned(),
         start: region.0 + e.start,
@@ -467,6 +475,10 @@ mod tests {
         let edit = region_edit("n.txt", text, r, &rewritten).unwrap();
         assert_eq!(edit.apply(text), "one\ntwo\nthree!\nfour\nfive\n");
         assert!(region_edit("n.txt", text, r, "two\nthree\nfour\n").is_none());
+        assert!(region_edit("n.txt", text, r, "").is_none(), "an empty answer deletes nothing");
+        let big = "a\nb\nc\nd\ne\nf\n";
+        assert!(region_edit("n.txt", big, (0, big.len()), "a\nf\n").is_none(), "nor does one that drops four lines");
+        assert!(region_edit("n.txt", big, (0, big.len()), "a\nc\nd\ne\nf\n").is_some(), "one line may go");
         assert!(parse("no markers").is_none());
     }
 }

@@ -322,7 +322,10 @@ fn next_edit_asks_the_model_when_no_candidate_fits() {
     c.request(1, "initialize", json!({"capabilities": {}}));
     c.answer(1);
     let uri = "file:///w/n.py";
-    c.notify("textDocument/didOpen", json!({"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": "a = 1\nb = 2\n"}}));
+    c.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": "a = 1\nb = 2\n"}}),
+    );
     c.notify(
         "textDocument/didChange",
         json!({"textDocument": {"uri": uri, "version": 2}, "contentChanges": [{

@@ -488,8 +488,7 @@ fn the_page_offers_a_renames_next_edit_and_tab_applies_it() {
     browser.keys("xs");
     let offered = browser.wait_for("the next edit", 20, "return window.caret.nextEdit");
     assert_eq!((offered["text"].as_str(), offered["line"].as_u64()), (Some("xs"), Some(2)), "{offered}");
-    let marked =
-        "return [...document.querySelectorAll('.caret-next-edit-text')].map((e) => e.textContent).join('').replace(/\\u00a0/g, ' ')";
+    let marked = "return [...document.querySelectorAll('.caret-next-edit-text')].map((e) => e.textContent).join('').replace(/\\u00a0/g, ' ')";
     assert_eq!(browser.wait_for("the mark", 10, marked), " ⇥ xs");
     shot(&browser, "next-edit-offered");
     let value = "return caret.editor.getModel().getValue()";

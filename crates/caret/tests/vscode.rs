@@ -160,13 +160,13 @@ fn in_code_server(vsix: &Path) {
         60,
         "return document.querySelector('.monaco-workbench .explorer-folders-view') !== null",
     );
+    let quick_open =
+        "return document.querySelector('.quick-input-widget:not([style*=\"display: none\"]) input') !== null";
     let open = |name: &str| {
         let tab =
             format!("return [...document.querySelectorAll('.tab')].some((t) => t.textContent.trim() === '{name}')");
-        let quick =
-            "return document.querySelector('.quick-input-widget:not([style*=\"display: none\"]) input') !== null";
         browser.keys("\u{E009}p");
-        browser.wait_for("quick open", 20, quick);
+        browser.wait_for("quick open", 20, quick_open);
         std::thread::sleep(Duration::from_millis(300));
         browser.keys(name);
         // Enter until it opens: a key pressed while the list is still filling does nothing.
@@ -195,6 +195,15 @@ fn in_code_server(vsix: &Path) {
         false,
         "not the completion list"
     );
+    // Word by word (Ctrl+→), then the rest with Tab.
+    browser.keys("\u{E009}\u{E014}");
+    browser.wait_for(
+        "one word accepted",
+        20,
+        &format!("{lines}.includes('    return') && !{lines}.includes('return a')"),
+    );
+    let rest = browser.wait_for("the rest as ghost text", 20, GHOST);
+    assert_eq!(rest, " a + b");
     browser.keys("\u{E004}");
     browser.wait_for("the suggestion accepted", 20, &format!("{lines}.includes('return a + b')"));
     shot(&browser, "2-accepted");
@@ -228,5 +237,33 @@ fn in_code_server(vsix: &Path) {
     std::thread::sleep(Duration::from_millis(300));
     browser.keys("\u{E004}");
     browser.wait_for("the last use renamed", 20, &format!("{lines}.includes('len(xs)')"));
+    // Nothing is left to predict (the model answers nothing: no edit, not a deleted region).
+    std::thread::sleep(Duration::from_millis(2000));
     shot(&browser, "5-rename-done");
+    let any_mark = "return [...document.querySelectorAll('.view-lines span')].some((s) => \
+                    getComputedStyle(s, '::after').content.includes('⇥'))";
+    assert_eq!(browser.eval(any_mark), false, "nothing marked once every use is renamed");
+
+    // Grep from the command palette: the extension's quick pick over its `caret ui`; a hit
+    // opens at its line.
+    browser.keys("\u{E031}"); // F1
+    browser.wait_for("the command palette", 20, quick_open);
+    std::thread::sleep(Duration::from_millis(300));
+    browser.keys("Caret: Grep the Workspace");
+    let run = "return document.querySelector('.quick-input-list .monaco-list-row')?.textContent.includes('Grep the Workspace')";
+    browser.wait_for("the command listed", 20, run);
+    browser.keys("\u{E007}");
+    browser.wait_for(
+        "the grep quick pick",
+        20,
+        "return document.querySelector('.quick-input-widget input')?.placeholder?.includes('Grep')",
+    );
+    browser.keys("return a");
+    let hit = "return [...document.querySelectorAll('.quick-input-list .monaco-list-row')].map((r) => r.textContent).join('|')";
+    let hits =
+        browser.wait_for("grep hits", 30, &format!("const t = {}; return t.includes('app.py') ? t : ''", &hit[7..]));
+    shot(&browser, "6-grep");
+    assert!(hits.as_str().unwrap().contains("line 2"), "{hits}");
+    browser.keys("\u{E007}");
+    browser.wait_for("app.py at the hit", 20, "return document.querySelector('.statusbar').textContent.includes('Ln 2,') && [...document.querySelectorAll('.tab.active')].some((t) => t.textContent.trim() === 'app.py')");
 }
