@@ -116,8 +116,9 @@ pub enum BenchCommand {
         template: Option<String>,
         /// Instead of the typing replay, the first suggestion in a cold file: the file is
         /// opened with the cursor on a line, the user pauses this many seconds and types the
-        /// line's first character; each of 5 lines is tried with the warm-up on open and
-        /// without it.
+        /// line's first character; each of 5 lines is tried with the warm-up of an editor that
+        /// sends its cursor (`caret/focus`), with that of a plain LSP client (warmed for the
+        /// file's end), and without one.
         #[arg(long, value_name = "PAUSE_SECONDS")]
         cold: Option<f64>,
     },

@@ -196,9 +196,10 @@ const COLD_LINES: [f64; 5] = [0.2, 0.35, 0.5, 0.65, 0.8];
 
 /// The cold-file case: for each of [`COLD_LINES`], the file is opened (the line's text after
 /// its indentation taken out, the cursor there: a line about to be written), `pause` passes,
-/// the line's first character is typed and the suggestion is waited for — once with the
-/// warm-up an editor's open sends, once without. The engine's cache is emptied of the file
-/// before each try.
+/// the line's first character is typed and the suggestion is waited for — with the warm-up of
+/// an editor that says where its cursor is (`caret/focus`: warmed there), with the warm-up of
+/// a plain LSP client (Neovim, Helix: `didOpen` only, so warmed for the file's end), and
+/// without any. The engine's cache is emptied of the file before each try.
 fn cold(
     completer: &Completer,
     local: &LlamaProvider,
@@ -211,8 +212,8 @@ fn cold(
     anyhow::ensure!(lines.len() >= 10, "--cold needs a file of at least 10 lines");
     println!("cold file: {name}, pause {:.1} s after opening, budget {budget} tokens", pause.as_secs_f64());
     let rt = runtime()?;
-    let (mut warm_ms, mut cold_ms) = (Vec::new(), Vec::new());
-    let (mut warm_read, mut cold_read) = (0u64, 0u64);
+    let (mut warm_ms, mut cold_ms, mut plain_ms) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut warm_read, mut cold_read, mut plain_read) = (0u64, 0u64, 0u64);
     rt.block_on(async {
         for fraction in COLD_LINES {
             // The nearest line at or after the fraction with text to type.
@@ -228,36 +229,46 @@ fn cold(
             let opened = format!("{}{}", &text[..cursor], &text[end..]);
             let first = line.trim_start().chars().next().unwrap_or('x');
             let typed = format!("{}{first}{}", &text[..cursor], &text[end..]);
-            for warm in [true, false] {
+            for how in [Warm::Focus, Warm::End, Warm::None] {
                 // Another file's request empties the cache of this one.
                 flush(local).await?;
-                let doc = format!("{name}#{n}#{warm}");
-                if warm {
-                    completer.warm(&opened, cursor, Some(name), &[]).await;
+                let doc = format!("{name}#{n}#{how:?}");
+                match how {
+                    Warm::Focus => {
+                        completer.warm(&opened, cursor, Some(name), &[]).await;
+                    }
+                    Warm::End => {
+                        completer.warm(&opened, opened.len(), Some(name), &[]).await;
+                    }
+                    Warm::None => {}
                 }
                 tokio::time::sleep(pause).await;
                 let before = local.stats();
                 let s = completer.suggest(&doc, &typed, cursor + first.len_utf8(), Some(name), &[]).await?;
                 let after = local.stats();
                 let read = (after.prompt_tokens - before.prompt_tokens) - (after.reused_tokens - before.reused_tokens);
+                let label = match how {
+                    Warm::Focus => "focus",
+                    Warm::End => "no focus",
+                    Warm::None => "no warm",
+                };
                 println!(
-                    "  line {:>3} {:<7} first suggestion {:>6.0} ms, prompt tokens read then {read}",
+                    "  line {:>3} {label:<8} first suggestion {:>6.0} ms, prompt tokens read then {read}",
                     n + 1,
-                    if warm { "warm" } else { "no warm" },
                     s.total_ms
                 );
-                if warm {
-                    warm_ms.push(s.total_ms);
-                    warm_read += read;
-                } else {
-                    cold_ms.push(s.total_ms);
-                    cold_read += read;
-                }
+                let (ms, total) = match how {
+                    Warm::Focus => (&mut warm_ms, &mut warm_read),
+                    Warm::End => (&mut plain_ms, &mut plain_read),
+                    Warm::None => (&mut cold_ms, &mut cold_read),
+                };
+                ms.push(s.total_ms);
+                *total += read;
             }
         }
         anyhow::Ok(())
     })?;
-    for v in [&mut warm_ms, &mut cold_ms] {
+    for v in [&mut warm_ms, &mut cold_ms, &mut plain_ms] {
         v.sort_by(f64::total_cmp);
     }
     let n = warm_ms.len().max(1) as u64;
@@ -268,12 +279,29 @@ fn cold(
         warm_read as f64 / n as f64
     );
     println!(
+        "  first suggestion, plain LSP client (warmed for the end): p50 {:.0} ms, max {:.0} ms, prompt tokens read at the request {:.0} on average",
+        percentile(&plain_ms, 0.5),
+        percentile(&plain_ms, 1.0),
+        plain_read as f64 / n as f64
+    );
+    println!(
         "  first suggestion, not warmed:     p50 {:.0} ms, max {:.0} ms, prompt tokens read at the request {:.0} on average",
         percentile(&cold_ms, 0.5),
         percentile(&cold_ms, 1.0),
         cold_read as f64 / n as f64
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Which warm-up a cold-file try gets.
+#[derive(Debug, Clone, Copy)]
+enum Warm {
+    /// At the cursor (`caret/focus`).
+    Focus,
+    /// For the file's end (`didOpen` alone).
+    End,
+    /// None.
+    None,
 }
 
 /// A one-token request for an unrelated prompt: the cache then holds none of the file.
