@@ -41,6 +41,15 @@ pub fn run(config: &Config, args: AgentArgs) -> anyhow::Result<ExitCode> {
             &mut std::io::stderr(),
         )?;
     }
+    // No model anywhere: offered here, before the screen is taken.
+    let mut config = config.clone();
+    if config.models.is_empty() && options.server.is_none() && config.sync.server.is_none() {
+        let mut out = std::io::stderr();
+        if crate::models::offer_default(&config, &mut std::io::stdin().lock(), &mut out)? {
+            config.use_installed_code_model();
+        }
+    }
+    let config = &config;
     let (mut session, id, model, root) = open_session(config, &options)?;
     let mut app = App::new(&id, &model, &root.display().to_string());
     app.replay(session.messages());

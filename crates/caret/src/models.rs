@@ -59,25 +59,86 @@ pub fn run(config: &Config, cmd: ModelsCommand) -> anyhow::Result<ExitCode> {
                     println!("installed {name} in {}", models.dir(&name).display());
                     continue;
                 }
-                // One line per whole percent, and only on a terminal.
-                let last = std::sync::atomic::AtomicU64::new(u64::MAX);
-                let tty = std::io::stderr().is_terminal();
-                let progress = |done: u64, total: Option<u64>| {
-                    let Some(t) = total.filter(|t| *t > 0 && tty) else { return };
-                    let pct = done * 100 / t;
-                    if last.swap(pct, std::sync::atomic::Ordering::Relaxed) != pct {
-                        eprint!("\r{name}: {} / {} ({pct}%)   ", human_bytes(done), human_bytes(t));
-                        let _ = std::io::stderr().flush();
-                    }
-                };
-                let dir =
-                    runtime()?.block_on(models.pull(entry, &progress)).with_context(|| format!("pulling {name}"))?;
-                if tty {
-                    eprintln!();
-                }
+                let dir = pull(&models, &name)?;
                 println!("{name} installed in {} (digests verified)", dir.display());
             }
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Downloads (resuming) and installs the catalog's model `name`, its progress on a terminal
+/// (one line per whole percent); where it went.
+pub fn pull(models: &Models, name: &str) -> anyhow::Result<std::path::PathBuf> {
+    let entry = caret_weights::entry(name)?;
+    let last = std::sync::atomic::AtomicU64::new(u64::MAX);
+    let tty = std::io::stderr().is_terminal();
+    let progress = |done: u64, total: Option<u64>| {
+        let Some(t) = total.filter(|t| *t > 0 && tty) else { return };
+        let pct = done * 100 / t;
+        if last.swap(pct, std::sync::atomic::Ordering::Relaxed) != pct {
+            eprint!("\r{name}: {} / {} ({pct}%)   ", human_bytes(done), human_bytes(t));
+            let _ = std::io::stderr().flush();
+        }
+    };
+    let dir = runtime()?.block_on(models.pull(entry, &progress)).with_context(|| format!("pulling {name}"))?;
+    if tty {
+        eprintln!();
+    }
+    Ok(dir)
+}
+
+/// With no model configured or installed, offers to pull the default code model (its size
+/// shown; a download cut short goes on where it was next time) before a command that needs
+/// one; `true` when it is there now.
+pub fn offer_default(
+    config: &Config,
+    input: &mut impl std::io::BufRead,
+    out: &mut impl std::io::Write,
+) -> anyhow::Result<bool> {
+    use caret_host::config::DEFAULT_CODE_MODEL;
+    let entry = caret_weights::entry(DEFAULT_CODE_MODEL)?;
+    let size: u64 = entry.files.iter().map(|f| f.size).sum();
+    write!(
+        out,
+        "caret: no model is configured. Download the default code model, {DEFAULT_CODE_MODEL} ({}, runs on this \
+         machine's CPU)? [y/N] ",
+        human_bytes(size)
+    )?;
+    out.flush()?;
+    let mut answer = String::new();
+    input.read_line(&mut answer)?;
+    if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+        writeln!(
+            out,
+            "caret: `caret models pull {DEFAULT_CODE_MODEL}` does it later, or add [[models]] to the config"
+        )?;
+        return Ok(false);
+    }
+    let dir = pull(&models(config), DEFAULT_CODE_MODEL)?;
+    writeln!(out, "caret: {DEFAULT_CODE_MODEL} installed in {} (digests verified)", dir.display())?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    /// The offer names the model and its size; anything but yes (or no answer) downloads
+    /// nothing and says how to do it later.
+    #[test]
+    fn the_default_model_is_offered_and_only_yes_downloads_it() {
+        let home = caret_test_support::TempDir::new();
+        let mut config = caret_host::config::Config::default();
+        config.home = home.path().to_path_buf();
+        for answer in ["n\n", "\n", "", "maybe\n"] {
+            let mut out = Vec::new();
+            let got = super::offer_default(&config, &mut answer.as_bytes(), &mut out).unwrap();
+            let said = String::from_utf8(out).unwrap();
+            assert!(!got, "{answer:?}");
+            assert!(said.contains("qwen2.5-coder-1.5b-instruct-q4 (1.0 GiB, runs on this"), "{said}");
+            assert!(said.contains("`caret models pull qwen2.5-coder-1.5b-instruct-q4` does it later"), "{said}");
+        }
+        assert!(!home.join("models").exists(), "nothing downloaded");
+    }
 }
