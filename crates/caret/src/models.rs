@@ -129,8 +129,7 @@ mod tests {
     #[test]
     fn the_default_model_is_offered_and_only_yes_downloads_it() {
         let home = caret_test_support::TempDir::new();
-        let mut config = caret_host::config::Config::default();
-        config.home = home.path().to_path_buf();
+        let config = caret_host::config::Config { home: home.path().to_path_buf(), ..Default::default() };
         for answer in ["n\n", "\n", "", "maybe\n"] {
             let mut out = Vec::new();
             let got = super::offer_default(&config, &mut answer.as_bytes(), &mut out).unwrap();
