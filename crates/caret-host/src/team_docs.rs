@@ -80,6 +80,35 @@ struct Inner {
     running: Mutex<HashMap<(String, String), Arc<AtomicBool>>>,
     loaded: Mutex<HashMap<(String, String), Arc<Loaded>>>,
     slots: tokio::sync::Semaphore,
+    /// Where updates run: a runtime of their own (two threads), so that crawling, parsing
+    /// and indexing never hold up the requests the server answers.
+    updates: tokio::runtime::Handle,
+}
+
+/// A runtime for the updates, kept by a thread of its own for the life of the process.
+fn updates_runtime() -> tokio::runtime::Handle {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new().name("caret-docs".into()).spawn(move || {
+        match tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("caret-docs")
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => {
+                let _ = tx.send(Some(rt.handle().clone()));
+                rt.block_on(std::future::pending::<()>());
+            }
+            Err(e) => {
+                tracing::warn!("docs updates share the server's runtime: {e}");
+                let _ = tx.send(None);
+            }
+        }
+    });
+    match spawned.ok().and_then(|_| rx.recv().ok().flatten()) {
+        Some(handle) => handle,
+        None => tokio::runtime::Handle::current(),
+    }
 }
 
 impl std::fmt::Debug for TeamDocs {
@@ -124,6 +153,7 @@ impl TeamDocs {
                 running: Mutex::default(),
                 loaded: Mutex::default(),
                 slots: tokio::sync::Semaphore::new(AT_ONCE),
+                updates: updates_runtime(),
             }),
         }
     }
@@ -267,7 +297,7 @@ impl TeamDocs {
             running.insert(key, stop.clone());
         }
         let me = self.clone();
-        tokio::spawn(async move {
+        self.inner.updates.spawn(async move {
             let _slot = me.inner.slots.acquire().await;
             if let Err(e) = me.update(&tenant, &name, &stop).await {
                 tracing::warn!(tenant = %tenant.id, "updating a docs source: {e}");
