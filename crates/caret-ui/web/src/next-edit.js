@@ -90,7 +90,8 @@ export function installNextEdit(monaco, editor, pathOf) {
       e.preventDefault();
       e.stopPropagation();
       take();
-    } else if (e.keyCode === monaco.KeyCode.Escape) {
+    } else if (e.keyCode === monaco.KeyCode.Escape && !busy()) {
+      // (With the suggest list or ghost text up, Esc closes those first.)
       e.preventDefault();
       e.stopPropagation();
       clear();
