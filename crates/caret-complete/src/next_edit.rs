@@ -63,6 +63,17 @@ pub enum Why {
     Model,
 }
 
+impl Why {
+    /// Its name on the wire (`repeat`, `insert`, `model`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Why::Repeat => "repeat",
+            Why::Insert => "insert",
+            Why::Model => "model",
+        }
+    }
+}
+
 impl Prediction {
     /// The text with the prediction applied.
     pub fn apply(&self, text: &str) -> String {

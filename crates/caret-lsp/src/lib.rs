@@ -554,17 +554,11 @@ async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
 
 /// A predicted edit as `caret/nextEdit` answers it.
 fn prediction_json(uri: &str, text: &str, p: &caret_complete::next_edit::Prediction) -> Value {
-    use caret_complete::next_edit::Why;
-    let reason = match p.why {
-        Why::Repeat => "repeat",
-        Why::Insert => "insert",
-        Why::Model => "model",
-    };
     json!({
         "textDocument": {"uri": uri},
         "range": {"start": position_of(text, p.start), "end": position_of(text, p.end)},
         "newText": p.replacement,
-        "reason": reason,
+        "reason": p.why.as_str(),
     })
 }
 

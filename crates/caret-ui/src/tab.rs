@@ -103,17 +103,17 @@ impl Tab {
     /// The edit likely next in `path` after the recent ones (needs no model): the edits since
     /// the file last settled become one, and the nearest place it predicts answers.
     pub async fn next_edit(&self, path: &str, text: &str, cursor: usize) -> Option<NextEdit> {
-        use caret_complete::next_edit::{Why, candidates};
         let mut history = self.history.lock().await;
         history.settle(path, text);
         let last = history.last()?;
-        let p = candidates(last, path, text, byte_offset(text, cursor)).into_iter().next()?;
-        let reason = match p.why {
-            Why::Repeat => "repeat",
-            Why::Insert => "insert",
-            Why::Model => "model",
-        };
-        Some(NextEdit { start: units(text, p.start), end: units(text, p.end), text: p.replacement, reason })
+        let p =
+            caret_complete::next_edit::candidates(last, path, text, byte_offset(text, cursor)).into_iter().next()?;
+        Some(NextEdit {
+            start: units(text, p.start),
+            end: units(text, p.end),
+            text: p.replacement,
+            reason: p.why.as_str(),
+        })
     }
 
     /// The model alias, when there is one.
