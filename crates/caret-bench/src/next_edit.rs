@@ -15,7 +15,6 @@ use anyhow::Context as _;
 use caret_complete::next_edit::{self, History, Prediction};
 use caret_host::config::Config;
 use caret_host::runtime::runtime;
-use futures::StreamExt as _;
 use serde::Deserialize;
 
 use crate::search::percentile;
@@ -159,15 +158,7 @@ pub fn run(config: &Config, bench: NextEditBench) -> anyhow::Result<ExitCode> {
             let prompt = next_edit::prompt(history.edits(), &c.path, &text, cursor, region, 8);
             let mut req = caret_protocol::llm::CompletionRequest::greedy(alias.clone(), prompt, 400);
             req.stop = Some(caret_protocol::llm::Stop::One(next_edit::REGION_END.to_owned()));
-            let (mut answer, mut ended) = (String::new(), false);
-            let mut stream = backend.complete(req).await?;
-            while let Some(e) = stream.next().await {
-                match e? {
-                    caret_models::Event::Text(s) => answer.push_str(&s),
-                    caret_models::Event::Finish(r) => ended = r == caret_protocol::llm::FinishReason::Stop,
-                    _ => {}
-                }
-            }
+            let (mut answer, ended) = backend.complete_text(req).await?;
             // The stop sequence ends the stream without itself; a region cut at the token
             // limit is no prediction.
             if ended {

@@ -47,6 +47,25 @@ impl Backend {
         }
     }
 
+    /// A text completion read to its end: the text, and whether it ended by itself or at a
+    /// stop sequence (rather than at the token limit).
+    pub async fn complete_text(
+        &self,
+        req: caret_protocol::llm::CompletionRequest,
+    ) -> caret_models::Result<(String, bool)> {
+        use futures::StreamExt as _;
+        let mut stream = self.complete(req).await?;
+        let (mut out, mut ended) = (String::new(), false);
+        while let Some(e) = stream.next().await {
+            match e? {
+                caret_models::Event::Text(t) => out.push_str(&t),
+                caret_models::Event::Finish(r) => ended = r == caret_protocol::llm::FinishReason::Stop,
+                _ => {}
+            }
+        }
+        Ok((out, ended))
+    }
+
     /// The server's gateway (with `token`) or the embedded one, and the model alias to use:
     /// `model`, else the first of `preferred` the embedded gateway has, else its first alias
     /// (a server's: `server_default`). `None`: no server and no models configured.

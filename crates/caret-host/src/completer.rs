@@ -141,25 +141,10 @@ impl Completer {
         max_tokens: u32,
         stop: &str,
     ) -> Option<anyhow::Result<(String, bool)>> {
-        use futures::StreamExt as _;
         let Source::Model { backend, .. } = &self.source else { return None };
         let mut req = caret_protocol::llm::CompletionRequest::greedy(self.model.clone(), prompt, max_tokens);
         req.stop = Some(caret_protocol::llm::Stop::One(stop.to_owned()));
-        Some(
-            async {
-                let mut stream = backend.complete(req).await?;
-                let (mut out, mut ended) = (String::new(), false);
-                while let Some(e) = stream.next().await {
-                    match e? {
-                        caret_models::Event::Text(t) => out.push_str(&t),
-                        caret_models::Event::Finish(r) => ended = r == caret_protocol::llm::FinishReason::Stop,
-                        _ => {}
-                    }
-                }
-                Ok((out, ended))
-            }
-            .await,
-        )
+        Some(backend.complete_text(req).await.map_err(anyhow::Error::from))
     }
 
     /// The model alias.

@@ -117,6 +117,11 @@ impl std::fmt::Debug for TeamDocs {
     }
 }
 
+/// The object (under a source's folder) of a page file: its name keyed.
+fn page_object(names: &caret_crypto::PathObfuscator, file: &str) -> String {
+    format!("page/{}", names.segment(file.as_bytes()))
+}
+
 fn now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
@@ -409,9 +414,7 @@ impl TeamDocs {
         d.save_source(source).map_err(internal)?;
         let names = self.source_key(tenant, &source.name).paths();
         for page in stored.pages.values() {
-            if let Some(text) =
-                self.get_sealed(tenant, sid, &format!("page/{}", names.segment(page.file.as_bytes()))).await?
-            {
+            if let Some(text) = self.get_sealed(tenant, sid, &page_object(&names, &page.file)).await? {
                 d.write_page(&page.file, &String::from_utf8_lossy(&text)).map_err(internal)?;
             }
         }
@@ -438,10 +441,10 @@ impl TeamDocs {
                 continue;
             }
             let text = std::fs::read(d.pages().join(&page.file)).map_err(internal)?;
-            self.put_sealed(tenant, sid, &format!("page/{}", names.segment(page.file.as_bytes())), &text).await?;
+            self.put_sealed(tenant, sid, &page_object(&names, &page.file), &text).await?;
         }
         for file in old.keys().filter(|f| !kept.contains(*f)) {
-            let path = Self::object(tenant, sid, &format!("page/{}", names.segment(file.as_bytes())));
+            let path = Self::object(tenant, sid, &page_object(&names, file));
             let _ = self.store().delete(&path).await;
         }
         let json = serde_json::to_vec(now).map_err(internal)?;
@@ -598,11 +601,12 @@ impl DocsLibrary for TeamDocs {
                 Err(e) => return Err(internal(e)),
             };
             let loaded = self.loaded(&tenant.id, record).await?;
+            let names = self.source_key(&tenant.id, name).paths();
             let mut texts: HashMap<String, Option<String>> = HashMap::new();
             for h in found.hits {
                 let Some(file) = loaded.files.get(&h.path) else { continue };
                 if !texts.contains_key(file) {
-                    let object = format!("page/{}", self.source_key(&tenant.id, name).paths().segment(file.as_bytes()));
+                    let object = page_object(&names, file);
                     let text = self
                         .get_sealed(&tenant.id, sid, &object)
                         .await?

@@ -517,18 +517,21 @@ async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
     let (line, character) =
         (params["position"]["line"].as_u64().unwrap_or(0), params["position"]["character"].as_u64().unwrap_or(0));
     let cursor = offset_at(&text, line, character);
-    let (found, region, prompt) = {
+    let (region, prompt) = {
         let mut history = server.history.lock().await;
         history.settle(&uri, &text);
         let Some(last) = history.last() else { return send(server, &id, Value::Null) };
-        let found = candidates(last, &uri, &text, cursor).into_iter().next();
+        if let Some(p) = candidates(last, &uri, &text, cursor).into_iter().next() {
+            return send(server, &id, prediction_json(&uri, &text, &p));
+        }
+        // No candidate: the model's turn, when there is a model.
+        if server.completer.lock().await.is_none() {
+            return send(server, &id, Value::Null);
+        }
         let region = ne::region(&text, cursor, 3, 12);
         let path = relative(&uri, server.root.lock().await.as_deref());
-        (found, region, ne::prompt(history.edits(), &path, &text, cursor, region, 8))
+        (region, ne::prompt(history.edits(), &path, &text, cursor, region, 8))
     };
-    if let Some(p) = found {
-        return send(server, &id, prediction_json(&uri, &text, &p));
-    }
     let Some(completer) = server.completer.lock().await.clone() else { return send(server, &id, Value::Null) };
     let (srv, key, doc) = (server.clone(), id.to_string(), uri.clone());
     let flight_key = key.clone();
