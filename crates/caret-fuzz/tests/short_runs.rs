@@ -32,6 +32,8 @@ fn short_run(name: &str) {
     let seed: u64 =
         std::env::var("CARET_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| fastrand::u64(..));
     let corpus = corpus(name);
+    // Printed first too: an abort (an allocation failure, say) ends the process before a result.
+    eprintln!("{name}: seed {seed}");
     match caret_fuzz::mutate::run(target, &corpus, Duration::from_secs_f64(seconds), 200, seed) {
         Ok(runs) => eprintln!("{name}: {runs} inputs, no failure (seed {seed}: CARET_FUZZ_SEED={seed} replays it)"),
         Err(failure) => {

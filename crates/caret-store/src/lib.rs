@@ -167,6 +167,19 @@ pub struct ChunkRecord {
     pub terms: Vec<(u64, u32)>,
 }
 
+/// The most tokens a chunk may count (its term frequencies summed). A chunk's text is at
+/// most 1 MiB, so a real one stays far below; a stored record above it is damage, and is
+/// refused before an index is built from it.
+pub const MAX_CHUNK_TOKENS: u64 = 1 << 22;
+
+impl ChunkRecord {
+    /// Whether the record is one a chunk's text could have made: term frequencies within
+    /// [`MAX_CHUNK_TOKENS`] in all.
+    pub fn is_sound(&self) -> bool {
+        self.terms.iter().map(|(_, tf)| u64::from(*tf)).sum::<u64>() <= MAX_CHUNK_TOKENS
+    }
+}
+
 /// One log record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Record {
@@ -197,6 +210,13 @@ pub struct VectorBatch {
 struct Batch {
     version: u32,
     records: Vec<Record>,
+}
+
+impl Batch {
+    /// Whether every chunk record in it is sound (see [`ChunkRecord::is_sound`]).
+    fn is_sound(&self) -> bool {
+        self.records.iter().all(|r| !matches!(r, Record::Chunk(c) if !c.is_sound()))
+    }
 }
 
 const FORMAT: u32 = 1;
@@ -737,7 +757,7 @@ impl Namespace {
                 }
                 Err(e) => return Err(e),
             };
-            match open::<Batch>(&bytes).filter(|b| b.version == FORMAT) {
+            match open::<Batch>(&bytes).filter(|b| b.version == FORMAT && b.is_sound()) {
                 Some(batch) => state.apply(seq, batch.records),
                 None => {
                     tracing::error!(object = %path, "log object is corrupt; skipping it (its files will be synced again)")
@@ -925,7 +945,7 @@ pub mod fuzzing {
     /// A log object's body (the checksum is added here): decoded; when it decodes, applied to
     /// an empty state, which is then searched.
     pub fn log_object(body: &[u8]) {
-        if let Some(batch) = open::<Batch>(&sealed(body)) {
+        if let Some(batch) = open::<Batch>(&sealed(body)).filter(Batch::is_sound) {
             let mut state = State::default();
             state.apply(1, batch.records.clone());
             state.apply(2, batch.records);

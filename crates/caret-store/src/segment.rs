@@ -37,6 +37,9 @@ impl SegmentData {
         if !self.vector_ids.is_empty() && (dim == 0 || self.model.is_none()) {
             return bad("vectors without a model or a width");
         }
+        if !self.chunks.iter().all(ChunkRecord::is_sound) {
+            return bad("a chunk counts more tokens than a chunk can hold");
+        }
         let mut ids = HashSet::with_capacity(self.chunks.len());
         if !self.chunks.iter().all(|c| ids.insert(c.id)) {
             return bad("a chunk is listed twice");

@@ -455,3 +455,46 @@ async fn missing_vectors_come_code_first() {
     assert_eq!((m.chunks.len(), m.chunks[0].0[0], m.total), (1, 3, 3));
     assert_eq!(m.stages[0].missing, 0, "the code stage is done");
 }
+
+#[test]
+fn chunks_that_count_more_tokens_than_a_chunk_holds_are_refused() {
+    let sound = ChunkRecord { id: [1; 32], length: 3, terms: vec![(1, 2), (2, 1)] };
+    let absurd = ChunkRecord { id: [2; 32], length: 3, terms: vec![(1, u32::MAX)] };
+    // Each term within bounds, too many in all.
+    let many = ChunkRecord { id: [3; 32], length: 3, terms: (0..8).map(|t| (t, 1 << 20)).collect() };
+    assert!(sound.is_sound() && !absurd.is_sound() && !many.is_sound());
+
+    // A log object holding one is read as corrupt (indexing it would allocate without bound).
+    let batch = |c: &ChunkRecord| Batch { version: FORMAT, records: vec![Record::Chunk(c.clone())] };
+    assert!(batch(&sound).is_sound() && !batch(&absurd).is_sound());
+
+    // A segment holding one is inconsistent, and is not built.
+    let data = |c: &ChunkRecord| segment::SegmentData {
+        version: FORMAT,
+        seq: 1,
+        files: vec![],
+        chunks: vec![c.clone()],
+        model: None,
+        dim: 0,
+        vector_ids: vec![],
+        vectors: vec![],
+    };
+    assert!(data(&sound).check().is_ok());
+    let err = data(&absurd).check().unwrap_err().to_string();
+    assert!(err.contains("more tokens than a chunk can hold"), "{err}");
+    assert!(segment::Segment::from_data("s".into(), &data(&many), segment::Stored::default()).is_err());
+}
+
+#[tokio::test]
+async fn a_log_object_with_an_impossible_chunk_is_skipped_and_the_rest_replays() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let ns = Namespace::new(store.clone(), "t/w");
+    let mut state = ns.load().await.unwrap();
+    ns.append(&mut state, vec![chunk(1), file("a", 1, 1)]).await.unwrap();
+    let absurd = ChunkRecord { id: [2; 32], length: 3, terms: vec![(1, u32::MAX)] };
+    ns.append(&mut state, vec![Record::Chunk(absurd), file("b", 2, 2)]).await.unwrap();
+    ns.append(&mut state, vec![chunk(3), file("c", 3, 3)]).await.unwrap();
+    let loaded = ns.load().await.unwrap();
+    let paths: Vec<&str> = loaded.files.keys().map(String::as_str).collect();
+    assert_eq!(paths, ["a", "c"], "the damaged object is skipped, the others replay");
+}
