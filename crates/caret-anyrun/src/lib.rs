@@ -18,6 +18,7 @@
 
 mod checkout;
 mod coordinator;
+pub mod docs_crawl;
 pub mod environment;
 pub mod episodes;
 mod mcp;

@@ -2,9 +2,11 @@
 //! of the queue, and what workers ask while they execute runs. Everything kept of a run is
 //! sealed with its tenant's key before it reaches the database or the object store.
 
+mod docs;
 mod episodes;
 mod metrics;
 
+pub use docs::DocsCrawls;
 pub use episodes::{Placement, episode_id};
 pub use metrics::RunMetrics;
 
@@ -94,6 +96,9 @@ struct Spec {
     /// The trace of the request that queued it (ids only).
     #[serde(default)]
     traceparent: Option<String>,
+    /// A docs crawl instead of an agent.
+    #[serde(default)]
+    docs: Option<caret_protocol::runs::DocsCrawl>,
 }
 
 /// A remote the workers may clone from or push to.
@@ -136,6 +141,8 @@ pub struct RunService {
     episodes: crate::episodes::Episodes,
     /// Where episodes live, when replicas share the service.
     placement: std::sync::OnceLock<Arc<dyn episodes::Placement>>,
+    /// Where docs crawls end.
+    docs: std::sync::OnceLock<Arc<dyn docs::DocsCrawls>>,
 }
 
 impl std::fmt::Debug for RunService {
@@ -193,6 +200,7 @@ impl RunService {
             episodes: crate::episodes::Episodes::new(settings.episodes.clone()),
             settings,
             placement: std::sync::OnceLock::new(),
+            docs: std::sync::OnceLock::new(),
         }
     }
 
@@ -397,6 +405,7 @@ impl RunService {
             git_credential: req.git_credential,
             rollout: req.rollout,
             traceparent: caret_trace::traceparent(),
+            docs: None,
         };
         let text =
             serde_json::to_vec(&spec).map_err(|source| Error::Json { what: "writing a run's spec".into(), source })?;
@@ -746,6 +755,7 @@ impl RunService {
             checkpoint,
             rollout: spec.rollout,
             traceparent: spec.traceparent,
+            docs: spec.docs,
         }))
     }
 
@@ -830,7 +840,7 @@ impl RunService {
     }
 
     /// Ends a leased run (or hands it back for another attempt).
-    pub async fn complete(&self, done: Completion) -> Result<RunInfo> {
+    pub async fn complete(&self, mut done: Completion) -> Result<RunInfo> {
         let row = self.queue.check(&done.lease.run, done.lease.token).await?;
         let now = now_ms();
         if done.retry {
@@ -848,6 +858,9 @@ impl RunService {
         }
         if !done.state.is_final() {
             return Err(Error::BadRequest("a completion's state is succeeded, failed or cancelled".into()));
+        }
+        if let Ok(spec) = self.spec(&row) {
+            self.docs_ended(&row.tenant_id, &spec, &mut done).await?;
         }
         if let Some(result) = &done.result {
             let name = format!("result-{}", row.lease_token);

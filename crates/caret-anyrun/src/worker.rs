@@ -361,6 +361,7 @@ async fn attempt_in_span(
                 reason: Some(format!("the worker {} was drained before the attempt ended", config.name)),
                 retry: true,
                 result: None,
+                docs: None,
             };
             if let Err(e) = coord.complete(back).await {
                 tracing::warn!(run = %lease_ref.run, "handing the run back: {e}");
@@ -381,6 +382,7 @@ async fn attempt_in_span(
                 reason: Some("the worker's attempt crashed".into()),
                 retry: true,
                 result: None,
+                docs: None,
             };
             let _ = coord.complete(back).await;
             false
@@ -566,6 +568,27 @@ async fn execute(
     mut stop: watch::Receiver<Stop>,
     live: &OnceLock<Arc<dyn caret_sandbox::Sandbox>>,
 ) -> Completion {
+    if let Some(job) = &lease.docs {
+        let go = {
+            let stop = stop.clone();
+            move || *stop.borrow() == Stop::Go
+        };
+        let outcome = crate::docs_crawl::crawl(&coord, lease, job, run_dir, go).await;
+        let end = |state, reason: Option<String>, retry, docs| Completion {
+            lease: lease.lease.clone(),
+            state,
+            reason,
+            retry,
+            result: None,
+            docs,
+        };
+        return match (*stop.borrow(), outcome) {
+            (Stop::Cancel, _) => end(RunState::Cancelled, Some("cancelled by the user".into()), false, None),
+            (Stop::Disk, _) => end(RunState::Failed, Some("the crawl grew past its disk limit".into()), false, None),
+            (_, Ok(crawled)) => end(RunState::Succeeded, None, false, Some(crawled)),
+            (_, Err((reason, retry))) => end(RunState::Failed, Some(reason), retry, None),
+        };
+    }
     let started = Instant::now();
     let deadline = started + Duration::from_secs(lease.limits.wall_time_s);
     let mut secrets = lease.secret_values.clone();
@@ -596,7 +619,7 @@ async fn execute(
     };
     let result = redactor.apply(result);
     let reason = reason.map(|r| redactor.text(&r));
-    Completion { lease: lease.lease.clone(), state, reason, retry, result: Some(result) }
+    Completion { lease: lease.lease.clone(), state, reason, retry, result: Some(result), docs: None }
 }
 
 fn ms(d: Duration) -> u64 {

@@ -164,6 +164,7 @@ async fn lost_leases_are_fenced(s: Arc<RunService>) {
         reason: None,
         retry: false,
         result: None,
+        docs: None,
     };
     assert!(matches!(s.complete(stale).await, Err(Error::Fenced(_))));
     // The second attempt is lost too: no attempts are left, so the run fails with the reason.
@@ -476,7 +477,8 @@ async fn a_run_whose_worker_died_is_finished_by_another_worker() {
         .collect();
     assert_eq!(lost.len(), 1);
     // The dead worker's late report changes nothing.
-    let late = Completion { lease: dead.lease, state: RunState::Failed, reason: None, retry: false, result: None };
+    let late =
+        Completion { lease: dead.lease, state: RunState::Failed, reason: None, retry: false, result: None, docs: None };
     assert!(matches!(service.complete(late).await, Err(Error::Fenced(_))));
     assert_eq!(service.get(&t.id, &id).await.unwrap().state, RunState::Succeeded);
 }

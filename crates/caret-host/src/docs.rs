@@ -128,18 +128,16 @@ pub async fn update(
     std::fs::create_dir_all(d.pages())?;
     let index = Index::open(config, Arc::from(transport(config, &Remote::default()).await?), embed)?;
     let ws = open_workspace(config, &d.pages())?;
-    update_in(&d, &source, &index, ws, None, progress).await
+    update_in(&d, &source, &index, ws, progress).await
 }
 
 /// The crawl (or the folder's reading) of `source` into `d` with the index kept in step
-/// beside it, through `proxy` when given: what [`update`] does on this machine and a team
-/// server does for a tenant.
-pub(crate) async fn update_in(
+/// beside it. (A team server's crawls run on its workers instead, and are indexed after.)
+async fn update_in(
     d: &SourceDir,
     source: &Source,
     index: &Index,
     ws: caret_client::state::WorkspaceState,
-    proxy: Option<String>,
     progress: &mut (dyn FnMut(&Counts) -> ControlFlow<()> + Send),
 ) -> anyhow::Result<Updated> {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -178,7 +176,6 @@ pub(crate) async fn update_in(
             settings.depth = *depth;
             settings.max_pages = *max_pages;
             settings.rate = *rate;
-            settings.proxy = proxy;
             caret_docs::crawl::crawl(d, &settings, &mut counting).await
         }
         Origin::Folder { path } => read_folder(d, path, &mut counting).await,
@@ -204,6 +201,12 @@ pub(crate) async fn update_in(
         embedded_after: (index.embed && totals.model.is_some()).then(|| started.elapsed().as_secs_f64()),
         model: totals.model,
     })
+}
+
+/// Indexes the pages of a source's directory (its workspace `ws`): a sync, then, when `index`
+/// embeds, every chunk that lacks a vector. What a team server does with a worker's crawl.
+pub(crate) async fn index_all(index: &Index, ws: &caret_client::state::WorkspaceState) -> anyhow::Result<()> {
+    index.step(ws, &mut Totals::default()).await
 }
 
 /// What the index did during an update.

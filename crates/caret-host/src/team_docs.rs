@@ -13,17 +13,19 @@
 //! killed halfway leaves it, and the next update goes on from it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::Context as _;
+use caret_anyrun::docs_crawl::unpack_pages;
+use caret_anyrun::runs::{DocsCrawls, RunService, TenantRef};
 use caret_crypto::WorkspaceKey;
-use caret_docs::pages::{Counts, Origin, Source, SourceDir, State};
+use caret_docs::pages::{Origin, Source, SourceDir, State};
 use caret_index::db::Tenant;
 use caret_protocol::docs::{AddDocsSource, DocsCounts, DocsHit, DocsSearch, DocsSource, DocsState};
+use caret_protocol::runs::{DocsCrawl, DocsCrawled, RunClass, RunState};
 use caret_server::docs_library::{DocsError, DocsLibrary};
 use futures::StreamExt as _;
 use object_store::ObjectStore;
@@ -31,7 +33,7 @@ use object_store::path::Path as ObjectPath;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
-use crate::docs::{Index, check_name, hit, site, update_in};
+use crate::docs::{Index, check_name, hit, index_all, site};
 
 /// An update that has written nothing for this long is taken for dead (its replica gone).
 const STALE: Duration = Duration::from_secs(120);
@@ -39,6 +41,14 @@ const STALE: Duration = Duration::from_secs(120);
 const BEAT: Duration = Duration::from_secs(5);
 /// Updates running at once on one replica.
 const AT_ONCE: usize = 2;
+/// The most a crawl's pages may come to, unpacked.
+const MAX_UNPACKED: u64 = 1 << 30;
+
+/// Whether a page file a worker names stays under the pages' folder.
+fn safe_file(file: &str) -> bool {
+    let path = std::path::Path::new(file);
+    !file.is_empty() && path.components().all(|c| matches!(c, std::path::Component::Normal(_)))
+}
 
 /// What is kept of a source (sealed).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -48,13 +58,16 @@ struct Record {
     #[serde(default)]
     error: Option<String>,
     #[serde(default)]
-    last: Counts,
+    last: DocsCounts,
     #[serde(default)]
     pages: u64,
     #[serde(default)]
     updated_at: Option<u64>,
     /// When `state` last changed or the update last wrote its progress (Unix seconds).
     since: u64,
+    /// The run crawling it on the workers (the last one queued).
+    #[serde(default)]
+    run: Option<String>,
 }
 
 /// A source's pages as search reads them: its state and its index's names of the page files.
@@ -73,6 +86,8 @@ pub struct TeamDocs {
 
 struct Inner {
     service: Arc<caret_index::service::Service>,
+    /// Where crawls run: the workers' queue (it hands finished crawls back to this library).
+    runs: Arc<RunService>,
     master: WorkspaceKey,
     config: Config,
     work: PathBuf,
@@ -132,27 +147,15 @@ fn internal(e: impl std::fmt::Display) -> DocsError {
 
 impl TeamDocs {
     /// The library of `caret serve`: over its index `service`, keyed from the runs' key,
-    /// crawling under `docs-work/` of the server's data directory.
-    pub fn open(
-        config: &Config,
-        service: Arc<caret_index::service::Service>,
-        runs: &caret_anyrun::runs::RunService,
-    ) -> TeamDocs {
-        TeamDocs::new(service, runs.derived_key("docs"), config, crate::runs::data_dir(config).join("docs-work"))
-    }
-
-    /// The library over the server's index `service`, its sources sealed with keys derived from
-    /// `master` (the runs' key), crawls working under `work`.
-    pub fn new(
-        service: Arc<caret_index::service::Service>,
-        master: WorkspaceKey,
-        config: &Config,
-        work: PathBuf,
-    ) -> TeamDocs {
-        TeamDocs {
+    /// indexing crawled pages under `docs-work/` of the server's data directory; its crawls
+    /// are runs of `runs`, which hands them back here when they end.
+    pub fn open(config: &Config, service: Arc<caret_index::service::Service>, runs: Arc<RunService>) -> TeamDocs {
+        let work = crate::runs::data_dir(config).join("docs-work");
+        let docs = TeamDocs {
             inner: Arc::new(Inner {
                 service,
-                master,
+                master: runs.derived_key("docs"),
+                runs: runs.clone(),
                 config: config.clone(),
                 work,
                 running: Mutex::default(),
@@ -160,11 +163,16 @@ impl TeamDocs {
                 slots: tokio::sync::Semaphore::new(AT_ONCE),
                 updates: updates_runtime(),
             }),
-        }
+        };
+        // The service holds the library for as long as the server lives (and the library the
+        // service: a cycle of the process's lifetime).
+        runs.set_docs(Arc::new(docs.clone()));
+        docs
     }
 
-    /// Every `every`: updates what is queued, what a lost replica left halfway and what is due
-    /// by its `refresh` interval (the first look at once, so a restart resumes).
+    /// Every `every`: follows crawls the workers ended without a word (a lease that ran out),
+    /// indexes what a lost replica left halfway and queues crawls of what is due by its
+    /// `refresh` interval (the first look at once, so a restart resumes).
     pub fn spawn_upkeep(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let me = self.clone();
         tokio::spawn(async move {
@@ -182,6 +190,7 @@ impl TeamDocs {
         let t = now();
         for tenant in tenants {
             for (sid, record) in self.records(&tenant).await.map_err(|e| anyhow::anyhow!("{e}"))? {
+                let name = record.source.name.clone();
                 let stale = t.saturating_sub(record.since) > STALE.as_secs();
                 let due =
                     record.source.refresh.as_deref().and_then(|r| crate::units::parse_duration(r).ok()).is_some_and(
@@ -190,13 +199,34 @@ impl TeamDocs {
                                 && record.updated_at.is_none_or(|u| t.saturating_sub(u) >= every.as_secs())
                         },
                     );
-                let go = match record.state {
-                    DocsState::Queued | DocsState::Updating => stale || record.state == DocsState::Queued,
-                    _ => due,
+                if !matches!(record.state, DocsState::Queued | DocsState::Updating) {
+                    if due {
+                        tracing::info!(tenant = %tenant.id, source = %sid, "refreshing a docs source");
+                        self.crawl(&tenant, &name, RunClass::Batch).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+                    }
+                    continue;
+                }
+                // In flight: its crawl's run tells where it is.
+                let run = match &record.run {
+                    Some(id) => self.inner.runs.get(&tenant.id, id).await.ok(),
+                    None => None,
                 };
-                if go && !self.is_running(&tenant.id, &record.source.name) {
-                    tracing::info!(tenant = %tenant.id, source = %sid, "updating a docs source");
-                    self.start(tenant.clone(), record.source.name.clone());
+                let crawled = self.get_sealed(&tenant.id, &sid, "crawled").await.ok().flatten().is_some();
+                match run.map(|r| (r.state, r.reason)) {
+                    Some((state, _)) if !state.is_final() => {}
+                    // Crawled, and its indexing not under way anywhere: index it here.
+                    _ if crawled && stale && !self.is_running(&tenant.id, &name) => self.ingest(tenant.clone(), name),
+                    _ if crawled => {}
+                    Some((RunState::Failed | RunState::Cancelled, reason)) => {
+                        let why = reason.unwrap_or_else(|| "the crawl ended without its pages".into());
+                        self.fail(&tenant.id, &name, &why).await;
+                    }
+                    // No run (never queued, or gone), or one that ended and was indexed here
+                    // while this look began: queue a crawl when nothing moved for a while.
+                    _ if stale || record.run.is_none() => {
+                        self.crawl(&tenant, &name, RunClass::Batch).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+                    }
+                    _ => {}
                 }
             }
         }
@@ -289,9 +319,50 @@ impl TeamDocs {
         Ok(out)
     }
 
-    /// Starts an update of a source on this replica (at most [`AT_ONCE`] run at once, the
-    /// others wait for a slot); nothing when one is running here already.
-    fn start(&self, tenant: Tenant, name: String) {
+    /// Queues a crawl of a source on the workers (its page state as the run's bundle, so that
+    /// its requests are conditional) and records it.
+    async fn crawl(&self, tenant: &Tenant, name: &str, class: RunClass) -> Result<Record, DocsError> {
+        let Some(mut record) = self.record(&tenant.id, name).await? else {
+            return Err(DocsError::NotFound(name.to_owned()));
+        };
+        let Origin::Site { url, prefix, depth, max_pages, rate } = &record.source.origin else {
+            return Err(DocsError::BadRequest("a team server crawls docs sites only".into()));
+        };
+        let job = DocsCrawl {
+            source: name.to_owned(),
+            url: url.clone(),
+            prefix: prefix.clone(),
+            depth: *depth,
+            max_pages: *max_pages as u64,
+            rate: *rate,
+        };
+        let sid = self.sid(&tenant.id, name);
+        let state = self.get_sealed(&tenant.id, &sid, "state").await?.unwrap_or_default();
+        let who = TenantRef { id: tenant.id.clone(), name: tenant.name.clone() };
+        let run = self.inner.runs.submit_docs(&who, class, job, &state).await.map_err(internal)?;
+        record.run = Some(run.id);
+        record.state = DocsState::Queued;
+        record.error = None;
+        record.since = now();
+        self.save_record(&tenant.id, &record).await?;
+        Ok(record)
+    }
+
+    /// Records a source's update as failed.
+    async fn fail(&self, tenant: &str, name: &str, why: &str) {
+        if let Ok(Some(mut record)) = self.record(tenant, name).await {
+            record.state = DocsState::Failed;
+            record.error = Some(why.to_owned());
+            record.since = now();
+            if let Err(e) = self.save_record(tenant, &record).await {
+                tracing::warn!(tenant, "recording a docs source's failure: {e}");
+            }
+        }
+    }
+
+    /// Indexes a source's crawled pages on this replica (at most [`AT_ONCE`] at once, the
+    /// others wait for a slot); nothing when it is being indexed here already.
+    fn ingest(&self, tenant: Tenant, name: String) {
         let stop = Arc::new(AtomicBool::new(false));
         {
             let mut running = self.inner.running.lock().unwrap_or_else(PoisonError::into_inner);
@@ -304,15 +375,10 @@ impl TeamDocs {
         let me = self.clone();
         self.inner.updates.spawn(async move {
             let _slot = me.inner.slots.acquire().await;
-            if let Err(e) = me.update(&tenant, &name, &stop).await {
-                tracing::warn!(tenant = %tenant.id, "updating a docs source: {e}");
-                if let Ok(Some(mut record)) = me.record(&tenant.id, &name).await
-                    && !stop.load(Ordering::Relaxed)
-                {
-                    record.state = DocsState::Failed;
-                    record.error = Some(e.to_string());
-                    record.since = now();
-                    let _ = me.save_record(&tenant.id, &record).await;
+            if let Err(e) = me.index_crawled(&tenant, &name, &stop).await {
+                tracing::warn!(tenant = %tenant.id, "indexing a docs source: {e}");
+                if !stop.load(Ordering::Relaxed) {
+                    me.fail(&tenant.id, &name, &e.to_string()).await;
                 }
             }
             me.inner.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&(tenant.id.clone(), name.clone()));
@@ -320,29 +386,33 @@ impl TeamDocs {
         });
     }
 
-    /// Crawls and indexes a source, then seals what changed.
-    async fn update(&self, tenant: &Tenant, name: &str, stop: &Arc<AtomicBool>) -> Result<(), DocsError> {
+    /// Indexes what a worker's crawl brought (kept sealed as `crawled` until this ends), then
+    /// seals what changed.
+    async fn index_crawled(&self, tenant: &Tenant, name: &str, stop: &Arc<AtomicBool>) -> Result<(), DocsError> {
         let Some(mut record) = self.record(&tenant.id, name).await? else { return Ok(()) };
         let sid = self.sid(&tenant.id, name);
+        let Some(bytes) = self.get_sealed(&tenant.id, &sid, "crawled").await? else { return Ok(()) };
+        let crawled: DocsCrawled = serde_json::from_slice(&bytes).map_err(internal)?;
         record.state = DocsState::Updating;
-        record.error = None;
         record.since = now();
         self.save_record(&tenant.id, &record).await?;
-        // The working directory: what a killed update left, or the pages as stored.
+        // The working directory: what a killed indexing left, or the pages as stored; then
+        // the crawl's changes over it.
         let d = SourceDir::new(self.inner.work.join(&tenant.id).join(&sid));
         let before = self.restore(&tenant.id, &sid, &d, &record.source).await?;
-        // The runs' network rules: the site's host and port only, through the proxy.
-        let Origin::Site { url, .. } = &record.source.origin else {
-            return Err(DocsError::BadRequest("a team server crawls docs sites only".into()));
-        };
-        let url = url::Url::parse(url).map_err(|e| DocsError::BadRequest(e.to_string()))?;
-        let host = url.host_str().unwrap_or_default();
-        let allow = format!("{host}:{}", url.port_or_known_default().unwrap_or(443));
-        let allow = caret_sandbox::netproxy::AllowList::parse(&[allow]).map_err(DocsError::BadRequest)?;
-        let socket =
-            std::env::temp_dir().join(format!("caret-docs-{}.sock", caret_crypto::random_id().map_err(internal)?));
-        let proxy = caret_sandbox::netproxy::Proxy::start(&socket, allow).map_err(internal)?;
-        let entrance = caret_sandbox::netproxy::Entrance::open(&proxy).map_err(internal)?;
+        let after: State = serde_json::from_str(&crawled.state).map_err(internal)?;
+        let pages = unpack_pages(&crawled.pages, MAX_UNPACKED).map_err(DocsError::Internal)?;
+        let had = d.state().map_err(internal)?;
+        for page in had.pages.values().filter(|p| !after.pages.values().any(|a| a.file == p.file)) {
+            d.remove_page(&page.file);
+        }
+        for (file, text) in &pages {
+            if !safe_file(file) || !after.pages.values().any(|p| &p.file == file) {
+                return Err(DocsError::Internal(format!("the crawl sent a page {file:?} its state does not name")));
+            }
+            d.write_page(file, text).map_err(internal)?;
+        }
+        d.save_state(&after).map_err(internal)?;
         // Index: the tenant's own, in a workspace keyed for this source.
         let key = self.source_key(&tenant.id, name);
         let ws =
@@ -353,49 +423,33 @@ impl TeamDocs {
         );
         let embed = self.inner.service.model_id().is_some();
         let index = Index::open(&self.inner.config, transport, embed).map_err(internal)?;
-        // Progress, written every few seconds as the update's sign of life.
-        let so_far = Arc::new(Mutex::new(Counts::default()));
+        // A sign of life every few seconds, so that no other replica starts it again.
         let beat = {
-            let (me, tenant, so_far, mut record) = (self.clone(), tenant.id.clone(), so_far.clone(), record.clone());
+            let (me, tenant, mut record) = (self.clone(), tenant.id.clone(), record.clone());
             tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(BEAT).await;
-                    record.last = so_far.lock().unwrap_or_else(PoisonError::into_inner).clone();
                     record.since = now();
                     let _ = me.save_record(&tenant, &record).await;
                 }
             })
         };
-        let mut progress = |c: &Counts| {
-            *so_far.lock().unwrap_or_else(PoisonError::into_inner) = c.clone();
-            if stop.load(Ordering::Relaxed) { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
-        };
-        let updated = update_in(&d, &record.source, &index, ws, Some(entrance.url()), &mut progress).await;
+        let indexed = index_all(&index, &ws).await;
         beat.abort();
-        drop(entrance);
-        drop(proxy);
         if stop.load(Ordering::Relaxed) {
             let _ = std::fs::remove_dir_all(&d.root);
             return Ok(());
         }
-        // Whatever the crawl kept is what the index now holds: seal it, then the record.
-        let state = d.state().map_err(internal)?;
-        self.seal_pages(&tenant.id, &sid, &d, &before, &state).await?;
+        indexed.map_err(|e| DocsError::Internal(format!("{e:#}")))?;
+        self.seal_pages(&tenant.id, &sid, &d, &before, &after).await?;
         let _ = std::fs::remove_dir_all(&d.root);
+        let _ = self.store().delete(&Self::object(&tenant.id, &sid, "crawled")).await;
         let Some(mut record) = self.record(&tenant.id, name).await? else { return Ok(()) };
-        record.pages = state.pages.len() as u64;
+        record.pages = after.pages.len() as u64;
         record.since = now();
-        match updated {
-            Ok(u) => {
-                record.state = DocsState::Ready;
-                record.last = u.counts;
-                record.updated_at = Some(now());
-            }
-            Err(e) => {
-                record.state = DocsState::Failed;
-                record.error = Some(format!("{e:#}"));
-            }
-        }
+        record.state = DocsState::Ready;
+        record.last = crawled.counts;
+        record.updated_at = Some(now());
         self.save_record(&tenant.id, &record).await
     }
 
@@ -476,7 +530,6 @@ impl TeamDocs {
             Origin::Site { url, prefix, .. } => (url.clone(), prefix.clone()),
             Origin::Folder { path } => (path.display().to_string(), String::new()),
         };
-        let c = &record.last;
         DocsSource {
             name: record.source.name.clone(),
             url,
@@ -485,15 +538,7 @@ impl TeamDocs {
             state: record.state,
             pages: record.pages,
             updated_at: record.updated_at,
-            last: DocsCounts {
-                found: c.found,
-                fetched: c.fetched,
-                written: c.written,
-                unchanged: c.unchanged,
-                removed: c.removed,
-                skipped: c.skipped.clone(),
-                failed: c.failed.clone(),
-            },
+            last: record.last.clone(),
             error: record.error.clone(),
         }
     }
@@ -519,23 +564,47 @@ impl DocsLibrary for TeamDocs {
             source,
             state: DocsState::Queued,
             error: None,
-            last: Counts::default(),
+            last: DocsCounts::default(),
             pages: 0,
             updated_at: None,
             since: now(),
+            run: None,
         };
         self.save_record(&tenant.id, &record).await?;
-        self.start(tenant.clone(), req.name);
+        let record = self.crawl(tenant, &req.name, RunClass::Interactive).await?;
         Ok(Self::as_wire(&record))
     }
 
     async fn list(&self, tenant: &Tenant) -> Result<Vec<DocsSource>, DocsError> {
-        Ok(self.records(tenant).await?.iter().map(|(_, r)| Self::as_wire(r)).collect())
+        let mut out = Vec::new();
+        for (_, record) in self.records(tenant).await? {
+            let mut wire = Self::as_wire(&record);
+            // A crawl a worker has taken: updating, with the counts it last reported.
+            if record.state == DocsState::Queued
+                && let Some(id) = &record.run
+                && let Ok(run) = self.inner.runs.get(&tenant.id, id).await
+                && run.state == RunState::Running
+            {
+                wire.state = DocsState::Updating;
+                if let Some(counts) = self.inner.runs.docs_progress(&tenant.id, &run).await {
+                    wire.last = counts;
+                }
+            }
+            out.push(wire);
+        }
+        Ok(out)
     }
 
     async fn remove(&self, tenant: &Tenant, name: &str) -> Result<(), DocsError> {
-        if check_name(name).is_err() || self.record(&tenant.id, name).await?.is_none() {
-            return Err(DocsError::NotFound(name.to_owned()));
+        let record = match check_name(name) {
+            Ok(()) => self.record(&tenant.id, name).await?,
+            Err(_) => None,
+        };
+        let Some(record) = record else { return Err(DocsError::NotFound(name.to_owned())) };
+        if let Some(run) = &record.run
+            && let Err(e) = self.inner.runs.cancel(&tenant.id, run).await
+        {
+            tracing::debug!(tenant = %tenant.id, "cancelling a removed docs source's crawl: {e}");
         }
         let running = self
             .inner
@@ -566,15 +635,16 @@ impl DocsLibrary for TeamDocs {
     async fn refresh(&self, tenant: &Tenant, name: &str) -> Result<DocsSource, DocsError> {
         let missing = || DocsError::NotFound(name.to_owned());
         check_name(name).map_err(|_| missing())?;
-        let mut record = self.record(&tenant.id, name).await?.ok_or_else(missing)?;
+        let record = self.record(&tenant.id, name).await?.ok_or_else(missing)?;
         let alive = now().saturating_sub(record.since) <= STALE.as_secs();
-        if self.is_running(&tenant.id, name) || (record.state == DocsState::Updating && alive) {
+        let crawling = match &record.run {
+            Some(id) => self.inner.runs.get(&tenant.id, id).await.is_ok_and(|r| !r.state.is_final()),
+            None => false,
+        };
+        if crawling || self.is_running(&tenant.id, name) || (record.state == DocsState::Updating && alive) {
             return Err(DocsError::Conflict(format!("{name} is being updated; its crawl goes on")));
         }
-        record.state = DocsState::Queued;
-        record.since = now();
-        self.save_record(&tenant.id, &record).await?;
-        self.start(tenant.clone(), name.to_owned());
+        let record = self.crawl(tenant, name, RunClass::Interactive).await?;
         Ok(Self::as_wire(&record))
     }
 
@@ -630,6 +700,44 @@ impl DocsLibrary for TeamDocs {
         hits.sort_by(|a, b| b.score.total_cmp(&a.score));
         hits.truncate(req.k as usize);
         Ok(hits)
+    }
+}
+
+#[async_trait::async_trait]
+impl DocsCrawls for TeamDocs {
+    async fn ended(
+        &self,
+        tenant_id: &str,
+        run: &str,
+        job: &DocsCrawl,
+        state: RunState,
+        reason: Option<&str>,
+        crawled: Option<DocsCrawled>,
+    ) -> Result<(), String> {
+        let name = &job.source;
+        let Some(mut record) = self.record(tenant_id, name).await.map_err(|e| e.to_string())? else { return Ok(()) };
+        if record.run.as_deref() != Some(run) {
+            // Removed and added again, or crawled again since: not this source's crawl now.
+            return Ok(());
+        }
+        let Some(crawled) = crawled.filter(|_| state == RunState::Succeeded) else {
+            self.fail(tenant_id, name, reason.unwrap_or("the crawl ended without its pages")).await;
+            return Ok(());
+        };
+        // Kept (sealed) before the worker hears that it may go: a replica lost while indexing
+        // leaves it for another to index.
+        let sid = self.sid(tenant_id, name);
+        let json = serde_json::to_vec(&crawled).map_err(|e| e.to_string())?;
+        self.put_sealed(tenant_id, &sid, "crawled", &json).await.map_err(|e| e.to_string())?;
+        record.state = DocsState::Updating;
+        record.last = crawled.counts;
+        record.since = now();
+        self.save_record(tenant_id, &record).await.map_err(|e| e.to_string())?;
+        let tenants = self.inner.service.db().tenants().await.map_err(|e| e.to_string())?;
+        if let Some(tenant) = tenants.into_iter().find(|t| t.id == tenant_id) {
+            self.ingest(tenant, name.clone());
+        }
+        Ok(())
     }
 }
 

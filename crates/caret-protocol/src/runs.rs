@@ -464,6 +464,11 @@ pub enum RunStatus {
         /// What happened, in words.
         status: String,
     },
+    /// A docs crawl's counts so far.
+    DocsProgress {
+        /// What it has counted.
+        counts: crate::docs::DocsCounts,
+    },
     /// The run's attempt gave up for a reason outside the agent (a worker lost, say); another
     /// attempt follows if any are left.
     AttemptLost {
@@ -659,6 +664,40 @@ pub struct Lease {
     /// the attempt's spans continue that trace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// A documentation crawl instead of an agent: the worker crawls the site through an
+    /// allow-list proxy of its own and completes with the pages (the run's bundle holds the
+    /// source's page state, for conditional requests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub docs: Option<DocsCrawl>,
+}
+
+/// A team docs source's crawl, run by a worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DocsCrawl {
+    /// The source's name (for the worker's logs).
+    pub source: String,
+    /// Where the crawl starts.
+    pub url: String,
+    /// Only URLs starting with this are pages of the source.
+    pub prefix: String,
+    /// Links followed from the start, at most.
+    pub depth: u32,
+    /// Pages kept, at most.
+    pub max_pages: u64,
+    /// Requests a second, at most.
+    pub rate: f64,
+}
+
+/// What a docs crawl brings back (with its completion).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DocsCrawled {
+    /// The source's page state after the crawl (URLs, validators, hashes, headings), JSON.
+    pub state: String,
+    /// The crawl's counts.
+    pub counts: crate::docs::DocsCounts,
+    /// The pages new or changed since the state the crawl started from: a JSON object of page
+    /// file → Markdown, gzipped, base64.
+    pub pages: String,
 }
 
 /// A run's work so far, saved after each agent step so that another attempt can continue it.
@@ -738,6 +777,9 @@ pub struct Completion {
     pub retry: bool,
     /// The result (also for a failed run: what it had done).
     pub result: Option<RunResult>,
+    /// A docs crawl's pages and state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub docs: Option<DocsCrawled>,
 }
 
 /// The workers the server has heard from, for operators (`GET /v1/fleet`).

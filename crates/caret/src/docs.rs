@@ -13,7 +13,7 @@ use caret_host::config::Config;
 use caret_host::remote::Api;
 use caret_host::runtime::runtime;
 use caret_host::units::thousands;
-use caret_protocol::docs::{AddDocsSource, DocsSearch, DocsSource};
+use caret_protocol::docs::{AddDocsSource, DocsSearch, DocsSource, DocsState};
 
 use crate::sync::RemoteArgs;
 
@@ -128,7 +128,18 @@ async fn team(api: &Api, cmd: DocsCommand) -> anyhow::Result<ExitCode> {
             format!("{} found, {} fetched, {} written, {} unchanged", c.found, c.fetched, c.written, c.unchanged);
         format!("{}  {}  {} pages, {:?}{error} ({counts})", s.name, s.url, thousands(s.pages), s.state)
     };
-    let mut follow = |s: &DocsSource| eprintln!("{}", line(s));
+    // Each change once; a crawl no worker has taken says what it waits for.
+    let mut said = String::new();
+    let mut follow = |s: &DocsSource| {
+        let mut now = line(s);
+        if s.state == DocsState::Queued {
+            now.push_str(" — waiting for a worker (`caret worker --server URL`, or `caret serve --workers N`)");
+        }
+        if now != said {
+            eprintln!("{now}");
+            said = now;
+        }
+    };
     let done = match cmd {
         DocsCommand::Add(a) => {
             let max_pages = u32::try_from(a.max_pages).ok();

@@ -372,6 +372,9 @@ fn print_event(e: &NumberedEvent, json: bool) {
         }
         RunEvent::Run(RunStatus::AttemptLost { attempt, reason }) => format!("── attempt {attempt} lost: {reason}"),
         RunEvent::Run(RunStatus::McpServer { name, status, .. }) => format!("── MCP server {name}: {status}"),
+        RunEvent::Run(RunStatus::DocsProgress { counts: c }) => {
+            format!("── {} found, {} fetched, {} written, {} unchanged", c.found, c.fetched, c.written, c.unchanged)
+        }
         RunEvent::Run(RunStatus::RunFinished { state, reason }) => {
             format!("── {}{}", state.as_str(), reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())
         }

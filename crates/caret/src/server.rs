@@ -143,7 +143,7 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
         });
         let runs = Arc::new(caret_host::runs::open_service(&config, &service, serve.gateway.clone()).await?);
         serve.runs = Some(runs.clone());
-        let docs = caret_host::team_docs::TeamDocs::open(&config, service.clone(), &runs);
+        let docs = caret_host::team_docs::TeamDocs::open(&config, service.clone(), runs.clone());
         let _docs_upkeep = docs.spawn_upkeep(std::time::Duration::from_secs(60));
         serve.docs = Some(Arc::new(docs));
         let _upkeep = caret_host::runs::spawn_upkeep(runs.clone());

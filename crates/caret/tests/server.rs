@@ -2506,6 +2506,17 @@ fn docs_sources_on_a_team_server_are_the_tenants_own() {
     for (name, storage) in backends() {
         let server = Server::start(&storage, &[]);
         let (alice, bob) = (server.tenant("alice"), server.tenant("bob"));
+        // Crawls run on the workers: one on "another machine", its own home.
+        let operator = server.admin(&["admin", "operator-token", "create"]);
+        let worker_home = TempDir::new();
+        let _worker = caret_test_support::ChildGuard(
+            Command::new(CARET)
+                .args(["worker", "--server", &server.url, "--token", &operator, "--slots", "2"])
+                .env("CARET_HOME", worker_home.path())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
         let member = Client::new();
         let docs = |token: &str, args: &[&str]| -> Output {
             let mut full = vec!["docs", "--server", &server.url, "--token", token];
@@ -2520,6 +2531,21 @@ fn docs_sources_on_a_team_server_are_the_tenants_own() {
         let ls: Value = serde_json::from_slice(&docs(&alice, &["ls", "--json"]).stdout).unwrap();
         let pages = ls[0]["pages"].as_u64().unwrap();
         assert!(pages > 40 && ls[0]["state"] == "ready" && ls[0]["last"]["written"] == pages, "{name}: {ls}");
+        // The crawl was a run the worker took, not the server's own work.
+        let h = http();
+        let runs: Value = h.get(format!("{}/v1/runs", server.url)).bearer_auth(&alice).send().unwrap().json().unwrap();
+        let crawl = &runs["runs"][0];
+        assert!(crawl["task"] == "crawl the docs source sqlite" && crawl["state"] == "succeeded", "{name}: {runs}");
+        let events: Value = h
+            .get(format!("{}/v1/runs/{}/events?follow=false", server.url, crawl["id"].as_str().unwrap()))
+            .bearer_auth(&alice)
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        let started = events.as_array().unwrap().iter().find(|e| e["event"]["type"] == "run_started");
+        let worker = started.and_then(|e| e["event"]["worker"].as_str());
+        assert!(worker.is_some_and(|w| w.ends_with(&format!("-{}", _worker.0.id()))), "{name}: {events}");
 
         let search = |token: &str, q: &str, extra: &[&str]| -> (bool, Value) {
             let mut args = vec!["search", q, "--json", "-k", "3"];
@@ -2543,7 +2569,6 @@ fn docs_sources_on_a_team_server_are_the_tenants_own() {
         assert!(!found && hits == json!([]), "{name}: {hits}");
         let (found, said) = search(&bob, "LIMIT", &["--name", "sqlite"]);
         assert!(!found && said.as_str().unwrap().contains("docs source sqlite not found"), "{name}: {said}");
-        let h = http();
         let gone = |token: &str, what: &str| {
             let r = h.delete(format!("{}/v1/docs/sources/{what}", server.url)).bearer_auth(token).send().unwrap();
             (r.status().as_u16(), r.text().unwrap().replace(what, "NAME"))
