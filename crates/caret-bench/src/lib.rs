@@ -13,6 +13,7 @@ pub mod search;
 pub mod soak;
 pub mod sync;
 pub mod tab;
+mod tab_session;
 pub mod team;
 
 use std::io::Read as _;
@@ -121,6 +122,11 @@ pub enum BenchCommand {
         /// file's end), and without one.
         #[arg(long, value_name = "PAUSE_SECONDS")]
         cold: Option<f64>,
+        /// With --cold: a plain LSP client's session instead (no `caret/focus`, as Neovim or
+        /// Helix): the 16 source files of this folder of 20–150 lines (first by path) opened
+        /// one after another and kept open, each asked at its middle line PAUSE after opening.
+        #[arg(long, value_name = "DIR", requires = "cold")]
+        session: Option<PathBuf>,
     },
     /// Model merge of a lazy edit into a ~300-line file with the same local model, plain
     /// decoding vs speculative edits (the file as the draft): tokens/s, speed-up, draft
@@ -298,7 +304,7 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
             }
             bench_embed(&config, &path, chunks, threads, dump.as_deref())
         }
-        BenchCommand::Tab { model, file, lines, threads, budget, suffix_share, template, cold } => {
+        BenchCommand::Tab { model, file, lines, threads, budget, suffix_share, template, cold, session } => {
             let lines = match lines {
                 Some(l) => {
                     let (a, b) = l.split_once('-').with_context(|| format!("--lines FIRST-LAST, not {l:?}"))?;
@@ -311,7 +317,8 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
                 "--file needs --lines (the lines typed back), or --cold"
             );
             let cold = cold.map(std::time::Duration::from_secs_f64);
-            let bench = crate::tab::TabBench { model, file, lines, threads, budget, suffix_share, template, cold };
+            let bench =
+                crate::tab::TabBench { model, file, lines, threads, budget, suffix_share, template, cold, session };
             crate::tab::run(config, bench)
         }
         BenchCommand::Merge { model, file, edit, expected, threads, exact, flash_attention, key_cache } => {

@@ -45,6 +45,8 @@ pub struct TabBench {
     pub template: Option<String>,
     /// The cold-file case with this pause instead of the typing replay.
     pub cold: Option<Duration>,
+    /// With `cold`: a plain client's session over this folder's files instead.
+    pub session: Option<PathBuf>,
 }
 
 use crate::search::percentile;
@@ -91,6 +93,9 @@ pub fn run(config: &Config, args: TabBench) -> anyhow::Result<ExitCode> {
     };
     let mut completer = Completer::new(source, "tab".to_owned(), budget);
     completer.set_local(true);
+    if let (Some(pause), Some(dir)) = (args.cold, &args.session) {
+        return crate::tab_session::session(&completer, &local, dir, pause);
+    }
     if let Some(pause) = args.cold {
         return cold(&completer, &local, &name, &text, pause, args.budget);
     }
@@ -305,7 +310,7 @@ enum Warm {
 }
 
 /// A one-token request for an unrelated prompt: the cache then holds none of the file.
-async fn flush(local: &LlamaProvider) -> anyhow::Result<()> {
+pub(crate) async fn flush(local: &LlamaProvider) -> anyhow::Result<()> {
     use futures::StreamExt as _;
     let req = caret_protocol::llm::CompletionRequest::greedy("local", "# scratch\n".to_owned(), 1);
     let mut events = local.complete(req).await?;

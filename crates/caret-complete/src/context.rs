@@ -121,14 +121,21 @@ pub fn assemble(
         }
     }
     let prefix_start = line_start - prefix_head.len();
-    // The enclosing scope's head, when the prefix does not reach it.
+    // The enclosing scope's head, when the prefix does not reach it: its share first, its
+    // place last — the other files' snippets are the same for every cursor in the file (see
+    // `crate::neighbours`), so before it they make a prompt head that stays cached.
+    let mut scope = false;
     if let Some(head) = scope_head(before, line_start)
         && head.0 < prefix_start
     {
         add(Snippet { path: path.unwrap_or("untitled").to_owned(), text: head.1.to_owned() }, &mut snippet_used);
+        scope = snippet_used > 0;
     }
     for s in snippets {
         add(s.clone(), &mut snippet_used);
+    }
+    if scope {
+        kept.rotate_left(1);
     }
     let suffix_tail = take_lines_forward(&after[line_end..], suffix_budget, count);
     Context {

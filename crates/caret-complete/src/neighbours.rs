@@ -2,9 +2,15 @@
 //!
 //! What the user is writing usually resembles something in a file they have open (the
 //! function being called, the test beside the code, the sibling module). Each candidate file
-//! is cut into overlapping windows of lines; a window scores the Jaccard similarity of its
-//! identifiers with the identifiers of the lines just above the cursor; each file gives its
-//! best window, and the best files' windows are the snippets, most similar first.
+//! is cut into overlapping windows of lines; a window scores the similarity of its
+//! identifiers with the current file's (their overlap over the geometric mean of the two
+//! sets' sizes); each file gives its best window, and the best files' windows are the
+//! snippets, most similar first.
+//!
+//! The query is the whole file, not the lines around the cursor: the snippets open the prompt,
+//! so picked per cursor they would change the prompt's head wherever the cursor goes, and no
+//! cached prompt (a warm-up's, the last suggestion's) would serve a cursor elsewhere in the
+//! file. Picked per file, one warm-up serves every cursor in it.
 
 use std::collections::HashSet;
 
@@ -22,8 +28,6 @@ pub struct Neighbour<'a> {
 /// How snippets are picked.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Picking {
-    /// Lines above the cursor (its own included) whose identifiers make the query.
-    pub query_lines: usize,
     /// Lines per window.
     pub window: usize,
     /// Lines between window starts.
@@ -36,7 +40,7 @@ pub struct Picking {
 
 impl Default for Picking {
     fn default() -> Picking {
-        Picking { query_lines: 20, window: 20, step: 10, threshold: 0.12, max: 3 }
+        Picking { window: 20, step: 10, threshold: 0.2, max: 3 }
     }
 }
 
@@ -48,28 +52,18 @@ fn identifiers(text: &str) -> HashSet<&str> {
         .collect()
 }
 
-fn jaccard(a: &HashSet<&str>, b: &HashSet<&str>) -> f32 {
+/// The overlap of two sets over the geometric mean of their sizes (Ochiai): a window the file
+/// shares most of its names with scores high however large the file is.
+fn similarity(a: &HashSet<&str>, b: &HashSet<&str>) -> f32 {
     let inter = a.iter().filter(|w| b.contains(*w)).count();
-    let union = a.len() + b.len() - inter;
-    if union == 0 { 0.0 } else { inter as f32 / union as f32 }
+    let norm = ((a.len() * b.len()) as f32).sqrt();
+    if norm == 0.0 { 0.0 } else { inter as f32 / norm }
 }
 
-/// The snippets for a cursor at byte `cursor` of `text`, from `neighbours` (the current file
-/// excluded by the caller), best first.
-pub fn pick(text: &str, cursor: usize, neighbours: &[Neighbour<'_>], how: Picking) -> Vec<Snippet> {
-    let cursor = crate::plan::floor_boundary(text, cursor);
-    let before = &text[..cursor];
-    let mut start = before.len();
-    for _ in 0..how.query_lines.max(1) {
-        match before[..start].rfind('\n') {
-            Some(i) => start = i,
-            None => {
-                start = 0;
-                break;
-            }
-        }
-    }
-    let query = identifiers(&before[start..]);
+/// The snippets for the file `text` (the same wherever the cursor is in it), from
+/// `neighbours` (the current file excluded by the caller), best first.
+pub fn pick(text: &str, neighbours: &[Neighbour<'_>], how: Picking) -> Vec<Snippet> {
+    let query = identifiers(text);
     if query.is_empty() {
         return Vec::new();
     }
@@ -80,7 +74,7 @@ pub fn pick(text: &str, cursor: usize, neighbours: &[Neighbour<'_>], how: Pickin
         let mut at = 0;
         while at < lines.len() {
             let end = (at + how.window).min(lines.len());
-            let score = jaccard(&query, &identifiers(&lines[at..end].concat()));
+            let score = similarity(&query, &identifiers(&lines[at..end].concat()));
             if best.is_none_or(|(s, _)| score > s) {
                 best = Some((score, at));
             }

@@ -124,6 +124,16 @@ impl History {
     pub fn last(&self) -> Option<&Edit> {
         self.edits.back()
     }
+
+    /// The edit a [`History::settle`] now would record, without recording it (so that asking
+    /// often, as inline completion does on every keystroke, does not cut a word's edit into
+    /// its keystrokes); the last recorded one when the text is as settled.
+    pub fn peek(&self, path: &str, text: &str) -> Option<Edit> {
+        match self.settled.get(path).and_then(|before| diff(path, before, text)) {
+            Some(edit) => Some(edit),
+            None => self.last().cloned(),
+        }
+    }
 }
 
 fn is_word(c: char) -> bool {

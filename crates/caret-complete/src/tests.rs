@@ -196,6 +196,12 @@ fn context_fits_the_budget_at_line_boundaries() {
     assert!(text[..cursor].ends_with(&c.prefix) && text[cursor..].starts_with(&c.suffix));
     // The enclosing scope's head, out of the prefix's reach, comes as a snippet.
     assert_eq!(c.snippets[0].text, "  def method(self):");
+    // Other files' snippets first, the scope's head last: the prompt's head is the same for
+    // every cursor in the file.
+    let other = [Snippet { path: "other.py".into(), text: "x = compute(1)\n".into() }];
+    let with = assemble(&text, cursor, Some("big.py"), &other, budget, &approx_tokens);
+    let paths: Vec<&str> = with.snippets.iter().map(|s| s.path.as_str()).collect();
+    assert_eq!(paths, ["other.py", "big.py"]);
     // With a big budget the whole file and no scope snippet.
     let all =
         assemble(&text, cursor, Some("big.py"), &[], Budget { tokens: 100_000, ..Budget::default() }, &approx_tokens);
@@ -234,15 +240,18 @@ fn neighbours_give_their_most_similar_window() {
     shapes.push_str("class Rectangle:\n    def __init__(self, width, height):\n        self.width = width\n        self.height = height\n\n    def area(self):\n        return self.width * self.height\n\n    def perimeter(self):\n        return 2 * (self.width + self.height)\n");
     let log = "import logging\nlogger = logging.getLogger(__name__)\n";
     let neighbours = [Neighbour { path: "log.py", text: log }, Neighbour { path: "shapes.py", text: &shapes }];
-    let got = pick(text, text.len(), &neighbours, Picking::default());
+    let got = pick(text, &neighbours, Picking::default());
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0].path, "shapes.py");
     assert!(got[0].text.contains("class Rectangle:") && got[0].text.contains("def area(self):"), "{}", got[0].text);
     assert!(!got[0].text.contains("CONSTANT_0 "), "the best window, not the file's head");
-    // At most `max`, most similar first; nothing without identifiers near the cursor.
+    // At most `max`, most similar first; nothing for a file without identifiers.
     let two = [Neighbour { path: "a.py", text: &shapes }, Neighbour { path: "b.py", text: &shapes }];
-    assert_eq!(pick(text, text.len(), &two, Picking { max: 1, ..Picking::default() })[0].path, "a.py");
-    assert!(pick("\n\n", 2, &neighbours, Picking::default()).is_empty());
+    assert_eq!(pick(text, &two, Picking { max: 1, ..Picking::default() })[0].path, "a.py");
+    assert!(pick("\n\n", &neighbours, Picking::default()).is_empty());
+    // The same wherever the cursor is: the file is the query (a longer file, the same pick).
+    let longer = format!("{text}width\n\nimport os\nprint(os.getcwd())\n");
+    assert_eq!(pick(&longer, &neighbours, Picking::default()), got);
 }
 
 #[test]

@@ -44,7 +44,10 @@ pub struct Doc {
 /// What neighbour snippets depend on: the other documents (each one's URI, length and last
 /// change) and the cursor's region (16-line bands). Picking again only when it changes keeps
 /// the prompt's head stable between keystrokes, so KV reuse still prefills only what changed.
-type SnippetKey = (Vec<(String, usize, Instant)>, u64);
+/// How much a document may grow or shrink before its snippets are picked again.
+pub const REPICK_BYTES: usize = 4096;
+
+type SnippetKey = (Vec<(String, usize, Instant)>, usize);
 
 /// Documents open, and those closed recently (their last text still a source of snippets).
 #[derive(Default)]
@@ -81,8 +84,11 @@ impl Docs {
         }
     }
 
-    /// The document's text, its neighbour snippets for a cursor on `line`, and the debounce.
-    pub fn prepare(&mut self, uri: &str, line: u64, root: Option<&Path>) -> Option<(String, Vec<Snippet>, Duration)> {
+    /// The document's text, its neighbour snippets, and the debounce. The snippets are picked
+    /// for the file, not the cursor (see `caret_complete::neighbours`), and kept until another
+    /// document changes or this one grows or shrinks by [`REPICK_BYTES`]: a prompt's head stays
+    /// put while the user moves and types.
+    pub fn prepare(&mut self, uri: &str, root: Option<&Path>) -> Option<(String, Vec<Snippet>, Duration)> {
         // Other documents, most recently changed first.
         let mut others: Vec<(&str, &str, Instant)> = self
             .open
@@ -92,16 +98,16 @@ impl Docs {
             .chain(self.closed.iter().map(|(u, t, e)| (u.as_str(), t.as_str(), *e)))
             .collect();
         others.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(b.0)));
-        let key: SnippetKey = (others.iter().map(|(u, t, e)| ((*u).to_owned(), t.len(), *e)).collect(), line / 16);
         let doc = self.open.get(uri)?;
+        let key: SnippetKey =
+            (others.iter().map(|(u, t, e)| ((*u).to_owned(), t.len(), *e)).collect(), doc.text.len() / REPICK_BYTES);
         let snippets = match &doc.snippets {
             Some((k, s)) if *k == key => s.clone(),
             _ => {
                 let paths: Vec<String> = others.iter().map(|(u, _, _)| relative(u, root)).collect();
                 let neighbours: Vec<Neighbour<'_>> =
                     others.iter().zip(&paths).map(|((_, text, _), path)| Neighbour { path, text }).collect();
-                let cursor = offset_at(&doc.text, line, 0);
-                caret_complete::neighbours::pick(&doc.text, cursor, &neighbours, Picking::default())
+                caret_complete::neighbours::pick(&doc.text, &neighbours, Picking::default())
             }
         };
         let doc = self.open.get_mut(uri)?;

@@ -30,13 +30,13 @@ fn uris_round_trip_and_paths_are_shown_relative_to_the_workspace() {
 }
 
 #[test]
-fn other_documents_that_resemble_the_code_at_the_cursor_go_along_and_closed_ones_still_count() {
+fn other_documents_that_resemble_the_file_go_along_and_closed_ones_still_count() {
     let mut docs = Docs::default();
     let floor = Duration::from_millis(25);
     docs.open("file:///w/cart.py", "def total(items):\n    return sum(i.price for i in items)\n", floor);
     docs.open("file:///w/colors.css", "body { color: red; }\n", floor);
     docs.open("file:///w/main.py", "from cart import total\nitems = load_items()\nprint(total(items))\n", floor);
-    let (text, snippets, wait) = docs.prepare("file:///w/main.py", 3, Some(Path::new("/w"))).unwrap();
+    let (text, snippets, wait) = docs.prepare("file:///w/main.py", Some(Path::new("/w"))).unwrap();
     assert!(text.starts_with("from cart import total"));
     assert!(wait >= floor);
     let paths: Vec<&str> = snippets.iter().map(|s| s.path.as_str()).collect();
@@ -45,9 +45,9 @@ fn other_documents_that_resemble_the_code_at_the_cursor_go_along_and_closed_ones
     // Closed, its last text is still a source.
     docs.close("file:///w/cart.py");
     assert!(!docs.open.contains_key("file:///w/cart.py"));
-    let (_, snippets, _) = docs.prepare("file:///w/main.py", 3, Some(Path::new("/w"))).unwrap();
+    let (_, snippets, _) = docs.prepare("file:///w/main.py", Some(Path::new("/w"))).unwrap();
     assert!(snippets.iter().any(|s| s.path == "cart.py"), "{snippets:?}");
-    assert!(docs.prepare("file:///w/cart.py", 0, None).is_none(), "a closed document is not open");
+    assert!(docs.prepare("file:///w/cart.py", None).is_none(), "a closed document is not open");
 }
 
 #[test]

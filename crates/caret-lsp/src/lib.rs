@@ -19,7 +19,10 @@
 //! recent ones, possibly away from the cursor (`{textDocument, range, newText, reason}` or
 //! `null`): the edits since the document last settled are diffed into one, and
 //! `caret_complete::next_edit` finds where it repeats. An editor shows it as a jump target
-//! (Tab jumps there, Tab again applies `newText` to `range`, Esc dismisses).
+//! (Tab jumps there, Tab again applies `newText` to `range`, Esc dismisses). A document's
+//! changes settle into one recent edit when it goes quiet (or when `caret/nextEdit` asks);
+//! when the next edit lies at the cursor, an inline completion request gets it as its item
+//! (`range` + `insertText`), so editors that know only inline completion have it as Tab.
 //!
 //! This crate owns the protocol side only: suggestions come from `caret_host::completer`,
 //! documents from `caret_host::documents`, search from `caret_host::search`. It never
@@ -122,11 +125,7 @@ async fn warm_later(server: &Arc<Server>, uri: &str, at: usize, quiet: Duration)
     let task = tokio::spawn(async move {
         tokio::time::sleep(quiet).await;
         let root = srv.root.lock().await.clone();
-        let found = {
-            let mut docs = srv.docs.lock().await;
-            let line = docs.open.get(&doc).map(|d| d.text[..at.min(d.text.len())].matches('\n').count() as u64);
-            line.and_then(|line| docs.prepare(&doc, line, root.as_deref()))
-        };
+        let found = srv.docs.lock().await.prepare(&doc, root.as_deref());
         {
             let mut warming = srv.warming.lock().await;
             if warming.get(&doc).is_some_and(|h| h.id() == tokio::task::id()) {
@@ -139,6 +138,32 @@ async fn warm_later(server: &Arc<Server>, uri: &str, at: usize, quiet: Duration)
         }
     });
     if let Some(old) = warming.insert(uri.to_owned(), task.abort_handle()) {
+        old.abort();
+    }
+}
+
+/// How long a document must stay quiet before its changes settle into one recent edit (for
+/// editors that never ask `caret/nextEdit`, which settles them itself): a word typed with
+/// shorter pauses stays one edit.
+const SETTLE_QUIET: Duration = Duration::from_millis(750);
+
+/// Settles document `uri`'s changes into the recent edits once it has been quiet for
+/// [`SETTLE_QUIET`]; a later change replaces it.
+async fn settle_later(server: &Arc<Server>, uri: &str) {
+    let (srv, doc) = (server.clone(), uri.to_owned());
+    let mut settling = server.settling.lock().await;
+    let task = tokio::spawn(async move {
+        tokio::time::sleep(SETTLE_QUIET).await;
+        let text = srv.docs.lock().await.open.get(&doc).map(|d| d.text.clone());
+        if let Some(text) = text {
+            srv.history.lock().await.settle(&doc, &text);
+        }
+        let mut settling = srv.settling.lock().await;
+        if settling.get(&doc).is_some_and(|h| h.id() == tokio::task::id()) {
+            settling.remove(&doc);
+        }
+    });
+    if let Some(old) = settling.insert(uri.to_owned(), task.abort_handle()) {
         old.abort();
     }
 }
@@ -156,6 +181,8 @@ struct Server {
     flight: Mutex<HashMap<String, (String, tokio::task::AbortHandle)>>,
     /// Warm-ups waiting for a quiet moment: document → task.
     warming: Mutex<HashMap<String, tokio::task::AbortHandle>>,
+    /// Recent edits waiting for a quiet moment to settle: document → task.
+    settling: Mutex<HashMap<String, tokio::task::AbortHandle>>,
     completer: Mutex<Option<Arc<Completer>>>,
     /// The open documents' recent edits, for `caret/nextEdit`.
     history: Mutex<caret_complete::next_edit::History>,
@@ -205,6 +232,7 @@ pub fn run(config: &Config, args: LspArgs) -> anyhow::Result<ExitCode> {
         docs: Mutex::new(Docs::default()),
         flight: Mutex::new(HashMap::new()),
         warming: Mutex::new(HashMap::new()),
+        settling: Mutex::new(HashMap::new()),
         completer: Mutex::new(None),
         history: Mutex::default(),
         debounce: Mutex::new(Duration::from_millis(25)),
@@ -241,7 +269,7 @@ pub fn run(config: &Config, args: LspArgs) -> anyhow::Result<ExitCode> {
                                 "textDocumentSync": {"openClose": true, "change": 2},
                                 "inlineCompletionProvider": {},
                                 "completionProvider": {"resolveProvider": false},
-                                "executeCommandProvider": {"commands": ["caret.search", "caret.apply", "caret.tabAccepted"]},
+                                "executeCommandProvider": {"commands": ["caret.search", "caret.apply", "caret.tabAccepted", "caret.nextEditAccepted"]},
                                 "experimental": {"caretNextEdit": true},
                             }, "serverInfo": {"name": "caret", "version": env!("CARGO_PKG_VERSION"), "model": model}})
                         }
@@ -284,6 +312,7 @@ pub fn run(config: &Config, args: LspArgs) -> anyhow::Result<ExitCode> {
                     drop(docs);
                     if let Some(at) = cursor {
                         warm_later(&server, &uri, at, WARM_QUIET).await;
+                        settle_later(&server, &uri).await;
                     }
                 }
                 // The editor's cursor moved (sent by Caret's own extensions): a suggestion
@@ -397,8 +426,12 @@ async fn suggest(server: &Arc<Server>, id: Value, inline: bool, params: &Value) 
     let (line, character) =
         (params["position"]["line"].as_u64().unwrap_or(0), params["position"]["character"].as_u64().unwrap_or(0));
     let empty = if inline { json!({"items": []}) } else { json!({"isIncomplete": true, "items": []}) };
+    if inline && let Some(item) = next_edit_at(server, &uri, line, character).await {
+        let _ = server.out.send(json!({"jsonrpc": "2.0", "id": id, "result": {"items": [item]}}));
+        return;
+    }
     let root = server.root.lock().await.clone();
-    let found = server.docs.lock().await.prepare(&uri, line, root.as_deref());
+    let found = server.docs.lock().await.prepare(&uri, root.as_deref());
     let completer = server.completer.lock().await.clone();
     let (Some((text, snippets, debounce)), Some(completer)) = (found, completer) else {
         let _ = server.out.send(json!({"jsonrpc": "2.0", "id": id, "result": empty}));
@@ -507,8 +540,12 @@ fn root_of(params: &Value) -> Option<PathBuf> {
 /// `$/cancelRequest` aborts it. `null` when nothing is predicted.
 async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
     use caret_complete::next_edit::{self as ne, candidates};
+    let asked = Instant::now();
     let uri = params["textDocument"]["uri"].as_str().unwrap_or("").to_owned();
-    let send = |srv: &Server, id: &Value, result: Value| {
+    let send = move |srv: &Server, id: &Value, result: Value| {
+        if let Some(r) = srv.usage.as_ref().filter(|_| !result.is_null()) {
+            r.next_edit_shown(asked.elapsed().as_secs_f64() * 1e3);
+        }
         let _ = srv.out.send(json!({"jsonrpc": "2.0", "id": id, "result": result}));
     };
     let Some(text) = server.docs.lock().await.open.get(&uri).map(|d| d.text.clone()) else {
@@ -555,6 +592,24 @@ async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
     flight.insert(flight_key, (doc, task.abort_handle()));
 }
 
+/// The next edit, as an inline completion item, when it is at the cursor (its range on the
+/// cursor's line and around it): an editor that knows no `caret/nextEdit` gets it as Tab.
+/// Deterministic candidates only; the edits are peeked, not settled.
+async fn next_edit_at(server: &Server, uri: &str, line: u64, character: u64) -> Option<Value> {
+    let text = server.docs.lock().await.open.get(uri).map(|d| d.text.clone())?;
+    let cursor = offset_at(&text, line, character);
+    let last = server.history.lock().await.peek(uri, &text)?;
+    let line_start = text[..cursor].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[cursor..].find('\n').map_or(text.len(), |i| cursor + i);
+    let p = caret_complete::next_edit::candidates(&last, uri, &text, cursor)
+        .into_iter()
+        .find(|p| p.start >= line_start && p.end <= line_end && p.start <= cursor && cursor <= p.end)?;
+    Some(json!({
+        "insertText": p.replacement,
+        "range": {"start": position_of(&text, p.start), "end": position_of(&text, p.end)},
+    }))
+}
+
 /// A predicted edit as `caret/nextEdit` answers it.
 fn prediction_json(uri: &str, text: &str, p: &caret_complete::next_edit::Prediction) -> Value {
     json!({
@@ -598,6 +653,13 @@ async fn execute(server: &Server, params: &Value) -> anyhow::Result<Value> {
         "caret.tabAccepted" => {
             if let Some(r) = &server.usage {
                 r.accepted();
+            }
+            Ok(Value::Null)
+        }
+        // The editor applied a next edit.
+        "caret.nextEditAccepted" => {
+            if let Some(r) = &server.usage {
+                r.next_edit_accepted();
             }
             Ok(Value::Null)
         }

@@ -1,7 +1,7 @@
 //! Tab usage the editor reports when its user turned `[usage] share` on
 //! (`CARET_USAGE_SHARE=on`): suggestions shown, with the time from the request to the answer,
 //! and suggestions accepted (the editor runs the `caret.tabAccepted` command each suggestion
-//! carries). They go in batches to the team's server (`--server`, else `[sync] server`) every
+//! carries); next edits offered and applied (`caret.nextEditAccepted`). They go in batches to the team's server (`--server`, else `[sync] server`) every
 //! minute and at exit. Nothing is sent when sharing is off, without a server, or once the
 //! server answers that it does not collect usage.
 
@@ -68,6 +68,16 @@ impl Reporter {
     /// A suggestion was accepted.
     pub(crate) fn accepted(&self) {
         self.push(UsageEvent { event: "tab.accepted".to_owned(), ms: None });
+    }
+
+    /// A next edit was offered, `ms` after it was asked for.
+    pub(crate) fn next_edit_shown(&self, ms: f64) {
+        self.push(UsageEvent { event: "next_edit.shown".to_owned(), ms: Some(ms) });
+    }
+
+    /// A next edit was applied (the editor runs `caret.nextEditAccepted`).
+    pub(crate) fn next_edit_accepted(&self) {
+        self.push(UsageEvent { event: "next_edit.accepted".to_owned(), ms: None });
     }
 
     /// Sends what is pending, in reports of at most [`MAX_EVENTS`]; kept for the next try

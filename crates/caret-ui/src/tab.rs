@@ -32,6 +32,9 @@ pub struct Tab {
     /// Requests in flight: document → task.
     flight: Mutex<HashMap<String, tokio::task::AbortHandle>>,
     counts: std::sync::Mutex<BTreeMap<String, Counts>>,
+    /// Next edits shown, applied (Tab, Tab) and dropped (a keystroke or Esc): no model label,
+    /// as most come from the deterministic candidates.
+    next_edits: std::sync::Mutex<Counts>,
     /// The open files' recent edits, for the next edit.
     history: Mutex<caret_complete::next_edit::History>,
 }
@@ -91,6 +94,7 @@ impl Tab {
             docs: Mutex::new(Docs::default()),
             flight: Mutex::new(HashMap::new()),
             counts: std::sync::Mutex::new(BTreeMap::new()),
+            next_edits: std::sync::Mutex::default(),
             history: Mutex::default(),
         }
     }
@@ -148,8 +152,7 @@ impl Tab {
         let uri = path_to_uri(&self.root.join(path));
         let cursor = byte_offset(&text, cursor);
         self.update(&uri, &text).await;
-        let line = text[..cursor].matches('\n').count() as u64;
-        let Some((text, snippets, debounce)) = self.docs.lock().await.prepare(&uri, line, Some(&self.root)) else {
+        let Some((text, snippets, debounce)) = self.docs.lock().await.prepare(&uri, Some(&self.root)) else {
             return Outcome::Failed("the document is gone".to_owned());
         };
         let rel = relative(&uri, Some(&self.root));
@@ -199,8 +202,7 @@ impl Tab {
         let uri = path_to_uri(&self.root.join(path));
         let cursor = byte_offset(&text, cursor);
         self.update(&uri, &text).await;
-        let line = text[..cursor].matches('\n').count() as u64;
-        let Some((text, snippets, _)) = self.docs.lock().await.prepare(&uri, line, Some(&self.root)) else {
+        let Some((text, snippets, _)) = self.docs.lock().await.prepare(&uri, Some(&self.root)) else {
             return false;
         };
         let rel = relative(&uri, Some(&self.root));
@@ -210,6 +212,16 @@ impl Tab {
     /// The page's report on a suggestion: shown, accepted, partial (accepted word by word) or
     /// rejected (shown, then typed over or dismissed).
     pub fn feedback(&self, model: &str, event: &str) -> Result<(), String> {
+        if let Some(what) = event.strip_prefix("next_edit_") {
+            let mut c = self.next_edits.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            match what {
+                "shown" => c.shown += 1,
+                "accepted" => c.accepted += 1,
+                "rejected" => c.rejected += 1,
+                other => return Err(format!("unknown next-edit event {other:?}: shown, accepted or rejected")),
+            }
+            return Ok(());
+        }
         let model = if model.is_empty() { self.model().unwrap_or("none") } else { model };
         let mut counts = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // Only models this page uses get a series (a page cannot mint labels).
@@ -252,6 +264,19 @@ impl Tab {
             let rate = if c.shown == 0 { 0.0 } else { (c.accepted + c.partial) as f64 / c.shown as f64 };
             let _ = writeln!(out, "caret_tab_accept_rate{{model=\"{model}\"}} {rate}");
         }
+        let n = *self.next_edits.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (name, help, value) in [
+            ("caret_next_edit_shown_total", "Next edits shown (marked where they would go)", n.shown),
+            ("caret_next_edit_accepted_total", "Next edits applied with Tab", n.accepted),
+            ("caret_next_edit_rejected_total", "Next edits shown and dropped (typed over or Esc)", n.rejected),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}.\n# TYPE {name} counter\n{name} {value}");
+        }
+        let rate = if n.shown == 0 { 0.0 } else { n.accepted as f64 / n.shown as f64 };
+        let _ = writeln!(
+            out,
+            "# HELP caret_next_edit_accept_rate Next edits applied per next edit shown.\n# TYPE caret_next_edit_accept_rate gauge\ncaret_next_edit_accept_rate {rate}"
+        );
         out
     }
 }

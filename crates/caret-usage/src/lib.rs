@@ -79,6 +79,18 @@ pub const EVENTS: &[EventKind] = &[
         what: "a Tab suggestion accepted in an editor; no latency",
     },
     EventKind {
+        name: "next_edit.shown",
+        labels: Labels::None,
+        from_clients: true,
+        what: "a next edit (Tab, Tab) offered in an editor; latency: from the request to the answer",
+    },
+    EventKind {
+        name: "next_edit.accepted",
+        labels: Labels::None,
+        from_clients: true,
+        what: "a next edit applied with Tab in an editor; no latency",
+    },
+    EventKind {
         name: "tab",
         labels: Labels::None,
         from_clients: false,

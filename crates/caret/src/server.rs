@@ -489,17 +489,21 @@ async fn usage_report(
         service.db().tenants().await?.into_iter().map(|t| (t.id, t.name)).collect();
     let name_of = |id: &str| names.get(id).cloned().unwrap_or_else(|| id.to_owned());
     let summary = caret_usage::summarise(&read.rows);
-    // Tab suggestions accepted of those shown, per tenant.
-    let mut tab: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
-    for s in &summary {
-        let e = tab.entry(name_of(&s.tenant)).or_default();
-        match s.event.as_str() {
-            "tab.shown" => e.0 += s.count,
-            "tab.accepted" => e.1 += s.count,
-            _ => {}
+    // Tab suggestions and next edits accepted of those shown, per tenant.
+    let acceptance = |kind: &str| {
+        let mut by: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+        for s in &summary {
+            let e = by.entry(name_of(&s.tenant)).or_default();
+            match s.event.strip_prefix(kind) {
+                Some(".shown") => e.0 += s.count,
+                Some(".accepted") => e.1 += s.count,
+                _ => {}
+            }
         }
-    }
-    tab.retain(|_, (shown, _)| *shown > 0);
+        by.retain(|_, (shown, _)| *shown > 0);
+        by
+    };
+    let (tab, next_edit) = (acceptance("tab"), acceptance("next_edit"));
     for why in &read.skipped {
         eprintln!("skipped: {why}");
     }
@@ -512,21 +516,22 @@ async fn usage_report(
                 v
             })
             .collect();
-        let acceptance: serde_json::Map<String, serde_json::Value> = tab
-            .iter()
-            .map(|(t, (shown, accepted))| {
-                (
-                    t.clone(),
-                    serde_json::json!({"shown": shown, "accepted": accepted, "rate": *accepted as f64 / *shown as f64}),
-                )
-            })
-            .collect();
+        let rates =
+            |by: &std::collections::BTreeMap<String, (u64, u64)>| -> serde_json::Map<String, serde_json::Value> {
+                by.iter()
+                    .map(|(t, (shown, accepted))| {
+                        let rate = *accepted as f64 / *shown as f64;
+                        (t.clone(), serde_json::json!({"shown": shown, "accepted": accepted, "rate": rate}))
+                    })
+                    .collect()
+            };
         let out = serde_json::json!({
             "since": caret_usage::hour_name(since_hour),
             "files": read.files,
             "skipped": read.skipped,
             "rows": rows,
-            "tab_acceptance": acceptance,
+            "tab_acceptance": rates(&tab),
+            "next_edit_acceptance": rates(&next_edit),
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
@@ -557,11 +562,13 @@ async fn usage_report(
             ms(s.p95_ms)
         );
     }
-    for (t, (shown, accepted)) in &tab {
-        println!(
-            "{t}: Tab suggestions accepted {accepted} of {shown} shown ({:.1}%)",
-            *accepted as f64 * 100.0 / *shown as f64
-        );
+    for (what, by) in [("Tab suggestions", &tab), ("next edits", &next_edit)] {
+        for (t, (shown, accepted)) in by {
+            println!(
+                "{t}: {what} accepted {accepted} of {shown} shown ({:.1}%)",
+                *accepted as f64 * 100.0 / *shown as f64
+            );
+        }
     }
     Ok(())
 }

@@ -187,7 +187,7 @@ fn commands_apply_edits_and_search_the_workspace() {
     let init = c.answer(1);
     assert_eq!(
         init["result"]["capabilities"]["executeCommandProvider"]["commands"],
-        json!(["caret.search", "caret.apply", "caret.tabAccepted"]),
+        json!(["caret.search", "caret.apply", "caret.tabAccepted", "caret.nextEditAccepted"]),
         "{init}"
     );
     let uri = format!("{root}/src/shapes.py");
@@ -296,6 +296,56 @@ fn next_edit_predicts_the_rest_of_a_rename() {
     assert_eq!(c.answer(5)["result"], Value::Null, "every use renamed");
     c.request(6, "shutdown", Value::Null);
     c.answer(6);
+    c.notify("exit", Value::Null);
+    assert!(c.child.wait().unwrap().success());
+}
+
+/// An editor that knows only inline completion: when the next edit lies at the cursor, the
+/// inline completion request gets it (its range and new text); elsewhere, nothing (no model
+/// here). Typed keystroke by keystroke, the rename stays one edit.
+#[test]
+fn the_next_edit_at_the_cursor_is_an_inline_completion() {
+    let home = TempDir::new();
+    let mut c = Client::start(&home);
+    c.request(1, "initialize", json!({"capabilities": {}}));
+    c.answer(1);
+    let uri = "file:///w/stats.py";
+    let text = "def mean(values):\n    total = sum(values)\n    return total / len(values)\n";
+    c.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}),
+    );
+    let change = |line: u64, start: u64, end: u64, text: &str, version: u64| {
+        json!({"textDocument": {"uri": uri, "version": version}, "contentChanges": [{
+            "range": {"start": {"line": line, "character": start}, "end": {"line": line, "character": end}}, "text": text}]})
+    };
+    let inline = |line: u64, character: u64| {
+        let mut p = position(line, character, uri);
+        p["context"] = json!({"triggerKind": 2});
+        p
+    };
+    // Each keystroke asks for inline completions, as editors do.
+    c.notify("textDocument/didChange", change(0, 9, 15, "", 2));
+    c.request(2, "textDocument/inlineCompletion", inline(0, 9));
+    c.notify("textDocument/didChange", change(0, 9, 9, "x", 3));
+    c.request(3, "textDocument/inlineCompletion", inline(0, 10));
+    c.notify("textDocument/didChange", change(0, 10, 10, "s", 4));
+    c.request(4, "textDocument/inlineCompletion", inline(0, 11));
+    for id in 2..=4 {
+        assert_eq!(c.answer(id)["result"]["items"], json!([]), "the cursor is not at another use");
+    }
+    // The cursor moves onto the next use: Tab there renames it.
+    c.request(5, "textDocument/inlineCompletion", inline(1, 18));
+    let items = c.answer(5)["result"]["items"].clone();
+    assert_eq!(
+        items,
+        json!([{"insertText": "xs", "range": {"start": {"line": 1, "character": 16}, "end": {"line": 1, "character": 22}}}])
+    );
+    // Off the use (the start of the line): nothing.
+    c.request(6, "textDocument/inlineCompletion", inline(1, 0));
+    assert_eq!(c.answer(6)["result"]["items"], json!([]));
+    c.request(7, "shutdown", Value::Null);
+    c.answer(7);
     c.notify("exit", Value::Null);
     assert!(c.child.wait().unwrap().success());
 }

@@ -512,4 +512,24 @@ fn the_page_offers_a_renames_next_edit_and_tab_applies_it() {
     browser.keys("\u{E00C}"); // Esc
     browser.wait_for("dismissed", 10, &format!("{marked} === ''"));
     assert!(browser.eval(value).as_str().unwrap().contains("len(values)"), "Esc applies nothing");
+    // Counted on /metrics: one applied, the others shown dismissed (the rest of the rename,
+    // and any shown for `x` alone when a pause under load came between the keys).
+    let c = http();
+    let figure = |name: &str| -> String {
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            let metrics = c.get(format!("{}/metrics", ui.base)).bearer_auth(&ui.token).send().unwrap().text().unwrap();
+            let value = metrics.lines().find_map(|l| l.strip_prefix(&format!("{name} "))).unwrap().to_owned();
+            if value != "0" || Instant::now() > until {
+                return value;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let [shown, accepted, rejected, rate] = ["shown_total", "accepted_total", "rejected_total", "accept_rate"]
+        .map(|f| figure(&format!("caret_next_edit_{f}")).parse::<f64>().unwrap());
+    assert!(
+        accepted == 1.0 && shown >= 2.0 && rejected == shown - 1.0 && rate == 1.0 / shown,
+        "{shown} {accepted} {rejected} {rate}"
+    );
 }

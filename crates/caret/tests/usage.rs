@@ -80,7 +80,7 @@ fn editor_accepts_a_suggestion(server: &Server, token: &str, home: &Path) -> Val
     let commands = &init["result"]["capabilities"]["executeCommandProvider"]["commands"];
     assert!(commands.as_array().unwrap().contains(&json!("caret.tabAccepted")), "{init}");
     let uri = format!("file:///w/{CANARY}.py");
-    let text = format!("def {CANARY}(a, b):\n    total = int()\n");
+    let text = format!("def {CANARY}(a, b):\n    total = int()\n    return total\n");
     send(
         json!({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}}),
     );
@@ -92,8 +92,21 @@ fn editor_accepts_a_suggestion(server: &Server, token: &str, home: &Path) -> Val
     // The editor runs the item's command when the user accepts it.
     send(json!({"jsonrpc": "2.0", "id": 3, "method": "workspace/executeCommand", "params": item["command"].clone()}));
     assert!(answer(3)["result"].is_null());
-    send(json!({"jsonrpc": "2.0", "id": 4, "method": "shutdown"}));
-    assert!(answer(4)["result"].is_null());
+    // A rename's next edit offered, then applied (the editor runs `caret.nextEditAccepted`).
+    send(json!({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
+        "textDocument": {"uri": uri, "version": 2},
+        "contentChanges": [{"range": {"start": {"line": 1, "character": 4}, "end": {"line": 1, "character": 9}}, "text": "t"}]}}));
+    send(
+        json!({"jsonrpc": "2.0", "id": 4, "method": "caret/nextEdit", "params": {"textDocument": {"uri": uri}, "position": {"line": 1, "character": 5}}}),
+    );
+    let next = answer(4)["result"].clone();
+    assert_eq!((next["newText"].as_str(), next["range"]["start"]["line"].as_u64()), (Some("t"), Some(2)), "{next}");
+    send(
+        json!({"jsonrpc": "2.0", "id": 5, "method": "workspace/executeCommand", "params": {"command": "caret.nextEditAccepted"}}),
+    );
+    assert!(answer(5)["result"].is_null());
+    send(json!({"jsonrpc": "2.0", "id": 6, "method": "shutdown"}));
+    assert!(answer(6)["result"].is_null());
     send(json!({"jsonrpc": "2.0", "method": "exit"}));
     assert!(lsp.wait().unwrap().success());
     item
@@ -191,12 +204,15 @@ fn usage_is_written_per_tenant_and_hour_summarised_and_absent_when_off() {
     assert_eq!(count("chat"), 1, "{report:#}");
     assert!(count("tab") >= 2, "the Tab request and the editor's: {report:#}");
     assert_eq!((count("tab.shown"), count("tab.accepted")), (1, 1), "{report:#}");
+    assert_eq!((count("next_edit.shown"), count("next_edit.accepted")), (1, 1), "{report:#}");
     let chat = rows.iter().find(|r| r["event"] == "chat").unwrap();
     assert_eq!(chat["label"], "chat");
     assert!(chat["p50_ms"].as_f64().unwrap() > 0.0);
     assert!(chat["tenant"].as_str().unwrap().starts_with("usage-"), "tenants by name: {chat}");
-    let acceptance = report["tab_acceptance"].as_object().unwrap();
-    assert_eq!(acceptance.values().next().unwrap()["rate"], 1.0, "{report:#}");
+    for kind in ["tab_acceptance", "next_edit_acceptance"] {
+        let acceptance = report[kind].as_object().unwrap();
+        assert_eq!(acceptance.values().next().unwrap()["rate"], 1.0, "{kind}: {report:#}");
+    }
     let table = admin_usage(&data, &[]);
     assert!(table.contains("Tab suggestions accepted 1 of 1 shown (100.0%)"), "{table}");
     let out = Command::new(env!("CARGO_BIN_EXE_caret"))

@@ -255,6 +255,10 @@ async function takeNextEdit() {
     await editor.edit((b) => b.replace(range, step.edit.newText));
     const end = editor.document.positionAt(editor.document.offsetAt(range.start) + step.edit.newText.length);
     editor.selection = new vscode.Selection(end, end);
+    // Counted (with usage shared) like an accepted Tab suggestion.
+    client
+      ?.sendRequest('workspace/executeCommand', { command: 'caret.nextEditAccepted', arguments: [] })
+      .catch(() => {});
   }
 }
 

@@ -11,14 +11,20 @@ export function installNextEdit(monaco, editor, pathOf) {
   let timer = null;
   let applying = false;
 
-  const clear = () => {
+  // Shown, applied and dropped predictions are counted on the page's /metrics.
+  const count = (what) => post('/api/tab/feedback', { event: `next_edit_${what}` }).catch(() => {});
+
+  // `applied`: the prediction goes because Tab took it, not because it was dropped.
+  const clear = (applied = false) => {
+    if (edit && !applied) count('rejected');
     edit = null;
     window.caret.nextEdit = null;
     marks = editor.deltaDecorations(marks, []);
   };
 
   const show = (model, e) => {
-    if (!e || editor.getModel() !== model) return clear();
+    clear();
+    if (!e || editor.getModel() !== model) return;
     edit = { model, ...e };
     const a = model.getPositionAt(e.start);
     const b = model.getPositionAt(e.end);
@@ -33,6 +39,7 @@ export function installNextEdit(monaco, editor, pathOf) {
       },
     ]);
     window.caret.nextEdit = { ...e, line: a.lineNumber };
+    count('shown');
   };
 
   const ask = () => {
@@ -73,7 +80,8 @@ export function installNextEdit(monaco, editor, pathOf) {
     }
     const b = model.getPositionAt(edit.end);
     const text = edit.text;
-    clear();
+    clear(true);
+    count('accepted');
     applying = true;
     editor.executeEdits('caret.nextEdit', [{ range: new monaco.Range(a.lineNumber, a.column, b.lineNumber, b.column), text }]);
     applying = false;
