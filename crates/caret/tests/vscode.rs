@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use caret_test_support::TempDir;
-use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
+use caret_test_support::scripted::{Answer, Behaviour, ScriptedUpstream};
 use serde_json::json;
 
 #[path = "common/browser.rs"]
@@ -109,7 +109,8 @@ fn in_code_server(vsix: &Path) {
     home.write(
         "caret/config.toml",
         &format!(
-            "[[models]]\nalias = \"tab\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"qwen2.5-coder-1.5b\" }}]\n",
+            "[[models]]\nalias = \"tab\"\ndeployments = [{{ provider = \"openai\", url = \"{0}\", model = \"qwen2.5-coder-1.5b\" }}]\n\
+             [[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{0}\", model = \"m\" }}]\n",
             up.url
         ),
     );
@@ -127,6 +128,7 @@ fn in_code_server(vsix: &Path) {
     let ws = TempDir::new();
     ws.write("app.py", "def add(a, b):\n    \n");
     ws.write("stats.py", "def mean(values):\n    total = sum(values)\n    return total / len(values)\n");
+    ws.write("lib.py", "VALUE = 1\n");
     let install = Command::new(&code_server)
         .args(["--extensions-dir"])
         .arg(home.join("ext"))
@@ -266,4 +268,59 @@ fn in_code_server(vsix: &Path) {
     assert!(hits.as_str().unwrap().contains("line 2"), "{hits}");
     browser.keys("\u{E007}");
     browser.wait_for("app.py at the hit", 20, "return document.querySelector('.statusbar').textContent.includes('Ln 2,') && [...document.querySelectorAll('.tab.active')].some((t) => t.textContent.trim() === 'app.py')");
+
+    // The agent panel (a webview: the page's own panel in two frames): a turn changes two
+    // files; one is shown in VS Code's diff editor, then rejected, the other accepted.
+    up.queue([
+        Answer::Calls(vec![
+            ("write_file".into(), json!({"path": "lib.py", "content": "VALUE = 2\n"})),
+            ("write_file".into(), json!({"path": "notes.md", "content": "# Notes\n\nAdded by the agent.\n"})),
+        ]),
+        Answer::Text("Changed both files.".into()),
+    ]);
+    browser.keys("\u{E031}"); // F1
+    browser.wait_for("the command palette", 20, quick_open);
+    std::thread::sleep(Duration::from_millis(300));
+    browser.keys("Caret: Open the Agent Panel");
+    let run = "return document.querySelector('.quick-input-list .monaco-list-row')?.textContent.includes('Open the Agent Panel')";
+    browser.wait_for("the command listed", 20, run);
+    browser.keys("\u{E007}");
+    browser.wait_for("the panel's frame", 30, "return document.querySelector('iframe.webview.ready') !== null");
+    let into_panel = || {
+        browser.leave_frames();
+        browser.enter_frame("iframe.webview.ready");
+        browser.wait_for(
+            "the panel's inner frame",
+            30,
+            "return document.querySelector('iframe#active-frame') !== null",
+        );
+        browser.enter_frame("iframe#active-frame");
+    };
+    into_panel();
+    browser.wait_for("the panel", 30, "return document.querySelector('[data-role=input]') !== null");
+    browser.eval("const i = document.querySelector('[data-role=input]'); i.value = 'Update lib.py and add notes'; document.querySelector('[data-role=send]').click();");
+    browser.wait_for("the turn's end", 60, "return document.querySelector('#agent').dataset.busy === 'no' && document.querySelectorAll('.changes .changed').length === 2");
+    let said =
+        browser.eval("return [...document.querySelectorAll('.entry.assistant')].map((e) => e.textContent).join('')");
+    assert_eq!(said, "Changed both files.");
+    browser.eval("document.querySelector('.changes .changed[data-path=\"lib.py\"] a').click()");
+    browser.leave_frames();
+    let diff_tab =
+        "return [...document.querySelectorAll('.tab')].some((t) => t.textContent.includes(\"the agent's change\"))";
+    browser.wait_for("VS Code's diff of the change", 30, diff_tab);
+    browser.wait_for(
+        "both sides",
+        30,
+        "const t = [...document.querySelectorAll('.monaco-diff-editor .view-line')].map((l) => l.textContent.replace(/\\u00a0/g, ' ')).join('|'); return t.includes('VALUE = 1') && t.includes('VALUE = 2')",
+    );
+    shot(&browser, "7-agent-diff");
+    into_panel();
+    browser.eval("document.querySelector('.changes .changed[data-path=\"lib.py\"] .reject').click()");
+    browser.eval("document.querySelector('.changes .changed[data-path=\"notes.md\"] .accept').click()");
+    browser.wait_for("the review emptied", 20, "return document.querySelectorAll('.changes .changed').length === 0");
+    browser.leave_frames();
+    shot(&browser, "8-agent-reviewed");
+    let read = |rel: &str| std::fs::read_to_string(ws.path().join(rel)).unwrap_or_default();
+    assert_eq!(read("lib.py"), "VALUE = 1\n", "rejected: restored");
+    assert_eq!(read("notes.md"), "# Notes\n\nAdded by the agent.\n", "accepted: kept");
 }

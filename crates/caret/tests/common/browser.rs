@@ -129,6 +129,30 @@ impl Browser {
         r["value"].clone()
     }
 
+    /// Makes the frame `css` selects (in the current one) the one scripts and keys go to.
+    pub fn enter_frame(&self, css: &str) {
+        let found: Value = self
+            .http
+            .post(format!("{}/session/{}/element", self.url, self.session))
+            .json(&json!({"using": "css selector", "value": css}))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        let element = found["value"].clone();
+        assert!(element.is_object() && element.get("error").is_none(), "no frame {css}: {found}");
+        let r =
+            self.http.post(format!("{}/session/{}/frame", self.url, self.session)).json(&json!({"id": element})).send();
+        assert!(r.unwrap().status().is_success(), "entering {css}");
+    }
+
+    /// Back to the top-level page.
+    pub fn leave_frames(&self) {
+        let r =
+            self.http.post(format!("{}/session/{}/frame", self.url, self.session)).json(&json!({"id": null})).send();
+        assert!(r.unwrap().status().is_success());
+    }
+
     /// Waits until `script` returns something truthy (at most `secs` seconds) and returns it.
     pub fn wait_for(&self, what: &str, secs: u64, script: &str) -> Value {
         let until = Instant::now() + Duration::from_secs(secs);
