@@ -147,6 +147,32 @@ impl Completer {
         Some(backend.complete_text(req).await.map_err(anyhow::Error::from))
     }
 
+    /// The model's turn at the next edit: the region around byte `cursor` of `text` rewritten
+    /// after the recent `edits` (a Zeta-shaped prompt, see `caret_complete::next_edit`), the
+    /// difference as the predicted edit of document `doc` (`path`: its name in the prompt).
+    /// `None` when the model predicts nothing, stops at its token limit (a cut rewrite would
+    /// delete the region's rest) or takes no free prompt (a server's `/v1/complete`).
+    pub async fn next_edit<'a>(
+        &self,
+        edits: impl Iterator<Item = &'a caret_complete::next_edit::Edit>,
+        doc: &str,
+        path: &str,
+        text: &str,
+        cursor: usize,
+    ) -> anyhow::Result<Option<caret_complete::next_edit::Prediction>> {
+        use caret_complete::next_edit as ne;
+        let region = ne::region(text, cursor, 3, 12);
+        let prompt = ne::prompt(edits, path, text, cursor, region, 8);
+        match self.continue_prompt(prompt, 400, ne::REGION_END).await {
+            Some(Ok((mut out, true))) => {
+                out.push_str(ne::REGION_END);
+                Ok(ne::parse(&out).and_then(|rewritten| ne::region_edit(doc, text, region, &rewritten)))
+            }
+            Some(Err(e)) => Err(e),
+            _ => Ok(None),
+        }
+    }
+
     /// The model alias.
     pub fn model(&self) -> &str {
         &self.model

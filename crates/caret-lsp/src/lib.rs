@@ -539,7 +539,7 @@ fn root_of(params: &Value) -> Option<PathBuf> {
 /// prompt) — as a request in flight for the document, so the next keystroke's request or a
 /// `$/cancelRequest` aborts it. `null` when nothing is predicted.
 async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
-    use caret_complete::next_edit::{self as ne, candidates};
+    use caret_complete::next_edit::candidates;
     let asked = Instant::now();
     let uri = params["textDocument"]["uri"].as_str().unwrap_or("").to_owned();
     let send = move |srv: &Server, id: &Value, result: Value| {
@@ -554,37 +554,29 @@ async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
     let (line, character) =
         (params["position"]["line"].as_u64().unwrap_or(0), params["position"]["character"].as_u64().unwrap_or(0));
     let cursor = offset_at(&text, line, character);
-    let (region, prompt) = {
+    let edits = {
         let mut history = server.history.lock().await;
         history.settle(&uri, &text);
         let Some(last) = history.last() else { return send(server, &id, Value::Null) };
         if let Some(p) = candidates(last, &uri, &text, cursor).into_iter().next() {
             return send(server, &id, prediction_json(&uri, &text, &p));
         }
-        // No candidate: the model's turn, when there is a model.
-        if server.completer.lock().await.is_none() {
-            return send(server, &id, Value::Null);
-        }
-        let region = ne::region(&text, cursor, 3, 12);
-        let path = relative(&uri, server.root.lock().await.as_deref());
-        (region, ne::prompt(history.edits(), &path, &text, cursor, region, 8))
+        history.edits().cloned().collect::<Vec<_>>()
     };
+    // No candidate: the model's turn, when there is a model.
     let Some(completer) = server.completer.lock().await.clone() else { return send(server, &id, Value::Null) };
+    let path = relative(&uri, server.root.lock().await.as_deref());
     let (srv, key, doc) = (server.clone(), id.to_string(), uri.clone());
     let flight_key = key.clone();
     // The flight table is held while the task starts, so that it finds itself there.
     let mut flight = server.flight.lock().await;
     let task = tokio::spawn(async move {
-        let predicted = match completer.continue_prompt(prompt, 400, ne::REGION_END).await {
-            Some(Ok((mut out, true))) => {
-                out.push_str(ne::REGION_END);
-                ne::parse(&out).and_then(|rewritten| ne::region_edit(&uri, &text, region, &rewritten))
-            }
-            Some(Err(e)) => {
+        let predicted = match completer.next_edit(edits.iter(), &uri, &path, &text, cursor).await {
+            Ok(p) => p,
+            Err(e) => {
                 tracing::warn!("next edit: {e:#}");
                 None
             }
-            _ => None,
         };
         srv.flight.lock().await.remove(&key);
         send(&srv, &id, predicted.as_ref().map_or(Value::Null, |p| prediction_json(&uri, &text, p)));

@@ -26,6 +26,7 @@
 
 mod agent;
 mod files;
+mod pull;
 mod review;
 mod runs;
 mod search;
@@ -86,11 +87,14 @@ pub struct Ui {
     name: String,
     access: Access,
     config: Config,
-    /// The gateway the page's models are called through (none: no models configured) and
-    /// the tenant its calls are charged to.
-    gateway: Option<Arc<caret_models::Gateway>>,
+    /// The gateway the page's models are called through (none: no models configured; set
+    /// once the default model is pulled from the page) and the tenant its calls are charged to.
+    gateway: std::sync::RwLock<Option<Arc<caret_models::Gateway>>>,
     tenant: String,
     model: Option<String>,
+    tab_model: Option<String>,
+    /// The default model's download, when the page offers it.
+    pull: pull::Pull,
     changes: broadcast::Sender<Value>,
     tab: tab::Tab,
     agents: agent::Agents,
@@ -129,21 +133,18 @@ impl Ui {
     fn new(root: PathBuf, access: Access, parts: Parts) -> anyhow::Result<Ui> {
         let Parts { config, gateway, tenant, model, tab_model, changes, stopping } = parts;
         let completer = match &gateway {
-            Some(g) => {
-                let alias = caret_host::backend::Backend::alias(g, tab_model.as_deref(), &["tab"])?;
-                let backend = caret_host::backend::Backend::Embedded { gateway: g.clone(), tenant: tenant.clone() };
-                let budget = caret_complete::engine::budget(None);
-                Some(caret_host::completer::with_backend(&config, backend, alias, None, budget)?)
-            }
+            Some(g) => Some(completer(&config, g, tab_model.as_deref(), &tenant)?),
             None => None,
         };
         Ok(Ui {
             name: root.file_name().map_or_else(|| root.display().to_string(), |n| n.to_string_lossy().into_owned()),
             access,
             config,
-            gateway,
+            gateway: std::sync::RwLock::new(gateway),
             tenant,
             model,
+            tab_model,
+            pull: pull::Pull::default(),
             changes,
             tab: tab::Tab::new(root.clone(), completer),
             agents: agent::Agents::default(),
@@ -159,10 +160,41 @@ impl Ui {
     /// The agent's model (`model`, else the page's, else the `agent` alias, else the first)
     /// and the gateway to call it through.
     fn agent_model(&self, model: Option<&str>) -> anyhow::Result<(caret_host::backend::Backend, String)> {
-        let gateway = self.gateway.clone().context("no models are configured: add [[models]] to caret's config")?;
+        let gateway = self.gateway().context(
+            "no models are configured: download the default one from the page, or add [[models]] to caret's config",
+        )?;
         let alias = caret_host::backend::Backend::alias(&gateway, model.or(self.model.as_deref()), &["agent"])?;
         Ok((caret_host::backend::Backend::Embedded { gateway, tenant: self.tenant.clone() }, alias))
     }
+}
+
+impl Ui {
+    /// The gateway, when there are models.
+    fn gateway(&self) -> Option<Arc<caret_models::Gateway>> {
+        self.gateway.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Uses `config`'s models from now on (the default one, just installed): Tab, next edit
+    /// and the agent work at once.
+    fn use_models(&self, config: &Config) -> anyhow::Result<()> {
+        let gateway = config.gateway()?.context("still no model configured")?;
+        let tab = completer(config, &gateway, self.tab_model.as_deref(), &self.tenant)?;
+        *self.gateway.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(gateway);
+        self.tab.set_completer(tab);
+        Ok(())
+    }
+}
+
+/// Tab's completer over `gateway` (`alias`, else `tab`, else the first).
+fn completer(
+    config: &Config,
+    gateway: &Arc<caret_models::Gateway>,
+    alias: Option<&str>,
+    tenant: &str,
+) -> anyhow::Result<caret_host::completer::Completer> {
+    let alias = caret_host::backend::Backend::alias(gateway, alias, &["tab"])?;
+    let backend = caret_host::backend::Backend::Embedded { gateway: gateway.clone(), tenant: tenant.to_owned() };
+    caret_host::completer::with_backend(config, backend, alias, None, caret_complete::engine::budget(None))
 }
 
 /// An API error: a status and a message, as `{"error": {"message"}}`.
@@ -304,6 +336,7 @@ fn api() -> Router {
         .route("/api/tab/feedback", post(tab_feedback))
         .route("/api/tab/next-edit", post(tab_next_edit))
         .route("/metrics", get(metrics))
+        .route("/api/models/default", get(pull::status).post(pull::start))
         .route("/api/agent/sessions", post(start_session))
         .route("/api/agent/sessions/{id}/ops", post(session_op))
         .route("/api/agent/sessions/{id}/events", get(session_events))

@@ -27,7 +27,8 @@ pub struct Counts {
 /// Tab's state in `caret ui`.
 pub struct Tab {
     root: PathBuf,
-    completer: Option<Arc<Completer>>,
+    /// Tab's model (none: none configured or installed yet; set once a pull installs one).
+    completer: std::sync::RwLock<Option<Arc<Completer>>>,
     docs: Mutex<Docs>,
     /// Requests in flight: document → task.
     flight: Mutex<HashMap<String, tokio::task::AbortHandle>>,
@@ -48,8 +49,14 @@ pub struct NextEdit {
     pub end: usize,
     /// What replaces it.
     pub text: String,
-    /// Why it was predicted (`repeat`, `insert`).
+    /// Why it was predicted (`repeat`, `insert`, `model`).
     pub reason: &'static str,
+}
+
+impl NextEdit {
+    fn of(text: &str, p: caret_complete::next_edit::Prediction) -> NextEdit {
+        NextEdit { start: units(text, p.start), end: units(text, p.end), text: p.replacement, reason: p.why.as_str() }
+    }
 }
 
 /// UTF-16 offset of byte `at` of `text`.
@@ -90,7 +97,7 @@ impl Tab {
     pub fn new(root: PathBuf, completer: Option<Completer>) -> Tab {
         Tab {
             root,
-            completer: completer.map(Arc::new),
+            completer: std::sync::RwLock::new(completer.map(Arc::new)),
             docs: Mutex::new(Docs::default()),
             flight: Mutex::new(HashMap::new()),
             counts: std::sync::Mutex::new(BTreeMap::new()),
@@ -104,25 +111,65 @@ impl Tab {
         self.history.lock().await.open(path, text);
     }
 
-    /// The edit likely next in `path` after the recent ones (needs no model): the edits since
-    /// the file last settled become one, and the nearest place it predicts answers.
+    /// The edit likely next in `path` after the recent ones: the edits since the file last
+    /// settled become one, and the nearest place it predicts answers; with no such place,
+    /// Tab's model rewrites the region around the cursor (as `caret lsp` does). A newer
+    /// request for the file aborts an older one's model call.
     pub async fn next_edit(&self, path: &str, text: &str, cursor: usize) -> Option<NextEdit> {
-        let mut history = self.history.lock().await;
-        history.settle(path, text);
-        let last = history.last()?;
-        let p =
-            caret_complete::next_edit::candidates(last, path, text, byte_offset(text, cursor)).into_iter().next()?;
-        Some(NextEdit {
-            start: units(text, p.start),
-            end: units(text, p.end),
-            text: p.replacement,
-            reason: p.why.as_str(),
-        })
+        let cursor = byte_offset(text, cursor);
+        let edits = {
+            let mut history = self.history.lock().await;
+            history.settle(path, text);
+            let last = history.last()?;
+            if let Some(p) = caret_complete::next_edit::candidates(last, path, text, cursor).into_iter().next() {
+                return Some(NextEdit::of(text, p));
+            }
+            history.edits().cloned().collect::<Vec<_>>()
+        };
+        let completer = self.completer()?;
+        let key = format!("next-edit {path}");
+        let task = {
+            let (path, text) = (path.to_owned(), text.to_owned());
+            let mut flight = self.flight.lock().await;
+            let task =
+                tokio::spawn(async move { completer.next_edit(edits.iter(), &path, &path, &text, cursor).await });
+            if let Some(old) = flight.insert(key.clone(), task.abort_handle()) {
+                old.abort();
+            }
+            task
+        };
+        let guard = AbortOnDrop(task.abort_handle());
+        let result = task.await;
+        drop(guard);
+        {
+            let mut flight = self.flight.lock().await;
+            if flight.get(&key).is_some_and(|h| h.is_finished()) {
+                flight.remove(&key);
+            }
+        }
+        match result {
+            Ok(Ok(p)) => p.map(|p| NextEdit::of(text, p)),
+            Ok(Err(e)) => {
+                tracing::warn!("next edit: {e:#}");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Tab's model, when there is one.
+    fn completer(&self) -> Option<Arc<Completer>> {
+        self.completer.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Uses `completer` from now on (a model installed while the page is open).
+    pub fn set_completer(&self, completer: Completer) {
+        *self.completer.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(completer));
     }
 
     /// The model alias, when there is one.
-    pub fn model(&self) -> Option<&str> {
-        self.completer.as_deref().map(Completer::model)
+    pub fn model(&self) -> Option<String> {
+        self.completer().map(|c| c.model().to_owned())
     }
 
     /// Keeps the page's text of `path` as the language server keeps an open document's.
@@ -141,7 +188,7 @@ impl Tab {
 
     /// The suggestion at UTF-16 offset `cursor` of `text` (the page's buffer of `path`).
     pub async fn complete(&self, path: &str, text: String, cursor: usize) -> Outcome {
-        let Some(completer) = self.completer.clone() else {
+        let Some(completer) = self.completer() else {
             return Outcome::Failed(
                 "no Tab model: `caret models pull qwen2.5-coder-1.5b-instruct-q4` (used as soon as it is installed)"
                     .to_owned(),
@@ -195,7 +242,7 @@ impl Tab {
     /// model for a suggestion there, unless a request is in flight (which reads the prompt
     /// itself). Returns whether a warm-up was sent.
     pub async fn warm(&self, path: &str, text: String, cursor: usize) -> bool {
-        let Some(completer) = self.completer.clone() else { return false };
+        let Some(completer) = self.completer() else { return false };
         if self.flight.lock().await.values().any(|h| !h.is_finished()) {
             return false;
         }
@@ -222,10 +269,11 @@ impl Tab {
             }
             return Ok(());
         }
-        let model = if model.is_empty() { self.model().unwrap_or("none") } else { model };
+        let ours = self.model();
+        let model = if model.is_empty() { ours.as_deref().unwrap_or("none") } else { model };
         let mut counts = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // Only models this page uses get a series (a page cannot mint labels).
-        if Some(model) != self.model() {
+        if Some(model) != ours.as_deref() {
             return Err(format!("unknown model {model:?}"));
         }
         let c = counts.entry(model.to_owned()).or_default();

@@ -26,8 +26,7 @@ pub enum ModelsCommand {
 }
 
 pub fn models(config: &Config) -> Models {
-    let index = std::env::var("CARET_PYPI_URL").unwrap_or_else(|_| "https://pypi.org".to_owned());
-    Models::new(&config.home.join("models"), &index)
+    config.model_store()
 }
 
 pub fn run(config: &Config, cmd: ModelsCommand) -> anyhow::Result<ExitCode> {

@@ -533,3 +533,53 @@ fn the_page_offers_a_renames_next_edit_and_tab_applies_it() {
         "{shown} {accepted} {rejected} {rate}"
     );
 }
+
+/// With no model configured or installed, the page offers the default one (its name and
+/// size); a download that cannot reach the package index says why and offers a retry, and
+/// installs nothing. (The model is 1 GB: the download itself is `caret models pull`'s, tested
+/// with the catalog's archives in `caret-weights`.)
+#[test]
+fn a_page_without_a_model_offers_the_default_one() {
+    let home = TempDir::new();
+    let ws = TempDir::new();
+    ws.write("app.py", "def add(a, b):\n    \n");
+    // A package index that has nothing.
+    let empty = TempDir::new();
+    let port = caret_test_support::free_port();
+    let _index = caret_test_support::ChildGuard::listening(
+        std::process::Command::new("python3")
+            .args(["-m", "http.server", &port.to_string(), "--bind", "127.0.0.1", "--directory"])
+            .arg(empty.path()),
+        port,
+    );
+    let index = format!("http://127.0.0.1:{port}");
+    let ui = ui::start_env(CARET, home.path(), ws.path(), &[("CARET_PYPI_URL", &index)]);
+    let offer: Value =
+        http().get(format!("{}/api/models/default", ui.base)).bearer_auth(&ui.token).send().unwrap().json().unwrap();
+    assert_eq!(
+        (&offer["needed"], &offer["model"]),
+        (&json!(true), &json!("qwen2.5-coder-1.5b-instruct-q4")),
+        "{offer}"
+    );
+    assert!(offer["size"].as_u64().unwrap() > 900_000_000, "{offer}");
+    let browser = Browser::start();
+    browser.open(&format!("{}/#token={}", ui.base, ui.token));
+    browser.wait_for("the page", 30, "return window.caret?.ready");
+    let said =
+        browser.wait_for("the offer", 20, "return document.querySelector('#model-offer:not([hidden])')?.textContent");
+    assert!(
+        said.as_str().unwrap().contains("qwen2.5-coder-1.5b-instruct-q4 (1.0 GiB, runs on this machine's CPU)"),
+        "{said}"
+    );
+    shot(&browser, "model-offer");
+    assert_eq!(browser.eval("return document.querySelector('#model-offer button').textContent"), "Download");
+    browser.eval("document.querySelector('#model-offer button').click()");
+    let failed = browser.wait_for(
+        "the download's failure",
+        60,
+        "const o = document.querySelector('#model-offer'); return o.dataset.state === 'failed' && o.textContent",
+    );
+    assert!(failed.as_str().unwrap().contains("The download failed"), "{failed}");
+    assert_eq!(browser.eval("return document.querySelector('#model-offer button').textContent"), "Retry");
+    assert!(!home.join("models/qwen2.5-coder-1.5b-instruct-q4").exists(), "nothing installed");
+}

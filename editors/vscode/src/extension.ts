@@ -8,6 +8,7 @@ import * as vscode from 'vscode';
 import { LanguageClient, LanguageClientOptions, ServerOptions } from 'vscode-languageclient/node';
 import {
   Hit,
+  ModelOffer,
   NextEdit,
   NextEditState,
   SseParser,
@@ -16,7 +17,9 @@ import {
   focusParams,
   initializationOptions,
   lspArgs,
+  offerMessage,
   parseUiAddress,
+  pullPercent,
   readSettings,
   searchItems,
   uiArgs,
@@ -193,8 +196,48 @@ function startClient(): LanguageClient {
   // client registers no inline provider and VS Code shows Tab's suggestions in the
   // completion list instead of as ghost text.
   c.registerProposedFeatures();
-  c.start();
+  started = c.start();
   return c;
+}
+
+let started: Promise<void> | undefined;
+
+/**
+ * With no model configured or installed (the language server names none), offers the default
+ * code model: downloaded by the workspace's `caret ui` with a progress notification, then the
+ * language server restarted so that Tab uses it (the agent panel's server uses it at once).
+ */
+async function offerModel() {
+  try {
+    await started;
+  } catch {
+    return;
+  }
+  const info = client?.initializeResult?.serverInfo as { model?: string | null } | undefined;
+  if (!info || info.model || !root() || settings().server) return;
+  const s = server();
+  let offer: ModelOffer = await s.call('GET', '/api/models/default');
+  if (!offer.needed) return;
+  if (offer.pull.state !== 'pulling') {
+    const pick = await vscode.window.showInformationMessage(offerMessage(offer), 'Download', 'Later');
+    if (pick !== 'Download') return;
+    await s.call('POST', '/api/models/default');
+  }
+  const title = `Caret: downloading ${offer.model}`;
+  await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title }, async (progress) => {
+    let shown = 0;
+    for (;;) {
+      offer = await s.call('GET', '/api/models/default');
+      const pct = pullPercent(offer.pull);
+      progress.report({ increment: pct - shown, message: `${pct}%` });
+      shown = pct;
+      if (offer.pull.state === 'done') return;
+      if (offer.pull.state === 'failed') throw new Error(offer.pull.error ?? 'the download failed');
+      await new Promise((r) => setTimeout(r, 500));
+    }
+  });
+  await vscode.commands.executeCommand('caret.restartServer');
+  vscode.window.showInformationMessage(`Caret: ${offer.model} installed; Tab, next edit and the agent use it now.`);
 }
 
 const nextEdit = new NextEditState();
@@ -264,6 +307,7 @@ async function takeNextEdit() {
 
 export function activate(context: vscode.ExtensionContext) {
   client = startClient();
+  offerModel().catch((e) => vscode.window.showErrorMessage(`Caret: ${e instanceof Error ? e.message : String(e)}`));
   // The cursor resting somewhere: the server warms the model for a suggestion there.
   const focus = debounce((e: vscode.TextEditorSelectionChangeEvent) => {
     const p = e.selections[0]?.active;

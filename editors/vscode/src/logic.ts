@@ -185,3 +185,22 @@ export class NextEditState {
     this.shown = undefined;
   }
 }
+
+/** What `caret ui` says of the default model (`GET /api/models/default`). */
+export interface ModelOffer {
+  needed: boolean;
+  model: string;
+  size_text: string;
+  pull: { state: 'idle' | 'pulling' | 'done' | 'failed'; done: number; total: number; error?: string };
+}
+
+/** The question put to a user with no model. */
+export function offerMessage(o: ModelOffer): string {
+  return `Caret: no model is configured. Download the default code model, ${o.model} (${o.size_text}, runs on this machine's CPU)?`;
+}
+
+/** A download's percentage, whole, 0–100. */
+export function pullPercent(p: ModelOffer['pull']): number {
+  if (p.state === 'done') return 100;
+  return p.total > 0 ? Math.min(100, Math.floor((p.done * 100) / p.total)) : 0;
+}

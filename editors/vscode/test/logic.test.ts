@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import {
+  ModelOffer,
   NextEditState,
   SseParser,
   debounce,
@@ -8,7 +9,9 @@ import {
   focusParams,
   initializationOptions,
   lspArgs,
+  offerMessage,
   parseUiAddress,
+  pullPercent,
   readSettings,
   searchItems,
   uiArgs,
@@ -78,4 +81,21 @@ test('next edit: Tab jumps to a prediction elsewhere, then applies it; Esc or an
   assert.deepEqual(s.tab(uri, { line: 7, character: 4 }), { kind: 'none' });
   s.offer(null);
   assert.equal(s.current(), undefined);
+});
+
+test('the default model offer: the question, and a download as a percentage', () => {
+  const offer: ModelOffer = {
+    needed: true,
+    model: 'qwen2.5-coder-1.5b-instruct-q4',
+    size_text: '1.0 GiB',
+    pull: { state: 'pulling', done: 512, total: 2048 },
+  };
+  assert.equal(
+    offerMessage(offer),
+    "Caret: no model is configured. Download the default code model, qwen2.5-coder-1.5b-instruct-q4 (1.0 GiB, runs on this machine's CPU)?",
+  );
+  assert.equal(pullPercent(offer.pull), 25);
+  assert.equal(pullPercent({ state: 'pulling', done: 5, total: 0 }), 0, 'no total yet');
+  assert.equal(pullPercent({ state: 'pulling', done: 9, total: 4 }), 100, 'never past the end');
+  assert.equal(pullPercent({ state: 'done', done: 0, total: 0 }), 100);
 });

@@ -8,6 +8,7 @@ import { call, get, onServer, post, put, signIn, stream } from './api.js';
 import { AgentPanel } from './agent-panel.js';
 import * as runs from './runs.js';
 import { installNextEdit } from './next-edit.js';
+import { offerModel } from './model-offer.js';
 
 self.MonacoEnvironment = { getWorkerUrl: () => 'assets/editor.worker.js' };
 
@@ -691,6 +692,10 @@ async function start() {
   await loadTree();
   showPane('empty');
   status(state.info.tab ? `ready · Tab: ${state.info.tab}` : 'ready · no Tab model configured');
+  offerModel(async () => {
+    state.info = await get('/api/info');
+    status(`ready · Tab: ${state.info.tab}`);
+  });
   watch();
   const first = new URLSearchParams(location.search).get('open');
   if (first) {

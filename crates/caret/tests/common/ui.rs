@@ -24,10 +24,16 @@ impl Drop for Ui {
 /// Starts `caret` (the binary at `caret`) as `caret ui WORKSPACE` with `home` as its
 /// `CARET_HOME` and `HOME`, and reads the address it prints first.
 pub fn start(caret: &str, home: &Path, workspace: &Path) -> Ui {
+    start_env(caret, home, workspace, &[])
+}
+
+/// [`start`] with more environment variables.
+pub fn start_env(caret: &str, home: &Path, workspace: &Path, env: &[(&str, &str)]) -> Ui {
     let mut child = Command::new(caret)
         .args(["ui", workspace.to_str().unwrap()])
         .env("CARET_HOME", home)
         .env("HOME", home)
+        .envs(env.iter().copied())
         .env_remove("RUST_LOG")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
