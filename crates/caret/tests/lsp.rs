@@ -390,8 +390,32 @@ fn next_edit_asks_the_model_when_no_candidate_fits() {
     let prompt = body["prompt"].as_str().unwrap_or_default().to_owned();
     assert!(prompt.contains("User edited \"") && prompt.contains("-a = 1\n+a = 10\n"), "{prompt}");
     assert!(prompt.ends_with("<|editable_region_start|>\n"), "{prompt}");
-    c.request(3, "shutdown", Value::Null);
-    c.answer(3);
+
+    // The next keystroke cancels a prediction still being written: answered as superseded,
+    // never as an edit to apply.
+    up.set(Behaviour {
+        answer: Some("a = 100\nb = 200\n".to_owned()),
+        delay: std::time::Duration::from_secs(3),
+        ..Behaviour::default()
+    });
+    c.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": uri, "version": 3}, "contentChanges": [{
+            "range": {"start": {"line": 0, "character": 6}, "end": {"line": 0, "character": 6}}, "text": "0"}]}),
+    );
+    c.request(3, "caret/nextEdit", position(0, 7, uri));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    c.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": uri, "version": 4}, "contentChanges": [{
+            "range": {"start": {"line": 0, "character": 7}, "end": {"line": 0, "character": 7}}, "text": "0"}]}),
+    );
+    c.request(4, "textDocument/inlineCompletion", position(0, 8, uri));
+    let cancelled = c.answer(3);
+    assert_eq!(cancelled["error"]["code"], -32800, "{cancelled}");
+    assert!(cancelled.get("result").is_none(), "{cancelled}");
+    c.request(5, "shutdown", Value::Null);
+    c.answer(5);
     c.notify("exit", Value::Null);
     assert!(c.child.wait().unwrap().success());
 }
