@@ -407,21 +407,26 @@ impl RunService {
             traceparent: caret_trace::traceparent(),
             docs: None,
         };
+        self.enqueue(tenant, &id, req.class, &spec).await
+    }
+
+    /// Seals `spec` and queues it as run `id`.
+    async fn enqueue(&self, tenant: &TenantRef, id: &str, class: RunClass, spec: &Spec) -> Result<RunInfo> {
         let text =
-            serde_json::to_vec(&spec).map_err(|source| Error::Json { what: "writing a run's spec".into(), source })?;
+            serde_json::to_vec(spec).map_err(|source| Error::Json { what: "writing a run's spec".into(), source })?;
         let sealed = self.seal_text(&tenant.id, &format!("{id}/spec"), &text)?;
         self.queue.ensure_tenant(&tenant.id, &tenant.name, self.settings.max_running_per_tenant).await?;
         let run = NewRun {
-            id: id.clone(),
+            id: id.to_owned(),
             tenant_id: tenant.id.clone(),
-            class: req.class,
+            class,
             spec: sealed,
-            model,
+            model: spec.model.clone(),
             max_attempts: self.settings.max_attempts,
         };
         self.queue.insert(&run, now_ms()).await?;
-        tracing::info!(run = %id, class = req.class.as_str(), "run queued");
-        self.get(&tenant.id, &id).await
+        tracing::info!(run = %id, class = class.as_str(), docs = spec.docs.is_some(), "run queued");
+        self.get(&tenant.id, id).await
     }
 
     /// A tenant's run.

@@ -127,26 +127,12 @@ impl Tab {
             history.edits().cloned().collect::<Vec<_>>()
         };
         let completer = self.completer()?;
-        let key = format!("next-edit {path}");
-        let task = {
-            let (path, text) = (path.to_owned(), text.to_owned());
-            let mut flight = self.flight.lock().await;
-            let task =
-                tokio::spawn(async move { completer.next_edit(edits.iter(), &path, &path, &text, cursor).await });
-            if let Some(old) = flight.insert(key.clone(), task.abort_handle()) {
-                old.abort();
-            }
-            task
-        };
-        let guard = AbortOnDrop(task.abort_handle());
-        let result = task.await;
-        drop(guard);
-        {
-            let mut flight = self.flight.lock().await;
-            if flight.get(&key).is_some_and(|h| h.is_finished()) {
-                flight.remove(&key);
-            }
-        }
+        let (owned_path, owned_text) = (path.to_owned(), text.to_owned());
+        let result = self
+            .in_flight(format!("next-edit {path}"), async move {
+                completer.next_edit(edits.iter(), &owned_path, &owned_path, &owned_text, cursor).await
+            })
+            .await;
         match result {
             Ok(Ok(p)) => p.map(|p| NextEdit::of(text, p)),
             Ok(Err(e)) => {
@@ -155,6 +141,31 @@ impl Tab {
             }
             Err(_) => None,
         }
+    }
+
+    /// Runs `work` as the request in flight under `key` (a newer one under the same key aborts
+    /// it; so does the caller going away).
+    async fn in_flight<T: Send + 'static>(
+        &self,
+        key: String,
+        work: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> Result<T, tokio::task::JoinError> {
+        let task = {
+            let mut flight = self.flight.lock().await;
+            let task = tokio::spawn(work);
+            if let Some(old) = flight.insert(key.clone(), task.abort_handle()) {
+                old.abort();
+            }
+            task
+        };
+        let guard = AbortOnDrop(task.abort_handle());
+        let result = task.await;
+        drop(guard);
+        let mut flight = self.flight.lock().await;
+        if flight.get(&key).is_some_and(|h| h.is_finished()) {
+            flight.remove(&key);
+        }
+        result
     }
 
     /// Tab's model, when there is one.
@@ -204,9 +215,8 @@ impl Tab {
         };
         let rel = relative(&uri, Some(&self.root));
         let doc = uri.clone();
-        let task = {
-            let mut flight = self.flight.lock().await;
-            let task = tokio::spawn(async move {
+        let result = self
+            .in_flight(uri, async move {
                 if let Some(hit) = completer.cached(&doc, &text, cursor) {
                     return Ok(hit);
                 }
@@ -215,21 +225,8 @@ impl Tab {
                     tokio::time::sleep(debounce).await;
                 }
                 completer.suggest(&doc, &text, cursor, Some(&rel), &snippets).await
-            });
-            if let Some(old) = flight.insert(uri.clone(), task.abort_handle()) {
-                old.abort();
-            }
-            task
-        };
-        let guard = AbortOnDrop(task.abort_handle());
-        let result = task.await;
-        drop(guard);
-        {
-            let mut flight = self.flight.lock().await;
-            if flight.get(&uri).is_some_and(|h| h.is_finished()) {
-                flight.remove(&uri);
-            }
-        }
+            })
+            .await;
         match result {
             Ok(Ok(s)) => Outcome::Suggestion(s),
             Ok(Err(e)) => Outcome::Failed(e.to_string()),

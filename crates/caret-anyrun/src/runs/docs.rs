@@ -13,8 +13,7 @@ use caret_protocol::runs::{
 };
 
 use super::{RunService, Spec, TenantRef};
-use crate::queue::NewRun;
-use crate::{Error, Result, now_ms};
+use crate::{Error, Result};
 
 /// The wall time of a docs crawl's attempt.
 const CRAWL_WALL_TIME_S: u64 = 3 * 3600;
@@ -80,21 +79,7 @@ impl RunService {
             traceparent: caret_trace::traceparent(),
             docs: Some(job),
         };
-        let text =
-            serde_json::to_vec(&spec).map_err(|source| Error::Json { what: "writing a run's spec".into(), source })?;
-        let sealed = self.seal_text(&tenant.id, &format!("{id}/spec"), &text)?;
-        self.queue.ensure_tenant(&tenant.id, &tenant.name, self.settings.max_running_per_tenant).await?;
-        let run = NewRun {
-            id: id.clone(),
-            tenant_id: tenant.id.clone(),
-            class,
-            spec: sealed,
-            model: "none".into(),
-            max_attempts: self.settings.max_attempts,
-        };
-        self.queue.insert(&run, now_ms()).await?;
-        tracing::info!(run = %id, class = class.as_str(), "docs crawl queued");
-        self.get(&tenant.id, &id).await
+        self.enqueue(tenant, &id, class, &spec).await
     }
 
     /// The latest counts a running docs crawl reported, if any.
