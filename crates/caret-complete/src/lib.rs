@@ -14,7 +14,8 @@
 //! - [`cache`]: serves the rest of a suggestion while the user types its first characters.
 //! - [`engine`]: runs a plan against a model through the gateway and cuts its stream.
 //! - [`next_edit`]: the edit likely next after the user's recent ones (Tab, Tab): recent
-//!   edits, deterministic candidates, a Zeta-shaped prompt for a model.
+//!   edits, deterministic candidates, a Zeta-shaped prompt for a model; [`imports`]: the
+//!   import a name the last edit brought in needs, as another open file has it.
 //!
 //! It knows nothing about LSP or HTTP: `caret lsp` and `POST /v1/complete` both call it.
 
@@ -22,6 +23,7 @@ pub mod cache;
 pub mod context;
 pub mod debounce;
 pub mod engine;
+pub mod imports;
 pub mod neighbours;
 pub mod next_edit;
 pub mod plan;

@@ -59,16 +59,19 @@ pub enum Why {
     Repeat,
     /// The last edit's insertion where its context recurs.
     Insert,
+    /// The import a name the last edit brought in needs (see [`crate::imports`]).
+    Import,
     /// A model's rewrite of the region around the cursor.
     Model,
 }
 
 impl Why {
-    /// Its name on the wire (`repeat`, `insert`, `model`).
+    /// Its name on the wire (`repeat`, `insert`, `import`, `model`).
     pub fn as_str(self) -> &'static str {
         match self {
             Why::Repeat => "repeat",
             Why::Insert => "insert",
+            Why::Import => "import",
             Why::Model => "model",
         }
     }

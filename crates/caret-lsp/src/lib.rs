@@ -554,15 +554,25 @@ async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
     let (line, character) =
         (params["position"]["line"].as_u64().unwrap_or(0), params["position"]["character"].as_u64().unwrap_or(0));
     let cursor = offset_at(&text, line, character);
-    let edits = {
+    let (last, edits) = {
         let mut history = server.history.lock().await;
         history.settle(&uri, &text);
         let Some(last) = history.last() else { return send(server, &id, Value::Null) };
         if let Some(p) = candidates(last, &uri, &text, cursor).into_iter().next() {
             return send(server, &id, prediction_json(&uri, &text, &p));
         }
-        history.edits().cloned().collect::<Vec<_>>()
+        (last.clone(), history.edits().cloned().collect::<Vec<_>>())
     };
+    // The import a new name needs, as another open file has it.
+    let import = {
+        let docs = server.docs.lock().await;
+        let others: Vec<(&str, &str)> =
+            docs.open.iter().filter(|(u, _)| **u != uri).map(|(u, d)| (u.as_str(), d.text.as_str())).collect();
+        caret_complete::imports::missing_import(&last, &uri, &text, &others)
+    };
+    if let Some(p) = import {
+        return send(server, &id, prediction_json(&uri, &text, &p));
+    }
     // No candidate: the model's turn, when there is a model.
     let Some(completer) = server.completer.lock().await.clone() else { return send(server, &id, Value::Null) };
     let path = relative(&uri, server.root.lock().await.as_deref());

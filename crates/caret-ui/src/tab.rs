@@ -109,6 +109,8 @@ impl Tab {
     /// Starts following the edits of `path` at `text` (the file as opened).
     pub async fn follow(&self, path: &str, text: &str) {
         self.history.lock().await.open(path, text);
+        // Open, it is a source of imports (and of Tab's snippets) for the other files.
+        self.update(&path_to_uri(&self.root.join(path)), text).await;
     }
 
     /// The edit likely next in `path` after the recent ones: the edits since the file last
@@ -117,15 +119,26 @@ impl Tab {
     /// request for the file aborts an older one's model call.
     pub async fn next_edit(&self, path: &str, text: &str, cursor: usize) -> Option<NextEdit> {
         let cursor = byte_offset(text, cursor);
-        let edits = {
+        let (last, edits) = {
             let mut history = self.history.lock().await;
             history.settle(path, text);
             let last = history.last()?;
             if let Some(p) = caret_complete::next_edit::candidates(last, path, text, cursor).into_iter().next() {
                 return Some(NextEdit::of(text, p));
             }
-            history.edits().cloned().collect::<Vec<_>>()
+            (last.clone(), history.edits().cloned().collect::<Vec<_>>())
         };
+        // The import a new name needs, as another open file has it.
+        let import = {
+            let docs = self.docs.lock().await;
+            let uri = path_to_uri(&self.root.join(path));
+            let others: Vec<(&str, &str)> =
+                docs.open.iter().filter(|(u, _)| **u != uri).map(|(u, d)| (u.as_str(), d.text.as_str())).collect();
+            caret_complete::imports::missing_import(&last, path, text, &others)
+        };
+        if let Some(p) = import {
+            return Some(NextEdit::of(text, p));
+        }
         let completer = self.completer()?;
         let (owned_path, owned_text) = (path.to_owned(), text.to_owned());
         let result = self

@@ -300,6 +300,40 @@ fn next_edit_predicts_the_rest_of_a_rename() {
     assert!(c.child.wait().unwrap().success());
 }
 
+/// A name the edit brought in that the file does not import, imported by another open file:
+/// the same import is the next edit, after the file's imports.
+#[test]
+fn a_new_names_import_is_the_next_edit() {
+    let home = TempDir::new();
+    let mut c = Client::start(&home);
+    c.request(1, "initialize", json!({"capabilities": {}}));
+    c.answer(1);
+    let open = |c: &mut Client, uri: &str, text: &str| {
+        c.notify(
+            "textDocument/didOpen",
+            json!({"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}),
+        );
+    };
+    open(&mut c, "file:///w/b.py", "import sys\nimport json\n\nprint(json.dumps({}))\n");
+    let uri = "file:///w/a.py";
+    open(&mut c, uri, "import os\n\ndef load(p):\n    return open(p).read()\n");
+    c.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": uri, "version": 2}, "contentChanges": [{
+            "range": {"start": {"line": 3, "character": 11}, "end": {"line": 3, "character": 25}},
+            "text": "json.loads(open(p).read())"}]}),
+    );
+    c.request(2, "caret/nextEdit", position(3, 37, uri));
+    let next = c.answer(2)["result"].clone();
+    assert_eq!(next["reason"], "import", "{next}");
+    assert_eq!(next["newText"], "import json\n");
+    assert_eq!(next["range"], json!({"start": {"line": 1, "character": 0}, "end": {"line": 1, "character": 0}}));
+    c.request(3, "shutdown", Value::Null);
+    c.answer(3);
+    c.notify("exit", Value::Null);
+    assert!(c.child.wait().unwrap().success());
+}
+
 /// An editor that knows only inline completion: when the next edit lies at the cursor, the
 /// inline completion request gets it (its range and new text); elsewhere, nothing (no model
 /// here). Typed keystroke by keystroke, the rename stays one edit.
