@@ -236,7 +236,7 @@ fn cold(
             let typed = format!("{}{first}{}", &text[..cursor], &text[end..]);
             for how in [Warm::Focus, Warm::End, Warm::None] {
                 // Another file's request empties the cache of this one.
-                flush(local).await?;
+                crate::tab_session::flush(local).await?;
                 let doc = format!("{name}#{n}#{how:?}");
                 match how {
                     Warm::Focus => {
@@ -307,15 +307,4 @@ enum Warm {
     End,
     /// None.
     None,
-}
-
-/// A one-token request for an unrelated prompt: the cache then holds none of the file.
-pub(crate) async fn flush(local: &LlamaProvider) -> anyhow::Result<()> {
-    use futures::StreamExt as _;
-    let req = caret_protocol::llm::CompletionRequest::greedy("local", "# scratch\n".to_owned(), 1);
-    let mut events = local.complete(req).await?;
-    while let Some(e) = events.next().await {
-        e?;
-    }
-    Ok(())
 }

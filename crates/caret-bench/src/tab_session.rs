@@ -13,6 +13,7 @@ use caret_host::completer::Completer;
 use caret_host::documents::{Docs, path_to_uri};
 use caret_host::runtime::runtime;
 use caret_llama::LlamaProvider;
+use caret_models::Provider as _;
 
 use crate::search::percentile;
 
@@ -76,7 +77,7 @@ pub(crate) fn session(
     let rt = runtime()?;
     let (mut ms, mut read_total, mut snippets_total) = (Vec::new(), 0u64, 0usize);
     rt.block_on(async {
-        crate::tab::flush(local).await?;
+        flush(local).await?;
         let mut docs = Docs::default();
         for (path, text) in &files {
             let rel = path.strip_prefix(&dir).unwrap_or(path).to_string_lossy().into_owned();
@@ -131,4 +132,15 @@ pub(crate) fn session(
         snippets_total as f64 / n as f64
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// A one-token request for an unrelated prompt: the cache then holds none of the file.
+pub(crate) async fn flush(local: &LlamaProvider) -> anyhow::Result<()> {
+    use futures::StreamExt as _;
+    let req = caret_protocol::llm::CompletionRequest::greedy("local", "# scratch\n".to_owned(), 1);
+    let mut events = local.complete(req).await?;
+    while let Some(e) = events.next().await {
+        e?;
+    }
+    Ok(())
 }

@@ -268,6 +268,25 @@ pub fn candidates(last: &Edit, path: &str, text: &str, cursor: usize) -> Vec<Pre
     out
 }
 
+/// `candidates` with the one a model's `guess` lands on (within 2 lines) first: a next-edit
+/// model ranks what the rules found. Unchanged when the guess is near none of them.
+pub fn rank(mut candidates: Vec<Prediction>, guess: &Prediction, text: &str) -> Vec<Prediction> {
+    let line = |at: usize| text[..at.min(text.len())].matches('\n').count();
+    let target = line(guess.start);
+    let nearest = candidates
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (line(p.start).abs_diff(target), i))
+        .filter(|(d, _)| *d <= 2)
+        .min()
+        .map(|(_, i)| i);
+    if let Some(i) = nearest {
+        let chosen = candidates.remove(i);
+        candidates.insert(0, chosen);
+    }
+    candidates
+}
+
 /// The edit as a pattern to look for: its old and new text, and when the old one holds no
 /// word character, both with the word right after (else before) the edit taken along; the
 /// bytes of context before the edit in the pattern.

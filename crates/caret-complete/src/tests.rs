@@ -379,3 +379,24 @@ fn a_split_plan_unsplits_into_the_whole_prefix() {
     assert!(whole.unsplit(Some(&Family::QwenCoder)).is_none(), "nothing left to unsplit");
     assert!(p.unsplit(None).is_none());
 }
+
+#[test]
+fn a_models_guess_ranks_the_candidates_it_lands_near() {
+    use crate::next_edit::{Prediction, Why, rank};
+    let text = "a\nb\nc\nd\ne\nf\ng\nh\n";
+    let at = |line: usize| text.match_indices('\n').nth(line.wrapping_sub(1)).map_or(0, |(i, _)| i + 1);
+    let p = |line: usize, why| Prediction {
+        path: "f".into(),
+        start: at(line),
+        end: at(line) + 1,
+        replacement: "x".into(),
+        why,
+    };
+    let found = vec![p(1, Why::Repeat), p(4, Why::Repeat), p(7, Why::Repeat)];
+    // The guess at line 5: the candidate at line 4 goes first, the others keep their order.
+    let ranked = rank(found.clone(), &p(5, Why::Model), text);
+    assert_eq!(ranked.iter().map(|c| c.start).collect::<Vec<_>>(), [at(4), at(1), at(7)]);
+    // Near none of them: as they were.
+    let far = format!("{text}{}", "z\n".repeat(10));
+    assert_eq!(rank(found.clone(), &Prediction { start: far.len() - 1, ..p(0, Why::Model) }, &far), found);
+}

@@ -34,6 +34,9 @@ pub struct Suggestion {
     pub generated_chunks: usize,
 }
 
+/// The alias a model trained for next edits is served under.
+pub const NEXT_EDIT_ALIAS: &str = "next-edit";
+
 /// Where suggestions come from.
 pub enum Source {
     /// A model on a gateway (the embedded one, or a server's `/v1/completions`), with the
@@ -145,6 +148,20 @@ impl Completer {
         let mut req = caret_protocol::llm::CompletionRequest::greedy(self.model.clone(), prompt, max_tokens);
         req.stop = Some(caret_protocol::llm::Stop::One(stop.to_owned()));
         Some(backend.complete_text(req).await.map_err(anyhow::Error::from))
+    }
+
+    /// A completer on the same gateway for its [`NEXT_EDIT_ALIAS`] model, when it has one (a
+    /// model trained for next edits, served anywhere): next edits go there, and it ranks the
+    /// rules' candidates, instead of Tab's model.
+    pub fn next_edit_model(&self) -> Option<Completer> {
+        let Source::Model { backend: Backend::Embedded { gateway, tenant }, family } = &self.source else {
+            return None;
+        };
+        if self.model == NEXT_EDIT_ALIAS || !gateway.aliases().iter().any(|a| a == NEXT_EDIT_ALIAS) {
+            return None;
+        }
+        let backend = Backend::Embedded { gateway: gateway.clone(), tenant: tenant.clone() };
+        Some(Completer::new(Source::Model { backend, family: family.clone() }, NEXT_EDIT_ALIAS.to_owned(), self.budget))
     }
 
     /// The model's turn at the next edit: the region around byte `cursor` of `text` rewritten

@@ -554,39 +554,50 @@ async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
     let (line, character) =
         (params["position"]["line"].as_u64().unwrap_or(0), params["position"]["character"].as_u64().unwrap_or(0));
     let cursor = offset_at(&text, line, character);
-    let (last, edits) = {
+    let tab = server.completer.lock().await.clone();
+    // A model trained for next edits, when the gateway serves one: it ranks the candidates.
+    let ranker = tab.as_ref().and_then(|c| c.next_edit_model()).map(Arc::new);
+    let (last, edits, found) = {
         let mut history = server.history.lock().await;
         history.settle(&uri, &text);
         let Some(last) = history.last() else { return send(server, &id, Value::Null) };
-        if let Some(p) = candidates(last, &uri, &text, cursor).into_iter().next() {
+        let found = candidates(last, &uri, &text, cursor);
+        if found.len() == 1 || (!found.is_empty() && ranker.is_none()) {
+            return send(server, &id, prediction_json(&uri, &text, &found[0]));
+        }
+        (last.clone(), history.edits().cloned().collect::<Vec<_>>(), found)
+    };
+    if found.is_empty() {
+        // The import a new name needs, as another open file has it.
+        let import = {
+            let docs = server.docs.lock().await;
+            let others: Vec<(&str, &str)> =
+                docs.open.iter().filter(|(u, _)| **u != uri).map(|(u, d)| (u.as_str(), d.text.as_str())).collect();
+            caret_complete::imports::missing_import(&last, &uri, &text, &others)
+        };
+        if let Some(p) = import {
             return send(server, &id, prediction_json(&uri, &text, &p));
         }
-        (last.clone(), history.edits().cloned().collect::<Vec<_>>())
-    };
-    // The import a new name needs, as another open file has it.
-    let import = {
-        let docs = server.docs.lock().await;
-        let others: Vec<(&str, &str)> =
-            docs.open.iter().filter(|(u, _)| **u != uri).map(|(u, d)| (u.as_str(), d.text.as_str())).collect();
-        caret_complete::imports::missing_import(&last, &uri, &text, &others)
-    };
-    if let Some(p) = import {
-        return send(server, &id, prediction_json(&uri, &text, &p));
     }
-    // No candidate: the model's turn, when there is a model.
-    let Some(completer) = server.completer.lock().await.clone() else { return send(server, &id, Value::Null) };
+    // The model's turn: to rank the candidates, or (none fits) to predict, when there is one.
+    let Some(model) = ranker.or(tab) else { return send(server, &id, Value::Null) };
     let path = relative(&uri, server.root.lock().await.as_deref());
     let (srv, key, doc) = (server.clone(), id.to_string(), uri.clone());
     let flight_key = key.clone();
     // The flight table is held while the task starts, so that it finds itself there.
     let mut flight = server.flight.lock().await;
     let task = tokio::spawn(async move {
-        let predicted = match completer.next_edit(edits.iter(), &uri, &path, &text, cursor).await {
+        let guess = match model.next_edit(edits.iter(), &uri, &path, &text, cursor).await {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!("next edit: {e:#}");
                 None
             }
+        };
+        let predicted = match guess {
+            Some(g) if !found.is_empty() => caret_complete::next_edit::rank(found, &g, &text).into_iter().next(),
+            guess if found.is_empty() => guess,
+            _ => found.into_iter().next(),
         };
         srv.flight.lock().await.remove(&key);
         send(&srv, &id, predicted.as_ref().map_or(Value::Null, |p| prediction_json(&uri, &text, p)));

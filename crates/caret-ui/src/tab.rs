@@ -119,41 +119,55 @@ impl Tab {
     /// request for the file aborts an older one's model call.
     pub async fn next_edit(&self, path: &str, text: &str, cursor: usize) -> Option<NextEdit> {
         let cursor = byte_offset(text, cursor);
-        let (last, edits) = {
+        let tab = self.completer();
+        // A model trained for next edits, when the gateway serves one: it ranks the candidates.
+        let ranker = tab.as_ref().and_then(|c| c.next_edit_model()).map(Arc::new);
+        let (last, edits, found) = {
             let mut history = self.history.lock().await;
             history.settle(path, text);
             let last = history.last()?;
-            if let Some(p) = caret_complete::next_edit::candidates(last, path, text, cursor).into_iter().next() {
+            let found = caret_complete::next_edit::candidates(last, path, text, cursor);
+            if found.len() == 1 || (!found.is_empty() && ranker.is_none()) {
+                return found.into_iter().next().map(|p| NextEdit::of(text, p));
+            }
+            (last.clone(), history.edits().cloned().collect::<Vec<_>>(), found)
+        };
+        if found.is_empty() {
+            // The import a new name needs, as another open file has it.
+            let import = {
+                let docs = self.docs.lock().await;
+                let uri = path_to_uri(&self.root.join(path));
+                let others: Vec<(&str, &str)> =
+                    docs.open.iter().filter(|(u, _)| **u != uri).map(|(u, d)| (u.as_str(), d.text.as_str())).collect();
+                caret_complete::imports::missing_import(&last, path, text, &others)
+            };
+            if let Some(p) = import {
                 return Some(NextEdit::of(text, p));
             }
-            (last.clone(), history.edits().cloned().collect::<Vec<_>>())
-        };
-        // The import a new name needs, as another open file has it.
-        let import = {
-            let docs = self.docs.lock().await;
-            let uri = path_to_uri(&self.root.join(path));
-            let others: Vec<(&str, &str)> =
-                docs.open.iter().filter(|(u, _)| **u != uri).map(|(u, d)| (u.as_str(), d.text.as_str())).collect();
-            caret_complete::imports::missing_import(&last, path, text, &others)
-        };
-        if let Some(p) = import {
-            return Some(NextEdit::of(text, p));
         }
-        let completer = self.completer()?;
+        // The model's turn: to rank the candidates, or (none fits) to predict.
+        let completer = ranker.or(tab)?;
         let (owned_path, owned_text) = (path.to_owned(), text.to_owned());
         let result = self
             .in_flight(format!("next-edit {path}"), async move {
-                completer.next_edit(edits.iter(), &owned_path, &owned_path, &owned_text, cursor).await
+                let guess = match completer.next_edit(edits.iter(), &owned_path, &owned_path, &owned_text, cursor).await
+                {
+                    Ok(g) => g,
+                    Err(e) => {
+                        tracing::warn!("next edit: {e:#}");
+                        None
+                    }
+                };
+                match guess {
+                    Some(g) if !found.is_empty() => {
+                        caret_complete::next_edit::rank(found, &g, &owned_text).into_iter().next()
+                    }
+                    guess if found.is_empty() => guess,
+                    _ => found.into_iter().next(),
+                }
             })
             .await;
-        match result {
-            Ok(Ok(p)) => p.map(|p| NextEdit::of(text, p)),
-            Ok(Err(e)) => {
-                tracing::warn!("next edit: {e:#}");
-                None
-            }
-            Err(_) => None,
-        }
+        result.ok().flatten().map(|p| NextEdit::of(text, p))
     }
 
     /// Runs `work` as the request in flight under `key` (a newer one under the same key aborts

@@ -300,6 +300,57 @@ fn next_edit_predicts_the_rest_of_a_rename() {
     assert!(c.child.wait().unwrap().success());
 }
 
+/// With a model served as `next-edit`, it ranks the rules' candidates: the use its rewrite
+/// changes comes first, not the nearest; it is asked, not Tab's model.
+#[test]
+fn a_next_edit_model_ranks_the_candidates() {
+    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("ranking-model"));
+    up.set(Behaviour {
+        answer: Some("def mean(xs):\n    total = sum(values)\n    return total / len(xs)\n".to_owned()),
+        ..Behaviour::default()
+    });
+    let home = TempDir::new();
+    home.write(
+        "caret-home/config.toml",
+        &format!(
+            "[[models]]\nalias = \"tab\"\ndeployments = [{{ provider = \"openai\", url = \"{0}\", model = \"fim\" }}]\n\
+             [[models]]\nalias = \"next-edit\"\ndeployments = [{{ provider = \"openai\", url = \"{0}\", model = \"zeta\" }}]\n",
+            up.url
+        ),
+    );
+    let mut c = Client::start(&home);
+    c.request(1, "initialize", json!({"capabilities": {}, "initializationOptions": {"debounce_ms": 0}}));
+    c.answer(1);
+    let uri = "file:///w/stats.py";
+    let text = "def mean(values):\n    total = sum(values)\n    return total / len(values)\n";
+    c.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}),
+    );
+    c.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": uri, "version": 2}, "contentChanges": [{
+            "range": {"start": {"line": 0, "character": 9}, "end": {"line": 0, "character": 15}}, "text": "xs"}]}),
+    );
+    c.request(2, "caret/nextEdit", position(0, 11, uri));
+    let next = c.answer(2)["result"].clone();
+    assert_eq!((next["reason"].as_str(), next["newText"].as_str()), (Some("repeat"), Some("xs")), "{next}");
+    assert_eq!(
+        next["range"]["start"],
+        json!({"line": 2, "character": 23}),
+        "the model's pick, not the nearest: {next}"
+    );
+    let asked = up.chats();
+    let zeta = up.last_request().map(|(_, b)| b["model"].clone());
+    assert_eq!(zeta, Some(json!("zeta")), "the next-edit model ranked them ({} chats)", asked.len());
+    c.request(3, "shutdown", Value::Null);
+    c.answer(3);
+    c.notify("exit", Value::Null);
+    assert!(c.child.wait().unwrap().success());
+}
+
 /// A name the edit brought in that the file does not import, imported by another open file:
 /// the same import is the next edit, after the file's imports.
 #[test]
