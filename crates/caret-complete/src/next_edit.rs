@@ -9,6 +9,7 @@
 //!   edit's replacement at the next place that holds what it replaced (a renamed identifier's
 //!   other uses, a changed call's other call sites), or its insertion where the same context
 //!   recurs (an argument added to every call).
+//! - [`elsewhere`]: a rename's uses in other open files, once the current one has none.
 //! - [`prompt`] and [`parse`]: a model's turn, in the shape Zeta's published format uses
 //!   (the recent edits as diffs, an excerpt with an editable region and the cursor marked; the
 //!   model rewrites the region), so a next-edit model served by any OpenAI-compatible
@@ -265,6 +266,35 @@ pub fn candidates(last: &Edit, path: &str, text: &str, cursor: usize) -> Vec<Pre
         out.extend(at_line_starts(last, path, text));
     }
     out.sort_by_key(|p| if p.start >= cursor { (0, p.start - cursor) } else { (1, cursor - p.start) });
+    out
+}
+
+/// The last edit's rename carried into other open files (`others`: path and text): where a
+/// name it replaced (a whole identifier, not punctuation or an insertion) stands as a whole
+/// token, in the order of `others`, top to bottom. For when the current file has no use left.
+pub fn elsewhere(last: &Edit, others: &[(&str, &str)]) -> Vec<Prediction> {
+    let old = last.old.as_str();
+    let renamed = !old.is_empty()
+        && old.len() <= 200
+        && old.chars().all(is_word)
+        && !last.new.contains('\n')
+        && last.new.len() <= 200
+        && last.new.chars().all(is_word);
+    if !renamed {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (path, text) in others.iter().filter(|(p, _)| *p != last.path) {
+        for (at, _) in text.match_indices(old).filter(|(at, _)| whole(text, *at, old.len())) {
+            out.push(Prediction {
+                path: (*path).to_owned(),
+                start: at,
+                end: at + old.len(),
+                replacement: last.new.clone(),
+                why: Why::Repeat,
+            });
+        }
+    }
     out
 }
 

@@ -400,3 +400,21 @@ fn a_models_guess_ranks_the_candidates_it_lands_near() {
     let far = format!("{text}{}", "z\n".repeat(10));
     assert_eq!(rank(found.clone(), &Prediction { start: far.len() - 1, ..p(0, Why::Model) }, &far), found);
 }
+
+#[test]
+fn a_rename_goes_on_in_other_open_files() {
+    use crate::next_edit::{History, elsewhere};
+    let mut h = History::default();
+    h.open("a.py", "def mean(values):\n    return 0\n");
+    let last = h.settle("a.py", "def mean(xs):\n    return 0\n").cloned().unwrap();
+    let b = "from a import mean\nvalues = [1]\nprint(mean(values), values_count)\n";
+    let found = elsewhere(&last, &[("a.py", "ignored"), ("b.py", b)]);
+    let at: Vec<(&str, usize)> = found.iter().map(|p| (p.path.as_str(), p.start)).collect();
+    assert_eq!(at, [("b.py", b.find("values =").unwrap()), ("b.py", b.find("values)").unwrap())], "whole tokens only");
+    assert!(found.iter().all(|p| p.replacement == "xs"));
+    // Not a rename (an insertion, punctuation): nothing elsewhere.
+    let mut h = History::default();
+    h.open("a.py", "f(a)\n");
+    let added = h.settle("a.py", "f(a, b)\n").cloned().unwrap();
+    assert!(elsewhere(&added, &[("b.py", "f(a)\n")]).is_empty());
+}

@@ -568,15 +568,21 @@ async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
         (last.clone(), history.edits().cloned().collect::<Vec<_>>(), found)
     };
     if found.is_empty() {
-        // The import a new name needs, as another open file has it.
-        let import = {
+        // A rename's uses in other open files; else the import a new name needs, as another
+        // open file has it.
+        let other = {
             let docs = server.docs.lock().await;
-            let others: Vec<(&str, &str)> =
+            let mut others: Vec<(&str, &str)> =
                 docs.open.iter().filter(|(u, _)| **u != uri).map(|(u, d)| (u.as_str(), d.text.as_str())).collect();
-            caret_complete::imports::missing_import(&last, &uri, &text, &others)
+            others.sort_unstable();
+            match caret_complete::next_edit::elsewhere(&last, &others).into_iter().next() {
+                Some(p) => docs.open.get(&p.path).map(|d| prediction_json(&p.path, &d.text, &p)),
+                None => caret_complete::imports::missing_import(&last, &uri, &text, &others)
+                    .map(|p| prediction_json(&uri, &text, &p)),
+            }
         };
-        if let Some(p) = import {
-            return send(server, &id, prediction_json(&uri, &text, &p));
+        if let Some(p) = other {
+            return send(server, &id, p);
         }
     }
     // The model's turn: to rank the candidates, or (none fits) to predict, when there is one.

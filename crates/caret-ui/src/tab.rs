@@ -49,13 +49,25 @@ pub struct NextEdit {
     pub end: usize,
     /// What replaces it.
     pub text: String,
-    /// Why it was predicted (`repeat`, `insert`, `model`).
+    /// Why it was predicted (`repeat`, `insert`, `import`, `model`).
     pub reason: &'static str,
+    /// Its 1-based line.
+    pub line: usize,
+    /// Another open file it is in (`start` and `end` are then of that file's text).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 impl NextEdit {
     fn of(text: &str, p: caret_complete::next_edit::Prediction) -> NextEdit {
-        NextEdit { start: units(text, p.start), end: units(text, p.end), text: p.replacement, reason: p.why.as_str() }
+        NextEdit {
+            start: units(text, p.start),
+            end: units(text, p.end),
+            line: text[..p.start].matches('\n').count() + 1,
+            text: p.replacement,
+            reason: p.why.as_str(),
+            path: None,
+        }
     }
 }
 
@@ -133,15 +145,24 @@ impl Tab {
             (last.clone(), history.edits().cloned().collect::<Vec<_>>(), found)
         };
         if found.is_empty() {
-            // The import a new name needs, as another open file has it.
-            let import = {
-                let docs = self.docs.lock().await;
-                let uri = path_to_uri(&self.root.join(path));
-                let others: Vec<(&str, &str)> =
-                    docs.open.iter().filter(|(u, _)| **u != uri).map(|(u, d)| (u.as_str(), d.text.as_str())).collect();
-                caret_complete::imports::missing_import(&last, path, text, &others)
-            };
-            if let Some(p) = import {
+            // A rename's uses in another open file; else the import a new name needs, as
+            // another open file has it.
+            let docs = self.docs.lock().await;
+            let uri = path_to_uri(&self.root.join(path));
+            let mut others: Vec<(String, &str)> = docs
+                .open
+                .iter()
+                .filter(|(u, _)| **u != uri)
+                .map(|(u, d)| (relative(u, Some(&self.root)), d.text.as_str()))
+                .collect();
+            others.sort_unstable();
+            let others: Vec<(&str, &str)> = others.iter().map(|(p, t)| (p.as_str(), *t)).collect();
+            if let Some(p) = caret_complete::next_edit::elsewhere(&last, &others).into_iter().next() {
+                let there = others.iter().find(|(o, _)| *o == p.path).map_or("", |(_, t)| *t);
+                let file = p.path.clone();
+                return Some(NextEdit { path: Some(file), ..NextEdit::of(there, p) });
+            }
+            if let Some(p) = caret_complete::imports::missing_import(&last, path, text, &others) {
                 return Some(NextEdit::of(text, p));
             }
         }

@@ -351,6 +351,40 @@ fn a_next_edit_model_ranks_the_candidates() {
     assert!(c.child.wait().unwrap().success());
 }
 
+/// A rename whose file has no use left goes on in another open file: the next edit names
+/// that file.
+#[test]
+fn a_rename_goes_on_in_another_open_file() {
+    let home = TempDir::new();
+    let mut c = Client::start(&home);
+    c.request(1, "initialize", json!({"capabilities": {}}));
+    c.answer(1);
+    let open = |c: &mut Client, uri: &str, text: &str| {
+        c.notify(
+            "textDocument/didOpen",
+            json!({"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}),
+        );
+    };
+    let report = "file:///w/report.py";
+    open(&mut c, report, "from stats import mean\nprint(mean([1, 2]))\n");
+    let uri = "file:///w/stats.py";
+    open(&mut c, uri, "def mean(values):\n    return sum(values) / len(values)\n");
+    c.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": uri, "version": 2}, "contentChanges": [{
+            "range": {"start": {"line": 0, "character": 4}, "end": {"line": 0, "character": 8}}, "text": "average"}]}),
+    );
+    c.request(2, "caret/nextEdit", position(0, 11, uri));
+    let next = c.answer(2)["result"].clone();
+    assert_eq!(next["textDocument"]["uri"], report, "{next}");
+    assert_eq!((next["newText"].as_str(), next["reason"].as_str()), (Some("average"), Some("repeat")));
+    assert_eq!(next["range"], json!({"start": {"line": 0, "character": 18}, "end": {"line": 0, "character": 22}}));
+    c.request(3, "shutdown", Value::Null);
+    c.answer(3);
+    c.notify("exit", Value::Null);
+    assert!(c.child.wait().unwrap().success());
+}
+
 /// A name the edit brought in that the file does not import, imported by another open file:
 /// the same import is the next edit, after the file's imports.
 #[test]

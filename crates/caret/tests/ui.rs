@@ -583,3 +583,44 @@ fn a_page_without_a_model_offers_the_default_one() {
     assert_eq!(browser.eval("return document.querySelector('#model-offer button').textContent"), "Retry");
     assert!(!home.join("models/qwen2.5-coder-1.5b-instruct-q4").exists(), "nothing installed");
 }
+
+/// A rename whose file has no use left goes on in another open file: the page says which, Tab
+/// opens it at the use, Tab again renames it there.
+#[test]
+fn the_page_carries_a_rename_into_another_open_file() {
+    let home = TempDir::new();
+    let ws = TempDir::new();
+    ws.write("report.py", "from stats import mean\nprint(mean([1, 2]))\n");
+    ws.write("stats.py", "def mean(values):\n    return sum(values) / len(values)\n");
+    let ui = start_ui(home.path(), ws.path());
+    let browser = Browser::start();
+    browser.open(&format!("{}/?open=report.py#token={}", ui.base, ui.token));
+    browser.wait_for("report.py open", 30, "return window.caret?.editor?.getModel()?.getValue()?.includes('mean')");
+    browser.eval("document.querySelector('#tree li.file[data-path=\"stats.py\"]').click()");
+    let on_stats = "return caret.editor.getModel().getValue().startsWith('def mean')";
+    browser.wait_for("stats.py open", 20, on_stats);
+    // `mean` → `average` in the definition.
+    browser.eval("caret.editor.setSelection({startLineNumber: 1, startColumn: 5, endLineNumber: 1, endColumn: 9}); caret.editor.focus();");
+    browser.keys("average");
+    let offered = browser.wait_for(
+        "the next edit in report.py",
+        20,
+        "return window.caret.nextEdit?.path === 'report.py' && window.caret.nextEdit",
+    );
+    assert_eq!((offered["text"].as_str(), offered["line"].as_u64()), (Some("average"), Some(1)), "{offered}");
+    let marked = "return [...document.querySelectorAll('.caret-next-edit-text')].map((e) => e.textContent).join('').replace(/\\u00a0/g, ' ')";
+    assert_eq!(browser.wait_for("the mark", 10, marked), " ⇥ report.py:1 average");
+    shot(&browser, "next-edit-other-file");
+    let suggesting = "return document.querySelector('.suggest-widget.visible') !== null";
+    std::thread::sleep(Duration::from_millis(500));
+    if browser.eval(suggesting) == true {
+        browser.keys("\u{E00C}");
+        browser.wait_for("the suggestions closed", 10, &format!("return !({})", &suggesting[7..]));
+    }
+    browser.keys("\u{E004}"); // Tab: report.py, at the use
+    let value = "return caret.editor.getModel().getValue()";
+    browser.wait_for("report.py shown", 20, &format!("{value}.startsWith('from stats')"));
+    browser.wait_for("its use marked", 10, &format!("{marked} === ' ⇥ average'"));
+    browser.keys("\u{E004}"); // Tab: apply
+    browser.wait_for("renamed there", 10, &format!("{value}.startsWith('from stats import average')"));
+}

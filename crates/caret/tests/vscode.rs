@@ -129,6 +129,7 @@ fn in_code_server(vsix: &Path) {
     ws.write("app.py", "def add(a, b):\n    \n");
     ws.write("stats.py", "def mean(values):\n    total = sum(values)\n    return total / len(values)\n");
     ws.write("lib.py", "VALUE = 1\n");
+    ws.write("report.py", "from stats import mean\nprint(mean([1, 2]))\n");
     let install = Command::new(&code_server)
         .args(["--extensions-dir"])
         .arg(home.join("ext"))
@@ -165,8 +166,9 @@ fn in_code_server(vsix: &Path) {
     let quick_open =
         "return document.querySelector('.quick-input-widget:not([style*=\"display: none\"]) input') !== null";
     let open = |name: &str| {
-        let tab =
-            format!("return [...document.querySelectorAll('.tab')].some((t) => t.textContent.trim() === '{name}')");
+        let tab = format!(
+            "return [...document.querySelectorAll('.tab.active')].some((t) => t.textContent.trim() === '{name}')"
+        );
         browser.keys("\u{E009}p");
         browser.wait_for("quick open", 20, quick_open);
         std::thread::sleep(Duration::from_millis(300));
@@ -245,6 +247,28 @@ fn in_code_server(vsix: &Path) {
     let any_mark = "return [...document.querySelectorAll('.view-lines span')].some((s) => \
                     getComputedStyle(s, '::after').content.includes('⇥'))";
     assert_eq!(browser.eval(any_mark), false, "nothing marked once every use is renamed");
+
+    // A rename carried into another open file: report.py open, `mean` renamed in stats.py;
+    // the mark says where, Tab opens report.py at the use, Tab renames it there.
+    open("report.py");
+    open("stats.py");
+    browser.keys("\u{E009}\u{E011}"); // Ctrl+Home
+    for _ in 0..5 {
+        browser.keys("\u{E014}"); // → into `mean`
+    }
+    browser.keys("\u{E009}d"); // Ctrl+D selects the word
+    browser.keys("average");
+    browser.wait_for("the rename typed", 20, &format!("{lines}.includes('def average(xs):')"));
+    let elsewhere = "return [...document.querySelectorAll('.view-lines span')].some((s) => \
+                     getComputedStyle(s, '::after').content.includes('⇥ report.py:1 average'))";
+    browser.wait_for("the next edit in report.py marked", 20, elsewhere);
+    shot(&browser, "5b-next-edit-other-file");
+    browser.keys("\u{E004}"); // Tab: report.py at the use
+    let report_active = "return [...document.querySelectorAll('.tab.active')].some((t) => t.textContent.trim().startsWith('report.py'))";
+    browser.wait_for("report.py opened", 20, report_active);
+    browser.wait_for("its use marked", 20, marked.replace("⇥ xs", "⇥ average").as_str());
+    browser.keys("\u{E004}"); // Tab: apply
+    browser.wait_for("renamed in report.py", 20, &format!("{lines}.includes('from stats import average')"));
 
     // Grep from the command palette: the extension's quick pick over its `caret ui`; a hit
     // opens at its line.

@@ -241,6 +241,8 @@ async function offerModel() {
 }
 
 const nextEdit = new NextEditState();
+/** Tab is opening another file for the prediction: its editor change keeps the prediction. */
+let jumping = false;
 const nextEditMark = vscode.window.createTextEditorDecorationType({
   backgroundColor: new vscode.ThemeColor('diffEditor.removedTextBackground'),
   border: '1px dashed',
@@ -256,6 +258,20 @@ function showNextEdit(editor: vscode.TextEditor, edit: NextEdit | null) {
     return;
   }
   const r = edit.range;
+  if (edit.textDocument.uri !== editor.document.uri.toString()) {
+    // In another open file: said at the end of the cursor's line, Tab opens it there.
+    const line = editor.selection.active.line;
+    const end = editor.document.lineAt(line).range.end;
+    const file = decodeURIComponent(edit.textDocument.uri.split('/').pop() ?? '');
+    editor.setDecorations(nextEditMark, [
+      {
+        range: new vscode.Range(end, end),
+        renderOptions: { after: { contentText: ` ⇥ ${file}:${r.start.line + 1} ${edit.newText.split('\n')[0]}`, color: new vscode.ThemeColor('editorInfo.foreground') } },
+        hoverMessage: `Tab: the same change in ${file}`,
+      },
+    ]);
+    return;
+  }
   const range = new vscode.Range(r.start.line, r.start.character, r.end.line, r.end.character);
   editor.setDecorations(nextEditMark, [
     {
@@ -285,6 +301,20 @@ async function takeNextEdit() {
   if (!editor) return;
   const p = editor.selection.active;
   const step = nextEdit.tab(editor.document.uri.toString(), { line: p.line, character: p.character });
+  if (step.kind === 'open') {
+    const edit = nextEdit.current()!;
+    editor.setDecorations(nextEditMark, []);
+    const at = new vscode.Position(step.to.line, step.to.character);
+    jumping = true;
+    try {
+      const doc = await vscode.workspace.openTextDocument(vscode.Uri.parse(step.uri));
+      const there = await vscode.window.showTextDocument(doc, { selection: new vscode.Range(at, at) });
+      showNextEdit(there, edit);
+    } finally {
+      jumping = false;
+    }
+    return;
+  }
   if (step.kind === 'jump') {
     const at = new vscode.Position(step.to.line, step.to.character);
     editor.selection = new vscode.Selection(at, at);
@@ -323,6 +353,7 @@ export function activate(context: vscode.ExtensionContext) {
       askNextEdit(editor);
     }),
     vscode.window.onDidChangeActiveTextEditor((editor) => {
+      if (jumping) return; // Tab opening the prediction's own file
       nextEdit.dismiss();
       vscode.commands.executeCommand('setContext', 'caret.nextEditShown', false);
       editor?.setDecorations(nextEditMark, []);

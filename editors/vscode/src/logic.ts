@@ -154,7 +154,8 @@ export interface NextEdit {
 
 /**
  * A shown next-edit prediction and what Tab does with it: the first Tab jumps to it when the
- * cursor is elsewhere, the next applies it; Esc, a keystroke or another document drops it.
+ * cursor is elsewhere (opening its file when it is in another one: a rename's uses in another
+ * open file), the next applies it; Esc or a keystroke drops it.
  */
 export class NextEditState {
   private shown: NextEdit | undefined;
@@ -169,18 +170,22 @@ export class NextEditState {
     return this.shown;
   }
 
-  /** What Tab does with the cursor in `uri` at `cursor`: jump there, apply it, or nothing. */
-  tab(uri: string, cursor: Pos): { kind: 'jump'; to: Pos } | { kind: 'apply'; edit: NextEdit } | { kind: 'none' } {
+  /** What Tab does with the cursor in `uri` at `cursor`: open its file, jump there, apply it, or nothing. */
+  tab(
+    uri: string,
+    cursor: Pos,
+  ): { kind: 'open'; uri: string; to: Pos } | { kind: 'jump'; to: Pos } | { kind: 'apply'; edit: NextEdit } | { kind: 'none' } {
     const e = this.shown;
-    if (!e || e.textDocument.uri !== uri) return { kind: 'none' };
+    if (!e) return { kind: 'none' };
     const at = e.range.start;
+    if (e.textDocument.uri !== uri) return { kind: 'open', uri: e.textDocument.uri, to: at };
     // Off the target's line: go there first, so that the user sees what Tab will do.
     if (cursor.line !== at.line) return { kind: 'jump', to: at };
     this.shown = undefined;
     return { kind: 'apply', edit: e };
   }
 
-  /** Drops it (Esc, a keystroke, another document). */
+  /** Drops it (Esc, a keystroke). */
   dismiss(): void {
     this.shown = undefined;
   }

@@ -66,13 +66,17 @@ test('focus notifications and the debounce', async () => {
   assert.deepEqual(seen, [3, 4]);
 });
 
-test('next edit: Tab jumps to a prediction elsewhere, then applies it; Esc or another file drops it', () => {
+test('next edit: Tab jumps to a prediction elsewhere (opening its file), then applies it; Esc drops it', () => {
   const s = new NextEditState();
   const uri = 'file:///w/a.py';
   const edit = { textDocument: { uri }, range: { start: { line: 7, character: 4 }, end: { line: 7, character: 10 } }, newText: 'xs', reason: 'repeat' };
   assert.deepEqual(s.tab(uri, { line: 0, character: 0 }), { kind: 'none' }, 'nothing shown');
   s.offer(edit);
-  assert.deepEqual(s.tab('file:///w/b.py', { line: 7, character: 4 }), { kind: 'none' }, 'another document');
+  assert.deepEqual(
+    s.tab('file:///w/b.py', { line: 7, character: 4 }),
+    { kind: 'open', uri, to: { line: 7, character: 4 } },
+    'from another document: its file opened at the target',
+  );
   assert.deepEqual(s.tab(uri, { line: 2, character: 3 }), { kind: 'jump', to: { line: 7, character: 4 } });
   assert.deepEqual(s.tab(uri, { line: 7, character: 4 }), { kind: 'apply', edit });
   assert.equal(s.current(), undefined, 'applied once');

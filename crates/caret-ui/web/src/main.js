@@ -174,7 +174,7 @@ async function save(force = false) {
 }
 
 editor.addCommand(monaco.KeyMod.CtrlCmd | monaco.KeyCode.KeyS, () => save());
-const nextEdit = installNextEdit(monaco, editor, pathOf);
+const nextEdit = installNextEdit(monaco, editor, pathOf, openFile);
 
 $('#conflict-disk').onclick = () => {
   const t = state.tabs.get(state.active);

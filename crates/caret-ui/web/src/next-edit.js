@@ -5,7 +5,7 @@
 // drops it. Ghost text, when shown, takes Tab first.
 import { post } from './api.js';
 
-export function installNextEdit(monaco, editor, pathOf) {
+export function installNextEdit(monaco, editor, pathOf, openPath) {
   let edit = null; // { model, start, end, text, reason }
   let marks = [];
   let timer = null;
@@ -25,6 +25,24 @@ export function installNextEdit(monaco, editor, pathOf) {
   const show = (model, e) => {
     clear();
     if (!e || editor.getModel() !== model) return;
+    if (e.path && e.path !== pathOf(model)) {
+      // In another open file: said at the end of the cursor's line; Tab opens it there.
+      edit = { model, ...e };
+      const line = editor.getPosition().lineNumber;
+      const end = model.getLineMaxColumn(line);
+      marks = editor.deltaDecorations(marks, [
+        {
+          range: new monaco.Range(line, end, line, end),
+          options: {
+            showIfCollapsed: true,
+            after: { content: ` ⇥ ${e.path}:${e.line} ${e.text.split('\n')[0]}`, inlineClassName: 'caret-next-edit-text' },
+          },
+        },
+      ]);
+      window.caret.nextEdit = { ...e };
+      count('shown');
+      return;
+    }
     edit = { model, ...e };
     const a = model.getPositionAt(e.start);
     const b = model.getPositionAt(e.end);
@@ -69,7 +87,18 @@ export function installNextEdit(monaco, editor, pathOf) {
   // Tab: to the predicted edit when the cursor is on another line, else apply it. Taken on
   // key down, before Monaco's own Tab (indentation), unless ghost text or the suggest list is
   // up: those take Tab first.
-  const take = () => {
+  const take = async () => {
+    if (edit.path && edit.path !== pathOf(edit.model)) {
+      // Its file first: opened, the prediction shown there, the next Tab applies it.
+      const file = edit.path;
+      const e = { ...edit, path: undefined };
+      edit = null;
+      marks = editor.deltaDecorations(marks, []);
+      await openPath(file, e.line);
+      show(editor.getModel(), e);
+      editor.setPosition(editor.getModel().getPositionAt(e.start));
+      return;
+    }
     const model = edit.model;
     const a = model.getPositionAt(edit.start);
     const pos = editor.getPosition();
