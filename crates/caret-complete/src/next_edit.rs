@@ -273,16 +273,7 @@ pub fn candidates(last: &Edit, path: &str, text: &str, cursor: usize) -> Vec<Pre
 /// name it replaced (a whole identifier, not punctuation or an insertion) stands as a whole
 /// token, in the order of `others`, top to bottom. For when the current file has no use left.
 pub fn elsewhere(last: &Edit, others: &[(&str, &str)]) -> Vec<Prediction> {
-    let old = last.old.as_str();
-    let renamed = !old.is_empty()
-        && old.len() <= 200
-        && old.chars().all(is_word)
-        && !last.new.contains('\n')
-        && last.new.len() <= 200
-        && last.new.chars().all(is_word);
-    if !renamed {
-        return Vec::new();
-    }
+    let Some(old) = renamed(last) else { return Vec::new() };
     let mut out = Vec::new();
     for (path, text) in others.iter().filter(|(p, _)| *p != last.path) {
         for (at, _) in text.match_indices(old).filter(|(at, _)| whole(text, *at, old.len())) {
@@ -296,6 +287,12 @@ pub fn elsewhere(last: &Edit, others: &[(&str, &str)]) -> Vec<Prediction> {
         }
     }
     out
+}
+
+/// The name `last` renamed, when it is a rename: one whole identifier replaced by another.
+pub fn renamed(last: &Edit) -> Option<&str> {
+    let ident = |t: &str| !t.is_empty() && t.len() <= 200 && t.chars().all(is_word);
+    (ident(&last.old) && ident(&last.new)).then_some(last.old.as_str())
 }
 
 /// `candidates` with the one a model's `guess` lands on (within 2 lines) first: a next-edit

@@ -163,3 +163,38 @@ pub fn path_to_uri(path: &Path) -> String {
     }
     out
 }
+
+/// Files of the workspace at `root` (walked as indexing walks it: ignore files honoured)
+/// where `name` stands as a whole identifier, as (path relative to `root`, text), first by
+/// path, at most `limit`, leaving out `skip` (relative paths: the open files, looked at
+/// already). Files over 1 MiB or not UTF-8 are passed over. For a rename carried past the
+/// open files (blocking: a walk and reads).
+pub fn workspace_uses(
+    walk: &caret_workspace::walk::WalkConfig,
+    root: &Path,
+    name: &str,
+    skip: &[String],
+    limit: usize,
+) -> Vec<(String, String)> {
+    let Ok(walked) = caret_workspace::walk::walk(root, walk) else { return Vec::new() };
+    let is_word = |c: char| c.is_alphanumeric() || c == '_';
+    let mut out = Vec::new();
+    for f in walked.files {
+        if out.len() >= limit {
+            break;
+        }
+        let rel = f.path.as_path().to_string_lossy().into_owned();
+        if f.stat.size > 1 << 20 || skip.contains(&rel) {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(f.path.under(root)) else { continue };
+        let whole = text.match_indices(name).any(|(at, _)| {
+            !text[..at].chars().next_back().is_some_and(is_word)
+                && !text[at + name.len()..].chars().next().is_some_and(is_word)
+        });
+        if whole {
+            out.push((rel, text));
+        }
+    }
+    out
+}

@@ -584,6 +584,23 @@ async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
         if let Some(p) = other {
             return send(server, &id, p);
         }
+        // A rename with no use left in the open files: the first workspace file that has one.
+        let root = server.root.lock().await.clone();
+        if let (Some(name), Some(root)) = (caret_complete::next_edit::renamed(&last), root) {
+            let open: Vec<String> = server.docs.lock().await.open.keys().map(|u| relative(u, Some(&root))).collect();
+            let (walk, name, dir) = (server.config.walk_config(), name.to_owned(), root.clone());
+            let found = tokio::task::spawn_blocking(move || {
+                caret_host::documents::workspace_uses(&walk, &dir, &name, &open, 1)
+            })
+            .await
+            .unwrap_or_default();
+            for (rel, there) in found {
+                let other = path_to_uri(&root.join(&rel));
+                if let Some(p) = caret_complete::next_edit::elsewhere(&last, &[(&other, &there)]).into_iter().next() {
+                    return send(server, &id, prediction_json(&other, &there, &p));
+                }
+            }
+        }
     }
     // The model's turn: to rank the candidates, or (none fits) to predict, when there is one.
     let Some(model) = ranker.or(tab) else { return send(server, &id, Value::Null) };

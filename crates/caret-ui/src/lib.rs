@@ -136,6 +136,7 @@ impl Ui {
             Some(g) => Some(completer(&config, g, tab_model.as_deref(), &tenant)?),
             None => None,
         };
+        let walk = config.walk_config();
         Ok(Ui {
             name: root.file_name().map_or_else(|| root.display().to_string(), |n| n.to_string_lossy().into_owned()),
             access,
@@ -146,7 +147,7 @@ impl Ui {
             tab_model,
             pull: pull::Pull::default(),
             changes,
-            tab: tab::Tab::new(root.clone(), completer),
+            tab: tab::Tab::new(root.clone(), completer, walk),
             agents: agent::Agents::default(),
             review: Arc::new(tokio::sync::Mutex::new(review::Review::new(&root))),
             mcp: std::sync::Mutex::new(None),

@@ -27,6 +27,8 @@ pub struct Counts {
 /// Tab's state in `caret ui`.
 pub struct Tab {
     root: PathBuf,
+    /// How the workspace is walked (its ignore files), for a rename carried past the open files.
+    walk: caret_workspace::walk::WalkConfig,
     /// Tab's model (none: none configured or installed yet; set once a pull installs one).
     completer: std::sync::RwLock<Option<Arc<Completer>>>,
     docs: Mutex<Docs>,
@@ -106,9 +108,10 @@ pub fn byte_offset(text: &str, units: usize) -> usize {
 }
 
 impl Tab {
-    pub fn new(root: PathBuf, completer: Option<Completer>) -> Tab {
+    pub fn new(root: PathBuf, completer: Option<Completer>, walk: caret_workspace::walk::WalkConfig) -> Tab {
         Tab {
             root,
+            walk,
             completer: std::sync::RwLock::new(completer.map(Arc::new)),
             docs: Mutex::new(Docs::default()),
             flight: Mutex::new(HashMap::new()),
@@ -131,6 +134,8 @@ impl Tab {
     /// request for the file aborts an older one's model call.
     pub async fn next_edit(&self, path: &str, text: &str, cursor: usize) -> Option<NextEdit> {
         let cursor = byte_offset(text, cursor);
+        // The file as it is now, for the other files' predictions and snippets.
+        self.update(&path_to_uri(&self.root.join(path)), text).await;
         let tab = self.completer();
         // A model trained for next edits, when the gateway serves one: it ranks the candidates.
         let ranker = tab.as_ref().and_then(|c| c.next_edit_model()).map(Arc::new);
@@ -164,6 +169,23 @@ impl Tab {
             }
             if let Some(p) = caret_complete::imports::missing_import(&last, path, text, &others) {
                 return Some(NextEdit::of(text, p));
+            }
+            // A rename with no use left in the open files: the first workspace file with one.
+            if let Some(name) = caret_complete::next_edit::renamed(&last) {
+                let mut open: Vec<String> = others.iter().map(|(p, _)| (*p).to_owned()).collect();
+                open.push(path.to_owned());
+                drop(docs);
+                let (walk, name, root) = (self.walk.clone(), name.to_owned(), self.root.clone());
+                let found = tokio::task::spawn_blocking(move || {
+                    caret_host::documents::workspace_uses(&walk, &root, &name, &open, 1)
+                })
+                .await
+                .unwrap_or_default();
+                for (rel, there) in found {
+                    if let Some(p) = caret_complete::next_edit::elsewhere(&last, &[(&rel, &there)]).into_iter().next() {
+                        return Some(NextEdit { path: Some(rel.clone()), ..NextEdit::of(&there, p) });
+                    }
+                }
             }
         }
         // The model's turn: to rank the candidates, or (none fits) to predict.

@@ -385,6 +385,48 @@ fn a_rename_goes_on_in_another_open_file() {
     assert!(c.child.wait().unwrap().success());
 }
 
+/// A rename with no use left in the open files goes on in the workspace: the first file on
+/// disk that has one (walked as indexing walks, ignore files honoured).
+#[test]
+fn a_rename_goes_on_in_a_workspace_file_not_open() {
+    let home = TempDir::new();
+    let ws = TempDir::new();
+    ws.write("stats.py", "def mean(values):\n    return sum(values) / len(values)\n");
+    ws.write("app/report.py", "from stats import mean\nprint(mean([1, 2]))\n");
+    ws.write("a/old.py", "mean = 1\n");
+    ws.write(".gitignore", "a/\n");
+    ws.git_init();
+    let root = std::fs::canonicalize(ws.path()).unwrap();
+    let mut c = Client::start(&home);
+    let folder = format!("file://{}", root.display());
+    c.request(1, "initialize", json!({"capabilities": {}, "workspaceFolders": [{"uri": folder, "name": "w"}]}));
+    c.answer(1);
+    let uri = format!("{folder}/stats.py");
+    c.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+               "text": "def mean(values):\n    return sum(values) / len(values)\n"}}),
+    );
+    c.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": uri, "version": 2}, "contentChanges": [{
+            "range": {"start": {"line": 0, "character": 4}, "end": {"line": 0, "character": 8}}, "text": "average"}]}),
+    );
+    c.request(2, "caret/nextEdit", position(0, 11, &uri));
+    let next = c.answer(2)["result"].clone();
+    assert_eq!(
+        next["textDocument"]["uri"],
+        format!("{folder}/app/report.py"),
+        "not the ignored a/ (first by path): {next}"
+    );
+    assert_eq!(next["range"], json!({"start": {"line": 0, "character": 18}, "end": {"line": 0, "character": 22}}));
+    assert_eq!(next["newText"], "average");
+    c.request(3, "shutdown", Value::Null);
+    c.answer(3);
+    c.notify("exit", Value::Null);
+    assert!(c.child.wait().unwrap().success());
+}
+
 /// A name the edit brought in that the file does not import, imported by another open file:
 /// the same import is the next edit, after the file's imports.
 #[test]

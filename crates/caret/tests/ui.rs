@@ -592,6 +592,7 @@ fn the_page_carries_a_rename_into_another_open_file() {
     let ws = TempDir::new();
     ws.write("report.py", "from stats import mean\nprint(mean([1, 2]))\n");
     ws.write("stats.py", "def mean(values):\n    return sum(values) / len(values)\n");
+    ws.write("tools/other.py", "from stats import mean\n");
     let ui = start_ui(home.path(), ws.path());
     let browser = Browser::start();
     browser.open(&format!("{}/?open=report.py#token={}", ui.base, ui.token));
@@ -623,4 +624,16 @@ fn the_page_carries_a_rename_into_another_open_file() {
     browser.wait_for("its use marked", 10, &format!("{marked} === ' ⇥ average'"));
     browser.keys("\u{E004}"); // Tab: apply
     browser.wait_for("renamed there", 10, &format!("{value}.startsWith('from stats import average')"));
+    // Its second use in the same file, then a workspace file that is not open.
+    browser.wait_for("the second use", 20, "return window.caret.nextEdit?.line === 2 && !window.caret.nextEdit.path");
+    browser.keys("\u{E004}");
+    browser.wait_for("at it", 10, "return caret.editor.getPosition().lineNumber === 2");
+    browser.keys("\u{E004}");
+    browser.wait_for("renamed", 10, &format!("{value}.includes('print(average(')"));
+    let closed = browser.wait_for(
+        "a use in a file not open",
+        20,
+        "return window.caret.nextEdit?.path === 'tools/other.py' && window.caret.nextEdit",
+    );
+    assert_eq!(closed["line"], 1, "{closed}");
 }

@@ -90,8 +90,8 @@ export function installNextEdit(monaco, editor, pathOf, openPath) {
   const take = async () => {
     if (edit.path && edit.path !== pathOf(edit.model)) {
       // Its file first: opened, the prediction shown there, the next Tab applies it.
-      const file = edit.path;
-      const e = { ...edit, path: undefined };
+      // The prediction as the server gave it, for the file about to be shown.
+      const { model: _shownIn, path: file, ...e } = edit;
       edit = null;
       marks = editor.deltaDecorations(marks, []);
       await openPath(file, e.line);
