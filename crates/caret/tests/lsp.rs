@@ -67,6 +67,32 @@ impl Client {
         serde_json::from_slice(&body).unwrap()
     }
 
+    /// `textDocument/didOpen` of a Python file.
+    fn open(&mut self, uri: &str, text: &str) {
+        self.notify(
+            "textDocument/didOpen",
+            json!({"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}),
+        );
+    }
+
+    /// `textDocument/didChange`: `text` over line `line`'s characters `from..to`.
+    fn change(&mut self, uri: &str, version: u64, (line, from, to): (u64, u64, u64), text: &str) {
+        self.notify(
+            "textDocument/didChange",
+            json!({"textDocument": {"uri": uri, "version": version}, "contentChanges": [{
+                "range": {"start": {"line": line, "character": from}, "end": {"line": line, "character": to}},
+                "text": text}]}),
+        );
+    }
+
+    /// `shutdown` (as request `id`), `exit`, and a clean end.
+    fn finish(mut self, id: u64) {
+        self.request(id, "shutdown", Value::Null);
+        assert!(self.answer(id)["result"].is_null());
+        self.notify("exit", Value::Null);
+        assert!(self.child.wait().unwrap().success());
+    }
+
     /// The answer to request `id` (other messages are kept in `seen`).
     fn answer(&mut self, id: u64) -> Value {
         if let Some(i) = self.seen.iter().position(|m| m["id"] == id) {
@@ -243,10 +269,7 @@ fn commands_apply_edits_and_search_the_workspace() {
 
     c.request(5, "workspace/executeCommand", json!({"command": "caret.nope"}));
     assert!(c.answer(5)["error"]["message"].as_str().unwrap().contains("unknown command"));
-    c.request(6, "shutdown", Value::Null);
-    c.answer(6);
-    c.notify("exit", Value::Null);
-    assert!(c.child.wait().unwrap().success());
+    c.finish(6);
 }
 
 /// `caret/nextEdit`: after a rename typed keystroke by keystroke (incremental changes), the
@@ -261,10 +284,7 @@ fn next_edit_predicts_the_rest_of_a_rename() {
     assert_eq!(init["result"]["capabilities"]["experimental"]["caretNextEdit"], true, "{init}");
     let uri = "file:///w/stats.py";
     let text = "def mean(values):\n    total = sum(values)\n    return total / len(values)\n";
-    c.notify(
-        "textDocument/didOpen",
-        json!({"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}),
-    );
+    c.open(uri, text);
     c.request(2, "caret/nextEdit", position(0, 0, uri));
     assert_eq!(c.answer(2)["result"], Value::Null, "nothing edited yet");
     // `values` → `xs` in the signature: delete the word, then type the new one.
@@ -294,10 +314,7 @@ fn next_edit_predicts_the_rest_of_a_rename() {
     );
     c.request(5, "caret/nextEdit", position(2, 25, uri));
     assert_eq!(c.answer(5)["result"], Value::Null, "every use renamed");
-    c.request(6, "shutdown", Value::Null);
-    c.answer(6);
-    c.notify("exit", Value::Null);
-    assert!(c.child.wait().unwrap().success());
+    c.finish(6);
 }
 
 /// With a model served as `next-edit`, it ranks the rules' candidates: the use its rewrite
@@ -325,15 +342,8 @@ fn a_next_edit_model_ranks_the_candidates() {
     c.answer(1);
     let uri = "file:///w/stats.py";
     let text = "def mean(values):\n    total = sum(values)\n    return total / len(values)\n";
-    c.notify(
-        "textDocument/didOpen",
-        json!({"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}),
-    );
-    c.notify(
-        "textDocument/didChange",
-        json!({"textDocument": {"uri": uri, "version": 2}, "contentChanges": [{
-            "range": {"start": {"line": 0, "character": 9}, "end": {"line": 0, "character": 15}}, "text": "xs"}]}),
-    );
+    c.open(uri, text);
+    c.change(uri, 2, (0, 9, 15), "xs");
     c.request(2, "caret/nextEdit", position(0, 11, uri));
     let next = c.answer(2)["result"].clone();
     assert_eq!((next["reason"].as_str(), next["newText"].as_str()), (Some("repeat"), Some("xs")), "{next}");
@@ -345,10 +355,7 @@ fn a_next_edit_model_ranks_the_candidates() {
     let asked = up.chats();
     let zeta = up.last_request().map(|(_, b)| b["model"].clone());
     assert_eq!(zeta, Some(json!("zeta")), "the next-edit model ranked them ({} chats)", asked.len());
-    c.request(3, "shutdown", Value::Null);
-    c.answer(3);
-    c.notify("exit", Value::Null);
-    assert!(c.child.wait().unwrap().success());
+    c.finish(3);
 }
 
 /// A rename whose file has no use left goes on in another open file: the next edit names
@@ -359,30 +366,17 @@ fn a_rename_goes_on_in_another_open_file() {
     let mut c = Client::start(&home);
     c.request(1, "initialize", json!({"capabilities": {}}));
     c.answer(1);
-    let open = |c: &mut Client, uri: &str, text: &str| {
-        c.notify(
-            "textDocument/didOpen",
-            json!({"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}),
-        );
-    };
     let report = "file:///w/report.py";
-    open(&mut c, report, "from stats import mean\nprint(mean([1, 2]))\n");
+    c.open(report, "from stats import mean\nprint(mean([1, 2]))\n");
     let uri = "file:///w/stats.py";
-    open(&mut c, uri, "def mean(values):\n    return sum(values) / len(values)\n");
-    c.notify(
-        "textDocument/didChange",
-        json!({"textDocument": {"uri": uri, "version": 2}, "contentChanges": [{
-            "range": {"start": {"line": 0, "character": 4}, "end": {"line": 0, "character": 8}}, "text": "average"}]}),
-    );
+    c.open(uri, "def mean(values):\n    return sum(values) / len(values)\n");
+    c.change(uri, 2, (0, 4, 8), "average");
     c.request(2, "caret/nextEdit", position(0, 11, uri));
     let next = c.answer(2)["result"].clone();
     assert_eq!(next["textDocument"]["uri"], report, "{next}");
     assert_eq!((next["newText"].as_str(), next["reason"].as_str()), (Some("average"), Some("repeat")));
     assert_eq!(next["range"], json!({"start": {"line": 0, "character": 18}, "end": {"line": 0, "character": 22}}));
-    c.request(3, "shutdown", Value::Null);
-    c.answer(3);
-    c.notify("exit", Value::Null);
-    assert!(c.child.wait().unwrap().success());
+    c.finish(3);
 }
 
 /// A rename with no use left in the open files goes on in the workspace: the first file on
@@ -402,16 +396,8 @@ fn a_rename_goes_on_in_a_workspace_file_not_open() {
     c.request(1, "initialize", json!({"capabilities": {}, "workspaceFolders": [{"uri": folder, "name": "w"}]}));
     c.answer(1);
     let uri = format!("{folder}/stats.py");
-    c.notify(
-        "textDocument/didOpen",
-        json!({"textDocument": {"uri": uri, "languageId": "python", "version": 1,
-               "text": "def mean(values):\n    return sum(values) / len(values)\n"}}),
-    );
-    c.notify(
-        "textDocument/didChange",
-        json!({"textDocument": {"uri": uri, "version": 2}, "contentChanges": [{
-            "range": {"start": {"line": 0, "character": 4}, "end": {"line": 0, "character": 8}}, "text": "average"}]}),
-    );
+    c.open(&uri, "def mean(values):\n    return sum(values) / len(values)\n");
+    c.change(&uri, 2, (0, 4, 8), "average");
     c.request(2, "caret/nextEdit", position(0, 11, &uri));
     let next = c.answer(2)["result"].clone();
     assert_eq!(
@@ -421,10 +407,7 @@ fn a_rename_goes_on_in_a_workspace_file_not_open() {
     );
     assert_eq!(next["range"], json!({"start": {"line": 0, "character": 18}, "end": {"line": 0, "character": 22}}));
     assert_eq!(next["newText"], "average");
-    c.request(3, "shutdown", Value::Null);
-    c.answer(3);
-    c.notify("exit", Value::Null);
-    assert!(c.child.wait().unwrap().success());
+    c.finish(3);
 }
 
 /// A name the edit brought in that the file does not import, imported by another open file:
@@ -435,30 +418,16 @@ fn a_new_names_import_is_the_next_edit() {
     let mut c = Client::start(&home);
     c.request(1, "initialize", json!({"capabilities": {}}));
     c.answer(1);
-    let open = |c: &mut Client, uri: &str, text: &str| {
-        c.notify(
-            "textDocument/didOpen",
-            json!({"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}),
-        );
-    };
-    open(&mut c, "file:///w/b.py", "import sys\nimport json\n\nprint(json.dumps({}))\n");
+    c.open("file:///w/b.py", "import sys\nimport json\n\nprint(json.dumps({}))\n");
     let uri = "file:///w/a.py";
-    open(&mut c, uri, "import os\n\ndef load(p):\n    return open(p).read()\n");
-    c.notify(
-        "textDocument/didChange",
-        json!({"textDocument": {"uri": uri, "version": 2}, "contentChanges": [{
-            "range": {"start": {"line": 3, "character": 11}, "end": {"line": 3, "character": 25}},
-            "text": "json.loads(open(p).read())"}]}),
-    );
+    c.open(uri, "import os\n\ndef load(p):\n    return open(p).read()\n");
+    c.change(uri, 2, (3, 11, 25), "json.loads(open(p).read())");
     c.request(2, "caret/nextEdit", position(3, 37, uri));
     let next = c.answer(2)["result"].clone();
     assert_eq!(next["reason"], "import", "{next}");
     assert_eq!(next["newText"], "import json\n");
     assert_eq!(next["range"], json!({"start": {"line": 1, "character": 0}, "end": {"line": 1, "character": 0}}));
-    c.request(3, "shutdown", Value::Null);
-    c.answer(3);
-    c.notify("exit", Value::Null);
-    assert!(c.child.wait().unwrap().success());
+    c.finish(3);
 }
 
 /// An editor that knows only inline completion: when the next edit lies at the cursor, the
@@ -472,10 +441,7 @@ fn the_next_edit_at_the_cursor_is_an_inline_completion() {
     c.answer(1);
     let uri = "file:///w/stats.py";
     let text = "def mean(values):\n    total = sum(values)\n    return total / len(values)\n";
-    c.notify(
-        "textDocument/didOpen",
-        json!({"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}),
-    );
+    c.open(uri, text);
     let change = |line: u64, start: u64, end: u64, text: &str, version: u64| {
         json!({"textDocument": {"uri": uri, "version": version}, "contentChanges": [{
             "range": {"start": {"line": line, "character": start}, "end": {"line": line, "character": end}}, "text": text}]})
@@ -505,10 +471,7 @@ fn the_next_edit_at_the_cursor_is_an_inline_completion() {
     // Off the use (the start of the line): nothing.
     c.request(6, "textDocument/inlineCompletion", inline(1, 0));
     assert_eq!(c.answer(6)["result"]["items"], json!([]));
-    c.request(7, "shutdown", Value::Null);
-    c.answer(7);
-    c.notify("exit", Value::Null);
-    assert!(c.child.wait().unwrap().success());
+    c.finish(7);
 }
 
 /// With no deterministic candidate, `caret/nextEdit` asks Tab's model to rewrite the region
@@ -537,11 +500,7 @@ fn next_edit_asks_the_model_when_no_candidate_fits() {
         "textDocument/didOpen",
         json!({"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": "a = 1\nb = 2\n"}}),
     );
-    c.notify(
-        "textDocument/didChange",
-        json!({"textDocument": {"uri": uri, "version": 2}, "contentChanges": [{
-            "range": {"start": {"line": 0, "character": 5}, "end": {"line": 0, "character": 5}}, "text": "0"}]}),
-    );
+    c.change(uri, 2, (0, 5, 5), "0");
     c.request(2, "caret/nextEdit", position(0, 6, uri));
     let next = c.answer(2)["result"].clone();
     assert_eq!(next["reason"], "model", "{next}");
@@ -559,24 +518,13 @@ fn next_edit_asks_the_model_when_no_candidate_fits() {
         delay: std::time::Duration::from_secs(3),
         ..Behaviour::default()
     });
-    c.notify(
-        "textDocument/didChange",
-        json!({"textDocument": {"uri": uri, "version": 3}, "contentChanges": [{
-            "range": {"start": {"line": 0, "character": 6}, "end": {"line": 0, "character": 6}}, "text": "0"}]}),
-    );
+    c.change(uri, 3, (0, 6, 6), "0");
     c.request(3, "caret/nextEdit", position(0, 7, uri));
     std::thread::sleep(std::time::Duration::from_millis(300));
-    c.notify(
-        "textDocument/didChange",
-        json!({"textDocument": {"uri": uri, "version": 4}, "contentChanges": [{
-            "range": {"start": {"line": 0, "character": 7}, "end": {"line": 0, "character": 7}}, "text": "0"}]}),
-    );
+    c.change(uri, 4, (0, 7, 7), "0");
     c.request(4, "textDocument/inlineCompletion", position(0, 8, uri));
     let cancelled = c.answer(3);
     assert_eq!(cancelled["error"]["code"], -32800, "{cancelled}");
     assert!(cancelled.get("result").is_none(), "{cancelled}");
-    c.request(5, "shutdown", Value::Null);
-    c.answer(5);
-    c.notify("exit", Value::Null);
-    assert!(c.child.wait().unwrap().success());
+    c.finish(5);
 }

@@ -215,18 +215,26 @@ fn in_code_server(vsix: &Path) {
     // Next edit: rename `values` in the signature; the next use is offered; Tab, Tab. (The
     // model suggests nothing now: ghost text would take Tab first, as it should.)
     up.set(Behaviour { answer: Some(String::new()), ..Behaviour::default() });
-    open("stats.py");
-    browser.keys("\u{E009}\u{E011}"); // Ctrl+Home
-    for _ in 0..10 {
-        browser.keys("\u{E014}"); // → into `values`
-    }
-    browser.keys("\u{E009}d"); // Ctrl+D selects the word
-    browser.keys("xs");
-    browser.wait_for("the rename typed", 20, &format!("{lines}.includes('def mean(xs):')"));
+    // Renames the word `right` places into stats.py's first line to `to`, as a user does.
+    let rename = |right: usize, to: &str, typed: &str| {
+        open("stats.py");
+        browser.keys("\u{E009}\u{E011}"); // Ctrl+Home
+        for _ in 0..right {
+            browser.keys("\u{E014}"); // → into the word
+        }
+        browser.keys("\u{E009}d"); // Ctrl+D selects the word
+        browser.keys(to);
+        browser.wait_for("the rename typed", 20, &format!("{lines}.includes('{typed}')"));
+    };
+    // Whether a mark after the text says `what`.
+    let mark = |what: &str| {
+        format!(
+            "return [...document.querySelectorAll('.view-lines span')].some((s) => getComputedStyle(s, '::after').content.includes('{what}'))"
+        )
+    };
+    rename(10, "xs", "def mean(xs):");
     // After a pause the next use is marked, with what it becomes after it.
-    let marked = "return [...document.querySelectorAll('.view-lines span')].some((s) => \
-                  getComputedStyle(s, '::after').content.includes('⇥ xs'))";
-    browser.wait_for("the next edit marked", 20, marked);
+    browser.wait_for("the next edit marked", 20, &mark("⇥ xs"));
     shot(&browser, "3-next-edit-offered");
     let at_line = |n: u32| format!("return document.querySelector('.statusbar').textContent.includes('Ln {n},')");
     assert_eq!(browser.eval(&at_line(1)), true);
@@ -244,29 +252,19 @@ fn in_code_server(vsix: &Path) {
     // Nothing is left to predict (the model answers nothing: no edit, not a deleted region).
     std::thread::sleep(Duration::from_millis(2000));
     shot(&browser, "5-rename-done");
-    let any_mark = "return [...document.querySelectorAll('.view-lines span')].some((s) => \
-                    getComputedStyle(s, '::after').content.includes('⇥'))";
-    assert_eq!(browser.eval(any_mark), false, "nothing marked once every use is renamed");
+    let any_mark = mark("⇥");
+    assert_eq!(browser.eval(&any_mark), false, "nothing marked once every use is renamed");
 
     // A rename carried into another open file: report.py open, `mean` renamed in stats.py;
     // the mark says where, Tab opens report.py at the use, Tab renames it there.
     open("report.py");
-    open("stats.py");
-    browser.keys("\u{E009}\u{E011}"); // Ctrl+Home
-    for _ in 0..5 {
-        browser.keys("\u{E014}"); // → into `mean`
-    }
-    browser.keys("\u{E009}d"); // Ctrl+D selects the word
-    browser.keys("average");
-    browser.wait_for("the rename typed", 20, &format!("{lines}.includes('def average(xs):')"));
-    let elsewhere = "return [...document.querySelectorAll('.view-lines span')].some((s) => \
-                     getComputedStyle(s, '::after').content.includes('⇥ report.py:1 average'))";
-    browser.wait_for("the next edit in report.py marked", 20, elsewhere);
+    rename(5, "average", "def average(xs):");
+    browser.wait_for("the next edit in report.py marked", 20, &mark("⇥ report.py:1 average"));
     shot(&browser, "5b-next-edit-other-file");
     browser.keys("\u{E004}"); // Tab: report.py at the use
     let report_active = "return [...document.querySelectorAll('.tab.active')].some((t) => t.textContent.trim().startsWith('report.py'))";
     browser.wait_for("report.py opened", 20, report_active);
-    browser.wait_for("its use marked", 20, marked.replace("⇥ xs", "⇥ average").as_str());
+    browser.wait_for("its use marked", 20, &mark("⇥ average"));
     browser.keys("\u{E004}"); // Tab: apply
     browser.wait_for("renamed in report.py", 20, &format!("{lines}.includes('from stats import average')"));
 
