@@ -15,11 +15,13 @@
 //! - [`engine`]: runs a plan against a model through the gateway and cuts its stream.
 //! - [`next_edit`]: the edit likely next after the user's recent ones (Tab, Tab): recent
 //!   edits, deterministic candidates, a Zeta-shaped prompt for a model; [`imports`]: the
-//!   import a name the last edit brought in needs, as another open file has it.
+//!   import a name the last edit brought in needs, as another open file has it; [`calls`]: a
+//!   parameter added to a definition, carried to its calls.
 //!
 //! It knows nothing about LSP or HTTP: `caret lsp` and `POST /v1/complete` both call it.
 
 pub mod cache;
+pub mod calls;
 pub mod context;
 pub mod debounce;
 pub mod engine;

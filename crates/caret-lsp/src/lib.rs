@@ -575,7 +575,13 @@ async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
             let mut others: Vec<(&str, &str)> =
                 docs.open.iter().filter(|(u, _)| **u != uri).map(|(u, d)| (u.as_str(), d.text.as_str())).collect();
             others.sort_unstable();
-            match caret_complete::next_edit::elsewhere(&last, &others).into_iter().next() {
+            // A rename's other uses, else a new parameter's calls, else a new name's import.
+            let carried = caret_complete::next_edit::elsewhere(&last, &others)
+                .into_iter()
+                .chain(caret_complete::calls::call_sites(&last, &uri, &text, &others))
+                .next();
+            match carried {
+                Some(p) if p.path == uri => Some(prediction_json(&uri, &text, &p)),
                 Some(p) => docs.open.get(&p.path).map(|d| prediction_json(&p.path, &d.text, &p)),
                 None => caret_complete::imports::missing_import(&last, &uri, &text, &others)
                     .map(|p| prediction_json(&uri, &text, &p)),

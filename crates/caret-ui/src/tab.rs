@@ -162,7 +162,15 @@ impl Tab {
                 .collect();
             others.sort_unstable();
             let others: Vec<(&str, &str)> = others.iter().map(|(p, t)| (p.as_str(), *t)).collect();
-            if let Some(p) = caret_complete::next_edit::elsewhere(&last, &others).into_iter().next() {
+            // A rename's other uses, else a new parameter's calls (here or in another file).
+            let carried = caret_complete::next_edit::elsewhere(&last, &others)
+                .into_iter()
+                .chain(caret_complete::calls::call_sites(&last, path, text, &others))
+                .next();
+            if let Some(p) = carried {
+                if p.path == path {
+                    return Some(NextEdit::of(text, p));
+                }
                 let there = others.iter().find(|(o, _)| *o == p.path).map_or("", |(_, t)| *t);
                 let file = p.path.clone();
                 return Some(NextEdit { path: Some(file), ..NextEdit::of(there, p) });

@@ -410,6 +410,24 @@ fn a_rename_goes_on_in_a_workspace_file_not_open() {
     c.finish(3);
 }
 
+/// A parameter added at the end of a definition's list goes to its calls: the next edit
+/// inserts its name before each call's closing parenthesis.
+#[test]
+fn a_new_parameter_goes_to_the_calls() {
+    let home = TempDir::new();
+    let mut c = Client::start(&home);
+    c.request(1, "initialize", json!({"capabilities": {}}));
+    c.answer(1);
+    let uri = "file:///w/geo.py";
+    c.open(uri, "def area(w, h):\n    return w * h\n\nprint(area(3, 4))\n");
+    c.change(uri, 2, (0, 13, 13), ", unit");
+    c.request(2, "caret/nextEdit", position(0, 19, uri));
+    let next = c.answer(2)["result"].clone();
+    assert_eq!((next["newText"].as_str(), next["reason"].as_str()), (Some(", unit"), Some("insert")), "{next}");
+    assert_eq!(next["range"], json!({"start": {"line": 3, "character": 15}, "end": {"line": 3, "character": 15}}));
+    c.finish(3);
+}
+
 /// A name the edit brought in that the file does not import, imported by another open file:
 /// the same import is the next edit, after the file's imports.
 #[test]
