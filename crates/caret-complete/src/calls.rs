@@ -12,35 +12,10 @@ fn is_word(c: char) -> bool {
 }
 
 /// The byte just past the parenthesis that closes the one at `open` (strings and nested
-/// brackets skipped), when it closes on the same or a later line within 2,000 bytes.
+/// brackets skipped), when it closes within 2,000 bytes.
 fn closing(text: &str, open: usize) -> Option<usize> {
-    let mut depth = 0i32;
-    let mut quote: Option<char> = None;
-    let mut escaped = false;
-    for (i, c) in text[open..].char_indices().take_while(|(i, _)| *i < 2000) {
-        if let Some(q) = quote {
-            if escaped {
-                escaped = false;
-            } else if c == '\\' {
-                escaped = true;
-            } else if c == q {
-                quote = None;
-            }
-            continue;
-        }
-        match c {
-            '"' | '\'' | '`' => quote = Some(c),
-            '(' | '[' | '{' => depth += 1,
-            ')' | ']' | '}' => {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(open + i + 1);
-                }
-            }
-            _ => {}
-        }
-    }
-    None
+    let end = crate::plan::floor_boundary(text, open + 2001);
+    crate::post::unbalanced_close(&text[open + 1..end]).map(|i| open + 1 + i + 1)
 }
 
 /// Top-level arguments between `(` at `open` and `)` before `close`.
@@ -140,13 +115,7 @@ pub fn call_sites(last: &Edit, path: &str, text: &str, others: &[(&str, &str)]) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::next_edit::History;
-
-    fn edit_of(path: &str, before: &str, after: &str) -> Edit {
-        let mut h = History::default();
-        h.open(path, before);
-        h.settle(path, after).cloned().expect("an edit")
-    }
+    use crate::next_edit::edit_of;
 
     #[test]
     fn a_parameter_added_to_a_definition_goes_to_its_calls() {

@@ -116,13 +116,7 @@ fn lang_of_same(path: &str, lang: Lang) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::next_edit::History;
-
-    fn edit_of(path: &str, before: &str, after: &str) -> Edit {
-        let mut h = History::default();
-        h.open(path, before);
-        h.settle(path, after).cloned().expect("an edit")
-    }
+    use crate::next_edit::edit_of;
 
     #[test]
     fn a_new_name_brings_the_import_another_file_has() {

@@ -289,6 +289,14 @@ pub fn elsewhere(last: &Edit, others: &[(&str, &str)]) -> Vec<Prediction> {
     out
 }
 
+/// The edit that turns `before` into `after` in `path`, as a history settles it (tests).
+#[cfg(test)]
+pub(crate) fn edit_of(path: &str, before: &str, after: &str) -> Edit {
+    let mut h = History::default();
+    h.open(path, before);
+    h.settle(path, after).cloned().expect("an edit")
+}
+
 /// The name `last` renamed, when it is a rename: one whole identifier replaced by another.
 pub fn renamed(last: &Edit) -> Option<&str> {
     let ident = |t: &str| !t.is_empty() && t.len() <= 200 && t.chars().all(is_word);

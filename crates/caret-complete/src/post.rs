@@ -211,7 +211,7 @@ impl Stopper {
 
 /// Byte offset of the first closing bracket in `t` with no opening one before it (strings on
 /// a line skipped).
-fn unbalanced_close(t: &str) -> Option<usize> {
+pub(crate) fn unbalanced_close(t: &str) -> Option<usize> {
     let mut depth = 0i32;
     let mut quote: Option<char> = None;
     let mut escaped = false;
