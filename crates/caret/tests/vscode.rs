@@ -270,13 +270,19 @@ fn in_code_server(vsix: &Path) {
 
     // Grep from the command palette: the extension's quick pick over its `caret ui`; a hit
     // opens at its line.
-    browser.keys("\u{E031}"); // F1
-    browser.wait_for("the command palette", 20, quick_open);
-    std::thread::sleep(Duration::from_millis(300));
-    browser.keys("Caret: Grep the Workspace");
-    let run = "return document.querySelector('.quick-input-list .monaco-list-row')?.textContent.includes('Grep the Workspace')";
-    browser.wait_for("the command listed", 20, run);
-    browser.keys("\u{E007}");
+    // Runs the palette's command `Caret: TITLE`.
+    let command = |title: &str| {
+        browser.keys("\u{E031}"); // F1
+        browser.wait_for("the command palette", 20, quick_open);
+        std::thread::sleep(Duration::from_millis(300));
+        browser.keys(&format!("Caret: {title}"));
+        let listed = format!(
+            "return document.querySelector('.quick-input-list .monaco-list-row')?.textContent.includes('{title}')"
+        );
+        browser.wait_for("the command listed", 20, &listed);
+        browser.keys("\u{E007}");
+    };
+    command("Grep the Workspace");
     browser.wait_for(
         "the grep quick pick",
         20,
@@ -300,13 +306,7 @@ fn in_code_server(vsix: &Path) {
         ]),
         Answer::Text("Changed both files.".into()),
     ]);
-    browser.keys("\u{E031}"); // F1
-    browser.wait_for("the command palette", 20, quick_open);
-    std::thread::sleep(Duration::from_millis(300));
-    browser.keys("Caret: Open the Agent Panel");
-    let run = "return document.querySelector('.quick-input-list .monaco-list-row')?.textContent.includes('Open the Agent Panel')";
-    browser.wait_for("the command listed", 20, run);
-    browser.keys("\u{E007}");
+    command("Open the Agent Panel");
     browser.wait_for("the panel's frame", 30, "return document.querySelector('iframe.webview.ready') !== null");
     let into_panel = || {
         browser.leave_frames();
