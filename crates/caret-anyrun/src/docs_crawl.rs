@@ -1,6 +1,6 @@
 //! A worker's docs crawl: a team docs source's site crawled through an allow-list proxy of
-//! the worker's own (the site's host and port only; a name that leads to an internal address
-//! is refused, as for runs), conditionally against the page state the lease brings, with the
+//! the worker's own (the site's host and port only, every address checked against the
+//! worker's egress policy, as for runs), conditionally against the page state the lease brings, with the
 //! new or changed pages sent back with the completion. Nothing is indexed here: the server
 //! indexes what comes back.
 
@@ -67,6 +67,7 @@ pub(crate) async fn crawl(
     lease: &Lease,
     job: &DocsCrawl,
     run_dir: &Path,
+    egress: &caret_sandbox::egress::Egress,
     go: impl Fn() -> bool + Send + Sync,
 ) -> Result<DocsCrawled, (String, bool)> {
     let fatal = |what: &str, e: &dyn std::fmt::Display| (format!("{what}: {e}"), false);
@@ -86,17 +87,15 @@ pub(crate) async fn crawl(
     let host = url.host_str().unwrap_or_default();
     let allow = format!("{host}:{}", url.port_or_known_default().unwrap_or(443));
     let allow = caret_sandbox::netproxy::AllowList::parse(&[allow]).map_err(|e| fatal("the site", &e))?;
-    let id = caret_crypto::random_id().map_err(|e| local("a socket name", &e))?;
-    let socket = std::env::temp_dir().join(format!("caret-docs-{id}.sock"));
-    let proxy = caret_sandbox::netproxy::Proxy::start(&socket, allow).map_err(|e| local("the proxy", &e))?;
-    let entrance = caret_sandbox::netproxy::Entrance::open(&proxy).map_err(|e| local("the proxy", &e))?;
+    egress.check_literal(host, url.port_or_known_default().unwrap_or(443)).map_err(|e| fatal("the site", &e))?;
+    let gate = caret_sandbox::netproxy::Gate::open(allow.under(egress.clone())).map_err(|e| local("the proxy", &e))?;
 
     let mut settings = caret_docs::crawl::Settings::new(url);
     settings.prefix = job.prefix.clone();
     settings.depth = job.depth;
     settings.max_pages = usize::try_from(job.max_pages).unwrap_or(usize::MAX);
     settings.rate = job.rate;
-    settings.proxy = Some(entrance.url());
+    settings.proxy = Some(gate.url());
 
     // Progress: the counts, sent as events every few seconds while they move.
     let so_far = Arc::new(Mutex::new(Counts::default()));
@@ -123,8 +122,7 @@ pub(crate) async fn crawl(
     };
     let crawled = caret_docs::crawl::crawl(&d, &settings, &mut progress).await;
     reporter.abort();
-    drop(entrance);
-    drop(proxy);
+    drop(gate);
     let counts = crawled.map_err(|e| (format!("{e}"), false))?;
     tracing::info!(run = %lease.lease.run, source = %job.source, written = counts.written, unchanged = counts.unchanged, "docs crawled");
 

@@ -144,6 +144,29 @@ pub fn merge(file: EnvironmentFile, request: &RunEnvironment) -> Prepared {
     }
 }
 
+/// Refuses the whole network where the operator does not allow it (`whole_network`), and
+/// hosts written as internal addresses that `egress` refuses (names are checked where they
+/// resolve, by the worker's proxy).
+pub fn check_reach(
+    env: &caret_protocol::runs::RunEnvironment,
+    egress: &caret_sandbox::egress::Egress,
+    whole_network: bool,
+) -> Result<(), String> {
+    if env.network && !whole_network {
+        return Err("this server's operator does not allow runs the whole network ([server] runs_network): \
+                    name the hosts the run needs instead"
+            .into());
+    }
+    for host in &env.hosts {
+        let (name, ports) = caret_sandbox::netproxy::host_and_ports(host);
+        let checks: Vec<_> = ports.iter().map(|p| egress.check_literal(&name, *p)).collect();
+        if let Some(Err(e)) = checks.iter().find(|c| c.is_err()).filter(|_| checks.iter().all(Result::is_err)) {
+            return Err(format!("hosts: {e}"));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

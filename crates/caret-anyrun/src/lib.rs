@@ -17,6 +17,7 @@
 //! This crate never serves HTTP itself.
 
 mod checkout;
+mod checkpoint;
 mod coordinator;
 pub mod docs_crawl;
 pub mod environment;

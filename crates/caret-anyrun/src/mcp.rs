@@ -3,7 +3,7 @@
 //! server runs inside the run's sandbox ([`SandboxLauncher`]), so it has exactly what the
 //! run's commands have: the checkout, the run's variables and secrets, its network rules. A
 //! remote server is reached by the worker through a proxy with the run's allowed hosts (the
-//! same checks commands get: a name resolving to a loopback or metadata address is refused),
+//! same checks commands get, under the worker's egress policy),
 //! or directly when the run has the whole network; its host must be allowed, and its bearer
 //! token comes from one of the run's variables or secrets (`bearer_token_env`).
 
@@ -112,7 +112,7 @@ fn remote(
 pub(crate) struct RunServers {
     /// Their tools, for the session.
     pub(crate) hub: Arc<caret_mcp::Hub>,
-    _gate: Option<Gate>,
+    _gate: Option<caret_sandbox::netproxy::Gate>,
 }
 
 /// How long servers have to answer before the run reports them as still starting.
@@ -125,6 +125,7 @@ pub(crate) fn start(
     repo: &Path,
     prepared: &Prepared,
     variables: &BTreeMap<String, String>,
+    egress: &caret_sandbox::egress::Egress,
     sandbox: Arc<dyn caret_sandbox::Sandbox>,
     report: impl Fn(RunStatus) + Send + 'static,
 ) -> Option<RunServers> {
@@ -137,14 +138,17 @@ pub(crate) fn start(
         report(RunStatus::McpServer { name, ready: false, status: format!("not started: {why}") });
     }
     let gate = match configs.iter().any(|c| matches!(c.transport, caret_mcp::Transport::Http { .. })) {
-        true => Gate::open(prepared).unwrap_or_else(|e| {
+        true => gate(prepared, egress).unwrap_or_else(|e| {
             tracing::warn!("{e}");
             None
         }),
         false => None,
     };
     let launcher = caret_mcp::sandboxed::SandboxLauncher::new(sandbox, repo);
-    let place = caret_mcp::Place { launcher: Some(Arc::new(launcher)), proxy: gate.as_ref().map(Gate::url) };
+    let place = caret_mcp::Place {
+        launcher: Some(Arc::new(launcher)),
+        proxy: gate.as_ref().map(caret_sandbox::netproxy::Gate::url),
+    };
     let hub = caret_mcp::Hub::placed(configs, &place);
     hub.start();
     let watched = Arc::downgrade(&hub);
@@ -162,35 +166,17 @@ pub(crate) fn start(
     Some(RunServers { hub, _gate: gate })
 }
 
-/// What a run's remote servers go through: a proxy with the run's allowed hosts and its
-/// loopback entrance; none when the run has the whole network (or no hosts).
-pub(crate) struct Gate {
-    _proxy: caret_sandbox::netproxy::Proxy,
-    entrance: caret_sandbox::netproxy::Entrance,
-}
-
-impl Gate {
-    /// A gate for `prepared`'s allowed hosts, when it needs one.
-    fn open(prepared: &Prepared) -> Result<Option<Gate>, String> {
-        static GATES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        if prepared.network || prepared.hosts.is_empty() {
-            return Ok(None);
-        }
-        let n = GATES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let socket = std::env::temp_dir().join(format!("caret-mcp-proxy-{}-{n}.sock", std::process::id()));
-        let socket = socket.as_path();
-        let allowed = caret_sandbox::netproxy::AllowList::parse(&prepared.hosts)?;
-        let proxy = caret_sandbox::netproxy::Proxy::start(socket, allowed)
-            .map_err(|e| format!("starting the MCP proxy at {}: {e}", socket.display()))?;
-        let entrance =
-            caret_sandbox::netproxy::Entrance::open(&proxy).map_err(|e| format!("opening the MCP proxy: {e}"))?;
-        Ok(Some(Gate { _proxy: proxy, entrance }))
+/// What a run's remote servers go through: a proxy with the run's allowed hosts under the
+/// worker's egress policy; none when the run has the whole network (or no hosts).
+fn gate(
+    prepared: &Prepared,
+    egress: &caret_sandbox::egress::Egress,
+) -> Result<Option<caret_sandbox::netproxy::Gate>, String> {
+    if prepared.network || prepared.hosts.is_empty() {
+        return Ok(None);
     }
-
-    /// The proxy's URL.
-    fn url(&self) -> String {
-        self.entrance.url()
-    }
+    let allowed = caret_sandbox::netproxy::AllowList::parse(&prepared.hosts)?.under(egress.clone());
+    caret_sandbox::netproxy::Gate::open(allowed).map(Some).map_err(|e| format!("starting the MCP proxy: {e}"))
 }
 
 #[cfg(test)]

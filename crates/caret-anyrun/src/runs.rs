@@ -50,6 +50,11 @@ pub struct RunSettings {
     pub max_event_bytes: usize,
     /// Episodes of the environment API.
     pub episodes: crate::episodes::EpisodeSettings,
+    /// What runs' hosts may reach: a host written as an internal address that the policy
+    /// refuses is refused at submission (names are checked where they resolve, by workers).
+    pub egress: caret_sandbox::egress::Egress,
+    /// Whether a run may ask for the whole network (nothing filters it).
+    pub whole_network: bool,
 }
 
 impl Default for RunSettings {
@@ -62,6 +67,8 @@ impl Default for RunSettings {
             max_bundle_bytes: 256 << 20,
             max_event_bytes: 256 << 10,
             episodes: crate::episodes::EpisodeSettings::default(),
+            egress: caret_sandbox::egress::Egress::Open,
+            whole_network: true,
         }
     }
 }
@@ -330,6 +337,8 @@ impl RunService {
         }
         crate::environment::check_hosts(&req.environment.hosts)
             .map_err(|e| Error::BadRequest(format!("environment: {e}")))?;
+        crate::environment::check_reach(&req.environment, &self.settings.egress, self.settings.whole_network)
+            .map_err(Error::BadRequest)?;
         for name in &req.environment.secrets {
             if self.queue.secret(&tenant.id, name).await?.is_none() {
                 return Err(Error::BadRequest(format!("no secret named {name:?} (PUT /v1/secrets/{name} first)")));

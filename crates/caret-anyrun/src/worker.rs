@@ -23,12 +23,12 @@ use caret_models::EventStream;
 use caret_protocol::agent::{Event, TurnEnd};
 use caret_protocol::llm::{ChatMessage, ChatRequest, Role};
 use caret_protocol::runs::{
-    CheckpointBody, Completion, Lease, LeaseRef, LeaseRequest, RunCheckpoint, RunEvent, RunResult, RunState, RunStatus,
-    SandboxUsage, TestOutcome, Timings, TokenView, Transcript, Usage,
+    Completion, Lease, LeaseRef, LeaseRequest, RunEvent, RunResult, RunState, RunStatus, SandboxUsage, TestOutcome,
+    Timings, TokenView, Transcript, Usage,
 };
 use tokio::sync::{mpsc, watch};
 
-use crate::checkout::{Failure, MAX_PATCH_BYTES, checkout, commit_base, fail, git, git_indexed, patch, push, tail};
+use crate::checkout::{Failure, checkout, commit_base, fail, git, patch, push, tail};
 pub use crate::coordinator::{Coordinator, InProcess};
 use crate::redact::Redactor;
 use crate::{Error, Result};
@@ -102,6 +102,10 @@ pub struct WorkerConfig {
     pub drain_timeout: Duration,
     /// Prepared environments kept for warm starts (none: every run installs).
     pub snapshots: Option<Arc<crate::snapshot::Snapshots>>,
+    /// What runs' and crawls' connections may reach (guarded on a team server's workers).
+    pub egress: caret_sandbox::egress::Egress,
+    /// Whether a run may have the whole network (nothing filters it); refused otherwise.
+    pub whole_network: bool,
 }
 
 impl WorkerConfig {
@@ -122,6 +126,8 @@ impl WorkerConfig {
             context_window: 32_768,
             image_models: Vec::new(),
             drain_timeout: Duration::from_secs(60),
+            egress: caret_sandbox::egress::Egress::Open,
+            whole_network: true,
         }
     }
 }
@@ -573,7 +579,7 @@ async fn execute(
             let stop = stop.clone();
             move || *stop.borrow() == Stop::Go
         };
-        let outcome = crate::docs_crawl::crawl(&coord, lease, job, run_dir, go).await;
+        let outcome = crate::docs_crawl::crawl(&coord, lease, job, run_dir, &config.egress, go).await;
         let end = |state, reason: Option<String>, retry, docs| Completion {
             lease: lease.lease.clone(),
             state,
@@ -683,8 +689,15 @@ async fn run_attempt(
 
     // The sandbox: the checkout writable, the run's variables and secrets in every command.
     let mut policy = caret_sandbox::Policy::new(&repo).map_err(|e| fail(e.to_string()))?.with_toolchains();
+    if prepared.network && !config.whole_network {
+        return Err(Failure {
+            reason: "the run asks for the whole network, which this server's operator does not allow (ask for hosts instead)".into(),
+            retry: false,
+        });
+    }
     policy.network = prepared.network;
-    policy.hosts = caret_sandbox::netproxy::AllowList::parse(&prepared.hosts).map_err(fail)?;
+    policy.hosts =
+        caret_sandbox::netproxy::AllowList::parse(&prepared.hosts).map_err(fail)?.under(config.egress.clone());
     policy.limits = config.limits;
     policy.env = prepared.env.iter().chain(&lease.secret_values).map(|(k, v)| (k.clone(), v.clone())).collect();
     if let Some(helper) = &config.landlock_helper {
@@ -756,7 +769,7 @@ async fn run_attempt(
     let transcript = run_dir.join("transcript.jsonl");
     let mut resumed = false;
     if let Some(cp) = &lease.checkpoint {
-        let (files, conversation) = restore(run_dir, &repo, &transcript, cp).await;
+        let (files, conversation) = crate::checkpoint::restore(run_dir, &repo, &transcript, cp).await;
         reporter.send(RunEvent::Run(RunStatus::Resumed { files, conversation }));
         resumed = conversation;
     }
@@ -779,7 +792,7 @@ async fn run_attempt(
         let tx = reporter.tx.clone();
         move |s| drop(tx.send(RunEvent::Run(s)))
     };
-    let servers = crate::mcp::start(&repo, &prepared, &variables, sandbox.clone(), report);
+    let servers = crate::mcp::start(&repo, &prepared, &variables, &config.egress, sandbox.clone(), report);
     if let Some(servers) = &servers {
         servers.hub.settled(crate::mcp::SETTLE).await;
         session.add_dynamic_tools(servers.hub.clone());
@@ -804,7 +817,7 @@ async fn run_attempt(
         lease.task.clone()
     };
     let (steps_tx, steps_rx) = mpsc::unbounded_channel::<()>();
-    let checkpointer = tokio::spawn(checkpoints(
+    let checkpointer = tokio::spawn(crate::checkpoint::checkpoints(
         coord.clone(),
         lease.lease.clone(),
         repo.clone(),
@@ -911,88 +924,3 @@ async fn run_attempt(
 const CONTINUE: &str = "(This run moved to another machine part-way through. The workspace holds your changes so \
                         far; a command that was running when it moved did not finish. Carry on with the task from \
                         where you were.)";
-
-/// Applies an earlier attempt's checkpoint to a fresh checkout: its patch on the base, and its
-/// conversation written to `transcript` for the session to resume, calls left unanswered
-/// answered as interrupted. Answers (files changed, conversation ready); a patch that does not
-/// apply leaves the checkout as it was (the attempt starts afresh).
-async fn restore(run_dir: &Path, repo: &Path, transcript: &Path, cp: &RunCheckpoint) -> (u32, bool) {
-    if !cp.patch.trim().is_empty() {
-        let file = run_dir.join("checkpoint.patch");
-        let applied = match std::fs::write(&file, &cp.patch) {
-            Ok(()) => git(repo, &["apply", "--binary", "--whitespace=nowarn", &file.display().to_string()]).await,
-            Err(e) => Err(e.to_string()),
-        };
-        if let Err(e) = applied {
-            tracing::warn!("the checkpoint's changes do not apply; starting afresh: {e}");
-            return (0, false);
-        }
-    }
-    let files = u32::try_from(cp.patch.lines().filter(|l| l.starts_with("diff --git ")).count()).unwrap_or(u32::MAX);
-    let mut lines = cp.transcript.lines();
-    let Some(header) = lines.next() else { return (files, false) };
-    let mut messages: Vec<ChatMessage> = lines.map_while(|l| serde_json::from_str(l).ok()).collect();
-    if messages.is_empty() {
-        return (files, false);
-    }
-    let answered: std::collections::HashSet<String> = messages.iter().filter_map(|m| m.tool_call_id.clone()).collect();
-    let unanswered: Vec<String> = messages
-        .iter()
-        .flat_map(|m| m.tool_calls.iter().map(|c| c.id.clone()))
-        .filter(|id| !answered.contains(id))
-        .collect();
-    for id in unanswered {
-        let mut m =
-            ChatMessage::text(Role::Tool, "interrupted: the run moved to another machine before this call ended");
-        m.tool_call_id = Some(id);
-        messages.push(m);
-    }
-    let mut text = format!("{header}\n");
-    for m in &messages {
-        match serde_json::to_string(m) {
-            Ok(line) => text += &(line + "\n"),
-            Err(_) => return (files, false),
-        }
-    }
-    (files, std::fs::write(transcript, text).is_ok())
-}
-
-/// Saves checkpoints while the agent works: after each tool call (coalesced: one per
-/// `pause`), the changes since `base` (through an index of its own) and the conversation so
-/// far. Stops when `steps` closes or the lease is lost.
-async fn checkpoints(
-    coord: Arc<dyn Coordinator>,
-    lease: LeaseRef,
-    repo: PathBuf,
-    base: String,
-    transcript: PathBuf,
-    mut steps: mpsc::UnboundedReceiver<()>,
-) {
-    let index = transcript.with_file_name("checkpoint.index");
-    while steps.recv().await.is_some() {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        while steps.try_recv().is_ok() {}
-        let patch = match git_indexed(&repo, Some(&index), &["add", "-A"]).await {
-            Ok(_) => git_indexed(&repo, Some(&index), &["diff", "--cached", "--binary", &base]).await,
-            Err(e) => Err(e),
-        };
-        let patch = match patch {
-            Ok(p) if p.len() <= MAX_PATCH_BYTES => p,
-            Ok(p) => {
-                tracing::warn!(run = %lease.run, "no checkpoint: the changes are {} bytes as a patch", p.len());
-                continue;
-            }
-            Err(e) => {
-                tracing::warn!(run = %lease.run, "no checkpoint: {e}");
-                continue;
-            }
-        };
-        let transcript = std::fs::read_to_string(&transcript).unwrap_or_default();
-        let body = CheckpointBody { lease: lease.clone(), checkpoint: RunCheckpoint { patch, transcript } };
-        match coord.checkpoint(body).await {
-            Ok(()) => {}
-            Err(Error::Fenced(_)) => return,
-            Err(e) => tracing::warn!(run = %lease.run, "saving a checkpoint: {e}"),
-        }
-    }
-}

@@ -512,6 +512,38 @@ async fn bad_submissions_are_refused_with_a_reason() {
     assert!(s.list(&t.id, 10).await.unwrap().is_empty(), "nothing was queued");
 }
 
+/// A team server's queue (a guarded egress policy): the whole network only where the operator
+/// allows it; hosts written as internal addresses refused at submission, in every spelling,
+/// unless the operator opened them; names pass (the worker's proxy checks what they resolve to).
+#[tokio::test]
+async fn a_team_queue_refuses_the_whole_network_and_internal_hosts() {
+    let dir = TempDir::new();
+    let settings = RunSettings {
+        egress: caret_sandbox::egress::Egress::guarded(&["10.1.2.0/24", "docs.intranet"]).unwrap(),
+        whole_network: false,
+        ..RunSettings::default()
+    };
+    let s = setup(&dir, None, settings).await.service;
+    let t = tenant("t");
+    let refused = |r: Result<caret_protocol::runs::RunInfo, Error>| match r {
+        Err(Error::BadRequest(m)) => m,
+        other => panic!("not refused: {other:?}"),
+    };
+    let mut req = git_run("x", RunClass::Interactive);
+    req.repo = RepoSource::Git { url: "file:///r".into(), git_ref: None };
+    req.environment.network = true;
+    assert!(refused(s.submit(&t, req.clone()).await).contains("runs_network"));
+    req.environment.network = false;
+    for host in ["127.0.0.1", "169.254.169.254:80", "[::ffff:127.0.0.1]:8080", "10.9.0.1:443", "[fd00:ec2::254]:80"] {
+        req.environment.hosts = vec!["pypi.org".into(), host.into()];
+        let why = refused(s.submit(&t, req.clone()).await);
+        assert!(why.contains("egress policy refuses") && why.contains("egress_allow"), "{host}: {why}");
+    }
+    assert!(s.list(&t.id, 10).await.unwrap().is_empty(), "nothing was queued");
+    req.environment.hosts = vec!["10.1.2.7:8080".into(), "docs.intranet".into(), "localhost".into()];
+    assert!(s.submit(&t, req.clone()).await.is_ok(), "opened ranges and names pass");
+}
+
 #[tokio::test]
 async fn a_run_whose_worker_dies_continues_from_its_last_checkpoint() {
     let dir = TempDir::new();

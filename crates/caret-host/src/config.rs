@@ -392,6 +392,18 @@ pub struct ServerSection {
     pub agent_sessions_per_tenant: usize,
     /// An agent session with no op and no watcher for this long is shut down (`30m`, `2h`).
     pub agent_idle_timeout: String,
+    /// Internal hosts fetches for tenants may reach (`docs.intranet:443`, `10.1.2.0/24`); every
+    /// other loopback, private, link-local or otherwise internal address is refused.
+    pub egress_allow: Vec<String>,
+    /// Whether a run may ask for the whole network (which nothing filters).
+    pub runs_network: bool,
+}
+
+impl ServerSection {
+    /// The egress policy of a team server's fetches for tenants (its own and its workers').
+    pub fn egress(&self) -> anyhow::Result<caret_sandbox::egress::Egress> {
+        caret_sandbox::egress::Egress::guarded(&self.egress_allow).map_err(anyhow::Error::msg)
+    }
 }
 
 impl Default for ServerSection {
@@ -414,6 +426,8 @@ impl Default for ServerSection {
             agent_workspaces: Default::default(),
             agent_sessions_per_tenant: 4,
             agent_idle_timeout: "1h".to_owned(),
+            egress_allow: Vec::new(),
+            runs_network: false,
         }
     }
 }
@@ -441,7 +455,7 @@ impl Default for SyncSection {
     }
 }
 
-pub use crate::units::parse_duration;
+pub use crate::units::{Size, parse_duration, parse_size};
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 /// `[scan]`: what the walk skips.
@@ -463,38 +477,6 @@ pub struct ChunkSection {
     /// A `tokenizer.json` or model directory to count tokens with; default: the default
     /// embedding model's when installed, else a conservative estimate.
     pub tokenizer: Option<PathBuf>,
-}
-
-/// A byte size written as a number or a string with a K/M/G (KiB/MiB/GiB) suffix.
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(try_from = "toml::Value")]
-pub struct Size(pub u64);
-
-impl TryFrom<toml::Value> for Size {
-    type Error = String;
-    fn try_from(v: toml::Value) -> Result<Self, String> {
-        match v {
-            toml::Value::Integer(n) => u64::try_from(n).map(Size).map_err(|_| format!("size {n} is negative")),
-            toml::Value::String(s) => parse_size(&s).map(Size).map_err(|e| e.to_string()),
-            other => Err(format!("expected a size, found {other}")),
-        }
-    }
-}
-
-/// Parses `1048576`, `512K`, `1M`, `1MiB`, `2G`.
-pub fn parse_size(s: &str) -> anyhow::Result<u64> {
-    let t = s.trim();
-    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(digits);
-    let n: u64 = num.parse().with_context(|| format!("invalid size {s:?}"))?;
-    let mult = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        other => bail!("invalid size {s:?}: unknown unit {other:?}"),
-    };
-    n.checked_mul(mult).with_context(|| format!("size {s:?} is too large"))
 }
 
 impl Default for Config {
@@ -579,6 +561,10 @@ impl Config {
         }
         if let Some(v) = env("CARET_OBJECT_STORE") {
             config.server.object_store = Some(v);
+        }
+        if let Some(v) = env("CARET_EGRESS_ALLOW") {
+            config.server.egress_allow =
+                v.split(',').map(str::trim).filter(|e| !e.is_empty()).map(String::from).collect();
         }
         if let Some(v) = env("CARET_EMBED_MODEL") {
             config.embed.model = v;

@@ -21,11 +21,32 @@ pub async fn open_service(
     config: &Config,
     service: &caret_index::service::Service,
     gateway: Option<Arc<caret_models::Gateway>>,
+    reach: Reach,
 ) -> anyhow::Result<RunService> {
     let key = data_dir(config).join("runs.key");
-    caret_server::open_runs(service, &config.storage(), &key, gateway, config.runs.settings()?)
-        .await
-        .context("opening the run queue")
+    let mut settings = config.runs.settings()?;
+    if reach == Reach::Team {
+        settings.egress = config.server.egress()?;
+        settings.whole_network = config.server.runs_network;
+    }
+    caret_server::open_runs(service, &config.storage(), &key, gateway, settings).await.context("opening the run queue")
+}
+
+/// Whose runs a queue or worker serves, which decides what they may reach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// One user's, on their machine: anything (their own localhost included).
+    Local,
+    /// A team server's tenants': no internal address unless `[server] egress_allow` opens it,
+    /// the whole network only with `[server] runs_network`.
+    Team,
+}
+
+/// `w` for a team server's runs (see [`Reach::Team`]).
+pub fn for_team(mut w: WorkerConfig, config: &Config) -> anyhow::Result<WorkerConfig> {
+    w.egress = config.server.egress()?;
+    w.whole_network = config.server.runs_network;
+    Ok(w)
 }
 
 pub(crate) fn data_dir(config: &Config) -> PathBuf {
@@ -58,9 +79,11 @@ pub fn spawn_upkeep(runs: Arc<RunService>) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// A worker in this process for the service.
-pub fn local_worker(config: &Config, runs: Arc<RunService>, slots: u32, idle: Option<Duration>) -> Worker {
-    Worker::new(Arc::new(InProcess(runs)), worker_config(config, slots, idle, None))
+/// A worker in this process for the service (`caret serve --workers`).
+pub fn local_worker(config: &Config, runs: Arc<RunService>, slots: u32, reach: Reach) -> anyhow::Result<Worker> {
+    let w = worker_config(config, slots, None, None);
+    let w = if reach == Reach::Team { for_team(w, config)? } else { w };
+    Ok(Worker::new(Arc::new(InProcess(runs)), w))
 }
 
 /// A worker's configuration: this host and process, the agent's rules and limits.
@@ -111,7 +134,7 @@ impl Runs {
             Some(t) => t,
             None => service.db().create_tenant("local").await?,
         };
-        let runs = open_service(config, &service, None).await?;
+        let runs = open_service(config, &service, None, Reach::Local).await?;
         Ok(Runs::Local {
             service: Arc::new(runs),
             tenant: TenantRef { id: tenant.id, name: tenant.name },

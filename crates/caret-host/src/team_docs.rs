@@ -556,6 +556,14 @@ impl DocsLibrary for TeamDocs {
         let origin =
             site(&req.url, req.prefix.clone(), req.depth.unwrap_or(6).min(64), max_pages, req.rate.unwrap_or(20.0))
                 .map_err(bad)?;
+        // A site written as an internal address is refused now; a name, where the worker
+        // resolves it.
+        let egress = self.inner.config.server.egress().map_err(|e| DocsError::Internal(format!("{e:#}")))?;
+        if let Ok(url) = reqwest::Url::parse(&req.url)
+            && let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default())
+        {
+            egress.check_literal(host, port).map_err(|e| DocsError::BadRequest(e.to_string()))?;
+        }
         if self.record(&tenant.id, &req.name).await?.is_some() {
             return Err(DocsError::Conflict(format!("a docs source {} exists already", req.name)));
         }

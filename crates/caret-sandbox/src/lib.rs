@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 
+pub mod egress;
 pub mod firecracker;
 pub mod guest;
 pub mod gvisor;

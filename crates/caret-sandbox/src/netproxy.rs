@@ -9,9 +9,12 @@
 //!
 //! The proxy answers `CONNECT host:port` (TLS passes through untouched) and plain-HTTP
 //! requests in absolute form; a host not on the list gets `403` with the reason in the body.
-//! Names are resolved here, on the host, and a name that resolves to a loopback, link-local
-//! (cloud metadata), unspecified or multicast address is refused unless the list names that
-//! address itself — so a listed name cannot be pointed at the worker's own services.
+//! Names are resolved here, on the host, once: every address is checked and the connection
+//! goes to an address that passed. Under a guarded [`Egress`] policy (a team server's), an
+//! internal address is refused unless the operator opened it, whatever the list says; under
+//! the open one (a single user's machine), a name that resolves to a loopback, link-local
+//! (cloud metadata), unspecified or multicast address is still refused unless the list names
+//! that address itself — so a listed name cannot be pointed at the machine's own services.
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs as _};
@@ -20,6 +23,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
+
+use crate::egress::Egress;
 
 /// The port the forwarder listens on inside a sandbox.
 pub const PORT: u16 = 3128;
@@ -51,10 +56,12 @@ enum Pattern {
 }
 
 /// Hosts a sandbox may reach: `example.com`, `*.example.com`, an IP address, each with an
-/// optional `:port` (default: 80 and 443 only).
+/// optional `:port` (default: 80 and 443 only); and the egress policy every connection to
+/// them is checked against.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct AllowList {
     entries: Vec<(Pattern, Option<u16>)>,
+    egress: Egress,
 }
 
 impl AllowList {
@@ -65,6 +72,12 @@ impl AllowList {
             list.entries.push(parse_entry(e.as_ref())?);
         }
         Ok(list)
+    }
+
+    /// The same hosts, each connection checked against `egress`.
+    pub fn under(mut self, egress: Egress) -> AllowList {
+        self.egress = egress;
+        self
     }
 
     /// No host allowed.
@@ -91,6 +104,20 @@ impl AllowList {
             };
             (port_ok && host_ok).then_some(p)
         })
+    }
+}
+
+/// The host an allow-list entry names and the ports it opens (none given: 80 and 443).
+pub fn host_and_ports(entry: &str) -> (String, Vec<u16>) {
+    match parse_entry(entry) {
+        Ok((pattern, port)) => {
+            let host = match pattern {
+                Pattern::Name(n) | Pattern::Suffix(n) => n,
+                Pattern::Address(a) => a.to_string(),
+            };
+            (host, port.map_or(vec![80, 443], |p| vec![p]))
+        }
+        Err(_) => (entry.to_owned(), vec![80, 443]),
     }
 }
 
@@ -132,21 +159,6 @@ fn parse_entry(entry: &str) -> Result<(Pattern, Option<u16>), String> {
         return Err(bad("not a host name"));
     }
     Ok((if wild { Pattern::Suffix(name) } else { Pattern::Name(name) }, port))
-}
-
-/// An address a name may not lead to unless listed as itself.
-fn internal(a: IpAddr) -> bool {
-    match a {
-        IpAddr::V4(v4) => {
-            v4.is_loopback() || v4.is_link_local() || v4.is_unspecified() || v4.is_multicast() || v4.is_broadcast()
-        }
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return internal(IpAddr::V4(v4));
-            }
-            v6.is_loopback() || v6.is_unspecified() || v6.is_multicast() || (v6.segments()[0] & 0xffc0) == 0xfe80
-        }
-    }
 }
 
 /// Counts of what the proxy did.
@@ -235,6 +247,31 @@ impl Entrance {
     }
 }
 
+/// A proxy and its loopback entrance for host-side HTTP clients (a docs crawl, a run's or a
+/// server session's remote MCP servers): its own socket, closed when dropped.
+#[derive(Debug)]
+pub struct Gate {
+    _proxy: Proxy,
+    entrance: Entrance,
+}
+
+impl Gate {
+    /// A proxy for `allow` on a fresh socket under the temporary directory, and its entrance.
+    pub fn open(allow: AllowList) -> std::io::Result<Gate> {
+        static GATES: AtomicU64 = AtomicU64::new(0);
+        let n = GATES.fetch_add(1, Ordering::Relaxed);
+        let socket = std::env::temp_dir().join(format!("caret-gate-{}-{n}.sock", std::process::id()));
+        let proxy = Proxy::start(&socket, allow)?;
+        let entrance = Entrance::open(&proxy)?;
+        Ok(Gate { _proxy: proxy, entrance })
+    }
+
+    /// The proxy's URL for HTTP clients (`http://127.0.0.1:PORT`).
+    pub fn url(&self) -> String {
+        self.entrance.url()
+    }
+}
+
 impl Drop for Entrance {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
@@ -294,10 +331,24 @@ fn serve(conn: UnixStream, allow: &AllowList, counters: &Counters) {
     };
     let literal = matches!(pattern, Pattern::Address(_));
     let bare = host.trim_start_matches('[').trim_end_matches(']').to_owned();
-    let addresses: Vec<SocketAddr> = match (bare.as_str(), port).to_socket_addrs() {
-        Ok(a) => a.filter(|a| literal || !internal(a.ip())).collect(),
+    let resolved = match (bare.as_str(), port).to_socket_addrs() {
+        Ok(a) => a,
         Err(e) => return refuse(conn, counters, "502 Bad Gateway", &format!("caret: resolving {host}: {e}")),
     };
+    let mut refusal = None;
+    let addresses: Vec<SocketAddr> = resolved
+        .filter(|a| match allow.egress.permits(&bare, *a) {
+            Err(why) => {
+                refusal.get_or_insert(why);
+                false
+            }
+            Ok(()) => allow.egress.is_guarded() || literal || crate::egress::internal(a.ip()).is_none(),
+        })
+        .collect();
+    if let (true, Some(why)) = (addresses.is_empty(), refusal) {
+        return refuse(conn, counters, "403 Forbidden", &format!("caret: {why}"));
+    }
+    // The connection goes to an address that was checked, never to the name again.
     let Some(upstream) = addresses.iter().find_map(|a| TcpStream::connect_timeout(a, Duration::from_secs(10)).ok())
     else {
         let why = if addresses.is_empty() {
@@ -473,8 +524,6 @@ mod tests {
             "POST /mcp?x=1 HTTP/1.1\r\nHost: a.example:8080\r\nX-Team: caret\r\nConnection: close\r\n\r\n"
         );
         assert_eq!(origin_form("GET http://a.example HTTP/1.0\n\n"), "GET / HTTP/1.0\r\nConnection: close\r\n\r\n");
-        assert!(internal("127.0.0.1".parse().unwrap()) && internal("169.254.169.254".parse().unwrap()));
-        assert!(internal("::ffff:127.0.0.1".parse().unwrap()) && !internal("140.82.112.3".parse().unwrap()));
     }
 
     #[test]
@@ -505,5 +554,53 @@ mod tests {
         assert!(refused.starts_with("HTTP/1.1 403") && refused.contains("not among"), "{refused}");
         assert_eq!(proxy.counters().refused.load(Ordering::Relaxed), 1);
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_guarded_proxy_refuses_internal_addresses_in_every_spelling_unless_opened() {
+        let server = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let port = server.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for mut c in server.incoming().flatten() {
+                let _ = c.write_all(b"internal service\n");
+            }
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let spellings = ["127.0.0.1", "127.1", "2130706433", "0x7f.1", "[::ffff:127.0.0.1]", "localhost"];
+        let listed: Vec<String> = spellings.iter().map(|s| format!("{s}:{port}")).collect();
+        let ask = |proxy: &Proxy, target: &str| {
+            let mut c = UnixStream::connect(proxy.socket()).unwrap();
+            c.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes()).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut got = String::new();
+            let _ = c.read_to_string(&mut got);
+            got
+        };
+        // The tenant lists every spelling; the operator opened nothing internal.
+        let guarded = Egress::guarded::<&str>(&[]).unwrap();
+        let proxy = Proxy::start(&dir.path().join("g.sock"), list_of(&listed).under(guarded)).unwrap();
+        for target in &listed {
+            let got = ask(&proxy, target);
+            assert!(got.starts_with("HTTP/1.1 403") && got.contains("egress policy refuses"), "{target}: {got}");
+            assert!(got.contains("loopback address") && !got.contains("internal service"), "{target}: {got}");
+        }
+        // The operator opens this port of loopback: exactly that, not its neighbour.
+        let opened = Egress::guarded(&[format!("127.0.0.1:{port}")]).unwrap();
+        let proxy = Proxy::start(&dir.path().join("o.sock"), list_of(&listed).under(opened)).unwrap();
+        for target in ["127.0.0.1", "127.1", "2130706433"].map(|s| format!("{s}:{port}")) {
+            let got = ask(&proxy, &target);
+            assert!(got.starts_with("HTTP/1.1 200") && got.ends_with("internal service\n"), "{target}: {got}");
+        }
+        let other = format!("127.0.0.1:{}", port.wrapping_add(1).max(1));
+        let proxy = Proxy::start(
+            &dir.path().join("n.sock"),
+            list_of(std::slice::from_ref(&other)).under(Egress::guarded(&[format!("127.0.0.1:{port}")]).unwrap()),
+        )
+        .unwrap();
+        assert!(ask(&proxy, &other).starts_with("HTTP/1.1 403"));
+    }
+
+    fn list_of(entries: &[String]) -> AllowList {
+        AllowList::parse(entries).unwrap()
     }
 }

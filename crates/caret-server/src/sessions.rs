@@ -38,6 +38,8 @@ pub struct AgentSettings {
     pub mcp_servers: BTreeMap<String, Vec<caret_mcp::ServerConfig>>,
     /// Model aliases that take images in their input.
     pub image_models: Vec<String>,
+    /// What remote MCP servers' connections may reach (through a proxy of the session's).
+    pub egress: caret_sandbox::egress::Egress,
 }
 
 impl Default for AgentSettings {
@@ -51,6 +53,7 @@ impl Default for AgentSettings {
             landlock_helper: None,
             mcp_servers: BTreeMap::new(),
             image_models: Vec::new(),
+            egress: caret_sandbox::egress::Egress::Guarded(Vec::new()),
         }
     }
 }
@@ -153,10 +156,14 @@ impl AgentHost {
         session.images = self.settings.image_models.contains(&model);
         // The workspace's MCP servers, started alongside the first model call; stdio ones in
         // the session's sandbox (none without one).
+        let mut gates = None;
         if let Some(servers) = self.settings.mcp_servers.get(&req.workspace).filter(|s| !s.is_empty()) {
             let stdio = |c: &caret_mcp::ServerConfig| matches!(c.transport, caret_mcp::Transport::Stdio { .. });
-            let usable = servers.iter().filter(|c| launcher.is_some() || !stdio(c)).cloned().collect();
-            session.add_dynamic_tools(caret_mcp::Hub::placed(usable, &caret_mcp::Place { launcher, proxy: None }));
+            let usable: Vec<_> = servers.iter().filter(|c| launcher.is_some() || !stdio(c)).cloned().collect();
+            let gate = remote_gate(&usable, &self.settings.egress)?;
+            let proxy = gate.as_ref().map(caret_sandbox::netproxy::Gate::url);
+            session.add_dynamic_tools(caret_mcp::Hub::placed(usable, &caret_mcp::Place { launcher, proxy }));
+            gates = gate;
         }
         session.policy.approval = approval;
         session.policy.rules = self.settings.rules.clone();
@@ -180,6 +187,7 @@ impl AgentHost {
         // The session, then a forwarder that keeps every event and feeds subscribers.
         tokio::spawn(async move {
             session.serve(&mut ops, &events_tx).await;
+            drop(gates);
         });
         let feed = hosted.clone();
         let (host2, id2) = (self.clone(), id.clone());
@@ -225,6 +233,29 @@ impl AgentHost {
             .cloned()
             .ok_or_else(|| Error::NotFound(format!("agent session {id}")))
     }
+}
+
+/// The proxy a session's remote MCP servers are reached through: their hosts, each connection
+/// checked against the server's egress policy (none: no remote server).
+fn remote_gate(
+    servers: &[caret_mcp::ServerConfig],
+    egress: &caret_sandbox::egress::Egress,
+) -> Result<Option<caret_sandbox::netproxy::Gate>> {
+    let hosts: Vec<String> = servers
+        .iter()
+        .filter_map(|c| match &c.transport {
+            caret_mcp::Transport::Http { url, .. } => reqwest::Url::parse(url).ok(),
+            caret_mcp::Transport::Stdio { .. } => None,
+        })
+        .filter_map(|u| Some(format!("{}:{}", u.host_str()?, u.port_or_known_default()?)))
+        .collect();
+    if hosts.is_empty() {
+        return Ok(None);
+    }
+    let allow = caret_sandbox::netproxy::AllowList::parse(&hosts).map_err(Error::BadRequest)?;
+    caret_sandbox::netproxy::Gate::open(allow.under(egress.clone()))
+        .map(Some)
+        .map_err(|e| Error::Unavailable(format!("starting the MCP servers' proxy: {e}")))
 }
 
 /// A session's turns and tool calls, counted from its events for usage telemetry.

@@ -593,8 +593,8 @@ pub fn worker(config: &Config, args: WorkerArgs) -> anyhow::Result<ExitCode> {
                     .timeout(Duration::from_secs(120))
                     .build()
                     .context("building the HTTP client")?;
-                let mut w =
-                    with_snapshots(worker_config(config, args.slots, idle, args.work_dir.clone()), args.snapshots);
+                let w = with_snapshots(worker_config(config, args.slots, idle, args.work_dir.clone()), args.snapshots);
+                let mut w = caret_host::runs::for_team(w, config)?;
                 w.sandbox = sandbox.clone();
                 let coord = Arc::new(caret_anyrun::remote::Remote::new(server, &token, client));
                 eprintln!("caret worker: {} slot(s) taking runs from {server}", args.slots);
@@ -603,7 +603,7 @@ pub fn worker(config: &Config, args: WorkerArgs) -> anyhow::Result<ExitCode> {
             None => {
                 let service = caret_index::open(&config.storage()).await.context("opening the embedded queue")?;
                 let gateway = config.gateway()?;
-                let runs = Arc::new(open_service(config, &service, gateway).await?);
+                let runs = Arc::new(open_service(config, &service, gateway, caret_host::runs::Reach::Local).await?);
                 let _upkeep = spawn_upkeep(runs.clone());
                 let pid_file = config.home.join("runs").join("worker.pid");
                 if let Some(dir) = pid_file.parent() {

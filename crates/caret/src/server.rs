@@ -125,6 +125,7 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
                 .filter(|m| config.takes_images(&m.alias))
                 .map(|m| m.alias.clone())
                 .collect(),
+            egress: config.server.egress().context("[server] egress_allow")?,
         },
     };
     serve.check()?;
@@ -141,7 +142,10 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
             let every = std::time::Duration::from_secs(5);
             (g.spawn_health_probes(every), caret_server::llm::spawn_recovery_watch(service.clone(), g.clone(), every))
         });
-        let runs = Arc::new(caret_host::runs::open_service(&config, &service, serve.gateway.clone()).await?);
+        let runs = Arc::new(
+            caret_host::runs::open_service(&config, &service, serve.gateway.clone(), caret_host::runs::Reach::Team)
+                .await?,
+        );
         serve.runs = Some(runs.clone());
         let docs = caret_host::team_docs::TeamDocs::open(&config, service.clone(), runs.clone());
         let _docs_upkeep = docs.spawn_upkeep(std::time::Duration::from_secs(60));
@@ -152,10 +156,13 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
         if !config.server.agent_workspaces.is_empty() {
             serve.pages = Some(caret_ui::pages(&config, serve.gateway.clone(), Some(runs.clone()), drain.clone()));
         }
-        let workers = (worker_slots > 0).then(|| {
-            let worker = caret_host::runs::local_worker(&config, runs.clone(), worker_slots, None);
-            tokio::spawn(worker.run(drain.clone()))
-        });
+        let workers = if worker_slots > 0 {
+            let worker =
+                caret_host::runs::local_worker(&config, runs.clone(), worker_slots, caret_host::runs::Reach::Team)?;
+            Some(tokio::spawn(worker.run(drain.clone())))
+        } else {
+            None
+        };
         let listener =
             std::net::TcpListener::bind(serve.addr).with_context(|| format!("listening on {}", serve.addr))?;
         let local = listener.local_addr()?;

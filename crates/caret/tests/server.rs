@@ -2514,8 +2514,20 @@ fn docs_sources_on_a_team_server_are_the_tenants_own() {
             .arg(&site),
         port,
     );
+    // Another loopback service, which the operator did not open: it must never be reached.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_port = closed.local_addr().unwrap().port();
+    let reached = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = reached.clone();
+    std::thread::spawn(move || {
+        for _ in closed.incoming() {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    // The operator opens the docs site's loopback port, and only that.
+    let opened = format!("127.0.0.1:{port}");
     for (name, storage) in backends() {
-        let server = Server::start(&storage, &[]);
+        let server = Server::spawn_env(TempDir::new(), &storage, &[], &[("CARET_EGRESS_ALLOW", &opened)]);
         let (alice, bob) = (server.tenant("alice"), server.tenant("bob"));
         // Crawls run on the workers: one on "another machine", its own home.
         let operator = server.admin(&["admin", "operator-token", "create"]);
@@ -2524,6 +2536,7 @@ fn docs_sources_on_a_team_server_are_the_tenants_own() {
             Command::new(CARET)
                 .args(["worker", "--server", &server.url, "--token", &operator, "--slots", "2"])
                 .env("CARET_HOME", worker_home.path())
+                .env("CARET_EGRESS_ALLOW", &opened)
                 .stderr(Stdio::null())
                 .spawn()
                 .unwrap(),
@@ -2594,16 +2607,35 @@ fn docs_sources_on_a_team_server_are_the_tenants_own() {
         assert!(out.status.success(), "{name}: {said}{}", String::from_utf8_lossy(&out.stderr));
         assert!(said.contains(&format!("0 written, {pages} unchanged")), "{name}: {said}");
 
-        // The runs' network rules: a name that leads to loopback is refused by the proxy.
-        let out = docs(&alice, &["add", &format!("http://localhost:{port}/lang.html"), "--name", "local"]);
+        // The egress policy: an internal address the operator did not open is refused in every
+        // spelling a URL takes — at once when the URL names it, nothing recorded or fetched…
+        let p = closed_port;
+        for url in [
+            format!("http://127.0.0.1:{p}/"),
+            format!("http://127.1:{p}/"),
+            format!("http://2130706433:{p}/"),
+            format!("http://0x7f.0.0.1:{p}/"),
+            format!("http://[::ffff:127.0.0.1]:{p}/"),
+            format!("http://[::1]:{p}/"),
+            "http://169.254.169.254/latest/meta-data/".to_owned(),
+            "http://[fd00:ec2::254]/latest/meta-data/".to_owned(),
+            "http://10.0.0.1/".to_owned(),
+        ] {
+            let out = docs(&alice, &["add", &url, "--name", "internal"]);
+            let said = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success() && said.contains("egress policy refuses"), "{name}: {url}: {said}");
+        }
+        let ls: Value = serde_json::from_slice(&docs(&alice, &["ls", "--json"]).stdout).unwrap();
+        assert!(ls.as_array().unwrap().iter().all(|s| s["name"] != "internal"), "{name}: {ls}");
+        // …and by the worker's proxy when a name leads there.
+        let out = docs(&alice, &["add", &format!("http://localhost:{p}/lang.html"), "--name", "local"]);
         assert!(!out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stdout));
         let ls: Value = serde_json::from_slice(&docs(&alice, &["ls", "--json"]).stdout).unwrap();
         let local = ls.as_array().unwrap().iter().find(|s| s["name"] == "local").unwrap();
-        assert!(
-            local["state"] == "failed"
-                && local["error"].as_str().unwrap().contains("resolves only to internal addresses"),
-            "{name}: {local}"
-        );
+        let error = local["error"].as_str().unwrap();
+        assert!(local["state"] == "failed" && error.contains("egress policy refuses"), "{name}: {local}");
+        assert!(error.contains("loopback address"), "{name}: {local}");
+        assert_eq!(reached.load(std::sync::atomic::Ordering::SeqCst), 0, "{name}: the closed service was reached");
 
         // Sealed at rest: no page's text anywhere on the server's disk or in its log.
         for (path, bytes) in all_bytes(server.data.path()) {
