@@ -1,6 +1,7 @@
 //! Stdio servers started in a [`caret_sandbox::Sandbox`] rather than as Caret's children
 //! (a background run's, a server-side session's): the server gets exactly what the
-//! sandbox's commands get — the workspace, the sandbox's variables, its network rules.
+//! sandbox's commands get — the workspace, the sandbox's variables, its network rules. And
+//! the [`remote_gate`] remote servers of a team server's sessions are reached through.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -48,6 +49,29 @@ fn quoted(s: &str) -> String {
         return s.to_owned();
     }
     format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The proxy a team server's session reaches its remote servers through: their hosts, each
+/// connection checked against `egress` (none: no remote server among `servers`).
+pub fn remote_gate(
+    servers: &[crate::ServerConfig],
+    egress: &caret_sandbox::egress::Egress,
+) -> Result<Option<caret_sandbox::netproxy::Gate>, String> {
+    let hosts: Vec<String> = servers
+        .iter()
+        .filter_map(|c| match &c.transport {
+            crate::Transport::Http { url, .. } => reqwest13::Url::parse(url).ok(),
+            crate::Transport::Stdio { .. } => None,
+        })
+        .filter_map(|u| Some(format!("{}:{}", u.host_str()?, u.port_or_known_default()?)))
+        .collect();
+    if hosts.is_empty() {
+        return Ok(None);
+    }
+    let allow = caret_sandbox::netproxy::AllowList::parse(&hosts)?;
+    caret_sandbox::netproxy::Gate::open(allow.under(egress.clone()))
+        .map(Some)
+        .map_err(|e| format!("starting the MCP servers' proxy: {e}"))
 }
 
 #[cfg(test)]

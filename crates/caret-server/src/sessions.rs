@@ -160,7 +160,7 @@ impl AgentHost {
         if let Some(servers) = self.settings.mcp_servers.get(&req.workspace).filter(|s| !s.is_empty()) {
             let stdio = |c: &caret_mcp::ServerConfig| matches!(c.transport, caret_mcp::Transport::Stdio { .. });
             let usable: Vec<_> = servers.iter().filter(|c| launcher.is_some() || !stdio(c)).cloned().collect();
-            let gate = remote_gate(&usable, &self.settings.egress)?;
+            let gate = caret_mcp::sandboxed::remote_gate(&usable, &self.settings.egress).map_err(Error::Unavailable)?;
             let proxy = gate.as_ref().map(caret_sandbox::netproxy::Gate::url);
             session.add_dynamic_tools(caret_mcp::Hub::placed(usable, &caret_mcp::Place { launcher, proxy }));
             gates = gate;
@@ -233,29 +233,6 @@ impl AgentHost {
             .cloned()
             .ok_or_else(|| Error::NotFound(format!("agent session {id}")))
     }
-}
-
-/// The proxy a session's remote MCP servers are reached through: their hosts, each connection
-/// checked against the server's egress policy (none: no remote server).
-fn remote_gate(
-    servers: &[caret_mcp::ServerConfig],
-    egress: &caret_sandbox::egress::Egress,
-) -> Result<Option<caret_sandbox::netproxy::Gate>> {
-    let hosts: Vec<String> = servers
-        .iter()
-        .filter_map(|c| match &c.transport {
-            caret_mcp::Transport::Http { url, .. } => reqwest::Url::parse(url).ok(),
-            caret_mcp::Transport::Stdio { .. } => None,
-        })
-        .filter_map(|u| Some(format!("{}:{}", u.host_str()?, u.port_or_known_default()?)))
-        .collect();
-    if hosts.is_empty() {
-        return Ok(None);
-    }
-    let allow = caret_sandbox::netproxy::AllowList::parse(&hosts).map_err(Error::BadRequest)?;
-    caret_sandbox::netproxy::Gate::open(allow.under(egress.clone()))
-        .map(Some)
-        .map_err(|e| Error::Unavailable(format!("starting the MCP servers' proxy: {e}")))
 }
 
 /// A session's turns and tool calls, counted from its events for usage telemetry.

@@ -101,7 +101,7 @@ pub struct Ui {
     review: Arc<tokio::sync::Mutex<review::Review>>,
     /// The MCP servers the page's chats share (the user's and the project's trusted ones),
     /// started on first use and again after a trust.
-    mcp: std::sync::Mutex<Option<Arc<caret_mcp::Hub>>>,
+    mcp: std::sync::Mutex<Option<GatedHub>>,
     /// The run queue: the embedded one, opened on first use, or the server's.
     runs: tokio::sync::OnceCell<caret_host::runs::Runs>,
     /// Turns true when the server stops: the page's event streams end.
@@ -109,6 +109,9 @@ pub struct Ui {
     /// When search last synced the workspace.
     synced: tokio::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// MCP servers and, on a team's page, the egress proxy their remote ones go through.
+type GatedHub = (Arc<caret_mcp::Hub>, Option<Arc<caret_sandbox::netproxy::Gate>>);
 
 /// Who may call a page's API.
 enum Access {
@@ -528,13 +531,20 @@ impl Ui {
     /// The chats' MCP servers, started now if they were not.
     fn mcp_hub(&self) -> anyhow::Result<Arc<caret_mcp::Hub>> {
         let mut hub = self.mcp.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(h) = &*hub {
+        if let Some((h, _)) = &*hub {
             return Ok(h.clone());
         }
         let (servers, _) = caret_host::mcp::session_servers(&self.config.mcp_servers, &self.config.home, &self.root)?;
-        let made = caret_mcp::Hub::new(servers);
+        // A team's page reaches remote servers through the server's egress policy.
+        let gate = match self.access {
+            Access::Launch { .. } => None,
+            Access::Tenant => caret_mcp::sandboxed::remote_gate(&servers, &self.config.server.egress()?)
+                .map_err(anyhow::Error::msg)?,
+        };
+        let proxy = gate.as_ref().map(caret_sandbox::netproxy::Gate::url);
+        let made = caret_mcp::Hub::placed(servers, &caret_mcp::Place { launcher: None, proxy });
         made.start();
-        *hub = Some(made.clone());
+        *hub = Some((made.clone(), gate.map(Arc::new)));
         Ok(made)
     }
 }

@@ -1112,9 +1112,20 @@ fn a_server_session_calls_an_mcp_servers_tool_in_its_sandbox() {
     });
     let ws = TempDir::new();
     let probe = ws.write("probe.py", caret_test_support::mcp::PROBE);
+    // A remote server on an internal address the operator did not open: never reached.
+    let internal = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let internal_port = internal.local_addr().unwrap().port();
+    let reached = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = reached.clone();
+    std::thread::spawn(move || {
+        for _ in internal.incoming() {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
     let config = format!(
         "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n\n\
-         [mcp_servers.probe]\ncommand = {python:?}\nargs = [{:?}]\n\n[server.agent_workspaces]\ndemo = \"{}\"\n",
+         [mcp_servers.probe]\ncommand = {python:?}\nargs = [{:?}]\n\n\
+         [mcp_servers.internal]\nurl = \"http://127.0.0.1:{internal_port}/mcp\"\n\n[server.agent_workspaces]\ndemo = \"{}\"\n",
         up.url,
         probe.display().to_string(),
         ws.path().display()
@@ -1139,6 +1150,9 @@ fn a_server_session_calls_an_mcp_servers_tool_in_its_sandbox() {
     assert_eq!(look["cwd"], root.display().to_string(), "{look}");
     assert!(look["pid"].as_u64().unwrap() < 20, "a PID namespace of its own: {look}");
     assert_eq!(look["wrote_usr"], false, "{look}");
+    assert_eq!(reached.load(std::sync::atomic::Ordering::SeqCst), 0, "the egress policy let an internal address through");
+    let log = std::fs::read_to_string(&server.log).unwrap();
+    assert!(log.contains("egress policy refuses"), "the refusal is said in the log");
     server.stop();
 }
 
