@@ -65,6 +65,7 @@ fn bench(config: &Config, path: &Path, changes: usize, scratch: &Path) -> anyhow
             pages: None,
             replicas: caret_server::Replicas::Join(None),
             usage: caret_usage::Recorder::off(),
+            identity: None,
         };
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(caret_server::serve(service, serve, listener, async move {

@@ -48,6 +48,7 @@ async fn serve(service: Arc<Service>) -> Server {
         pages: None,
         replicas: caret_server::Replicas::Join(None),
         usage: caret_usage::Recorder::off(),
+        identity: None,
     };
     let statuses = Arc::new(Mutex::new(Vec::new()));
     let seen = statuses.clone();

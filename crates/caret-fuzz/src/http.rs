@@ -56,6 +56,7 @@ fn harness() -> &'static Harness {
                 pages: None,
                 replicas: caret_server::Replicas::Join(None),
                 usage: caret_usage::Recorder::off(),
+                identity: None,
             };
             (caret_server::app(service, &config), token)
         });

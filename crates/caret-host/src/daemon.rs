@@ -326,6 +326,7 @@ pub fn serve(config: &Config, idle: Option<&str>, log: fn(String)) -> anyhow::Re
             pages: None,
             replicas: caret_server::Replicas::Alone,
             usage: caret_usage::Recorder::off(),
+            identity: None,
         };
         serve.check()?;
         let activity = Arc::new(Activity::new());

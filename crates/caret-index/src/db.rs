@@ -122,6 +122,19 @@ pub struct Tenant {
     pub name: String,
 }
 
+/// A tenant's API token as listed (never the token).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantToken {
+    /// Its id.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// When made, Unix seconds.
+    pub created_at: i64,
+    /// When revoked, Unix seconds.
+    pub revoked_at: Option<i64>,
+}
+
 /// A workspace row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkspaceRow {
@@ -305,6 +318,45 @@ impl Db {
     /// The connection pool (other crates keep their tables in the same database).
     pub fn pool(&self) -> &AnyPool {
         &self.pool
+    }
+
+    /// The database's SQL dialect.
+    pub fn dialect(&self) -> caret_db::Dialect {
+        self.dialect
+    }
+
+    /// The tenant with this id.
+    pub async fn tenant(&self, id: &str) -> Result<Option<Tenant>> {
+        Ok(sqlx::query("SELECT id, name FROM tenants WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .map(|r| Tenant { id: r.get(0), name: r.get(1) }))
+    }
+
+    /// A tenant's API tokens made before people existed: id, name, made and revoked (Unix s).
+    pub async fn tenant_tokens(&self, tenant: &str) -> Result<Vec<TenantToken>> {
+        Ok(sqlx::query(
+            "SELECT id, name, created_at, revoked_at FROM api_tokens WHERE tenant_id = $1 ORDER BY created_at DESC, id",
+        )
+        .bind(tenant)
+        .fetch_all(&self.pool)
+        .await?
+        .into_iter()
+        .map(|r| TenantToken { id: r.get(0), name: r.get(1), created_at: r.get(2), revoked_at: r.get(3) })
+        .collect())
+    }
+
+    /// Revokes a tenant's API token; whether it was live.
+    pub async fn revoke_tenant_token(&self, tenant: &str, id: &str) -> Result<bool> {
+        Ok(sqlx::query("UPDATE api_tokens SET revoked_at = $1 WHERE tenant_id = $2 AND id = $3 AND revoked_at IS NULL")
+            .bind(now())
+            .bind(tenant)
+            .bind(id)
+            .execute(&self.pool)
+            .await?
+            .rows_affected()
+            > 0)
     }
 
     /// A tenant's workspace.

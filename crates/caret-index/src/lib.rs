@@ -22,7 +22,7 @@ use std::sync::Arc;
 pub use error::{Error, Result, database_unavailable};
 use object_store::ObjectStore;
 
-pub use crate::db::{Db, Tenant};
+pub use crate::db::{Db, Tenant, TenantToken};
 pub use crate::service::Service;
 
 /// Where the index keeps its data.

@@ -7,6 +7,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub mod admin;
 pub mod agent;
 pub mod apply;
 pub mod complete;

@@ -19,7 +19,7 @@ use caret_index::db::Tenant;
 use caret_protocol::docs::{AddDocsSource, DocsSearch, DocsSourceList};
 
 use crate::docs_library::DocsLibrary;
-use crate::state::{AppState, Json, Path};
+use crate::state::{AppState, Caller, Json, Path};
 use crate::{Error, Result};
 
 fn library(s: &AppState) -> Result<&Arc<dyn DocsLibrary>> {
@@ -29,9 +29,12 @@ fn library(s: &AppState) -> Result<&Arc<dyn DocsLibrary>> {
 pub(crate) async fn add(
     State(s): State<AppState>,
     Extension(t): Extension<Tenant>,
+    Extension(caller): Extension<Caller>,
     Json(req): Json<AddDocsSource>,
 ) -> Result<Response> {
-    let source = library(&s)?.add(&t, req).await?;
+    let docs = library(&s)?;
+    let name = req.name.clone();
+    let source = s.audited(&caller, "docs.add", &name, async { Ok(docs.add(&t, req).await?) }).await?;
     Ok((StatusCode::CREATED, AxumJson(source)).into_response())
 }
 
@@ -42,9 +45,11 @@ pub(crate) async fn list(State(s): State<AppState>, Extension(t): Extension<Tena
 pub(crate) async fn remove(
     State(s): State<AppState>,
     Extension(t): Extension<Tenant>,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Response> {
-    library(&s)?.remove(&t, &name).await?;
+    let docs = library(&s)?;
+    s.audited(&caller, "docs.remove", &name, async { Ok(docs.remove(&t, &name).await?) }).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

@@ -11,6 +11,10 @@ pub enum Error {
     /// Missing or invalid credentials.
     #[error("missing or invalid API token")]
     Unauthorized,
+    /// The caller is known but may not do this: a code (`forbidden`, `insufficient_scope`)
+    /// and why.
+    #[error("{1}")]
+    Forbidden(&'static str, String),
     /// No such resource for this tenant (another tenant's looks exactly the same).
     #[error("{0} not found")]
     NotFound(String),
@@ -110,6 +114,21 @@ impl From<caret_index::Error> for Error {
     }
 }
 
+impl From<caret_identity::Error> for Error {
+    /// The caller's mistakes keep their kind; the rest keep their cause.
+    fn from(e: caret_identity::Error) -> Self {
+        use caret_identity::Error as E;
+        match e {
+            E::NotFound(m) => Error::NotFound(m),
+            E::BadRequest(m) => Error::BadRequest(m),
+            E::Conflict(m) => Error::Conflict(m),
+            E::Forbidden(m) => Error::Forbidden("forbidden", m),
+            E::Database(e) => Error::Database(e),
+            other => Error::Internal(chain(&other)),
+        }
+    }
+}
+
 /// What a failed request's answer carries for the report (never sent to the client).
 #[derive(Debug, Clone)]
 pub struct Failed(pub String);
@@ -134,6 +153,7 @@ impl Error {
     pub fn status(&self) -> (StatusCode, &'static str) {
         match self {
             Error::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Error::Forbidden(code, _) => (StatusCode::FORBIDDEN, code),
             Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             Error::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
             Error::Conflict(_) => (StatusCode::CONFLICT, "conflict"),

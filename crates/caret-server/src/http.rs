@@ -18,7 +18,7 @@ use caret_protocol::{
 
 use caret_index::Tenant;
 
-use crate::state::{AppState, Json, Path, Query};
+use crate::state::{AppState, Caller, Json, Path, Query};
 use crate::{Error, Result};
 
 /// A route table: paths and what answers on them.
@@ -75,6 +75,25 @@ fn tenant_routes() -> Routes {
         ("/v1/docs/search", post(crate::docs::search)),
         ("/v1/secrets", get(crate::runs::list_secrets)),
         ("/v1/secrets/{name}", put(crate::runs::put_secret).delete(crate::runs::delete_secret)),
+        ("/v1/me", get(crate::admin::me)),
+        ("/v1/me/tokens", get(crate::admin::my_tokens).post(crate::admin::create_my_token)),
+        ("/v1/me/tokens/{id}", delete(crate::admin::revoke_my_token)),
+    ]
+}
+
+/// Routes of an organisation's admins and owners: a tenant's token with the `admin` scope.
+fn admin_routes() -> Routes {
+    use crate::admin;
+    vec![
+        ("/v1/admin/users", get(admin::users).post(admin::add_user)),
+        ("/v1/admin/users/{id}", get(admin::user).patch(admin::change_user)),
+        ("/v1/admin/tokens", get(admin::tokens).post(admin::create_token)),
+        ("/v1/admin/tokens/{id}", delete(admin::revoke_token)),
+        ("/v1/admin/groups", get(admin::groups).post(admin::create_group)),
+        ("/v1/admin/groups/{id}", delete(admin::delete_group)),
+        ("/v1/admin/groups/{id}/members/{user}", put(admin::add_member).delete(admin::remove_member)),
+        ("/v1/admin/audit", get(admin::audit)),
+        ("/v1/admin/audit/verify", post(admin::verify)),
     ]
 }
 
@@ -98,6 +117,7 @@ pub fn route_paths() -> Vec<(&'static str, crate::openapi::Access)> {
     let tagged = |routes: Routes, access| routes.into_iter().map(move |(path, _)| (path, access));
     tagged(public_routes(), Access::Public)
         .chain(tagged(tenant_routes(), Access::Tenant))
+        .chain(tagged(admin_routes(), Access::Admin))
         .chain(tagged(operator_routes(), Access::Operator))
         .collect()
 }
@@ -112,6 +132,7 @@ pub fn router(state: AppState, body_limit: usize, pages: Option<crate::Pages>) -
     // run in their compartment.
     let compartments = middleware::from_fn_with_state(state.clone(), enter_compartment);
     let v1 = table(tenant_routes())
+        .merge(table(admin_routes()))
         .route_layer(compartments.clone())
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
     let operators = table(operator_routes())
@@ -217,14 +238,25 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
         return Error::RateLimited { retry_after }.into_response();
     }
     let Some(token) = token else { return Error::Unauthorized.into_response() };
-    let (tenant, token_id) = match state.service.db().authenticate(token).await {
+    let address = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map_or_else(|| "-".to_owned(), |c| c.0.ip().to_string());
+    let caller = match caller(&state, token, address).await {
         Ok(Some(found)) => found,
         Ok(None) => return Error::Unauthorized.into_response(),
-        Err(e) => return Error::from(e).into_response(),
+        Err(e) => return e.into_response(),
     };
+    let tenant = caller.tenant.clone();
     tracing::Span::current().record("tenant", tenant.id.as_str());
-    if !hop && let Err(retry_after) = limited(&state, Limiting::Token, &token_id).await {
+    if !hop && let Err(retry_after) = limited(&state, Limiting::Token, &caller.principal.credential).await {
         return Error::RateLimited { retry_after }.into_response();
+    }
+    if let Some(scope) = crate::state::scope(req.uri().path())
+        && !caller.principal.may(scope)
+    {
+        let why = format!("this token may not be used for {} (it lacks the {} scope)", req.uri().path(), scope.name());
+        return Error::Forbidden("insufficient_scope", why).into_response();
     }
     if let Some(flag) = capability(req.uri().path())
         && let Err(e) = state.allowed(flag, Some(&tenant.id))
@@ -240,9 +272,60 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
     }
     let id = TenantId(tenant.id.clone());
     req.extensions_mut().insert(tenant);
+    req.extensions_mut().insert(caller);
     let mut response = next.run(req).await;
     response.extensions_mut().insert(id);
     response
+}
+
+/// Who `token` acts as: from this replica's cache while the identity epoch stands, else
+/// the identity store's credentials, else a tenant's API token made before people existed
+/// (a service account of its organisation with the member's scopes).
+async fn caller(state: &AppState, token: &str, address: String) -> Result<Option<Caller>> {
+    let key = caret_crypto::hash_api_token(token);
+    let now = caret_identity::db::now_ms();
+    if state.identity.is_some()
+        && let Some(mut c) = state.credentials.get(&key)
+    {
+        if c.principal.expired(now) {
+            return Ok(None);
+        }
+        c.address = address;
+        return Ok(Some(c));
+    }
+    let epoch = state.credentials.epoch();
+    let found = match &state.identity {
+        Some(identity) => match identity.authenticate(token).await? {
+            Some(principal) => {
+                let _ = identity.touch(&principal.credential).await;
+                state.service.db().tenant(&principal.tenant).await?.map(|tenant| (tenant, principal))
+            }
+            None => None,
+        },
+        None => None,
+    };
+    let found = match found {
+        Some(f) => Some(f),
+        None => state.service.db().authenticate(token).await?.map(|(tenant, id)| {
+            let principal = caret_identity::Principal {
+                tenant: tenant.id.clone(),
+                user: None,
+                name: format!("tenant token {id}"),
+                role: caret_identity::Role::Member,
+                scopes: caret_identity::Role::Member.allows(),
+                credential: id,
+                kind: caret_identity::CredentialKind::Service,
+                expires_at: None,
+            };
+            (tenant, principal)
+        }),
+    };
+    let Some((tenant, principal)) = found else { return Ok(None) };
+    let caller = Caller { tenant, principal, address };
+    if state.identity.is_some() {
+        state.credentials.put(key, caller.clone(), epoch);
+    }
+    Ok(Some(caller))
 }
 
 /// The tenant a request was made for, on its answer (for the failure report).

@@ -7,6 +7,7 @@
 //! obfuscated paths, keyed hashes and, for chunks it lacks, texts that it holds in memory
 //! while computing their keyed terms.
 
+pub mod admin;
 pub mod agent;
 pub mod cluster;
 pub mod compartment;
@@ -98,6 +99,13 @@ pub struct ServeConfig {
     pub replicas: Replicas,
     /// Opt-in usage telemetry (off: [`caret_usage::Recorder::off`]).
     pub usage: caret_usage::Recorder,
+    /// People, credentials and the audit trail (none: tenant tokens only, no admin API).
+    pub identity: Option<Arc<caret_identity::Identity>>,
+}
+
+/// The identity store on `service`'s metadata database.
+pub async fn open_identity(service: &Service) -> Result<caret_identity::Identity> {
+    Ok(caret_identity::Identity::open(service.db().pool().clone(), service.db().dialect()).await?)
 }
 
 /// Whether a server is one of several replicas.
@@ -171,6 +179,8 @@ fn app_state(
         cluster,
         compartments,
         usage: config.usage.clone(),
+        identity: config.identity.clone(),
+        credentials: Arc::new(caret_identity::cache::Cache::new(std::time::Duration::from_secs(60), 100_000)),
     }
 }
 
@@ -184,6 +194,13 @@ async fn tick(state: state::AppState) {
         let limiters = [("token", state.limiter.as_ref()), ("ip", state.ip_limiter.as_ref())];
         if let Err(e) = cluster.tick(n, &limiters).await {
             tracing::warn!(error = %error::chain(&e), "keeping in step with the other replicas");
+        }
+        // A revocation anywhere empties every replica's credential cache.
+        if let Some(identity) = &state.identity {
+            match identity.epoch().await {
+                Ok(epoch) => state.credentials.observe(epoch),
+                Err(e) => tracing::warn!(error = %error::chain(&e), "reading the identity epoch"),
+            }
         }
         if let Some(gateway) = &state.gateway {
             let flags = cluster.flags();

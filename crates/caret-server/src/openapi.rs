@@ -9,7 +9,7 @@
 
 use std::collections::BTreeSet;
 
-use caret_protocol::{agent, apply, complete, docs, envs, llm, runs, usage};
+use caret_protocol::{admin, agent, apply, complete, docs, envs, llm, runs, usage};
 use schemars::JsonSchema;
 use schemars::generate::{Contract, SchemaGenerator, SchemaSettings};
 use serde_json::{Map, Value, json};
@@ -23,6 +23,8 @@ pub enum Access {
     Public,
     /// A tenant's API token.
     Tenant,
+    /// A tenant's token with the `admin` scope (an admin's or an owner's).
+    Admin,
     /// An operator's token (workers, the fleet view).
     Operator,
 }
@@ -218,7 +220,7 @@ fn limit(default: u32) -> Value {
 
 /// Every operation of the router.
 fn operations(s: &mut Schemas) -> Vec<Operation> {
-    use Access::{Operator, Public, Tenant};
+    use Access::{Admin, Operator, Public, Tenant};
     use Errors::{Caret, OpenAi};
     let op = |method, path, id, summary, access| Operation {
         method,
@@ -566,6 +568,115 @@ fn operations(s: &mut Schemas) -> Vec<Operation> {
             answers: no_content(),
             ..op("delete", "/v1/secrets/{name}", "delete_secret", "Deletes a secret.", Tenant)
         },
+        // Who the caller is, their own tokens, and the admin API.
+        Operation {
+            answers: ok(s.json::<admin::Me>()),
+            ..op("get", "/v1/me", "me", "Who the credential acts as.", Tenant)
+        },
+        Operation {
+            answers: ok(s.json::<Vec<admin::TokenInfo>>()),
+            ..op("get", "/v1/me/tokens", "my_tokens", "The caller's own tokens.", Tenant)
+        },
+        Operation {
+            body: Some(s.read::<admin::CreateToken>()),
+            answers: vec![(201, "Made; the token is shown this once", s.json::<admin::TokenCreated>())],
+            ..op("post", "/v1/me/tokens", "create_my_token", "Makes a personal access token.", Tenant)
+        },
+        Operation {
+            parameters: vec![id("The token's id.")],
+            answers: ok(s.json::<admin::TokenInfo>()),
+            ..op("delete", "/v1/me/tokens/{id}", "revoke_my_token", "Revokes one of the caller's tokens.", Tenant)
+        },
+        Operation {
+            answers: ok(s.json::<Vec<admin::Person>>()),
+            ..op("get", "/v1/admin/users", "users", "The organisation's people.", Admin)
+        },
+        Operation {
+            body: Some(s.read::<admin::AddPerson>()),
+            answers: vec![(201, "Added", s.json::<admin::Person>())],
+            ..op("post", "/v1/admin/users", "add_user", "Adds a person (an owner only by an owner).", Admin)
+        },
+        Operation {
+            parameters: vec![id("The person's id.")],
+            answers: ok(s.json::<admin::Person>()),
+            ..op("get", "/v1/admin/users/{id}", "user", "A person.", Admin)
+        },
+        Operation {
+            parameters: vec![id("The person's id.")],
+            body: Some(s.read::<admin::ChangePerson>()),
+            answers: ok(s.json::<admin::Person>()),
+            ..op(
+                "patch",
+                "/v1/admin/users/{id}",
+                "change_user",
+                "Changes a person's role or state; deactivation ends their tokens at once.",
+                Admin,
+            )
+        },
+        Operation {
+            answers: ok(s.json::<Vec<admin::TokenInfo>>()),
+            ..op("get", "/v1/admin/tokens", "tokens", "The organisation's tokens.", Admin)
+        },
+        Operation {
+            body: Some(s.read::<admin::CreateToken>()),
+            answers: vec![(201, "Made; the token is shown this once", s.json::<admin::TokenCreated>())],
+            ..op("post", "/v1/admin/tokens", "create_token", "Makes a service account's token.", Admin)
+        },
+        Operation {
+            parameters: vec![id("The token's id.")],
+            answers: no_content(),
+            ..op("delete", "/v1/admin/tokens/{id}", "revoke_token", "Revokes any token of the organisation.", Admin)
+        },
+        Operation {
+            answers: ok(s.json::<Vec<admin::GroupInfo>>()),
+            ..op("get", "/v1/admin/groups", "groups", "The organisation's groups.", Admin)
+        },
+        Operation {
+            body: Some(s.read::<admin::CreateGroup>()),
+            answers: vec![(201, "Made", s.json::<admin::GroupInfo>())],
+            ..op("post", "/v1/admin/groups", "create_group", "Makes a group.", Admin)
+        },
+        Operation {
+            parameters: vec![id("The group's id.")],
+            answers: no_content(),
+            ..op("delete", "/v1/admin/groups/{id}", "delete_group", "Deletes a group.", Admin)
+        },
+        Operation {
+            parameters: vec![
+                id("The group's id."),
+                path_param("user", "The person's id.", json!({ "type": "string", "minLength": 1, "maxLength": 128 })),
+            ],
+            answers: no_content(),
+            ..op("put", "/v1/admin/groups/{id}/members/{user}", "add_member", "Puts a person in a group.", Admin)
+        },
+        Operation {
+            parameters: vec![
+                id("The group's id."),
+                path_param("user", "The person's id.", json!({ "type": "string", "minLength": 1, "maxLength": 128 })),
+            ],
+            answers: no_content(),
+            ..op(
+                "delete",
+                "/v1/admin/groups/{id}/members/{user}",
+                "remove_member",
+                "Takes a person out of a group.",
+                Admin,
+            )
+        },
+        Operation {
+            parameters: vec![
+                query("since_ms", "From this time, Unix ms.", json!({ "type": "integer" })),
+                query("user", "Only this person's.", json!({ "type": "string" })),
+                query("after", "After this record.", json!({ "type": "integer" })),
+                limit(100),
+            ],
+            answers: ok(s.json::<Vec<admin::AuditRecord>>()),
+            ..op("get", "/v1/admin/audit", "audit", "The organisation's audit trail, oldest first.", Admin)
+        },
+        Operation {
+            answers: ok(s.json::<admin::AuditVerification>()),
+            ..op("post", "/v1/admin/audit/verify", "verify_audit", "Checks the audit trail's hash chain.", Admin)
+        },
         Operation {
             body: Some(s.read::<docs::AddDocsSource>()),
             answers: vec![(201, "Added; its first crawl is queued", s.json::<docs::DocsSource>())],
@@ -734,9 +845,11 @@ pub fn document() -> Value {
         if let Some(body) = &op.body {
             operation["requestBody"] = body.clone();
         }
+        // A tenant's route names the scope its token needs.
+        let scopes: Vec<&str> = crate::state::scope(op.path).map(caret_identity::Scope::name).into_iter().collect();
         operation["security"] = match op.access {
             Access::Public => json!([]),
-            Access::Tenant => json!([{ "tenant": [] }]),
+            Access::Tenant | Access::Admin => json!([{ "tenant": scopes }]),
             Access::Operator => json!([{ "operator": [] }]),
         };
         let entry = paths.entry(op.path.to_owned()).or_insert_with(|| json!({}));
@@ -761,7 +874,7 @@ pub fn document() -> Value {
         "components": {
             "schemas": definitions,
             "securitySchemes": {
-                "tenant": { "type": "http", "scheme": "bearer", "description": "A tenant's API token (`caret admin token create`)." },
+                "tenant": { "type": "http", "scheme": "bearer", "description": "An organisation's token: a person's personal access token or sign-in, a service account's, or a tenant token (`caret admin token create`); an operation names the scope it needs, and `admin` is held only by admins and owners." },
                 "operator": { "type": "http", "scheme": "bearer", "description": "An operator's token (`caret admin operator-token create`)." },
             },
         },
@@ -776,6 +889,7 @@ fn tag(path: &str) -> &'static str {
         "apply" | "complete" => "editing",
         "agent" => "agent",
         "runs" | "secrets" => "runs",
+        "me" | "admin" => "people",
         "docs" => "docs",
         "envs" => "envs",
         "workers" | "fleet" => "operators",

@@ -34,7 +34,7 @@ use caret_protocol::runs::{
 };
 use serde::Deserialize;
 
-use crate::state::{AppState, Json, Path, Query};
+use crate::state::{AppState, Caller, Json, Path, Query};
 use crate::{Error, Result};
 use caret_index::db::Tenant;
 
@@ -68,13 +68,19 @@ fn tenant(t: &Tenant) -> TenantRef {
 pub(crate) async fn create(
     State(s): State<AppState>,
     Extension(t): Extension<Tenant>,
+    Extension(caller): Extension<Caller>,
     Json(req): Json<CreateRun>,
 ) -> Result<Response> {
     if req.rollout.is_some() {
         s.allowed("rollouts", Some(&t.id))?;
     }
-    let info = service(&s)?.submit(&tenant(&t), req).await?;
-    Ok((StatusCode::CREATED, AxumJson(info)).into_response())
+    let submitted = service(&s)?.submit(&tenant(&t), req).await.map_err(Error::from);
+    let (target, outcome) = match &submitted {
+        Ok(info) => (info.id.as_str(), "ok".to_owned()),
+        Err(e) => ("-", format!("failed: {}", e.status().1)),
+    };
+    s.audit(&caller, "run.submit", target, &outcome).await?;
+    Ok((StatusCode::CREATED, AxumJson(submitted?)).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -102,9 +108,12 @@ pub(crate) async fn get(
 pub(crate) async fn cancel(
     State(s): State<AppState>,
     Extension(t): Extension<Tenant>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Response> {
-    Ok(AxumJson(service(&s)?.cancel(&t.id, &id).await?).into_response())
+    let runs = service(&s)?;
+    let info = s.audited(&caller, "run.cancel", &id, async { Ok(runs.cancel(&t.id, &id).await?) }).await?;
+    Ok(AxumJson(info).into_response())
 }
 
 pub(crate) async fn delete(

@@ -43,9 +43,73 @@ pub struct AppState {
     pub compartments: Option<crate::compartment::Compartments>,
     /// Opt-in usage telemetry.
     pub usage: caret_usage::Recorder,
+    /// People, credentials and the audit trail (none: tenant tokens only, no admin API — the
+    /// local daemon, a router built for a test).
+    pub identity: Option<Arc<caret_identity::Identity>>,
+    /// Checked credentials, by token hash, for one identity epoch.
+    pub credentials: Arc<caret_identity::cache::Cache<Caller>>,
+}
+
+/// Who a request acts as, set by the authentication layer beside its [`caret_index::Tenant`].
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The organisation.
+    pub tenant: caret_index::Tenant,
+    /// The person or service account, role and scopes.
+    pub principal: caret_identity::Principal,
+    /// The client's address (the TCP peer), for the audit trail.
+    pub address: String,
+}
+
+impl Caller {
+    /// Refuses unless the caller's role is at least `role`.
+    pub fn at_least(&self, role: caret_identity::Role) -> crate::Result<()> {
+        if self.principal.role >= role {
+            return Ok(());
+        }
+        Err(crate::Error::Forbidden("forbidden", format!("this needs the {} role", role.name())))
+    }
 }
 
 impl AppState {
+    /// The identity store, or 503 where this server has none.
+    pub fn identity(&self) -> crate::Result<&Arc<caret_identity::Identity>> {
+        self.identity.as_ref().ok_or_else(|| crate::Error::Unavailable("this server keeps no people or tokens".into()))
+    }
+
+    /// Runs `change`, writes its outcome to the audit trail, then answers with it.
+    pub async fn audited<T>(
+        &self,
+        caller: &Caller,
+        action: &str,
+        target: &str,
+        change: impl std::future::Future<Output = crate::Result<T>>,
+    ) -> crate::Result<T> {
+        let result = change.await;
+        let outcome = match &result {
+            Ok(_) => "ok".to_owned(),
+            Err(e) => format!("failed: {}", e.status().1),
+        };
+        self.audit(caller, action, target, &outcome).await?;
+        result
+    }
+
+    /// Appends to the audit trail before the answer goes out (nothing where there is no
+    /// identity store). A failure to record fails the request.
+    pub async fn audit(&self, caller: &Caller, action: &str, target: &str, outcome: &str) -> crate::Result<()> {
+        let Some(identity) = &self.identity else { return Ok(()) };
+        let event = caret_identity::audit::Event {
+            tenant: caller.tenant.id.clone(),
+            actor: caller.principal.actor(),
+            address: caller.address.clone(),
+            action: action.to_owned(),
+            target: target.to_owned(),
+            outcome: outcome.to_owned(),
+        };
+        identity.audit(event).await?;
+        Ok(())
+    }
+
     /// Refuses with 503 `disabled` when flag `name` is off for `tenant`.
     pub fn allowed(&self, name: &str, tenant: Option<&str>) -> crate::Result<()> {
         match &self.cluster {
@@ -53,6 +117,23 @@ impl AppState {
             _ => Ok(()),
         }
     }
+}
+
+/// The scope a route needs (none: any live credential).
+pub fn scope(path: &str) -> Option<caret_identity::Scope> {
+    use caret_identity::Scope;
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    Some(match parts.as_slice() {
+        ["v1", "workspaces", _, "search"] => Scope::Search,
+        ["v1", "workspaces", ..] => Scope::Sync,
+        ["v1", "chat" | "completions" | "embeddings" | "models", ..] => Scope::Chat,
+        ["v1", "apply" | "complete"] => Scope::Complete,
+        ["v1", "agent", ..] => Scope::Agent,
+        ["v1", "runs" | "envs" | "secrets", ..] | ["mcp"] => Scope::Runs,
+        ["v1", "docs", ..] => Scope::Docs,
+        ["v1", "admin", ..] => Scope::Admin,
+        _ => return None,
+    })
 }
 
 /// A refusal in our error body.

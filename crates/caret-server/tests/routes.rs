@@ -50,6 +50,7 @@ async fn harness(rate_limit: RateLimit) -> Harness {
         pages: None,
         replicas: caret_server::Replicas::Join(None),
         usage: caret_usage::Recorder::off(),
+        identity: None,
     };
     Harness { app: caret_server::app(service, &config), alice, bob, _dir: dir }
 }

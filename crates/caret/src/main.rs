@@ -56,9 +56,12 @@ enum Command {
     Key(sync::KeyCommand),
     /// Run the multi-tenant server.
     Serve(server::ServeArgs),
-    /// Administer the server's tenants and API tokens.
+    /// Administer the server: on its host (tenants, tenant tokens, flags, the first owner) or,
+    /// with --server, the organisation through the admin API (people, groups, tokens, audit).
     #[command(subcommand)]
-    Admin(server::AdminCommand),
+    Admin(caret_admin::AdminCommand),
+    /// Who the token acts as on a team server.
+    Whoami(caret_admin::ServerArgs),
     /// Talk to a model of the gateway (embedded, or a server's).
     Chat(chat::ChatArgs),
     /// Apply an edit (search/replace blocks, a unified diff or a lazy snippet) to a file.
@@ -147,7 +150,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Search(args) => index::run_search(&config, args),
         Command::Key(cmd) => sync::key(&config, cmd),
         Command::Serve(args) => server::serve(&config, args),
-        Command::Admin(cmd) => server::admin(&config, cmd),
+        Command::Admin(cmd) => caret_admin::run(&config, cmd),
+        Command::Whoami(args) => caret_admin::whoami(&config, &args),
         Command::Models(cmd) => models::run(&config, cmd),
         Command::Chat(args) => chat::run(&config, args),
         Command::Apply(args) => apply::run(&config, args),

@@ -58,6 +58,7 @@ fn the_description_holds_every_route_and_method_and_nothing_else() {
     // ... and as the router answers: a method it lacks gets 405 and `Allow` names the rest.
     // (Behind a token, a wrong method is only told to those who bear one.)
     let tenant = server.tenant("described");
+    let owner = server.owner("described-org");
     let operator = server.admin(&["admin", "operator-token", "create"]);
     let mut routed: BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)> = BTreeMap::new();
     for (path, access) in caret_server::http::route_paths() {
@@ -65,6 +66,7 @@ fn the_description_holds_every_route_and_method_and_nothing_else() {
         let token = match access {
             Access::Public => "",
             Access::Tenant => &tenant,
+            Access::Admin => &owner,
             Access::Operator => &operator,
         };
         let answer = client.request(reqwest::Method::TRACE, &url).bearer_auth(token).send().unwrap();
@@ -73,7 +75,7 @@ fn the_description_holds_every_route_and_method_and_nothing_else() {
         let methods = allow.split(',').map(|m| m.trim().to_owned()).filter(|m| m != "HEAD").collect();
         let access = match access {
             Access::Public => "public",
-            Access::Tenant => "tenant",
+            Access::Tenant | Access::Admin => "tenant",
             Access::Operator => "operator",
         };
         routed.insert(path.to_owned(), (methods, BTreeSet::from([access.to_owned()])));

@@ -1150,7 +1150,11 @@ fn a_server_session_calls_an_mcp_servers_tool_in_its_sandbox() {
     assert_eq!(look["cwd"], root.display().to_string(), "{look}");
     assert!(look["pid"].as_u64().unwrap() < 20, "a PID namespace of its own: {look}");
     assert_eq!(look["wrote_usr"], false, "{look}");
-    assert_eq!(reached.load(std::sync::atomic::Ordering::SeqCst), 0, "the egress policy let an internal address through");
+    assert_eq!(
+        reached.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the egress policy let an internal address through"
+    );
     let log = std::fs::read_to_string(&server.log).unwrap();
     assert!(log.contains("egress policy refuses"), "the refusal is said in the log");
     server.stop();

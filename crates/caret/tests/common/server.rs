@@ -133,6 +133,14 @@ impl Server {
         self.admin(&["admin", "token", "create", "--tenant", &name])
     }
 
+    /// A new organisation (unique name) and its first owner, made on the host; the owner's
+    /// token, with every scope.
+    pub fn owner(&self, organisation: &str) -> String {
+        let name = format!("{organisation}-{}", fastrand::u32(..));
+        let email = format!("owner@{name}.example");
+        self.admin(&["admin", "bootstrap", "--organisation", &name, "--email", &email])
+    }
+
     /// Kills the server (SIGKILL, wherever it is) and starts it again on the same data: a new
     /// port, the same database and objects (the first start's extra flags are not repeated).
     pub fn kill_and_restart(mut self) -> Server {

@@ -1,0 +1,265 @@
+//! The commands that go through a team server's API with a token: `caret whoami`, and the
+//! admin API's people, groups, tokens and audit trail. No database credentials needed.
+
+use anyhow::Context as _;
+use caret_host::config::Config;
+use caret_host::remote::{Api, Remote};
+use caret_protocol::admin::{
+    AddPerson, AuditRecord, AuditVerification, ChangePerson, CreateGroup, CreateToken, GroupInfo, Me, Person,
+    TokenCreated, TokenInfo,
+};
+use serde_json::Value;
+
+use crate::args::{GroupCommand, ServerArgs, UserCommand};
+
+/// The server and token: the arguments', else the configuration's (`[sync]`).
+fn api(config: &Config, args: &ServerArgs) -> anyhow::Result<Api> {
+    let target = Remote {
+        server: args.server.clone().or_else(|| config.sync.server.clone()),
+        token: args.token.clone().or_else(|| config.sync.token.clone()),
+    };
+    Api::open(&target)?.context("name the team server: --server URL (or CARET_SERVER) and --token (or CARET_TOKEN)")
+}
+
+/// Prints `value` as JSON when asked, else each line `text` makes of it.
+fn print<T: serde::Serialize>(
+    args: &ServerArgs,
+    value: &T,
+    text: impl FnOnce(&T) -> Vec<String>,
+) -> anyhow::Result<()> {
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(value)?);
+    } else {
+        for line in text(value) {
+            println!("{line}");
+        }
+    }
+    Ok(())
+}
+
+fn when(ms: Option<i64>) -> String {
+    ms.map_or_else(|| "-".to_owned(), |ms| caret_usage::hour_name(ms / 3_600_000).replace('T', " ") + "h")
+}
+
+/// `caret whoami`.
+pub async fn whoami(config: &Config, args: &ServerArgs) -> anyhow::Result<()> {
+    let api = api(config, args)?;
+    let me: Me = api.call(api.client.get(api.url("/v1/me"))).await?;
+    print(args, &me, |m| {
+        vec![
+            format!("{} ({}) in {}", m.name, m.role, m.organisation_name),
+            format!("scopes: {}", m.scopes.join(",")),
+            format!(
+                "token: {}{}",
+                m.kind,
+                m.expires_at.map_or(String::new(), |e| format!(", expires {}", when(Some(e))))
+            ),
+        ]
+    })
+}
+
+/// A person's id from an id or an email.
+async fn person_id(api: &Api, who: &str) -> anyhow::Result<String> {
+    if !who.contains('@') {
+        return Ok(who.to_owned());
+    }
+    let people: Vec<Person> = api.call(api.client.get(api.url("/v1/admin/users"))).await?;
+    people
+        .into_iter()
+        .find(|p| p.email.eq_ignore_ascii_case(who))
+        .map(|p| p.id)
+        .with_context(|| format!("no person with the email {who}"))
+}
+
+fn person_line(p: &Person) -> String {
+    format!("{}\t{}\t{}\t{}\t{}", p.id, p.email, p.role, p.state, p.name)
+}
+
+/// `caret admin user …`.
+pub async fn user(config: &Config, cmd: UserCommand) -> anyhow::Result<()> {
+    let change = |role: Option<String>, state: Option<&str>| ChangePerson { role, state: state.map(String::from) };
+    let (args, answer) = match cmd {
+        UserCommand::Ls { server } => {
+            let api = api(config, &server)?;
+            let people: Vec<Person> = api.call(api.client.get(api.url("/v1/admin/users"))).await?;
+            return print(&server, &people, |p| p.iter().map(person_line).collect());
+        }
+        UserCommand::Add { email, name, role, server } => {
+            let api = api(config, &server)?;
+            let body = AddPerson { email, name, role };
+            (server, api.call::<Person>(api.client.post(api.url("/v1/admin/users")).json(&body)).await?)
+        }
+        UserCommand::Role { user, role, server } => {
+            let api = api(config, &server)?;
+            let id = person_id(&api, &user).await?;
+            let req = api.client.patch(api.url(&format!("/v1/admin/users/{id}"))).json(&change(Some(role), None));
+            (server, api.call(req).await?)
+        }
+        UserCommand::Deactivate { user, server } => {
+            let api = api(config, &server)?;
+            let id = person_id(&api, &user).await?;
+            let req =
+                api.client.patch(api.url(&format!("/v1/admin/users/{id}"))).json(&change(None, Some("deactivated")));
+            (server, api.call(req).await?)
+        }
+        UserCommand::Activate { user, server } => {
+            let api = api(config, &server)?;
+            let id = person_id(&api, &user).await?;
+            let req = api.client.patch(api.url(&format!("/v1/admin/users/{id}"))).json(&change(None, Some("active")));
+            (server, api.call(req).await?)
+        }
+    };
+    print(&args, &answer, |p| vec![person_line(p)])
+}
+
+/// A group's id from an id or a name.
+async fn group_id(api: &Api, group: &str) -> anyhow::Result<String> {
+    let groups: Vec<GroupInfo> = api.call(api.client.get(api.url("/v1/admin/groups"))).await?;
+    groups
+        .into_iter()
+        .find(|g| g.id == group || g.name == group)
+        .map(|g| g.id)
+        .with_context(|| format!("no group named {group}"))
+}
+
+/// `caret admin group …`.
+pub async fn group(config: &Config, cmd: GroupCommand) -> anyhow::Result<()> {
+    match cmd {
+        GroupCommand::Ls { server } => {
+            let api = api(config, &server)?;
+            let groups: Vec<GroupInfo> = api.call(api.client.get(api.url("/v1/admin/groups"))).await?;
+            print(&server, &groups, |g| {
+                g.iter().map(|g| format!("{}\t{}\t{} member(s)\t{}", g.id, g.name, g.members.len(), g.source)).collect()
+            })
+        }
+        GroupCommand::Create { name, server } => {
+            let api = api(config, &server)?;
+            let g: GroupInfo =
+                api.call(api.client.post(api.url("/v1/admin/groups")).json(&CreateGroup { name })).await?;
+            print(&server, &g, |g| vec![format!("{}\t{}", g.id, g.name)])
+        }
+        GroupCommand::Rm { group, server } => {
+            let api = api(config, &server)?;
+            let id = group_id(&api, &group).await?;
+            api.call::<Value>(api.client.delete(api.url(&format!("/v1/admin/groups/{id}")))).await?;
+            println!("group {group} deleted");
+            Ok(())
+        }
+        GroupCommand::Add { group, user, server } => membership(config, &group, &user, &server, true).await,
+        GroupCommand::Remove { group, user, server } => membership(config, &group, &user, &server, false).await,
+    }
+}
+
+async fn membership(config: &Config, group: &str, user: &str, server: &ServerArgs, put: bool) -> anyhow::Result<()> {
+    let api = api(config, server)?;
+    let (g, u) = (group_id(&api, group).await?, person_id(&api, user).await?);
+    let url = api.url(&format!("/v1/admin/groups/{g}/members/{u}"));
+    let req = if put { api.client.put(url) } else { api.client.delete(url) };
+    api.call::<Value>(req).await?;
+    println!("{user} {} {group}", if put { "is in" } else { "is out of" });
+    Ok(())
+}
+
+fn token_line(t: &TokenInfo) -> String {
+    let state = match (t.revoked_at, t.expires_at) {
+        (Some(_), _) => "revoked".to_owned(),
+        (None, Some(e)) => format!("expires {}", when(Some(e))),
+        (None, None) => "no expiry".to_owned(),
+    };
+    let owner = t.user.clone().unwrap_or_else(|| format!("service ({})", t.role));
+    format!(
+        "{}\t{}\t{}\t{}\t{}\tlast used {}\t{}",
+        t.id,
+        t.name,
+        t.kind,
+        owner,
+        t.scopes.join(","),
+        when(t.last_used_at),
+        state
+    )
+}
+
+/// `caret admin token create --server`: a service account's token.
+pub async fn create_token(
+    config: &Config,
+    name: String,
+    scopes: Vec<String>,
+    role: Option<String>,
+    days: Option<u32>,
+    server: &ServerArgs,
+) -> anyhow::Result<()> {
+    let api = api(config, server)?;
+    let body = CreateToken { name, scopes, expires_in_days: days, role };
+    let made: TokenCreated = api.call(api.client.post(api.url("/v1/admin/tokens")).json(&body)).await?;
+    if server.json {
+        println!("{}", serde_json::to_string_pretty(&made)?);
+    } else {
+        println!("{}", made.token);
+        eprintln!("(shown once: only its hash is stored) {}", token_line(&made.info));
+    }
+    Ok(())
+}
+
+/// `caret admin token ls`.
+pub async fn tokens(config: &Config, server: &ServerArgs) -> anyhow::Result<()> {
+    let api = api(config, server)?;
+    let list: Vec<TokenInfo> = api.call(api.client.get(api.url("/v1/admin/tokens"))).await?;
+    print(server, &list, |l| l.iter().map(token_line).collect())
+}
+
+/// `caret admin token revoke`.
+pub async fn revoke(config: &Config, id: &str, server: &ServerArgs) -> anyhow::Result<()> {
+    let api = api(config, server)?;
+    api.call::<Value>(api.client.delete(api.url(&format!("/v1/admin/tokens/{id}")))).await?;
+    println!("token {id} revoked");
+    Ok(())
+}
+
+/// `caret admin audit`.
+pub async fn audit(
+    config: &Config,
+    since: Option<&str>,
+    user: Option<&str>,
+    server: &ServerArgs,
+) -> anyhow::Result<()> {
+    let api = api(config, server)?;
+    let mut query: Vec<(&str, String)> = vec![("limit", "1000".into())];
+    if let Some(since) = since {
+        let back = caret_host::config::parse_duration(since).context("--since")?;
+        let ms = caret_identity::db::now_ms() - i64::try_from(back.as_millis()).unwrap_or(i64::MAX);
+        query.push(("since_ms", ms.to_string()));
+    }
+    if let Some(user) = user {
+        query.push(("user", person_id(&api, user).await?));
+    }
+    let mut all: Vec<AuditRecord> = Vec::new();
+    loop {
+        let mut q = query.clone();
+        if let Some(last) = all.last() {
+            q.push(("after", last.seq.to_string()));
+        }
+        let page: Vec<AuditRecord> = api.call(api.client.get(api.url("/v1/admin/audit")).query(&q)).await?;
+        let done = page.len() < 1000;
+        all.extend(page);
+        if done {
+            break;
+        }
+    }
+    if server.json {
+        for r in &all {
+            println!("{}", serde_json::to_string(r)?);
+        }
+        return Ok(());
+    }
+    for r in &all {
+        let at = caret_usage::hour_name(r.at_ms / 3_600_000);
+        println!("{}\t{at}\t{}\t{}\t{}\t{}\t{}", r.seq, r.actor, r.address, r.action, r.target, r.outcome);
+    }
+    Ok(())
+}
+
+/// `caret admin audit verify --server`.
+pub async fn verify(config: &Config, server: &ServerArgs) -> anyhow::Result<AuditVerification> {
+    let api = api(config, server)?;
+    api.call(api.client.post(api.url("/v1/admin/audit/verify"))).await
+}

@@ -1,0 +1,204 @@
+//! People, tokens, groups and the audit trail of an organisation on a team server: who the
+//! caller is (`GET /v1/me`), their own tokens (`/v1/me/tokens`) and the admin API
+//! (`/v1/admin/…`, for admins and owners).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// `GET /v1/me`: who the credential acts as.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Me {
+    /// The organisation's id.
+    pub organisation: String,
+    /// The organisation's name.
+    pub organisation_name: String,
+    /// The person's id (none: a service account).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// The person's email, or the service account's name.
+    pub name: String,
+    /// `owner`, `admin` or `member`.
+    pub role: String,
+    /// What the credential may do.
+    pub scopes: Vec<String>,
+    /// `personal`, `service`, `access` or `refresh`.
+    pub kind: String,
+    /// When the credential stops working, Unix ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<i64>,
+}
+
+/// A person as the admin API shows them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Person {
+    /// Opaque id.
+    pub id: String,
+    /// Email.
+    pub email: String,
+    /// Display name.
+    pub name: String,
+    /// `owner`, `admin` or `member`.
+    pub role: String,
+    /// `active` or `deactivated`.
+    pub state: String,
+    /// Where the record came from.
+    pub source: String,
+    /// When made, Unix ms.
+    pub created_at: i64,
+}
+
+/// `POST /v1/admin/users`: a person added by hand.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddPerson {
+    /// Email.
+    pub email: String,
+    /// Display name (default: the email's local part).
+    #[serde(default)]
+    pub name: String,
+    /// `owner`, `admin` or `member` (default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+}
+
+/// `PATCH /v1/admin/users/{id}`: a new role or state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChangePerson {
+    /// `owner`, `admin` or `member`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// `active` or `deactivated` (every credential of theirs ends at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+}
+
+/// A credential as listed (never the token).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TokenInfo {
+    /// Opaque id (what revocation names).
+    pub id: String,
+    /// A name for people.
+    pub name: String,
+    /// `personal`, `service`, `access`, `refresh` or `tenant` (made before people existed).
+    pub kind: String,
+    /// Whose (a person's id; none: a service account's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// A service account's role.
+    pub role: String,
+    /// What it may do.
+    pub scopes: Vec<String>,
+    /// When made, Unix ms.
+    pub created_at: i64,
+    /// When it stops working, Unix ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<i64>,
+    /// When last used, Unix ms (to within a minute).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_used_at: Option<i64>,
+    /// When revoked, Unix ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked_at: Option<i64>,
+}
+
+/// `POST /v1/me/tokens` (a personal access token) or `POST /v1/admin/tokens` (a service
+/// account's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateToken {
+    /// A name for people (`laptop`, `ci`).
+    pub name: String,
+    /// Scopes: `search`, `sync`, `complete`, `chat`, `agent`, `runs`, `docs`, `admin`, or
+    /// `all` (default: all the role allows but `admin`).
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// Days until it expires (default 90; at most 366).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 366))]
+    pub expires_in_days: Option<u32>,
+    /// A service account's role, `member` (default) or `admin`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+}
+
+/// A token just made: the token itself, shown this once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TokenCreated {
+    /// The bearer token.
+    pub token: String,
+    /// Its record.
+    pub info: TokenInfo,
+}
+
+/// A group as listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct GroupInfo {
+    /// Opaque id.
+    pub id: String,
+    /// Name.
+    pub name: String,
+    /// Where it came from.
+    pub source: String,
+    /// Its members' ids.
+    pub members: Vec<String>,
+}
+
+/// `POST /v1/admin/groups`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateGroup {
+    /// Name.
+    pub name: String,
+}
+
+/// One record of the audit trail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct AuditRecord {
+    /// Its number.
+    pub seq: i64,
+    /// When, Unix ms.
+    pub at_ms: i64,
+    /// Who: `user:ID`, `service:ID`, `operator`, `anonymous`.
+    pub actor: String,
+    /// The client's address.
+    pub address: String,
+    /// What (`token.create`, `user.role`, `run.submit`…).
+    pub action: String,
+    /// On what (an id or a name of Caret's).
+    pub target: String,
+    /// `ok`, or why not.
+    pub outcome: String,
+    /// The hash of the record before.
+    pub prev_hash: String,
+    /// Its own hash.
+    pub hash: String,
+}
+
+/// `GET /v1/admin/audit`: query.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct AuditQuery {
+    /// From this time, Unix ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_ms: Option<i64>,
+    /// Only this person's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// After this record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<i64>,
+    /// At most this many (default 100, at most 1,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<i64>,
+}
+
+/// `POST /v1/admin/audit/verify`: what a check of the chain found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct AuditVerification {
+    /// Records checked (every organisation's: the chain is one).
+    pub records: i64,
+    /// The head's hash.
+    pub head: String,
+    /// Every break found; empty: intact.
+    pub problems: Vec<String>,
+}

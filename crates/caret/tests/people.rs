@@ -1,0 +1,197 @@
+//! An organisation's people on a team server, as an admin and the people would use it: the
+//! first owner made on the host, people, roles, groups and tokens through `caret admin …
+//! --server` (no database credentials), scopes and revocation honoured, the audit trail
+//! recording every change and its chain catching a record altered or deleted — and every
+//! route of the OpenAPI document answering each kind of caller as its rule says.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+
+#[path = "common/server.rs"]
+mod harness;
+use harness::{Client, Server, http};
+
+/// `caret ARGS --server URL --token TOKEN` from a machine with no database credentials.
+fn as_client(client: &Client, server: &Server, token: &str, args: &[&str]) -> Output {
+    let mut full: Vec<&str> = args.to_vec();
+    full.extend(["--server", &server.url, "--token", token]);
+    client.run(&full, &[])
+}
+
+fn ok(out: &Output) -> String {
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+fn refused(out: &Output) -> String {
+    assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn an_organisation_lets_its_people_in_and_the_audit_trail_holds_what_admins_did() {
+    let server = Server::start(&[], &[]);
+    let client = Client::new();
+    let ada = server.admin(&["admin", "bootstrap", "--organisation", "acme", "--email", "Ada@Acme.example"]);
+    let caret = |token: &str, args: &[&str]| as_client(&client, &server, token, args);
+
+    // Who am I: the owner, every scope, a token that expires.
+    let me: Value = serde_json::from_str(&ok(&caret(&ada, &["whoami", "--json"]))).unwrap();
+    assert_eq!(
+        (me["name"].as_str(), me["role"].as_str(), me["kind"].as_str()),
+        (Some("ada@acme.example"), Some("owner"), Some("personal"))
+    );
+    assert_eq!(me["scopes"].as_array().unwrap().len(), 8, "{me}");
+    assert!(me["expires_at"].as_i64().is_some());
+    let text = ok(&caret(&ada, &["whoami"]));
+    assert!(text.starts_with("ada@acme.example (owner) in acme"), "{text}");
+
+    // People: added, listed, a role given; the last owner keeps theirs.
+    let bob: Value =
+        serde_json::from_str(&ok(&caret(&ada, &["admin", "user", "add", "bob@acme.example", "--json"]))).unwrap();
+    assert_eq!(bob["role"], "member");
+    let dup = refused(&caret(&ada, &["admin", "user", "add", "BOB@acme.example"]));
+    assert!(dup.contains("409") && dup.contains("already"), "{dup}");
+    ok(&caret(&ada, &["admin", "user", "role", "bob@acme.example", "admin"]));
+    let people = ok(&caret(&ada, &["admin", "user", "ls"]));
+    assert!(
+        people.contains("bob@acme.example\tadmin\tactive") && people.contains("ada@acme.example\towner"),
+        "{people}"
+    );
+    let last = refused(&caret(&ada, &["admin", "user", "role", "ada@acme.example", "member"]));
+    assert!(last.contains("last owner"), "{last}");
+
+    // Groups.
+    ok(&caret(&ada, &["admin", "group", "create", "backend"]));
+    ok(&caret(&ada, &["admin", "group", "add", "backend", "bob@acme.example"]));
+    let groups: Value = serde_json::from_str(&ok(&caret(&ada, &["admin", "group", "ls", "--json"]))).unwrap();
+    assert_eq!(groups[0]["members"], json!([bob["id"]]), "{groups}");
+
+    // A service account's token for CI: only the scopes it was given.
+    let ci = ok(&caret(&ada, &["admin", "token", "create", "--name", "ci", "--scopes", "runs,docs"])).trim().to_owned();
+    let c = http();
+    let get = |token: &str, path: &str| c.get(format!("{}{path}", server.url)).bearer_auth(token).send().unwrap();
+    assert_eq!(get(&ci, "/v1/runs").status(), 200);
+    let scoped = get(&ci, "/v1/workspaces");
+    assert_eq!(scoped.status(), 403);
+    let body: Value = scoped.json().unwrap();
+    assert_eq!(body["error"]["code"], "insufficient_scope", "{body}");
+    assert_eq!(get(&ci, "/v1/admin/users").status(), 403, "a member service account is no admin");
+    // A personal token with fewer scopes than its owner's role.
+    let r = c
+        .post(format!("{}/v1/me/tokens", server.url))
+        .bearer_auth(&ada)
+        .json(&json!({"name": "search only", "scopes": ["search"]}))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let narrow: Value = r.json().unwrap();
+    let narrow_token = narrow["token"].as_str().unwrap();
+    assert_eq!(get(narrow_token, "/v1/admin/users").status(), 403);
+    assert_eq!(get(narrow_token, "/v1/me").status(), 200);
+    // A tenant token from before people existed: a member service account of its organisation.
+    let legacy = server.tenant("legacy");
+    assert_eq!(get(&legacy, "/v1/workspaces").status(), 200);
+    assert_eq!(get(&legacy, "/v1/admin/users").status(), 403);
+
+    // Revoked: refused at once.
+    let tokens: Value = serde_json::from_str(&ok(&caret(&ada, &["admin", "token", "ls", "--json"]))).unwrap();
+    let ci_id =
+        tokens.as_array().unwrap().iter().find(|t| t["name"] == "ci").unwrap()["id"].as_str().unwrap().to_owned();
+    ok(&caret(&ada, &["admin", "token", "revoke", &ci_id]));
+    assert_eq!(get(&ci, "/v1/runs").status(), 401);
+
+    // Deactivated: every token of the person ends. (A second owner made on the host.)
+    let carol = server.admin(&["admin", "bootstrap", "--organisation", "acme", "--email", "carol@acme.example"]);
+    assert_eq!(get(&carol, "/v1/me").status(), 200);
+    ok(&caret(&ada, &["admin", "user", "deactivate", "carol@acme.example"]));
+    assert_eq!(get(&carol, "/v1/me").status(), 401);
+
+    // Another organisation sees none of it: its people are as unknown as made-up ones.
+    let globex = server.admin(&["admin", "bootstrap", "--organisation", "globex", "--email", "gus@globex.example"]);
+    let bob_id = bob["id"].as_str().unwrap();
+    let theirs = get(&globex, &format!("/v1/admin/users/{bob_id}"));
+    let made_up = get(&globex, "/v1/admin/users/nosuchperson");
+    assert_eq!((theirs.status(), made_up.status()), (reqwest::StatusCode::NOT_FOUND, reqwest::StatusCode::NOT_FOUND));
+    let revoke_theirs = c
+        .delete(format!("{}/v1/admin/tokens/{}", server.url, narrow["info"]["id"].as_str().unwrap()))
+        .bearer_auth(&globex)
+        .send()
+        .unwrap();
+    assert_eq!(revoke_theirs.status(), 404);
+    assert_eq!(get(narrow_token, "/v1/me").status(), 200, "still alive");
+
+    // A docs source on an internal address: refused by the egress policy, and recorded.
+    let docs = c.post(format!("{}/v1/docs/sources", server.url)).bearer_auth(&ada);
+    let docs = docs.json(&json!({"name": "intranet", "url": "http://169.254.169.254/latest/"})).send().unwrap();
+    assert_eq!(docs.status(), 400);
+
+    // The audit trail: who did what, from where, with the outcome; none of globex's.
+    let trail = ok(&caret(&ada, &["admin", "audit", "--json"]));
+    let records: Vec<Value> = trail.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let actions: Vec<&str> = records.iter().map(|r| r["action"].as_str().unwrap()).collect();
+    for want in [
+        "user.bootstrap",
+        "user.add",
+        "user.role",
+        "group.create",
+        "group.member.add",
+        "token.create",
+        "token.revoke",
+        "user.state",
+    ] {
+        assert!(actions.contains(&want), "{want} missing from {actions:?}");
+    }
+    let docs = records.iter().find(|r| r["action"] == "docs.add").unwrap();
+    assert_eq!((docs["target"].as_str(), docs["outcome"].as_str()), (Some("intranet"), Some("failed: bad_request")));
+    let failed = records.iter().find(|r| r["action"] == "user.add" && r["outcome"] != "ok").unwrap();
+    assert_eq!(failed["outcome"], "failed: conflict", "{failed}");
+    let ada_id = me["user"].as_str().unwrap();
+    assert!(
+        records
+            .iter()
+            .filter(|r| r["action"] == "token.revoke")
+            .all(|r| r["actor"] == format!("user:{ada_id}") && r["address"] == "127.0.0.1")
+    );
+    assert!(!trail.contains("gus@globex"), "another organisation's records");
+    let since = ok(&caret(&ada, &["admin", "audit", "--since", "1h", "--user", "ada@acme.example"]));
+    assert!(since.lines().count() >= 8 && since.lines().all(|l| l.contains(&format!("user:{ada_id}"))), "{since}");
+
+    // Verified intact; then a record altered and one deleted in the database: both reported.
+    let intact = ok(&caret(&ada, &["admin", "audit", "verify"]));
+    assert!(intact.starts_with("intact:"), "{intact}");
+    let db = server.data.join("srv").join("caret.db");
+    let tamper = |sql: &str| {
+        let out = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute(sys.argv[2]); c.commit()",
+                db.to_str().unwrap(),
+                sql,
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    tamper("UPDATE audit_log SET outcome = 'ok' WHERE action = 'user.add' AND outcome != 'ok'");
+    tamper("DELETE FROM audit_log WHERE action = 'group.create'");
+    let broken = refused(&caret(&ada, &["admin", "audit", "verify"]));
+    assert!(broken.contains("not intact"), "{broken}");
+    let v: Value = {
+        let out = caret(&ada, &["admin", "audit", "verify", "--json"]);
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let problems = v["problems"].to_string();
+    assert!(problems.contains("are missing") && problems.contains("was altered"), "{problems}");
+    // On the host, without the API, the same verdict.
+    let host = Command::new(harness::CARET)
+        .args(["admin", "audit", "verify", "--data-dir", server.data.join("srv").to_str().unwrap()])
+        .env("CARET_HOME", server.data.join("home"))
+        .env_remove("CARET_SERVER")
+        .output()
+        .unwrap();
+    assert!(!host.status.success() && String::from_utf8_lossy(&host.stdout).contains("are missing"));
+    server.stop();
+}
