@@ -195,3 +195,169 @@ fn an_organisation_lets_its_people_in_and_the_audit_trail_holds_what_admins_did(
     assert!(!host.status.success() && String::from_utf8_lossy(&host.stdout).contains("are missing"));
     server.stop();
 }
+
+/// Who calls, in the authorization matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Who {
+    Nobody,
+    MemberA,
+    AdminA,
+    OwnerA,
+    MemberB,
+    Revoked,
+    Expired,
+    /// A token of A's owner without the route's scope.
+    Unscoped,
+    Operator,
+}
+
+/// Tenant routes open to any live credential of the organisation, whatever its scopes.
+const UNSCOPED: [&str; 4] = ["/v1/me", "/v1/me/tokens", "/v1/me/tokens/{id}", "/v1/usage"];
+
+/// Every route of the OpenAPI document called as every kind of caller: each answer is the
+/// route's rule (allowed: anything but 401 and 403). A route whose rule is not known here
+/// (a new one) fails the test.
+#[test]
+fn every_route_answers_every_caller_as_its_rule_says() {
+    use caret_server::openapi::Access;
+    let limits = [
+        "--rate-limit",
+        "1000000",
+        "--rate-limit-burst",
+        "1000000",
+        "--ip-rate-limit",
+        "1000000",
+        "--ip-rate-limit-burst",
+        "1000000",
+    ];
+    let server = Server::start(&[], &limits);
+    let c = reqwest::blocking::Client::builder().timeout(std::time::Duration::from_secs(20)).build().unwrap();
+    let bootstrap =
+        |org: &str, email: &str| server.admin(&["admin", "bootstrap", "--organisation", org, "--email", email]);
+    let owner_a = bootstrap("matrix-a", "owner@a.example");
+    let (admin_a, member_a) = (bootstrap("matrix-a", "admin@a.example"), bootstrap("matrix-a", "member@a.example"));
+    let member_b = {
+        bootstrap("matrix-b", "owner@b.example");
+        bootstrap("matrix-b", "member@b.example")
+    };
+    let owner_b = bootstrap("matrix-b", "second@b.example");
+    let client = Client::new();
+    for (token, email, role) in [
+        (&owner_a, "admin@a.example", "admin"),
+        (&owner_a, "member@a.example", "member"),
+        (&owner_b, "member@b.example", "member"),
+    ] {
+        ok(&as_client(&client, &server, token, &["admin", "user", "role", email, role]));
+    }
+    let personal = |token: &str, scopes: &[&str]| -> (String, String) {
+        let r = c
+            .post(format!("{}/v1/me/tokens", server.url))
+            .bearer_auth(token)
+            .json(&json!({"name": "m", "scopes": scopes}))
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), 201);
+        let v: Value = r.json().unwrap();
+        (v["token"].as_str().unwrap().to_owned(), v["info"]["id"].as_str().unwrap().to_owned())
+    };
+    let (revoked, revoked_id) = personal(&owner_a, &["all"]);
+    ok(&as_client(&client, &server, &owner_a, &["admin", "token", "revoke", &revoked_id]));
+    let (expired, expired_id) = personal(&owner_a, &["all"]);
+    let db = server.data.join("srv").join("caret.db");
+    let sql = format!("UPDATE credentials SET expires_at = 1000 WHERE id = '{expired_id}'");
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute(sys.argv[2]); c.commit()",
+            db.to_str().unwrap(),
+            &sql,
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    // (Changed before the token was ever used: no replica holds it yet.)
+    let (search_only, _) = personal(&owner_a, &["search"]);
+    let (docs_only, _) = personal(&owner_a, &["docs"]);
+    let operator = server.admin(&["admin", "operator-token", "create"]);
+
+    let callers = [
+        Who::Nobody,
+        Who::MemberA,
+        Who::AdminA,
+        Who::OwnerA,
+        Who::MemberB,
+        Who::Revoked,
+        Who::Expired,
+        Who::Unscoped,
+        Who::Operator,
+    ];
+    let mut wrong = Vec::new();
+    let mut calls = 0;
+    let operations = caret_server::openapi::operation_list();
+    for (method, path, access) in &operations {
+        let scope = caret_server::state::scope(path);
+        if matches!(access, Access::Tenant | Access::Admin) && scope.is_none() {
+            assert!(UNSCOPED.contains(path), "{method} {path}: a tenant route with no scope and no rule here");
+        }
+        let url = format!(
+            "{}{}",
+            server.url,
+            path.replace("{id}", "x1").replace("{token}", "1").replace("{name}", "X").replace("{user}", "u1")
+        );
+        for who in callers {
+            let token = match who {
+                Who::Nobody => None,
+                Who::MemberA => Some(member_a.as_str()),
+                Who::AdminA => Some(admin_a.as_str()),
+                Who::OwnerA => Some(owner_a.as_str()),
+                Who::MemberB => Some(member_b.as_str()),
+                Who::Revoked => Some(revoked.as_str()),
+                Who::Expired => Some(expired.as_str()),
+                Who::Unscoped => Some(if scope.is_some_and(|s| s.name() == "search") {
+                    docs_only.as_str()
+                } else {
+                    search_only.as_str()
+                }),
+                Who::Operator => Some(operator.as_str()),
+            };
+            let want: &[u16] = match (access, who) {
+                (Access::Public, _) => &[],
+                (Access::Operator, Who::Operator) => &[],
+                (Access::Operator, _) => &[401],
+                (_, Who::Nobody | Who::Revoked | Who::Expired | Who::Operator) => &[401],
+                (_, Who::Unscoped) if scope.is_some() => &[403],
+                (Access::Admin, Who::MemberA | Who::MemberB) => &[403],
+                _ => &[],
+            };
+            let mut req = c.request(method.to_uppercase().parse().unwrap(), &url);
+            if let Some(t) = token {
+                req = req.bearer_auth(t);
+            }
+            if matches!(*method, "post" | "put" | "patch") {
+                req = req.json(&json!({}));
+            }
+            let status = req.send().map(|r| r.status().as_u16()).unwrap_or(0);
+            calls += 1;
+            let fine = if want.is_empty() { ![0, 401, 403].contains(&status) } else { want.contains(&status) };
+            if !fine {
+                wrong.push(format!(
+                    "{method} {path} as {who:?}: {status}, the rule says {}",
+                    if want.is_empty() { "allowed".to_owned() } else { format!("{want:?}") }
+                ));
+            }
+        }
+    }
+    eprintln!(
+        "{} routes × {} callers: {calls} calls, {} answers off the rule",
+        operations.len(),
+        callers.len(),
+        wrong.len()
+    );
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    // Every route the router serves is in the matrix (the OpenAPI test holds the two equal).
+    let routed: std::collections::BTreeSet<&str> =
+        caret_server::http::route_paths().into_iter().map(|(p, _)| p).collect();
+    let covered: std::collections::BTreeSet<&str> = operations.iter().map(|(_, p, _)| *p).collect();
+    assert_eq!(routed, covered, "routes outside the matrix");
+    server.stop();
+}

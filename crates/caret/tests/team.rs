@@ -305,6 +305,59 @@ fn a_tenants_rate_limit_holds_across_replicas() {
     assert!(f64::from(ok) <= 12.0 + elapsed + 6.0, "the limit holds across replicas: {ok} in {elapsed:.2} s");
 }
 
+/// A token revoked and a person deactivated through one replica are refused by every replica
+/// within 5 s, though each had just checked and kept them.
+#[test]
+fn revocation_and_deactivation_reach_every_replica_within_seconds() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let Some(storage) = fresh_storage(&rt) else { return };
+    let fleet = Fleet::start(&rt, 3, storage, "", &[]);
+    let owner = fleet.servers[0].owner("replicated");
+    let me: Value =
+        http().get(format!("{}/v1/me", fleet.servers[0].url)).bearer_auth(&owner).send().unwrap().json().unwrap();
+    let org = me["organisation_name"].as_str().unwrap().to_owned();
+    let second =
+        fleet.servers[0].admin(&["admin", "bootstrap", "--organisation", &org, "--email", "second@replicated.example"]);
+    let c = http();
+    let post = |path: &str, body: Value| {
+        let r = c.post(format!("{}{path}", fleet.servers[1].url)).bearer_auth(&owner).json(&body).send().unwrap();
+        assert!(r.status().is_success(), "{path}: {}", r.status());
+        r.json::<Value>().unwrap()
+    };
+    let ci = post("/v1/admin/tokens", json!({"name": "ci", "scopes": ["runs"]}));
+    let ci_token = ci["token"].as_str().unwrap().to_owned();
+    let status =
+        |url: &str, token: &str| c.get(format!("{url}/v1/me")).bearer_auth(token).send().unwrap().status().as_u16();
+    // Every replica checks (and keeps) both credentials.
+    for s in &fleet.servers {
+        assert_eq!((status(&s.url, &ci_token), status(&s.url, &second)), (200, 200));
+    }
+    let refused_everywhere = |token: &str| {
+        let started = Instant::now();
+        let mut last = Duration::ZERO;
+        for s in &fleet.servers {
+            while status(&s.url, token) != 401 {
+                assert!(started.elapsed() < Duration::from_secs(10), "{} still takes it", s.url);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            last = last.max(started.elapsed());
+        }
+        last
+    };
+    let r = c.delete(format!("{}/v1/admin/tokens/{}", fleet.servers[0].url, ci["info"]["id"].as_str().unwrap()));
+    assert_eq!(r.bearer_auth(&owner).send().unwrap().status(), 204);
+    let revoked = refused_everywhere(&ci_token);
+    let people: Value =
+        c.get(format!("{}/v1/admin/users", fleet.servers[2].url)).bearer_auth(&owner).send().unwrap().json().unwrap();
+    let id =
+        people.as_array().unwrap().iter().find(|p| p["email"] == "second@replicated.example").unwrap()["id"].clone();
+    let r = c.patch(format!("{}/v1/admin/users/{}", fleet.servers[0].url, id.as_str().unwrap()));
+    assert_eq!(r.bearer_auth(&owner).json(&json!({"state": "deactivated"})).send().unwrap().status(), 200);
+    let deactivated = refused_everywhere(&second);
+    eprintln!("refused on all 3 replicas: revoked token after {revoked:?}, deactivated person after {deactivated:?}");
+    assert!(revoked <= Duration::from_secs(5) && deactivated <= Duration::from_secs(5));
+}
+
 #[test]
 fn a_tenants_model_quota_holds_across_replicas() {
     let rt = tokio::runtime::Runtime::new().unwrap();
