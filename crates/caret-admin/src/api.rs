@@ -5,12 +5,12 @@ use anyhow::Context as _;
 use caret_host::config::Config;
 use caret_host::remote::{Api, Remote};
 use caret_protocol::admin::{
-    AddPerson, AuditRecord, AuditVerification, ChangePerson, CreateGroup, CreateToken, GroupInfo, Me, Person,
-    TokenCreated, TokenInfo,
+    AcceptInvitation, AddPerson, AuditRecord, AuditVerification, ChangePerson, CreateGroup, CreateToken, GroupInfo,
+    Invite, Invited, Joined, Me, Person, TokenCreated, TokenInfo,
 };
 use serde_json::Value;
 
-use crate::args::{GroupCommand, ServerArgs, UserCommand};
+use crate::args::{GroupCommand, LoginArgs, ServerArgs, UserCommand};
 
 /// The server and token: the arguments', else the configuration's (`[sync]`).
 fn api(config: &Config, args: &ServerArgs) -> anyhow::Result<Api> {
@@ -262,4 +262,93 @@ pub async fn audit(
 pub async fn verify(config: &Config, server: &ServerArgs) -> anyhow::Result<AuditVerification> {
     let api = api(config, server)?;
     api.call(api.client.post(api.url("/v1/admin/audit/verify"))).await
+}
+
+/// `caret admin invite`.
+pub async fn invite(
+    config: &Config,
+    email: String,
+    role: Option<String>,
+    days: u32,
+    server: &ServerArgs,
+) -> anyhow::Result<()> {
+    let api = api(config, server)?;
+    let body = Invite { email, role, days: Some(days) };
+    let made: Invited = api.call(api.client.post(api.url("/v1/admin/invitations")).json(&body)).await?;
+    print(server, &made, |m| {
+        vec![
+            m.code.clone(),
+            format!(
+                "(shown once) {} joins as {} with `caret login --server {} --invitation CODE` before {}",
+                m.email,
+                m.role,
+                api.base,
+                when(Some(m.expires_at))
+            ),
+        ]
+    })
+}
+
+/// `caret login`: an invitation used, or a token checked; the token kept for the server.
+pub async fn login(config: &Config, args: &LoginArgs) -> anyhow::Result<()> {
+    let server = args.server.trim_end_matches('/').to_owned();
+    let token = match (&args.invitation, &args.token) {
+        (Some(code), _) => {
+            let client = reqwest::Client::new();
+            let body = AcceptInvitation { code: code.clone(), name: args.name.clone() };
+            let resp = client
+                .post(format!("{server}/v1/invitations/accept"))
+                .json(&body)
+                .send()
+                .await
+                .context("reaching the server")?;
+            let status = resp.status();
+            let text = resp.text().await.context("reading the server's answer")?;
+            if !status.is_success() {
+                let message =
+                    serde_json::from_str::<caret_protocol::ErrorBody>(&text).map(|b| b.error.message).unwrap_or(text);
+                anyhow::bail!("the server answered {status}: {message}");
+            }
+            let joined: Joined = serde_json::from_str(&text).context("reading the server's answer")?;
+            joined.token.token
+        }
+        (None, Some(token)) => token.clone(),
+        (None, None) => anyhow::bail!("give --invitation CODE or --token TOKEN"),
+    };
+    let check = ServerArgs { server: Some(server.clone()), token: Some(token.clone()), json: false };
+    let api = api(config, &check)?;
+    let me: Me = api.call(api.client.get(api.url("/v1/me"))).await.context("checking the token")?;
+    let saved = caret_host::credentials::Saved {
+        token,
+        name: me.name.clone(),
+        organisation: me.organisation_name.clone(),
+        expires_at: me.expires_at,
+    };
+    caret_host::credentials::save(&config.home, &server, saved)?;
+    println!("signed in to {} as {} ({}) on {server}", me.organisation_name, me.name, me.role);
+    Ok(())
+}
+
+/// `caret logout`: the kept token revoked on the server (when it is a person's own) and
+/// forgotten here.
+pub async fn logout(config: &Config, server: &ServerArgs) -> anyhow::Result<()> {
+    let url = server.server.clone().or_else(|| config.sync.server.clone()).context("name the server: --server URL")?;
+    let Some(token) = caret_host::credentials::token_for(&config.home, &url) else {
+        caret_host::credentials::remove(&config.home, &url)?;
+        println!("no token kept for {url}");
+        return Ok(());
+    };
+    let check = ServerArgs { server: Some(url.clone()), token: Some(token), json: false };
+    let api = api(config, &check)?;
+    if let Ok(me) = api.call::<Me>(api.client.get(api.url("/v1/me"))).await
+        && me.kind == "personal"
+    {
+        let revoked = api.call::<Value>(api.client.delete(api.url(&format!("/v1/me/tokens/{}", me.credential)))).await;
+        if let Err(e) = revoked {
+            eprintln!("caret: the token was not revoked on the server: {e:#}");
+        }
+    }
+    caret_host::credentials::remove(&config.home, &url)?;
+    println!("signed out of {url}");
+    Ok(())
 }

@@ -57,6 +57,21 @@ pub enum AdminCommand {
         #[command(flatten)]
         storage: StorageArgs,
     },
+    /// Invite someone by email: a single-use code for `caret login --invitation` (through the
+    /// admin API).
+    Invite {
+        /// Their email.
+        email: String,
+        /// `member` (default), `admin` or `owner`.
+        #[arg(long)]
+        role: Option<String>,
+        /// Days until it expires (1 to 30).
+        #[arg(long, default_value_t = 7)]
+        days: u32,
+        /// The team server and a token.
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// People of the organisation (through the admin API).
     #[command(subcommand)]
     User(UserCommand),
@@ -398,4 +413,23 @@ pub enum AuditVerify {
         #[command(flatten)]
         storage: StorageArgs,
     },
+}
+
+/// `caret login`: keeps a token for a team server under `$CARET_HOME` (mode 0600), which
+/// every client then uses for that server.
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("with").required(true).args(["invitation", "token"])))]
+pub struct LoginArgs {
+    /// The `caret serve` URL (env CARET_SERVER).
+    #[arg(long, env = "CARET_SERVER")]
+    pub server: String,
+    /// An invitation's code (`caret admin invite`): you join and get your first token.
+    #[arg(long)]
+    pub invitation: Option<String>,
+    /// A token you have (a personal access token, a service account's).
+    #[arg(long)]
+    pub token: Option<String>,
+    /// Your name, when joining.
+    #[arg(long, default_value = "")]
+    pub name: String,
 }

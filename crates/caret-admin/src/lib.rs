@@ -11,7 +11,7 @@ mod usage;
 
 use std::process::ExitCode;
 
-pub use args::{AdminCommand, ServerArgs, StorageArgs};
+pub use args::{AdminCommand, LoginArgs, ServerArgs, StorageArgs};
 use args::{AuditVerify, TokenCommand};
 use caret_host::config::Config;
 
@@ -22,6 +22,7 @@ pub fn run(config: &Config, cmd: AdminCommand) -> anyhow::Result<ExitCode> {
             AdminCommand::Bootstrap { organisation, email, name, days, storage } => {
                 local::bootstrap(config, &organisation, &email, &name, days, &storage).await
             }
+            AdminCommand::Invite { email, role, days, server } => api::invite(config, email, role, days, &server).await,
             AdminCommand::User(c) => api::user(config, c).await,
             AdminCommand::Group(c) => api::group(config, c).await,
             AdminCommand::Audit(a) => match a.verify {
@@ -71,5 +72,17 @@ pub fn run(config: &Config, cmd: AdminCommand) -> anyhow::Result<ExitCode> {
 /// Runs `caret whoami`.
 pub fn whoami(config: &Config, args: &ServerArgs) -> anyhow::Result<ExitCode> {
     caret_host::runtime::runtime()?.block_on(api::whoami(config, args))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `caret login`.
+pub fn login(config: &Config, args: &LoginArgs) -> anyhow::Result<ExitCode> {
+    caret_host::runtime::runtime()?.block_on(api::login(config, args))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `caret logout`.
+pub fn logout(config: &Config, args: &ServerArgs) -> anyhow::Result<ExitCode> {
+    caret_host::runtime::runtime()?.block_on(api::logout(config, args))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -513,6 +513,11 @@ impl Default for ChunkSection {
     }
 }
 
+/// Caret's home: `$CARET_HOME`, else the user's data directory's `caret`.
+pub fn home() -> PathBuf {
+    std::env::var_os("CARET_HOME").map(PathBuf::from).unwrap_or_else(default_home)
+}
+
 fn default_home() -> PathBuf {
     dirs::data_dir().map(|d| d.join("caret")).unwrap_or_else(|| PathBuf::from(".caret"))
 }
@@ -521,7 +526,7 @@ impl Config {
     /// Loads the file (explicit, or `$CARET_HOME/config.toml` when present), then applies
     /// environment overrides.
     pub fn load(explicit: Option<&Path>) -> anyhow::Result<Config> {
-        let home = std::env::var_os("CARET_HOME").map(PathBuf::from).unwrap_or_else(default_home);
+        let home = home();
         let path = explicit.map(Path::to_path_buf).or_else(|| Some(home.join("config.toml")).filter(|p| p.exists()));
         let mut config = match &path {
             Some(p) => {
@@ -548,6 +553,9 @@ impl Config {
         }
         if let Some(v) = env("CARET_TOKEN") {
             config.sync.token = Some(v);
+        }
+        if let (None, Some(server)) = (&config.sync.token, &config.sync.server) {
+            config.sync.token = crate::credentials::token_for(&config.home, server);
         }
         if let Some(v) = env("CARET_SYNC_BATCH_FILES") {
             config.sync.batch_files =

@@ -12,6 +12,7 @@
 pub mod backend;
 pub mod completer;
 pub mod config;
+pub mod credentials;
 pub mod daemon;
 pub mod docs;
 pub mod docs_refresh;

@@ -141,7 +141,12 @@ impl Api {
     /// The server `target` names (none: it names none).
     pub fn open(target: &Remote) -> anyhow::Result<Option<Api>> {
         let Some(base) = &target.server else { return Ok(None) };
-        let token = target.token.clone().context("--server needs --token (or CARET_TOKEN)")?;
+        let kept = || crate::credentials::token_for(&crate::config::home(), base);
+        let token = target
+            .token
+            .clone()
+            .or_else(kept)
+            .context("--server needs --token (or CARET_TOKEN), or `caret login --server URL` first")?;
         let client = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(600))
             .build()

@@ -5,9 +5,10 @@ use sqlx::{AnyPool, Row as _};
 use crate::error::{Error, Result};
 
 /// The identity schema's steps.
-const MIGRATIONS: &[(i64, &str)] = &[(
-    1,
-    "CREATE TABLE users (
+const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        "CREATE TABLE users (
         id TEXT PRIMARY KEY,
         tenant_id TEXT NOT NULL,
         email TEXT NOT NULL,
@@ -67,7 +68,22 @@ const MIGRATIONS: &[(i64, &str)] = &[(
         hash TEXT NOT NULL
     );
     CREATE INDEX audit_of_tenant ON audit_log (tenant_id, seq)",
-)];
+    ),
+    (
+        2,
+        "CREATE TABLE invitations (
+        id TEXT PRIMARY KEY,
+        tenant_id TEXT NOT NULL,
+        email TEXT NOT NULL,
+        role TEXT NOT NULL,
+        code_hash TEXT NOT NULL UNIQUE,
+        created_by TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        expires_at BIGINT NOT NULL,
+        used_at BIGINT
+    )",
+    ),
+];
 
 /// The identity store: people, groups, credentials and the audit trail of every organisation.
 #[derive(Debug, Clone)]

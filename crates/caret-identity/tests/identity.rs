@@ -186,3 +186,28 @@ async fn the_audit_chain_survives_racing_writers_and_reports_tampering() {
         assert!(v.problems.contains(&"record 21 is not chained to the record before it".to_owned()), "{v:?}");
     }
 }
+
+#[tokio::test]
+async fn an_invitation_is_used_once_before_it_expires() {
+    for which in Which::ALL {
+        let dir = TempDir::new();
+        let Some(id) = identity(&dir, which).await else { continue };
+        let (code, inv) = id.invite("org-a", "Dan@Example.com", Role::Admin, 7, "user:ada").await.unwrap();
+        assert_eq!((inv.email.as_str(), inv.role), ("dan@example.com", Role::Admin));
+        // Two at once: one joins, the other is refused; a third try too.
+        let (a, b) = tokio::join!(id.accept(&code, "Dan"), id.accept(&code, "Dan"));
+        assert!(a.is_ok() != b.is_ok(), "{a:?} {b:?}");
+        let joined = a.or(b).unwrap();
+        assert_eq!((joined.user.role, joined.user.source.as_str()), (Role::Admin, "invitation"));
+        let who = id.authenticate(&joined.token).await.unwrap().unwrap();
+        assert!(who.may(Scope::Search) && !who.may(Scope::Admin), "the first token holds no admin scope");
+        assert!(matches!(id.accept(&code, "Dan").await, Err(Error::BadRequest(_))));
+        assert!(matches!(id.accept("caret_inv_madeup", "x").await, Err(Error::BadRequest(_))));
+        // An existing person is not invited; an expired invitation is refused.
+        assert!(matches!(id.invite("org-a", "dan@example.com", Role::Member, 7, "x").await, Err(Error::Conflict(_))));
+        let (late, _) = id.invite("org-a", "eve@example.com", Role::Member, 1, "x").await.unwrap();
+        sqlx::query("UPDATE invitations SET expires_at = 1").execute(id.pool()).await.unwrap();
+        assert!(matches!(id.accept(&late, "Eve").await, Err(Error::BadRequest(_))));
+        assert!(id.user_by_email("org-a", "eve@example.com").await.unwrap().is_none(), "nothing written");
+    }
+}

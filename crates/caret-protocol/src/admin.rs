@@ -23,6 +23,8 @@ pub struct Me {
     pub scopes: Vec<String>,
     /// `personal`, `service`, `access` or `refresh`.
     pub kind: String,
+    /// The credential's id.
+    pub credential: String,
     /// When the credential stops working, Unix ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<i64>,
@@ -201,4 +203,56 @@ pub struct AuditVerification {
     pub head: String,
     /// Every break found; empty: intact.
     pub problems: Vec<String>,
+}
+
+/// `POST /v1/admin/invitations`: someone invited by email.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Invite {
+    /// Their email.
+    pub email: String,
+    /// The role they get: `member` (default), `admin` or `owner` (an owner's to give).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// Days until the invitation expires (default 7, at most 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 30))]
+    pub days: Option<u32>,
+}
+
+/// An invitation made: its code, shown this once (`caret login --invitation CODE`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Invited {
+    /// Its id.
+    pub id: String,
+    /// The single-use code.
+    pub code: String,
+    /// Who may use it.
+    pub email: String,
+    /// The role they get.
+    pub role: String,
+    /// When it expires, Unix ms.
+    pub expires_at: i64,
+}
+
+/// `POST /v1/invitations/accept`: an invitation used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AcceptInvitation {
+    /// The code.
+    pub code: String,
+    /// The person's name (default: their email's local part).
+    #[serde(default)]
+    pub name: String,
+}
+
+/// Someone who joined: the person and their first personal token, shown this once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Joined {
+    /// The organisation's name.
+    pub organisation_name: String,
+    /// The person.
+    pub person: Person,
+    /// Their first token.
+    pub token: TokenCreated,
 }

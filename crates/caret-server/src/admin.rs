@@ -12,8 +12,8 @@ use caret_identity::people::{Membership, NewUser};
 use caret_identity::tokens::{Holder, NewCredential};
 use caret_identity::{CredentialKind, Role, Scope, Scopes, UserState};
 use caret_protocol::admin::{
-    AddPerson, AuditQuery, AuditRecord, AuditVerification, ChangePerson, CreateGroup, CreateToken, GroupInfo, Me,
-    Person, TokenCreated, TokenInfo,
+    AcceptInvitation, AddPerson, AuditQuery, AuditRecord, AuditVerification, ChangePerson, CreateGroup, CreateToken,
+    GroupInfo, Invite, Invited, Joined, Me, Person, TokenCreated, TokenInfo,
 };
 
 use crate::state::{AppState, Caller, Json, Path, Query};
@@ -65,6 +65,7 @@ pub async fn me(Extension(caller): Extension<Caller>) -> axum::Json<Me> {
         role: p.role.name().into(),
         scopes: p.scopes.names().into_iter().map(String::from).collect(),
         kind: p.kind.name().into(),
+        credential: p.credential.clone(),
         expires_at: p.expires_at,
     })
 }
@@ -406,4 +407,65 @@ pub async fn audit(
 pub async fn verify(State(state): State<AppState>) -> Result<axum::Json<AuditVerification>> {
     let v = state.identity()?.verify_audit().await?;
     Ok(axum::Json(AuditVerification { records: v.records, head: v.head, problems: v.problems }))
+}
+
+/// `POST /v1/admin/invitations`: a single-use code for one email and role (an owner's to give
+/// an owner's role).
+pub async fn invite(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Json(req): Json<Invite>,
+) -> Result<Response> {
+    let role = role(req.role.as_deref(), Role::Member)?;
+    let identity = state.identity()?.clone();
+    let tenant = caller.tenant.id.clone();
+    let (code, inv) = state
+        .audited(&caller, "invitation.create", &req.email, async {
+            if role == Role::Owner {
+                caller.at_least(Role::Owner)?;
+            }
+            Ok(identity.invite(&tenant, &req.email, role, req.days.unwrap_or(7), &caller.principal.actor()).await?)
+        })
+        .await?;
+    let invited =
+        Invited { id: inv.id, code, email: inv.email, role: inv.role.name().into(), expires_at: inv.expires_at };
+    Ok((StatusCode::CREATED, axum::Json(invited)).into_response())
+}
+
+/// `POST /v1/invitations/accept` (no token: the code is the credential): the person joins
+/// and gets their first token. Limited per client address like a failed sign-in; a code is
+/// used once.
+pub async fn accept(
+    State(state): State<AppState>,
+    peer: Option<Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
+    Json(req): Json<AcceptInvitation>,
+) -> Result<Response> {
+    let address = peer.map_or_else(|| "-".to_owned(), |Extension(c)| c.0.ip().to_string());
+    if let Err(retry_after) = state.ip_limiter.check(&address, std::time::Instant::now()) {
+        return Err(Error::RateLimited { retry_after });
+    }
+    let identity = state.identity()?.clone();
+    let joined = identity.accept(&req.code, &req.name).await.map_err(Error::from);
+    let event = |tenant: &str, actor: String, outcome: String| caret_identity::audit::Event {
+        tenant: tenant.to_owned(),
+        actor,
+        address: address.clone(),
+        action: "invitation.accept".into(),
+        target: "-".into(),
+        outcome,
+    };
+    let joined = match joined {
+        Ok(j) => {
+            state.record(event(&j.user.tenant, format!("user:{}", j.user.id), "ok".into())).await?;
+            j
+        }
+        Err(e) => {
+            state.record(event("-", "anonymous".into(), format!("failed: {}", e.status().1))).await?;
+            return Err(e);
+        }
+    };
+    let organisation_name = state.service.db().tenant(&joined.user.tenant).await?.map(|t| t.name).unwrap_or_default();
+    let token = TokenCreated { token: joined.token, info: token_info(joined.credential) };
+    let body = Joined { organisation_name, person: person(joined.user), token };
+    Ok((StatusCode::CREATED, axum::Json(body)).into_response())
 }

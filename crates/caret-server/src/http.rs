@@ -36,6 +36,8 @@ fn public_routes() -> Routes {
         ("/fleet", get(crate::runs::dashboard_page)),
         ("/fleet/app.js", get(crate::runs::dashboard_script)),
         ("/fleet/style.css", get(crate::runs::dashboard_style)),
+        // An invitation's code is its own credential.
+        ("/v1/invitations/accept", post(crate::admin::accept)),
     ]
 }
 
@@ -92,6 +94,7 @@ fn admin_routes() -> Routes {
         ("/v1/admin/groups", get(admin::groups).post(admin::create_group)),
         ("/v1/admin/groups/{id}", delete(admin::delete_group)),
         ("/v1/admin/groups/{id}/members/{user}", put(admin::add_member).delete(admin::remove_member)),
+        ("/v1/admin/invitations", post(admin::invite)),
         ("/v1/admin/audit", get(admin::audit)),
         ("/v1/admin/audit/verify", post(admin::verify)),
     ]
@@ -249,7 +252,9 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
     };
     let tenant = caller.tenant.clone();
     tracing::Span::current().record("tenant", tenant.id.as_str());
-    if !hop && let Err(retry_after) = limited(&state, Limiting::Token, &caller.principal.credential).await {
+    // One bucket per person (all their tokens), else per token.
+    let bucket = caller.principal.user.as_deref().unwrap_or(&caller.principal.credential);
+    if !hop && let Err(retry_after) = limited(&state, Limiting::Token, bucket).await {
         return Error::RateLimited { retry_after }.into_response();
     }
     if let Some(scope) = crate::state::scope(req.uri().path())

@@ -79,7 +79,7 @@ pub struct ServeConfig {
     pub tls: Option<(PathBuf, PathBuf)>,
     /// Serve plaintext HTTP on a non-loopback address (code would cross the network in clear).
     pub allow_insecure_http: bool,
-    /// Per-token rate limit.
+    /// Rate limit per person (all their tokens), or per token of a service account.
     pub rate_limit: RateLimit,
     /// Per-client-address rate limit (the TCP peer: behind a proxy, the proxy's address).
     pub ip_rate_limit: RateLimit,

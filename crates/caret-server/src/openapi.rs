@@ -588,6 +588,22 @@ fn operations(s: &mut Schemas) -> Vec<Operation> {
             ..op("delete", "/v1/me/tokens/{id}", "revoke_my_token", "Revokes one of the caller's tokens.", Tenant)
         },
         Operation {
+            body: Some(s.read::<admin::AcceptInvitation>()),
+            answers: vec![(201, "Joined; the first token is shown this once", s.json::<admin::Joined>())],
+            ..op(
+                "post",
+                "/v1/invitations/accept",
+                "accept_invitation",
+                "Uses an invitation's code (once, before it expires): the person joins and gets a token.",
+                Public,
+            )
+        },
+        Operation {
+            body: Some(s.read::<admin::Invite>()),
+            answers: vec![(201, "Made; the code is shown this once", s.json::<admin::Invited>())],
+            ..op("post", "/v1/admin/invitations", "invite", "Invites someone by email, as a role.", Admin)
+        },
+        Operation {
             answers: ok(s.json::<Vec<admin::Person>>()),
             ..op("get", "/v1/admin/users", "users", "The organisation's people.", Admin)
         },
@@ -889,7 +905,7 @@ fn tag(path: &str) -> &'static str {
         "apply" | "complete" => "editing",
         "agent" => "agent",
         "runs" | "secrets" => "runs",
-        "me" | "admin" => "people",
+        "me" | "admin" | "invitations" => "people",
         "docs" => "docs",
         "envs" => "envs",
         "workers" | "fleet" => "operators",

@@ -20,7 +20,7 @@ use crate::sessions::AgentHost;
 pub struct AppState {
     /// The sync service.
     pub service: Arc<Service>,
-    /// Per-token rate limits.
+    /// Rate limits per person (all their tokens), or per token of a service account.
     pub limiter: Arc<Limiter>,
     /// Per-client-address rate limits.
     pub ip_limiter: Arc<Limiter>,
@@ -97,16 +97,22 @@ impl AppState {
     /// Appends to the audit trail before the answer goes out (nothing where there is no
     /// identity store). A failure to record fails the request.
     pub async fn audit(&self, caller: &Caller, action: &str, target: &str, outcome: &str) -> crate::Result<()> {
-        let Some(identity) = &self.identity else { return Ok(()) };
-        let event = caret_identity::audit::Event {
+        self.record(caret_identity::audit::Event {
             tenant: caller.tenant.id.clone(),
             actor: caller.principal.actor(),
             address: caller.address.clone(),
             action: action.to_owned(),
             target: target.to_owned(),
             outcome: outcome.to_owned(),
-        };
-        identity.audit(event).await?;
+        })
+        .await
+    }
+
+    /// Appends `event` to the audit trail (nothing where there is no identity store).
+    pub async fn record(&self, event: caret_identity::audit::Event) -> crate::Result<()> {
+        if let Some(identity) = &self.identity {
+            identity.audit(event).await?;
+        }
         Ok(())
     }
 

@@ -62,6 +62,11 @@ enum Command {
     Admin(caret_admin::AdminCommand),
     /// Who the token acts as on a team server.
     Whoami(caret_admin::ServerArgs),
+    /// Sign in to a team server (an invitation, or a token you have): the token is kept for
+    /// that server under $CARET_HOME and every client uses it.
+    Login(caret_admin::LoginArgs),
+    /// Sign out of a team server: the kept token revoked there and forgotten here.
+    Logout(caret_admin::ServerArgs),
     /// Talk to a model of the gateway (embedded, or a server's).
     Chat(chat::ChatArgs),
     /// Apply an edit (search/replace blocks, a unified diff or a lazy snippet) to a file.
@@ -152,6 +157,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => server::serve(&config, args),
         Command::Admin(cmd) => caret_admin::run(&config, cmd),
         Command::Whoami(args) => caret_admin::whoami(&config, &args),
+        Command::Login(args) => caret_admin::login(&config, &args),
+        Command::Logout(args) => caret_admin::logout(&config, &args),
         Command::Models(cmd) => models::run(&config, cmd),
         Command::Chat(args) => chat::run(&config, args),
         Command::Apply(args) => apply::run(&config, args),
