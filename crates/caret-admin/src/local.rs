@@ -212,5 +212,8 @@ pub(crate) async fn verify(
     let mut c = config.clone();
     storage.apply(&mut c);
     let service = caret_index::open(&c.storage()).await?;
-    Ok(caret_server::open_identity(&service).await?.verify_audit().await?)
+    let identity = caret_server::open_identity(&service).await?;
+    let mut v = identity.verify_audit().await?;
+    v.problems.extend(identity.verify_exports(service.store().as_ref()).await?);
+    Ok(v)
 }

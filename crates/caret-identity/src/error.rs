@@ -21,6 +21,9 @@ pub enum Error {
     /// The identity schema could not be brought up to date.
     #[error("the identity schema")]
     Schema(#[from] caret_db::Error),
+    /// The object store failed (the audit trail's exports).
+    #[error("object store: {0}")]
+    Store(String),
     /// No randomness for a token or an id.
     #[error("{what}")]
     Crypto {

@@ -12,6 +12,7 @@ pub mod audit;
 pub mod cache;
 pub mod db;
 pub mod error;
+pub mod export;
 pub mod invitations;
 pub mod model;
 pub mod people;

@@ -211,3 +211,55 @@ async fn an_invitation_is_used_once_before_it_expires() {
         assert!(id.user_by_email("org-a", "eve@example.com").await.unwrap().is_none(), "nothing written");
     }
 }
+
+#[tokio::test]
+async fn closed_hours_are_exported_once_and_a_rewritten_chain_differs_from_them() {
+    use caret_identity::audit::hash_of;
+    let dir = TempDir::new();
+    let id = identity(&dir, Which::Sqlite).await.unwrap();
+    // Five records two hours ago (chained as the writer would have), then two now.
+    let two_hours_ago = caret_identity::db::now_ms() - 2 * 3_600_000;
+    let mut prev = caret_identity::audit::GENESIS.to_owned();
+    for seq in 1..=5_i64 {
+        let e = event("org-a", "token.create", seq as usize);
+        let at = two_hours_ago + seq;
+        let hash = hash_of(&prev, seq, at, &e);
+        sqlx::query("INSERT INTO audit_log (seq, tenant_id, at_ms, actor, address, action, target, outcome, prev_hash, hash) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")
+            .bind(seq).bind(&e.tenant).bind(at).bind(&e.actor).bind(&e.address).bind(&e.action).bind(&e.target).bind(&e.outcome).bind(&prev).bind(&hash)
+            .execute(id.pool()).await.unwrap();
+        prev = hash;
+    }
+    id.audit(event("org-a", "user.add", 6)).await.unwrap();
+    id.audit(event("org-b", "user.add", 7)).await.unwrap();
+    assert!(id.verify_audit().await.unwrap().problems.is_empty());
+    let store = object_store::memory::InMemory::new();
+    assert_eq!(id.export_audit(&store).await.unwrap(), 1, "the closed hour only");
+    assert_eq!(id.export_audit(&store).await.unwrap(), 0, "once");
+    assert!(id.verify_exports(&store).await.unwrap().is_empty());
+    // Someone with the database rewrites record 4 and re-chains everything after it: the
+    // chain is whole again, but the export remembers.
+    let all = id.audit_records(&Filter { limit: 100, ..Filter::default() }).await.unwrap();
+    let mut prev = all[2].hash.clone();
+    for r in &all[3..] {
+        let mut e = r.event.clone();
+        if r.seq == 4 {
+            e.outcome = "failed: forbidden".into();
+        }
+        let hash = hash_of(&prev, r.seq, r.at_ms, &e);
+        sqlx::query("UPDATE audit_log SET outcome = $1, prev_hash = $2, hash = $3 WHERE seq = $4")
+            .bind(&e.outcome)
+            .bind(&prev)
+            .bind(&hash)
+            .bind(r.seq)
+            .execute(id.pool())
+            .await
+            .unwrap();
+        prev = hash;
+    }
+    assert!(id.verify_audit().await.unwrap().problems.is_empty(), "a rewritten chain is whole");
+    let problems = id.verify_exports(&store).await.unwrap();
+    assert!(problems.contains(&"record 4 differs from its export".to_owned()), "{problems:?}");
+    sqlx::query("DELETE FROM audit_log WHERE seq = 5").execute(id.pool()).await.unwrap();
+    let problems = id.verify_exports(&store).await.unwrap();
+    assert!(problems.contains(&"record 5 (exported) is missing from the database".to_owned()), "{problems:?}");
+}

@@ -405,7 +405,9 @@ pub async fn audit(
 
 /// `POST /v1/admin/audit/verify`: the whole chain checked.
 pub async fn verify(State(state): State<AppState>) -> Result<axum::Json<AuditVerification>> {
-    let v = state.identity()?.verify_audit().await?;
+    let identity = state.identity()?;
+    let mut v = identity.verify_audit().await?;
+    v.problems.extend(identity.verify_exports(state.service.store().as_ref()).await?);
     Ok(axum::Json(AuditVerification { records: v.records, head: v.head, problems: v.problems }))
 }
 

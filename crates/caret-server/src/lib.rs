@@ -215,6 +215,19 @@ async fn tick(state: state::AppState) {
     }
 }
 
+/// Every few minutes, the audit trail's closed hours not yet on the object store (any replica
+/// may write an hour: they write the same records).
+async fn export_audit(identity: Arc<caret_identity::Identity>, service: Arc<Service>) {
+    loop {
+        match identity.export_audit(service.store().as_ref()).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(hours = n, "audit trail exported"),
+            Err(e) => tracing::warn!(error = %error::chain(&e), "exporting the audit trail"),
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(300)).await;
+    }
+}
+
 /// Where the other replicas reach this one, when the operator did not say.
 fn default_url(listener: &std::net::TcpListener, tls: bool) -> Result<String> {
     let addr = listener.local_addr().map_err(|source| Error::Io { what: "reading the listener's address", source })?;
@@ -262,6 +275,7 @@ pub async fn serve(
     let compartments = compartment::Compartments::standard()?;
     let state = app_state(service, &config, stopping.clone(), cluster.clone(), Some(compartments));
     let ticking = tokio::spawn(tick(state.clone()));
+    let exporting = state.identity.clone().map(|identity| tokio::spawn(export_audit(identity, state.service.clone())));
     if let Some(runs) = &config.runs {
         runs.metrics.set_usage(config.usage.clone());
     }
@@ -273,6 +287,9 @@ pub async fn serve(
         shutdown.await;
         // The others stop sending requests here first; then the streams end and the rest drains.
         ticking.abort();
+        if let Some(e) = exporting {
+            e.abort();
+        }
         if let Some(cluster) = cluster {
             cluster.leave().await;
         }
