@@ -145,6 +145,14 @@ pub async fn group(config: &Config, cmd: GroupCommand) -> anyhow::Result<()> {
             println!("group {group} deleted");
             Ok(())
         }
+        GroupCommand::Models { group, models, clear, server } => {
+            let api = api(config, &server)?;
+            let id = group_id(&api, &group).await?;
+            let body = caret_protocol::admin::GroupModels { models: (!clear).then_some(models) };
+            api.call::<Value>(api.client.put(api.url(&format!("/v1/admin/groups/{id}/models"))).json(&body)).await?;
+            println!("group {group}: {}", body.models.map_or_else(|| "every model".to_owned(), |m| m.join(", ")));
+            Ok(())
+        }
         GroupCommand::Add { group, user, server } => membership(config, &group, &user, &server, true).await,
         GroupCommand::Remove { group, user, server } => membership(config, &group, &user, &server, false).await,
     }

@@ -360,6 +360,21 @@ pub enum GroupCommand {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// The model aliases a group's members may use (a person in groups with lists may use
+    /// any of theirs; in none, every alias; others answer 403 `model_not_allowed`).
+    Models {
+        /// The group's name or id.
+        group: String,
+        /// The aliases.
+        #[arg(required_unless_present = "clear")]
+        models: Vec<String>,
+        /// This group restricts nothing.
+        #[arg(long, conflicts_with = "models")]
+        clear: bool,
+        /// The team server and a token.
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// Put a person in a group.
     Add {
         /// The group's name or id.

@@ -83,6 +83,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         used_at BIGINT
     )",
     ),
+    (3, "ALTER TABLE user_groups ADD COLUMN models TEXT"),
 ];
 
 /// The identity store: people, groups, credentials and the audit trail of every organisation.

@@ -236,6 +236,8 @@ pub struct Group {
     pub source: String,
     /// Ids of its members.
     pub members: Vec<String>,
+    /// The model aliases its members may use (none: the group does not restrict them).
+    pub models: Option<Vec<String>>,
 }
 
 /// What kind of credential a token is.

@@ -206,12 +206,13 @@ impl Identity {
             name: name.to_owned(),
             source: source.to_owned(),
             members: Vec::new(),
+            models: None,
         })
     }
 
     /// `tenant`'s groups with their members, by name.
     pub async fn groups(&self, tenant: &str) -> Result<Vec<Group>> {
-        let rows = sqlx::query("SELECT id, name, source FROM user_groups WHERE tenant_id = $1 ORDER BY name")
+        let rows = sqlx::query("SELECT id, name, source, models FROM user_groups WHERE tenant_id = $1 ORDER BY name")
             .bind(tenant)
             .fetch_all(&self.pool)
             .await?;
@@ -228,7 +229,8 @@ impl Identity {
                 let id: String = r.get(0);
                 let members =
                     members.iter().filter(|m| m.get::<String, _>(0) == id).map(|m| m.get::<String, _>(1)).collect();
-                Group { id, tenant: tenant.to_owned(), name: r.get(1), source: r.get(2), members }
+                let models = r.get::<Option<String>, _>(3).map(|m| split_models(&m));
+                Group { id, tenant: tenant.to_owned(), name: r.get(1), source: r.get(2), members, models }
             })
             .collect())
     }
@@ -263,8 +265,52 @@ impl Identity {
             Membership::In => "INSERT INTO group_members (group_id, user_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
             Membership::Out => "DELETE FROM group_members WHERE group_id = $1 AND user_id = $2",
         };
-        sqlx::query(query).bind(group).bind(user).execute(&self.pool).await?;
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(query).bind(group).bind(user).execute(&mut *tx).await?;
+        // What the person may use changed: replicas read it again.
+        Identity::bump(&mut tx).await?;
+        tx.commit().await?;
         Ok(())
+    }
+
+    /// Sets the model aliases `group`'s members may use (none: no restriction from it).
+    pub async fn set_group_models(&self, tenant: &str, group: &str, models: Option<&[String]>) -> Result<()> {
+        if let Some(list) = models
+            && list.iter().any(|m| m.trim().is_empty() || m.contains(','))
+        {
+            return Err(Error::BadRequest("model aliases are names without commas".into()));
+        }
+        let mut tx = self.pool.begin().await?;
+        let n = sqlx::query("UPDATE user_groups SET models = $1 WHERE tenant_id = $2 AND id = $3")
+            .bind(models.map(|m| m.join(",")))
+            .bind(tenant)
+            .bind(group)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if n == 0 {
+            return Err(Error::NotFound(format!("group {group}")));
+        }
+        Identity::bump(&mut tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The model aliases `user` may use: the union of their groups' lists; none when no group
+    /// of theirs restricts them.
+    pub async fn allowed_models(&self, tenant: &str, user: &str) -> Result<Option<std::collections::BTreeSet<String>>> {
+        let rows = sqlx::query(
+            "SELECT g.models FROM user_groups g JOIN group_members m ON m.group_id = g.id \
+             WHERE g.tenant_id = $1 AND m.user_id = $2 AND g.models IS NOT NULL",
+        )
+        .bind(tenant)
+        .bind(user)
+        .fetch_all(&self.pool)
+        .await?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(rows.iter().flat_map(|r| split_models(&r.get::<String, _>(0))).collect()))
     }
 
     /// Deletes `tenant`'s group `id`.
@@ -283,6 +329,10 @@ impl Identity {
         tx.commit().await?;
         Ok(())
     }
+}
+
+fn split_models(list: &str) -> Vec<String> {
+    list.split(',').map(str::trim).filter(|m| !m.is_empty()).map(String::from).collect()
 }
 
 /// In a group or out of it.

@@ -144,6 +144,18 @@ pub struct GroupInfo {
     pub source: String,
     /// Its members' ids.
     pub members: Vec<String>,
+    /// The model aliases its members may use (none: no restriction from this group).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub models: Option<Vec<String>>,
+}
+
+/// `PUT /v1/admin/groups/{id}/models`: the model aliases a group's members may use. A person
+/// in groups with lists may use the aliases of any of them; in none, every alias.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GroupModels {
+    /// The aliases (none: this group restricts nothing).
+    pub models: Option<Vec<String>>,
 }
 
 /// `POST /v1/admin/groups`.

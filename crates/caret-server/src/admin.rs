@@ -13,7 +13,7 @@ use caret_identity::tokens::{Holder, NewCredential};
 use caret_identity::{CredentialKind, Role, Scope, Scopes, UserState};
 use caret_protocol::admin::{
     AcceptInvitation, AddPerson, AuditQuery, AuditRecord, AuditVerification, ChangePerson, CreateGroup, CreateToken,
-    GroupInfo, Invite, Invited, Joined, Me, Person, TokenCreated, TokenInfo,
+    GroupInfo, GroupModels, Invite, Invited, Joined, Me, Person, TokenCreated, TokenInfo,
 };
 
 use crate::state::{AppState, Caller, Json, Path, Query};
@@ -47,7 +47,7 @@ fn token_info(c: Credential) -> TokenInfo {
 }
 
 fn group_info(g: Group) -> GroupInfo {
-    GroupInfo { id: g.id, name: g.name, source: g.source, members: g.members }
+    GroupInfo { id: g.id, name: g.name, source: g.source, members: g.members, models: g.models }
 }
 
 fn role(text: Option<&str>, default: Role) -> Result<Role> {
@@ -368,6 +368,25 @@ async fn member(state: &AppState, caller: &Caller, group: &str, user: &str, m: M
             Ok(identity.set_member(&caller.tenant.id, group, user, m).await?)
         })
         .await?;
+    state.credentials.observe(identity.epoch().await?);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `PUT /v1/admin/groups/{id}/models`: the model aliases the group's members may use.
+pub async fn group_models(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    Json(req): Json<GroupModels>,
+) -> Result<StatusCode> {
+    let identity = state.identity()?.clone();
+    let tenant = caller.tenant.id.clone();
+    state
+        .audited(&caller, "group.models", &id, async {
+            Ok(identity.set_group_models(&tenant, &id, req.models.as_deref()).await?)
+        })
+        .await?;
+    state.credentials.observe(identity.epoch().await?);
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -2,6 +2,7 @@
 //! rate limited per token; request logs carry method, route template, status and latency,
 //! never bodies, ids of files or anything derived from code.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -93,6 +94,7 @@ fn admin_routes() -> Routes {
         ("/v1/admin/tokens/{id}", delete(admin::revoke_token)),
         ("/v1/admin/groups", get(admin::groups).post(admin::create_group)),
         ("/v1/admin/groups/{id}", delete(admin::delete_group)),
+        ("/v1/admin/groups/{id}/models", put(admin::group_models)),
         ("/v1/admin/groups/{id}/members/{user}", put(admin::add_member).delete(admin::remove_member)),
         ("/v1/admin/invitations", post(admin::invite)),
         ("/v1/admin/audit", get(admin::audit)),
@@ -326,7 +328,11 @@ async fn caller(state: &AppState, token: &str, address: String) -> Result<Option
         }),
     };
     let Some((tenant, principal)) = found else { return Ok(None) };
-    let caller = Caller { tenant, principal, address };
+    let models = match (&state.identity, &principal.user) {
+        (Some(identity), Some(user)) => identity.allowed_models(&tenant.id, user).await?.map(Arc::new),
+        _ => None,
+    };
+    let caller = Caller { tenant, principal, address, models };
     if state.identity.is_some() {
         state.credentials.put(key, caller.clone(), epoch);
     }

@@ -24,7 +24,7 @@ use futures::StreamExt as _;
 use caret_index::db::Tenant;
 use caret_protocol::llm::{DEADLINE_HEADER, PRIORITY_HEADER};
 
-use crate::state::{AppState, Json};
+use crate::state::{AppState, Caller, Json};
 
 /// An error answer in OpenAI's shape.
 struct ApiFailure {
@@ -51,8 +51,17 @@ fn api_error(status: u16, kind: &'static str, message: String, retry_after: Opti
     ApiFailure { status, kind, message, retry_after }
 }
 
-/// Refuses a model alias an operator switched off (flag `model.<alias>`).
-fn model_allowed(s: &AppState, t: &Tenant, alias: &str) -> Result<(), ApiFailure> {
+/// Refuses a model alias an operator switched off (flag `model.<alias>`), and one the
+/// caller's groups do not allow (403 `model_not_allowed`).
+fn model_allowed(s: &AppState, t: &Tenant, caller: &Caller, alias: &str) -> Result<(), ApiFailure> {
+    if let Some(models) = &caller.models
+        && !models.contains(alias)
+    {
+        let mut allowed: Vec<&str> = models.iter().map(String::as_str).collect();
+        allowed.truncate(20);
+        let message = format!("your groups do not allow the model {alias:?} (they allow: {})", allowed.join(", "));
+        return Err(api_error(403, "model_not_allowed", message, None));
+    }
     let flag = format!("model.{alias}");
     s.allowed(&flag, Some(&t.id)).map_err(|e| api_error(503, "disabled", e.to_string(), None))
 }
@@ -188,6 +197,7 @@ fn stream_error(e: &caret_models::Error) -> String {
 pub(crate) async fn chat_completions(
     State(s): State<AppState>,
     Extension(t): Extension<Tenant>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     Json(req): Json<ChatRequest>,
 ) -> Response {
@@ -198,7 +208,7 @@ pub(crate) async fn chat_completions(
     if req.messages.is_empty() {
         return api_error(400, "invalid_request_error", "messages must not be empty".into(), None).into_response();
     }
-    if let Err(r) = model_allowed(&s, &t, &req.model) {
+    if let Err(r) = model_allowed(&s, &t, &caller, &req.model) {
         return r.into_response();
     }
     let (alias, stream, usage_wanted) =
@@ -304,6 +314,7 @@ where
 pub(crate) async fn completions(
     State(s): State<AppState>,
     Extension(t): Extension<Tenant>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     Json(req): Json<CompletionRequest>,
 ) -> Response {
@@ -311,7 +322,7 @@ pub(crate) async fn completions(
         Ok(found) => found,
         Err(r) => return r.into_response(),
     };
-    if let Err(r) = model_allowed(&s, &t, &req.model) {
+    if let Err(r) = model_allowed(&s, &t, &caller, &req.model) {
         return r.into_response();
     }
     let (alias, stream, usage_wanted) =

@@ -658,6 +658,18 @@ fn operations(s: &mut Schemas) -> Vec<Operation> {
             ..op("delete", "/v1/admin/groups/{id}", "delete_group", "Deletes a group.", Admin)
         },
         Operation {
+            parameters: vec![id("The group's id.")],
+            body: Some(s.read::<admin::GroupModels>()),
+            answers: no_content(),
+            ..op(
+                "put",
+                "/v1/admin/groups/{id}/models",
+                "group_models",
+                "Sets the model aliases a group's members may use.",
+                Admin,
+            )
+        },
+        Operation {
             parameters: vec![
                 id("The group's id."),
                 path_param("user", "The person's id.", json!({ "type": "string", "minLength": 1, "maxLength": 128 })),

@@ -59,6 +59,8 @@ pub struct Caller {
     pub principal: caret_identity::Principal,
     /// The client's address (the TCP peer), for the audit trail.
     pub address: String,
+    /// The model aliases the person's groups allow (none: unrestricted).
+    pub models: Option<Arc<std::collections::BTreeSet<String>>>,
 }
 
 impl Caller {

@@ -32,7 +32,16 @@ fn refused(out: &Output) -> String {
 
 #[test]
 fn an_organisation_lets_its_people_in_and_the_audit_trail_holds_what_admins_did() {
-    let server = Server::start(&[], &[]);
+    // Two model aliases, on a scripted OpenAI-compatible upstream (a test double).
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(caret_test_support::scripted::ScriptedUpstream::start("models"));
+    let model = |alias: &str| {
+        format!(
+            "[[models]]\nalias = \"{alias}\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n\n",
+            up.url
+        )
+    };
+    let server = Server::start_with_config(&[], &[], Some(&format!("{}{}", model("fast"), model("big"))));
     let client = Client::new();
     let ada = server.admin(&["admin", "bootstrap", "--organisation", "acme", "--email", "Ada@Acme.example"]);
     let caret = |token: &str, args: &[&str]| as_client(&client, &server, token, args);
@@ -144,6 +153,24 @@ fn an_organisation_lets_its_people_in_and_the_audit_trail_holds_what_admins_did(
             .unwrap()
             .to_owned();
     assert_eq!(get(&dans_token, "/v1/me").status(), 200);
+
+    // Model access by group: in a group that lists `fast`, dan may use it and not `big`.
+    let chat = |token: &str, alias: &str| {
+        let body = json!({"model": alias, "messages": [{"role": "user", "content": "hi"}]});
+        let r = c.post(format!("{}/v1/chat/completions", server.url)).bearer_auth(token).json(&body).send().unwrap();
+        let status = r.status().as_u16();
+        (status, r.json::<Value>().unwrap_or(Value::Null))
+    };
+    assert_eq!(chat(&dans_token, "big").0, 200, "no group restricts him yet");
+    ok(&caret(&ada, &["admin", "group", "create", "interns"]));
+    ok(&caret(&ada, &["admin", "group", "models", "interns", "fast"]));
+    ok(&caret(&ada, &["admin", "group", "add", "interns", "dan@acme.example"]));
+    let (status, body) = chat(&dans_token, "big");
+    assert_eq!((status, body["error"]["type"].as_str()), (403, Some("model_not_allowed")), "{body}");
+    assert_eq!(chat(&dans_token, "fast").0, 200);
+    assert_eq!(chat(&ada, "big").0, 200, "ada is in no group with a list");
+    ok(&caret(&ada, &["admin", "group", "models", "interns", "--clear"]));
+    assert_eq!(chat(&dans_token, "big").0, 200, "the list cleared");
     assert!(ok(&dan.run(&["logout", "--server", &server.url], &[])).contains("signed out"));
     assert_eq!(get(&dans_token, "/v1/me").status(), 401, "logout revokes the token");
     assert!(refused(&dan.run(&["whoami", "--server", &server.url], &[])).contains("caret login"));
