@@ -302,22 +302,11 @@ pub async fn login(config: &Config, args: &LoginArgs) -> anyhow::Result<()> {
     let server = args.server.trim_end_matches('/').to_owned();
     let token = match (&args.invitation, &args.token) {
         (Some(code), _) => {
-            let client = reqwest::Client::new();
+            // The code is the credential: no token goes with it.
+            let anonymous = Api { base: server.clone(), token: String::new(), client: reqwest::Client::new() };
             let body = AcceptInvitation { code: code.clone(), name: args.name.clone() };
-            let resp = client
-                .post(format!("{server}/v1/invitations/accept"))
-                .json(&body)
-                .send()
-                .await
-                .context("reaching the server")?;
-            let status = resp.status();
-            let text = resp.text().await.context("reading the server's answer")?;
-            if !status.is_success() {
-                let message =
-                    serde_json::from_str::<caret_protocol::ErrorBody>(&text).map(|b| b.error.message).unwrap_or(text);
-                anyhow::bail!("the server answered {status}: {message}");
-            }
-            let joined: Joined = serde_json::from_str(&text).context("reading the server's answer")?;
+            let req = anonymous.client.post(anonymous.url("/v1/invitations/accept")).json(&body);
+            let joined: Joined = anonymous.call(req).await?;
             joined.token.token
         }
         (None, Some(token)) => token.clone(),

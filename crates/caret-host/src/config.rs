@@ -397,6 +397,8 @@ pub struct ServerSection {
     pub egress_allow: Vec<String>,
     /// Whether a run may ask for the whole network (which nothing filters).
     pub runs_network: bool,
+    /// Who may add and remove @Docs sources: `members` (default) or admins (anything else).
+    pub docs_sources: String,
 }
 
 impl ServerSection {
@@ -428,6 +430,7 @@ impl Default for ServerSection {
             agent_idle_timeout: "1h".to_owned(),
             egress_allow: Vec::new(),
             runs_network: false,
+            docs_sources: "members".to_owned(),
         }
     }
 }

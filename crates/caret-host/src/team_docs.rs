@@ -546,6 +546,14 @@ impl TeamDocs {
 
 #[async_trait::async_trait]
 impl DocsLibrary for TeamDocs {
+    fn managed_by(&self) -> caret_identity::Role {
+        // Anything but `members` keeps it to admins (a typo fails closed).
+        match self.inner.config.server.docs_sources.as_str() {
+            "members" => caret_identity::Role::Member,
+            _ => caret_identity::Role::Admin,
+        }
+    }
+
     async fn add(&self, tenant: &Tenant, req: AddDocsSource) -> Result<DocsSource, DocsError> {
         let bad = |e: anyhow::Error| DocsError::BadRequest(format!("{e:#}"));
         check_name(&req.name).map_err(bad)?;

@@ -112,18 +112,7 @@ impl Opening {
         if e.is_empty() || e.contains("://") {
             return Err(bad("a host, an address or a network with an optional :port"));
         }
-        // A bare IPv6 address or network has several colons and no brackets.
-        let (body, port) = if e.matches(':').count() > 1 && !e.starts_with('[') {
-            (e, None)
-        } else if let Some(rest) = e.strip_prefix('[') {
-            let (h, after) = rest.split_once(']').ok_or_else(|| bad("unclosed ["))?;
-            (h, after.strip_prefix(':'))
-        } else {
-            match e.rsplit_once(':') {
-                Some((h, p)) => (h, Some(p)),
-                None => (e, None),
-            }
-        };
+        let (body, port) = split_port(e).map_err(bad)?;
         let port = port.map(|p| p.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| bad("bad port"))).transpose()?;
         if let Some((net, bits)) = body.split_once('/') {
             let net: IpAddr = net.parse().map_err(|_| bad("not an address before /"))?;
@@ -165,6 +154,22 @@ impl fmt::Display for Opening {
             (Target::Net(a, b), Some(p)) => write!(f, "[{a}/{b}]:{p}"),
         }
     }
+}
+
+/// `host[:port]`, `[v6]:port` or a bare IPv6 address or network (several colons, no
+/// brackets): the host and the port's text.
+pub(crate) fn split_port(entry: &str) -> Result<(&str, Option<&str>), &'static str> {
+    if entry.matches(':').count() > 1 && !entry.starts_with('[') {
+        return Ok((entry, None));
+    }
+    if let Some(rest) = entry.strip_prefix('[') {
+        let (host, after) = rest.split_once(']').ok_or("unclosed [")?;
+        return Ok((host, after.strip_prefix(':')));
+    }
+    Ok(match entry.rsplit_once(':') {
+        Some((host, port)) => (host, Some(port)),
+        None => (entry, None),
+    })
 }
 
 /// A host lowercased, without brackets or a trailing dot.

@@ -130,19 +130,7 @@ fn parse_entry(entry: &str) -> Result<(Pattern, Option<u16>), String> {
     if e.contains("://") || e.contains('/') {
         return Err(bad("a host name, not a URL"));
     }
-    // A bare IPv6 address, or [v6]:port, or host[:port].
-    if let Ok(a) = e.parse::<IpAddr>() {
-        return Ok((Pattern::Address(a), None));
-    }
-    let (host, port) = if let Some(rest) = e.strip_prefix('[') {
-        let (h, after) = rest.split_once(']').ok_or_else(|| bad("unclosed ["))?;
-        (h, after.strip_prefix(':'))
-    } else {
-        match e.rsplit_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (e, None),
-        }
-    };
+    let (host, port) = crate::egress::split_port(e).map_err(bad)?;
     let port = port.map(|p| p.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| bad("bad port"))).transpose()?;
     if let Ok(a) = host.parse::<IpAddr>() {
         return Ok((Pattern::Address(a), port));

@@ -121,10 +121,15 @@ pub async fn create_my_token(
         scopes: scopes(&req.scopes, caller.principal.role)?,
         expires_at: expiry(req.expires_in_days)?,
     };
+    make_token(&state, &caller, new).await
+}
+
+/// Makes `new` in the caller's organisation, recorded; answers 201 with the token, once.
+async fn make_token(state: &AppState, caller: &Caller, new: NewCredential) -> Result<Response> {
     let identity = state.identity()?.clone();
-    let tenant = caller.tenant.id.clone();
+    let (tenant, name) = (caller.tenant.id.clone(), new.name.clone());
     let (token, c) = state
-        .audited(&caller, "token.create", &req.name, async { Ok(identity.create_credential(&tenant, new).await?) })
+        .audited(caller, "token.create", &name, async { Ok(identity.create_credential(&tenant, new).await?) })
         .await?;
     Ok((StatusCode::CREATED, axum::Json(TokenCreated { token, info: token_info(c) })).into_response())
 }
@@ -274,12 +279,7 @@ pub async fn create_token(
         scopes: scopes(&req.scopes, role)?,
         expires_at: expiry(req.expires_in_days)?,
     };
-    let identity = state.identity()?.clone();
-    let tenant = caller.tenant.id.clone();
-    let (token, c) = state
-        .audited(&caller, "token.create", &req.name, async { Ok(identity.create_credential(&tenant, new).await?) })
-        .await?;
-    Ok((StatusCode::CREATED, axum::Json(TokenCreated { token, info: token_info(c) })).into_response())
+    make_token(&state, &caller, new).await
 }
 
 /// `DELETE /v1/admin/tokens/{id}`: any token of the organisation, tenant tokens included.

@@ -34,7 +34,12 @@ pub(crate) async fn add(
 ) -> Result<Response> {
     let docs = library(&s)?;
     let name = req.name.clone();
-    let source = s.audited(&caller, "docs.add", &name, async { Ok(docs.add(&t, req).await?) }).await?;
+    let source = s
+        .audited(&caller, "docs.add", &name, async {
+            caller.at_least(docs.managed_by())?;
+            Ok(docs.add(&t, req).await?)
+        })
+        .await?;
     Ok((StatusCode::CREATED, AxumJson(source)).into_response())
 }
 
@@ -49,7 +54,11 @@ pub(crate) async fn remove(
     Path(name): Path<String>,
 ) -> Result<Response> {
     let docs = library(&s)?;
-    s.audited(&caller, "docs.remove", &name, async { Ok(docs.remove(&t, &name).await?) }).await?;
+    s.audited(&caller, "docs.remove", &name, async {
+        caller.at_least(docs.managed_by())?;
+        Ok(docs.remove(&t, &name).await?)
+    })
+    .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

@@ -37,6 +37,11 @@ impl From<DocsError> for Error {
 /// A tenant's documentation sources: kept, crawled, indexed and searched by the server.
 #[async_trait::async_trait]
 pub trait DocsLibrary: Send + Sync + std::fmt::Debug {
+    /// The least role that may add and remove sources (`[server] docs_sources`; members by
+    /// default).
+    fn managed_by(&self) -> caret_identity::Role {
+        caret_identity::Role::Member
+    }
     /// Adds a source and queues its first crawl.
     async fn add(&self, tenant: &Tenant, req: AddDocsSource) -> Result<DocsSource, DocsError>;
     /// The tenant's sources, by name.

@@ -41,7 +41,9 @@ fn an_organisation_lets_its_people_in_and_the_audit_trail_holds_what_admins_did(
             up.url
         )
     };
-    let server = Server::start_with_config(&[], &[], Some(&format!("{}{}", model("fast"), model("big"))));
+    // Only admins manage @Docs sources here.
+    let settings = format!("{}{}[server]\ndocs_sources = \"admins\"\n", model("fast"), model("big"));
+    let server = Server::start_with_config(&[], &[], Some(&settings));
     let client = Client::new();
     let ada = server.admin(&["admin", "bootstrap", "--organisation", "acme", "--email", "Ada@Acme.example"]);
     let caret = |token: &str, args: &[&str]| as_client(&client, &server, token, args);
@@ -169,6 +171,9 @@ fn an_organisation_lets_its_people_in_and_the_audit_trail_holds_what_admins_did(
     assert_eq!((status, body["error"]["type"].as_str()), (403, Some("model_not_allowed")), "{body}");
     assert_eq!(chat(&dans_token, "fast").0, 200);
     assert_eq!(chat(&ada, "big").0, 200, "ada is in no group with a list");
+    let docs = c.post(format!("{}/v1/docs/sources", server.url)).bearer_auth(&dans_token);
+    let docs = docs.json(&json!({"name": "dans", "url": "https://docs.example/"})).send().unwrap();
+    assert_eq!(docs.status(), 403, "docs_sources = admins");
     ok(&caret(&ada, &["admin", "group", "models", "interns", "--clear"]));
     assert_eq!(chat(&dans_token, "big").0, 200, "the list cleared");
     assert!(ok(&dan.run(&["logout", "--server", &server.url], &[])).contains("signed out"));
@@ -196,8 +201,10 @@ fn an_organisation_lets_its_people_in_and_the_audit_trail_holds_what_admins_did(
     ] {
         assert!(actions.contains(&want), "{want} missing from {actions:?}");
     }
-    let docs = records.iter().find(|r| r["action"] == "docs.add").unwrap();
-    assert_eq!((docs["target"].as_str(), docs["outcome"].as_str()), (Some("intranet"), Some("failed: bad_request")));
+    let docs = records.iter().find(|r| r["action"] == "docs.add" && r["target"] == "intranet").unwrap();
+    assert_eq!(docs["outcome"], "failed: bad_request", "{docs}");
+    let dans = records.iter().find(|r| r["action"] == "docs.add" && r["target"] == "dans").unwrap();
+    assert_eq!(dans["outcome"], "failed: forbidden", "{dans}");
     let failed = records.iter().find(|r| r["action"] == "user.add" && r["outcome"] != "ok").unwrap();
     assert_eq!(failed["outcome"], "failed: conflict", "{failed}");
     let ada_id = me["user"].as_str().unwrap();
