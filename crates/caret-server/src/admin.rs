@@ -490,3 +490,13 @@ pub async fn accept(
     let body = Joined { organisation_name, person: person(joined.user), token };
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
 }
+
+/// `GET /admin`: the admin page (it asks for a token and reads the admin API with it).
+pub async fn page() -> Response {
+    crate::runs::dashboard_asset("text/html; charset=utf-8", include_str!("admin_page/index.html"))
+}
+
+/// `GET /admin/app.js`.
+pub async fn page_script() -> Response {
+    crate::runs::dashboard_asset("text/javascript; charset=utf-8", include_str!("admin_page/app.js"))
+}

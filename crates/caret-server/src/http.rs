@@ -37,6 +37,9 @@ fn public_routes() -> Routes {
         ("/fleet", get(crate::runs::dashboard_page)),
         ("/fleet/app.js", get(crate::runs::dashboard_script)),
         ("/fleet/style.css", get(crate::runs::dashboard_style)),
+        // The admin page and its script (the page asks for a token and reads /v1/admin with it).
+        ("/admin", get(crate::admin::page)),
+        ("/admin/app.js", get(crate::admin::page_script)),
         // An invitation's code is its own credential.
         ("/v1/invitations/accept", post(crate::admin::accept)),
     ]

@@ -296,6 +296,14 @@ fn operations(s: &mut Schemas) -> Vec<Operation> {
             answers: ok(text("text/css")),
             ..op("get", "/fleet/style.css", "fleet_style", "The fleet dashboard's style sheet.", Public)
         },
+        Operation {
+            answers: ok(text("text/html")),
+            ..op("get", "/admin", "admin_page", "The admin page (it reads /v1/admin with an admin's token).", Public)
+        },
+        Operation {
+            answers: ok(text("text/javascript")),
+            ..op("get", "/admin/app.js", "admin_script", "The admin page's script.", Public)
+        },
         // Codebase index.
         Operation {
             answers: ok(s.json::<Vec<caret_protocol::WorkspaceInfo>>()),

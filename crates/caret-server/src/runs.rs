@@ -361,7 +361,7 @@ pub(crate) async fn fleet(State(s): State<AppState>) -> Result<Response> {
 
 /// The dashboard's headers: its own scripts and styles only, talking to this server only,
 /// never framed, never cached.
-fn dashboard_asset(content_type: &'static str, body: &'static str) -> Response {
+pub(crate) fn dashboard_asset(content_type: &'static str, body: &'static str) -> Response {
     (
         [
             (axum::http::header::CONTENT_TYPE, content_type),

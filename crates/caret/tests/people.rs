@@ -12,6 +12,9 @@ use serde_json::{Value, json};
 #[path = "common/server.rs"]
 mod harness;
 use harness::{Client, Server, http};
+#[path = "common/browser.rs"]
+mod browser;
+use browser::Browser;
 
 /// `caret ARGS --server URL --token TOKEN` from a machine with no database credentials.
 fn as_client(client: &Client, server: &Server, token: &str, args: &[&str]) -> Output {
@@ -497,5 +500,69 @@ fn no_audit_record_is_lost_when_the_server_is_killed_mid_write() {
     let v: Value =
         c.post(format!("{}/v1/admin/audit/verify", server.url)).bearer_auth(&owner).send().unwrap().json().unwrap();
     assert_eq!(v["problems"], json!([]), "{v}");
+    server.stop();
+}
+
+/// The admin page in a real Chromium: refused without the admin scope; with an owner's token
+/// (taken from the address and kept in the tab), people, tokens, groups and the audit trail
+/// as the API has them, and changes made from the page reaching the API.
+#[test]
+fn the_admin_page_shows_and_changes_what_the_admin_api_has() {
+    let server = Server::start(&[], &[]);
+    let ada = server.admin(&["admin", "bootstrap", "--organisation", "page", "--email", "ada@page.example"]);
+    let client = Client::new();
+    ok(&as_client(&client, &server, &ada, &["admin", "user", "add", "bob@page.example"]));
+    ok(&as_client(&client, &server, &ada, &["admin", "group", "create", "backend"]));
+    let legacy = server.tenant("no-admin");
+    let browser = Browser::start();
+    browser.open(&format!("{}/admin#token={legacy}", server.url));
+    browser.wait_for(
+        "the refusal",
+        30,
+        "return document.querySelector('#status').textContent.includes('holds no admin scope')",
+    );
+    browser.open(&format!("{}/admin#token={ada}", server.url));
+    browser.wait_for("the people", 30, "return document.querySelectorAll('#people tbody tr').length === 2");
+    assert_eq!(browser.eval("return location.hash"), "", "the token left the address bar");
+    let status = browser.eval("return document.querySelector('#status').textContent");
+    assert_eq!(status, "ada@page.example (owner) in page");
+    let groups = browser.eval("return document.querySelector('#groups tbody').innerText");
+    assert!(
+        groups.as_str().unwrap().contains("backend") && groups.as_str().unwrap().contains("every model"),
+        "{groups}"
+    );
+
+    // A service account's token made from the page: shown once, listed by the API.
+    browser.eval("const f = document.querySelector('#add-token'); f.name.value = 'ci'; f.scopes.value = 'runs'; f.querySelector('button').click();");
+    let made = browser.wait_for("the new token", 30, "return document.querySelector('#made').textContent");
+    let token = made.as_str().unwrap().rsplit(' ').next().unwrap().to_owned();
+    let c = http();
+    let me: Value = c.get(format!("{}/v1/me", server.url)).bearer_auth(&token).send().unwrap().json().unwrap();
+    assert_eq!((me["name"].as_str(), me["scopes"].clone()), (Some("ci"), json!(["runs"])));
+    // Bob made an admin, then deactivated, from the page.
+    let bob_row = "document.querySelector('#people tbody tr:nth-child(2)')";
+    assert_eq!(browser.eval(&format!("return {bob_row}.children[0].textContent")), "bob@page.example");
+    browser.eval(&format!(
+        "const s = {bob_row}.querySelector('select'); s.value = 'admin'; s.dispatchEvent(new Event('change'));"
+    ));
+    browser.wait_for("bob an admin", 30, &format!("return {bob_row}.querySelector('select').value === 'admin' && document.querySelectorAll('#audit tbody tr').length >= 5"));
+    browser.eval(&format!("{bob_row}.querySelector('button').click()"));
+    browser.wait_for("bob deactivated", 30, &format!("return {bob_row}.children[3].textContent === 'deactivated'"));
+    let people: Value =
+        c.get(format!("{}/v1/admin/users", server.url)).bearer_auth(&ada).send().unwrap().json().unwrap();
+    let bob = people.as_array().unwrap().iter().find(|p| p["email"] == "bob@page.example").unwrap();
+    assert_eq!((bob["role"].as_str(), bob["state"].as_str()), (Some("admin"), Some("deactivated")));
+    // The audit trail, newest first, and the chain verified from the page.
+    let audit = browser.eval("return document.querySelector('#audit tbody').innerText");
+    for action in ["user.state", "user.role", "token.create", "group.create", "user.add", "user.bootstrap"] {
+        assert!(audit.as_str().unwrap().contains(action), "{action}: {audit}");
+    }
+    browser.eval("document.querySelector('#verify').click()");
+    let verified = browser.wait_for("the verdict", 30, "return document.querySelector('#verified').textContent");
+    assert!(verified.as_str().unwrap().starts_with("intact:"), "{verified}");
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("admin-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    browser.screenshot(&dir.join("admin-page.png"));
+    println!("screenshot: {}", dir.join("admin-page.png").display());
     server.stop();
 }

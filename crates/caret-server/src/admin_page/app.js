@@ -1,0 +1,190 @@
+// The admin page: the organisation's people, tokens, groups and audit trail through the admin
+// API, with a token kept in this tab only. Everything from the server is put in with
+// textContent (names and emails are anyone's).
+"use strict";
+
+const KEY = "caret-admin-token";
+const $ = (sel) => document.querySelector(sel);
+const token = () => sessionStorage.getItem(KEY);
+
+async function api(method, path, body) {
+  const init = { method, headers: { Authorization: `Bearer ${token()}` } };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const r = await fetch(path, init);
+  const text = await r.text();
+  const data = text ? JSON.parse(text) : null;
+  if (!r.ok) {
+    const err = new Error(data && data.error ? data.error.message : `HTTP ${r.status}`);
+    err.status = r.status;
+    throw err;
+  }
+  return data;
+}
+
+function when(ms) {
+  return ms == null ? "–" : new Date(ms).toISOString().replace("T", " ").slice(0, 16);
+}
+
+function fill(table, rows, columns) {
+  const body = $(`#${table} tbody`);
+  const out = rows.map((r) => {
+    const tr = document.createElement("tr");
+    if (r.id) tr.dataset.id = r.id;
+    for (const c of columns) {
+      const td = document.createElement("td");
+      const v = c(r);
+      if (v instanceof Node) td.appendChild(v); else td.textContent = v == null ? "" : String(v);
+      tr.appendChild(td);
+    }
+    return tr;
+  });
+  body.replaceChildren(...out);
+}
+
+function button(label, onClick) {
+  const b = document.createElement("button");
+  b.type = "button";
+  b.textContent = label;
+  b.addEventListener("click", onClick);
+  return b;
+}
+
+function status(text, error) {
+  $("#status").textContent = text;
+  $("#status").classList.toggle("error", !!error);
+}
+
+async function act(what) {
+  try {
+    await what();
+    await load();
+  } catch (e) {
+    status(e.message, true);
+  }
+}
+
+async function load() {
+  let me;
+  try {
+    me = await api("GET", "/v1/me");
+  } catch (e) {
+    status(e.status === 401 ? "the token was refused" : e.message, true);
+    showLogin();
+    return;
+  }
+  if (!me.scopes.includes("admin")) {
+    status(`${me.name} (${me.role}) holds no admin scope`, true);
+    showLogin();
+    return;
+  }
+  const [people, tokens, groups, audit] = await Promise.all([
+    api("GET", "/v1/admin/users"),
+    api("GET", "/v1/admin/tokens"),
+    api("GET", "/v1/admin/groups"),
+    api("GET", "/v1/admin/audit?limit=1000"),
+  ]);
+  const email = Object.fromEntries(people.map((p) => [p.id, p.email]));
+  fill("people", people, [
+    (p) => p.email,
+    (p) => p.name,
+    (p) => {
+      const s = document.createElement("select");
+      for (const r of ["member", "admin", "owner"]) s.add(new Option(r, r, false, r === p.role));
+      s.addEventListener("change", () => act(() => api("PATCH", `/v1/admin/users/${p.id}`, { role: s.value })));
+      return s;
+    },
+    (p) => p.state,
+    (p) => button(p.state === "active" ? "Deactivate" : "Activate", () =>
+      act(() => api("PATCH", `/v1/admin/users/${p.id}`, { state: p.state === "active" ? "deactivated" : "active" }))),
+  ]);
+  fill("tokens", tokens, [
+    (t) => t.name,
+    (t) => t.kind,
+    (t) => (t.user ? email[t.user] || t.user : `service (${t.role})`),
+    (t) => t.scopes.join(","),
+    (t) => when(t.last_used_at),
+    (t) => (t.revoked_at ? "revoked" : t.expires_at ? `expires ${when(t.expires_at)}` : "no expiry"),
+    (t) => (t.revoked_at ? "" : button("Revoke", () => act(() => api("DELETE", `/v1/admin/tokens/${t.id}`)))),
+  ]);
+  fill("groups", groups, [
+    (g) => g.name,
+    (g) => g.members.map((m) => email[m] || m).join(", "),
+    (g) => (g.models ? g.models.join(", ") : "every model"),
+    (g) => g.source,
+  ]);
+  fill("audit", audit.slice(-200).reverse(), [
+    (r) => r.seq,
+    (r) => when(r.at_ms),
+    (r) => (r.actor.startsWith("user:") && email[r.actor.slice(5)]) || r.actor,
+    (r) => r.address,
+    (r) => r.action,
+    (r) => email[r.target] || r.target,
+    (r) => r.outcome,
+  ]);
+  status(`${me.name} (${me.role}) in ${me.organisation_name}`);
+  $("#login").hidden = true;
+  $("#board").hidden = false;
+  $("#forget").hidden = false;
+}
+
+function showLogin() {
+  $("#board").hidden = true;
+  $("#login").hidden = false;
+}
+
+$("#login").addEventListener("submit", (e) => {
+  e.preventDefault();
+  sessionStorage.setItem(KEY, $("#token").value.trim());
+  $("#token").value = "";
+  load();
+});
+$("#forget").addEventListener("click", () => {
+  sessionStorage.removeItem(KEY);
+  $("#forget").hidden = true;
+  status("not signed in");
+  showLogin();
+});
+$("#add-person").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const f = e.target;
+  act(() => api("POST", "/v1/admin/users", { email: f.email.value, role: f.role.value }).then(() => f.reset()));
+});
+$("#invite").addEventListener("click", () => {
+  const f = $("#add-person");
+  act(async () => {
+    const made = await api("POST", "/v1/admin/invitations", { email: f.email.value, role: f.role.value });
+    $("#invited").textContent = `Invitation for ${made.email} (shown once): caret login --server ${location.origin} --invitation ${made.code}`;
+    f.reset();
+  });
+});
+$("#add-token").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const f = e.target;
+  const scopes = f.scopes.value.split(",").map((s) => s.trim()).filter(Boolean);
+  act(async () => {
+    const made = await api("POST", "/v1/admin/tokens", { name: f.name.value, scopes });
+    $("#made").textContent = `Token for ${made.info.name} (shown once): ${made.token}`;
+    f.reset();
+  });
+});
+$("#verify").addEventListener("click", () =>
+  act(async () => {
+    const v = await api("POST", "/v1/admin/audit/verify");
+    $("#verified").textContent = v.problems.length ? v.problems.join("; ") : `intact: ${v.records} records`;
+    $("#verified").classList.toggle("error", v.problems.length > 0);
+  }));
+
+// A token handed in the address (#token=…) is taken and removed from it.
+function tokenFromHash() {
+  const given = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (!given) return false;
+  sessionStorage.setItem(KEY, given);
+  history.replaceState(null, "", location.pathname);
+  return true;
+}
+window.addEventListener("hashchange", () => { if (tokenFromHash()) load(); });
+tokenFromHash();
+if (token()) load(); else showLogin();
