@@ -84,6 +84,18 @@ const MIGRATIONS: &[(i64, &str)] = &[
     )",
     ),
     (3, "ALTER TABLE user_groups ADD COLUMN models TEXT"),
+    (
+        4,
+        "CREATE TABLE owners (
+        tenant_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        shared BIGINT NOT NULL,
+        created_at BIGINT NOT NULL,
+        PRIMARY KEY (tenant_id, kind, id)
+    )",
+    ),
 ];
 
 /// The identity store: people, groups, credentials and the audit trail of every organisation.

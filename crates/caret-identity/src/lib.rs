@@ -15,6 +15,7 @@ pub mod error;
 pub mod export;
 pub mod invitations;
 pub mod model;
+pub mod owners;
 pub mod people;
 pub mod tokens;
 

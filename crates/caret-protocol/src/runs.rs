@@ -934,3 +934,12 @@ mod tests {
         assert!(TokenView::assemble(&[]).is_err());
     }
 }
+
+/// `POST /v1/runs/{id}/share`: a person's run shared with the organisation (members see
+/// their own runs and shared ones; admins all), or no longer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ShareRun {
+    /// Whether the organisation sees it.
+    pub shared: bool,
+}

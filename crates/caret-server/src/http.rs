@@ -69,6 +69,7 @@ fn tenant_routes() -> Routes {
         ("/v1/runs", post(crate::runs::create).get(crate::runs::list)),
         ("/v1/runs/{id}", get(crate::runs::get).delete(crate::runs::delete)),
         ("/v1/runs/{id}/cancel", post(crate::runs::cancel)),
+        ("/v1/runs/{id}/share", post(crate::runs::share)),
         ("/v1/runs/{id}/events", get(crate::runs::events)),
         ("/v1/runs/{id}/result", get(crate::runs::result)),
         ("/v1/envs", post(crate::runs::create_env).get(crate::runs::list_envs)),

@@ -503,6 +503,18 @@ fn operations(s: &mut Schemas) -> Vec<Operation> {
         },
         Operation {
             parameters: vec![run_id.clone()],
+            body: Some(s.read::<runs::ShareRun>()),
+            answers: ok(s.json::<runs::RunInfo>()),
+            ..op(
+                "post",
+                "/v1/runs/{id}/share",
+                "share_run",
+                "Shares a person's run with the organisation (its owner's or an admin's to change).",
+                Tenant,
+            )
+        },
+        Operation {
+            parameters: vec![run_id.clone()],
             answers: ok(s.json::<runs::RunInfo>()),
             ..op("post", "/v1/runs/{id}/cancel", "cancel_run", "Cancels a run.", Tenant)
         },

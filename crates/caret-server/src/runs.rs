@@ -26,11 +26,12 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json as AxumJson};
 use caret_anyrun::runs::{RunService, TenantRef};
+use caret_identity::Role;
 use caret_protocol::envs::{CreateEnv, EnvList, Step};
 use caret_protocol::llm::ChatRequest;
 use caret_protocol::runs::{
     CheckpointBody, Completion, CreateRun, EventBatch, Heartbeat, HeartbeatAnswer, LeaseRef, LeaseRequest, PutSecret,
-    RunList, SecretList,
+    RunList, SecretList, ShareRun,
 };
 use serde::Deserialize;
 
@@ -75,6 +76,10 @@ pub(crate) async fn create(
         s.allowed("rollouts", Some(&t.id))?;
     }
     let submitted = service(&s)?.submit(&tenant(&t), req).await.map_err(Error::from);
+    // A person's run is theirs (members see their own and shared ones).
+    if let (Ok(info), Some(identity), Some(user)) = (&submitted, &s.identity, &caller.principal.user) {
+        identity.own(&t.id, "run", &info.id, user).await?;
+    }
     let (target, outcome) = match &submitted {
         Ok(info) => (info.id.as_str(), "ok".to_owned()),
         Err(e) => ("-", format!("failed: {}", e.status().1)),
@@ -91,17 +96,61 @@ pub(crate) struct ListQuery {
 pub(crate) async fn list(
     State(s): State<AppState>,
     Extension(t): Extension<Tenant>,
+    Extension(caller): Extension<Caller>,
     Query(q): Query<ListQuery>,
 ) -> Result<Response> {
-    let runs = service(&s)?.list(&t.id, q.limit.unwrap_or(50)).await?;
+    let mut runs = service(&s)?.list(&t.id, q.limit.unwrap_or(50)).await?;
+    if let Some(identity) = &s.identity
+        && caller.principal.role < Role::Admin
+    {
+        let owners = identity.owners(&t.id, "run").await?;
+        runs.retain(|r| owners.get(&r.id).is_none_or(|o| o.shared || caller.principal.user.as_ref() == Some(&o.user)));
+    }
     Ok(AxumJson(RunList { runs }).into_response())
+}
+
+/// Refuses, as a missing one, another person's run that is not shared with the organisation
+/// (an admin sees every run; runs of service accounts and the server are the organisation's).
+async fn visible(s: &AppState, caller: &Caller, id: &str) -> Result<()> {
+    let Some(identity) = s.identity.as_ref().filter(|_| caller.principal.role < Role::Admin) else { return Ok(()) };
+    match identity.owner(&caller.tenant.id, "run", id).await? {
+        Some(o) if !o.shared && caller.principal.user.as_ref() != Some(&o.user) => {
+            Err(Error::NotFound(format!("run {id}")))
+        }
+        _ => Ok(()),
+    }
 }
 
 pub(crate) async fn get(
     State(s): State<AppState>,
     Extension(t): Extension<Tenant>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Response> {
+    visible(&s, &caller, &id).await?;
+    Ok(AxumJson(service(&s)?.get(&t.id, &id).await?).into_response())
+}
+
+/// `POST /v1/runs/{id}/share`: a person's run shared with the organisation, or no longer
+/// (its owner's or an admin's to change).
+pub(crate) async fn share(
+    State(s): State<AppState>,
+    Extension(t): Extension<Tenant>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    Json(req): Json<ShareRun>,
+) -> Result<Response> {
+    let identity = s.identity()?.clone();
+    let owner = identity.owner(&t.id, "run", &id).await?;
+    let mine = owner.as_ref().is_some_and(|o| caller.principal.user.as_ref() == Some(&o.user));
+    if !mine && caller.principal.role < Role::Admin {
+        visible(&s, &caller, &id).await?;
+        return Err(Error::Forbidden("forbidden", "only its owner or an admin shares a run".into()));
+    }
+    s.audited(&caller, if req.shared { "run.share" } else { "run.unshare" }, &id, async {
+        Ok(identity.share(&t.id, "run", &id, req.shared).await?)
+    })
+    .await?;
     Ok(AxumJson(service(&s)?.get(&t.id, &id).await?).into_response())
 }
 
@@ -111,6 +160,7 @@ pub(crate) async fn cancel(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Response> {
+    visible(&s, &caller, &id).await?;
     let runs = service(&s)?;
     let info = s.audited(&caller, "run.cancel", &id, async { Ok(runs.cancel(&t.id, &id).await?) }).await?;
     Ok(AxumJson(info).into_response())
@@ -119,8 +169,10 @@ pub(crate) async fn cancel(
 pub(crate) async fn delete(
     State(s): State<AppState>,
     Extension(t): Extension<Tenant>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Response> {
+    visible(&s, &caller, &id).await?;
     service(&s)?.delete(&t.id, &id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -128,8 +180,10 @@ pub(crate) async fn delete(
 pub(crate) async fn result(
     State(s): State<AppState>,
     Extension(t): Extension<Tenant>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Response> {
+    visible(&s, &caller, &id).await?;
     Ok(AxumJson(service(&s)?.result(&t.id, &id).await?).into_response())
 }
 
@@ -145,10 +199,12 @@ const FOLLOW_POLL: Duration = Duration::from_millis(200);
 pub(crate) async fn events(
     State(s): State<AppState>,
     Extension(t): Extension<Tenant>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     Query(q): Query<EventsQuery>,
     headers: HeaderMap,
 ) -> Result<Response> {
+    visible(&s, &caller, &id).await?;
     let runs = service(&s)?.clone();
     let last_seen = headers.get("last-event-id").and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
     let after = last_seen.or(q.after).unwrap_or(0);

@@ -566,3 +566,76 @@ fn the_admin_page_shows_and_changes_what_the_admin_api_has() {
     println!("screenshot: {}", dir.join("admin-page.png").display());
     server.stop();
 }
+
+/// A person's background runs are theirs: a member sees their own and those shared with the
+/// organisation (another's answers exactly as a missing one), an admin sees all.
+#[test]
+fn a_members_runs_are_theirs_unless_shared() {
+    // Runs need a model to be queued for (a scripted upstream, a test double; no worker takes them).
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(caret_test_support::scripted::ScriptedUpstream::start("agent-model"));
+    let config = format!(
+        "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
+        up.url
+    );
+    let server = Server::start_with_config(&[], &[], Some(&config));
+    let bootstrap = |email: &str| server.admin(&["admin", "bootstrap", "--organisation", "runs-org", "--email", email]);
+    let ada = bootstrap("ada@runs.example");
+    let (mia, max) = (bootstrap("mia@runs.example"), bootstrap("max@runs.example"));
+    let client = Client::new();
+    for email in ["mia@runs.example", "max@runs.example"] {
+        ok(&as_client(&client, &server, &ada, &["admin", "user", "role", email, "member"]));
+    }
+    let repo = harness::buggy_repo();
+    let submit = |token: &str| {
+        let out = as_client(&client, &server, token, &["run", "make add.sh add", "-C", repo.path().to_str().unwrap()]);
+        ok(&out).trim().to_owned()
+    };
+    let (mias, maxs) = (submit(&mia), submit(&max));
+    let c = http();
+    let ids = |token: &str| -> Vec<String> {
+        let v: Value = c.get(format!("{}/v1/runs", server.url)).bearer_auth(token).send().unwrap().json().unwrap();
+        let mut ids: Vec<String> =
+            v["runs"].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap().to_owned()).collect();
+        ids.sort();
+        ids
+    };
+    let mut both = vec![mias.clone(), maxs.clone()];
+    both.sort();
+    assert_eq!(ids(&mia), vec![mias.clone()]);
+    assert_eq!(ids(&ada), both, "an admin sees every run");
+    let answer = |token: &str, method: reqwest::Method, path: String| {
+        let r = c
+            .request(method, format!("{}{path}", server.url))
+            .bearer_auth(token)
+            .json(&json!({"shared": true}))
+            .send()
+            .unwrap();
+        (r.status().as_u16(), r.text().unwrap())
+    };
+    for path in ["", "/result", "/events?follow=false"] {
+        let theirs = answer(&mia, reqwest::Method::GET, format!("/v1/runs/{maxs}{path}"));
+        let made_up = answer(&mia, reqwest::Method::GET, format!("/v1/runs/r-madeup{path}"));
+        assert_eq!(
+            (theirs.0, theirs.1.replace(&maxs, "ID")),
+            (made_up.0, made_up.1.replace("r-madeup", "ID")),
+            "{path}"
+        );
+    }
+    assert_eq!(answer(&mia, reqwest::Method::POST, format!("/v1/runs/{maxs}/cancel")).0, 404);
+    assert_eq!(answer(&mia, reqwest::Method::DELETE, format!("/v1/runs/{maxs}")).0, 404);
+    // Shared by its owner: the organisation sees it; nobody else may share another's.
+    assert_eq!(answer(&max, reqwest::Method::POST, format!("/v1/runs/{mias}/share")).0, 404);
+    assert_eq!(answer(&mia, reqwest::Method::POST, format!("/v1/runs/{mias}/share")).0, 200);
+    assert_eq!(ids(&max), both);
+    assert_eq!(answer(&max, reqwest::Method::GET, format!("/v1/runs/{mias}")).0, 200);
+    assert_eq!(answer(&max, reqwest::Method::POST, format!("/v1/runs/{mias}/share")).0, 403, "not his to share");
+    let audit: Value =
+        c.get(format!("{}/v1/admin/audit", server.url)).bearer_auth(&ada).send().unwrap().json().unwrap();
+    let actions: Vec<&str> = audit.as_array().unwrap().iter().map(|r| r["action"].as_str().unwrap()).collect();
+    assert!(
+        actions.iter().filter(|a| **a == "run.submit").count() == 2 && actions.contains(&"run.share"),
+        "{actions:?}"
+    );
+    server.stop();
+}
