@@ -16,6 +16,18 @@ use harness::{Client, Server, http};
 mod browser;
 use browser::Browser;
 
+/// Rate limits out of the way (one client at full speed).
+const UNLIMITED: [&str; 8] = [
+    "--rate-limit",
+    "1000000",
+    "--rate-limit-burst",
+    "1000000",
+    "--ip-rate-limit",
+    "1000000",
+    "--ip-rate-limit-burst",
+    "1000000",
+];
+
 /// `caret ARGS --server URL --token TOKEN` from a machine with no database credentials.
 fn as_client(client: &Client, server: &Server, token: &str, args: &[&str]) -> Output {
     let mut full: Vec<&str> = args.to_vec();
@@ -282,17 +294,7 @@ const UNSCOPED: [&str; 4] = ["/v1/me", "/v1/me/tokens", "/v1/me/tokens/{id}", "/
 #[test]
 fn every_route_answers_every_caller_as_its_rule_says() {
     use caret_server::openapi::Access;
-    let limits = [
-        "--rate-limit",
-        "1000000",
-        "--rate-limit-burst",
-        "1000000",
-        "--ip-rate-limit",
-        "1000000",
-        "--ip-rate-limit-burst",
-        "1000000",
-    ];
-    let server = Server::start(&[], &limits);
+    let server = Server::start(&[], &UNLIMITED);
     let c = reqwest::blocking::Client::builder().timeout(std::time::Duration::from_secs(20)).build().unwrap();
     let bootstrap =
         |org: &str, email: &str| server.admin(&["admin", "bootstrap", "--organisation", org, "--email", email]);
@@ -428,17 +430,7 @@ fn every_route_answers_every_caller_as_its_rule_says() {
 /// answered has its record, and the chain is whole after the restart.
 #[test]
 fn no_audit_record_is_lost_when_the_server_is_killed_mid_write() {
-    let limits = [
-        "--rate-limit",
-        "1000000",
-        "--rate-limit-burst",
-        "1000000",
-        "--ip-rate-limit",
-        "1000000",
-        "--ip-rate-limit-burst",
-        "1000000",
-    ];
-    let server = Server::start(&[], &limits);
+    let server = Server::start(&[], &UNLIMITED);
     let owner = server.owner("killed");
     let url = server.url.clone();
     let answered = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
