@@ -79,6 +79,34 @@ impl AppState {
         self.identity.as_ref().ok_or_else(|| crate::Error::Unavailable("this server keeps no people or tokens".into()))
     }
 
+    /// Refuses with `missing()` (exactly as a missing one answers) another person's resource
+    /// of `kind` that is not shared with the organisation; an admin reaches every one, and
+    /// resources of service accounts and the server are the organisation's.
+    pub async fn visible(
+        &self,
+        caller: &Caller,
+        kind: &str,
+        id: &str,
+        missing: impl FnOnce() -> crate::Error,
+    ) -> crate::Result<()> {
+        let Some(identity) = self.identity.as_ref().filter(|_| caller.principal.role < caret_identity::Role::Admin)
+        else {
+            return Ok(());
+        };
+        match identity.owner(&caller.tenant.id, kind, id).await? {
+            Some(o) if !o.shared && caller.principal.user.as_ref() != Some(&o.user) => Err(missing()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Records that the caller's person (if any) made `tenant`'s resource `id` of `kind`.
+    pub async fn own(&self, caller: &Caller, kind: &str, id: &str) -> crate::Result<()> {
+        if let (Some(identity), Some(user)) = (&self.identity, &caller.principal.user) {
+            identity.own(&caller.tenant.id, kind, id, user).await?;
+        }
+        Ok(())
+    }
+
     /// Runs `change`, writes its outcome to the audit trail, then answers with it.
     pub async fn audited<T>(
         &self,

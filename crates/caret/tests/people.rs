@@ -566,9 +566,12 @@ fn a_members_runs_are_theirs_unless_shared() {
     // Runs need a model to be queued for (a scripted upstream, a test double; no worker takes them).
     let rt = tokio::runtime::Runtime::new().unwrap();
     let up = rt.block_on(caret_test_support::scripted::ScriptedUpstream::start("agent-model"));
+    let repo = harness::buggy_repo();
     let config = format!(
-        "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
-        up.url
+        "[[models]]\nalias = \"agent\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n\n\
+         [server.agent_workspaces]\ndemo = {:?}\n",
+        up.url,
+        repo.path().display().to_string()
     );
     let server = Server::start_with_config(&[], &[], Some(&config));
     let bootstrap = |email: &str| server.admin(&["admin", "bootstrap", "--organisation", "runs-org", "--email", email]);
@@ -578,7 +581,6 @@ fn a_members_runs_are_theirs_unless_shared() {
     for email in ["mia@runs.example", "max@runs.example"] {
         ok(&as_client(&client, &server, &ada, &["admin", "user", "role", email, "member"]));
     }
-    let repo = harness::buggy_repo();
     let submit = |token: &str| {
         let out = as_client(&client, &server, token, &["run", "make add.sh add", "-C", repo.path().to_str().unwrap()]);
         ok(&out).trim().to_owned()
@@ -629,5 +631,26 @@ fn a_members_runs_are_theirs_unless_shared() {
         actions.iter().filter(|a| **a == "run.submit").count() == 2 && actions.contains(&"run.share"),
         "{actions:?}"
     );
+
+    // An agent session is its person's too.
+    let r = c
+        .post(format!("{}/v1/agent/sessions", server.url))
+        .bearer_auth(&mia)
+        .json(&json!({"workspace": "demo"}))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let session = r.json::<Value>().unwrap()["id"].as_str().unwrap().to_owned();
+    let op = json!({"type": "user_input", "text": "hi"});
+    let send = |token: &str, id: &str| {
+        let r =
+            c.post(format!("{}/v1/agent/sessions/{id}/ops", server.url)).bearer_auth(token).json(&op).send().unwrap();
+        (r.status().as_u16(), r.text().unwrap().replace(id, "ID"))
+    };
+    assert_eq!(send(&max, &session), send(&max, "as-madeup"), "another member's session is unknown to him");
+    assert_eq!(send(&max, &session).0, 404);
+    assert_eq!(send(&mia, &session).0, 202);
+    let events = c.get(format!("{}/v1/agent/sessions/{session}/events", server.url)).bearer_auth(&max).send().unwrap();
+    assert_eq!(events.status(), 404);
     server.stop();
 }
