@@ -46,16 +46,24 @@ impl Identity {
             .map(|r| Owner { user: r.get(0), shared: r.get::<i64, _>(1) != 0 }))
     }
 
-    /// The owners of every owned resource of `kind` of `tenant`, by id.
-    pub async fn owners(&self, tenant: &str, kind: &str) -> Result<HashMap<String, Owner>> {
-        Ok(sqlx::query("SELECT id, user_id, shared FROM owners WHERE tenant_id = $1 AND kind = $2")
-            .bind(tenant)
-            .bind(kind)
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(|r| (r.get(0), Owner { user: r.get(1), shared: r.get::<i64, _>(2) != 0 }))
-            .collect())
+    /// The owners of those of `ids` (resources of `kind` of `tenant`) that have one, by id.
+    pub async fn owners(&self, tenant: &str, kind: &str, ids: &[String]) -> Result<HashMap<String, Owner>> {
+        let mut out = HashMap::new();
+        for chunk in ids.chunks(200) {
+            let marks: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 3)).collect();
+            let sql = format!(
+                "SELECT id, user_id, shared FROM owners WHERE tenant_id = $1 AND kind = $2 AND id IN ({})",
+                marks.join(", ")
+            );
+            let mut q = sqlx::query(&sql).bind(tenant).bind(kind);
+            for id in chunk {
+                q = q.bind(id);
+            }
+            for r in q.fetch_all(&self.pool).await? {
+                out.insert(r.get(0), Owner { user: r.get(1), shared: r.get::<i64, _>(2) != 0 });
+            }
+        }
+        Ok(out)
     }
 
     /// Shares `tenant`'s resource with the organisation (or stops sharing it).

@@ -263,3 +263,25 @@ async fn closed_hours_are_exported_once_and_a_rewritten_chain_differs_from_them(
     let problems = id.verify_exports(&store).await.unwrap();
     assert!(problems.contains(&"record 5 (exported) is missing from the database".to_owned()), "{problems:?}");
 }
+
+#[tokio::test]
+async fn owners_are_read_for_the_ids_asked_and_shared_by_kind() {
+    for which in Which::ALL {
+        let dir = TempDir::new();
+        let Some(id) = identity(&dir, which).await else { continue };
+        id.own("org-a", "run", "r1", "u1").await.unwrap();
+        id.own("org-a", "run", "r2", "u2").await.unwrap();
+        id.own("org-b", "run", "r3", "u3").await.unwrap();
+        let ids: Vec<String> = ["r1", "r2", "r3", "r4"].map(String::from).to_vec();
+        let found = id.owners("org-a", "run", &ids).await.unwrap();
+        assert_eq!(found.len(), 2, "another organisation's and an unowned run are left out");
+        assert_eq!(found["r1"].user, "u1");
+        assert!(id.owners("org-a", "run", &[]).await.unwrap().is_empty());
+        let many: Vec<String> = (0..450).map(|i| format!("x{i}")).chain(["r2".to_owned()]).collect();
+        assert_eq!(id.owners("org-a", "run", &many).await.unwrap().len(), 1, "asked in chunks");
+        id.share("org-a", "run", "r1", true).await.unwrap();
+        assert!(id.owner("org-a", "run", "r1").await.unwrap().unwrap().shared);
+        assert!(id.owner("org-a", "session", "r1").await.unwrap().is_none(), "by kind");
+        assert!(matches!(id.share("org-a", "run", "r4", true).await, Err(Error::NotFound(_))));
+    }
+}

@@ -103,7 +103,8 @@ pub(crate) async fn list(
     if let Some(identity) = &s.identity
         && caller.principal.role < Role::Admin
     {
-        let owners = identity.owners(&t.id, "run").await?;
+        let ids: Vec<String> = runs.iter().map(|r| r.id.clone()).collect();
+        let owners = identity.owners(&t.id, "run", &ids).await?;
         runs.retain(|r| owners.get(&r.id).is_none_or(|o| o.shared || caller.principal.user.as_ref() == Some(&o.user)));
     }
     Ok(AxumJson(RunList { runs }).into_response())
