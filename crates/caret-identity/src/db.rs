@@ -96,6 +96,33 @@ const MIGRATIONS: &[(i64, &str)] = &[
         PRIMARY KEY (tenant_id, kind, id)
     )",
     ),
+    (
+        5,
+        "CREATE TABLE sign_ins (
+        state_hash TEXT PRIMARY KEY,
+        tenant_id TEXT NOT NULL,
+        purpose TEXT NOT NULL,
+        target TEXT NOT NULL,
+        nonce TEXT NOT NULL,
+        verifier TEXT NOT NULL,
+        expires_at BIGINT NOT NULL
+    );
+    CREATE TABLE grants (
+        code_hash TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        tenant_id TEXT NOT NULL,
+        user_id TEXT,
+        user_code TEXT UNIQUE,
+        challenge TEXT,
+        redirect TEXT,
+        state TEXT NOT NULL,
+        family TEXT,
+        expires_at BIGINT NOT NULL,
+        polled_at BIGINT
+    );
+    ALTER TABLE credentials ADD COLUMN family TEXT;
+    CREATE INDEX credentials_of_family ON credentials (family)",
+    ),
 ];
 
 /// The identity store: people, groups, credentials and the audit trail of every organisation.

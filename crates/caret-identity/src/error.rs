@@ -15,6 +15,13 @@ pub enum Error {
     /// The caller's role does not allow it.
     #[error("{0}")]
     Forbidden(String),
+    /// A token or code that is forged, expired, replayed or not for this server (an ID
+    /// token, an authorization or device code, a refresh token).
+    #[error("{0}")]
+    BadToken(String),
+    /// The identity provider (OIDC, LDAP) could not be reached or answered nonsense.
+    #[error("{0}")]
+    Upstream(String),
     /// The database failed.
     #[error("identity database")]
     Database(#[from] sqlx::Error),

@@ -58,6 +58,16 @@ impl Identity {
     /// Makes a credential in `tenant`; returns the token (shown once, never stored) and the
     /// record. A person's credential needs them active and scopes their role allows.
     pub async fn create_credential(&self, tenant: &str, new: NewCredential) -> Result<(String, Credential)> {
+        self.make_credential(tenant, new, None).await
+    }
+
+    /// [`Identity::create_credential`], in sign-in `family` (revoked together) when given.
+    pub(crate) async fn make_credential(
+        &self,
+        tenant: &str,
+        new: NewCredential,
+        family: Option<&str>,
+    ) -> Result<(String, Credential)> {
         let name = new.name.trim();
         if name.is_empty() || name.len() > 100 || name.chars().any(char::is_control) {
             return Err(Error::BadRequest(format!("{name:?} is not a token name")));
@@ -89,8 +99,9 @@ impl Identity {
         let token = caret_crypto::new_api_token().map_err(|source| Error::Crypto { what: "making a token", source })?;
         let id = new_id()?;
         sqlx::query(
-            "INSERT INTO credentials (id, tenant_id, user_id, kind, name, role, token_hash, scopes, created_at, expires_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            "INSERT INTO credentials \
+             (id, tenant_id, user_id, kind, name, role, token_hash, scopes, created_at, expires_at, family) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
         )
         .bind(&id)
         .bind(tenant)
@@ -102,6 +113,7 @@ impl Identity {
         .bind(new.scopes.to_string())
         .bind(now)
         .bind(new.expires_at)
+        .bind(family)
         .execute(&self.pool)
         .await?;
         let credential = Credential {
@@ -176,13 +188,13 @@ impl Identity {
     }
 
     /// Who `token` acts as, if it is a live credential: not revoked, not expired, its person
-    /// active. Its scopes are cut to what the role allows now.
+    /// active, and not a refresh token (which only buys new sign-in tokens). Its scopes are cut to what the role allows now.
     pub async fn authenticate(&self, token: &str) -> Result<Option<Principal>> {
         let row = sqlx::query(
             "SELECT c.id, c.tenant_id, c.user_id, c.kind, c.name, c.role, c.scopes, c.expires_at, \
                     u.email, u.role, u.state \
              FROM credentials c LEFT JOIN users u ON u.id = c.user_id \
-             WHERE c.token_hash = $1 AND c.revoked_at IS NULL",
+             WHERE c.token_hash = $1 AND c.revoked_at IS NULL AND c.kind <> 'refresh'",
         )
         .bind(caret_crypto::hash_api_token(token))
         .fetch_optional(&self.pool)
