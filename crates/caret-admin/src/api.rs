@@ -297,9 +297,11 @@ pub async fn invite(
     })
 }
 
-/// `caret login`: an invitation used, or a token checked; the token kept for the server.
+/// `caret login`: a sign-in through the identity provider, an invitation used, or a token
+/// checked; what it gives kept for the server.
 pub async fn login(config: &Config, args: &LoginArgs) -> anyhow::Result<()> {
     let server = args.server.trim_end_matches('/').to_owned();
+    let mut refresh_token = None;
     let token = match (&args.invitation, &args.token) {
         (Some(code), _) => {
             // The code is the credential: no token goes with it.
@@ -310,7 +312,14 @@ pub async fn login(config: &Config, args: &LoginArgs) -> anyhow::Result<()> {
             joined.token.token
         }
         (None, Some(token)) => token.clone(),
-        (None, None) => anyhow::bail!("give --invitation CODE or --token TOKEN"),
+        (None, None) => {
+            let tokens = match args.device {
+                true => crate::signin::device(&server).await?,
+                false => crate::signin::browser(&server, !args.no_browser).await?,
+            };
+            refresh_token = tokens.refresh_token;
+            tokens.access_token
+        }
     };
     let check = ServerArgs { server: Some(server.clone()), token: Some(token.clone()), json: false };
     let api = api(config, &check)?;
@@ -320,6 +329,7 @@ pub async fn login(config: &Config, args: &LoginArgs) -> anyhow::Result<()> {
         name: me.name.clone(),
         organisation: me.organisation_name.clone(),
         expires_at: me.expires_at,
+        refresh_token,
     };
     caret_host::credentials::save(&config.home, &server, saved)?;
     println!("signed in to {} as {} ({}) on {server}", me.organisation_name, me.name, me.role);
@@ -338,9 +348,13 @@ pub async fn logout(config: &Config, server: &ServerArgs) -> anyhow::Result<()> 
     let check = ServerArgs { server: Some(url.clone()), token: Some(token), json: false };
     let api = api(config, &check)?;
     if let Ok(me) = api.call::<Me>(api.client.get(api.url("/v1/me"))).await
-        && me.kind == "personal"
+        && matches!(me.kind.as_str(), "personal" | "access")
     {
-        let revoked = api.call::<Value>(api.client.delete(api.url(&format!("/v1/me/tokens/{}", me.credential)))).await;
+        // A sign-in ends with every token it gave; a personal token is revoked.
+        let revoked = match me.kind.as_str() {
+            "access" => api.call::<Value>(api.client.post(api.url("/v1/auth/logout"))).await,
+            _ => api.call::<Value>(api.client.delete(api.url(&format!("/v1/me/tokens/{}", me.credential)))).await,
+        };
         if let Err(e) = revoked {
             eprintln!("caret: the token was not revoked on the server: {e:#}");
         }

@@ -430,10 +430,11 @@ pub enum AuditVerify {
     },
 }
 
-/// `caret login`: keeps a token for a team server under `$CARET_HOME` (mode 0600), which
-/// every client then uses for that server.
+/// `caret login`: signs in to a team server through its identity provider (a browser, or
+/// `--device` on a machine without one), or keeps a token you have; what it keeps under
+/// `$CARET_HOME` (mode 0600) every client then uses for that server.
 #[derive(Debug, clap::Args)]
-#[command(group(clap::ArgGroup::new("with").required(true).args(["invitation", "token"])))]
+#[command(group(clap::ArgGroup::new("with").args(["invitation", "token", "device"])))]
 pub struct LoginArgs {
     /// The `caret serve` URL (env CARET_SERVER).
     #[arg(long, env = "CARET_SERVER")]
@@ -447,4 +448,10 @@ pub struct LoginArgs {
     /// Your name, when joining.
     #[arg(long, default_value = "")]
     pub name: String,
+    /// Sign in on another device's browser (a code to confirm), for a machine without one.
+    #[arg(long)]
+    pub device: bool,
+    /// Print the sign-in address instead of opening a browser.
+    #[arg(long)]
+    pub no_browser: bool,
 }

@@ -7,6 +7,7 @@
 pub mod api;
 pub mod args;
 mod local;
+mod signin;
 mod usage;
 
 use std::process::ExitCode;

@@ -66,6 +66,7 @@ fn bench(config: &Config, path: &Path, changes: usize, scratch: &Path) -> anyhow
             replicas: caret_server::Replicas::Join(None),
             usage: caret_usage::Recorder::off(),
             identity: None,
+            sign_in: None,
         };
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(caret_server::serve(service, serve, listener, async move {

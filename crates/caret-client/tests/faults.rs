@@ -49,6 +49,7 @@ async fn serve(service: Arc<Service>) -> Server {
         replicas: caret_server::Replicas::Join(None),
         usage: caret_usage::Recorder::off(),
         identity: None,
+        sign_in: None,
     };
     let statuses = Arc::new(Mutex::new(Vec::new()));
     let seen = statuses.clone();

@@ -57,6 +57,7 @@ fn harness() -> &'static Harness {
                 replicas: caret_server::Replicas::Join(None),
                 usage: caret_usage::Recorder::off(),
                 identity: None,
+                sign_in: None,
             };
             (caret_server::app(service, &config), token)
         });

@@ -399,6 +399,10 @@ pub struct ServerSection {
     pub runs_network: bool,
     /// Who may add and remove @Docs sources: `members` (default) or admins (anything else).
     pub docs_sources: String,
+    /// Where browsers reach this server (`https://caret.acme.example`), for sign-in redirects.
+    pub public_url: Option<String>,
+    /// `[server.oidc]`: the OpenID Connect provider people sign in with.
+    pub oidc: Option<caret_identity::oidc::OidcSettings>,
 }
 
 impl ServerSection {
@@ -431,6 +435,8 @@ impl Default for ServerSection {
             egress_allow: Vec::new(),
             runs_network: false,
             docs_sources: "members".to_owned(),
+            public_url: None,
+            oidc: None,
         }
     }
 }

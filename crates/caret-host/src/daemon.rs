@@ -327,6 +327,7 @@ pub fn serve(config: &Config, idle: Option<&str>, log: fn(String)) -> anyhow::Re
             replicas: caret_server::Replicas::Alone,
             usage: caret_usage::Recorder::off(),
             identity: None,
+            sign_in: None,
         };
         serve.check()?;
         let activity = Arc::new(Activity::new());

@@ -59,7 +59,7 @@ pub struct OidcSettings {
     /// The client secret (or `CARET_OIDC_CLIENT_SECRET`); none for a public client.
     #[serde(default)]
     pub client_secret: Option<String>,
-    /// The organisation (tenant id) people sign in to.
+    /// The organisation people sign in to: its name (or its id).
     pub organisation: String,
     /// Scopes asked for (`openid email profile` and, when groups are mapped, whatever scope
     /// carries them).
@@ -103,6 +103,9 @@ pub struct Metadata {
     pub token_endpoint: String,
     /// The provider's signing keys.
     pub jwks_uri: String,
+    /// Where the person's claims are read when the ID token leaves them out.
+    #[serde(default)]
+    pub userinfo_endpoint: Option<String>,
     /// How the provider accepts a client's secret.
     #[serde(default)]
     pub token_endpoint_auth_methods_supported: Vec<String>,
@@ -282,13 +285,42 @@ impl Oidc {
             .get("id_token")
             .and_then(|v| v.as_str())
             .ok_or_else(|| Error::Upstream("the provider answered without an ID token".into()))?;
-        self.check_id_token(id_token, nonce, crate::db::now_ms() / 1000).await
+        let mut claims = self.checked_claims(id_token, nonce, crate::db::now_ms() / 1000).await?;
+        // A provider may keep the person's claims for its userinfo endpoint (OpenID Connect
+        // Core 5.4): read there, for the same subject only.
+        let access = body.get("access_token").and_then(|v| v.as_str());
+        if !claims.contains_key(&self.settings.claims.email)
+            && let (Some(endpoint), Some(access)) = (&m.userinfo_endpoint, access)
+        {
+            let r = self.http.get(endpoint).bearer_auth(access).send().await.map_err(|e| upstream("userinfo", e))?;
+            if !r.status().is_success() {
+                return Err(upstream("userinfo", format!("answered {}", r.status())));
+            }
+            let info: serde_json::Map<String, serde_json::Value> = r.json().await.map_err(|e| upstream("userinfo", e))?;
+            if info.get("sub") != claims.get("sub") {
+                return Err(Error::BadToken("the userinfo is another subject's".into()));
+            }
+            for (k, v) in info {
+                claims.entry(k).or_insert(v);
+            }
+        }
+        self.map_claims(&claims)
     }
 
     /// Checks an ID token: signed by one of the provider's keys with an accepted algorithm,
     /// issued by the issuer for this client, not expired, carrying `nonce`; then maps its
     /// claims.
     pub async fn check_id_token(&self, token: &str, nonce: &str, now_s: i64) -> Result<SignedIn> {
+        self.map_claims(&self.checked_claims(token, nonce, now_s).await?)
+    }
+
+    /// The claims of an ID token that passes [`Oidc::check_id_token`]'s checks.
+    async fn checked_claims(
+        &self,
+        token: &str,
+        nonce: &str,
+        now_s: i64,
+    ) -> Result<serde_json::Map<String, serde_json::Value>> {
         let header = jwt::header(token)?;
         if !jwt::ALGORITHMS.contains(&header.alg.as_str()) {
             return Err(Error::BadToken(format!("the signature algorithm {:?} is not accepted", header.alg)));
@@ -302,7 +334,7 @@ impl Oidc {
             .ok_or_else(|| Error::BadToken(format!("no key of the provider's is {:?}", header.kid)))?;
         let claims = jwt::verify(token, key)?;
         self.check_claims(&claims, nonce, now_s)?;
-        self.map_claims(&claims)
+        Ok(claims)
     }
 
     fn check_claims(&self, c: &serde_json::Map<String, serde_json::Value>, nonce: &str, now_s: i64) -> Result<()> {

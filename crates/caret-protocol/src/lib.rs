@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod admin;
 pub mod agent;
+pub mod auth;
 pub mod apply;
 pub mod complete;
 pub mod docs;

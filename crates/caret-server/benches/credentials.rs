@@ -84,6 +84,7 @@ fn main() {
             replicas: caret_server::Replicas::Join(None),
             usage: caret_usage::Recorder::off(),
             identity: Some(identity),
+            sign_in: None,
         };
         let app = caret_server::app(service, &config);
         let started = Instant::now();

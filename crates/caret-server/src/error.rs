@@ -123,6 +123,8 @@ impl From<caret_identity::Error> for Error {
             E::BadRequest(m) => Error::BadRequest(m),
             E::Conflict(m) => Error::Conflict(m),
             E::Forbidden(m) => Error::Forbidden("forbidden", m),
+            E::BadToken(m) => Error::BadRequest(m),
+            E::Upstream(m) => Error::Unavailable(format!("the identity provider: {m}")),
             E::Database(e) => Error::Database(e),
             other => Error::Internal(chain(&other)),
         }

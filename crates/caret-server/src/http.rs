@@ -42,6 +42,12 @@ fn public_routes() -> Routes {
         ("/admin/app.js", get(crate::admin::page_script)),
         // An invitation's code is its own credential.
         ("/v1/invitations/accept", post(crate::admin::accept)),
+        // Signing in: the provider's answer, codes and refresh tokens are their own credentials.
+        ("/v1/auth/methods", get(crate::signin::methods)),
+        ("/v1/auth/login", get(crate::signin::login)),
+        ("/v1/auth/callback", get(crate::signin::callback)),
+        ("/v1/auth/device", get(crate::signin::device_page).post(crate::signin::device_start)),
+        ("/v1/auth/token", post(crate::signin::token)),
     ]
 }
 
@@ -85,6 +91,7 @@ fn tenant_routes() -> Routes {
         ("/v1/me", get(crate::admin::me)),
         ("/v1/me/tokens", get(crate::admin::my_tokens).post(crate::admin::create_my_token)),
         ("/v1/me/tokens/{id}", delete(crate::admin::revoke_my_token)),
+        ("/v1/auth/logout", post(crate::signin::logout)),
     ]
 }
 
@@ -246,7 +253,23 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
     {
         return Error::RateLimited { retry_after }.into_response();
     }
-    let Some(token) = token else { return Error::Unauthorized.into_response() };
+    // Without a bearer token, a team page's session cookie; a change made with it must carry
+    // the session's CSRF token.
+    let token = match token {
+        Some(t) => t,
+        None => match crate::signin::cookie(req.headers(), crate::signin::SESSION_COOKIE) {
+            Some(session) if state.sign_in.is_some() => {
+                let safe = matches!(*req.method(), axum::http::Method::GET | axum::http::Method::HEAD);
+                let sent = req.headers().get(crate::signin::CSRF_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
+                if !safe && sent != crate::signin::csrf_of(session) {
+                    let why = "a change made with the page's session needs its X-CSRF-Token".to_owned();
+                    return Error::Forbidden("csrf", why).into_response();
+                }
+                session
+            }
+            _ => return Error::Unauthorized.into_response(),
+        },
+    };
     let address = req
         .extensions()
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()

@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod runs;
 pub mod sessions;
+pub mod signin;
 pub mod sse;
 pub mod state;
 pub mod tab;
@@ -101,6 +102,8 @@ pub struct ServeConfig {
     pub usage: caret_usage::Recorder,
     /// People, credentials and the audit trail (none: tenant tokens only, no admin API).
     pub identity: Option<Arc<caret_identity::Identity>>,
+    /// How people sign in (none: with tokens only).
+    pub sign_in: Option<Arc<signin::SignIn>>,
 }
 
 /// The identity store on `service`'s metadata database.
@@ -180,6 +183,7 @@ fn app_state(
         compartments,
         usage: config.usage.clone(),
         identity: config.identity.clone(),
+        sign_in: config.sign_in.clone(),
         credentials: Arc::new(caret_identity::cache::Cache::new(std::time::Duration::from_secs(60), 100_000)),
     }
 }

@@ -9,12 +9,14 @@
 
 use std::collections::BTreeSet;
 
-use caret_protocol::{admin, agent, apply, complete, docs, envs, llm, runs, usage};
+use caret_protocol::{agent, apply, complete, docs, envs, llm, runs, usage};
 use schemars::JsonSchema;
 use schemars::generate::{Contract, SchemaGenerator, SchemaSettings};
 use serde_json::{Map, Value, json};
 
 use caret_protocol::agent::{CreateSession, SessionCreated};
+
+mod people;
 
 /// Who may call an operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,10 +221,9 @@ fn limit(default: u32) -> Value {
 }
 
 /// Every operation of the router.
-fn operations(s: &mut Schemas) -> Vec<Operation> {
-    use Access::{Admin, Operator, Public, Tenant};
-    use Errors::{Caret, OpenAi};
-    let op = |method, path, id, summary, access| Operation {
+/// An operation with no parameters, body or answers yet, answering Caret's errors.
+fn op(method: &'static str, path: &'static str, id: &'static str, summary: &'static str, access: Access) -> Operation {
+    Operation {
         method,
         path,
         id,
@@ -231,11 +232,24 @@ fn operations(s: &mut Schemas) -> Vec<Operation> {
         parameters: Vec::new(),
         body: None,
         answers: Vec::new(),
-        errors: Caret,
-    };
+        errors: Errors::Caret,
+    }
+}
+
+/// A 200 answer.
+fn ok(content: Map<String, Value>) -> Vec<(u16, &'static str, Map<String, Value>)> {
+    vec![(200, "OK", content)]
+}
+
+/// A 204 answer.
+fn no_content() -> Vec<(u16, &'static str, Map<String, Value>)> {
+    vec![(204, "Done", Map::new())]
+}
+
+fn operations(s: &mut Schemas) -> Vec<Operation> {
+    use Access::{Operator, Public, Tenant};
+    use Errors::OpenAi;
     let none = Map::new;
-    let ok = |content| vec![(200, "OK", content)];
-    let no_content = || vec![(204, "Done", Map::new())];
     let secret_name = path_param(
         "name",
         "The secret's name: an environment variable's.",
@@ -257,7 +271,7 @@ fn operations(s: &mut Schemas) -> Vec<Operation> {
         answer.extend(model_events(s, chunk));
         ok(answer)
     };
-    vec![
+    let mut ops = vec![
         Operation { answers: ok(text("text/plain")), ..op("get", "/healthz", "healthz", "The process is up.", Public) },
         Operation {
             answers: vec![(200, "Ready", text("text/plain"))],
@@ -588,143 +602,6 @@ fn operations(s: &mut Schemas) -> Vec<Operation> {
             answers: no_content(),
             ..op("delete", "/v1/secrets/{name}", "delete_secret", "Deletes a secret.", Tenant)
         },
-        // Who the caller is, their own tokens, and the admin API.
-        Operation {
-            answers: ok(s.json::<admin::Me>()),
-            ..op("get", "/v1/me", "me", "Who the credential acts as.", Tenant)
-        },
-        Operation {
-            answers: ok(s.json::<Vec<admin::TokenInfo>>()),
-            ..op("get", "/v1/me/tokens", "my_tokens", "The caller's own tokens.", Tenant)
-        },
-        Operation {
-            body: Some(s.read::<admin::CreateToken>()),
-            answers: vec![(201, "Made; the token is shown this once", s.json::<admin::TokenCreated>())],
-            ..op("post", "/v1/me/tokens", "create_my_token", "Makes a personal access token.", Tenant)
-        },
-        Operation {
-            parameters: vec![id("The token's id.")],
-            answers: ok(s.json::<admin::TokenInfo>()),
-            ..op("delete", "/v1/me/tokens/{id}", "revoke_my_token", "Revokes one of the caller's tokens.", Tenant)
-        },
-        Operation {
-            body: Some(s.read::<admin::AcceptInvitation>()),
-            answers: vec![(201, "Joined; the first token is shown this once", s.json::<admin::Joined>())],
-            ..op(
-                "post",
-                "/v1/invitations/accept",
-                "accept_invitation",
-                "Uses an invitation's code (once, before it expires): the person joins and gets a token.",
-                Public,
-            )
-        },
-        Operation {
-            body: Some(s.read::<admin::Invite>()),
-            answers: vec![(201, "Made; the code is shown this once", s.json::<admin::Invited>())],
-            ..op("post", "/v1/admin/invitations", "invite", "Invites someone by email, as a role.", Admin)
-        },
-        Operation {
-            answers: ok(s.json::<Vec<admin::Person>>()),
-            ..op("get", "/v1/admin/users", "users", "The organisation's people.", Admin)
-        },
-        Operation {
-            body: Some(s.read::<admin::AddPerson>()),
-            answers: vec![(201, "Added", s.json::<admin::Person>())],
-            ..op("post", "/v1/admin/users", "add_user", "Adds a person (an owner only by an owner).", Admin)
-        },
-        Operation {
-            parameters: vec![id("The person's id.")],
-            answers: ok(s.json::<admin::Person>()),
-            ..op("get", "/v1/admin/users/{id}", "user", "A person.", Admin)
-        },
-        Operation {
-            parameters: vec![id("The person's id.")],
-            body: Some(s.read::<admin::ChangePerson>()),
-            answers: ok(s.json::<admin::Person>()),
-            ..op(
-                "patch",
-                "/v1/admin/users/{id}",
-                "change_user",
-                "Changes a person's role or state; deactivation ends their tokens at once.",
-                Admin,
-            )
-        },
-        Operation {
-            answers: ok(s.json::<Vec<admin::TokenInfo>>()),
-            ..op("get", "/v1/admin/tokens", "tokens", "The organisation's tokens.", Admin)
-        },
-        Operation {
-            body: Some(s.read::<admin::CreateToken>()),
-            answers: vec![(201, "Made; the token is shown this once", s.json::<admin::TokenCreated>())],
-            ..op("post", "/v1/admin/tokens", "create_token", "Makes a service account's token.", Admin)
-        },
-        Operation {
-            parameters: vec![id("The token's id.")],
-            answers: no_content(),
-            ..op("delete", "/v1/admin/tokens/{id}", "revoke_token", "Revokes any token of the organisation.", Admin)
-        },
-        Operation {
-            answers: ok(s.json::<Vec<admin::GroupInfo>>()),
-            ..op("get", "/v1/admin/groups", "groups", "The organisation's groups.", Admin)
-        },
-        Operation {
-            body: Some(s.read::<admin::CreateGroup>()),
-            answers: vec![(201, "Made", s.json::<admin::GroupInfo>())],
-            ..op("post", "/v1/admin/groups", "create_group", "Makes a group.", Admin)
-        },
-        Operation {
-            parameters: vec![id("The group's id.")],
-            answers: no_content(),
-            ..op("delete", "/v1/admin/groups/{id}", "delete_group", "Deletes a group.", Admin)
-        },
-        Operation {
-            parameters: vec![id("The group's id.")],
-            body: Some(s.read::<admin::GroupModels>()),
-            answers: no_content(),
-            ..op(
-                "put",
-                "/v1/admin/groups/{id}/models",
-                "group_models",
-                "Sets the model aliases a group's members may use.",
-                Admin,
-            )
-        },
-        Operation {
-            parameters: vec![
-                id("The group's id."),
-                path_param("user", "The person's id.", json!({ "type": "string", "minLength": 1, "maxLength": 128 })),
-            ],
-            answers: no_content(),
-            ..op("put", "/v1/admin/groups/{id}/members/{user}", "add_member", "Puts a person in a group.", Admin)
-        },
-        Operation {
-            parameters: vec![
-                id("The group's id."),
-                path_param("user", "The person's id.", json!({ "type": "string", "minLength": 1, "maxLength": 128 })),
-            ],
-            answers: no_content(),
-            ..op(
-                "delete",
-                "/v1/admin/groups/{id}/members/{user}",
-                "remove_member",
-                "Takes a person out of a group.",
-                Admin,
-            )
-        },
-        Operation {
-            parameters: vec![
-                query("since_ms", "From this time, Unix ms.", json!({ "type": "integer" })),
-                query("user", "Only this person's.", json!({ "type": "string" })),
-                query("after", "After this record.", json!({ "type": "integer" })),
-                limit(100),
-            ],
-            answers: ok(s.json::<Vec<admin::AuditRecord>>()),
-            ..op("get", "/v1/admin/audit", "audit", "The organisation's audit trail, oldest first.", Admin)
-        },
-        Operation {
-            answers: ok(s.json::<admin::AuditVerification>()),
-            ..op("post", "/v1/admin/audit/verify", "verify_audit", "Checks the audit trail's hash chain.", Admin)
-        },
         Operation {
             body: Some(s.read::<docs::AddDocsSource>()),
             answers: vec![(201, "Added; its first crawl is queued", s.json::<docs::DocsSource>())],
@@ -844,7 +721,9 @@ fn operations(s: &mut Schemas) -> Vec<Operation> {
             answers: ok(s.json::<runs::Fleet>()),
             ..op("get", "/v1/fleet", "fleet", "Workers, queues, running and recently ended runs.", Operator)
         },
-    ]
+    ];
+    ops.extend(people::operations(s));
+    ops
 }
 
 /// The description, as JSON.
@@ -937,7 +816,7 @@ fn tag(path: &str) -> &'static str {
         "apply" | "complete" => "editing",
         "agent" => "agent",
         "runs" | "secrets" => "runs",
-        "me" | "admin" | "invitations" => "people",
+        "me" | "admin" | "invitations" | "auth" => "people",
         "docs" => "docs",
         "envs" => "envs",
         "workers" | "fleet" => "operators",

@@ -46,6 +46,8 @@ pub struct AppState {
     /// People, credentials and the audit trail (none: tenant tokens only, no admin API — the
     /// local daemon, a router built for a test).
     pub identity: Option<Arc<caret_identity::Identity>>,
+    /// How people sign in (none: tokens only).
+    pub sign_in: Option<Arc<crate::signin::SignIn>>,
     /// Checked credentials, by token hash, for one identity epoch.
     pub credentials: Arc<caret_identity::cache::Cache<Caller>>,
 }

@@ -51,6 +51,7 @@ async fn harness(rate_limit: RateLimit) -> Harness {
         replicas: caret_server::Replicas::Join(None),
         usage: caret_usage::Recorder::off(),
         identity: None,
+        sign_in: None,
     };
     Harness { app: caret_server::app(service, &config), alice, bob, _dir: dir }
 }

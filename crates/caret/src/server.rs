@@ -80,6 +80,7 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
         replicas: caret_server::Replicas::Join(args.advertise_url),
         usage: caret_usage::Recorder::off(),
         identity: None,
+        sign_in: None,
         agent: caret_server::sessions::AgentSettings {
             workspaces: config.server.agent_workspaces.clone(),
             rules: config.agent.rules(),
@@ -139,6 +140,7 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
             std::net::TcpListener::bind(serve.addr).with_context(|| format!("listening on {}", serve.addr))?;
         let local = listener.local_addr()?;
         let scheme = if serve.tls.is_some() { "https" } else { "http" };
+        serve.sign_in = sign_in(&config, &format!("{scheme}://{local}"))?;
         // Printed for scripts and tests that ask for port 0.
         println!("caret serve listening on {scheme}://{local}");
         for name in config.server.agent_workspaces.keys() {
@@ -164,4 +166,12 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// How people sign in: the OpenID Connect provider of `[server.oidc]`, its redirects under
+/// `[server] public_url` (`listening`, the address listened on, when unset).
+fn sign_in(config: &Config, listening: &str) -> anyhow::Result<Option<Arc<caret_server::signin::SignIn>>> {
+    let Some(settings) = config.server.oidc.clone() else { return Ok(None) };
+    let public_url = config.server.public_url.clone().unwrap_or_else(|| listening.to_owned());
+    Ok(Some(Arc::new(caret_server::signin::SignIn::with_oidc(public_url, settings).context("[server.oidc]")?)))
 }

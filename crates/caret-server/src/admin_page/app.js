@@ -1,14 +1,22 @@
 // The admin page: the organisation's people, tokens, groups and audit trail through the admin
-// API, with a token kept in this tab only. Everything from the server is put in with
-// textContent (names and emails are anyone's).
+// API, signed in through the organisation's identity provider (an HttpOnly session cookie,
+// every change carrying its CSRF token) or with a token kept in this tab only. Everything
+// from the server is put in with textContent (names and emails are anyone's).
 "use strict";
 
 const KEY = "caret-admin-token";
 const $ = (sel) => document.querySelector(sel);
 const token = () => sessionStorage.getItem(KEY);
 
+function cookie(name) {
+  const kv = document.cookie.split(";").map((c) => c.trim().split("=")).find(([k]) => k === name);
+  return kv ? kv[1] : null;
+}
+
 async function api(method, path, body) {
-  const init = { method, headers: { Authorization: `Bearer ${token()}` } };
+  // A token typed in wins; else the session cookie goes along, with the CSRF token.
+  const headers = token() ? { Authorization: `Bearer ${token()}` } : { "X-CSRF-Token": cookie("caret_csrf") || "" };
+  const init = { method, headers, credentials: "same-origin" };
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
@@ -71,7 +79,8 @@ async function load() {
   try {
     me = await api("GET", "/v1/me");
   } catch (e) {
-    status(e.status === 401 ? "the token was refused" : e.message, true);
+    if (e.status === 401 && !token()) status("not signed in");
+    else status(e.status === 401 ? "the token was refused" : e.message, true);
     showLogin();
     return;
   }
@@ -130,9 +139,15 @@ async function load() {
   $("#forget").hidden = false;
 }
 
-function showLogin() {
+async function showLogin() {
   $("#board").hidden = true;
   $("#login").hidden = false;
+  try {
+    const methods = await (await fetch("/v1/auth/methods")).json();
+    $("#sso").hidden = !methods.oidc;
+  } catch (e) {
+    $("#sso").hidden = true;
+  }
 }
 
 $("#login").addEventListener("submit", (e) => {
@@ -141,7 +156,10 @@ $("#login").addEventListener("submit", (e) => {
   $("#token").value = "";
   load();
 });
-$("#forget").addEventListener("click", () => {
+$("#forget").addEventListener("click", async () => {
+  if (!token()) {
+    try { await api("POST", "/v1/auth/logout"); } catch (e) { /* signed out already */ }
+  }
   sessionStorage.removeItem(KEY);
   $("#forget").hidden = true;
   status("not signed in");
@@ -187,4 +205,5 @@ function tokenFromHash() {
 }
 window.addEventListener("hashchange", () => { if (tokenFromHash()) load(); });
 tokenFromHash();
-if (token()) load(); else showLogin();
+// With no token, a session cookie may be there (after signing in through the provider).
+load();
