@@ -314,8 +314,8 @@ impl Identity {
         Ok(())
     }
 
-    /// Signs out the sign-in credential `credential` belongs to (just it, for a token of
-    /// no sign-in).
+    /// Signs out the sign-in credential `credential` belongs to; a token of no sign-in (a
+    /// personal access token) is refused: it is revoked as itself.
     pub async fn sign_out(&self, tenant: &str, credential: &str) -> Result<()> {
         let family: Option<String> = sqlx::query("SELECT family FROM credentials WHERE tenant_id = $1 AND id = $2")
             .bind(tenant)
@@ -325,7 +325,7 @@ impl Identity {
             .and_then(|r| r.get(0));
         match family {
             Some(f) => self.revoke_family(&f).await,
-            None => self.revoke(tenant, credential).await.map(drop),
+            None => Err(Error::Conflict("this token is not a sign-in's: revoke it as a token".into())),
         }
     }
 

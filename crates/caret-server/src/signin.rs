@@ -56,8 +56,10 @@ impl SignIn {
 }
 
 fn oidc(state: &AppState) -> Result<(&SignIn, &Arc<Oidc>)> {
-    let s = state.sign_in.as_deref().ok_or_else(|| Error::Unavailable("this server has no sign-in configured".into()))?;
-    let o = s.oidc.as_ref().ok_or_else(|| Error::Unavailable("this server has no OpenID Connect provider".into()))?;
+    // Without a provider, the sign-in routes answer as absent ones.
+    let none = || Error::NotFound("sign-in through an identity provider on this server".into());
+    let s = state.sign_in.as_deref().ok_or_else(none)?;
+    let o = s.oidc.as_ref().ok_or_else(none)?;
     Ok((s, o))
 }
 

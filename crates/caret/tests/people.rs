@@ -286,7 +286,7 @@ enum Who {
 }
 
 /// Tenant routes open to any live credential of the organisation, whatever its scopes.
-const UNSCOPED: [&str; 4] = ["/v1/me", "/v1/me/tokens", "/v1/me/tokens/{id}", "/v1/usage"];
+const UNSCOPED: [&str; 5] = ["/v1/me", "/v1/me/tokens", "/v1/me/tokens/{id}", "/v1/usage", "/v1/auth/logout"];
 
 /// Every route of the OpenAPI document called as every kind of caller: each answer is the
 /// route's rule (allowed: anything but 401 and 403). A route whose rule is not known here
