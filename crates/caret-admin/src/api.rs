@@ -187,17 +187,9 @@ fn token_line(t: &TokenInfo) -> String {
     )
 }
 
-/// `caret admin token create --server`: a service account's token.
-pub async fn create_token(
-    config: &Config,
-    name: String,
-    scopes: Vec<String>,
-    role: Option<String>,
-    days: Option<u32>,
-    server: &ServerArgs,
-) -> anyhow::Result<()> {
+/// `caret admin token create --server`: a service account's token (or the SCIM token).
+pub async fn create_token(config: &Config, body: CreateToken, server: &ServerArgs) -> anyhow::Result<()> {
     let api = api(config, server)?;
-    let body = CreateToken { name, scopes, expires_in_days: days, role };
     let made: TokenCreated = api.call(api.client.post(api.url("/v1/admin/tokens")).json(&body)).await?;
     if server.json {
         println!("{}", serde_json::to_string_pretty(&made)?);

@@ -244,6 +244,9 @@ pub enum TokenCommand {
         /// The service account's role (`member` or `admin`).
         #[arg(long)]
         role: Option<String>,
+        /// The identity provider's SCIM token (it opens /scim/v2 only).
+        #[arg(long, conflicts_with_all = ["role", "scopes"])]
+        scim: bool,
         /// Days until it expires.
         #[arg(long)]
         days: Option<u32>,

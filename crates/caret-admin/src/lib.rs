@@ -57,10 +57,12 @@ pub fn run(config: &Config, cmd: AdminCommand) -> anyhow::Result<ExitCode> {
                 }
                 None => api::audit(config, a.since.as_deref(), a.user.as_deref(), &a.server).await,
             },
-            AdminCommand::Token(TokenCommand::Create { name, scopes, role, days, server, tenant: None, .. })
+            AdminCommand::Token(TokenCommand::Create { name, scopes, role, scim, days, server, tenant: None, .. })
                 if server.server.is_some() || config.sync.server.is_some() =>
             {
-                api::create_token(config, name, scopes, role, days, &server).await
+                let kind = scim.then(|| "scim".to_owned());
+                api::create_token(config, caret_protocol::admin::CreateToken { name, scopes, expires_in_days: days, role, kind }, &server)
+                    .await
             }
             AdminCommand::Token(TokenCommand::Ls { server }) => api::tokens(config, &server).await,
             AdminCommand::Token(TokenCommand::Revoke { id, server }) => api::revoke(config, &id, &server).await,

@@ -123,6 +123,12 @@ const MIGRATIONS: &[(i64, &str)] = &[
     ALTER TABLE credentials ADD COLUMN family TEXT;
     CREATE INDEX credentials_of_family ON credentials (family)",
     ),
+    (
+        6,
+        "ALTER TABLE users ADD COLUMN user_name TEXT;
+    ALTER TABLE users ADD COLUMN emails TEXT;
+    ALTER TABLE user_groups ADD COLUMN updated_at BIGINT",
+    ),
 ];
 
 /// The identity store: people, groups, credentials and the audit trail of every organisation.

@@ -19,6 +19,7 @@ pub mod model;
 pub mod oidc;
 pub mod owners;
 pub mod people;
+pub mod scim;
 pub mod signins;
 pub mod tokens;
 

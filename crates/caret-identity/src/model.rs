@@ -252,6 +252,8 @@ pub enum CredentialKind {
     Access,
     /// The refresh token of a sign-in.
     Refresh,
+    /// The identity provider's SCIM token: `/scim/v2` only.
+    Scim,
 }
 
 impl CredentialKind {
@@ -262,6 +264,7 @@ impl CredentialKind {
             CredentialKind::Service => "service",
             CredentialKind::Access => "access",
             CredentialKind::Refresh => "refresh",
+            CredentialKind::Scim => "scim",
         }
     }
 
@@ -270,6 +273,7 @@ impl CredentialKind {
             "personal" => CredentialKind::Personal,
             "access" => CredentialKind::Access,
             "refresh" => CredentialKind::Refresh,
+            "scim" => CredentialKind::Scim,
             _ => CredentialKind::Service,
         }
     }

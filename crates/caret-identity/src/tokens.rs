@@ -87,7 +87,10 @@ impl Identity {
                 }
                 (Some(user.id), user.role, new.kind)
             }
-            Holder::Service(role) => (None, *role, CredentialKind::Service),
+            Holder::Service(role) => {
+                let kind = if new.kind == CredentialKind::Scim { CredentialKind::Scim } else { CredentialKind::Service };
+                (None, *role, kind)
+            }
         };
         if !new.scopes.within(role.allows()) {
             return Err(Error::Forbidden(format!(
@@ -145,7 +148,7 @@ impl Identity {
             .await?,
             None => {
                 sqlx::query(&format!(
-                    "SELECT {COLUMNS} FROM credentials WHERE tenant_id = $1 AND kind IN ('personal', 'service') \
+                    "SELECT {COLUMNS} FROM credentials WHERE tenant_id = $1 AND kind IN ('personal', 'service', 'scim') \
                      ORDER BY created_at DESC, id"
                 ))
                 .bind(tenant)

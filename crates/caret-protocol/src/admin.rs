@@ -122,6 +122,10 @@ pub struct CreateToken {
     /// A service account's role, `member` (default) or `admin`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
+    /// `service` (default), or `scim`: the identity provider's token, which opens `/scim/v2`
+    /// and nothing else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
 }
 
 /// A token just made: the token itself, shown this once.

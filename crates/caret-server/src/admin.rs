@@ -272,6 +272,20 @@ pub async fn create_token(
     if role == Role::Owner {
         return Err(Error::BadRequest("a service account is a member or an admin".into()));
     }
+    if req.kind.as_deref() == Some("scim") {
+        // The identity provider's: it manages people and groups, and opens nothing else.
+        let new = NewCredential {
+            holder: Holder::Service(Role::Admin),
+            kind: CredentialKind::Scim,
+            name: req.name.clone(),
+            scopes: Scopes::NONE.with(Scope::Admin),
+            expires_at: expiry(req.expires_in_days)?,
+        };
+        return make_token(&state, &caller, new).await;
+    }
+    if req.kind.as_deref().is_some_and(|k| k != "service") {
+        return Err(Error::BadRequest("a token's kind is service or scim".into()));
+    }
     let new = NewCredential {
         holder: Holder::Service(role),
         kind: CredentialKind::Service,

@@ -48,6 +48,12 @@ fn public_routes() -> Routes {
         ("/v1/auth/callback", get(crate::signin::callback)),
         ("/v1/auth/device", get(crate::signin::device_page).post(crate::signin::device_start)),
         ("/v1/auth/token", post(crate::signin::token)),
+        // SCIM discovery describes the service, no organisation's data.
+        ("/scim/v2/ServiceProviderConfig", get(crate::scim::service_provider_config)),
+        ("/scim/v2/Schemas", get(crate::scim::schema_list)),
+        ("/scim/v2/Schemas/{id}", get(crate::scim::schema)),
+        ("/scim/v2/ResourceTypes", get(crate::scim::resource_type_list)),
+        ("/scim/v2/ResourceTypes/{id}", get(crate::scim::resource_type)),
     ]
 }
 
@@ -113,6 +119,17 @@ fn admin_routes() -> Routes {
     ]
 }
 
+/// Routes of the identity provider: the organisation's SCIM token, which opens nothing else.
+fn scim_routes() -> Routes {
+    use crate::scim;
+    vec![
+        ("/scim/v2/Users", get(scim::list).post(scim::create)),
+        ("/scim/v2/Users/{id}", get(scim::get).put(scim::change).patch(scim::change).delete(scim::delete)),
+        ("/scim/v2/Groups", get(scim::list).post(scim::create)),
+        ("/scim/v2/Groups/{id}", get(scim::get).put(scim::change).patch(scim::change).delete(scim::delete)),
+    ]
+}
+
 /// Routes of workers and operators: an operator's token, never a tenant's.
 fn operator_routes() -> Routes {
     vec![
@@ -134,6 +151,7 @@ pub fn route_paths() -> Vec<(&'static str, crate::openapi::Access)> {
     tagged(public_routes(), Access::Public)
         .chain(tagged(tenant_routes(), Access::Tenant))
         .chain(tagged(admin_routes(), Access::Admin))
+        .chain(tagged(scim_routes(), Access::Scim))
         .chain(tagged(operator_routes(), Access::Operator))
         .collect()
 }
@@ -154,6 +172,10 @@ pub fn router(state: AppState, body_limit: usize, pages: Option<crate::Pages>) -
     let operators = table(operator_routes())
         .route_layer(compartments)
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate_operator));
+    // SCIM behind its own token, every refusal in SCIM's error body.
+    let scim = table(scim_routes())
+        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .route_layer(middleware::from_fn(crate::scim::errors));
     // MCP over Streamable HTTP, behind a tenant's token like /v1.
     let mcp = Router::new()
         .route_service("/mcp", crate::mcp::service(state.clone()))
@@ -166,9 +188,15 @@ pub fn router(state: AppState, body_limit: usize, pages: Option<crate::Pages>) -
     router
         .merge(table(public_routes()))
         .merge(v1)
+        .merge(scim)
         .merge(mcp)
         .merge(operators)
-        .fallback(|| async { Error::NotFound("route".into()) })
+        .fallback(|method: axum::http::Method, uri: axum::http::Uri| async move {
+            if uri.path().starts_with("/scim/") {
+                return crate::scim::unknown(&method, uri.path());
+            }
+            Error::NotFound("route".into()).into_response()
+        })
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .with_state(state)
@@ -285,6 +313,16 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
     let bucket = caller.principal.user.as_deref().unwrap_or(&caller.principal.credential);
     if !hop && let Err(retry_after) = limited(&state, Limiting::Token, bucket).await {
         return Error::RateLimited { retry_after }.into_response();
+    }
+    // The SCIM token opens SCIM only, and SCIM takes nothing else.
+    let scim_route = req.uri().path().starts_with("/scim/");
+    if scim_route != (caller.principal.kind == caret_identity::CredentialKind::Scim) {
+        let why = if scim_route {
+            "this route takes the organisation's SCIM token"
+        } else {
+            "a SCIM token is for /scim/v2 only"
+        };
+        return Error::Forbidden("forbidden", why.to_owned()).into_response();
     }
     if let Some(scope) = crate::state::scope(req.uri().path())
         && !caller.principal.may(scope)

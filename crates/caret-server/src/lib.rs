@@ -20,6 +20,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod openapi;
 pub mod runs;
+pub mod scim;
 pub mod sessions;
 pub mod signin;
 pub mod sse;

@@ -17,6 +17,7 @@ use serde_json::{Map, Value, json};
 use caret_protocol::agent::{CreateSession, SessionCreated};
 
 mod people;
+mod scim;
 
 /// Who may call an operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +30,8 @@ pub enum Access {
     Admin,
     /// An operator's token (workers, the fleet view).
     Operator,
+    /// The organisation's SCIM token (the identity provider).
+    Scim,
 }
 
 /// One operation: a method on a path.
@@ -56,6 +59,8 @@ enum Errors {
     OpenAi,
     /// Plain text (`/readyz`).
     Text,
+    /// SCIM's (`{"schemas": [...Error], "status", "scimType", "detail"}`).
+    Scim,
 }
 
 /// The generators: requests described as read, answers as written.
@@ -723,6 +728,7 @@ fn operations(s: &mut Schemas) -> Vec<Operation> {
         },
     ];
     ops.extend(people::operations(s));
+    ops.extend(scim::operations());
     ops
 }
 
@@ -753,8 +759,12 @@ pub fn document() -> Value {
             Errors::Caret => error_caret.clone(),
             Errors::OpenAi => json!({ "anyOf": [error_openai, error_caret] }),
             Errors::Text => Value::Null,
+            Errors::Scim => json!({ "type": "object", "required": ["schemas", "status"], "properties": {
+                "schemas": { "type": "array", "items": { "type": "string" } },
+                "status": { "type": "string" }, "scimType": { "type": "string" }, "detail": { "type": "string" } } }),
         };
-        let error_content = if error.is_null() { text("text/plain") } else { content("application/json", error) };
+        let media = if matches!(op.errors, Errors::Scim) { "application/scim+json" } else { "application/json" };
+        let error_content = if error.is_null() { text("text/plain") } else { content(media, error) };
         responses.insert(
             "default".into(),
             json!({ "description": "An error: 4xx for the request, 503 with Retry-After when a part is down for a moment, 503 `disabled` (no Retry-After) when an operator switched the capability off.",
@@ -778,6 +788,7 @@ pub fn document() -> Value {
             Access::Public => json!([]),
             Access::Tenant | Access::Admin => json!([{ "tenant": scopes }]),
             Access::Operator => json!([{ "operator": [] }]),
+            Access::Scim => json!([{ "scim": [] }]),
         };
         let entry = paths.entry(op.path.to_owned()).or_insert_with(|| json!({}));
         entry[op.method] = operation;
@@ -803,12 +814,16 @@ pub fn document() -> Value {
             "securitySchemes": {
                 "tenant": { "type": "http", "scheme": "bearer", "description": "An organisation's token: a person's personal access token or sign-in, a service account's, or a tenant token (`caret admin token create`); an operation names the scope it needs, and `admin` is held only by admins and owners." },
                 "operator": { "type": "http", "scheme": "bearer", "description": "An operator's token (`caret admin operator-token create`)." },
+                "scim": { "type": "http", "scheme": "bearer", "description": "The organisation's SCIM token (`POST /v1/admin/tokens` with kind `scim`), for its identity provider: it opens /scim/v2 only." },
             },
         },
     })
 }
 
 fn tag(path: &str) -> &'static str {
+    if path.starts_with("/scim/") {
+        return "scim";
+    }
     let rest = path.strip_prefix("/v1/").unwrap_or("");
     match rest.split('/').next().unwrap_or("") {
         "workspaces" => "index",

@@ -18,7 +18,7 @@ mod time;
 
 pub use read::{Read, Summary, read, summarise};
 pub use recorder::{Recorder, Settings};
-pub use time::{hour_name, parse_hour, parse_since};
+pub use time::{hour_name, parse_hour, parse_since, rfc3339};
 
 use std::collections::BTreeMap;
 

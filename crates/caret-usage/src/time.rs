@@ -30,6 +30,14 @@ pub fn hour_name(hour: i64) -> String {
     format!("{y:04}-{m:02}-{d:02}T{:02}", hour.rem_euclid(24))
 }
 
+/// A Unix time in milliseconds as RFC 3339 in UTC: `2026-11-26T15:04:05.123Z`.
+pub fn rfc3339(ms: i64) -> String {
+    let (secs, milli) = (ms.div_euclid(1000), ms.rem_euclid(1000));
+    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+    let s = secs.rem_euclid(86_400);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{milli:03}Z", s / 3600, s / 60 % 60, s % 60)
+}
+
 /// The hour a name (`2026-11-26T15`, or a day `2026-11-26`: its first hour) stands for.
 pub fn parse_hour(name: &str) -> Option<i64> {
     let (date, hour) = match name.split_once('T') {
@@ -96,6 +104,8 @@ mod tests {
             assert_eq!(parse_hour(&hour_name(hour)), Some(hour), "{}", hour_name(hour));
         }
         assert_eq!(parse_hour("2024-02-29"), Some(days_from_civil(2024, 2, 29) * 24));
+        assert_eq!(rfc3339(1_764_169_445_123), "2025-11-26T15:04:05.123Z");
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
         for bad in ["2026-02-31", "2026-13-01", "2026-11-26T24", "2026-11-26T", "26-11-26", "yesterday", ""] {
             assert_eq!(parse_hour(bad), None, "{bad}");
         }

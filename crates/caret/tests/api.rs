@@ -60,6 +60,15 @@ fn the_description_holds_every_route_and_method_and_nothing_else() {
     let tenant = server.tenant("described");
     let owner = server.owner("described-org");
     let operator = server.admin(&["admin", "operator-token", "create"]);
+    let scim: Value = client
+        .post(format!("{}/v1/admin/tokens", server.url))
+        .bearer_auth(&owner)
+        .json(&serde_json::json!({"name": "idp", "kind": "scim"}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let scim = scim["token"].as_str().unwrap().to_owned();
     let mut routed: BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)> = BTreeMap::new();
     for (path, access) in caret_server::http::route_paths() {
         let url = format!("{}{}", server.url, sample(path));
@@ -68,6 +77,7 @@ fn the_description_holds_every_route_and_method_and_nothing_else() {
             Access::Tenant => &tenant,
             Access::Admin => &owner,
             Access::Operator => &operator,
+            Access::Scim => &scim,
         };
         let answer = client.request(reqwest::Method::TRACE, &url).bearer_auth(token).send().unwrap();
         assert_eq!(answer.status(), 405, "TRACE {path}");
@@ -77,6 +87,7 @@ fn the_description_holds_every_route_and_method_and_nothing_else() {
             Access::Public => "public",
             Access::Tenant | Access::Admin => "tenant",
             Access::Operator => "operator",
+            Access::Scim => "scim",
         };
         routed.insert(path.to_owned(), (methods, BTreeSet::from([access.to_owned()])));
     }

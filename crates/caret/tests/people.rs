@@ -283,6 +283,8 @@ enum Who {
     /// A token of A's owner without the route's scope.
     Unscoped,
     Operator,
+    /// Organisation A's SCIM token (the identity provider's).
+    Scim,
 }
 
 /// Tenant routes open to any live credential of the organisation, whatever its scopes.
@@ -343,6 +345,15 @@ fn every_route_answers_every_caller_as_its_rule_says() {
     let (search_only, _) = personal(&owner_a, &["search"]);
     let (docs_only, _) = personal(&owner_a, &["docs"]);
     let operator = server.admin(&["admin", "operator-token", "create"]);
+    let scim: Value = c
+        .post(format!("{}/v1/admin/tokens", server.url))
+        .bearer_auth(&owner_a)
+        .json(&json!({"name": "idp", "kind": "scim"}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let scim = scim["token"].as_str().unwrap().to_owned();
 
     let callers = [
         Who::Nobody,
@@ -354,6 +365,7 @@ fn every_route_answers_every_caller_as_its_rule_says() {
         Who::Expired,
         Who::Unscoped,
         Who::Operator,
+        Who::Scim,
     ];
     let mut wrong = Vec::new();
     let mut calls = 0;
@@ -383,11 +395,17 @@ fn every_route_answers_every_caller_as_its_rule_says() {
                     search_only.as_str()
                 }),
                 Who::Operator => Some(operator.as_str()),
+                Who::Scim => Some(scim.as_str()),
             };
             let want: &[u16] = match (access, who) {
                 (Access::Public, _) => &[],
                 (Access::Operator, Who::Operator) => &[],
                 (Access::Operator, _) => &[401],
+                // SCIM takes the SCIM token only, and the SCIM token opens nothing else.
+                (Access::Scim, Who::Scim) => &[],
+                (Access::Scim, Who::Nobody | Who::Revoked | Who::Expired | Who::Operator) => &[401],
+                (Access::Scim, _) => &[403],
+                (_, Who::Scim) => &[403],
                 (_, Who::Nobody | Who::Revoked | Who::Expired | Who::Operator) => &[401],
                 (_, Who::Unscoped) if scope.is_some() => &[403],
                 (Access::Admin, Who::MemberA | Who::MemberB) => &[403],
