@@ -153,6 +153,15 @@ pub async fn group(config: &Config, cmd: GroupCommand) -> anyhow::Result<()> {
             println!("group {group}: {}", body.models.map_or_else(|| "every model".to_owned(), |m| m.join(", ")));
             Ok(())
         }
+        GroupCommand::Budget { group, tokens, clear, server } => {
+            let api = api(config, &server)?;
+            let id = group_id(&api, &group).await?;
+            let body = caret_protocol::admin::GroupBudget { daily_tokens: if clear { None } else { tokens } };
+            api.call::<Value>(api.client.put(api.url(&format!("/v1/admin/groups/{id}/budget"))).json(&body)).await?;
+            let said = body.daily_tokens.map_or_else(|| "no budget".to_owned(), |t| format!("{t} tokens a day each"));
+            println!("group {group}: {said}");
+            Ok(())
+        }
         GroupCommand::Add { group, user, server } => membership(config, &group, &user, &server, true).await,
         GroupCommand::Remove { group, user, server } => membership(config, &group, &user, &server, false).await,
     }
@@ -354,4 +363,21 @@ pub async fn logout(config: &Config, server: &ServerArgs) -> anyhow::Result<()> 
     caret_host::credentials::remove(&config.home, &url)?;
     println!("signed out of {url}");
     Ok(())
+}
+
+/// `caret admin spend`: model tokens spent per person, model and group.
+pub async fn spend(config: &Config, days: i64, server: &ServerArgs) -> anyhow::Result<()> {
+    let api = api(config, server)?;
+    let report: caret_protocol::admin::UsageReport =
+        api.call(api.client.get(api.url(&format!("/v1/admin/usage?days={days}")))).await?;
+    print(server, &report, |r| {
+        let mut lines = vec![format!("model tokens since {}", r.since)];
+        for (title, totals) in [("person", &r.by_person), ("model", &r.by_model), ("group", &r.by_group)] {
+            lines.push(format!("by {title}:"));
+            lines.extend(
+                totals.iter().map(|t| format!("  {:<40} {:>12} tokens {:>8} calls", t.name, t.tokens, t.requests)),
+            );
+        }
+        lines
+    })
 }

@@ -100,6 +100,16 @@ pub enum AdminCommand {
     /// change within a second or two, without a restart.
     #[command(subcommand)]
     Flags(FlagsCommand),
+    /// Model tokens the organisation's people spent, per person, model and group, through
+    /// the admin API.
+    Spend {
+        /// Days back, today included.
+        #[arg(long, default_value_t = 7)]
+        days: i64,
+        /// The team server and a token.
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// Usage telemetry (when `[usage] collect` is on): counts, failures and latencies per
     /// tenant, event and label, from the hourly files in the object store.
     Usage {
@@ -373,6 +383,22 @@ pub enum GroupCommand {
         models: Vec<String>,
         /// This group restricts nothing.
         #[arg(long, conflicts_with = "models")]
+        clear: bool,
+        /// The team server and a token.
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// A daily budget of model tokens for each of a group's members (a person's is the
+    /// largest of their groups'; at 80% answers carry a warning, at 100% model calls answer 429
+    /// until 00:00 UTC).
+    Budget {
+        /// The group's name or id.
+        group: String,
+        /// Tokens a day.
+        #[arg(required_unless_present = "clear")]
+        tokens: Option<i64>,
+        /// This group sets no budget.
+        #[arg(long, conflicts_with = "tokens")]
         clear: bool,
         /// The team server and a token.
         #[command(flatten)]

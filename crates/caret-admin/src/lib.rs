@@ -25,6 +25,7 @@ pub fn run(config: &Config, cmd: AdminCommand) -> anyhow::Result<ExitCode> {
             }
             AdminCommand::Invite { email, role, days, server } => api::invite(config, email, role, days, &server).await,
             AdminCommand::User(c) => api::user(config, c).await,
+            AdminCommand::Spend { days, server } => api::spend(config, days, &server).await,
             AdminCommand::Group(c) => api::group(config, c).await,
             AdminCommand::Audit(a) => match a.verify {
                 Some(AuditVerify::Verify { server, storage }) => {
@@ -57,12 +58,16 @@ pub fn run(config: &Config, cmd: AdminCommand) -> anyhow::Result<ExitCode> {
                 }
                 None => api::audit(config, a.since.as_deref(), a.user.as_deref(), &a.server).await,
             },
-            AdminCommand::Token(TokenCommand::Create { name, scopes, role, scim, days, server, tenant: None, .. })
-                if server.server.is_some() || config.sync.server.is_some() =>
-            {
+            AdminCommand::Token(TokenCommand::Create {
+                name, scopes, role, scim, days, server, tenant: None, ..
+            }) if server.server.is_some() || config.sync.server.is_some() => {
                 let kind = scim.then(|| "scim".to_owned());
-                api::create_token(config, caret_protocol::admin::CreateToken { name, scopes, expires_in_days: days, role, kind }, &server)
-                    .await
+                api::create_token(
+                    config,
+                    caret_protocol::admin::CreateToken { name, scopes, expires_in_days: days, role, kind },
+                    &server,
+                )
+                .await
             }
             AdminCommand::Token(TokenCommand::Ls { server }) => api::tokens(config, &server).await,
             AdminCommand::Token(TokenCommand::Revoke { id, server }) => api::revoke(config, &id, &server).await,

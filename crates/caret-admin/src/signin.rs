@@ -56,9 +56,8 @@ pub async fn browser(server: &str, open: bool) -> anyhow::Result<TokenResponse> 
     if open {
         open_browser(url.as_str());
     }
-    let code = tokio::time::timeout(WAIT, take_code(&listener, &state))
-        .await
-        .context("no sign-in within 10 minutes")??;
+    let code =
+        tokio::time::timeout(WAIT, take_code(&listener, &state)).await.context("no sign-in within 10 minutes")??;
     let form = [
         ("grant_type", "authorization_code"),
         ("code", code.as_str()),
@@ -86,7 +85,9 @@ async fn take_code(listener: &tokio::net::TcpListener, state: &str) -> anyhow::R
             (Some(code), Some(s)) if s == state => (Some(code), "Signed in. You may close this tab."),
             _ => (None, "This sign-in is not the one Caret is waiting for."),
         };
-        let page = format!("<!doctype html><html lang=\"en\"><meta charset=\"utf-8\"><title>Caret</title><p id=\"done\">{text}</p>");
+        let page = format!(
+            "<!doctype html><html lang=\"en\"><meta charset=\"utf-8\"><title>Caret</title><p id=\"done\">{text}</p>"
+        );
         let answer = format!(
             "HTTP/1.1 200 OK\r\ncontent-type: text/html; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{page}",
             page.len()

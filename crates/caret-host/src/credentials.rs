@@ -64,7 +64,9 @@ pub fn token_for(home: &Path, server: &str) -> Option<String> {
     match refreshed(home, server) {
         Ok(token) => Some(token),
         Err(e) => {
-            eprintln!("caret: refreshing the sign-in for {server}: {e:#} (sign in again: caret login --server {server})");
+            eprintln!(
+                "caret: refreshing the sign-in for {server}: {e:#} (sign in again: caret login --server {server})"
+            );
             saved.expires_at.is_some_and(|e| e > now).then_some(saved.token)
         }
     }
@@ -74,7 +76,8 @@ pub fn token_for(home: &Path, server: &str) -> Option<String> {
 /// refreshed meanwhile leaves a live token to take instead.
 fn refreshed(home: &Path, server: &str) -> anyhow::Result<String> {
     std::fs::create_dir_all(home)?;
-    let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(home.join("credentials.lock"))?;
+    let lock =
+        std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(home.join("credentials.lock"))?;
     lock.lock()?;
     let saved = load(home).remove(&key(server)).context("the sign-in is no longer kept")?;
     if saved.expires_at.is_none_or(|e| e > now_ms() + REFRESH_BEFORE_MS) {
@@ -86,7 +89,8 @@ fn refreshed(home: &Path, server: &str) -> anyhow::Result<String> {
     let answer = std::thread::spawn(move || -> anyhow::Result<caret_protocol::auth::TokenResponse> {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let client = reqwest::blocking::Client::builder().timeout(std::time::Duration::from_secs(15)).build()?;
-        let r = client.post(url).form(&[("grant_type", "refresh_token"), ("refresh_token", refresh.as_str())]).send()?;
+        let r =
+            client.post(url).form(&[("grant_type", "refresh_token"), ("refresh_token", refresh.as_str())]).send()?;
         let status = r.status();
         let body = r.text()?;
         if !status.is_success() {

@@ -129,6 +129,19 @@ const MIGRATIONS: &[(i64, &str)] = &[
     ALTER TABLE users ADD COLUMN emails TEXT;
     ALTER TABLE user_groups ADD COLUMN updated_at BIGINT",
     ),
+    (
+        7,
+        "ALTER TABLE user_groups ADD COLUMN daily_tokens BIGINT;
+    CREATE TABLE token_usage (
+        tenant_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        day BIGINT NOT NULL,
+        model TEXT NOT NULL,
+        tokens BIGINT NOT NULL,
+        requests BIGINT NOT NULL,
+        PRIMARY KEY (tenant_id, user_id, day, model)
+    )",
+    ),
 ];
 
 /// The identity store: people, groups, credentials and the audit trail of every organisation.

@@ -9,6 +9,7 @@
 //! records code, queries or prompts in the audit trail.
 
 pub mod audit;
+pub mod budgets;
 pub mod cache;
 pub mod db;
 pub mod error;

@@ -238,6 +238,8 @@ pub struct Group {
     pub members: Vec<String>,
     /// The model aliases its members may use (none: the group does not restrict them).
     pub models: Option<Vec<String>>,
+    /// Each member's daily budget of model tokens (none: the group sets none).
+    pub daily_tokens: Option<i64>,
 }
 
 /// What kind of credential a token is.

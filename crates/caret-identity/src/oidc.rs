@@ -241,7 +241,8 @@ impl Oidc {
     /// `state`, `nonce` and PKCE challenge.
     pub async fn authorize_url(&self, redirect_uri: &str, state: &str, nonce: &str, challenge: &str) -> Result<String> {
         let m = self.metadata().await?;
-        let mut url = url::Url::parse(&m.authorization_endpoint).map_err(|e| upstream("the authorization endpoint", e))?;
+        let mut url =
+            url::Url::parse(&m.authorization_endpoint).map_err(|e| upstream("the authorization endpoint", e))?;
         url.query_pairs_mut()
             .append_pair("response_type", "code")
             .append_pair("client_id", &self.settings.client_id)
@@ -296,7 +297,8 @@ impl Oidc {
             if !r.status().is_success() {
                 return Err(upstream("userinfo", format!("answered {}", r.status())));
             }
-            let info: serde_json::Map<String, serde_json::Value> = r.json().await.map_err(|e| upstream("userinfo", e))?;
+            let info: serde_json::Map<String, serde_json::Value> =
+                r.json().await.map_err(|e| upstream("userinfo", e))?;
             if info.get("sub") != claims.get("sub") {
                 return Err(Error::BadToken("the userinfo is another subject's".into()));
             }
@@ -463,16 +465,28 @@ mod tests {
         };
         assert!(refused(claims(now), "n2").await.contains("nonce"));
         assert!(refused(with(now, |c| drop(c.remove("nonce"))), "n1").await.contains("nonce"));
-        assert!(refused(with(now, |c| drop(c.insert("iss".into(), "https://evil".into()))), "n1").await.contains("issuer"));
-        assert!(refused(with(now, |c| drop(c.insert("aud".into(), "other".into()))), "n1").await.contains("not this server"));
+        assert!(
+            refused(with(now, |c| drop(c.insert("iss".into(), "https://evil".into()))), "n1").await.contains("issuer")
+        );
+        assert!(
+            refused(with(now, |c| drop(c.insert("aud".into(), "other".into()))), "n1")
+                .await
+                .contains("not this server")
+        );
         let azp = with(now, |c| {
             c.insert("aud".into(), serde_json::json!(["caret", "other"]));
             c.insert("azp".into(), "other".into());
         });
         assert!(refused(azp, "n1").await.contains("azp"));
-        assert!(refused(with(now, |c| drop(c.insert("exp".into(), (now - 120).into()))), "n1").await.contains("expired"));
+        assert!(
+            refused(with(now, |c| drop(c.insert("exp".into(), (now - 120).into()))), "n1").await.contains("expired")
+        );
         assert!(refused(with(now, |c| drop(c.remove("exp"))), "n1").await.contains("no expiry"));
-        assert!(refused(with(now, |c| drop(c.insert("iat".into(), (now + 3600).into()))), "n1").await.contains("not valid yet"));
+        assert!(
+            refused(with(now, |c| drop(c.insert("iat".into(), (now + 3600).into()))), "n1")
+                .await
+                .contains("not valid yet")
+        );
         let other_domain = with(now, |c| drop(c.insert("email".into(), "eve@evil.example".into())));
         assert!(refused(other_domain, "n1").await.contains("not among the domains"));
         let unverified = with(now, |c| drop(c.insert("email_verified".into(), false.into())));

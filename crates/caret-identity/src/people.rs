@@ -207,15 +207,18 @@ impl Identity {
             source: source.to_owned(),
             members: Vec::new(),
             models: None,
+            daily_tokens: None,
         })
     }
 
     /// `tenant`'s groups with their members, by name.
     pub async fn groups(&self, tenant: &str) -> Result<Vec<Group>> {
-        let rows = sqlx::query("SELECT id, name, source, models FROM user_groups WHERE tenant_id = $1 ORDER BY name")
-            .bind(tenant)
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = sqlx::query(
+            "SELECT id, name, source, models, daily_tokens FROM user_groups WHERE tenant_id = $1 ORDER BY name",
+        )
+        .bind(tenant)
+        .fetch_all(&self.pool)
+        .await?;
         let members = sqlx::query(
             "SELECT m.group_id, m.user_id FROM group_members m JOIN user_groups g ON g.id = m.group_id \
              WHERE g.tenant_id = $1 ORDER BY m.user_id",
@@ -230,7 +233,8 @@ impl Identity {
                 let members =
                     members.iter().filter(|m| m.get::<String, _>(0) == id).map(|m| m.get::<String, _>(1)).collect();
                 let models = r.get::<Option<String>, _>(3).map(|m| split_models(&m));
-                Group { id, tenant: tenant.to_owned(), name: r.get(1), source: r.get(2), members, models }
+                let daily_tokens = r.get(4);
+                Group { id, tenant: tenant.to_owned(), name: r.get(1), source: r.get(2), members, models, daily_tokens }
             })
             .collect())
     }

@@ -201,10 +201,11 @@ pub fn list(items: Vec<Value>, filter: Option<&str>, start: Option<i64>, count: 
 impl Identity {
     /// `tenant`'s people as SCIM Users (locations under `base`, `…/scim/v2`).
     pub async fn scim_users(&self, tenant: &str, base: &str) -> Result<Vec<Value>> {
-        let rows = sqlx::query(&format!("SELECT {USER_COLUMNS} FROM users WHERE tenant_id = $1 ORDER BY created_at, id"))
-            .bind(tenant)
-            .fetch_all(&self.pool)
-            .await?;
+        let rows =
+            sqlx::query(&format!("SELECT {USER_COLUMNS} FROM users WHERE tenant_id = $1 ORDER BY created_at, id"))
+                .bind(tenant)
+                .fetch_all(&self.pool)
+                .await?;
         Ok(rows.iter().map(|r| user_json(r, base)).collect())
     }
 
@@ -298,7 +299,11 @@ impl Identity {
             .execute(&mut *tx)
             .await?;
         sqlx::query("DELETE FROM group_members WHERE user_id = $1").bind(id).execute(&mut *tx).await?;
-        sqlx::query("DELETE FROM users WHERE tenant_id = $1 AND id = $2").bind(tenant).bind(id).execute(&mut *tx).await?;
+        sqlx::query("DELETE FROM users WHERE tenant_id = $1 AND id = $2")
+            .bind(tenant)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         Identity::bump(&mut tx).await?;
         tx.commit().await?;
         Ok(())
@@ -322,8 +327,10 @@ impl Identity {
             let members: Vec<Value> = g
                 .members
                 .iter()
-                .map(|m| json!({ "value": m, "display": names.get(m).cloned().unwrap_or_default(),
-                                 "$ref": format!("{base}/Users/{m}") }))
+                .map(|m| {
+                    json!({ "value": m, "display": names.get(m).cloned().unwrap_or_default(),
+                                 "$ref": format!("{base}/Users/{m}") })
+                })
                 .collect();
             let mut v = json!({
                 "schemas": [GROUP_SCHEMA],
@@ -367,8 +374,7 @@ impl Identity {
             return Err(invalid("displayName is over 200 characters or holds control characters"));
         }
         let external_id = text(body, "externalId").filter(|s| !s.is_empty());
-        let people: std::collections::HashSet<String> =
-            self.users(tenant).await?.into_iter().map(|u| u.id).collect();
+        let people: std::collections::HashSet<String> = self.users(tenant).await?.into_iter().map(|u| u.id).collect();
         let mut members = Vec::new();
         for m in filter::values(body, "members").into_iter().take(10_000) {
             let value = m.get("value").and_then(Value::as_str).ok_or_else(|| invalid("a member needs its value"))?;
@@ -445,7 +451,9 @@ mod tests {
         .unwrap();
         assert_eq!((f.email.as_str(), f.active), ("ada@acme.example", false));
         assert_eq!(f.emails[1], json!({ "value": "Ada@acme.example", "primary": true }));
-        for bad in [json!({}), json!({ "userName": "ada" }), json!({ "userName": "a@b.example", "active": 3 }), json!([1])] {
+        for bad in
+            [json!({}), json!({ "userName": "ada" }), json!({ "userName": "a@b.example", "active": 3 }), json!([1])]
+        {
             assert!(user_fields(&bad).is_err(), "{bad}");
         }
     }

@@ -17,7 +17,7 @@ use sqlx::Row as _;
 use crate::db::{Identity, new_id, now_ms};
 use crate::error::{Error, Result};
 use crate::model::{CredentialKind, Role, User, UserState};
-use crate::oidc::{Signup, SignedIn, random_text};
+use crate::oidc::{SignedIn, Signup, random_text};
 use crate::people::NewUser;
 use crate::tokens::{Holder, NewCredential};
 
@@ -180,12 +180,16 @@ impl Identity {
     /// Takes the sign-in of `state`: once, before it expires.
     pub async fn take_sign_in(&self, state: &str) -> Result<Pending> {
         let h = hash(state);
-        let row = sqlx::query("SELECT tenant_id, target, nonce, verifier, expires_at FROM sign_ins WHERE state_hash = $1")
+        let row =
+            sqlx::query("SELECT tenant_id, target, nonce, verifier, expires_at FROM sign_ins WHERE state_hash = $1")
+                .bind(&h)
+                .fetch_optional(&self.pool)
+                .await?;
+        let taken = sqlx::query("DELETE FROM sign_ins WHERE state_hash = $1")
             .bind(&h)
-            .fetch_optional(&self.pool)
-            .await?;
-        let taken =
-            sqlx::query("DELETE FROM sign_ins WHERE state_hash = $1").bind(&h).execute(&self.pool).await?.rows_affected();
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
         let unknown = || Error::BadToken("this sign-in is unknown, used already or expired: start again".into());
         let Some(r) = row.filter(|r| taken == 1 && r.get::<i64, _>(4) > now_ms()) else { return Err(unknown()) };
         let purpose = serde_json::from_str(&r.get::<String, _>(1)).map_err(|_| unknown())?;
@@ -210,12 +214,15 @@ impl Identity {
                     )));
                 }
                 let role = invited.or(joining.role).unwrap_or(Role::Member).min(Role::Admin);
-                let new = NewUser { email: who.email.clone(), name: who.name.clone(), role, source: joining.source.into() };
+                let new =
+                    NewUser { email: who.email.clone(), name: who.name.clone(), role, source: joining.source.into() };
                 self.create_user(tenant, new).await?
             }
         };
         let user = match joining.role {
-            Some(role) if user.role != Role::Owner && role != user.role => self.set_role(tenant, &user.id, role).await?,
+            Some(role) if user.role != Role::Owner && role != user.role => {
+                self.set_role(tenant, &user.id, role).await?
+            }
             _ => user,
         };
         if joining.sync_groups {
@@ -298,7 +305,13 @@ impl Identity {
         } else {
             None
         };
-        Ok(SessionTokens { access_token, refresh_token, expires_at: now + access_ms, credential: c.id, user: user.clone() })
+        Ok(SessionTokens {
+            access_token,
+            refresh_token,
+            expires_at: now + access_ms,
+            credential: c.id,
+            user: user.clone(),
+        })
     }
 
     /// Revokes every credential of sign-in `family`.
@@ -492,7 +505,11 @@ impl Identity {
         }
         let state: String = r.get(2);
         let polled: Option<i64> = r.get(4);
-        sqlx::query("UPDATE grants SET polled_at = $1 WHERE code_hash = $2").bind(now).bind(&h).execute(&self.pool).await?;
+        sqlx::query("UPDATE grants SET polled_at = $1 WHERE code_hash = $2")
+            .bind(now)
+            .bind(&h)
+            .execute(&self.pool)
+            .await?;
         if polled.is_some_and(|p| now - p < DEVICE_INTERVAL_S * 1000 - 200) && state == "pending" {
             return Ok(DevicePoll::SlowDown);
         }

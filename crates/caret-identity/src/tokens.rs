@@ -88,7 +88,8 @@ impl Identity {
                 (Some(user.id), user.role, new.kind)
             }
             Holder::Service(role) => {
-                let kind = if new.kind == CredentialKind::Scim { CredentialKind::Scim } else { CredentialKind::Service };
+                let kind =
+                    if new.kind == CredentialKind::Scim { CredentialKind::Scim } else { CredentialKind::Service };
                 (None, *role, kind)
             }
         };
@@ -146,15 +147,13 @@ impl Identity {
             .bind(u)
             .fetch_all(&self.pool)
             .await?,
-            None => {
-                sqlx::query(&format!(
-                    "SELECT {COLUMNS} FROM credentials WHERE tenant_id = $1 AND kind IN ('personal', 'service', 'scim') \
+            None => sqlx::query(&format!(
+                "SELECT {COLUMNS} FROM credentials WHERE tenant_id = $1 AND kind IN ('personal', 'service', 'scim') \
                      ORDER BY created_at DESC, id"
-                ))
-                .bind(tenant)
-                .fetch_all(&self.pool)
-                .await?
-            }
+            ))
+            .bind(tenant)
+            .fetch_all(&self.pool)
+            .await?,
         };
         Ok(rows.iter().map(credential_of).collect())
     }

@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use caret_identity::oidc::{Signup, SignedIn, challenge_of, pkce};
+use caret_identity::oidc::{SignedIn, Signup, challenge_of, pkce};
 use caret_identity::signins::{DevicePoll, Joining, Purpose};
 use caret_identity::{Error, Identity, Role, UserState};
 use caret_test_support::TempDir;
@@ -52,7 +52,10 @@ async fn sign_ins_codes_devices_and_refreshes_on_both_databases() {
         // Invited-only: a stranger is refused and nothing is made; an invitation lets them in
         // with its role, once.
         let invited = joining(Signup::Invited, None);
-        assert!(matches!(id.signed_in("acme", &who("ada@acme.example", &[]), &invited).await, Err(Error::Forbidden(_))));
+        assert!(matches!(
+            id.signed_in("acme", &who("ada@acme.example", &[]), &invited).await,
+            Err(Error::Forbidden(_))
+        ));
         assert!(id.users("acme").await.unwrap().is_empty());
         id.invite("acme", "ada@acme.example", Role::Admin, 7, "user:x").await.unwrap();
         let ada = id.signed_in("acme", &who("ada@acme.example", &["eng"]), &invited).await.unwrap();
@@ -65,7 +68,9 @@ async fn sign_ins_codes_devices_and_refreshes_on_both_databases() {
         let groups = id.groups("acme").await.unwrap();
         let names: Vec<_> = groups.iter().map(|g| g.name.as_str()).collect();
         assert_eq!(names, ["eng", "ops"]);
-        id.signed_in("acme", &who("bob@acme.example", &["eng"]), &joining(Signup::Open, Some(Role::Admin))).await.unwrap();
+        id.signed_in("acme", &who("bob@acme.example", &["eng"]), &joining(Signup::Open, Some(Role::Admin)))
+            .await
+            .unwrap();
         assert_eq!(id.user_by_email("acme", "bob@acme.example").await.unwrap().unwrap().role, Role::Admin);
         assert_eq!(id.groups_of("acme", &bob.id).await.unwrap().len(), 1, "left ops");
 
@@ -75,7 +80,9 @@ async fn sign_ins_codes_devices_and_refreshes_on_both_databases() {
         let code = id.issue_code("acme", &ada.id, redirect, &challenge).await.unwrap();
         assert!(bad_token(id.redeem_code(&code, "wrong-verifier", redirect).await).contains("verifier"));
         let code = id.issue_code("acme", &ada.id, redirect, &challenge).await.unwrap();
-        assert!(bad_token(id.redeem_code(&code, &verifier, "http://127.0.0.1:6666/callback").await).contains("redirect"));
+        assert!(
+            bad_token(id.redeem_code(&code, &verifier, "http://127.0.0.1:6666/callback").await).contains("redirect")
+        );
         let code = id.issue_code("acme", &ada.id, redirect, &challenge).await.unwrap();
         let tokens = id.redeem_code(&code, &verifier, redirect).await.unwrap();
         assert_eq!(tokens.user.id, ada.id);

@@ -28,6 +28,12 @@ pub struct Me {
     /// When the credential stops working, Unix ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<i64>,
+    /// The person's daily budget of model tokens (none: unlimited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daily_tokens: Option<i64>,
+    /// Model tokens they spent today (UTC).
+    #[serde(default)]
+    pub spent_today: i64,
 }
 
 /// A person as the admin API shows them.
@@ -151,6 +157,63 @@ pub struct GroupInfo {
     /// The model aliases its members may use (none: no restriction from this group).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub models: Option<Vec<String>>,
+    /// Each member's daily budget of model tokens (none: this group sets none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daily_tokens: Option<i64>,
+}
+
+/// `PUT /v1/admin/groups/{id}/budget`: a daily budget of model tokens for each member (at
+/// 80% their answers carry a warning; at 100% model calls answer 429 until the next UTC day).
+/// A person's budget is the largest of their groups'; in none with a budget, unlimited.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct GroupBudget {
+    /// Tokens a day (none: this group sets no budget).
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub daily_tokens: Option<i64>,
+}
+
+/// `GET /v1/admin/usage`: model tokens spent, per person, per model and per group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct UsageReport {
+    /// The first UTC day counted (`2026-11-20`).
+    pub since: String,
+    /// Per person and model, per day.
+    pub rows: Vec<UsageRow>,
+    /// Totals per person (their email).
+    pub by_person: Vec<UsageTotal>,
+    /// Totals per model alias.
+    pub by_model: Vec<UsageTotal>,
+    /// Totals per group (a person in several groups counts in each).
+    pub by_group: Vec<UsageTotal>,
+}
+
+/// A person's spending on a model on a day.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct UsageRow {
+    /// The UTC day (`2026-11-27`).
+    pub day: String,
+    /// The person's id.
+    pub user: String,
+    /// Their email.
+    pub email: String,
+    /// The model alias.
+    pub model: String,
+    /// Tokens (prompt and completion).
+    pub tokens: i64,
+    /// Model calls.
+    pub requests: i64,
+}
+
+/// A total.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct UsageTotal {
+    /// Whose or what.
+    pub name: String,
+    /// Tokens.
+    pub tokens: i64,
+    /// Model calls.
+    pub requests: i64,
 }
 
 /// `PUT /v1/admin/groups/{id}/models`: the model aliases a group's members may use. A person

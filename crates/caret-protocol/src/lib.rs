@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 pub mod admin;
 pub mod agent;
-pub mod auth;
 pub mod apply;
+pub mod auth;
 pub mod complete;
 pub mod docs;
 pub mod envs;

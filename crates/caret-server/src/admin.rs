@@ -13,7 +13,8 @@ use caret_identity::tokens::{Holder, NewCredential};
 use caret_identity::{CredentialKind, Role, Scope, Scopes, UserState};
 use caret_protocol::admin::{
     AcceptInvitation, AddPerson, AuditQuery, AuditRecord, AuditVerification, ChangePerson, CreateGroup, CreateToken,
-    GroupInfo, GroupModels, Invite, Invited, Joined, Me, Person, TokenCreated, TokenInfo,
+    GroupBudget, GroupInfo, GroupModels, Invite, Invited, Joined, Me, Person, TokenCreated, TokenInfo, UsageReport,
+    UsageRow, UsageTotal,
 };
 
 use crate::state::{AppState, Caller, Json, Path, Query};
@@ -47,7 +48,14 @@ fn token_info(c: Credential) -> TokenInfo {
 }
 
 fn group_info(g: Group) -> GroupInfo {
-    GroupInfo { id: g.id, name: g.name, source: g.source, members: g.members, models: g.models }
+    GroupInfo {
+        id: g.id,
+        name: g.name,
+        source: g.source,
+        members: g.members,
+        models: g.models,
+        daily_tokens: g.daily_tokens,
+    }
 }
 
 fn role(text: Option<&str>, default: Role) -> Result<Role> {
@@ -55,9 +63,13 @@ fn role(text: Option<&str>, default: Role) -> Result<Role> {
 }
 
 /// `GET /v1/me`.
-pub async fn me(Extension(caller): Extension<Caller>) -> axum::Json<Me> {
+pub async fn me(State(state): State<AppState>, Extension(caller): Extension<Caller>) -> Result<axum::Json<Me>> {
     let p = &caller.principal;
-    axum::Json(Me {
+    let spent_today = match (&state.identity, &p.user) {
+        (Some(identity), Some(user)) => identity.spent_today(&caller.tenant.id, user).await?,
+        _ => 0,
+    };
+    Ok(axum::Json(Me {
         organisation: caller.tenant.id.clone(),
         organisation_name: caller.tenant.name.clone(),
         user: p.user.clone(),
@@ -67,7 +79,9 @@ pub async fn me(Extension(caller): Extension<Caller>) -> axum::Json<Me> {
         kind: p.kind.name().into(),
         credential: p.credential.clone(),
         expires_at: p.expires_at,
-    })
+        daily_tokens: caller.budget,
+        spent_today,
+    }))
 }
 
 /// The scopes a request asks for, or the default: all the role allows but `admin`.
@@ -402,6 +416,89 @@ pub async fn group_models(
         .await?;
     state.credentials.observe(identity.epoch().await?);
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// `PUT /v1/admin/groups/{id}/budget`.
+pub async fn group_budget(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    Json(req): Json<GroupBudget>,
+) -> Result<StatusCode> {
+    let identity = state.identity()?.clone();
+    let tenant = caller.tenant.id.clone();
+    state
+        .audited(&caller, "group.budget", &id, async {
+            Ok(identity.set_group_budget(&tenant, &id, req.daily_tokens).await?)
+        })
+        .await?;
+    state.credentials.observe(identity.epoch().await?);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /v1/admin/usage`'s query.
+#[derive(Debug, serde::Deserialize)]
+pub struct UsageQuery {
+    /// Days back, today included (default 7, at most 366).
+    days: Option<i64>,
+}
+
+/// `GET /v1/admin/usage`: model tokens spent per person, per model and per group.
+pub async fn usage(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Query(q): Query<UsageQuery>,
+) -> Result<axum::Json<UsageReport>> {
+    use std::collections::BTreeMap;
+    let days = q.days.unwrap_or(7);
+    if !(1..=366).contains(&days) {
+        return Err(Error::BadRequest(format!("days is 1 to 366, not {days}")));
+    }
+    let identity = state.identity()?;
+    let tenant = &caller.tenant.id;
+    let since = caret_identity::budgets::day_of(caret_identity::db::now_ms()) - (days - 1);
+    let spent = identity.spending(tenant, since).await?;
+    let emails: BTreeMap<String, String> = identity.users(tenant).await?.into_iter().map(|u| (u.id, u.email)).collect();
+    let groups = identity.groups(tenant).await?;
+    let day_name = |day: i64| caret_usage::hour_name(day * 24).split('T').next().unwrap_or_default().to_owned();
+    let mut by_person: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    let mut by_model: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    let mut by_group: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    let add = |m: &mut BTreeMap<String, (i64, i64)>, k: &str, s: &caret_identity::budgets::Spent| {
+        let e = m.entry(k.to_owned()).or_default();
+        e.0 += s.tokens;
+        e.1 += s.requests;
+    };
+    let mut rows = Vec::new();
+    for s in &spent {
+        let email = emails.get(&s.user).cloned().unwrap_or_else(|| format!("(removed) {}", s.user));
+        add(&mut by_person, &email, s);
+        add(&mut by_model, &s.model, s);
+        for g in groups.iter().filter(|g| g.members.contains(&s.user)) {
+            add(&mut by_group, &g.name, s);
+        }
+        rows.push(UsageRow {
+            day: day_name(s.day),
+            user: s.user.clone(),
+            email,
+            model: s.model.clone(),
+            tokens: s.tokens,
+            requests: s.requests,
+        });
+    }
+    let totals = |m: BTreeMap<String, (i64, i64)>| {
+        let mut v: Vec<UsageTotal> =
+            m.into_iter().map(|(name, (tokens, requests))| UsageTotal { name, tokens, requests }).collect();
+        v.sort_by(|a, b| b.tokens.cmp(&a.tokens).then(a.name.cmp(&b.name)));
+        v
+    };
+    Ok(axum::Json(UsageReport {
+        since: day_name(since),
+        rows,
+        by_person: totals(by_person),
+        by_model: totals(by_model),
+        by_group: totals(by_group),
+    }))
 }
 
 /// `GET /v1/admin/audit`: the organisation's records, oldest first.

@@ -112,6 +112,8 @@ fn admin_routes() -> Routes {
         ("/v1/admin/groups", get(admin::groups).post(admin::create_group)),
         ("/v1/admin/groups/{id}", delete(admin::delete_group)),
         ("/v1/admin/groups/{id}/models", put(admin::group_models)),
+        ("/v1/admin/groups/{id}/budget", put(admin::group_budget)),
+        ("/v1/admin/usage", get(admin::usage)),
         ("/v1/admin/groups/{id}/members/{user}", put(admin::add_member).delete(admin::remove_member)),
         ("/v1/admin/invitations", post(admin::invite)),
         ("/v1/admin/audit", get(admin::audit)),
@@ -393,11 +395,14 @@ async fn caller(state: &AppState, token: &str, address: String) -> Result<Option
         }),
     };
     let Some((tenant, principal)) = found else { return Ok(None) };
-    let models = match (&state.identity, &principal.user) {
-        (Some(identity), Some(user)) => identity.allowed_models(&tenant.id, user).await?.map(Arc::new),
-        _ => None,
+    let (models, budget) = match (&state.identity, &principal.user) {
+        (Some(identity), Some(user)) => (
+            identity.allowed_models(&tenant.id, user).await?.map(Arc::new),
+            identity.budget_of(&tenant.id, user).await?,
+        ),
+        _ => (None, None),
     };
-    let caller = Caller { tenant, principal, address, models };
+    let caller = Caller { tenant, principal, address, models, budget };
     if state.identity.is_some() {
         state.credentials.put(key, caller.clone(), epoch);
     }

@@ -23,6 +23,7 @@ pub mod runs;
 pub mod scim;
 pub mod sessions;
 pub mod signin;
+pub mod spend;
 pub mod sse;
 pub mod state;
 pub mod tab;

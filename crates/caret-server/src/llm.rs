@@ -211,15 +211,40 @@ pub(crate) async fn chat_completions(
     if let Err(r) = model_allowed(&s, &t, &caller, &req.model) {
         return r.into_response();
     }
+    let warning = match budget(&s, &caller).await {
+        Ok(w) => w,
+        Err(r) => return r.into_response(),
+    };
     let (alias, stream, usage_wanted) =
         (req.model.clone(), req.stream, req.stream_options.as_ref().is_some_and(|o| o.include_usage));
     let started = std::time::Instant::now();
     let opened = gw.chat(req, ctx).await;
     s.usage.record(&t.id, "chat", &alias, Some(started.elapsed().as_secs_f64() * 1e3), opened.is_ok());
     let events = match opened {
-        Ok(events) => events,
+        Ok(events) => crate::spend::metered(events, &s, &caller, &alias),
         Err(e) => return gateway_error(&e),
     };
+    warned(chat_answer(events, alias, stream, usage_wanted).await, warning)
+}
+
+/// A person's budget checked: refused (429 `budget_exhausted`) when spent, else a warning to
+/// put on the answer once 80% is.
+async fn budget(s: &AppState, caller: &Caller) -> Result<Option<HeaderValue>, ApiFailure> {
+    crate::spend::check(s, caller)
+        .await
+        .map_err(|(why, after)| api_error(429, "budget_exhausted", why, Some(Duration::from_secs(after))))
+}
+
+/// `response` with the budget's warning, if any.
+fn warned(mut response: Response, warning: Option<HeaderValue>) -> Response {
+    if let Some(w) = warning {
+        response.headers_mut().insert(crate::spend::WARNING_HEADER, w);
+    }
+    response
+}
+
+/// A chat's answer: one JSON body, or its stream of chunks.
+async fn chat_answer(events: EventStream, alias: String, stream: bool, usage_wanted: bool) -> Response {
     if !stream {
         return match collect_chat(events).await {
             Ok(c) => axum::Json(ChatResponse {
@@ -325,12 +350,21 @@ pub(crate) async fn completions(
     if let Err(r) = model_allowed(&s, &t, &caller, &req.model) {
         return r.into_response();
     }
+    let warning = match budget(&s, &caller).await {
+        Ok(w) => w,
+        Err(r) => return r.into_response(),
+    };
     let (alias, stream, usage_wanted) =
         (req.model.clone(), req.stream, req.stream_options.as_ref().is_some_and(|o| o.include_usage));
     let events = match gw.complete(req, ctx).await {
-        Ok(events) => events,
+        Ok(events) => crate::spend::metered(events, &s, &caller, &alias),
         Err(e) => return gateway_error(&e),
     };
+    warned(completion_answer(events, alias, stream, usage_wanted).await, warning)
+}
+
+/// A completion's answer: one JSON body, or its stream.
+async fn completion_answer(events: EventStream, alias: String, stream: bool, usage_wanted: bool) -> Response {
     let (id, created) = (response_id("cmpl"), now_secs());
     let make = move |text: String, finish: Option<FinishReason>, usage: Option<Usage>| CompletionResponse {
         id: id.clone(),

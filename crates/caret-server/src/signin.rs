@@ -136,11 +136,15 @@ pub async fn login(State(state): State<AppState>, Query(q): Query<Login>) -> Res
     let purpose = match (q.redirect_uri, q.next) {
         (Some(redirect_uri), _) => {
             if !loopback_redirect(&redirect_uri) {
-                return Err(Error::BadRequest("redirect_uri must be an http loopback address (127.0.0.1, [::1])".into()));
+                return Err(Error::BadRequest(
+                    "redirect_uri must be an http loopback address (127.0.0.1, [::1])".into(),
+                ));
             }
             let challenge = q.code_challenge.unwrap_or_default();
             let b64url = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
-            if q.code_challenge_method.as_deref() != Some("S256") || challenge.len() != 43 || !challenge.chars().all(b64url)
+            if q.code_challenge_method.as_deref() != Some("S256")
+                || challenge.len() != 43
+                || !challenge.chars().all(b64url)
             {
                 return Err(Error::BadRequest("a client needs an S256 code_challenge (PKCE)".into()));
             }
@@ -248,7 +252,8 @@ fn page_session(tokens: &SessionTokens, next: &str) -> Response {
     let secure = "; Secure";
     let session =
         format!("{SESSION_COOKIE}={}; Path=/; Max-Age={max_age}; HttpOnly{secure}; SameSite=Lax", tokens.access_token);
-    let csrf = format!("{CSRF_COOKIE}={}; Path=/; Max-Age={max_age}{secure}; SameSite=Strict", csrf_of(&tokens.access_token));
+    let csrf =
+        format!("{CSRF_COOKIE}={}; Path=/; Max-Age={max_age}{secure}; SameSite=Strict", csrf_of(&tokens.access_token));
     let mut response = Redirect::to(next).into_response();
     for c in [session, csrf] {
         if let Ok(v) = HeaderValue::from_str(&c) {
@@ -358,7 +363,8 @@ pub async fn token(State(state): State<AppState>, body: axum::body::Bytes) -> Re
     let missing = |what: &str| oauth_error(StatusCode::BAD_REQUEST, "invalid_request", &format!("{what} is missing"));
     let result = match req.grant_type.as_str() {
         "authorization_code" => {
-            let (Some(code), Some(verifier), Some(redirect)) = (&req.code, &req.code_verifier, &req.redirect_uri) else {
+            let (Some(code), Some(verifier), Some(redirect)) = (&req.code, &req.code_verifier, &req.redirect_uri)
+            else {
                 return missing("code, code_verifier or redirect_uri");
             };
             identity.redeem_code(code, verifier, redirect).await
@@ -381,13 +387,18 @@ pub async fn token(State(state): State<AppState>, body: axum::body::Bytes) -> Re
             }
         }
         other => {
-            return oauth_error(StatusCode::BAD_REQUEST, "unsupported_grant_type", &format!("{other:?} is not a grant"));
+            return oauth_error(
+                StatusCode::BAD_REQUEST,
+                "unsupported_grant_type",
+                &format!("{other:?} is not a grant"),
+            );
         }
     };
     match result {
         Ok(tokens) => granted(tokens),
         Err(caret_identity::Error::BadToken(why)) => {
-            let code = if why.contains("expired") && req.device_code.is_some() { "expired_token" } else { "invalid_grant" };
+            let code =
+                if why.contains("expired") && req.device_code.is_some() { "expired_token" } else { "invalid_grant" };
             oauth_error(StatusCode::BAD_REQUEST, code, &why)
         }
         Err(e) => Error::from(e).into_response(),
@@ -396,7 +407,10 @@ pub async fn token(State(state): State<AppState>, body: axum::body::Bytes) -> Re
 
 /// `POST /v1/auth/logout`: ends the caller's sign-in (every token it gave) and the page's
 /// cookies.
-pub async fn logout(State(state): State<AppState>, axum::Extension(caller): axum::Extension<Caller>) -> Result<Response> {
+pub async fn logout(
+    State(state): State<AppState>,
+    axum::Extension(caller): axum::Extension<Caller>,
+) -> Result<Response> {
     let identity = state.identity()?.clone();
     let (tenant, credential) = (caller.tenant.id.clone(), caller.principal.credential.clone());
     state.audited(&caller, "sign_out", "-", async { Ok(identity.sign_out(&tenant, &credential).await?) }).await?;

@@ -63,6 +63,8 @@ pub struct Caller {
     pub address: String,
     /// The model aliases the person's groups allow (none: unrestricted).
     pub models: Option<Arc<std::collections::BTreeSet<String>>>,
+    /// The person's daily budget of model tokens (none: unlimited).
+    pub budget: Option<i64>,
 }
 
 impl Caller {

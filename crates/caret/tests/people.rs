@@ -191,6 +191,48 @@ fn an_organisation_lets_its_people_in_and_the_audit_trail_holds_what_admins_did(
     assert_eq!(docs.status(), 403, "docs_sources = admins");
     ok(&caret(&ada, &["admin", "group", "models", "interns", "--clear"]));
     assert_eq!(chat(&dans_token, "big").0, 200, "the list cleared");
+
+    // A daily budget: counted from each answer's usage (13 tokens a call here); past 80% the
+    // answers warn, past 100% model calls answer 429 until the next UTC day.
+    let spent = |token: &str| get(token, "/v1/me").json::<Value>().unwrap()["spent_today"].as_i64().unwrap();
+    let settle = |want: i64| {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while spent(&dans_token) != want {
+            assert!(std::time::Instant::now() < until, "dan's count never reached {want}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    settle(39);
+    let budget = 39 + 20;
+    ok(&caret(&ada, &["admin", "group", "budget", "interns", &budget.to_string()]));
+    let chat_warned = |alias: &str| {
+        let body = json!({"model": alias, "messages": [{"role": "user", "content": "hi"}]});
+        let r =
+            c.post(format!("{}/v1/chat/completions", server.url)).bearer_auth(&dans_token).json(&body).send().unwrap();
+        (r.status().as_u16(), r.headers().get("x-caret-budget-warning").map(|w| w.to_str().unwrap().to_owned()))
+    };
+    assert_eq!(chat_warned("fast"), (200, None));
+    settle(52);
+    let (status, warning) = chat_warned("big");
+    assert_eq!(status, 200);
+    assert!(warning.as_deref().is_some_and(|w| w.contains("52 of today's 59")), "{warning:?}");
+    settle(65);
+    let (status, body) = chat(&dans_token, "fast");
+    assert_eq!((status, body["error"]["type"].as_str()), (429, Some("budget_exhausted")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("renews at 00:00 UTC"));
+    assert_eq!(chat(&ada, "fast").0, 200, "ada is in no group with a budget");
+    let dans_me: Value = get(&dans_token, "/v1/me").json().unwrap();
+    assert_eq!((dans_me["daily_tokens"].as_i64(), dans_me["spent_today"].as_i64()), (Some(59), Some(65)));
+    // Usage per person, model and group, through the admin API.
+    let report: Value = serde_json::from_str(&ok(&caret(&ada, &["admin", "spend", "--json"]))).unwrap();
+    let total = |list: &str, name: &str| {
+        report[list].as_array().unwrap().iter().find(|t| t["name"] == name).map(|t| t["tokens"].as_i64().unwrap())
+    };
+    assert_eq!(total("by_person", "dan@acme.example"), Some(65), "{report}");
+    assert_eq!(total("by_group", "interns"), Some(65), "{report}");
+    assert!(total("by_model", "fast").unwrap() + total("by_model", "big").unwrap() >= 65 + 13);
+    ok(&caret(&ada, &["admin", "group", "budget", "interns", "--clear"]));
+    assert_eq!(chat(&dans_token, "fast").0, 200, "the budget cleared");
     assert!(ok(&dan.run(&["logout", "--server", &server.url], &[])).contains("signed out"));
     assert_eq!(get(&dans_token, "/v1/me").status(), 401, "logout revokes the token");
     assert!(refused(&dan.run(&["whoami", "--server", &server.url], &[])).contains("caret login"));
@@ -213,6 +255,9 @@ fn an_organisation_lets_its_people_in_and_the_audit_trail_holds_what_admins_did(
         "token.create",
         "token.revoke",
         "user.state",
+        "group.budget",
+        "budget.warning",
+        "budget.exhausted",
     ] {
         assert!(actions.contains(&want), "{want} missing from {actions:?}");
     }

@@ -70,11 +70,15 @@ fn the_identity_provider_manages_people_and_groups_over_scim() {
     let (_, found) = send("GET", "/Users?filter=userName%20eq%20%22Ada%40acme.example%22", None);
     assert_eq!(found["totalResults"], 1, "{found}");
     let ada_id = found["Resources"][0]["id"].as_str().unwrap().to_owned();
-    let (s, ada) = send("PUT", &format!("/Users/{ada_id}"), Some(json!({
-        "schemas": ["urn:ietf:params:scim:schemas:core:2.0:User"], "userName": "ada@acme.example",
-        "displayName": "Ada Lovelace", "externalId": "e-ada", "active": true,
-        "emails": [{ "value": "ada@acme.example", "primary": true }],
-    })));
+    let (s, ada) = send(
+        "PUT",
+        &format!("/Users/{ada_id}"),
+        Some(json!({
+            "schemas": ["urn:ietf:params:scim:schemas:core:2.0:User"], "userName": "ada@acme.example",
+            "displayName": "Ada Lovelace", "externalId": "e-ada", "active": true,
+            "emails": [{ "value": "ada@acme.example", "primary": true }],
+        })),
+    );
     assert_eq!((s, ada["displayName"].as_str()), (200, Some("Ada Lovelace")), "{ada}");
     assert_eq!(ada["meta"]["location"], format!("{base}/Users/{ada_id}"));
     for i in 0..5 {
@@ -82,7 +86,10 @@ fn the_identity_provider_manages_people_and_groups_over_scim() {
         assert_eq!(s, 201);
     }
     let (_, page) = send("GET", "/Users?startIndex=2&count=2", None);
-    assert_eq!((page["totalResults"].as_u64(), page["itemsPerPage"].as_u64(), page["startIndex"].as_u64()), (Some(7), Some(2), Some(2)));
+    assert_eq!(
+        (page["totalResults"].as_u64(), page["itemsPerPage"].as_u64(), page["startIndex"].as_u64()),
+        (Some(7), Some(2), Some(2))
+    );
     let (s, bad) = send("GET", "/Users?filter=userName%20eq", None);
     assert_eq!((s, bad["scimType"].as_str()), (400, Some("invalidFilter")));
 
@@ -92,16 +99,24 @@ fn the_identity_provider_manages_people_and_groups_over_scim() {
     let (s, eng) = send("POST", "/Groups", Some(json!({ "displayName": "eng", "members": [{ "value": ada_id }] })));
     assert_eq!(s, 201, "{eng}");
     let eng_id = eng["id"].as_str().unwrap().to_owned();
-    let (s, eng) = send("PATCH", &format!("/Groups/{eng_id}"), Some(json!({
-        "schemas": ["urn:ietf:params:scim:api:messages:2.0:PatchOp"],
-        "Operations": [
-            { "op": "add", "path": "members", "value": [{ "value": p0_id }] },
-            { "op": "remove", "path": format!("members[value eq \"{ada_id}\"]") },
-        ],
-    })));
+    let (s, eng) = send(
+        "PATCH",
+        &format!("/Groups/{eng_id}"),
+        Some(json!({
+            "schemas": ["urn:ietf:params:scim:api:messages:2.0:PatchOp"],
+            "Operations": [
+                { "op": "add", "path": "members", "value": [{ "value": p0_id }] },
+                { "op": "remove", "path": format!("members[value eq \"{ada_id}\"]") },
+            ],
+        })),
+    );
     assert_eq!(s, 200, "{eng}");
-    assert_eq!(eng["members"].as_array().unwrap().iter().map(|m| m["value"].clone()).collect::<Vec<_>>(), [json!(p0_id)]);
-    let (s, e) = send("POST", "/Groups", Some(json!({ "displayName": "ops", "members": [{ "value": "not-a-person" }] })));
+    assert_eq!(
+        eng["members"].as_array().unwrap().iter().map(|m| m["value"].clone()).collect::<Vec<_>>(),
+        [json!(p0_id)]
+    );
+    let (s, e) =
+        send("POST", "/Groups", Some(json!({ "displayName": "ops", "members": [{ "value": "not-a-person" }] })));
     assert_eq!((s, e["scimType"].as_str()), (400, Some("invalidValue")));
     let groups: Value =
         h.get(format!("{}/v1/admin/groups", server.url)).bearer_auth(&owner).send().unwrap().json().unwrap();
@@ -110,18 +125,17 @@ fn the_identity_provider_manages_people_and_groups_over_scim() {
     // Deactivation (as Entra sends it) ends the person's tokens at once.
     let me = |token: &str| h.get(format!("{}/v1/me", server.url)).bearer_auth(token).send().unwrap().status();
     assert_eq!(me(&ada_token), 200);
-    let (s, off) = send("PATCH", &format!("/Users/{ada_id}"), Some(json!({
-        "schemas": ["urn:ietf:params:scim:api:messages:2.0:PatchOp"],
-        "Operations": [{ "op": "Replace", "path": "active", "value": "False" }],
-    })));
+    let (s, off) = send(
+        "PATCH",
+        &format!("/Users/{ada_id}"),
+        Some(json!({
+            "schemas": ["urn:ietf:params:scim:api:messages:2.0:PatchOp"],
+            "Operations": [{ "op": "Replace", "path": "active", "value": "False" }],
+        })),
+    );
     assert_eq!((s, off["active"].as_bool()), (200, Some(false)), "{off}");
-    let person: Value = h
-        .get(format!("{}/v1/admin/users/{ada_id}", server.url))
-        .bearer_auth(&owner)
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+    let person: Value =
+        h.get(format!("{}/v1/admin/users/{ada_id}", server.url)).bearer_auth(&owner).send().unwrap().json().unwrap();
     assert_eq!(person["state"], "deactivated");
     let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while me(&ada_token) != 401 {
@@ -152,7 +166,14 @@ fn the_identity_provider_manages_people_and_groups_over_scim() {
     let audit: Value =
         h.get(format!("{}/v1/admin/audit?limit=1000", server.url)).bearer_auth(&owner).send().unwrap().json().unwrap();
     let actions: Vec<&str> = audit.as_array().unwrap().iter().filter_map(|r| r["action"].as_str()).collect();
-    for a in ["scim.user.create", "scim.group.create", "scim.group.patch", "scim.user.patch", "scim.user.delete", "scim.group.delete"] {
+    for a in [
+        "scim.user.create",
+        "scim.group.create",
+        "scim.group.patch",
+        "scim.user.patch",
+        "scim.user.delete",
+        "scim.group.delete",
+    ] {
         assert!(actions.contains(&a), "{a} not recorded: {actions:?}");
     }
 
@@ -172,9 +193,11 @@ fn the_identity_provider_manages_people_and_groups_over_scim() {
     // random ids, and a group here holds only people of the organisation (refused with
     // invalidValue, as the hand-written checks above show).
     let (not_applicable, failed): (Vec<&Value>, Vec<&Value>) = failed.into_iter().partition(|c| {
-        c["resource"] == "Group" && c["reason"].as_str().is_some_and(|r| r.contains("is not a person of this organisation"))
+        c["resource"] == "Group"
+            && c["reason"].as_str().is_some_and(|r| r.contains("is not a person of this organisation"))
     });
-    let passed = checks.iter().filter(|c| matches!(c["status"].as_str(), Some("SUCCESS" | "COMPLIANT" | "ACCEPTABLE"))).count();
+    let passed =
+        checks.iter().filter(|c| matches!(c["status"].as_str(), Some("SUCCESS" | "COMPLIANT" | "ACCEPTABLE"))).count();
     eprintln!(
         "scim2-tester: {} checks, {passed} passed, {} failed, {} not applicable (random member ids)",
         checks.len(),

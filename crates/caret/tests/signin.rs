@@ -55,7 +55,8 @@ impl Idp {
         out.read_line(&mut line).unwrap();
         // The provider's notices go on being read (a closed pipe would end it).
         std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
-        let issuer = line.trim().strip_prefix("listening ").unwrap_or_else(|| panic!("the provider: {line:?}")).to_owned();
+        let issuer =
+            line.trim().strip_prefix("listening ").unwrap_or_else(|| panic!("the provider: {line:?}")).to_owned();
         Some(Idp { child, issuer })
     }
 }
@@ -108,7 +109,8 @@ fn sign_in_at_provider(browser: &Browser, login: &str, done: &str) {
         }
         let here = browser.eval("return location.href");
         if here != submitted
-            && browser.eval("return !!document.querySelector('#login') && location.pathname.startsWith('/interaction/')")
+            && browser
+                .eval("return !!document.querySelector('#login') && location.pathname.startsWith('/interaction/')")
                 == true
         {
             submitted = here;
@@ -184,9 +186,15 @@ fn people_sign_in_through_the_organisations_provider() {
     let shown = browser.eval("return document.querySelector('#status').textContent");
     assert!(shown.as_str().unwrap().contains("(admin)"), "the provider's group made Ada an admin: {shown}");
     // The page's changes carry the CSRF token; the same change without it is refused.
-    browser.eval("document.querySelector('#add-person input[name=email]').value = 'carl@acme.example'; \
-                  document.querySelector('#add-person').requestSubmit(); return true");
-    browser.wait_for("the new person", 10, "return document.querySelector('#people').innerText.includes('carl@acme.example')");
+    browser.eval(
+        "document.querySelector('#add-person input[name=email]').value = 'carl@acme.example'; \
+                  document.querySelector('#add-person').requestSubmit(); return true",
+    );
+    browser.wait_for(
+        "the new person",
+        10,
+        "return document.querySelector('#people').innerText.includes('carl@acme.example')",
+    );
     let forged = browser.eval_async(
         "const done = arguments[arguments.length - 1]; \
          fetch('/v1/admin/users', {method: 'POST', credentials: 'same-origin', headers: {'Content-Type': 'application/json'}, \
@@ -249,23 +257,24 @@ fn people_sign_in_through_the_organisations_provider() {
     let token = me["credential"].as_str().unwrap().to_owned();
     let out = bob.run(&["logout", "--server", &server.url], &[]);
     assert!(out.status.success(), "{out:?}");
-    let listed: Value = h
-        .get(format!("{}/v1/admin/tokens", server.url))
-        .bearer_auth(&owner)
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
+    let listed: Value =
+        h.get(format!("{}/v1/admin/tokens", server.url)).bearer_auth(&owner).send().unwrap().json().unwrap();
     assert!(listed.as_array().unwrap().iter().all(|t| t["id"] != token.as_str()), "sign-ins are not listed");
 
     // Bad input: a wrong state, a replayed provider answer, forged grants: 4xx, nothing written.
     let people_before: Value =
         h.get(format!("{}/v1/admin/users", server.url)).bearer_auth(&owner).send().unwrap().json().unwrap();
-    let no_redirects = reqwest::blocking::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let no_redirects =
+        reqwest::blocking::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
     let wrong = no_redirects.get(format!("{}/v1/auth/callback?code=abc&state=made-up", server.url)).send().unwrap();
     assert_eq!(wrong.status(), 400);
     for form in [
-        vec![("grant_type", "authorization_code"), ("code", "forged"), ("code_verifier", "v"), ("redirect_uri", "http://127.0.0.1:1/callback")],
+        vec![
+            ("grant_type", "authorization_code"),
+            ("code", "forged"),
+            ("code_verifier", "v"),
+            ("redirect_uri", "http://127.0.0.1:1/callback"),
+        ],
         vec![("grant_type", "refresh_token"), ("refresh_token", "forged")],
         vec![("grant_type", "urn:ietf:params:oauth:grant-type:device_code"), ("device_code", "forged")],
         vec![("grant_type", "password")],
@@ -298,7 +307,8 @@ fn people_sign_in_through_the_organisations_provider() {
     sign_in_at_provider(&eve, "eve", "return document.body.innerText.includes('not among the domains')");
     let people_after: Value =
         h.get(format!("{}/v1/admin/users", server.url)).bearer_auth(&owner).send().unwrap().json().unwrap();
-    let emails = |v: &Value| v.as_array().unwrap().iter().map(|p| p["email"].as_str().unwrap().to_owned()).collect::<Vec<_>>();
+    let emails =
+        |v: &Value| v.as_array().unwrap().iter().map(|p| p["email"].as_str().unwrap().to_owned()).collect::<Vec<_>>();
     assert_eq!(emails(&people_before), emails(&people_after), "nothing made by bad input");
     assert!(!emails(&people_after).contains(&"eve@evil.example".to_owned()));
 
@@ -307,7 +317,11 @@ fn people_sign_in_through_the_organisations_provider() {
     let idp = Idp::start(idp_dir.path(), idp_port, &callback, true).unwrap();
     let carol = Browser::start();
     carol.open(&format!("{}/v1/auth/login?next=/admin", server.url));
-    sign_in_at_provider(&carol, "bob", "return location.pathname === '/admin' && document.cookie.includes('caret_csrf')");
+    sign_in_at_provider(
+        &carol,
+        "bob",
+        "return location.pathname === '/admin' && document.cookie.includes('caret_csrf')",
+    );
     drop(idp);
 
     // The audit trail holds the sign-ins and the failures (no code, no token).

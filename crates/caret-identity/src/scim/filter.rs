@@ -176,9 +176,12 @@ impl Parser {
                 "true" => Value::Bool(true),
                 "false" => Value::Bool(false),
                 "null" => Value::Null,
-                n => n.parse::<f64>().ok().and_then(serde_json::Number::from_f64).map(Value::Number).ok_or_else(
-                    || invalid(format!("{w:?} is not a value (strings are quoted)")),
-                )?,
+                n => n
+                    .parse::<f64>()
+                    .ok()
+                    .and_then(serde_json::Number::from_f64)
+                    .map(Value::Number)
+                    .ok_or_else(|| invalid(format!("{w:?} is not a value (strings are quoted)")))?,
             },
             _ => return Err(invalid(format!("a value after {attr}"))),
         };
@@ -303,7 +306,15 @@ mod tests {
         for f in no {
             assert!(!Filter::parse(f).unwrap().matches(&ada), "{f}");
         }
-        for bad in ["userName", "userName eq", "userName xx \"a\"", "(active eq true", "userName eq bob", r#"emails[type eq "work"]"#, "\"unfinished"] {
+        for bad in [
+            "userName",
+            "userName eq",
+            "userName xx \"a\"",
+            "(active eq true",
+            "userName eq bob",
+            r#"emails[type eq "work"]"#,
+            "\"unfinished",
+        ] {
             let e = Filter::parse(bad).unwrap_err();
             assert_eq!((e.status, e.scim_type), (400, Some("invalidFilter")), "{bad}");
         }

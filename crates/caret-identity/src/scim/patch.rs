@@ -42,7 +42,8 @@ fn parse_path(text: &str) -> Result<Path, ScimError> {
         Some((a, s)) => (a.to_owned(), Some(s.to_owned())),
         None => (text.clone(), None),
     };
-    let ok = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$' || c == '-');
+    let ok =
+        |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$' || c == '-');
     if !ok(&attr) || sub.as_deref().is_some_and(|s| !ok(s)) {
         return Err(bad_path(format!("{text:?} is not a path")));
     }
@@ -94,7 +95,9 @@ pub fn apply(resource: &mut Value, request: &Value) -> Result<(), ScimError> {
     if ops.len() > 1000 {
         return Err(ScimError::new(400, Some("tooMany"), "over 1000 operations"));
     }
-    let Value::Object(map) = resource else { return Err(ScimError::new(500, None, "a resource that is not an object")) };
+    let Value::Object(map) = resource else {
+        return Err(ScimError::new(500, None, "a resource that is not an object"));
+    };
     for op in ops {
         let kind = op.get("op").and_then(Value::as_str).unwrap_or_default().to_ascii_lowercase();
         let path = op.get("path").and_then(Value::as_str).filter(|p| !p.trim().is_empty());
@@ -102,7 +105,11 @@ pub fn apply(resource: &mut Value, request: &Value) -> Result<(), ScimError> {
         match (kind.as_str(), path) {
             ("add" | "replace", None) => {
                 let Some(Value::Object(attrs)) = value else {
-                    return Err(ScimError::new(400, Some("invalidValue"), "an op without a path needs an object value"));
+                    return Err(ScimError::new(
+                        400,
+                        Some("invalidValue"),
+                        "an op without a path needs an object value",
+                    ));
                 };
                 for (k, v) in attrs {
                     // `name.givenName` as a key is a path too (Entra writes those).
@@ -144,7 +151,9 @@ fn apply_at(map: &mut Map<String, Value>, kind: &str, path: &Path, value: Option
         },
         (None, Some(sub)) => {
             let inner = map.entry(k).or_insert_with(|| Value::Object(Map::new()));
-            let Value::Object(inner) = inner else { return Err(bad_path(format!("{} has no sub-attributes", path.attr))) };
+            let Value::Object(inner) = inner else {
+                return Err(bad_path(format!("{} has no sub-attributes", path.attr)));
+            };
             match (kind, value) {
                 ("remove", _) => {
                     let sk = key(inner, sub);
@@ -207,7 +216,10 @@ mod tests {
     #[test]
     fn patch_operations_change_what_they_name() {
         let group = json!({ "displayName": "eng", "members": [{ "value": "a" }, { "value": "b" }] });
-        let g = patched(group.clone(), json!([{ "op": "add", "path": "members", "value": [{ "value": "c" }, { "value": "a" }] }]));
+        let g = patched(
+            group.clone(),
+            json!([{ "op": "add", "path": "members", "value": [{ "value": "c" }, { "value": "a" }] }]),
+        );
         assert_eq!(g["members"], json!([{ "value": "a" }, { "value": "b" }, { "value": "c" }]));
         let g = patched(group.clone(), json!([{ "op": "remove", "path": "members[value eq \"a\"]" }]));
         assert_eq!(g["members"], json!([{ "value": "b" }]));
@@ -218,14 +230,21 @@ mod tests {
         let g = patched(group, json!([{ "op": "remove", "path": "members" }]));
         assert!(g.get("members").is_none());
 
-        let user = json!({ "userName": "ada", "active": true, "emails": [{ "value": "a@x.example", "primary": true }] });
+        let user =
+            json!({ "userName": "ada", "active": true, "emails": [{ "value": "a@x.example", "primary": true }] });
         let u = patched(user.clone(), json!([{ "op": "replace", "path": "active", "value": false }]));
         assert_eq!(u["active"], false);
-        let u = patched(user.clone(), json!([{ "op": "replace", "path": "emails[primary eq true].value", "value": "b@x.example" }]));
+        let u = patched(
+            user.clone(),
+            json!([{ "op": "replace", "path": "emails[primary eq true].value", "value": "b@x.example" }]),
+        );
         assert_eq!(u["emails"][0]["value"], "b@x.example");
         let u = patched(user.clone(), json!([{ "op": "add", "path": "name.givenName", "value": "Ada" }]));
         assert_eq!(u["name"]["givenName"], "Ada");
-        let u = patched(user.clone(), json!([{ "op": "replace", "path": "urn:ietf:params:scim:schemas:core:2.0:User:USERNAME", "value": "bob" }]));
+        let u = patched(
+            user.clone(),
+            json!([{ "op": "replace", "path": "urn:ietf:params:scim:schemas:core:2.0:User:USERNAME", "value": "bob" }]),
+        );
         assert_eq!(u["userName"], "bob");
 
         for (ops, why) in [

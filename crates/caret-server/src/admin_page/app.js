@@ -89,11 +89,12 @@ async function load() {
     showLogin();
     return;
   }
-  const [people, tokens, groups, audit] = await Promise.all([
+  const [people, tokens, groups, audit, usage] = await Promise.all([
     api("GET", "/v1/admin/users"),
     api("GET", "/v1/admin/tokens"),
     api("GET", "/v1/admin/groups"),
     api("GET", "/v1/admin/audit?limit=1000"),
+    api("GET", "/v1/admin/usage?days=7"),
   ]);
   const email = Object.fromEntries(people.map((p) => [p.id, p.email]));
   fill("people", people, [
@@ -122,8 +123,23 @@ async function load() {
     (g) => g.name,
     (g) => g.members.map((m) => email[m] || m).join(", "),
     (g) => (g.models ? g.models.join(", ") : "every model"),
+    (g) => {
+      const input = document.createElement("input");
+      input.type = "number";
+      input.min = "0";
+      input.placeholder = "no budget";
+      input.value = g.daily_tokens ?? "";
+      input.setAttribute("aria-label", `daily tokens of ${g.name}`);
+      input.addEventListener("change", () => act(() => api("PUT", `/v1/admin/groups/${g.id}/budget`,
+        { daily_tokens: input.value === "" ? null : Number(input.value) })));
+      return input;
+    },
     (g) => g.source,
   ]);
+  $("#usage-since").textContent = usage.since;
+  for (const [table, rows] of [["usage-people", usage.by_person], ["usage-models", usage.by_model], ["usage-groups", usage.by_group]]) {
+    fill(table, rows, [(t) => t.name, (t) => t.tokens, (t) => t.requests]);
+  }
   fill("audit", audit.slice(-200).reverse(), [
     (r) => r.seq,
     (r) => when(r.at_ms),

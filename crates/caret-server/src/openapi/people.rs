@@ -38,7 +38,13 @@ pub(super) fn operations(s: &mut Schemas) -> Vec<Operation> {
                 query("code_challenge_method", "`S256`.", json!({ "type": "string", "enum": ["S256"] })),
             ],
             answers: see_other("To the identity provider"),
-            ..op("get", "/v1/auth/login", "auth_login", "Signs in through the organisation's identity provider.", Public)
+            ..op(
+                "get",
+                "/v1/auth/login",
+                "auth_login",
+                "Signs in through the organisation's identity provider.",
+                Public,
+            )
         },
         Operation {
             parameters: vec![
@@ -48,7 +54,8 @@ pub(super) fn operations(s: &mut Schemas) -> Vec<Operation> {
                 query("error_description", "Why.", text()),
             ],
             answers: {
-                let mut a = see_other("Signed in: to the page (with its cookies) or the client's redirect (with a code)");
+                let mut a =
+                    see_other("Signed in: to the page (with its cookies) or the client's redirect (with a code)");
                 a.push((200, "A device is signed in", super::text("text/html")));
                 a
             },
@@ -75,7 +82,13 @@ pub(super) fn operations(s: &mut Schemas) -> Vec<Operation> {
                 "refresh_token": text(), "device_code": text(),
             }))),
             answers: token_answers,
-            ..op("post", "/v1/auth/token", "auth_token", "Sign-in tokens for a code, a refresh token or a device.", Public)
+            ..op(
+                "post",
+                "/v1/auth/token",
+                "auth_token",
+                "Sign-in tokens for a code, a refresh token or a device.",
+                Public,
+            )
         },
         Operation {
             answers: no_content(),
@@ -213,6 +226,27 @@ pub(super) fn operations(s: &mut Schemas) -> Vec<Operation> {
             ],
             answers: ok(s.json::<Vec<admin::AuditRecord>>()),
             ..op("get", "/v1/admin/audit", "audit", "The organisation's audit trail, oldest first.", Admin)
+        },
+        Operation {
+            parameters: vec![id("The group's id.")],
+            body: Some(s.read::<admin::GroupBudget>()),
+            answers: no_content(),
+            ..op(
+                "put",
+                "/v1/admin/groups/{id}/budget",
+                "group_budget",
+                "Sets a group's daily budget of model tokens per member.",
+                Admin,
+            )
+        },
+        Operation {
+            parameters: vec![query(
+                "days",
+                "Days back, today included (default 7).",
+                json!({ "type": "integer", "minimum": 1, "maximum": 366 }),
+            )],
+            answers: ok(s.json::<admin::UsageReport>()),
+            ..op("get", "/v1/admin/usage", "usage", "Model tokens spent per person, model and group.", Admin)
         },
         Operation {
             answers: ok(s.json::<admin::AuditVerification>()),

@@ -35,7 +35,10 @@ pub(super) fn operations() -> Vec<Operation> {
             answers: ok(),
             ..op("get", "/scim/v2/ServiceProviderConfig", "scim_config", "What this SCIM service supports.", Public)
         }),
-        scim(Operation { answers: ok(), ..op("get", "/scim/v2/Schemas", "scim_schemas", "The resources' schemas.", Public) }),
+        scim(Operation {
+            answers: ok(),
+            ..op("get", "/scim/v2/Schemas", "scim_schemas", "The resources' schemas.", Public)
+        }),
         scim(Operation {
             parameters: vec![id()],
             answers: ok(),
@@ -69,7 +72,13 @@ pub(super) fn operations() -> Vec<Operation> {
             parameters: vec![id()],
             body: Some(body()),
             answers: ok(),
-            ..op("put", "/scim/v2/Users/{id}", "scim_replace_user", "Replaces a person (active false deactivates).", Scim)
+            ..op(
+                "put",
+                "/scim/v2/Users/{id}",
+                "scim_replace_user",
+                "Replaces a person (active false deactivates).",
+                Scim,
+            )
         }),
         scim(Operation {
             parameters: vec![id()],
