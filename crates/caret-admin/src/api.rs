@@ -314,9 +314,10 @@ pub async fn login(config: &Config, args: &LoginArgs) -> anyhow::Result<()> {
         }
         (None, Some(token)) => token.clone(),
         (None, None) => {
-            let tokens = match args.device {
-                true => crate::signin::device(&server).await?,
-                false => crate::signin::browser(&server, !args.no_browser).await?,
+            let tokens = match (&args.ldap, args.device) {
+                (Some(user), _) => crate::signin::ldap(&server, user).await?,
+                (None, true) => crate::signin::device(&server).await?,
+                (None, false) => crate::signin::browser(&server, !args.no_browser).await?,
             };
             refresh_token = tokens.refresh_token;
             tokens.access_token

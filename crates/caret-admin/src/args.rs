@@ -463,7 +463,7 @@ pub enum AuditVerify {
 /// `--device` on a machine without one), or keeps a token you have; what it keeps under
 /// `$CARET_HOME` (mode 0600) every client then uses for that server.
 #[derive(Debug, clap::Args)]
-#[command(group(clap::ArgGroup::new("with").args(["invitation", "token", "device"])))]
+#[command(group(clap::ArgGroup::new("with").args(["invitation", "token", "device", "ldap"])))]
 pub struct LoginArgs {
     /// The `caret serve` URL (env CARET_SERVER).
     #[arg(long, env = "CARET_SERVER")]
@@ -483,4 +483,8 @@ pub struct LoginArgs {
     /// Print the sign-in address instead of opening a browser.
     #[arg(long)]
     pub no_browser: bool,
+    /// Sign in with this directory (LDAP) user name; the password is read from
+    /// `CARET_PASSWORD` or, without echo, from the terminal.
+    #[arg(long, value_name = "USERNAME")]
+    pub ldap: Option<String>,
 }

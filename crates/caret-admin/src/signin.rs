@@ -1,6 +1,7 @@
 //! `caret login` through the organisation's identity provider: in a browser (a loopback
-//! redirect with PKCE, as `gh auth login` does) or, on a machine without one, the device flow
-//! (RFC 8628: a code confirmed in a browser elsewhere while this machine polls).
+//! redirect with PKCE, as `gh auth login` does), on a machine without one the device flow
+//! (RFC 8628: a code confirmed in a browser elsewhere while this machine polls), or with a
+//! directory's (LDAP) user name and password.
 
 use std::time::{Duration, Instant};
 
@@ -125,4 +126,39 @@ pub async fn device(server: &str) -> anyhow::Result<TokenResponse> {
         }
     }
     anyhow::bail!("nobody signed in before the code expired")
+}
+
+/// The password: `CARET_PASSWORD`, or a line read from the terminal with its echo off.
+fn password() -> anyhow::Result<String> {
+    if let Ok(p) = std::env::var("CARET_PASSWORD") {
+        return Ok(p);
+    }
+    use std::io::{BufRead as _, IsTerminal as _, Write as _};
+    let terminal = std::io::stdin().is_terminal();
+    if terminal {
+        eprint!("Password: ");
+        std::io::stderr().flush()?;
+        let _ = std::process::Command::new("stty").arg("-echo").stdin(std::process::Stdio::inherit()).status();
+    }
+    let mut line = String::new();
+    let read = std::io::stdin().lock().read_line(&mut line);
+    if terminal {
+        let _ = std::process::Command::new("stty").arg("echo").stdin(std::process::Stdio::inherit()).status();
+        eprintln!();
+    }
+    read?;
+    Ok(line.trim_end_matches(['\r', '\n']).to_owned())
+}
+
+/// Signs in with the directory: `username` and its password, checked by the server's LDAP.
+pub async fn ldap(server: &str, username: &str) -> anyhow::Result<TokenResponse> {
+    let body = caret_protocol::auth::LdapSignIn { username: username.to_owned(), password: password()?, page: false };
+    let r = client()?.post(format!("{server}/v1/auth/ldap")).json(&body).send().await?;
+    let status = r.status();
+    let text = r.text().await?;
+    if !status.is_success() {
+        let why = serde_json::from_str::<caret_protocol::ErrorBody>(&text).map(|b| b.error.message).unwrap_or(text);
+        anyhow::bail!("the sign-in failed ({status}): {why}");
+    }
+    serde_json::from_str(&text).context("the server's tokens")
 }

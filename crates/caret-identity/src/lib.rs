@@ -16,6 +16,7 @@ pub mod error;
 pub mod export;
 pub mod invitations;
 pub mod jwt;
+pub mod ldap;
 pub mod model;
 pub mod oidc;
 pub mod owners;

@@ -11,6 +11,9 @@ pub struct Methods {
     pub oidc: bool,
     /// A machine without a browser, its person signing in elsewhere.
     pub device: bool,
+    /// With a user name and password checked by the organisation's directory (LDAP).
+    #[serde(default)]
+    pub ldap: bool,
     /// With a token (personal access token, service account, invitation).
     pub tokens: bool,
 }
@@ -59,4 +62,16 @@ pub struct OAuthError {
     /// Why, for people.
     #[serde(default)]
     pub error_description: String,
+}
+
+/// `POST /v1/auth/ldap`: a user name and password for the organisation's directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct LdapSignIn {
+    /// The directory's user name (`uid`).
+    pub username: String,
+    /// The password (checked by the directory, never kept).
+    pub password: String,
+    /// A team page's session (cookies) instead of tokens.
+    #[serde(default)]
+    pub page: bool,
 }

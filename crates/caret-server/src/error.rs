@@ -11,6 +11,9 @@ pub enum Error {
     /// Missing or invalid credentials.
     #[error("missing or invalid API token")]
     Unauthorized,
+    /// A sign-in's name or password is wrong (the same answer for both).
+    #[error("{0}")]
+    SignInRefused(String),
     /// The caller is known but may not do this: a code (`forbidden`, `insufficient_scope`)
     /// and why.
     #[error("{1}")]
@@ -124,7 +127,10 @@ impl From<caret_identity::Error> for Error {
             E::Conflict(m) => Error::Conflict(m),
             E::Forbidden(m) => Error::Forbidden("forbidden", m),
             E::BadToken(m) => Error::BadRequest(m),
-            E::Upstream(m) => Error::Unavailable(format!("the identity provider: {m}")),
+            E::Upstream(m) => {
+                tracing::warn!(error = %m, "the identity provider failed");
+                Error::Unavailable(format!("the identity provider: {m}"))
+            }
             E::Database(e) => Error::Database(e),
             other => Error::Internal(chain(&other)),
         }
@@ -155,6 +161,7 @@ impl Error {
     pub fn status(&self) -> (StatusCode, &'static str) {
         match self {
             Error::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Error::SignInRefused(_) => (StatusCode::UNAUTHORIZED, "invalid_credentials"),
             Error::Forbidden(code, _) => (StatusCode::FORBIDDEN, code),
             Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             Error::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),

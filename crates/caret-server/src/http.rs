@@ -19,7 +19,7 @@ use caret_protocol::{
 
 use caret_index::Tenant;
 
-use crate::state::{AppState, Caller, Json, Path, Query};
+use crate::state::{AppState, Caller, Json, Limiting, Path, Query};
 use crate::{Error, Result};
 
 /// A route table: paths and what answers on them.
@@ -48,6 +48,7 @@ fn public_routes() -> Routes {
         ("/v1/auth/callback", get(crate::signin::callback)),
         ("/v1/auth/device", get(crate::signin::device_page).post(crate::signin::device_start)),
         ("/v1/auth/token", post(crate::signin::token)),
+        ("/v1/auth/ldap", post(crate::signin::ldap)),
         // SCIM discovery describes the service, no organisation's data.
         ("/scim/v2/ServiceProviderConfig", get(crate::scim::service_provider_config)),
         ("/scim/v2/Schemas", get(crate::scim::schema_list)),
@@ -279,7 +280,7 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
     if !hop
         && let Some(axum::extract::ConnectInfo(peer)) =
             req.extensions().get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        && let Err(retry_after) = limited(&state, Limiting::Address, &peer.ip().to_string()).await
+        && let Err(retry_after) = state.limited(Limiting::Address, &peer.ip().to_string()).await
     {
         return Error::RateLimited { retry_after }.into_response();
     }
@@ -313,7 +314,7 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
     tracing::Span::current().record("tenant", tenant.id.as_str());
     // One bucket per person (all their tokens), else per token.
     let bucket = caller.principal.user.as_deref().unwrap_or(&caller.principal.credential);
-    if !hop && let Err(retry_after) = limited(&state, Limiting::Token, bucket).await {
+    if !hop && let Err(retry_after) = state.limited(Limiting::Token, bucket).await {
         return Error::RateLimited { retry_after }.into_response();
     }
     // The SCIM token opens SCIM only, and SCIM takes nothing else.
@@ -420,27 +421,6 @@ async fn enter_compartment(State(state): State<AppState>, req: Request, next: Ne
     match c.run(next.run(req)).await {
         Ok(response) => response,
         Err(e) => e.into_response(),
-    }
-}
-
-/// Which rate limit.
-#[derive(Debug, Clone, Copy)]
-enum Limiting {
-    /// Per API token.
-    Token,
-    /// Per client address.
-    Address,
-}
-
-/// Takes one request from `key`'s bucket: this replica's alone, or shared with the others.
-async fn limited(state: &AppState, which: Limiting, key: &str) -> std::result::Result<(), u64> {
-    let (limiter, scope) = match which {
-        Limiting::Token => (&state.limiter, "token"),
-        Limiting::Address => (&state.ip_limiter, "ip"),
-    };
-    match &state.cluster {
-        Some(cluster) => cluster.admit(limiter, scope, key).await,
-        None => limiter.check(key, Instant::now()),
     }
 }
 

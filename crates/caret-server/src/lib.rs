@@ -18,7 +18,8 @@ pub mod limit;
 pub mod llm;
 pub mod mcp;
 pub mod metrics;
-pub mod openapi;
+/// The API's description (its own crate).
+pub use caret_openapi as openapi;
 pub mod runs;
 pub mod scim;
 pub mod sessions;

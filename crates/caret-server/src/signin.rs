@@ -8,7 +8,9 @@
 //!   with the client's PKCE challenge → provider → a one-time code on the client's loopback
 //!   redirect → `POST /v1/auth/token` with the client's verifier;
 //! - a machine without one: `POST /v1/auth/device` (RFC 8628), its person opening
-//!   `/v1/auth/device` elsewhere, the machine polling `POST /v1/auth/token`.
+//!   `/v1/auth/device` elsewhere, the machine polling `POST /v1/auth/token`;
+//! - a directory (LDAP) instead of a provider: `POST /v1/auth/ldap` with a user name and
+//!   password, answered with tokens or (for the pages) the session's cookies.
 //!
 //! Every sign-in and failure is written to the audit trail.
 
@@ -32,28 +34,7 @@ pub const CSRF_COOKIE: &str = "caret_csrf";
 /// The header a page sends its CSRF token in.
 pub const CSRF_HEADER: &str = "x-csrf-token";
 
-/// How people sign in on this server.
-#[derive(Debug, Clone)]
-pub struct SignIn {
-    /// Where this server is reached from browsers (`https://caret.acme.example`): the
-    /// provider's redirect goes to `/v1/auth/callback` under it.
-    pub public_url: String,
-    /// The OpenID Connect provider, when configured.
-    pub oidc: Option<Arc<Oidc>>,
-}
-
-impl SignIn {
-    /// Signing in with the OpenID Connect provider of `settings`, redirected back under
-    /// `public_url`.
-    pub fn with_oidc(public_url: String, settings: caret_identity::oidc::OidcSettings) -> Result<SignIn> {
-        let oidc = Oidc::new(settings)?;
-        Ok(SignIn { public_url, oidc: Some(Arc::new(oidc)) })
-    }
-
-    fn callback(&self) -> String {
-        format!("{}/v1/auth/callback", self.public_url.trim_end_matches('/'))
-    }
-}
+pub use crate::state::SignIn;
 
 fn oidc(state: &AppState) -> Result<(&SignIn, &Arc<Oidc>)> {
     // Without a provider, the sign-in routes answer as absent ones.
@@ -65,12 +46,15 @@ fn oidc(state: &AppState) -> Result<(&SignIn, &Arc<Oidc>)> {
 
 /// The id of the organisation people sign in to (`organisation` names it or gives its id).
 async fn organisation(state: &AppState, oidc: &Oidc) -> Result<String> {
-    let named = &oidc.settings().organisation;
+    organisation_named(state, &oidc.settings().organisation).await
+}
+
+async fn organisation_named(state: &AppState, named: &str) -> Result<String> {
     let db = state.service.db();
     match db.tenant_by_name(named).await? {
         Some(t) => Ok(t.id),
         None => db.tenant(named).await?.map(|t| t.id).ok_or_else(|| {
-            Error::Unavailable(format!("the organisation {named:?} of [server.oidc] does not exist on this server"))
+            Error::Unavailable(format!("the organisation {named:?} people sign in to does not exist on this server"))
         }),
     }
 }
@@ -95,7 +79,8 @@ pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 /// `GET /v1/auth/methods`: how one signs in here.
 pub async fn methods(State(state): State<AppState>) -> axum::Json<Methods> {
     let oidc = state.sign_in.as_ref().is_some_and(|s| s.oidc.is_some());
-    axum::Json(Methods { oidc, device: oidc, tokens: state.identity.is_some() })
+    let ldap = state.sign_in.as_ref().is_some_and(|s| s.ldap.is_some());
+    axum::Json(Methods { oidc, device: oidc, ldap, tokens: state.identity.is_some() })
 }
 
 /// `GET /v1/auth/login`'s query.
@@ -403,6 +388,66 @@ pub async fn token(State(state): State<AppState>, body: axum::body::Bytes) -> Re
         }
         Err(e) => Error::from(e).into_response(),
     }
+}
+
+/// `POST /v1/auth/ldap`: a user name and password checked by the directory (search then
+/// bind); tokens, or a page's session. Limited per client address like every token guess.
+pub async fn ldap(
+    State(state): State<AppState>,
+    extensions: axum::http::Extensions,
+    crate::state::Json(req): crate::state::Json<caret_protocol::auth::LdapSignIn>,
+) -> Result<Response> {
+    let none = || Error::NotFound("sign-in through a directory on this server".into());
+    let ldap = state.sign_in.as_ref().and_then(|s| s.ldap.clone()).ok_or_else(none)?;
+    let identity = state.identity()?.clone();
+    let address = extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map_or_else(|| "-".to_owned(), |p| p.0.ip().to_string());
+    if let Err(retry_after) = state.limited(crate::state::Limiting::Address, &address).await {
+        return Err(Error::RateLimited { retry_after });
+    }
+    let tenant = organisation_named(&state, &ldap.settings().organisation).await?;
+    let checked = async {
+        let who = ldap.sign_in(&req.username, &req.password).await.map_err(|e| match e {
+            caret_identity::Error::BadToken(why) => Error::SignInRefused(why),
+            other => Error::from(other),
+        })?;
+        let joining = Joining {
+            source: "ldap",
+            signup: ldap.settings().signup,
+            role: ldap.role_of(&who.groups),
+            sync_groups: ldap.settings().sync_groups,
+        };
+        Ok::<_, Error>(identity.signed_in(&tenant, &who, &joining).await?)
+    }
+    .await;
+    let event = |actor: String, target: String, outcome: String| caret_identity::audit::Event {
+        tenant: tenant.clone(),
+        actor,
+        address: address.clone(),
+        action: "sign_in.ldap".into(),
+        target,
+        outcome,
+    };
+    let user = match checked {
+        Ok(u) => u,
+        Err(e) => {
+            state.record(event("-".into(), "-".into(), format!("failed: {}", e.status().1))).await?;
+            return Err(e);
+        }
+    };
+    state.record(event(format!("user:{}", user.id), user.email.clone(), "ok".into())).await?;
+    if req.page {
+        let tokens = identity.issue_session(&tenant, &user, "team page", PAGE_MS, false, None).await?;
+        let mut r = page_session(&tokens, "/admin");
+        *r.status_mut() = StatusCode::NO_CONTENT;
+        r.headers_mut().remove(header::LOCATION);
+        return Ok(r);
+    }
+    let tokens = identity
+        .issue_session(&tenant, &user, "sign-in (ldap)", caret_identity::signins::ACCESS_MS, true, None)
+        .await?;
+    Ok(granted(tokens))
 }
 
 /// `POST /v1/auth/logout`: ends the caller's sign-in (every token it gave) and the page's

@@ -47,9 +47,53 @@ pub struct AppState {
     /// local daemon, a router built for a test).
     pub identity: Option<Arc<caret_identity::Identity>>,
     /// How people sign in (none: tokens only).
-    pub sign_in: Option<Arc<crate::signin::SignIn>>,
+    pub sign_in: Option<Arc<SignIn>>,
     /// Checked credentials, by token hash, for one identity epoch.
     pub credentials: Arc<caret_identity::cache::Cache<Caller>>,
+}
+
+/// How people sign in on this server.
+#[derive(Debug, Clone)]
+pub struct SignIn {
+    /// Where this server is reached from browsers (`https://caret.acme.example`): the
+    /// provider's redirect goes to `/v1/auth/callback` under it.
+    pub public_url: String,
+    /// The OpenID Connect provider, when configured.
+    pub oidc: Option<Arc<caret_identity::oidc::Oidc>>,
+    /// The LDAP directory, when configured.
+    pub ldap: Option<Arc<caret_identity::ldap::Ldap>>,
+}
+
+impl SignIn {
+    /// No way to sign in yet; redirects come back under `public_url`.
+    pub fn new(public_url: String) -> SignIn {
+        SignIn { public_url, oidc: None, ldap: None }
+    }
+
+    /// Signing in with the OpenID Connect provider of `settings` too.
+    pub fn and_oidc(mut self, settings: caret_identity::oidc::OidcSettings) -> crate::Result<SignIn> {
+        self.oidc = Some(Arc::new(caret_identity::oidc::Oidc::new(settings)?));
+        Ok(self)
+    }
+
+    /// Signing in with the directory of `settings` too.
+    pub fn and_ldap(mut self, settings: caret_identity::ldap::LdapSettings) -> crate::Result<SignIn> {
+        self.ldap = Some(Arc::new(caret_identity::ldap::Ldap::new(settings)?));
+        Ok(self)
+    }
+
+    pub(crate) fn callback(&self) -> String {
+        format!("{}/v1/auth/callback", self.public_url.trim_end_matches('/'))
+    }
+}
+
+/// Which rate limit.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Limiting {
+    /// Per person, or per token of a service account.
+    Token,
+    /// Per client address.
+    Address,
 }
 
 /// Who a request acts as, set by the authentication layer beside its [`caret_index::Tenant`].
@@ -150,6 +194,18 @@ impl AppState {
         Ok(())
     }
 
+    /// Takes one request from `key`'s bucket: this replica's alone, or shared with the others.
+    pub(crate) async fn limited(&self, which: Limiting, key: &str) -> Result<(), u64> {
+        let (limiter, scope) = match which {
+            Limiting::Token => (&self.limiter, "token"),
+            Limiting::Address => (&self.ip_limiter, "ip"),
+        };
+        match &self.cluster {
+            Some(cluster) => cluster.admit(limiter, scope, key).await,
+            None => limiter.check(key, std::time::Instant::now()),
+        }
+    }
+
     /// Refuses with 503 `disabled` when flag `name` is off for `tenant`.
     pub fn allowed(&self, name: &str, tenant: Option<&str>) -> crate::Result<()> {
         match &self.cluster {
@@ -159,22 +215,8 @@ impl AppState {
     }
 }
 
-/// The scope a route needs (none: any live credential).
-pub fn scope(path: &str) -> Option<caret_identity::Scope> {
-    use caret_identity::Scope;
-    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    Some(match parts.as_slice() {
-        ["v1", "workspaces", _, "search"] => Scope::Search,
-        ["v1", "workspaces", ..] => Scope::Sync,
-        ["v1", "chat" | "completions" | "embeddings" | "models", ..] => Scope::Chat,
-        ["v1", "apply" | "complete"] => Scope::Complete,
-        ["v1", "agent", ..] => Scope::Agent,
-        ["v1", "runs" | "envs" | "secrets", ..] | ["mcp"] => Scope::Runs,
-        ["v1", "docs", ..] => Scope::Docs,
-        ["v1", "admin", ..] => Scope::Admin,
-        _ => return None,
-    })
-}
+/// The scope a route needs: the API description's rule.
+pub use caret_openapi::scope;
 
 /// A refusal in our error body.
 pub(crate) fn refusal(status: StatusCode, message: String) -> Response {

@@ -168,10 +168,21 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// How people sign in: the OpenID Connect provider of `[server.oidc]`, its redirects under
-/// `[server] public_url` (`listening`, the address listened on, when unset).
+/// How people sign in: the OpenID Connect provider of `[server.oidc]` and the directory of
+/// `[server.ldap]`, redirects under `[server] public_url` (`listening`, the address listened
+/// on, when unset).
 fn sign_in(config: &Config, listening: &str) -> anyhow::Result<Option<Arc<caret_server::signin::SignIn>>> {
-    let Some(settings) = config.server.oidc.clone() else { return Ok(None) };
+    let (oidc, ldap) = (config.server.oidc.clone(), config.server.ldap.clone());
+    if oidc.is_none() && ldap.is_none() {
+        return Ok(None);
+    }
     let public_url = config.server.public_url.clone().unwrap_or_else(|| listening.to_owned());
-    Ok(Some(Arc::new(caret_server::signin::SignIn::with_oidc(public_url, settings).context("[server.oidc]")?)))
+    let mut sign_in = caret_server::signin::SignIn::new(public_url);
+    if let Some(settings) = oidc {
+        sign_in = sign_in.and_oidc(settings).context("[server.oidc]")?;
+    }
+    if let Some(settings) = ldap {
+        sign_in = sign_in.and_ldap(settings).context("[server.ldap]")?;
+    }
+    Ok(Some(Arc::new(sign_in)))
 }

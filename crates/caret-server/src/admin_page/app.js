@@ -161,6 +161,7 @@ async function showLogin() {
   try {
     const methods = await (await fetch("/v1/auth/methods")).json();
     $("#sso").hidden = !methods.oidc;
+    $("#ldap").hidden = !methods.ldap;
   } catch (e) {
     $("#sso").hidden = true;
   }
@@ -170,6 +171,21 @@ $("#login").addEventListener("submit", (e) => {
   e.preventDefault();
   sessionStorage.setItem(KEY, $("#token").value.trim());
   $("#token").value = "";
+  load();
+});
+$("#ldap-go").addEventListener("click", async () => {
+  const r = await fetch("/v1/auth/ldap", {
+    method: "POST",
+    credentials: "same-origin",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ username: $("#ldap-user").value, password: $("#ldap-password").value, page: true }),
+  });
+  $("#ldap-password").value = "";
+  if (!r.ok) {
+    const b = await r.json().catch(() => null);
+    status(b && b.error ? b.error.message : `HTTP ${r.status}`, true);
+    return;
+  }
   load();
 });
 $("#forget").addEventListener("click", async () => {

@@ -3,6 +3,10 @@
 //! `caret openapi`, kept as `docs/openapi.json`. A test holds the description to the router's
 //! routes and methods, and the property-based API run generates its requests from it.
 //!
+//! It is also the rule book of access: each operation's [`Access`] (who may call it) and, by
+//! [`scope`], the token scope a tenant's route needs; the server's router and its
+//! authorization matrix test are held to both.
+//!
 //! Request bodies are described as the server reads them (what it accepts), answers as it
 //! writes them (what it sends); a type whose two descriptions differ appears twice, the
 //! answer's named `…Answer`.
@@ -783,7 +787,7 @@ pub fn document() -> Value {
             operation["requestBody"] = body.clone();
         }
         // A tenant's route names the scope its token needs.
-        let scopes: Vec<&str> = crate::state::scope(op.path).map(caret_identity::Scope::name).into_iter().collect();
+        let scopes: Vec<&str> = scope(op.path).map(caret_identity::Scope::name).into_iter().collect();
         operation["security"] = match op.access {
             Access::Public => json!([]),
             Access::Tenant | Access::Admin => json!([{ "tenant": scopes }]),
@@ -842,4 +846,21 @@ fn tag(path: &str) -> &'static str {
 /// The (method, path) of every operation the description holds.
 pub fn operation_list() -> Vec<(&'static str, &'static str, Access)> {
     operations(&mut Schemas::new()).into_iter().map(|o| (o.method, o.path, o.access)).collect()
+}
+
+/// The scope a route needs (none: any live credential).
+pub fn scope(path: &str) -> Option<caret_identity::Scope> {
+    use caret_identity::Scope;
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    Some(match parts.as_slice() {
+        ["v1", "workspaces", _, "search"] => Scope::Search,
+        ["v1", "workspaces", ..] => Scope::Sync,
+        ["v1", "chat" | "completions" | "embeddings" | "models", ..] => Scope::Chat,
+        ["v1", "apply" | "complete"] => Scope::Complete,
+        ["v1", "agent", ..] => Scope::Agent,
+        ["v1", "runs" | "envs" | "secrets", ..] | ["mcp"] => Scope::Runs,
+        ["v1", "docs", ..] => Scope::Docs,
+        ["v1", "admin", ..] => Scope::Admin,
+        _ => return None,
+    })
 }

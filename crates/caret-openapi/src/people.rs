@@ -91,6 +91,21 @@ pub(super) fn operations(s: &mut Schemas) -> Vec<Operation> {
             )
         },
         Operation {
+            body: Some(s.read::<auth::LdapSignIn>()),
+            answers: {
+                let mut a = ok(s.json::<auth::TokenResponse>());
+                a.push((204, "A page's session started (its cookies set)", serde_json::Map::new()));
+                a
+            },
+            ..op(
+                "post",
+                "/v1/auth/ldap",
+                "auth_ldap",
+                "Signs in with a user name and password checked by the organisation's directory.",
+                Public,
+            )
+        },
+        Operation {
             answers: no_content(),
             ..op("post", "/v1/auth/logout", "auth_logout", "Ends the caller's sign-in and every token it gave.", Tenant)
         },
