@@ -66,6 +66,7 @@ fn the_vscode_extension_type_checks_passes_its_tests_and_packages() {
             "caret.searchCodebase",
             "caret.grep",
             "caret.restartServer",
+            "caret.signIn",
             "caret.nextEdit",
             "caret.dismissNextEdit"
         ]

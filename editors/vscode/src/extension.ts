@@ -16,6 +16,7 @@ import {
   debounce,
   focusParams,
   initializationOptions,
+  loginArgs,
   lspArgs,
   offerMessage,
   parseUiAddress,
@@ -372,6 +373,26 @@ export function activate(context: vscode.ExtensionContext) {
     // registration of one fails the client's start.
     vscode.commands.registerCommand('caret.searchCodebase', () => search('semantic')),
     vscode.commands.registerCommand('caret.grep', () => search('grep')),
+    vscode.commands.registerCommand('caret.signIn', async () => {
+      const s = settings();
+      const args = loginArgs(s);
+      if (!args) {
+        vscode.window.showErrorMessage('Caret: set caret.server to your team server first');
+        return;
+      }
+      // The command line signs in (a browser, loopback redirect and PKCE) and keeps the tokens
+      // every Caret client on this machine uses; the language server restarts with them.
+      const terminal = vscode.window.createTerminal({ name: 'Caret sign-in', shellPath: s.path, shellArgs: args });
+      terminal.show();
+      const closed = vscode.window.onDidCloseTerminal(async (t) => {
+        if (t !== terminal) return;
+        closed.dispose();
+        if (t.exitStatus?.code === 0) {
+          await client?.stop();
+          client = startClient();
+        }
+      });
+    }),
     vscode.commands.registerCommand('caret.restartServer', async () => {
       await client?.stop();
       client = startClient();

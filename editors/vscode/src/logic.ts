@@ -42,6 +42,15 @@ export function lspArgs(s: Settings): string[] {
   return args;
 }
 
+/**
+ * `caret login`'s arguments for signing in to the team server (through its identity provider,
+ * in a browser), or null without one. What it keeps (`$CARET_HOME/credentials.json`) the
+ * language server then uses, refreshed as it expires.
+ */
+export function loginArgs(s: Settings): string[] | null {
+  return s.server ? ['login', '--server', s.server] : null;
+}
+
 /** The language server's `initializationOptions` (only what is set). */
 export function initializationOptions(s: Settings): Record<string, unknown> {
   const o: Record<string, unknown> = {};

@@ -8,6 +8,7 @@ import {
   defaults,
   focusParams,
   initializationOptions,
+  loginArgs,
   lspArgs,
   offerMessage,
   parseUiAddress,
@@ -27,6 +28,8 @@ test('settings map to the language server and the page server', () => {
   assert.deepEqual(lspArgs(s), ['lsp']);
   assert.deepEqual(lspArgs({ ...s, server: 'https://caret.example', token: 't0k' }), ['lsp', '--server', 'https://caret.example', '--token', 't0k']);
   assert.deepEqual(uiArgs('/w', { ...s, agentModel: 'agent-x' }), ['ui', '/w', '--model', 'agent-x', '--tab-model', 'tab-big']);
+  assert.equal(loginArgs(s), null, 'no team server: nothing to sign in to');
+  assert.deepEqual(loginArgs({ ...s, server: 'https://caret.example' }), ['login', '--server', 'https://caret.example']);
 });
 
 test("caret ui's address is read from its first line, and nothing else passes", () => {
