@@ -142,6 +142,16 @@ const MIGRATIONS: &[(i64, &str)] = &[
         PRIMARY KEY (tenant_id, user_id, day, model)
     )",
     ),
+    (
+        8,
+        "CREATE TABLE org_settings (
+        tenant_id TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        updated_at BIGINT NOT NULL,
+        PRIMARY KEY (tenant_id, key)
+    )",
+    ),
 ];
 
 /// The identity store: people, groups, credentials and the audit trail of every organisation.

@@ -22,6 +22,7 @@ pub mod oidc;
 pub mod owners;
 pub mod people;
 pub mod scim;
+pub mod settings;
 pub mod signins;
 pub mod tokens;
 

@@ -264,6 +264,19 @@ pub(super) fn operations(s: &mut Schemas) -> Vec<Operation> {
             ..op("get", "/v1/admin/usage", "usage", "Model tokens spent per person, model and group.", Admin)
         },
         Operation {
+            answers: ok(s.json::<admin::Settings>()),
+            ..op("get", "/v1/admin/settings", "settings", "The organisation's settings as they hold.", Admin)
+        },
+        Operation {
+            body: Some(s.read::<admin::ChangeSettings>()),
+            answers: ok(s.json::<admin::Settings>()),
+            ..op("patch", "/v1/admin/settings", "change_settings", "Changes the organisation's settings.", Admin)
+        },
+        Operation {
+            answers: ok(s.json::<Vec<admin::FlagInfo>>()),
+            ..op("get", "/v1/admin/flags", "flags", "The operator's flags as they fall for the organisation.", Admin)
+        },
+        Operation {
             answers: ok(s.json::<admin::AuditVerification>()),
             ..op("post", "/v1/admin/audit/verify", "verify_audit", "Checks the audit trail's hash chain.", Admin)
         },

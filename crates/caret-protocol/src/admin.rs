@@ -335,3 +335,38 @@ pub struct Joined {
     /// Their first token.
     pub token: TokenCreated,
 }
+
+/// `GET /v1/admin/settings`: the organisation's settings as they hold (its own, else the
+/// server's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Settings {
+    /// Who may add and remove @Docs sources: `members` or `admins`.
+    pub docs_sources: String,
+    /// The longest a personal access token may live, days.
+    pub token_max_days: u32,
+    /// The settings this organisation set (the rest are the server's defaults).
+    pub overridden: Vec<String>,
+}
+
+/// `PATCH /v1/admin/settings`: the settings to change (the others are left).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ChangeSettings {
+    /// `members`, `admins`, or `default` (the server's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub docs_sources: Option<String>,
+    /// 1 to 366 days, or 0 (the server's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 366))]
+    pub token_max_days: Option<i64>,
+}
+
+/// `GET /v1/admin/flags`: a flag as it falls for the organisation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct FlagInfo {
+    /// The flag (`agent`, `model.big`, `experiment.x`).
+    pub name: String,
+    /// Whether it is on for this organisation.
+    pub on: bool,
+    /// Whose rule decides: `this organisation` or `every organisation`.
+    pub rule: String,
+}

@@ -92,11 +92,11 @@ fn scopes(asked: &[String], role: Role) -> Result<Scopes> {
     Scopes::parse(&asked.join(",")).map_err(Error::BadRequest)
 }
 
-/// Expiry from a request: 90 days unless asked, at most 366.
-fn expiry(days: Option<u32>) -> Result<Option<i64>> {
-    let days = days.unwrap_or(90);
-    if !(1..=366).contains(&days) {
-        return Err(Error::BadRequest(format!("expires_in_days is 1 to 366, not {days}")));
+/// Expiry from a request: 90 days (or `max`, when less) unless asked, at most `max`.
+fn expiry(days: Option<u32>, max: u32) -> Result<Option<i64>> {
+    let days = days.unwrap_or(90.min(max));
+    if !(1..=max).contains(&days) {
+        return Err(Error::BadRequest(format!("expires_in_days is 1 to {max} here, not {days}")));
     }
     Ok(Some(caret_identity::db::now_ms() + i64::from(days) * 86_400_000))
 }
@@ -133,7 +133,7 @@ pub async fn create_my_token(
         kind: CredentialKind::Personal,
         name: req.name.clone(),
         scopes: scopes(&req.scopes, caller.principal.role)?,
-        expires_at: expiry(req.expires_in_days)?,
+        expires_at: expiry(req.expires_in_days, crate::settings::token_max_days(&state, &caller).await?)?,
     };
     make_token(&state, &caller, new).await
 }
@@ -293,7 +293,7 @@ pub async fn create_token(
             kind: CredentialKind::Scim,
             name: req.name.clone(),
             scopes: Scopes::NONE.with(Scope::Admin),
-            expires_at: expiry(req.expires_in_days)?,
+            expires_at: expiry(req.expires_in_days, crate::settings::token_max_days(&state, &caller).await?)?,
         };
         return make_token(&state, &caller, new).await;
     }
@@ -305,7 +305,7 @@ pub async fn create_token(
         kind: CredentialKind::Service,
         name: req.name.clone(),
         scopes: scopes(&req.scopes, role)?,
-        expires_at: expiry(req.expires_in_days)?,
+        expires_at: expiry(req.expires_in_days, crate::settings::token_max_days(&state, &caller).await?)?,
     };
     make_token(&state, &caller, new).await
 }

@@ -36,7 +36,7 @@ pub(crate) async fn add(
     let name = req.name.clone();
     let source = s
         .audited(&caller, "docs.add", &name, async {
-            caller.at_least(docs.managed_by())?;
+            caller.at_least(crate::settings::docs_managed_by(&s, &caller, docs.managed_by()).await?)?;
             Ok(docs.add(&t, req).await?)
         })
         .await?;
@@ -55,7 +55,7 @@ pub(crate) async fn remove(
 ) -> Result<Response> {
     let docs = library(&s)?;
     s.audited(&caller, "docs.remove", &name, async {
-        caller.at_least(docs.managed_by())?;
+        caller.at_least(crate::settings::docs_managed_by(&s, &caller, docs.managed_by()).await?)?;
         Ok(docs.remove(&t, &name).await?)
     })
     .await?;

@@ -115,6 +115,8 @@ fn admin_routes() -> Routes {
         ("/v1/admin/groups/{id}/models", put(admin::group_models)),
         ("/v1/admin/groups/{id}/budget", put(admin::group_budget)),
         ("/v1/admin/usage", get(admin::usage)),
+        ("/v1/admin/settings", get(crate::settings::get).patch(crate::settings::change)),
+        ("/v1/admin/flags", get(crate::settings::flags)),
         ("/v1/admin/groups/{id}/members/{user}", put(admin::add_member).delete(admin::remove_member)),
         ("/v1/admin/invitations", post(admin::invite)),
         ("/v1/admin/audit", get(admin::audit)),

@@ -23,6 +23,7 @@ pub use caret_openapi as openapi;
 pub mod runs;
 pub mod scim;
 pub mod sessions;
+pub mod settings;
 pub mod signin;
 pub mod spend;
 pub mod sse;

@@ -232,6 +232,20 @@ fn an_organisation_lets_its_people_in_and_the_audit_trail_holds_what_admins_did(
     assert_eq!(total("by_group", "interns"), Some(65), "{report}");
     assert!(total("by_model", "fast").unwrap() + total("by_model", "big").unwrap() >= 65 + 13);
     ok(&caret(&ada, &["admin", "group", "budget", "interns", "--clear"]));
+    // The organisation's settings: personal tokens live at most 30 days here.
+    let settings = c.patch(format!("{}/v1/admin/settings", server.url)).bearer_auth(&ada);
+    let settings: Value = settings.json(&json!({"token_max_days": 30})).send().unwrap().json().unwrap();
+    assert_eq!(
+        (settings["token_max_days"].as_u64(), settings["overridden"][0].as_str()),
+        (Some(30), Some("token_max_days"))
+    );
+    let long = c.post(format!("{}/v1/me/tokens", server.url)).bearer_auth(&dans_token);
+    let long = long.json(&json!({"name": "long", "expires_in_days": 90})).send().unwrap();
+    assert_eq!(long.status(), 400, "past the organisation's longest");
+    let refused_setting = c.patch(format!("{}/v1/admin/settings", server.url)).bearer_auth(&ada);
+    assert_eq!(refused_setting.json(&json!({"docs_sources": "everyone"})).send().unwrap().status(), 400);
+    let flags = c.get(format!("{}/v1/admin/flags", server.url)).bearer_auth(&ada).send().unwrap();
+    assert_eq!(flags.status(), 200);
     assert_eq!(chat(&dans_token, "fast").0, 200, "the budget cleared");
     assert!(ok(&dan.run(&["logout", "--server", &server.url], &[])).contains("signed out"));
     assert_eq!(get(&dans_token, "/v1/me").status(), 401, "logout revokes the token");
@@ -256,6 +270,7 @@ fn an_organisation_lets_its_people_in_and_the_audit_trail_holds_what_admins_did(
         "token.revoke",
         "user.state",
         "group.budget",
+        "settings.change",
         "budget.warning",
         "budget.exhausted",
     ] {
@@ -615,6 +630,20 @@ fn the_admin_page_shows_and_changes_what_the_admin_api_has() {
     browser.eval("document.querySelector('#verify').click()");
     let verified = browser.wait_for("the verdict", 30, "return document.querySelector('#verified').textContent");
     assert!(verified.as_str().unwrap().starts_with("intact:"), "{verified}");
+    // A setting changed on the page reaches the API.
+    browser.eval(
+        "const s = document.querySelector('#set-docs'); s.value = 'admins'; s.dispatchEvent(new Event('change'));",
+    );
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let settings: Value =
+            c.get(format!("{}/v1/admin/settings", server.url)).bearer_auth(&ada).send().unwrap().json().unwrap();
+        if settings["docs_sources"] == "admins" {
+            break;
+        }
+        assert!(std::time::Instant::now() < until, "the page's setting never reached the API: {settings}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("admin-screenshots");
     std::fs::create_dir_all(&dir).unwrap();
     browser.screenshot(&dir.join("admin-page.png"));

@@ -89,13 +89,18 @@ async function load() {
     showLogin();
     return;
   }
-  const [people, tokens, groups, audit, usage] = await Promise.all([
+  const [people, tokens, groups, audit, usage, settings, flags] = await Promise.all([
     api("GET", "/v1/admin/users"),
     api("GET", "/v1/admin/tokens"),
     api("GET", "/v1/admin/groups"),
     api("GET", "/v1/admin/audit?limit=1000"),
     api("GET", "/v1/admin/usage?days=7"),
+    api("GET", "/v1/admin/settings"),
+    api("GET", "/v1/admin/flags"),
   ]);
+  $("#set-docs").value = settings.docs_sources;
+  $("#set-days").value = settings.token_max_days;
+  fill("flags", flags, [(f) => f.name, (f) => (f.on ? "on" : "off"), (f) => f.rule]);
   const email = Object.fromEntries(people.map((p) => [p.id, p.email]));
   fill("people", people, [
     (p) => p.email,
@@ -173,6 +178,10 @@ $("#login").addEventListener("submit", (e) => {
   $("#token").value = "";
   load();
 });
+$("#set-docs").addEventListener("change", () =>
+  act(() => api("PATCH", "/v1/admin/settings", { docs_sources: $("#set-docs").value })));
+$("#set-days").addEventListener("change", () =>
+  act(() => api("PATCH", "/v1/admin/settings", { token_max_days: Number($("#set-days").value) })));
 $("#ldap-go").addEventListener("click", async () => {
   const r = await fetch("/v1/auth/ldap", {
     method: "POST",
