@@ -207,6 +207,17 @@ impl Runs {
         }
     }
 
+    /// Shares a run of the caller's with the organisation (or no longer): a team server's.
+    pub async fn share(&self, id: &str, shared: bool) -> anyhow::Result<RunInfo> {
+        match self {
+            Runs::Local { .. } => anyhow::bail!("runs are shared on a team server (--server URL); here they are yours"),
+            Runs::Remote(Api { client, .. }) => {
+                let body = caret_protocol::runs::ShareRun { shared };
+                self.call(client.post(self.url(&format!("/v1/runs/{id}/share"))).json(&body)).await
+            }
+        }
+    }
+
     /// Deletes a finished run and what is kept of it.
     pub async fn delete(&self, id: &str) -> anyhow::Result<()> {
         match self {

@@ -81,4 +81,15 @@ impl Identity {
         }
         Ok(())
     }
+
+    /// Forgets whose `tenant`'s resource `id` of `kind` was (it is gone).
+    pub async fn disown(&self, tenant: &str, kind: &str, id: &str) -> Result<()> {
+        sqlx::query("DELETE FROM owners WHERE tenant_id = $1 AND kind = $2 AND id = $3")
+            .bind(tenant)
+            .bind(kind)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
 }

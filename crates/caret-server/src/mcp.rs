@@ -13,7 +13,6 @@
 use std::sync::Arc;
 
 use caret_anyrun::runs::TenantRef;
-use caret_index::db::Tenant;
 use caret_protocol::runs::{CreateRun, RepoSource, RunEnvironment};
 use rmcp::ErrorData;
 use rmcp::model::{
@@ -25,7 +24,7 @@ use rmcp::transport::streamable_http_server::session::never::NeverSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde::Deserialize;
 
-use crate::state::AppState;
+use crate::state::{AppState, Caller};
 
 /// `start_run`'s arguments.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -86,14 +85,14 @@ pub struct RunsMcp {
     state: AppState,
 }
 
-/// The tenant the token of the request named (set by the authentication in front of `/mcp`).
-fn tenant(context: &RequestContext<RoleServer>) -> Result<Tenant, String> {
+/// Who the token of the request acts as (set by the authentication in front of `/mcp`).
+fn caller(context: &RequestContext<RoleServer>) -> Result<Caller, String> {
     context
         .extensions
         .get::<http::request::Parts>()
-        .and_then(|parts| parts.extensions.get::<Tenant>())
+        .and_then(|parts| parts.extensions.get::<Caller>())
         .cloned()
-        .ok_or_else(|| "no tenant for this request".to_owned())
+        .ok_or_else(|| "no caller for this request".to_owned())
 }
 
 fn args<T: serde::de::DeserializeOwned>(request: &CallToolRequestParams) -> Result<T, String> {
@@ -106,8 +105,16 @@ fn json_text(value: &impl serde::Serialize) -> CallToolResult {
 }
 
 impl RunsMcp {
-    async fn call(&self, request: CallToolRequestParams, tenant: Tenant) -> Result<CallToolResult, String> {
-        let runs = self.state.runs.as_ref().ok_or("background runs are not enabled on this server")?;
+    /// A tool call, as the caller: their runs are theirs (another person's unshared run
+    /// answers as a missing one), and what changes is audited as on `/v1/runs`.
+    async fn call(&self, request: CallToolRequestParams, caller: Caller) -> Result<CallToolResult, String> {
+        let tenant = caller.tenant.clone();
+        let state = &self.state;
+        let runs = state.runs.as_ref().ok_or("background runs are not enabled on this server")?;
+        let may_see = |id: String| {
+            let caller = caller.clone();
+            async move { crate::runs::visible(state, &caller, &id).await.map_err(|e| e.to_string()) }
+        };
         self.state.allowed("runs", Some(&tenant.id)).map_err(|e| e.to_string())?;
         let who = TenantRef { id: tenant.id.clone(), name: tenant.name.clone() };
         let failed = |e: caret_anyrun::Error| e.to_string();
@@ -125,23 +132,39 @@ impl RunsMcp {
                     git_credential: None,
                     rollout: None,
                 };
-                Ok(json_text(&runs.submit(&who, create).await.map_err(failed)?))
+                let submitted = runs.submit(&who, create).await;
+                if let Ok(info) = &submitted {
+                    state.own(&caller, "run", &info.id).await.map_err(|e| e.to_string())?;
+                }
+                let (target, outcome) = match &submitted {
+                    Ok(info) => (info.id.clone(), "ok".to_owned()),
+                    Err(e) => ("-".to_owned(), format!("failed: {e}")),
+                };
+                state.audit(&caller, "run.submit", &target, &outcome).await.map_err(|e| e.to_string())?;
+                Ok(json_text(&submitted.map_err(failed)?))
             }
             "run_status" => {
                 let a: RunArgs = args(&request)?;
+                may_see(a.id.clone()).await?;
                 Ok(json_text(&runs.get(&tenant.id, &a.id).await.map_err(failed)?))
             }
             "cancel_run" => {
                 let a: RunArgs = args(&request)?;
-                Ok(json_text(&runs.cancel(&tenant.id, &a.id).await.map_err(failed)?))
+                may_see(a.id.clone()).await?;
+                let cancelled = runs.cancel(&tenant.id, &a.id).await;
+                let outcome = if cancelled.is_ok() { "ok".to_owned() } else { "failed".to_owned() };
+                state.audit(&caller, "run.cancel", &a.id, &outcome).await.map_err(|e| e.to_string())?;
+                Ok(json_text(&cancelled.map_err(failed)?))
             }
             "list_runs" => {
                 let a: ListArgs = args(&request)?;
                 let limit = a.limit.unwrap_or(20).clamp(1, 100);
-                Ok(json_text(&runs.list(&tenant.id, limit).await.map_err(failed)?))
+                let listed = runs.list(&tenant.id, limit).await.map_err(failed)?;
+                Ok(json_text(&crate::runs::seen(state, &caller, listed).await.map_err(|e| e.to_string())?))
             }
             "run_diff" => {
                 let a: RunArgs = args(&request)?;
+                may_see(a.id.clone()).await?;
                 let result = runs.result(&tenant.id, &a.id).await.map_err(failed)?;
                 let mut text = format!("{} ({})\n\n", result.final_message.trim(), result.turn_end);
                 if let Some(test) = &result.test {
@@ -212,8 +235,8 @@ impl rmcp::ServerHandler for RunsMcp {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        Ok(answer(match tenant(&context) {
-            Ok(t) => self.call(request, t).await,
+        Ok(answer(match caller(&context) {
+            Ok(c) => self.call(request, c).await,
             Err(e) => Err(e),
         }))
     }

@@ -99,19 +99,30 @@ pub(crate) async fn list(
     Extension(caller): Extension<Caller>,
     Query(q): Query<ListQuery>,
 ) -> Result<Response> {
-    let mut runs = service(&s)?.list(&t.id, q.limit.unwrap_or(50)).await?;
+    let runs = service(&s)?.list(&t.id, q.limit.unwrap_or(50)).await?;
+    let runs = seen(&s, &caller, runs).await?;
+    Ok(AxumJson(RunList { runs }).into_response())
+}
+
+/// The runs of `runs` the caller may see: their own, shared ones and the organisation's (an
+/// admin sees all).
+pub(crate) async fn seen(
+    s: &AppState,
+    caller: &Caller,
+    mut runs: Vec<caret_protocol::runs::RunInfo>,
+) -> Result<Vec<caret_protocol::runs::RunInfo>> {
     if let Some(identity) = &s.identity
         && caller.principal.role < Role::Admin
     {
         let ids: Vec<String> = runs.iter().map(|r| r.id.clone()).collect();
-        let owners = identity.owners(&t.id, "run", &ids).await?;
+        let owners = identity.owners(&caller.tenant.id, "run", &ids).await?;
         runs.retain(|r| owners.get(&r.id).is_none_or(|o| o.shared || caller.principal.user.as_ref() == Some(&o.user)));
     }
-    Ok(AxumJson(RunList { runs }).into_response())
+    Ok(runs)
 }
 
 /// Refuses, as a missing one, another person's run that is not shared with the organisation.
-async fn visible(s: &AppState, caller: &Caller, id: &str) -> Result<()> {
+pub(crate) async fn visible(s: &AppState, caller: &Caller, id: &str) -> Result<()> {
     s.visible(caller, "run", id, || Error::NotFound(format!("run {id}"))).await
 }
 
@@ -168,6 +179,9 @@ pub(crate) async fn delete(
 ) -> Result<Response> {
     visible(&s, &caller, &id).await?;
     service(&s)?.delete(&t.id, &id).await?;
+    if let Some(identity) = &s.identity {
+        identity.disown(&t.id, "run", &id).await?;
+    }
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

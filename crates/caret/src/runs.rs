@@ -174,6 +174,15 @@ pub enum RunsCommand {
         #[command(flatten)]
         target: Target,
     },
+    /// Shares one of your runs with your organisation on a team server (`--off`: no longer).
+    Share {
+        id: String,
+        /// Stop sharing it.
+        #[arg(long)]
+        off: bool,
+        #[command(flatten)]
+        target: Target,
+    },
     /// Deletes an ended run now (events, result).
     Rm {
         id: String,
@@ -502,6 +511,15 @@ pub fn runs(config: &Config, cmd: RunsCommand) -> anyhow::Result<ExitCode> {
                     println!("{} {}", info.id, info.state.as_str());
                 } else {
                     println!("{}: cancel asked; the worker stops it within seconds", info.id);
+                }
+            }
+            RunsCommand::Share { id, off, target } => {
+                let runs = Runs::open(config, &target.remote()).await?;
+                let info = runs.share(&id, !off).await?;
+                if target.json {
+                    println!("{}", serde_json::to_string(&info)?);
+                } else {
+                    println!("{} {}", info.id, if off { "is yours alone" } else { "is shared with your organisation" });
                 }
             }
             RunsCommand::Rm { id, target } => {

@@ -716,6 +716,13 @@ fn a_members_runs_are_theirs_unless_shared() {
     assert_eq!(ids(&max), both);
     assert_eq!(answer(&max, reqwest::Method::GET, format!("/v1/runs/{mias}")).0, 200);
     assert_eq!(answer(&max, reqwest::Method::POST, format!("/v1/runs/{mias}/share")).0, 403, "not his to share");
+    // `caret runs share --off`: hers alone again.
+    let off = Client::new().run(&["runs", "share", &mias, "--off", "--server", &server.url, "--token", &mia], &[]);
+    assert!(off.status.success(), "{off:?}");
+    assert!(String::from_utf8_lossy(&off.stdout).contains("is yours alone"));
+    let mut maxs_only = ids(&max);
+    maxs_only.sort();
+    assert_eq!(maxs_only, vec![maxs.clone()]);
     let audit: Value =
         c.get(format!("{}/v1/admin/audit", server.url)).bearer_auth(&ada).send().unwrap().json().unwrap();
     let actions: Vec<&str> = audit.as_array().unwrap().iter().map(|r| r["action"].as_str().unwrap()).collect();

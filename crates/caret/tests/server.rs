@@ -2429,6 +2429,42 @@ fn background_runs_are_served_over_mcp_to_the_python_client() {
     );
     assert!(!mcp(&bob, "auto", json!([["list_runs", {}]]))["calls"][0]["text"].as_str().unwrap().contains(&id));
 
+    // In one organisation a member's run is theirs over MCP too: another member neither reads
+    // nor lists it, an admin does, and the submission is in the audit trail.
+    let owner = server.owner("mcp-people");
+    let member = |email: &str| -> String {
+        let invited: Value = http()
+            .post(format!("{}/v1/admin/invitations", server.url))
+            .bearer_auth(&owner)
+            .json(&json!({"email": email, "role": "member"}))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        let joined: Value = http()
+            .post(format!("{}/v1/invitations/accept", server.url))
+            .json(&json!({"code": invited["code"], "name": email}))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        joined["token"]["token"].as_str().unwrap().to_owned()
+    };
+    let (m1, m2) = (member("m1@people.example"), member("m2@people.example"));
+    let started = mcp(&m1, "auto", json!([["start_run", {"repo": repo_url, "task": "make add.sh add"}]]));
+    let run: Value = serde_json::from_str(started["calls"][0]["text"].as_str().unwrap()).unwrap();
+    let mine = run["id"].as_str().unwrap().to_owned();
+    let other =
+        mcp(&m2, "auto", json!([["run_status", {"id": mine}], ["list_runs", {}], ["cancel_run", {"id": mine}]]));
+    assert_eq!(other["calls"][0]["error"], true, "{other}");
+    assert!(!other["calls"][1]["text"].as_str().unwrap().contains(&mine), "{other}");
+    assert_eq!(other["calls"][2]["error"], true, "{other}");
+    let admins = mcp(&owner, "auto", json!([["run_status", {"id": mine}]]));
+    assert_eq!(admins["calls"][0]["error"], false, "{admins}");
+    let audit: Value =
+        http().get(format!("{}/v1/admin/audit", server.url)).bearer_auth(&owner).send().unwrap().json().unwrap();
+    assert!(audit.as_array().unwrap().iter().any(|r| r["action"] == "run.submit" && r["target"] == mine.as_str()));
+
     // No token, a wrong one, a page's request.
     let post = |token: Option<&str>, origin: Option<&str>| {
         let mut req = http()
