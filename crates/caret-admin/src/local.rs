@@ -59,12 +59,14 @@ pub(crate) async fn run(config: &Config, cmd: AdminCommand) -> anyhow::Result<()
                 let tenant_id = crate::usage::tenant_id(service.db(), tenant.as_deref()).await?;
                 let rule = caret_index::flags::Rule {
                     name: name.clone(),
-                    tenant: tenant_id,
+                    tenant: tenant_id.clone(),
                     state: caret_index::flags::State::parse(&state)?,
                     percent,
                     reason,
                 };
                 service.db().set_flag(&rule).await?;
+                let outcome = format!("{state} for {}%", percent.min(100));
+                flag_recorded(&service, tenant_id.as_deref(), "flag.set", &name, &outcome).await?;
                 let whom = tenant.map_or_else(|| "every tenant".to_owned(), |t| format!("tenant {t}"));
                 let share = if percent >= 100 { String::new() } else { format!(" ({percent}% of them)") };
                 println!("{name} {state} for {whom}{share}; servers apply it within 2 s");
@@ -108,6 +110,8 @@ pub(crate) async fn run(config: &Config, cmd: AdminCommand) -> anyhow::Result<()
                 let service = caret_index::open(&storage_of(&storage)).await?;
                 let tenant_id = crate::usage::tenant_id(service.db(), tenant.as_deref()).await?;
                 let had = service.db().clear_flag(&name, tenant_id.as_deref()).await?;
+                let outcome = if had { "ok" } else { "no such rule" };
+                flag_recorded(&service, tenant_id.as_deref(), "flag.clear", &name, outcome).await?;
                 println!("{}", if had { format!("{name}: rule removed") } else { format!("{name}: no such rule") });
             }
             AdminCommand::Usage { tenant, since, json, storage } => {
@@ -147,6 +151,28 @@ pub(crate) async fn run(config: &Config, cmd: AdminCommand) -> anyhow::Result<()
 
 /// `caret admin bootstrap`: the organisation (made if new), its owner, and a personal token
 /// with every scope, printed once.
+/// Writes an operator's flag change to the audit trail: the organisation's when the rule is
+/// one organisation's, else the server's (`*`, read on the host).
+async fn flag_recorded(
+    service: &caret_index::Service,
+    tenant: Option<&str>,
+    action: &str,
+    flag: &str,
+    outcome: &str,
+) -> anyhow::Result<()> {
+    let identity = caret_server::open_identity(service).await?;
+    let event = caret_identity::audit::Event {
+        tenant: tenant.unwrap_or("*").to_owned(),
+        actor: "operator".into(),
+        address: "server host".into(),
+        action: action.into(),
+        target: flag.into(),
+        outcome: outcome.into(),
+    };
+    identity.audit(event).await?;
+    Ok(())
+}
+
 pub(crate) async fn bootstrap(
     config: &Config,
     organisation: &str,

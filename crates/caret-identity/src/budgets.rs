@@ -83,7 +83,8 @@ impl Identity {
     /// Tokens `user` spent today (UTC).
     pub async fn spent_today(&self, tenant: &str, user: &str) -> Result<i64> {
         Ok(sqlx::query(
-            "SELECT COALESCE(SUM(tokens), 0) FROM token_usage WHERE tenant_id = $1 AND user_id = $2 AND day = $3",
+            "SELECT CAST(COALESCE(SUM(tokens), 0) AS BIGINT) FROM token_usage \
+             WHERE tenant_id = $1 AND user_id = $2 AND day = $3",
         )
         .bind(tenant)
         .bind(user)

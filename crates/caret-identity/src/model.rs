@@ -24,6 +24,15 @@ impl Role {
         }
     }
 
+    /// The role an identity provider's `groups` give where `group_roles` maps groups to roles
+    /// (none: roles are not mapped): the highest mapped, else member.
+    pub fn from_groups(group_roles: &std::collections::BTreeMap<String, Role>, groups: &[String]) -> Option<Role> {
+        if group_roles.is_empty() {
+            return None;
+        }
+        Some(groups.iter().filter_map(|g| group_roles.get(g)).copied().max().unwrap_or(Role::Member))
+    }
+
     /// The scopes this role may hold.
     pub fn allows(self) -> Scopes {
         match self {

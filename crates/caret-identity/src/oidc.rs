@@ -404,10 +404,7 @@ impl Oidc {
 
     /// The role `groups` give, where roles are mapped from groups.
     pub fn role_of(&self, groups: &[String]) -> Option<Role> {
-        if self.settings.group_roles.is_empty() {
-            return None;
-        }
-        Some(groups.iter().filter_map(|g| self.settings.group_roles.get(g)).copied().max().unwrap_or(Role::Member))
+        Role::from_groups(&self.settings.group_roles, groups)
     }
 }
 

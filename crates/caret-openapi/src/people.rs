@@ -62,7 +62,10 @@ pub(super) fn operations(s: &mut Schemas) -> Vec<Operation> {
             ..op("get", "/v1/auth/callback", "auth_callback", "The identity provider's answer.", Public)
         },
         Operation {
-            parameters: vec![query("user_code", "The code the device shows.", text())],
+            parameters: vec![
+                query("user_code", "The code the device shows.", text()),
+                query("confirm", "`yes`: its person confirmed starting this sign-in.", text()),
+            ],
             answers: {
                 let mut a = ok(super::text("text/html"));
                 a.extend(see_other("To the identity provider"));

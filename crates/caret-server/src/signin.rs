@@ -249,7 +249,7 @@ fn page_session(tokens: &SessionTokens, next: &str) -> Response {
 }
 
 fn message_page(title: &str, text: &str) -> Response {
-    let escape = |s: &str| s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;");
+    let escape = escape_html;
     let body = format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t} · Caret</title></head>\
          <body><h1>{t}</h1><p>{m}</p></body></html>",
@@ -265,18 +265,34 @@ fn message_page(title: &str, text: &str) -> Response {
 #[derive(Debug, Deserialize)]
 pub struct DeviceQuery {
     user_code: Option<String>,
+    /// The person confirmed that they started this sign-in.
+    confirm: Option<String>,
 }
 
-/// `GET /v1/auth/device`: the page a device's person opens: the code asked for (or taken
-/// from the link), then off to the provider.
+fn escape_html(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// `GET /v1/auth/device`: the page a device's person opens: the code asked for (or taken from
+/// the link), confirmed by its person (a link from someone else must not sign them in on that
+/// someone's device, RFC 8628 5.4), then off to the provider.
 pub async fn device_page(State(state): State<AppState>, Query(q): Query<DeviceQuery>) -> Result<Response> {
     let (sign_in, oidc) = oidc(&state)?;
+    let page = |body: String| {
+        let html = format!(
+            "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Sign in a device · Caret</title>\
+             </head><body><h1>Sign in a device</h1>{body}</body></html>"
+        );
+        let mut r = Html(html).into_response();
+        r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        r
+    };
     let Some(code) = q.user_code.filter(|c| !c.trim().is_empty()) else {
-        let form = "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Sign in a device · Caret</title>\
-                    </head><body><h1>Sign in a device</h1><form method=\"get\"><label>The code your device shows \
-                    <input name=\"user_code\" autocomplete=\"off\" required></label> <button>Continue</button></form>\
-                    </body></html>";
-        return Ok(Html(form).into_response());
+        return Ok(page(
+            "<form method=\"get\"><label>The code your device shows <input name=\"user_code\" autocomplete=\"off\" \
+             required></label> <button>Continue</button></form>"
+                .to_owned(),
+        ));
     };
     let identity = state.identity()?;
     let tenant = identity.device_tenant(&code).await?;
@@ -284,6 +300,15 @@ pub async fn device_page(State(state): State<AppState>, Query(q): Query<DeviceQu
         return Err(Error::BadRequest("this code is unknown, used already or expired".into()));
     }
     let user_code = caret_identity::signins::shown_user_code(&caret_identity::signins::normal_user_code(&code));
+    if q.confirm.as_deref() != Some("yes") {
+        let shown = escape_html(&user_code);
+        return Ok(page(format!(
+            "<p>A device asks to sign in as you with the code <strong id=\"code\">{shown}</strong>. Continue only if \
+             you started this sign-in and the device shows this code.</p><form method=\"get\">\
+             <input type=\"hidden\" name=\"user_code\" value=\"{shown}\"><input type=\"hidden\" name=\"confirm\" \
+             value=\"yes\"><button id=\"confirm\">Sign in the device</button></form>"
+        )));
+    }
     to_provider(&state, sign_in, oidc, Purpose::Device { user_code }).await
 }
 

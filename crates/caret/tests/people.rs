@@ -244,8 +244,23 @@ fn an_organisation_lets_its_people_in_and_the_audit_trail_holds_what_admins_did(
     assert_eq!(long.status(), 400, "past the organisation's longest");
     let refused_setting = c.patch(format!("{}/v1/admin/settings", server.url)).bearer_auth(&ada);
     assert_eq!(refused_setting.json(&json!({"docs_sources": "everyone"})).send().unwrap().status(), 400);
-    let flags = c.get(format!("{}/v1/admin/flags", server.url)).bearer_auth(&ada).send().unwrap();
-    assert_eq!(flags.status(), 200);
+    // The operator's flag for this organisation: shown to its admins, and in its audit trail.
+    server.admin(&["admin", "flags", "set", "experiment.people", "on", "--tenant", "acme"]);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let flags: Value =
+            c.get(format!("{}/v1/admin/flags", server.url)).bearer_auth(&ada).send().unwrap().json().unwrap();
+        let shown = flags
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["name"] == "experiment.people" && f["on"] == true && f["rule"] == "this organisation");
+        if shown {
+            break;
+        }
+        assert!(std::time::Instant::now() < until, "the flag never showed: {flags}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     assert_eq!(chat(&dans_token, "fast").0, 200, "the budget cleared");
     assert!(ok(&dan.run(&["logout", "--server", &server.url], &[])).contains("signed out"));
     assert_eq!(get(&dans_token, "/v1/me").status(), 401, "logout revokes the token");
@@ -271,6 +286,7 @@ fn an_organisation_lets_its_people_in_and_the_audit_trail_holds_what_admins_did(
         "user.state",
         "group.budget",
         "settings.change",
+        "flag.set",
         "budget.warning",
         "budget.exhausted",
     ] {

@@ -107,6 +107,12 @@ fn sign_in_at_provider(browser: &Browser, login: &str, done: &str) {
         if browser.eval(done) == true {
             return;
         }
+        // A device's sign-in is confirmed by its person first.
+        if browser.eval("return !!document.querySelector('#confirm')") == true {
+            browser.eval("document.querySelector('#confirm').click(); return true");
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
         let here = browser.eval("return location.href");
         if here != submitted
             && browser
