@@ -51,20 +51,8 @@ impl Identity {
         if tokens.is_some_and(|t| t < 0) {
             return Err(Error::BadRequest("a budget is a number of tokens, 0 or more".into()));
         }
-        let mut tx = self.pool.begin().await?;
-        let n = sqlx::query("UPDATE user_groups SET daily_tokens = $1 WHERE tenant_id = $2 AND id = $3")
-            .bind(tokens)
-            .bind(tenant)
-            .bind(group)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        if n == 0 {
-            return Err(Error::NotFound(format!("group {group}")));
-        }
-        Identity::bump(&mut tx).await?;
-        tx.commit().await?;
-        Ok(())
+        let set = "UPDATE user_groups SET daily_tokens = $1 WHERE tenant_id = $2 AND id = $3";
+        self.set_group_policy(set, tokens, tenant, group).await
     }
 
     /// `user`'s daily budget: the largest of their groups' (none: unlimited).

@@ -163,6 +163,17 @@ impl Ldap {
         Ok(ldap)
     }
 
+    /// Binds as the service account (an anonymous search without one).
+    async fn bind_service(&self, ldap: &mut ldap3::Ldap) -> Result<()> {
+        if let Some(dn) = &self.settings.bind_dn {
+            ldap.simple_bind(dn, self.settings.bind_password.as_deref().unwrap_or_default())
+                .await
+                .and_then(|r| r.success())
+                .map_err(|e| upstream("the service account's bind", e))?;
+        }
+        Ok(())
+    }
+
     /// Checks `username` and `password` against the directory: who they are.
     pub async fn sign_in(&self, username: &str, password: &str) -> Result<SignedIn> {
         let username = username.trim();
@@ -173,12 +184,7 @@ impl Ldap {
         let s = &self.settings;
         let mut ldap = self.connect().await?;
         let answer = tokio::time::timeout(Duration::from_secs(20), async {
-            if let Some(dn) = &s.bind_dn {
-                ldap.simple_bind(dn, s.bind_password.as_deref().unwrap_or_default())
-                    .await
-                    .and_then(|r| r.success())
-                    .map_err(|e| upstream("the service account's bind", e))?;
-            }
+            self.bind_service(&mut ldap).await?;
             let filter = s.user_filter.replace("{username}", &escape(username));
             let attrs = vec![s.email_attribute.as_str(), s.name_attribute.as_str()];
             let (found, _) = ldap
@@ -207,12 +213,7 @@ impl Ldap {
             let mut groups = Vec::new();
             if let Some(base) = &s.group_base_dn {
                 // Searched as the service account again (the person may not read groups).
-                if let Some(dn) = &s.bind_dn {
-                    ldap.simple_bind(dn, s.bind_password.as_deref().unwrap_or_default())
-                        .await
-                        .and_then(|r| r.success())
-                        .map_err(|e| upstream("the service account's bind", e))?;
-                }
+                self.bind_service(&mut ldap).await?;
                 let filter = s.group_filter.replace("{dn}", &escape(&entry.dn));
                 let (found, _) = ldap
                     .search(base, Scope::Subtree, &filter, vec![s.group_name_attribute.as_str()])

@@ -284,14 +284,24 @@ impl Identity {
         {
             return Err(Error::BadRequest("model aliases are names without commas".into()));
         }
+        let set = "UPDATE user_groups SET models = $1 WHERE tenant_id = $2 AND id = $3";
+        self.set_group_policy(set, models.map(|m| m.join(",")), tenant, group).await
+    }
+
+    /// Runs `update` (`$1` the value, `$2` the tenant, `$3` the group) on one of `tenant`'s
+    /// groups' policies, moving the epoch so every replica applies it at once.
+    pub(crate) async fn set_group_policy<'q, T>(
+        &self,
+        update: &'q str,
+        value: T,
+        tenant: &'q str,
+        group: &'q str,
+    ) -> Result<()>
+    where
+        T: 'q + Send + sqlx::Encode<'q, sqlx::Any> + sqlx::Type<sqlx::Any>,
+    {
         let mut tx = self.pool.begin().await?;
-        let n = sqlx::query("UPDATE user_groups SET models = $1 WHERE tenant_id = $2 AND id = $3")
-            .bind(models.map(|m| m.join(",")))
-            .bind(tenant)
-            .bind(group)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+        let n = sqlx::query(update).bind(value).bind(tenant).bind(group).execute(&mut *tx).await?.rows_affected();
         if n == 0 {
             return Err(Error::NotFound(format!("group {group}")));
         }

@@ -303,10 +303,7 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
             _ => return Error::Unauthorized.into_response(),
         },
     };
-    let address = req
-        .extensions()
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map_or_else(|| "-".to_owned(), |c| c.0.ip().to_string());
+    let address = crate::state::peer_address(req.extensions());
     let caller = match caller(&state, token, address).await {
         Ok(Some(found)) => found,
         Ok(None) => return Error::Unauthorized.into_response(),

@@ -104,8 +104,8 @@ enum Kind {
 }
 
 impl Kind {
-    fn of(headers: &axum::http::Uri) -> Kind {
-        if headers.path().contains("/Groups") { Kind::Groups } else { Kind::Users }
+    fn of(uri: &axum::http::Uri) -> Kind {
+        if uri.path().contains("/Groups") { Kind::Groups } else { Kind::Users }
     }
 
     fn name(self) -> &'static str {
@@ -116,8 +116,13 @@ impl Kind {
     }
 }
 
+/// The identity store, or SCIM's 503.
+fn identity(state: &AppState) -> Result<&std::sync::Arc<caret_identity::Identity>, ScimError> {
+    state.identity().map_err(|e| ScimError::new(503, None, e.to_string()))
+}
+
 async fn all(state: &AppState, caller: &Caller, kind: Kind, base: &str) -> Result<Vec<Value>, ScimError> {
-    let identity = state.identity().map_err(|e| ScimError::new(503, None, e.to_string()))?;
+    let identity = identity(state)?;
     match kind {
         Kind::Users => identity.scim_users(&caller.tenant.id, base).await,
         Kind::Groups => identity.scim_groups(&caller.tenant.id, base).await,
@@ -125,7 +130,7 @@ async fn all(state: &AppState, caller: &Caller, kind: Kind, base: &str) -> Resul
 }
 
 async fn one(state: &AppState, caller: &Caller, kind: Kind, id: &str, base: &str) -> Result<Value, ScimError> {
-    let identity = state.identity().map_err(|e| ScimError::new(503, None, e.to_string()))?;
+    let identity = identity(state)?;
     match kind {
         Kind::Users => identity.scim_user(&caller.tenant.id, id, base).await,
         Kind::Groups => identity.scim_group(&caller.tenant.id, id, base).await,
@@ -206,7 +211,7 @@ pub async fn create(
     let (kind, base) = (Kind::of(&uri), base(&state, &headers));
     let made = async {
         let body = body_json(&body)?;
-        let identity = state.identity().map_err(|e| ScimError::new(503, None, e.to_string()))?.clone();
+        let identity = identity(&state)?.clone();
         let tenant = caller.tenant.id.clone();
         recorded(&state, &caller, format!("scim.{}.create", kind.name()), "-", async {
             match kind {
@@ -243,7 +248,7 @@ pub async fn change(
     let patching = method == axum::http::Method::PATCH;
     let changed = async {
         let body = body_json(&body)?;
-        let identity = state.identity().map_err(|e| ScimError::new(503, None, e.to_string()))?.clone();
+        let identity = identity(&state)?.clone();
         let tenant = caller.tenant.id.clone();
         let action = format!("scim.{}.{}", kind.name(), if patching { "patch" } else { "replace" });
         recorded(&state, &caller, action, &id, async {
@@ -276,7 +281,7 @@ pub async fn delete(
 ) -> Response {
     let kind = Kind::of(&uri);
     let removed = async {
-        let identity = state.identity().map_err(|e| ScimError::new(503, None, e.to_string()))?.clone();
+        let identity = identity(&state)?.clone();
         let tenant = caller.tenant.id.clone();
         recorded(&state, &caller, format!("scim.{}.delete", kind.name()), &id, async {
             match kind {

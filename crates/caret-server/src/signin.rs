@@ -169,18 +169,8 @@ pub async fn callback(
 ) -> Result<Response> {
     let (sign_in, oidc) = oidc(&state)?;
     let identity = state.identity()?.clone();
-    let address = extensions
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map_or_else(|| "-".to_owned(), |p| p.0.ip().to_string());
+    let address = crate::state::peer_address(&extensions);
     let tenant = organisation(&state, oidc).await?;
-    let audit = |actor: String, target: String, outcome: String| caret_identity::audit::Event {
-        tenant: tenant.clone(),
-        actor,
-        address: address.clone(),
-        action: "sign_in.oidc".into(),
-        target,
-        outcome,
-    };
     let checked = async {
         if let Some(e) = &q.error {
             let why = q.error_description.as_deref().unwrap_or(e).chars().take(200).collect::<String>();
@@ -201,14 +191,8 @@ pub async fn callback(
         Ok((pending, user))
     }
     .await;
-    let (pending, user) = match checked {
-        Ok(found) => found,
-        Err(e) => {
-            state.record(audit("-".into(), "-".into(), format!("failed: {}", e.status().1))).await?;
-            return Err(e);
-        }
-    };
-    state.record(audit(format!("user:{}", user.id), user.email.clone(), "ok".into())).await?;
+    recorded(&state, &tenant, &address, "sign_in.oidc", checked.as_ref().map(|(_, user)| user)).await?;
+    let (pending, user) = checked?;
     match pending.purpose {
         Purpose::Page { next } => {
             let tokens = identity.issue_session(&pending.tenant, &user, "team page", PAGE_MS, false, None).await?;
@@ -230,6 +214,30 @@ pub async fn callback(
     }
 }
 
+/// Writes a sign-in (`action`) and its outcome to the audit trail, before the answer: who
+/// signed in, or the failure's code (never a name or password that did not sign in).
+async fn recorded(
+    state: &AppState,
+    tenant: &str,
+    address: &str,
+    action: &str,
+    signed_in: std::result::Result<&caret_identity::model::User, &Error>,
+) -> Result<()> {
+    let (actor, target, outcome) = match signed_in {
+        Ok(user) => (format!("user:{}", user.id), user.email.clone(), "ok".to_owned()),
+        Err(e) => ("-".to_owned(), "-".to_owned(), format!("failed: {}", e.status().1)),
+    };
+    let event = caret_identity::audit::Event {
+        tenant: tenant.to_owned(),
+        actor,
+        address: address.to_owned(),
+        action: action.to_owned(),
+        target,
+        outcome,
+    };
+    state.record(event).await
+}
+
 /// The answer that starts a page session: its cookies, then `next`.
 fn page_session(tokens: &SessionTokens, next: &str) -> Response {
     let max_age = PAGE_MS / 1000;
@@ -249,12 +257,11 @@ fn page_session(tokens: &SessionTokens, next: &str) -> Response {
 }
 
 fn message_page(title: &str, text: &str) -> Response {
-    let escape = escape_html;
     let body = format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t} · Caret</title></head>\
          <body><h1>{t}</h1><p>{m}</p></body></html>",
-        t = escape(title),
-        m = escape(text)
+        t = escape_html(title),
+        m = escape_html(text)
     );
     let mut r = Html(body).into_response();
     r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -425,9 +432,7 @@ pub async fn ldap(
     let none = || Error::NotFound("sign-in through a directory on this server".into());
     let ldap = state.sign_in.as_ref().and_then(|s| s.ldap.clone()).ok_or_else(none)?;
     let identity = state.identity()?.clone();
-    let address = extensions
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map_or_else(|| "-".to_owned(), |p| p.0.ip().to_string());
+    let address = crate::state::peer_address(&extensions);
     if let Err(retry_after) = state.limited(crate::state::Limiting::Address, &address).await {
         return Err(Error::RateLimited { retry_after });
     }
@@ -446,22 +451,8 @@ pub async fn ldap(
         Ok::<_, Error>(identity.signed_in(&tenant, &who, &joining).await?)
     }
     .await;
-    let event = |actor: String, target: String, outcome: String| caret_identity::audit::Event {
-        tenant: tenant.clone(),
-        actor,
-        address: address.clone(),
-        action: "sign_in.ldap".into(),
-        target,
-        outcome,
-    };
-    let user = match checked {
-        Ok(u) => u,
-        Err(e) => {
-            state.record(event("-".into(), "-".into(), format!("failed: {}", e.status().1))).await?;
-            return Err(e);
-        }
-    };
-    state.record(event(format!("user:{}", user.id), user.email.clone(), "ok".into())).await?;
+    recorded(&state, &tenant, &address, "sign_in.ldap", checked.as_ref()).await?;
+    let user = checked?;
     if req.page {
         let tokens = identity.issue_session(&tenant, &user, "team page", PAGE_MS, false, None).await?;
         let mut r = page_session(&tokens, "/admin");

@@ -87,6 +87,14 @@ impl SignIn {
     }
 }
 
+/// The client's address (the TCP peer), for limits and the audit trail; `-` where the router
+/// was served without it (a test's).
+pub(crate) fn peer_address(extensions: &axum::http::Extensions) -> String {
+    extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map_or_else(|| "-".to_owned(), |c| c.0.ip().to_string())
+}
+
 /// Which rate limit.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Limiting {
