@@ -606,6 +606,16 @@ impl Config {
         }
     }
 
+    /// The scanner a sync and a search read a workspace with (hashes, chunks when asked).
+    pub fn scanner(&self) -> anyhow::Result<caret_workspace::scan::Scanner> {
+        Ok(caret_workspace::scan::Scanner::new(self.walk_config(), self.chunker()?, caret_workspace::scan::Depth::Hash))
+    }
+
+    /// A sync's batches (`[sync] batch_files`).
+    pub fn sync_options(&self) -> caret_client::sync::SyncOptions {
+        caret_client::sync::SyncOptions { batch_files: self.sync.batch_files.max(1), ..Default::default() }
+    }
+
     /// The chunker, counting in tokens of the configured or installed embedding model.
     pub fn chunker(&self) -> anyhow::Result<Chunker> {
         let counter: Arc<dyn TokenCounter> = match &self.chunk.tokenizer {

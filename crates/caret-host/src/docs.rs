@@ -9,12 +9,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use caret_docs::pages::{Counts, Origin, Source, SourceDir, State};
-use caret_workspace::scan::{Depth, Scanner};
+use caret_docs::pages::{Counts, Origin, Source, SourceDir};
+use caret_library::index::{Index, Totals, hit};
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::remote::{Remote, engine, open_workspace, transport};
+use crate::remote::{Remote, open_workspace, transport};
 
 /// Where sources live.
 pub fn root(config: &Config) -> PathBuf {
@@ -27,29 +27,7 @@ pub fn dir(config: &Config, name: &str) -> anyhow::Result<SourceDir> {
     Ok(SourceDir::new(root(config).join(name)))
 }
 
-/// Whether `name` can name a source: letters, digits, `.`, `_` and `-`, at most 64, not
-/// starting with a dot.
-pub fn check_name(name: &str) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        !name.is_empty()
-            && name.len() <= 64
-            && !name.starts_with('.')
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)),
-        "a docs source's name is letters, digits, `.`, `_` and `-` (at most 64), not {name:?}"
-    );
-    Ok(())
-}
-
-/// A docs site as a source's origin: `url` (http or https) crawled under `prefix` (default:
-/// its directory), `depth` links deep, `max_pages` at most, `rate` requests a second.
-pub fn site(url: &str, prefix: Option<String>, depth: u32, max_pages: usize, rate: f64) -> anyhow::Result<Origin> {
-    let url = url::Url::parse(url).with_context(|| format!("reading the URL {url}"))?;
-    anyhow::ensure!(matches!(url.scheme(), "http" | "https"), "{url} is not an http(s) URL");
-    let prefix = prefix.unwrap_or_else(|| caret_docs::crawl::default_prefix(&url));
-    anyhow::ensure!(url.as_str().starts_with(&prefix), "the URL {url} does not start with its prefix {prefix}");
-    anyhow::ensure!((0.01..=1000.0).contains(&rate), "the rate is 0.01 to 1,000 requests a second, not {rate}");
-    Ok(Origin::Site { url: url.to_string(), prefix, depth, max_pages, rate })
-}
+pub use caret_library::source::{check_name, site};
 
 /// A source as `caret docs ls` shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -126,7 +104,7 @@ pub async fn update(
     let source = d.source().with_context(|| format!("no docs source {name} (`caret docs ls`)"))?;
     let _lock = lock(&d)?;
     std::fs::create_dir_all(d.pages())?;
-    let index = Index::open(config, Arc::from(transport(config, &Remote::default()).await?), embed)?;
+    let index = index(config, Arc::from(transport(config, &Remote::default()).await?), embed)?;
     let ws = open_workspace(config, &d.pages())?;
     update_in(&d, &source, &index, ws, progress).await
 }
@@ -188,7 +166,7 @@ async fn update_in(
     let last_sync = std::time::Instant::now();
     index.sync(&ws, &mut totals).await?;
     let sync_seconds = last_sync.elapsed().as_secs_f64();
-    if index.embed {
+    if index.embeds() {
         index.embed(&ws, &mut totals).await?;
     }
     Ok(Updated {
@@ -198,78 +176,37 @@ async fn update_in(
         sync_seconds,
         embedded: totals.embedded,
         vectors: totals.vectors,
-        embedded_after: (index.embed && totals.model.is_some()).then(|| started.elapsed().as_secs_f64()),
+        embedded_after: (index.embeds() && totals.model.is_some()).then(|| started.elapsed().as_secs_f64()),
         model: totals.model,
     })
 }
 
-/// Indexes the pages of a source's directory (its workspace `ws`): a sync, then, when `index`
-/// embeds, every chunk that lacks a vector. What a team server does with a worker's crawl.
-pub(crate) async fn index_all(index: &Index, ws: &caret_client::state::WorkspaceState) -> anyhow::Result<()> {
-    index.step(ws, &mut Totals::default()).await
-}
-
-/// What the index did during an update.
-#[derive(Debug, Default)]
-pub(crate) struct Totals {
-    synced: (u64, u64, u64),
-    embedded: u64,
-    vectors: (u64, u64),
-    model: Option<String>,
-}
-
-/// Keeping a source's pages in an index.
-#[derive(Clone)]
-pub(crate) struct Index {
-    engine: Arc<caret_client::sync::SyncEngine>,
-    scanner: Arc<Scanner>,
+/// The index of this machine's sources behind `transport`, with `config`'s scanner and sync
+/// batches; `embed`: vectors too.
+fn index(
+    config: &Config,
     transport: Arc<dyn caret_client::transport::Transport>,
     embed: bool,
+) -> anyhow::Result<Index> {
+    Ok(Index::new(Arc::new(config.scanner()?), config.sync_options(), transport, embed))
 }
 
-impl Index {
-    /// The index behind `transport`, with `config`'s scanner; `embed`: vectors too.
-    pub(crate) fn open(
-        config: &Config,
-        transport: Arc<dyn caret_client::transport::Transport>,
-        embed: bool,
-    ) -> anyhow::Result<Index> {
-        Ok(Index {
-            engine: Arc::new(engine(config)?),
-            scanner: Arc::new(Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash)),
-            transport,
-            embed,
-        })
-    }
-
-    pub(crate) async fn sync(
-        &self,
-        ws: &caret_client::state::WorkspaceState,
-        totals: &mut Totals,
-    ) -> anyhow::Result<()> {
-        let r = self.engine.sync(ws, self.transport.as_ref()).await.context("indexing the pages")?;
-        totals.synced = (totals.synced.0 + r.added, totals.synced.1 + r.modified, totals.synced.2 + r.deleted);
-        Ok(())
-    }
-
-    async fn embed(&self, ws: &caret_client::state::WorkspaceState, totals: &mut Totals) -> anyhow::Result<()> {
-        let report = caret_client::index::embed_missing(self.scanner.clone(), ws, self.transport.as_ref(), |_| {})
-            .await
-            .context("embedding the pages")?;
-        totals.embedded += report.progress.embedded;
-        totals.vectors = (report.progress.total, report.progress.done);
-        totals.model = report.model;
-        Ok(())
-    }
-
-    /// A sync, then (when embedding) the embedding of what it brought.
-    async fn step(&self, ws: &caret_client::state::WorkspaceState, totals: &mut Totals) -> anyhow::Result<()> {
-        self.sync(ws, totals).await?;
-        if self.embed {
-            self.embed(ws, totals).await?;
-        }
-        Ok(())
-    }
+/// The team server's library as `config` sets it: crawled pages indexed under `docs-work/`
+/// of the server's data directory, sources added by admins unless `[server] docs_sources =
+/// "members"` (anything else keeps it to admins: a typo fails closed), sites checked against
+/// `[server] egress_allow`.
+pub fn team_settings(config: &Config) -> anyhow::Result<caret_library::team::Settings> {
+    let managed_by = match config.server.docs_sources.as_str() {
+        "members" => caret_identity::Role::Member,
+        _ => caret_identity::Role::Admin,
+    };
+    Ok(caret_library::team::Settings {
+        work: crate::runs::data_dir(config).join("docs-work"),
+        managed_by,
+        egress: config.server.egress().context("[server] egress_allow")?,
+        scanner: Arc::new(config.scanner()?),
+        sync: config.sync_options(),
+    })
 }
 
 /// Reads a folder source (blocking reads off the async threads; the progress stays here).
@@ -312,16 +249,8 @@ fn lock(d: &SourceDir) -> anyhow::Result<std::fs::File> {
 /// The sources whose `refresh` interval has passed since their last complete update.
 pub fn due(config: &Config) -> anyhow::Result<Vec<String>> {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let mut out = Vec::new();
-    for l in list(config)? {
-        let Some(every) = l.source.refresh.as_deref().and_then(|r| crate::units::parse_duration(r).ok()) else {
-            continue;
-        };
-        if l.updated_at.is_none_or(|t| now.saturating_sub(t) >= every.as_secs()) {
-            out.push(l.source.name);
-        }
-    }
-    Ok(out)
+    let due = |l: &Listed| caret_library::source::is_due(l.source.refresh.as_deref(), l.updated_at, now);
+    Ok(list(config)?.into_iter().filter(due).map(|l| l.source.name).collect())
 }
 
 /// Starts `caret docs refresh --due` in the background when a source is due (see
@@ -355,7 +284,7 @@ pub async fn remove(config: &Config, name: &str) -> anyhow::Result<()> {
         std::fs::create_dir_all(d.pages())?;
         let ws = open_workspace(config, &d.pages())?;
         let transport = Arc::from(transport(config, &Remote::default()).await?);
-        Index::open(config, transport, false)?.sync(&ws, &mut Totals::default()).await?;
+        index(config, transport, false)?.sync(&ws, &mut Totals::default()).await?;
         let state = config.workspace_state_dir(&std::fs::canonicalize(d.pages())?);
         let _ = std::fs::remove_dir_all(state);
     }
@@ -409,31 +338,4 @@ pub fn source_names(config: &Config) -> Vec<String> {
         .collect();
     names.sort();
     names
-}
-
-/// A search hit of a source's pages as a documentation hit (`None`: not a page any more).
-pub(crate) fn hit(source: &str, state: &State, h: caret_client::index::Hit) -> Option<DocHit> {
-    let (url, page) = state.pages.iter().find(|(_, p)| p.file == h.path)?;
-    // The headings above the hit's first line, innermost last.
-    let mut path: Vec<&caret_docs::extract::Heading> = Vec::new();
-    for heading in page.headings.iter().filter(|x| x.line > 0 && x.line <= h.start_line) {
-        path.retain(|p| p.level < heading.level);
-        path.push(heading);
-    }
-    // The page's own title heading is the title, not a heading.
-    let shown: Vec<&str> =
-        path.iter().filter(|x| !(x.line == 1 && x.text == page.title)).map(|x| x.text.as_str()).collect();
-    let anchor = path.iter().rev().find_map(|x| x.anchor.as_deref());
-    let url = match anchor {
-        Some(a) => format!("{url}#{a}"),
-        None => url.clone(),
-    };
-    Some(DocHit {
-        url,
-        title: page.title.clone(),
-        heading: shown.join(" > "),
-        text: h.snippet,
-        score: h.score,
-        source: source.to_owned(),
-    })
 }

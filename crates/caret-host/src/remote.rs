@@ -6,9 +6,8 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use caret_client::state::WorkspaceState;
-use caret_client::sync::{SyncEngine, SyncOptions};
+use caret_client::sync::SyncEngine;
 use caret_client::transport::{HttpTransport, InProcessTransport, Transport};
-use caret_workspace::scan::{Depth, Scanner};
 
 use crate::config::Config;
 
@@ -120,9 +119,7 @@ pub fn agent_workspace_servers(
 
 /// The sync engine with the configured scanner and batch size.
 pub fn engine(config: &Config) -> anyhow::Result<SyncEngine> {
-    let scanner = Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash);
-    let options = SyncOptions { batch_files: config.sync.batch_files.max(1), ..SyncOptions::default() };
-    Ok(SyncEngine::new(Arc::new(scanner), options))
+    Ok(SyncEngine::new(Arc::new(config.scanner()?), config.sync_options()))
 }
 
 /// A `caret serve` over HTTP for the tenant routes (runs, docs sources): its base URL, the

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use caret_client::index::search;
 use caret_client::transport::Transport as _;
-use caret_workspace::scan::{Depth, Scanner};
 
 use crate::config::Config;
 use crate::remote::{Remote, open_workspace, transport};
@@ -23,7 +22,7 @@ pub async fn search_workspace(
     mode: caret_protocol::SearchMode,
 ) -> anyhow::Result<caret_client::index::SearchOutcome> {
     let ws = open_workspace(config, path)?;
-    let scanner = Arc::new(Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash));
+    let scanner = Arc::new(config.scanner()?);
     let rerank = config.search_rerank()?;
     let embedded = remote.server.is_none() && config.sync.server.is_none();
     if embedded && let Some(daemon) = crate::daemon::connect(config).await {

@@ -121,7 +121,7 @@ pub fn run(config: &Config, DocsArgs { cmd, remote }: DocsArgs) -> anyhow::Resul
 
 /// The same commands against a team server's sources (it crawls; this follows its progress).
 async fn team(api: &Api, cmd: DocsCommand) -> anyhow::Result<ExitCode> {
-    use caret_host::team_docs::client;
+    use caret_host::team_docs as client;
     let line = |s: &DocsSource| {
         let (c, error) = (&s.last, s.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default());
         let counts =

@@ -120,7 +120,11 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
                 .await?,
         );
         serve.runs = Some(runs.clone());
-        let docs = caret_host::team_docs::TeamDocs::open(&config, service.clone(), runs.clone());
+        let docs = caret_library::team::TeamDocs::open(
+            caret_host::docs::team_settings(&config)?,
+            service.clone(),
+            runs.clone(),
+        );
         let _docs_upkeep = docs.spawn_upkeep(std::time::Duration::from_secs(60));
         serve.docs = Some(Arc::new(docs));
         let _upkeep = caret_host::runs::spawn_upkeep(runs.clone());
