@@ -23,7 +23,7 @@ pub(crate) async fn report(
     let names: std::collections::HashMap<String, String> =
         service.db().tenants().await?.into_iter().map(|t| (t.id, t.name)).collect();
     let name_of = |id: &str| names.get(id).cloned().unwrap_or_else(|| id.to_owned());
-    let summary = caret_usage::summarise(&read.rows);
+    let summary = caret_usage::summarise(&read.rows, false);
     // Tab suggestions and next edits accepted of those shown, per tenant.
     let acceptance = |kind: &str| {
         let mut by: std::collections::BTreeMap<String, (u64, u64)> = Default::default();

@@ -2,13 +2,16 @@
 //! of the queue, and what workers ask while they execute runs. Everything kept of a run is
 //! sealed with its tenant's key before it reaches the database or the object store.
 
+mod calls;
 mod docs;
 mod episodes;
 mod metrics;
+mod people;
 
 pub use docs::DocsCrawls;
 pub use episodes::{Placement, episode_id};
 pub use metrics::RunMetrics;
+pub use people::People;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,8 +21,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use caret_crypto::WorkspaceKey;
 use caret_crypto::seal::Sealer;
-use caret_models::{CallContext, Class, EventStream, Gateway};
-use caret_protocol::llm::ChatRequest;
+use caret_models::Gateway;
 use caret_protocol::runs::{
     CheckpointBody, Completion, CreateRun, EndedRun, Fleet, Lease, LeaseRef, LeaseRequest, NumberedEvent, PushTarget,
     QueueDepth, RepoSource, RunCheckpoint, RunClass, RunEnvironment, RunEvent, RunInfo, RunLimits, RunResult, RunState,
@@ -150,6 +152,8 @@ pub struct RunService {
     placement: std::sync::OnceLock<Arc<dyn episodes::Placement>>,
     /// Where docs crawls end.
     docs: std::sync::OnceLock<Arc<dyn docs::DocsCrawls>>,
+    /// The people behind runs (a team server's).
+    people: std::sync::OnceLock<Arc<dyn people::People>>,
 }
 
 impl std::fmt::Debug for RunService {
@@ -208,6 +212,7 @@ impl RunService {
             settings,
             placement: std::sync::OnceLock::new(),
             docs: std::sync::OnceLock::new(),
+            people: std::sync::OnceLock::new(),
         }
     }
 
@@ -283,7 +288,7 @@ impl RunService {
     }
 
     /// The model alias a request names, or the default one (`agent`, else the first).
-    fn model_alias(&self, asked: Option<&str>) -> Result<String> {
+    pub fn model_alias(&self, asked: Option<&str>) -> Result<String> {
         let Some(gateway) = &self.gateway else {
             return asked.map(str::to_owned).ok_or_else(|| {
                 Error::Unavailable("no models are configured ([[models]] in the config): name one with model".into())
@@ -524,7 +529,11 @@ impl RunService {
                 Err(e) => return Err(store_err("deleting a run's objects", e)),
             }
         }
-        self.queue.delete(&row.id).await
+        self.queue.delete(&row.id).await?;
+        if let Some(people) = self.people.get() {
+            people.gone(&row.tenant_id, &row.id).await;
+        }
+        Ok(())
     }
 
     /// Deletes runs whose retention has ended; how many.
@@ -811,46 +820,6 @@ impl RunService {
         }
         self.queue.append(&lease.run, lease.token, &sealed).await?;
         Ok(())
-    }
-
-    /// A model call for a leased run, through the gateway under its tenant's quotas, counted
-    /// against the run's token limit.
-    pub async fn chat(self: &Arc<Self>, lease: &LeaseRef, req: ChatRequest) -> caret_models::Result<EventStream> {
-        let refused =
-            |status: u16, message: String| caret_models::Error::Rejected { upstream: "anyrun".into(), status, message };
-        let row = self.queue.check(&lease.run, lease.token).await.map_err(|e| refused(409, e.to_string()))?;
-        let spec = self.spec(&row).map_err(|e| refused(500, e.to_string()))?;
-        if spec.rollout.as_ref().is_some_and(|r| r.policy) {
-            return self.episode_call(lease, req).await;
-        }
-        if row.tokens_used >= spec.limits.model_tokens {
-            return Err(refused(403, format!("the run's model token limit ({}) is used up", spec.limits.model_tokens)));
-        }
-        let gateway =
-            self.gateway.clone().ok_or_else(|| refused(503, "this server has no models configured".into()))?;
-        let class = match row.class {
-            RunClass::Interactive => Class::Agent,
-            RunClass::Batch => Class::Background,
-        };
-        let mut req = req;
-        req.model = spec.model.clone();
-        let ctx = CallContext::new(class, Duration::from_secs(900), row.tenant_id.clone());
-        let stream = gateway.chat(req, ctx).await?;
-        let (service, lease) = (self.clone(), lease.clone());
-        Ok(stream
-            .then(move |item| {
-                let (service, lease) = (service.clone(), lease.clone());
-                async move {
-                    if let Ok(caret_models::Event::Usage(u)) = &item {
-                        let n = u64::from(u.prompt_tokens) + u64::from(u.completion_tokens);
-                        if let Err(e) = service.queue.add_tokens(&lease.run, lease.token, n).await {
-                            tracing::warn!(run = %lease.run, "counting tokens: {e}");
-                        }
-                    }
-                    item
-                }
-            })
-            .boxed())
     }
 
     /// Ends a leased run (or hands it back for another attempt).

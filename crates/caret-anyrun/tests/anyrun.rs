@@ -350,7 +350,7 @@ async fn a_run_fixes_a_bug_in_its_sandbox_and_the_patch_passes_the_tests() {
     assert_eq!(info.attempt, 1);
     usage.flush().await.unwrap();
     let counted = caret_usage::read(usage_store.as_ref(), Some(&t.id), 0).await.unwrap();
-    let summary = caret_usage::summarise(&counted.rows);
+    let summary = caret_usage::summarise(&counted.rows, false);
     assert_eq!(summary.len(), 1, "{summary:?}");
     assert_eq!((summary[0].event.as_str(), summary[0].label.as_str(), summary[0].count), ("run", "succeeded", 1));
     assert!(summary[0].p50_ms.is_some_and(|ms| ms > 0.0), "{summary:?}");

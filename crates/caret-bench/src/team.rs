@@ -369,7 +369,7 @@ fn bench(config: &Config, args: &TeamBench, scratch: &Path) -> anyhow::Result<Ex
     let events = 1_000_000usize;
     let started = Instant::now();
     for i in 0..events {
-        usage.record(&tenants[i % 8], "search", labels[i % 3], Some((i % 500) as f64), true);
+        usage.record(&tenants[i % 8], None, "search", labels[i % 3], Some((i % 500) as f64), true);
     }
     let per_event = started.elapsed().as_secs_f64() * 1e9 / events as f64;
     let started = Instant::now();

@@ -186,6 +186,25 @@ pub struct UsageReport {
     pub by_model: Vec<UsageTotal>,
     /// Totals per group (a person in several groups counts in each).
     pub by_group: Vec<UsageTotal>,
+    /// What each person did, from the usage telemetry (empty where the server does not
+    /// collect it): per person and event, over the same days.
+    #[serde(default)]
+    pub activity: Vec<Activity>,
+}
+
+/// A person's use of a capability (counts only; never what they searched, typed or asked).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Activity {
+    /// The person's id.
+    pub user: String,
+    /// Their email.
+    pub email: String,
+    /// The event (`tab.shown`, `tab.accepted`, `search`, `chat`, `agent.turn`…).
+    pub event: String,
+    /// How many.
+    pub count: u64,
+    /// How many failed.
+    pub failed: u64,
 }
 
 /// A person's spending on a model on a day.

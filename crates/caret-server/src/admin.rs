@@ -492,13 +492,47 @@ pub async fn usage(
         v.sort_by(|a, b| b.tokens.cmp(&a.tokens).then(a.name.cmp(&b.name)));
         v
     };
+    let activity = activity(&state, tenant, since * 24, &emails).await?;
     Ok(axum::Json(UsageReport {
         since: day_name(since),
         rows,
         by_person: totals(by_person),
         by_model: totals(by_model),
         by_group: totals(by_group),
+        activity,
     }))
+}
+
+/// What each person of `tenant` did since `since_hour`, per event, from the usage files
+/// (nothing where this server does not collect usage).
+async fn activity(
+    state: &AppState,
+    tenant: &str,
+    since_hour: i64,
+    emails: &std::collections::BTreeMap<String, String>,
+) -> Result<Vec<caret_protocol::admin::Activity>> {
+    if !state.usage.is_on() {
+        return Ok(Vec::new());
+    }
+    let read = caret_usage::read(state.service.store().as_ref(), Some(tenant), since_hour)
+        .await
+        .map_err(|e| Error::Internal(format!("reading usage: {e}")))?;
+    let mut by: std::collections::BTreeMap<(String, String), (u64, u64)> = Default::default();
+    for s in caret_usage::summarise(&read.rows, true).into_iter().filter(|s| !s.user.is_empty()) {
+        let e = by.entry((s.user, s.event)).or_default();
+        e.0 += s.count;
+        e.1 += s.failed;
+    }
+    Ok(by
+        .into_iter()
+        .map(|((user, event), (count, failed))| caret_protocol::admin::Activity {
+            email: emails.get(&user).cloned().unwrap_or_else(|| format!("(removed) {user}")),
+            user,
+            event,
+            count,
+            failed,
+        })
+        .collect())
 }
 
 /// `GET /v1/admin/audit`: the organisation's records, oldest first.

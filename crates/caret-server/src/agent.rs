@@ -38,13 +38,13 @@ fn host(s: &AppState) -> Result<&Arc<AgentHost>> {
 
 pub(crate) async fn create(
     State(s): State<AppState>,
-    Extension(t): Extension<Tenant>,
     Extension(caller): Extension<Caller>,
     Json(req): Json<CreateSession>,
 ) -> Result<Response> {
     let host = host(&s)?.clone();
     let gateway = s.gateway.clone().ok_or_else(|| Error::Unavailable("no models are configured".into()))?;
-    let id = host.start(t.id.clone(), req, gateway).await?;
+    let spender = crate::sessions::Spender { state: s.clone(), caller: caller.clone() };
+    let id = host.start(spender, req, gateway).await?;
     // A person's session is theirs: another member's answers as an unknown one.
     s.own(&caller, "session", &id).await?;
     if let Some(cluster) = &s.cluster {

@@ -36,6 +36,14 @@ pub enum Error {
         /// Seconds to wait.
         retry_after: u64,
     },
+    /// The person's daily budget of model tokens is spent.
+    #[error("{message}")]
+    BudgetExhausted {
+        /// What was spent of what.
+        message: String,
+        /// Seconds until the budget renews.
+        retry_after: u64,
+    },
     /// A bound of the tenant's is reached (open episodes, say); retry once some are closed.
     #[error("{0}")]
     TooMany(String),
@@ -169,6 +177,7 @@ impl Error {
             Error::MissingChunks(_) => (StatusCode::CONFLICT, "missing_chunks"),
             Error::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             Error::TooMany(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many"),
+            Error::BudgetExhausted { .. } => (StatusCode::TOO_MANY_REQUESTS, "budget_exhausted"),
             Error::EditDoesNotFit(_) => (StatusCode::UNPROCESSABLE_ENTITY, "edit_does_not_fit"),
             Error::Timeout(_) => (StatusCode::REQUEST_TIMEOUT, "timeout"),
             Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
@@ -212,7 +221,7 @@ impl IntoResponse for Error {
             response.extensions_mut().insert(f);
         }
         match &self {
-            Error::RateLimited { retry_after } => {
+            Error::RateLimited { retry_after } | Error::BudgetExhausted { retry_after, .. } => {
                 if let Ok(v) = HeaderValue::from_str(&retry_after.to_string()) {
                     response.headers_mut().insert(header::RETRY_AFTER, v);
                 }

@@ -630,7 +630,7 @@ async fn embed(
 #[tracing::instrument(name = "apply", skip_all)]
 async fn apply_edit(
     State(s): State<AppState>,
-    Extension(t): Extension<Tenant>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     Json(req): Json<caret_protocol::apply::ApplyRequest>,
 ) -> Result<Response> {
@@ -645,7 +645,8 @@ async fn apply_edit(
         Ok((new, format)) => (new, format, None),
         Err(e) if e.is_unplaced() => match &req.model {
             Some(model) if lazy => {
-                let (new, facts) = crate::llm::merge(&s, &t, &headers, &text, &req, model, &e).await?;
+                crate::spend::admit(&s, &caller, model).await?;
+                let (new, facts) = crate::llm::merge(&s, &caller, &headers, &text, &req, model, &e).await?;
                 (new, caret_apply::Format::Lazy, Some(facts))
             }
             _ => return Err(Error::EditDoesNotFit(e.to_string())),
@@ -668,6 +669,7 @@ async fn apply_edit(
 async fn search(
     State(s): State<AppState>,
     Extension(t): Extension<Tenant>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     headers: HeaderMap,
     Json(req): Json<SearchRequest>,
@@ -681,7 +683,14 @@ async fn search(
     s.allowed(&format!("search.{mode}"), Some(&t.id))?;
     let started = std::time::Instant::now();
     let found = s.service.search(&t, &id, &key, &req).await;
-    s.usage.record(&t.id, "search", mode, Some(started.elapsed().as_secs_f64() * 1e3), found.is_ok());
+    s.usage.record(
+        &t.id,
+        caller.principal.user.as_deref(),
+        "search",
+        mode,
+        Some(started.elapsed().as_secs_f64() * 1e3),
+        found.is_ok(),
+    );
     Ok(axum::Json(found?).into_response())
 }
 
@@ -690,6 +699,7 @@ async fn search(
 async fn report_usage(
     State(s): State<AppState>,
     Extension(t): Extension<Tenant>,
+    Extension(caller): Extension<Caller>,
     Json(report): Json<caret_protocol::usage::UsageReport>,
 ) -> Result<Response> {
     use caret_protocol::usage::{MAX_EVENTS, UsageReply};
@@ -710,7 +720,7 @@ async fn report_usage(
     let collecting = s.usage.is_on();
     if collecting {
         for e in &report.events {
-            s.usage.record(&t.id, &e.event, "", e.ms, true);
+            s.usage.record(&t.id, caller.principal.user.as_deref(), &e.event, "", e.ms, true);
         }
     }
     let recorded = if collecting { u32::try_from(report.events.len()).unwrap_or(u32::MAX) } else { 0 };

@@ -172,6 +172,10 @@ fn app_state(
     cluster: Option<Arc<cluster::Cluster>>,
     compartments: Option<compartment::Compartments>,
 ) -> state::AppState {
+    // Runs' model calls count for the person who submitted them; their owners go with them.
+    if let (Some(runs), Some(identity)) = (&config.runs, &config.identity) {
+        runs.set_people(Arc::new(spend::RunPeople { identity: identity.clone() }));
+    }
     state::AppState {
         service,
         limiter: Arc::new(Limiter::new(config.rate_limit)),

@@ -54,13 +54,8 @@ fn api_error(status: u16, kind: &'static str, message: String, retry_after: Opti
 /// Refuses a model alias an operator switched off (flag `model.<alias>`), and one the
 /// caller's groups do not allow (403 `model_not_allowed`).
 fn model_allowed(s: &AppState, t: &Tenant, caller: &Caller, alias: &str) -> Result<(), ApiFailure> {
-    if let Some(models) = &caller.models
-        && !models.contains(alias)
-    {
-        let mut allowed: Vec<&str> = models.iter().map(String::as_str).collect();
-        allowed.truncate(20);
-        let message = format!("your groups do not allow the model {alias:?} (they allow: {})", allowed.join(", "));
-        return Err(api_error(403, "model_not_allowed", message, None));
+    if let Err(e) = crate::spend::model_allowed(caller, alias) {
+        return Err(api_error(403, "model_not_allowed", e.to_string(), None));
     }
     let flag = format!("model.{alias}");
     s.allowed(&flag, Some(&t.id)).map_err(|e| api_error(503, "disabled", e.to_string(), None))
@@ -219,7 +214,14 @@ pub(crate) async fn chat_completions(
         (req.model.clone(), req.stream, req.stream_options.as_ref().is_some_and(|o| o.include_usage));
     let started = std::time::Instant::now();
     let opened = gw.chat(req, ctx).await;
-    s.usage.record(&t.id, "chat", &alias, Some(started.elapsed().as_secs_f64() * 1e3), opened.is_ok());
+    s.usage.record(
+        &t.id,
+        caller.principal.user.as_deref(),
+        "chat",
+        &alias,
+        Some(started.elapsed().as_secs_f64() * 1e3),
+        opened.is_ok(),
+    );
     let events = match opened {
         Ok(events) => crate::spend::metered(events, &s, &caller, &alias),
         Err(e) => return gateway_error(&e),
@@ -471,7 +473,7 @@ pub fn spawn_recovery_watch(
 /// region's current text sent as the speculative draft.
 pub(crate) async fn merge(
     s: &AppState,
-    tenant: &Tenant,
+    caller: &Caller,
     headers: &HeaderMap,
     text: &caret_apply::Text,
     req: &caret_protocol::apply::ApplyRequest,
@@ -479,7 +481,7 @@ pub(crate) async fn merge(
     why: &caret_apply::Error,
 ) -> crate::error::Result<(caret_apply::Text, caret_protocol::apply::MergeFacts)> {
     use crate::error::Error;
-    let (gw, ctx) = prepare_for(s, headers, tenant, Class::Agent)?;
+    let (gw, ctx) = prepare_for(s, headers, &caller.tenant, Class::Agent)?;
     let plan =
         caret_apply::merge::plan(text, &req.edit, req.path.as_deref()).map_err(|e| Error::BadRequest(e.to_string()))?;
     let failed = |e: caret_models::Error| model_failure(&format!("merging with model {model}"), &e);
@@ -488,6 +490,7 @@ pub(crate) async fn merge(
     let merged = caret_apply::merge::splice(text, &plan, &answer.message.content_text())
         .map_err(|e| Error::EditDoesNotFit(format!("{why}\nthe model's merge failed too: {e}")))?;
     let usage = answer.usage.unwrap_or_default();
+    crate::spend::record(s, caller, model, i64::from(usage.prompt_tokens) + i64::from(usage.completion_tokens));
     let details = usage.completion_tokens_details.unwrap_or_default();
     let facts = caret_protocol::apply::MergeFacts {
         model: model.to_owned(),

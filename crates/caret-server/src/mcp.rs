@@ -132,6 +132,9 @@ impl RunsMcp {
                     git_credential: None,
                     rollout: None,
                 };
+                crate::runs::allowed(state, &caller, create.model.as_deref(), false)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 let submitted = runs.submit(&who, create).await;
                 if let Ok(info) = &submitted {
                     state.own(&caller, "run", &info.id).await.map_err(|e| e.to_string())?;

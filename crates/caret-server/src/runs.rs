@@ -62,6 +62,17 @@ fn service(s: &AppState) -> Result<&Arc<RunService>> {
     s.runs.as_ref().ok_or_else(|| Error::Unavailable("background runs are not enabled on this server".into()))
 }
 
+/// Whether the caller may start a run on the model `asked` (none: the default): their groups
+/// allow it and their budget is not spent (a run's calls count for them). An external policy's
+/// rollout (`policy`) calls no model of the server's.
+pub(crate) async fn allowed(s: &AppState, caller: &Caller, asked: Option<&str>, policy: bool) -> Result<()> {
+    if policy {
+        return Ok(());
+    }
+    let alias = service(s)?.model_alias(asked)?;
+    crate::spend::admit(s, caller, &alias).await.map(|_| ())
+}
+
 fn tenant(t: &Tenant) -> TenantRef {
     TenantRef { id: t.id.clone(), name: t.name.clone() }
 }
@@ -75,6 +86,7 @@ pub(crate) async fn create(
     if req.rollout.is_some() {
         s.allowed("rollouts", Some(&t.id))?;
     }
+    allowed(&s, &caller, req.model.as_deref(), req.rollout.as_ref().is_some_and(|r| r.policy)).await?;
     let submitted = service(&s)?.submit(&tenant(&t), req).await.map_err(Error::from);
     // A person's run is theirs (members see their own and shared ones).
     if let Ok(info) = &submitted {
@@ -178,10 +190,8 @@ pub(crate) async fn delete(
     Path(id): Path<String>,
 ) -> Result<Response> {
     visible(&s, &caller, &id).await?;
+    // Its owner record goes with it (`spend::RunPeople`).
     service(&s)?.delete(&t.id, &id).await?;
-    if let Some(identity) = &s.identity {
-        identity.disown(&t.id, "run", &id).await?;
-    }
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

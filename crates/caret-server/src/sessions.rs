@@ -91,9 +91,16 @@ impl AgentHost {
         running < self.settings.max_sessions_per_tenant
     }
 
-    /// Starts a session for `tenant` in one of the configured workspaces, its model called
-    /// through `gateway` under the tenant's quotas; returns its id.
-    pub async fn start(self: &Arc<Self>, tenant: String, req: CreateSession, gateway: Arc<Gateway>) -> Result<String> {
+    /// Starts a session for `spender`'s caller in one of the configured workspaces, its model
+    /// called through `gateway` under the tenant's quotas and the person's model list and
+    /// budget; returns its id.
+    pub async fn start(
+        self: &Arc<Self>,
+        spender: Spender,
+        req: CreateSession,
+        gateway: Arc<Gateway>,
+    ) -> Result<String> {
+        let tenant = spender.caller.tenant.id.clone();
         let root = self
             .settings
             .workspaces
@@ -104,15 +111,20 @@ impl AgentHost {
             Some(m) if gateway.aliases().contains(&m) => m,
             Some(m) => return Err(Error::BadRequest(format!("unknown model alias {m:?}"))),
             None => {
+                // `agent`, or the first alias the person may use.
                 let aliases = gateway.aliases();
+                let usable = |a: &&String| spender.caller.models.as_ref().is_none_or(|m| m.contains(*a));
                 aliases
                     .iter()
+                    .filter(usable)
                     .find(|a| *a == "agent")
+                    .or_else(|| aliases.iter().find(usable))
                     .or_else(|| aliases.first())
                     .cloned()
                     .ok_or_else(|| Error::Unavailable("no models are configured".into()))?
             }
         };
+        crate::spend::model_allowed(&spender.caller, &model)?;
         let approval = match req.approval.as_deref() {
             None | Some("risky") => Approval::Risky,
             Some("never") => Approval::Never,
@@ -151,7 +163,8 @@ impl AgentHost {
             }
             Err(e) => tracing::warn!("agent sessions run without run_terminal_cmd and read_lints: {e}"),
         }
-        let client = Arc::new(GatewayModel { gateway, tenant: tenant.clone() });
+        let user = spender.caller.principal.user.clone();
+        let client = Arc::new(GatewayModel { gateway, spender });
         let mut session = Session::new(client, &model, tools, ctx);
         session.images = self.settings.image_models.contains(&model);
         // The workspace's MCP servers, started alongside the first model call; stdio ones in
@@ -191,7 +204,7 @@ impl AgentHost {
         });
         let feed = hosted.clone();
         let (host2, id2) = (self.clone(), id.clone());
-        let mut usage = Timings::new(self.usage.clone(), feed.tenant.clone());
+        let mut usage = Timings::new(self.usage.clone(), feed.tenant.clone(), user);
         tokio::spawn(async move {
             while let Some(e) = events.recv().await {
                 usage.see(&e);
@@ -239,12 +252,13 @@ impl AgentHost {
 struct Timings {
     usage: caret_usage::Recorder,
     tenant: String,
+    user: Option<String>,
     turn: Option<Instant>,
 }
 
 impl Timings {
-    fn new(usage: caret_usage::Recorder, tenant: String) -> Timings {
-        Timings { usage, tenant, turn: None }
+    fn new(usage: caret_usage::Recorder, tenant: String, user: Option<String>) -> Timings {
+        Timings { usage, tenant, user, turn: None }
     }
 
     fn see(&mut self, e: &Event) {
@@ -258,10 +272,17 @@ impl Timings {
                 let how = serde_json::to_value(reason).ok().and_then(|v| v.as_str().map(str::to_owned));
                 let failed = matches!(reason, caret_protocol::agent::TurnEnd::Failed);
                 let took = self.turn.take().and_then(ms);
-                self.usage.record(&self.tenant, "agent.turn", how.as_deref().unwrap_or(""), took, !failed);
+                self.usage.record(
+                    &self.tenant,
+                    self.user.as_deref(),
+                    "agent.turn",
+                    how.as_deref().unwrap_or(""),
+                    took,
+                    !failed,
+                );
             }
             Event::ToolCallEnd { name, ok, duration_ms, .. } => {
-                self.usage.record(&self.tenant, "agent.tool", name, Some(*duration_ms), *ok);
+                self.usage.record(&self.tenant, self.user.as_deref(), "agent.tool", name, Some(*duration_ms), *ok);
             }
             _ => {}
         }
@@ -289,17 +310,33 @@ impl Hosted {
     }
 }
 
-/// The gateway as a session's model, under its tenant's quotas.
+/// Whose a session's model calls are: the server's state (to count and audit) and the caller
+/// who started it.
+#[derive(Clone)]
+pub struct Spender {
+    /// The server's state.
+    pub state: crate::state::AppState,
+    /// Who started the session.
+    pub caller: crate::state::Caller,
+}
+
+/// The gateway as a session's model, under its tenant's quotas and its person's budget.
 struct GatewayModel {
     gateway: Arc<Gateway>,
-    tenant: String,
+    spender: Spender,
 }
 
 #[async_trait::async_trait]
 impl ModelClient for GatewayModel {
     async fn chat(&self, req: ChatRequest) -> caret_models::Result<caret_models::EventStream> {
-        let ctx = CallContext::new(Class::Agent, Duration::from_secs(600), self.tenant.clone());
-        self.gateway.chat(req, ctx).await
+        let Spender { state, caller } = &self.spender;
+        // Past the budget, the turn ends with the reason (not retried: it renews tomorrow).
+        if let Err((message, _)) = crate::spend::check(state, caller).await {
+            return Err(caret_models::Error::Rejected { upstream: "caret".into(), status: 429, message });
+        }
+        let model = req.model.clone();
+        let ctx = CallContext::new(Class::Agent, Duration::from_secs(600), caller.tenant.id.clone());
+        Ok(crate::spend::metered(self.gateway.chat(req, ctx).await?, state, caller, &model))
     }
 }
 
@@ -313,7 +350,7 @@ mod tests {
         let store: Arc<dyn object_store::ObjectStore> =
             Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap());
         let usage = caret_usage::Recorder::new(store.clone(), caret_usage::Settings::default());
-        let mut timings = Timings::new(usage.clone(), "t1".to_owned());
+        let mut timings = Timings::new(usage.clone(), "t1".to_owned(), Some("u-1".to_owned()));
         let call = |id: &str, name: &str, ok: bool| Event::ToolCallEnd {
             call_id: id.to_owned(),
             name: name.to_owned(),
@@ -330,8 +367,10 @@ mod tests {
         timings.see(&Event::TurnEnd { turn: 2, reason: caret_protocol::agent::TurnEnd::Failed });
         usage.flush().await.unwrap();
         let read = caret_usage::read(store.as_ref(), Some("t1"), 0).await.unwrap();
-        let got: Vec<(String, String, u64, u64)> =
-            caret_usage::summarise(&read.rows).into_iter().map(|s| (s.event, s.label, s.count, s.failed)).collect();
+        let got: Vec<(String, String, u64, u64)> = caret_usage::summarise(&read.rows, false)
+            .into_iter()
+            .map(|s| (s.event, s.label, s.count, s.failed))
+            .collect();
         let want = [
             ("agent.tool", "read_file", 2, 0),
             ("agent.tool", "run_terminal_cmd", 1, 1),
@@ -342,5 +381,6 @@ mod tests {
             want.iter().map(|(e, l, c, f)| ((*e).to_owned(), (*l).to_owned(), *c, *f)).collect();
         assert_eq!(got, want);
         assert!(read.rows.iter().all(|r| !serde_json::to_string(r).unwrap().contains("canary")));
+        assert!(read.rows.iter().all(|r| r.user == "u-1"), "each counted for the session's person");
     }
 }

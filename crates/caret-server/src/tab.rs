@@ -25,6 +25,7 @@ fn ms(d: Duration) -> f64 {
 pub(crate) async fn complete(
     State(s): State<AppState>,
     Extension(t): Extension<Tenant>,
+    Extension(caller): Extension<crate::state::Caller>,
     headers: HeaderMap,
     Json(req): Json<CompleteRequest>,
 ) -> Result<Response> {
@@ -43,6 +44,7 @@ pub(crate) async fn complete(
             .cloned()
             .ok_or_else(|| Error::Unavailable("this server has no models configured".into()))?,
     };
+    let warning = crate::spend::admit(&s, &caller, &model).await?;
     let family = family(req.family.as_deref(), &model, &gw.models_of(&model)).map_err(Error::BadRequest)?;
     let snippets: Vec<Snippet> = req.snippets.into_iter().map(|s| Snippet { path: s.path, text: s.text }).collect();
     let plan = caret_complete::plan(
@@ -56,8 +58,12 @@ pub(crate) async fn complete(
     );
     let failed = |e: caret_models::Error| crate::llm::model_failure(&format!("completing with model {model}"), &e);
     let multiline = plan.mode == caret_complete::Mode::MultiLine;
-    let out = run_plan(plan, family.as_ref(), &model, started, |call| gw.complete(call, ctx.clone())).await;
-    s.usage.record(&t.id, "tab", "", Some(ms(started.elapsed())), out.is_ok());
+    let call = |call| {
+        let ctx = ctx.clone();
+        async { Ok(crate::spend::metered(gw.complete(call, ctx).await?, &s, &caller, &model)) }
+    };
+    let out = run_plan(plan, family.as_ref(), &model, started, call).await;
+    s.usage.record(&t.id, caller.principal.user.as_deref(), "tab", "", Some(ms(started.elapsed())), out.is_ok());
     let out = out.map_err(failed)?;
     let total = started.elapsed();
     let resp = CompleteResponse {
@@ -68,5 +74,9 @@ pub(crate) async fn complete(
         total_ms: ms(total),
         generated_chunks: out.chunks,
     };
-    Ok(axum::Json(resp).into_response())
+    let mut response = axum::Json(resp).into_response();
+    if let Some(w) = warning {
+        response.headers_mut().insert(crate::spend::WARNING_HEADER, w);
+    }
+    Ok(response)
 }

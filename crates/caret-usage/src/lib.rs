@@ -1,10 +1,12 @@
 //! Opt-in usage telemetry: how much each capability is used and how fast it answers, per
-//! tenant and hour — never code, paths, queries, prompts or who the user is.
+//! tenant, person and hour — never code, paths, queries, prompts, names or emails.
 //!
 //! What can be recorded is fixed here, in [`EVENTS`]: an event name, a label from a closed
 //! vocabulary (a search mode, a run's ending, a tool or model alias name; anything else is
-//! recorded as `other`), whether it succeeded, and its latency. The [`Recorder`] adds them up
-//! in memory per tenant, hour, event and label (a count, failures, a latency histogram) and
+//! recorded as `other`), the person's opaque user id where a person made the call (none for
+//! service accounts and tenant tokens), whether it succeeded, and its latency. The
+//! [`Recorder`] adds them up in memory per tenant, hour, event, label and person (a count,
+//! failures, a latency histogram) and
 //! writes each hour's sums for each tenant to the object store as one gzip-compressed JSON
 //! lines file, `usage/<tenant id>/<YYYY-MM-DDTHH>/<writer>.jsonl.gz` (UTC). A writer is one
 //! server process: it rewrites its own file for the hour as the sums grow, so replicas never
@@ -154,7 +156,22 @@ pub fn label_for(kind: &EventKind, label: &str) -> String {
     }
 }
 
-/// One file line: an event's sums for one tenant, hour and label, from one writer.
+/// Whether `user` can be recorded as a person's id: what identity ids are (lower-case letters,
+/// digits, `-` and `_`, at most 64); anything else is recorded as no one.
+pub fn user_for(user: Option<&str>) -> String {
+    match user {
+        Some(u)
+            if !u.is_empty()
+                && u.len() <= 64
+                && u.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_".contains(&b)) =>
+        {
+            u.to_owned()
+        }
+        _ => String::new(),
+    }
+}
+
+/// One file line: an event's sums for one tenant, hour, label and person, from one writer.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Row {
     /// The hour (`YYYY-MM-DDTHH`, UTC).
@@ -166,6 +183,9 @@ pub struct Row {
     /// Its label (empty for events without one).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub label: String,
+    /// The person's user id (empty: no person, or files written before people were counted).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub user: String,
     /// How many.
     pub count: u64,
     /// How many failed.
@@ -244,6 +264,9 @@ mod tests {
         assert_eq!(label_for(tool, &"x".repeat(41)), "other");
         assert_eq!(label_for(event("tab.shown").unwrap(), "anything"), "");
         assert!(event("keystrokes").is_none());
+        assert_eq!(user_for(Some("3f2a9c0d1e")), "3f2a9c0d1e");
+        assert_eq!(user_for(Some("alice@example.com")), "");
+        assert_eq!(user_for(None), "");
     }
 
     #[test]

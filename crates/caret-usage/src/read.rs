@@ -1,4 +1,4 @@
-//! Reading usage files back, and summing them per tenant, event and label.
+//! Reading usage files back, and summing them per tenant, event and label (and person).
 
 use std::collections::BTreeMap;
 use std::io::Read as _;
@@ -61,11 +61,15 @@ pub async fn read(store: &dyn ObjectStore, tenant: Option<&str>, since_hour: i64
     Ok(out)
 }
 
-/// An event's figures for one tenant and label over the hours read.
+/// An event's figures for one tenant and label (and person, when summed by person) over the
+/// hours read.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Summary {
     /// The tenant's id.
     pub tenant: String,
+    /// The person's user id (empty: summed over people, or no person).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub user: String,
     /// The event.
     pub event: String,
     /// Its label (empty for events without one).
@@ -93,12 +97,14 @@ struct Sums<'a> {
     last: &'a str,
 }
 
-/// Sums rows (every writer, every hour) per tenant, event and label, sorted so.
-pub fn summarise(rows: &[Row]) -> Vec<Summary> {
-    let mut sums: BTreeMap<(&str, &str, &str), Sums<'_>> = BTreeMap::new();
+/// Sums rows (every writer, every hour) per tenant, event and label — and, `by_user`, per
+/// person — sorted so (a tenant's people in the order of their ids).
+pub fn summarise(rows: &[Row], by_user: bool) -> Vec<Summary> {
+    let mut sums: BTreeMap<(&str, &str, &str, &str), Sums<'_>> = BTreeMap::new();
     for row in rows {
         let hour = row.hour.as_str();
-        let e = sums.entry((&row.tenant, &row.event, &row.label)).or_insert_with(|| Sums {
+        let user = if by_user { row.user.as_str() } else { "" };
+        let e = sums.entry((&row.tenant, user, &row.event, &row.label)).or_insert_with(|| Sums {
             count: 0,
             failed: 0,
             ms: Histogram::default(),
@@ -112,8 +118,9 @@ pub fn summarise(rows: &[Row]) -> Vec<Summary> {
         e.last = e.last.max(hour);
     }
     sums.into_iter()
-        .map(|((tenant, event, label), s)| Summary {
+        .map(|((tenant, user, event, label), s)| Summary {
             tenant: tenant.to_owned(),
+            user: user.to_owned(),
             event: event.to_owned(),
             label: label.to_owned(),
             count: s.count,

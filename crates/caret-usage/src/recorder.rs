@@ -10,7 +10,7 @@ use object_store::ObjectStore;
 use object_store::path::Path as ObjectPath;
 
 use crate::time::{hour_name, now_hour, now_s, parse_hour};
-use crate::{Histogram, PREFIX, Result, Row, event, label_for};
+use crate::{Histogram, PREFIX, Result, Row, event, label_for, user_for};
 
 /// How a recorder writes.
 #[derive(Debug, Clone, Copy)]
@@ -27,9 +27,9 @@ impl Default for Settings {
     }
 }
 
-/// The most distinct (event, label) pairs kept for one tenant and hour; further labels are
-/// counted as `other` (a bound on memory whatever the labels).
-const MAX_CELLS: usize = 512;
+/// The most distinct (event, label, person) cells kept for one tenant and hour; further ones
+/// are counted as `other` for no one (a bound on memory whatever the labels and people).
+const MAX_CELLS: usize = 8192;
 
 /// Records usage, or (off, the default) nothing. Cheap to clone; recording takes a lock and
 /// a map update, never I/O.
@@ -55,7 +55,7 @@ struct Inner {
 /// One tenant's sums for one hour.
 #[derive(Default)]
 struct Hour {
-    cells: HashMap<(&'static str, String), Cell>,
+    cells: HashMap<(&'static str, String, String), Cell>,
     /// Changed since it was last written.
     dirty: bool,
 }
@@ -85,19 +85,28 @@ impl Recorder {
         self.inner.is_some()
     }
 
-    /// Records one `event` for `tenant` (its id): `label` within the event's vocabulary
-    /// (else `other`), whether it succeeded, and its latency when it has one. Returns false
-    /// (and records nothing) for an event that is not in [`crate::EVENTS`].
-    pub fn record(&self, tenant: &str, event_name: &str, label: &str, ms: Option<f64>, ok: bool) -> bool {
+    /// Records one `event` for `tenant` (its id) and `user` (a person's id; none: no person):
+    /// `label` within the event's vocabulary (else `other`), whether it succeeded, and its
+    /// latency when it has one. Returns false (and records nothing) for an event that is not in
+    /// [`crate::EVENTS`].
+    pub fn record(
+        &self,
+        tenant: &str,
+        user: Option<&str>,
+        event_name: &str,
+        label: &str,
+        ms: Option<f64>,
+        ok: bool,
+    ) -> bool {
         let Some(kind) = event(event_name) else { return false };
         let Some(inner) = &self.inner else { return true };
-        let mut label = label_for(kind, label);
+        let mut key = (kind.name, label_for(kind, label), user_for(user));
         let mut sums = inner.sums.lock().unwrap_or_else(PoisonError::into_inner);
         let hour = sums.entry((tenant.to_owned(), now_hour())).or_default();
-        if hour.cells.len() >= MAX_CELLS && !hour.cells.contains_key(&(kind.name, label.clone())) {
-            label = "other".to_owned();
+        if hour.cells.len() >= MAX_CELLS && !hour.cells.contains_key(&key) {
+            key = (kind.name, "other".to_owned(), String::new());
         }
-        let cell = hour.cells.entry((kind.name, label)).or_default();
+        let cell = hour.cells.entry(key).or_default();
         cell.count += 1;
         if !ok {
             cell.failed += 1;
@@ -209,17 +218,18 @@ fn rows(tenant: &str, hour: i64, h: &Hour) -> Vec<Row> {
     let mut rows: Vec<Row> = h
         .cells
         .iter()
-        .map(|((event, label), c)| Row {
+        .map(|((event, label, user), c)| Row {
             hour: name.clone(),
             tenant: tenant.to_owned(),
             event: (*event).to_owned(),
             label: label.clone(),
+            user: user.clone(),
             count: c.count,
             failed: c.failed,
             ms: c.ms.clone(),
         })
         .collect();
-    rows.sort_by(|a, b| (&a.event, &a.label).cmp(&(&b.event, &b.label)));
+    rows.sort_by(|a, b| (&a.event, &a.label, &a.user).cmp(&(&b.event, &b.label, &b.user)));
     rows
 }
 

@@ -40,14 +40,14 @@ fn now_hour() -> i64 {
 async fn sums_are_written_per_tenant_and_hour_and_read_back() {
     let dir = tempfile::tempdir().unwrap();
     let recorder = Recorder::new(store(&dir), Settings::default());
-    for ms in [10.0, 20.0, 30.0, 40.0] {
-        assert!(recorder.record("t-one", "search", "hybrid", Some(ms), true));
+    for (ms, user) in [(10.0, "u-1"), (20.0, "u-2"), (30.0, "u-1"), (40.0, "Alice@Example.com")] {
+        assert!(recorder.record("t-one", Some(user), "search", "hybrid", Some(ms), true));
     }
-    recorder.record("t-one", "search", "SELECT secret FROM canary", Some(5.0), false);
-    recorder.record("t-one", "tab.shown", "", Some(120.0), true);
-    recorder.record("t-one", "tab.accepted", "", None, true);
-    recorder.record("t-two", "agent.tool", "read_file", Some(3.0), true);
-    assert!(!recorder.record("t-two", "keystroke", "a", None, true), "an unknown event is refused");
+    recorder.record("t-one", None, "search", "SELECT secret FROM canary", Some(5.0), false);
+    recorder.record("t-one", None, "tab.shown", "", Some(120.0), true);
+    recorder.record("t-one", None, "tab.accepted", "", None, true);
+    recorder.record("t-two", None, "agent.tool", "read_file", Some(3.0), true);
+    assert!(!recorder.record("t-two", None, "keystroke", "a", None, true), "an unknown event is refused");
     assert_eq!(recorder.flush().await.unwrap(), 2, "one file per tenant");
     assert_eq!(recorder.flush().await.unwrap(), 0, "nothing changed, nothing written");
     let hour = now_hour();
@@ -64,17 +64,17 @@ async fn sums_are_written_per_tenant_and_hour_and_read_back() {
             &mut text,
         )
         .unwrap();
-        assert!(!text.contains("canary") && !text.contains("SELECT"), "{text}");
+        assert!(!text.contains("canary") && !text.contains("SELECT") && !text.contains("Alice"), "{text}");
     }
 
     // More of the same hour rewrites the writer's one file.
-    recorder.record("t-one", "search", "hybrid", Some(50.0), true);
+    recorder.record("t-one", None, "search", "hybrid", Some(50.0), true);
     assert_eq!(recorder.flush().await.unwrap(), 1);
     assert_eq!(files(&dir).len(), 2);
 
     let got = read(store(&dir).as_ref(), None, hour).await.unwrap();
     assert_eq!((got.files, got.skipped.len()), (2, 0));
-    let summary = summarise(&got.rows);
+    let summary = summarise(&got.rows, false);
     let line = |tenant: &str, event: &str, label: &str| {
         summary.iter().find(|s| s.tenant == tenant && s.event == event && s.label == label).cloned()
     };
@@ -87,6 +87,14 @@ async fn sums_are_written_per_tenant_and_hour_and_read_back() {
     assert_eq!(line("t-one", "tab.accepted", "").unwrap().p50_ms, None, "no latencies");
     assert_eq!(line("t-two", "agent.tool", "read_file").unwrap().count, 1);
     assert_eq!(hybrid.first_hour, hour_name(hour));
+    // By person: each person's id, no one for calls without a person (or an id that is not
+    // one); the sums over people are the same.
+    let people = summarise(&got.rows, true);
+    let of = |user: &str| {
+        people.iter().find(|s| s.event == "search" && s.label == "hybrid" && s.user == user).map(|s| s.count)
+    };
+    assert_eq!((of("u-1"), of("u-2"), of("")), (Some(2), Some(1), Some(2)));
+    assert_eq!(people.iter().map(|s| s.count).sum::<u64>(), summary.iter().map(|s| s.count).sum::<u64>());
 
     // One tenant only; and nothing before --since.
     let one = read(store(&dir).as_ref(), Some("t-two"), hour).await.unwrap();
@@ -100,13 +108,13 @@ async fn two_writers_never_share_a_file_and_their_sums_add_up() {
     let a = Recorder::new(store(&dir), Settings::default());
     std::thread::sleep(Duration::from_millis(2));
     let b = Recorder::new(store(&dir), Settings::default());
-    a.record("t", "run", "succeeded", Some(1000.0), true);
-    b.record("t", "run", "succeeded", Some(2000.0), true);
-    b.record("t", "run", "failed", Some(10.0), false);
+    a.record("t", None, "run", "succeeded", Some(1000.0), true);
+    b.record("t", None, "run", "succeeded", Some(2000.0), true);
+    b.record("t", None, "run", "failed", Some(10.0), false);
     a.flush().await.unwrap();
     b.flush().await.unwrap();
     assert_eq!(files(&dir).len(), 2);
-    let summary = summarise(&read(store(&dir).as_ref(), None, 0).await.unwrap().rows);
+    let summary = summarise(&read(store(&dir).as_ref(), None, 0).await.unwrap().rows, false);
     let counts: Vec<(String, u64, u64)> = summary.iter().map(|s| (s.label.clone(), s.count, s.failed)).collect();
     assert_eq!(counts, vec![("failed".to_owned(), 1, 1), ("succeeded".to_owned(), 2, 0)]);
 }
@@ -117,7 +125,7 @@ async fn files_past_the_retention_are_swept_and_damaged_ones_skipped() {
     let s = store(&dir);
     let settings = Settings { retention: Duration::from_secs(7 * 86_400), ..Settings::default() };
     let recorder = Recorder::new(s.clone(), settings);
-    recorder.record("t", "chat", "gpt-small", Some(800.0), true);
+    recorder.record("t", None, "chat", "gpt-small", Some(800.0), true);
     recorder.flush().await.unwrap();
     let now = now_hour() * 3600;
     let old = format!("usage/t/{}/w.jsonl.gz", hour_name(now / 3600 - 8 * 24));
@@ -142,7 +150,7 @@ async fn a_recorder_that_is_off_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let off = Recorder::off();
     assert!(!off.is_on());
-    assert!(off.record("t", "search", "hybrid", Some(1.0), true));
+    assert!(off.record("t", None, "search", "hybrid", Some(1.0), true));
     assert_eq!(off.flush().await.unwrap(), 0);
     assert_eq!(off.sweep(0).await.unwrap(), 0);
     assert!(off.spawn().is_none());
@@ -155,7 +163,7 @@ async fn the_spawned_task_flushes_on_its_interval() {
     let settings = Settings { flush_every: Duration::from_millis(50), ..Settings::default() };
     let recorder = Recorder::new(store(&dir), settings);
     let task = recorder.spawn().unwrap();
-    recorder.record("t", "tab", "", Some(90.0), true);
+    recorder.record("t", None, "tab", "", Some(90.0), true);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while files(&dir).is_empty() {
         assert!(std::time::Instant::now() < deadline, "no file within 10 s");

@@ -56,8 +56,14 @@ fn an_organisation_lets_its_people_in_and_the_audit_trail_holds_what_admins_did(
             up.url
         )
     };
-    // Only admins manage @Docs sources here.
-    let settings = format!("{}{}[server]\ndocs_sources = \"admins\"\n", model("fast"), model("big"));
+    // Only admins manage @Docs sources here; an agent workspace for server sessions.
+    let repo = harness::buggy_repo();
+    let settings = format!(
+        "{}{}[server]\ndocs_sources = \"admins\"\n[server.agent_workspaces]\ndemo = {:?}\n",
+        model("fast"),
+        model("big"),
+        repo.path().display().to_string()
+    );
     let server = Server::start_with_config(&[], &[], Some(&settings));
     let client = Client::new();
     let ada = server.admin(&["admin", "bootstrap", "--organisation", "acme", "--email", "Ada@Acme.example"]);
@@ -186,6 +192,26 @@ fn an_organisation_lets_its_people_in_and_the_audit_trail_holds_what_admins_did(
     assert_eq!((status, body["error"]["type"].as_str()), (403, Some("model_not_allowed")), "{body}");
     assert_eq!(chat(&dans_token, "fast").0, 200);
     assert_eq!(chat(&ada, "big").0, 200, "ada is in no group with a list");
+    // The same list wherever a model is called for him: Tab, apply's merges, agent sessions,
+    // background runs (the REST route and /mcp alike).
+    let post = |token: &str, path: &str, body: Value| {
+        let r = c.post(format!("{}{path}", server.url)).bearer_auth(token).json(&body).send().unwrap();
+        (r.status().as_u16(), r.json::<Value>().unwrap_or(Value::Null))
+    };
+    let tab = json!({"text": "fn main() {", "cursor": 11, "model": "big"});
+    // No line of the snippet is in the file: only a model could place it.
+    let edit = "# ... existing code ...\n    return x + 2  # two now\n# ... existing code ...\n";
+    let apply = json!({"text": "def f(x):\n    return x + 1\n", "edit": edit, "path": "m.py", "model": "big"});
+    let session = json!({"workspace": "demo", "model": "big"});
+    let run = json!({"repo": {"kind": "git", "url": "file:///nowhere"}, "task": "t", "model": "big"});
+    for (path, body) in
+        [("/v1/complete", tab), ("/v1/apply", apply), ("/v1/agent/sessions", session), ("/v1/runs", run)]
+    {
+        let (status, body) = post(&dans_token, path, body);
+        assert_eq!((status, body["error"]["code"].as_str()), (403, Some("model_not_allowed")), "{path}: {body}");
+    }
+    let (status, body) = post(&dans_token, "/v1/agent/sessions", json!({"workspace": "demo"}));
+    assert_eq!(status, 201, "his default is a model he may use: {body}");
     let docs = c.post(format!("{}/v1/docs/sources", server.url)).bearer_auth(&dans_token);
     let docs = docs.json(&json!({"name": "dans", "url": "https://docs.example/"})).send().unwrap();
     assert_eq!(docs.status(), 403, "docs_sources = admins");
@@ -220,6 +246,12 @@ fn an_organisation_lets_its_people_in_and_the_audit_trail_holds_what_admins_did(
     let (status, body) = chat(&dans_token, "fast");
     assert_eq!((status, body["error"]["type"].as_str()), (429, Some("budget_exhausted")), "{body}");
     assert!(body["error"]["message"].as_str().unwrap().contains("renews at 00:00 UTC"));
+    let tab = json!({"text": "fn main() {", "cursor": 11, "model": "fast"});
+    let run = json!({"repo": {"kind": "git", "url": "file:///nowhere"}, "task": "t", "model": "fast"});
+    for (path, body) in [("/v1/complete", tab), ("/v1/runs", run)] {
+        let (status, body) = post(&dans_token, path, body);
+        assert_eq!((status, body["error"]["code"].as_str()), (429, Some("budget_exhausted")), "{path}: {body}");
+    }
     assert_eq!(chat(&ada, "fast").0, 200, "ada is in no group with a budget");
     let dans_me: Value = get(&dans_token, "/v1/me").json().unwrap();
     assert_eq!((dans_me["daily_tokens"].as_i64(), dans_me["spent_today"].as_i64()), (Some(59), Some(65)));

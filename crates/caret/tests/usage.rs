@@ -182,6 +182,13 @@ fn usage_is_written_per_tenant_and_hour_summarised_and_absent_when_off() {
     let unauthenticated = http().post(format!("{}/v1/usage", server.url)).json(&json!({"events": []})).send().unwrap();
     assert_eq!(unauthenticated.status(), 401);
     use_everything(&server, &token, &up);
+    // A person of an organisation: their events are counted as theirs (by their opaque id).
+    let ada = server.admin(&["admin", "bootstrap", "--organisation", "people", "--email", "ada@people.example"]);
+    for _ in 0..2 {
+        let hi = json!({"model": "chat", "messages": [{"role": "user", "content": format!("explain {CANARY}")}]});
+        let r = http().post(format!("{}/v1/chat/completions", server.url)).bearer_auth(&ada).json(&hi).send().unwrap();
+        assert_eq!(r.status(), 200);
+    }
     // Stopping writes the last sums.
     let (data, _) = server.stop();
     let files = files_under(&data.join("srv/objects/usage"));
@@ -194,14 +201,18 @@ fn usage_is_written_per_tenant_and_hour_summarised_and_absent_when_off() {
         let mut text = String::new();
         flate2::read::GzDecoder::new(&std::fs::read(f).unwrap()[..]).read_to_string(&mut text).unwrap();
         assert!(!text.contains(CANARY) && !text.contains("src/") && !text.contains(".py"), "{text}");
+        assert!(!text.contains("ada@"), "a person is their id, never their email: {text}");
     }
     let report: Value = serde_json::from_str(&admin_usage(&data, &["--json", "--since", "2h"])).unwrap();
     let rows = report["rows"].as_array().unwrap();
-    let count = |event: &str| -> u64 {
-        rows.iter().filter(|r| r["event"] == event).map(|r| r["count"].as_u64().unwrap()).sum()
+    let count_of = |tenant: &str, event: &str| -> u64 {
+        let of = |r: &&Value| r["event"] == event && r["tenant"].as_str().unwrap().starts_with(tenant);
+        rows.iter().filter(of).map(|r| r["count"].as_u64().unwrap()).sum()
     };
+    let count = |event: &str| count_of("usage-", event);
     assert_eq!(count("search"), 2, "{report:#}");
     assert_eq!(count("chat"), 1, "{report:#}");
+    assert_eq!(count_of("people", "chat"), 2, "the organisation's own: {report:#}");
     assert!(count("tab") >= 2, "the Tab request and the editor's: {report:#}");
     assert_eq!((count("tab.shown"), count("tab.accepted")), (1, 1), "{report:#}");
     assert_eq!((count("next_edit.shown"), count("next_edit.accepted")), (1, 1), "{report:#}");
@@ -221,6 +232,16 @@ fn usage_is_written_per_tenant_and_hour_summarised_and_absent_when_off() {
         .output()
         .unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--since"));
+    // The organisation's admin sees what each person did (counts only), by email.
+    let server = Server::spawn_env(data, &[], &[], &[("CARET_USAGE_COLLECT", "on")]);
+    let report: Value =
+        http().get(format!("{}/v1/admin/usage", server.url)).bearer_auth(&ada).send().unwrap().json().unwrap();
+    let activity = report["activity"].as_array().unwrap();
+    let chats: Vec<&Value> = activity.iter().filter(|a| a["event"] == "chat").collect();
+    assert_eq!(chats.len(), 1, "{report:#}");
+    assert_eq!((chats[0]["email"].as_str(), chats[0]["count"].as_u64()), (Some("ada@people.example"), Some(2)));
+    assert!(activity.iter().all(|a| a["email"] == "ada@people.example"), "another tenant's usage: {report:#}");
+    drop(server);
 
     // Not collected: no files, and the editor is told so.
     let off = TempDir::new();

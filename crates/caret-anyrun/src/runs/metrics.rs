@@ -27,7 +27,7 @@ impl RunMetrics {
     /// A run of `tenant` (its id) ended in `state`, `ms` after its last start.
     pub(super) fn ended(&self, tenant: &str, state: RunState, ms: Option<f64>) {
         if let Some(usage) = self.usage.get() {
-            usage.record(tenant, "run", state.as_str(), ms, state == RunState::Succeeded);
+            usage.record(tenant, None, "run", state.as_str(), ms, state == RunState::Succeeded);
         }
     }
 

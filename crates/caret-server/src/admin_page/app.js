@@ -145,6 +145,7 @@ async function load() {
   for (const [table, rows] of [["usage-people", usage.by_person], ["usage-models", usage.by_model], ["usage-groups", usage.by_group]]) {
     fill(table, rows, [(t) => t.name, (t) => t.tokens, (t) => t.requests]);
   }
+  fill("usage-activity", usage.activity || [], [(a) => a.email, (a) => a.event, (a) => a.count, (a) => a.failed]);
   fill("audit", audit.slice(-200).reverse(), [
     (r) => r.seq,
     (r) => when(r.at_ms),
