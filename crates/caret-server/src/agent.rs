@@ -43,7 +43,7 @@ pub(crate) async fn create(
 ) -> Result<Response> {
     let host = host(&s)?.clone();
     let gateway = s.gateway.clone().ok_or_else(|| Error::Unavailable("no models are configured".into()))?;
-    let spender = crate::sessions::Spender { state: s.clone(), caller: caller.clone() };
+    let spender = Arc::new(crate::spend::Person { state: s.clone(), caller: caller.clone() });
     let id = host.start(spender, req, gateway).await?;
     // A person's session is theirs: another member's answers as an unknown one.
     s.own(&caller, "session", &id).await?;

@@ -125,6 +125,19 @@ impl From<caret_index::Error> for Error {
     }
 }
 
+impl From<caret_sessions::Error> for Error {
+    fn from(e: caret_sessions::Error) -> Self {
+        use caret_sessions::Error as E;
+        match e {
+            E::NotFound(m) => Error::NotFound(m),
+            E::BadRequest(m) => Error::BadRequest(m),
+            E::ModelNotAllowed(m) => Error::Forbidden("model_not_allowed", m),
+            E::Conflict(m) => Error::Conflict(m),
+            E::Unavailable(m) => Error::Unavailable(m),
+        }
+    }
+}
+
 impl From<caret_identity::Error> for Error {
     /// The caller's mistakes keep their kind; the rest keep their cause.
     fn from(e: caret_identity::Error) -> Self {

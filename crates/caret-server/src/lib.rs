@@ -1,7 +1,7 @@
 //! The Caret server: HTTP routes, authentication, tenancy, rate limits and the wiring of
 //! services. Business logic lives in the services it wires (`caret-index`, `caret-anyrun`,
-//! `caret-models`, `caret-agent`, `caret-complete`, `caret-apply`); routes only translate
-//! HTTP.
+//! `caret-identity`, `caret-models`, `caret-sessions`, `caret-complete`, `caret-apply`);
+//! routes only translate HTTP.
 //!
 //! The server never writes plaintext code or real file names anywhere: it receives
 //! obfuscated paths, keyed hashes and, for chunks it lacks, texts that it holds in memory
@@ -22,13 +22,15 @@ pub mod metrics;
 pub use caret_openapi as openapi;
 pub mod runs;
 pub mod scim;
-pub mod sessions;
 pub mod settings;
 pub mod signin;
 pub mod spend;
 pub mod sse;
 pub mod state;
 pub mod tab;
+
+/// The agent sessions the server hosts (`caret-sessions`).
+pub use caret_sessions as sessions;
 
 mod error;
 

@@ -84,6 +84,38 @@ pub fn record(s: &AppState, caller: &Caller, model: &str, tokens: i64) {
     tokio::spawn(tally.count(identity, tokens));
 }
 
+/// A caller as a session's [`caret_sessions::Spender`]: their model list and budget, their
+/// calls counted for them.
+pub struct Person {
+    /// The server's state (to count and audit).
+    pub state: AppState,
+    /// Who started the session.
+    pub caller: Caller,
+}
+
+#[async_trait::async_trait]
+impl caret_sessions::Spender for Person {
+    fn tenant(&self) -> &str {
+        &self.caller.tenant.id
+    }
+
+    fn user(&self) -> Option<&str> {
+        self.caller.principal.user.as_deref()
+    }
+
+    fn may_use(&self, alias: &str) -> Result<(), String> {
+        model_allowed(&self.caller, alias).map_err(|e| e.to_string())
+    }
+
+    async fn admit(&self) -> Result<(), String> {
+        check(&self.state, &self.caller).await.map(|_| ()).map_err(|(why, _)| why)
+    }
+
+    fn meter(&self, events: EventStream, model: &str) -> EventStream {
+        metered(events, &self.state, &self.caller, model)
+    }
+}
+
 /// Tokens spent for a person, to count.
 struct Tally {
     tenant: String,

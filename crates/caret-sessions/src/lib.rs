@@ -1,7 +1,9 @@
-//! Agent sessions hosted by the server: the workspaces the operator configured, the sessions
-//! running in them (each a [`Session`] whose model is the gateway under its tenant's quotas,
-//! whose commands run in the sandbox), every event kept for late subscribers, idle sessions
-//! shut down. The routes in `agent` translate HTTP to this; nothing here knows HTTP.
+//! Agent sessions hosted by a team server for its people: the workspaces the operator
+//! configured, the sessions running in them (each a [`Session`] whose model is the gateway
+//! under its tenant's quotas and its person's model list and budget — a [`Spender`] — and whose
+//! commands run in the sandbox), every event kept for late subscribers, idle sessions shut
+//! down, turns and tool calls counted for usage telemetry. `caret-server`'s routes translate
+//! HTTP to this; nothing here knows HTTP.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -16,7 +18,45 @@ use caret_protocol::agent::{CreateSession, Event, Op};
 use caret_protocol::llm::ChatRequest;
 use tokio::sync::{broadcast, mpsc};
 
-use crate::{Error, Result};
+/// Why a session could not start or be reached.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No such workspace or session (another tenant's is as unknown as a made-up one).
+    #[error("{0}")]
+    NotFound(String),
+    /// The request names something invalid.
+    #[error("{0}")]
+    BadRequest(String),
+    /// The person may not use the model.
+    #[error("{0}")]
+    ModelNotAllowed(String),
+    /// The tenant runs as many sessions as it may.
+    #[error("{0}")]
+    Conflict(String),
+    /// Something the session needs is missing (models, the workspace, the sandbox).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// A `Result` with this crate's [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Whose a session's model calls are: the person's model list and daily budget, and counting
+/// what each call spends for them. (A caller without either allows everything and counts
+/// nothing.)
+#[async_trait::async_trait]
+pub trait Spender: Send + Sync {
+    /// The tenant's id.
+    fn tenant(&self) -> &str;
+    /// The person's opaque id, for usage telemetry (none: not a person).
+    fn user(&self) -> Option<&str>;
+    /// Whether they may use the model `alias`: `Err` with why not.
+    fn may_use(&self, alias: &str) -> std::result::Result<(), String>;
+    /// Whether a model call may go now: `Err` with why not (their budget is spent).
+    async fn admit(&self) -> std::result::Result<(), String>;
+    /// `events` of a call of `model`, the tokens they report counted for them.
+    fn meter(&self, events: caret_models::EventStream, model: &str) -> caret_models::EventStream;
+}
 
 /// What the operator configured for agent sessions.
 #[derive(Debug, Clone)]
@@ -96,11 +136,11 @@ impl AgentHost {
     /// budget; returns its id.
     pub async fn start(
         self: &Arc<Self>,
-        spender: Spender,
+        spender: Arc<dyn Spender>,
         req: CreateSession,
         gateway: Arc<Gateway>,
     ) -> Result<String> {
-        let tenant = spender.caller.tenant.id.clone();
+        let tenant = spender.tenant().to_owned();
         let root = self
             .settings
             .workspaces
@@ -113,7 +153,7 @@ impl AgentHost {
             None => {
                 // `agent`, or the first alias the person may use.
                 let aliases = gateway.aliases();
-                let usable = |a: &&String| spender.caller.models.as_ref().is_none_or(|m| m.contains(*a));
+                let usable = |a: &&String| spender.may_use(a).is_ok();
                 aliases
                     .iter()
                     .filter(usable)
@@ -124,7 +164,7 @@ impl AgentHost {
                     .ok_or_else(|| Error::Unavailable("no models are configured".into()))?
             }
         };
-        crate::spend::model_allowed(&spender.caller, &model)?;
+        spender.may_use(&model).map_err(Error::ModelNotAllowed)?;
         let approval = match req.approval.as_deref() {
             None | Some("risky") => Approval::Risky,
             Some("never") => Approval::Never,
@@ -163,7 +203,7 @@ impl AgentHost {
             }
             Err(e) => tracing::warn!("agent sessions run without run_terminal_cmd and read_lints: {e}"),
         }
-        let user = spender.caller.principal.user.clone();
+        let user = spender.user().map(str::to_owned);
         let client = Arc::new(GatewayModel { gateway, spender });
         let mut session = Session::new(client, &model, tools, ctx);
         session.images = self.settings.image_models.contains(&model);
@@ -310,33 +350,22 @@ impl Hosted {
     }
 }
 
-/// Whose a session's model calls are: the server's state (to count and audit) and the caller
-/// who started it.
-#[derive(Clone)]
-pub struct Spender {
-    /// The server's state.
-    pub state: crate::state::AppState,
-    /// Who started the session.
-    pub caller: crate::state::Caller,
-}
-
 /// The gateway as a session's model, under its tenant's quotas and its person's budget.
 struct GatewayModel {
     gateway: Arc<Gateway>,
-    spender: Spender,
+    spender: Arc<dyn Spender>,
 }
 
 #[async_trait::async_trait]
 impl ModelClient for GatewayModel {
     async fn chat(&self, req: ChatRequest) -> caret_models::Result<caret_models::EventStream> {
-        let Spender { state, caller } = &self.spender;
         // Past the budget, the turn ends with the reason (not retried: it renews tomorrow).
-        if let Err((message, _)) = crate::spend::check(state, caller).await {
+        if let Err(message) = self.spender.admit().await {
             return Err(caret_models::Error::Rejected { upstream: "caret".into(), status: 429, message });
         }
         let model = req.model.clone();
-        let ctx = CallContext::new(Class::Agent, Duration::from_secs(600), caller.tenant.id.clone());
-        Ok(crate::spend::metered(self.gateway.chat(req, ctx).await?, state, caller, &model))
+        let ctx = CallContext::new(Class::Agent, Duration::from_secs(600), self.spender.tenant().to_owned());
+        Ok(self.spender.meter(self.gateway.chat(req, ctx).await?, &model))
     }
 }
 
