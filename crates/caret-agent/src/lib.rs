@@ -8,6 +8,12 @@
 //! - [`batch`]: a model turn's tool calls run in batches: consecutive read-only calls
 //!   concurrently, each mutating call alone and in the order given; results in call order.
 //! - [`policy`]: which commands run, ask or are refused (approvals and the operator's rules).
+//! - [`skills`]: Agent Skills (`SKILL.md` folders): listed by name in the prompt, loaded on
+//!   demand with `load_skill`; [`commands`]: custom slash commands (Markdown prompts with
+//!   `$ARGUMENTS`); [`front_matter`]: the front matter those files share.
+//! - [`hooks`]: commands run at the session's lifecycle events (Caret's, Claude Code's and
+//!   Cursor's hook files), which may refuse, allow or change a tool call, add context, or make
+//!   the agent go on.
 //! - [`session`]: the turn loop, token accounting and compaction, persistence as JSON lines,
 //!   and `serve`, which any front end drives with `Op`s and reads as `Event`s.
 //!
@@ -15,7 +21,11 @@
 //! page and the server's agent sessions are its front ends.
 
 pub mod batch;
+pub mod commands;
+pub mod front_matter;
+pub mod hooks;
 pub mod policy;
 pub mod project_rules;
 pub mod session;
+pub mod skills;
 pub mod tools;

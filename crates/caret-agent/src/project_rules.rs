@@ -17,6 +17,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::front_matter::{split as split_front_matter, unquote};
+
 /// The default cap on the rules in the system prompt, in bytes.
 pub const DEFAULT_CAP: usize = 32 * 1024;
 
@@ -282,28 +284,6 @@ pub fn parse_rule(name: String, raw: &str) -> Rule {
         When::Always
     };
     Rule { name, description, when, text: body.trim().to_owned() }
-}
-
-fn unquote(s: &str) -> &str {
-    let s = s.trim();
-    s.strip_prefix('"')
-        .and_then(|t| t.strip_suffix('"'))
-        .or_else(|| s.strip_prefix('\'').and_then(|t| t.strip_suffix('\'')))
-        .unwrap_or(s)
-}
-
-/// `(front matter, body)`; no front matter: `("", raw)`.
-fn split_front_matter(raw: &str) -> (&str, &str) {
-    let text = raw.strip_prefix('\u{feff}').unwrap_or(raw);
-    let Some(rest) = text.strip_prefix("---\n").or_else(|| text.strip_prefix("---\r\n")) else { return ("", text) };
-    let mut offset = 0;
-    for line in rest.split_inclusive('\n') {
-        if line.trim_end() == "---" {
-            return (&rest[..offset], &rest[offset + line.len()..]);
-        }
-        offset += line.len();
-    }
-    ("", text)
 }
 
 #[cfg(test)]

@@ -5,19 +5,21 @@
 use std::sync::Arc;
 
 use caret_models::{Event as ModelEvent, EventStream};
-use caret_protocol::agent::{Decision, Event, Op, TurnEnd};
+use caret_protocol::agent::{Event, Op, TurnEnd};
 use caret_protocol::llm::{
-    ChatMessage, ChatRequest, Content, ContentPart, FunctionCall, FunctionDef, Role, StreamOptions, Tool as ToolDef,
-    ToolCall,
+    ChatMessage, ChatRequest, Content, FunctionCall, FunctionDef, Role, StreamOptions, Tool as ToolDef, ToolCall,
 };
 use caret_protocol::runs::CallTokens;
 use futures::StreamExt as _;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::batch::{Call, Outcome, run_calls};
-use crate::policy::{Policy, Verdict};
+use crate::batch::Call;
+use crate::policy::Policy;
 use crate::tools::{Ctx, Registry};
+
+mod calls;
+mod compact;
 
 /// What a front end attaches to a request for its mentions beyond files (`@Docs NAME`: the
 /// sections of that documentation that answer it).
@@ -101,7 +103,27 @@ pub struct Session {
     calls: Vec<CallTokens>,
     /// What the answer being read said in tokens.
     reading: CallTokens,
+    /// Commands run at the session's events (none: none).
+    hooks: Option<crate::hooks::Hooks>,
+    /// Whether the session's start was told to its hooks.
+    started: bool,
+    /// A hook stopped the agent (`continue: false`): why; the turn ends after the batch.
+    halted: Option<String>,
+    /// What the person is told when the first turn begins.
+    opening: Vec<String>,
+    /// How long the first model call waits for tool sources still starting (MCP servers).
+    pub startup_timeout: std::time::Duration,
+    /// Whether the first model call waited for them already.
+    waited: bool,
+    /// The custom slash commands a request may start with.
+    pub commands: Vec<crate::commands::Command>,
+    /// This turn's model and tools, when a command set them.
+    turn_model: Option<String>,
+    turn_tools: Option<Vec<String>>,
 }
+
+/// Times a turn's Stop hooks may make the agent go on.
+const MAX_STOP_LOOPS: u32 = 5;
 
 /// Share of the window at which older turns are summarised.
 const COMPACT_AT: f32 = 0.75;
@@ -124,12 +146,6 @@ fn estimate(messages: &[ChatMessage]) -> u32 {
 }
 
 /// The instructions for a compaction's summary.
-const SUMMARY_PROMPT: &str = "You summarise the first part of a coding agent's conversation so that the agent can \
-continue from the summary alone. Keep: the user's requests word for word; what was found (files, functions, \
-facts with their paths); every change made to files; commands run and their results when they matter; \
-decisions and why; what remains to do. Leave out file contents that can be read again. Answer with the \
-summary only.";
-
 /// The first line of a session file.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct Header {
@@ -178,6 +194,15 @@ impl Session {
             token_view: false,
             calls: Vec::new(),
             reading: CallTokens::default(),
+            hooks: None,
+            started: false,
+            halted: None,
+            opening: Vec::new(),
+            startup_timeout: std::time::Duration::from_secs(10),
+            waited: false,
+            commands: Vec::new(),
+            turn_model: None,
+            turn_tools: None,
         }
     }
 
@@ -198,6 +223,10 @@ impl Session {
         }
         file.write_all(text.as_bytes())?;
         self.log = Some((file, path.to_path_buf()));
+        if let Some(h) = &mut self.hooks {
+            h.session = id.to_owned();
+            h.transcript = Some(path.to_path_buf());
+        }
         Ok(())
     }
 
@@ -243,6 +272,67 @@ impl Session {
         Ok(())
     }
 
+    /// Gives the session `skills`: listed in the system prompt (names and short descriptions),
+    /// loaded on demand with `load_skill`.
+    pub fn set_skills(&mut self, skills: Vec<crate::skills::Skill>) {
+        if skills.is_empty() {
+            return;
+        }
+        let listed = crate::skills::prompt(&skills, crate::skills::PROMPT_BUDGET);
+        if let Some(system) = self.messages.first_mut().filter(|m| m.role == Role::System) {
+            system.content = Some(Content::Text(format!("{}\n\n{listed}", system.content_text())));
+        }
+        self.tools.add(Arc::new(crate::skills::LoadSkill::new(Arc::new(skills))));
+    }
+
+    /// Runs `hooks` at this session's events from now on (its id, model and log told to them).
+    pub fn set_hooks(&mut self, mut hooks: crate::hooks::Hooks) {
+        hooks.model = self.model_name.clone();
+        if let Some((_, path)) = &self.log {
+            hooks.transcript = Some(path.clone());
+        }
+        if hooks.session.is_empty() {
+            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+            hooks.session = format!("s-{nanos:x}");
+        }
+        self.hooks = Some(hooks);
+    }
+
+    /// Tells the person `message` when the first turn begins (what was left out at the start).
+    pub fn notice_at_start(&mut self, message: String) {
+        self.opening.push(message);
+    }
+
+    /// Runs the hooks of `moment`, telling the front end of each run and of what they say to
+    /// the person; none when no hook ran.
+    async fn hook(
+        &self,
+        moment: &crate::hooks::Moment<'_>,
+        events: &mpsc::UnboundedSender<Event>,
+    ) -> Option<crate::hooks::Verdict> {
+        let (verdict, runs) = self.hooks.as_ref()?.run(moment).await;
+        if runs.is_empty() {
+            return None;
+        }
+        for r in runs {
+            let (event, source, command, ms, decision, message) =
+                (r.event.to_owned(), r.source, r.command, r.ms, r.decision, r.message);
+            emit(events, Event::HookRun { event, source, command, ms, decision, message });
+        }
+        for n in &verdict.notes {
+            emit(events, Event::Notice { message: n.clone() });
+        }
+        Some(verdict)
+    }
+
+    /// Ends the session for its hooks (`SessionEnd`, with why: `exit`, `shutdown`…).
+    pub async fn end(&mut self, events: &mpsc::UnboundedSender<Event>, reason: &str) {
+        if self.started {
+            self.started = false;
+            self.hook(&crate::hooks::Moment::SessionEnd(reason), events).await;
+        }
+    }
+
     /// Tokens the conversation takes now: the provider's count up to its last answer plus an
     /// estimate of what came after.
     pub fn context_tokens(&self) -> u32 {
@@ -255,109 +345,6 @@ impl Session {
     /// Tokens used by the session's model calls: (prompt, completion, calls).
     pub fn usage(&self) -> (u64, u64, u32) {
         self.usage
-    }
-
-    /// Replaces older messages by a summary the model writes, when the conversation is past
-    /// [`COMPACT_AT`] of the window. The system prompt and the last [`KEEP_RECENT`] messages
-    /// stay (the kept part starts at a user or assistant message, never at a tool result cut
-    /// from its call). Without a summary (the model failed) old tool results are shortened
-    /// instead, which loses less than failing the turn.
-    async fn compact_if_needed(&mut self, events: &mpsc::UnboundedSender<Event>) {
-        let before = self.context_tokens();
-        if (before as f32) < COMPACT_AT * self.context_window as f32 || self.messages.len() < KEEP_RECENT + 3 {
-            return;
-        }
-        let mut split = self.messages.len() - KEEP_RECENT;
-        while split > 1 && self.messages[split].role == Role::Tool {
-            split -= 1;
-        }
-        if split <= 1 {
-            return;
-        }
-        let messages_before = self.messages.len();
-        // The transcript to summarise, each message cut to its share of half the window.
-        let room = (self.context_window as usize / 2) * 3;
-        let share = (room / (split - 1)).max(200);
-        let mut transcript = String::new();
-        for m in &self.messages[1..split] {
-            let mut body = m.content_text();
-            for c in &m.tool_calls {
-                body.push_str(&format!("\n[calls {}({})]", c.function.name, c.function.arguments));
-            }
-            if body.len() > share {
-                let mut cut = share;
-                while !body.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                body.truncate(cut);
-                body.push_str(" [...]");
-            }
-            let who = match m.role {
-                Role::User => "user",
-                Role::Assistant => "agent",
-                Role::Tool => "tool result",
-                Role::System => "system",
-            };
-            transcript.push_str(&format!("## {who}\n{body}\n\n"));
-        }
-        let mut req = self.request();
-        req.tools = Vec::new();
-        req.max_tokens = Some(1024);
-        req.messages = vec![
-            ChatMessage::text(Role::System, SUMMARY_PROMPT),
-            ChatMessage::text(Role::User, format!("The conversation so far:\n\n{transcript}")),
-        ];
-        let summary = match self.model.chat(req).await {
-            Ok(stream) => caret_models::collect_chat(stream).await.map(|c| {
-                if let Some(u) = c.usage {
-                    self.usage.0 += u64::from(u.prompt_tokens);
-                    self.usage.1 += u64::from(u.completion_tokens);
-                    self.usage.2 += 1;
-                }
-                c.message.content_text()
-            }),
-            Err(e) => Err(e),
-        };
-        match summary {
-            Ok(summary) if !summary.trim().is_empty() => {
-                let head = ChatMessage::text(
-                    Role::User,
-                    format!("[The earlier part of this session, summarised to save room]\n{}", summary.trim()),
-                );
-                self.messages.splice(1..split, [head]);
-            }
-            other => {
-                let why = other.err().map_or_else(|| "an empty summary".to_owned(), |e| e.to_string());
-                emit(
-                    events,
-                    Event::Error { message: format!("compaction: {why}; old tool results shortened instead") },
-                );
-                for m in &mut self.messages[1..split] {
-                    if m.role == Role::Tool && m.content_text().len() > 200 {
-                        let text = m.content_text();
-                        let mut cut = 200;
-                        while !text.is_char_boundary(cut) {
-                            cut -= 1;
-                        }
-                        m.content = Some(Content::Text(format!("{} [... shortened to save room]", &text[..cut])));
-                    }
-                }
-            }
-        }
-        self.counted = None;
-        if let Err(e) = self.rewrite_log() {
-            tracing::warn!("session file: {e}");
-            self.log = None;
-        }
-        emit(
-            events,
-            Event::Compacted {
-                messages_before: u32::try_from(messages_before).unwrap_or(u32::MAX),
-                messages_after: u32::try_from(self.messages.len()).unwrap_or(u32::MAX),
-                tokens_before: before,
-                tokens_after: self.context_tokens(),
-            },
-        );
     }
 
     fn push(&mut self, m: ChatMessage) {
@@ -385,7 +372,8 @@ impl Session {
                 Some(Op::UserInput { text }) => {
                     self.turn(&text, events, ops).await;
                 }
-                Some(Op::Shutdown) | None => return,
+                Some(Op::Shutdown) => return self.end(events, "shutdown").await,
+                None => return self.end(events, "other").await,
                 Some(Op::Interrupt | Op::Approval { .. }) => {}
             }
         }
@@ -426,6 +414,28 @@ impl Session {
         self.refresh_dynamic_tools();
     }
 
+    /// Before the session's first model call: waits (up to [`Session::startup_timeout`]) for
+    /// tool sources still starting, so that the first request offers every server that started
+    /// in time; those that did not are named and left out (their tools come once they answer).
+    async fn await_dynamic_tools(&mut self, events: &mpsc::UnboundedSender<Event>) {
+        if std::mem::replace(&mut self.waited, true) {
+            return;
+        }
+        let Some((source, _)) = &self.dynamic else { return };
+        let source = source.clone();
+        source.start();
+        let deadline = tokio::time::Instant::now() + self.startup_timeout;
+        while source.starting() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let left_out: Vec<String> =
+            source.not_ready().into_iter().map(|(name, why)| format!("{name} ({why})")).collect();
+        if !left_out.is_empty() {
+            let message = format!("MCP servers left out of the first request: {}", left_out.join(", "));
+            emit(events, Event::Notice { message });
+        }
+    }
+
     /// Takes the dynamic tools offered now in place of those taken before.
     fn refresh_dynamic_tools(&mut self) {
         let Some((source, names)) = &mut self.dynamic else { return };
@@ -447,6 +457,7 @@ impl Session {
         self.tools
             .specs()
             .into_iter()
+            .filter(|s| self.turn_tools.as_ref().is_none_or(|only| only.iter().any(|t| t == s.name)))
             .map(|s| ToolDef {
                 kind: "function".into(),
                 function: FunctionDef {
@@ -461,7 +472,7 @@ impl Session {
     fn request(&self) -> ChatRequest {
         let tools = self.tool_defs();
         ChatRequest {
-            model: self.model_name.clone(),
+            model: self.turn_model.clone().unwrap_or_else(|| self.model_name.clone()),
             messages: self.messages.clone(),
             tools,
             tool_choice: None,
@@ -499,6 +510,48 @@ impl Session {
                 },
             );
         }
+        // A custom command: `/name args` becomes its prompt (its model and tools for the turn).
+        let expanded;
+        let input = match crate::commands::invocation(input)
+            .and_then(|(name, args)| self.commands.iter().find(|c| c.name == name).map(|c| (c, args)))
+        {
+            Some((command, args)) => {
+                expanded = crate::commands::expand(command, args);
+                emit(events, Event::Notice { message: format!("/{} ({})", command.name, command.source) });
+                self.turn_model.clone_from(&command.model);
+                self.turn_tools = command.allowed_tools.as_deref().map(crate::commands::tool_names);
+                expanded.as_str()
+            }
+            None => input,
+        };
+        // Hooks: the session's start (once), then the request (which they may refuse).
+        let mut hooked = String::new();
+        for message in std::mem::take(&mut self.opening) {
+            emit(events, Event::Notice { message });
+        }
+        if !self.started {
+            self.started = true;
+            let source = if turn > 1 { "resume" } else { "startup" };
+            if let Some(v) = self.hook(&crate::hooks::Moment::SessionStart(source), events).await {
+                for c in v.context {
+                    hooked.push_str(&format!("\n\n[Context from a SessionStart hook]\n{c}"));
+                }
+            }
+        }
+        if let Some(v) = self.hook(&crate::hooks::Moment::UserPromptSubmit(input), events).await {
+            let refused = match v.decision {
+                crate::hooks::Decision::Block(why) => Some(why),
+                _ => v.stop,
+            };
+            if let Some(why) = refused {
+                emit(events, Event::Error { message: format!("a hook refused the request: {why}") });
+                emit(events, Event::TurnEnd { turn, reason: TurnEnd::Done });
+                return TurnEnd::Done;
+            }
+            for c in v.context {
+                hooked.push_str(&format!("\n\n[Context from a UserPromptSubmit hook]\n{c}"));
+            }
+        }
         let before = self.attached_rules();
         let attached = self.attach_named_files(input);
         self.emit_new_rules(events, before);
@@ -506,8 +559,9 @@ impl Session {
             Some(m) => m.attach(input).await.unwrap_or_default(),
             None => String::new(),
         };
-        self.push(ChatMessage::text(Role::User, format!("{input}{attached}{mentioned}")));
+        self.push(ChatMessage::text(Role::User, format!("{input}{attached}{mentioned}{hooked}")));
         let reason = self.steps(events, ops).await;
+        (self.turn_model, self.turn_tools) = (None, None);
         emit(events, Event::TurnEnd { turn, reason });
         reason
     }
@@ -565,9 +619,10 @@ impl Session {
     async fn steps(&mut self, events: &mpsc::UnboundedSender<Event>, ops: &mut mpsc::UnboundedReceiver<Op>) -> TurnEnd {
         // Whether the last batch had a failed call, and whether the model was already asked
         // to go on after falling silent on one.
-        let (mut failed, mut nudged) = (false, false);
+        let (mut failed, mut nudged, mut stops) = (false, false, 0);
         for _ in 0..self.max_steps {
             self.compact_if_needed(events).await;
+            self.await_dynamic_tools(events).await;
             self.refresh_dynamic_tools();
             let stream = match self.model.chat(self.request()).await {
                 Ok(s) => s,
@@ -616,6 +671,20 @@ impl Session {
                     self.push(ChatMessage::text(Role::User, GO_ON));
                     continue;
                 }
+                // Stop hooks may make the agent go on (a few times a turn at most).
+                if stops < MAX_STOP_LOOPS
+                    && let Some(v) =
+                        self.hook(&crate::hooks::Moment::Stop { active: stops > 0, loops: stops }, events).await
+                {
+                    if let Some(why) = v.stop {
+                        emit(events, Event::Notice { message: format!("a hook stopped the agent: {why}") });
+                    } else if let crate::hooks::Decision::Block(why) = v.decision {
+                        stops += 1;
+                        let go_on = format!("[A Stop hook asks you to go on before ending the turn]\n{why}");
+                        self.push(ChatMessage::text(Role::User, go_on));
+                        continue;
+                    }
+                }
                 return TurnEnd::Done;
             }
             let Some(outcomes) = self.run_tools(&calls, events, ops).await else {
@@ -626,6 +695,10 @@ impl Session {
             };
             self.push_results(&outcomes);
             failed = outcomes.iter().any(|o| !o.ok);
+            if let Some(why) = self.halted.take() {
+                emit(events, Event::Notice { message: format!("a hook stopped the agent: {why}") });
+                return TurnEnd::Done;
+            }
         }
         TurnEnd::StepLimit
     }
@@ -711,199 +784,6 @@ impl Session {
             })
             .collect();
         Some((Ok(text), calls))
-    }
-
-    /// Asks for approvals, runs the calls, reports what they did; `None` when interrupted.
-    async fn run_tools(
-        &mut self,
-        calls: &[Call],
-        events: &mpsc::UnboundedSender<Event>,
-        ops: &mut mpsc::UnboundedReceiver<Op>,
-    ) -> Option<Vec<Outcome>> {
-        // Tools that came since the model call (a server that answered meanwhile); a call of a
-        // tool not known yet waits for servers still starting (up to 30 s).
-        self.refresh_dynamic_tools();
-        if let Some((source, _)) = &self.dynamic
-            && calls.iter().any(|c| self.tools.get(&c.name).is_none())
-        {
-            let source = source.clone();
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-            while source.starting() && std::time::Instant::now() < deadline {
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
-            self.refresh_dynamic_tools();
-        }
-        // Terminal commands pass the policy (and the user) first, in call order; so do calls
-        // of tools whose own settings ask (an MCP server's, configured so).
-        let mut refused: Vec<Option<String>> = vec![None; calls.len()];
-        for (i, c) in calls.iter().enumerate() {
-            let (verdict, command) = if c.name == TERMINAL {
-                // A call without a command looks at a background job: nothing runs.
-                let Some(command) = c.arguments.get("command").and_then(Value::as_str).map(str::to_owned) else {
-                    continue;
-                };
-                (self.policy.check(&command), command)
-            } else {
-                let command = format!("{} {}", c.name, c.arguments);
-                match self.tools.get(&c.name).and_then(|t| t.approval()) {
-                    Some(crate::tools::ToolApproval::Never) => {
-                        (Verdict::Refuse(format!("{} is switched off by its configuration", c.name)), command)
-                    }
-                    Some(crate::tools::ToolApproval::Ask)
-                        if !self.approved_tools.contains(&c.name)
-                            && self.policy.approval != crate::policy::Approval::Never =>
-                    {
-                        (Verdict::Ask(format!("{} asks before each call (its configuration)", c.name)), command)
-                    }
-                    _ => continue,
-                }
-            };
-            match verdict {
-                Verdict::Run => {}
-                Verdict::Refuse(why) => refused[i] = Some(format!("error: refused by policy: {why}")),
-                Verdict::Ask(reason) => {
-                    emit(events, Event::ApprovalRequest { call_id: c.id.clone(), command: command.clone(), reason });
-                    // An answer may have come early.
-                    let early = self
-                        .pending
-                        .iter()
-                        .position(|op| matches!(op, Op::Approval { call_id, .. } if *call_id == c.id));
-                    let mut early = early.and_then(|i| self.pending.remove(i));
-                    loop {
-                        let next = match early.take() {
-                            Some(op) => Some(op),
-                            None => ops.recv().await,
-                        };
-                        match next {
-                            Some(Op::Approval { call_id, decision }) if call_id == c.id => {
-                                match decision {
-                                    Decision::Approve => {}
-                                    Decision::ApproveForSession if c.name == TERMINAL => {
-                                        self.policy.approve_for_session(&command);
-                                    }
-                                    Decision::ApproveForSession => {
-                                        self.approved_tools.insert(c.name.clone());
-                                    }
-                                    Decision::Deny => refused[i] = Some("error: the user refused to run it".into()),
-                                }
-                                break;
-                            }
-                            Some(Op::Shutdown) => {
-                                self.pending.push_back(Op::Shutdown);
-                                return None;
-                            }
-                            Some(Op::Interrupt) | None => return None,
-                            Some(other) => self.pending.push_back(other),
-                        }
-                    }
-                }
-            }
-        }
-        let runnable: Vec<Call> =
-            calls.iter().zip(&refused).filter(|(_, r)| r.is_none()).map(|(c, _)| c.clone()).collect();
-        let refusal = |c: &Call, why: &str| Outcome {
-            id: c.id.clone(),
-            name: c.name.clone(),
-            ok: false,
-            output: why.to_owned(),
-            images: Vec::new(),
-            duration: std::time::Duration::ZERO,
-        };
-        let on_start = |c: &Call| {
-            emit(
-                events,
-                Event::ToolCallBegin {
-                    call_id: c.id.clone(),
-                    name: c.name.clone(),
-                    arguments: c.arguments.clone(),
-                    server: self.tools.get(&c.name).and_then(|t| t.server()).map(str::to_owned),
-                },
-            )
-        };
-        let on_end = |o: &Outcome| {
-            emit(
-                events,
-                Event::ToolCallEnd {
-                    call_id: o.id.clone(),
-                    name: o.name.clone(),
-                    ok: o.ok,
-                    output: o.output.clone(),
-                    duration_ms: o.duration.as_secs_f64() * 1e3,
-                },
-            )
-        };
-        for (c, why) in calls.iter().zip(&refused) {
-            if let Some(why) = why {
-                on_start(c);
-                on_end(&refusal(c, why));
-            }
-        }
-        let before = self.attached_rules();
-        let ran = tokio::select! {
-            ran = run_calls(&self.tools, &runnable, &self.ctx, &on_start, &on_end) => ran,
-            () = interrupted(ops, &mut self.pending) => return None,
-        };
-        self.emit_new_rules(events, before);
-        for change in self.ctx.take_changes() {
-            emit(events, Event::FileChange { path: change.path, kind: change.kind, diff: change.diff });
-        }
-        if calls.iter().any(|c| c.name == "todo_write") {
-            let items = self.ctx.todos.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-            emit(events, Event::TodoUpdate { items });
-        }
-        let mut ran = ran.into_iter();
-        let outcomes = calls
-            .iter()
-            .zip(&refused)
-            .map(|(c, r)| match r {
-                Some(why) => refusal(c, why),
-                None => ran.next().unwrap_or_else(|| refusal(c, "error: not run")),
-            })
-            .collect();
-        Some(outcomes)
-    }
-}
-
-impl Session {
-    /// The calls' results, in order; their images attached after them in one user message
-    /// when the model takes images (a tool message holds text only).
-    fn push_results(&mut self, outcomes: &[Outcome]) {
-        let mut attached = Vec::new();
-        for o in outcomes {
-            let mut text = o.output.clone();
-            if !o.images.is_empty() {
-                let kinds: Vec<&str> = o.images.iter().map(|i| i.mime.as_str()).collect();
-                text.push_str(&if self.images {
-                    format!("\n[{} image(s) ({}) attached below]", o.images.len(), kinds.join(", "))
-                } else {
-                    format!("\n[{} image(s) ({}): this model does not take images]", o.images.len(), kinds.join(", "))
-                });
-                if self.images {
-                    attached.push(ContentPart::text(format!("Images from {} (call {}):", o.name, o.id)));
-                    attached.extend(o.images.iter().map(|i| ContentPart::image(&i.mime, &i.base64)));
-                }
-            }
-            self.push(tool_message(&o.id, &text));
-        }
-        if !attached.is_empty() {
-            let mut message = ChatMessage::text(Role::User, "");
-            message.content = Some(Content::Parts(attached));
-            self.push(message);
-        }
-    }
-}
-
-/// Resolves when the user interrupts (or the front end goes away); other ops are kept.
-async fn interrupted(ops: &mut mpsc::UnboundedReceiver<Op>, pending: &mut std::collections::VecDeque<Op>) {
-    loop {
-        match ops.recv().await {
-            Some(Op::Shutdown) => {
-                pending.push_back(Op::Shutdown);
-                return;
-            }
-            Some(Op::Interrupt) | None => return,
-            Some(other) => pending.push_back(other),
-        }
     }
 }
 

@@ -252,9 +252,15 @@ pub enum ToolApproval {
 pub trait DynamicTools: Send + Sync {
     /// The tools offered now.
     fn current(&self) -> Vec<Arc<dyn Tool>>;
+    /// Starts what the tools come from (servers), when that waits for a runtime.
+    fn start(&self) {}
     /// Whether more may come soon (a server still starting).
     fn starting(&self) -> bool {
         false
+    }
+    /// The sources not answering now, with why (`still starting`, the error).
+    fn not_ready(&self) -> Vec<(String, String)> {
+        Vec::new()
     }
 }
 

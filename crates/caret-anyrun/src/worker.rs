@@ -797,6 +797,15 @@ async fn run_attempt(
         servers.hub.settled(crate::mcp::SETTLE).await;
         session.add_dynamic_tools(servers.hub.clone());
     }
+    // The repository's hooks, run inside the sandbox (as its MCP servers are).
+    let (hooks, problems) = caret_agent::hooks::files::project(&repo);
+    for p in problems {
+        tracing::warn!(run = %lease.lease.run, "hooks: {}: {}", p.source, p.message);
+    }
+    if !hooks.is_empty() {
+        let shell = Arc::new(caret_agent::hooks::SandboxShell::new(sandbox.clone(), &repo));
+        session.set_hooks(caret_agent::hooks::Hooks::new(hooks, &repo, shell));
+    }
     session.max_steps = lease.limits.steps.max(1);
     session.context_window = config.context_window;
     session.images = config.image_models.contains(&lease.model);

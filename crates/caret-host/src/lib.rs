@@ -12,11 +12,13 @@
 pub mod backend;
 pub mod completer;
 pub mod config;
+pub mod conventions;
 pub mod credentials;
 pub mod daemon;
 pub mod docs;
 pub mod docs_refresh;
 pub mod documents;
+pub mod hooks;
 pub mod mcp;
 pub mod mcp_server;
 pub mod mcp_tokens;

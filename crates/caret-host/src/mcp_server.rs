@@ -69,13 +69,40 @@ pub struct CaretServer {
     remote: Remote,
     ctx: caret_agent::tools::Ctx,
     grep: caret_agent::tools::grep::Grep,
+    /// Whether this process synced the workspace yet (the first search does).
+    synced: tokio::sync::Mutex<bool>,
 }
 
 impl CaretServer {
     /// The server of the workspace at `root`, searching the index `remote` names.
     pub fn new(config: Config, root: PathBuf, remote: Remote) -> std::io::Result<CaretServer> {
         let ctx = caret_agent::tools::Ctx::new(&root)?;
-        Ok(CaretServer { config, root, remote, ctx, grep: caret_agent::tools::grep::Grep::new() })
+        let grep = caret_agent::tools::grep::Grep::new();
+        Ok(CaretServer { config, root, remote, ctx, grep, synced: tokio::sync::Mutex::new(false) })
+    }
+
+    /// Syncs the workspace once per process, before its first search: a workspace never
+    /// indexed is searchable lexically as soon as this returns, and its vectors are computed
+    /// in the background. What it did, when it did anything.
+    async fn sync_once(&self) -> anyhow::Result<Option<String>> {
+        let mut synced = self.synced.lock().await;
+        if *synced {
+            return Ok(None);
+        }
+        let ws = crate::remote::open_workspace(&self.config, &self.root)?;
+        let transport: std::sync::Arc<dyn caret_client::transport::Transport> =
+            std::sync::Arc::from(crate::remote::transport(&self.config, &self.remote).await?);
+        let report = crate::remote::engine(&self.config)?.sync(&ws, transport.as_ref()).await?;
+        *synced = true;
+        let scanner = std::sync::Arc::new(self.config.scanner()?);
+        tokio::spawn(async move {
+            if let Err(e) = caret_client::index::embed_missing(scanner, &ws, transport.as_ref(), |_| {}).await {
+                tracing::warn!("embedding the workspace for codebase_search: {e}");
+            }
+        });
+        let (added, changed, removed) = (report.added, report.modified, report.deleted);
+        Ok((added + changed + removed > 0)
+            .then(|| format!("(indexed just now: {added} files added, {changed} changed, {removed} removed)")))
     }
 
     /// Serves on standard input and output until the client goes.
@@ -92,6 +119,7 @@ impl CaretServer {
             "codebase_search" => {
                 let a: SearchArgs = serde_json::from_value(args).map_err(|e| format!("arguments: {e}"))?;
                 let k = a.k.unwrap_or(10).clamp(1, 50);
+                let indexed = self.sync_once().await.map_err(|e| format!("indexing the workspace: {e:#}"))?;
                 let found = crate::search::search_workspace(
                     &self.config,
                     &self.root,
@@ -107,7 +135,17 @@ impl CaretServer {
                     .iter()
                     .map(|h| format!("{}:{}-{}\n{}", h.path, h.start_line, h.end_line, h.snippet.trim_end()))
                     .collect();
-                let text = if text.is_empty() { "no hits".to_owned() } else { text.join("\n\n") };
+                let mut text = if text.is_empty() { "no hits".to_owned() } else { text.join("\n\n") };
+                if !found.semantic && found.embedded < found.embeddable {
+                    text.push_str(&format!(
+                        "\n\n(matched by words only for now: {} of {} chunks have vectors, the rest are being \
+                         computed)",
+                        found.embedded, found.embeddable
+                    ));
+                }
+                if let Some(note) = indexed {
+                    text.push_str(&format!("\n\n{note}"));
+                }
                 Ok(CallToolResult::success(vec![ContentBlock::text(text)]))
             }
             "grep" => {

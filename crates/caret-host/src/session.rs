@@ -155,6 +155,32 @@ pub fn session_on(
             }
         }
     }
+    // Hooks: the user's, and the project's once trusted (`caret hooks trust`).
+    let hooks = crate::hooks::load_for(config, &root);
+    for f in &hooks.untrusted {
+        session.notice_at_start(format!(
+            "the project's hook file {} does not run until you trust it (`caret hooks trust`)",
+            f.shown
+        ));
+    }
+    for p in &hooks.problems {
+        session.notice_at_start(format!("hooks: {}: {}", p.source, p.message));
+    }
+    if !hooks.hooks.is_empty() {
+        let shell = Arc::new(caret_agent::hooks::LocalShell);
+        session.set_hooks(caret_agent::hooks::Hooks::new(hooks.hooks, &root, shell));
+    }
+    // Skills and custom commands, the project's and the user's.
+    let (skills, skipped) = crate::conventions::skills(config, &root);
+    for s in skipped {
+        session.notice_at_start(format!("skill {} left out: {}", s.dir.display(), s.why));
+    }
+    session.set_skills(skills);
+    let (commands, skipped) = crate::conventions::commands(config, &root);
+    for c in skipped {
+        session.notice_at_start(format!("command {} left out: {}", c.file.display(), c.why));
+    }
+    session.commands = commands;
     // Sessions are saved as JSON lines under $CARET_HOME/sessions.
     let id = match &args.resume {
         Some(id) => {

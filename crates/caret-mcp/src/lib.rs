@@ -376,8 +376,16 @@ impl caret_agent::tools::DynamicTools for Hub {
         self.tools()
     }
 
+    fn start(&self) {
+        Hub::start(self);
+    }
+
     fn starting(&self) -> bool {
         self.status().iter().any(|(_, s)| *s == Status::Starting)
+    }
+
+    fn not_ready(&self) -> Vec<(String, String)> {
+        self.status().into_iter().filter(|(_, s)| !s.is_ready()).map(|(n, s)| (n, s.to_string())).collect()
     }
 }
 

@@ -148,6 +148,30 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         dropped: Vec<String>,
     },
+    /// A hook ran (see `caret_agent::hooks`): at which event, from which file, how long it
+    /// took and what it decided.
+    HookRun {
+        /// The event (`PreToolUse`, `Stop`…).
+        event: String,
+        /// The file that declared it (`.claude/settings.json`…).
+        source: String,
+        /// Its command.
+        command: String,
+        /// How long it ran, in milliseconds.
+        ms: f64,
+        /// `pass`, `allow`, `ask`, `block`, or `error` (it failed, timed out or died: it decided
+        /// nothing).
+        decision: String,
+        /// Its reason, or what went wrong.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+    /// Something the person should know that is neither an error nor the agent's answer (a
+    /// hook's message, an MCP server left out at the start).
+    Notice {
+        /// What.
+        message: String,
+    },
     /// A turn ended.
     TurnEnd {
         /// Its number.

@@ -176,6 +176,13 @@ impl Alive {
     pub fn running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
+
+    /// Waits for it to end: its exit code, or the signal that ended it.
+    pub async fn wait(&mut self) -> std::io::Result<(Option<i32>, Option<i32>)> {
+        use std::os::unix::process::ExitStatusExt as _;
+        let status = self.child.wait().await?;
+        Ok((status.code(), status.signal()))
+    }
 }
 
 /// A file removed when dropped.

@@ -76,6 +76,8 @@ pub struct App {
     unfolded: bool,
     /// The documentation sources `@Docs` completes to.
     docs: Vec<String>,
+    /// The custom commands `/` completes to.
+    commands: Vec<String>,
 }
 
 /// The short form of a call's arguments: its path, command, query or pattern.
@@ -198,6 +200,14 @@ impl App {
                  messages)"
             ))),
             Event::Error { message } => self.entries.push(Entry::Error(message)),
+            Event::Notice { message } => self.entries.push(Entry::Notice(message)),
+            // A hook is shown when it decided something or failed; one that let things be is not.
+            Event::HookRun { event, command, decision, message, ms, .. } => {
+                if decision != "pass" && decision != "allow" {
+                    let why = message.map(|m| format!(": {m}")).unwrap_or_default();
+                    self.entries.push(Entry::Notice(format!("hook {event} `{command}` ({ms:.0} ms): {decision}{why}")));
+                }
+            }
             Event::RulesApplied { rules, dropped } => {
                 let mut note = String::new();
                 if !rules.is_empty() {
@@ -220,9 +230,19 @@ impl App {
         self.docs = names;
     }
 
+    /// The custom commands a request may start with (`/name`; the input completes them).
+    pub fn commands(&mut self, names: Vec<String>) {
+        self.commands = names;
+    }
+
     /// What the end of the input completes to: `@Docs NAME` for each source that fits what is
     /// typed (`@d`, `@Docs `, `@Docs sq`), with how many characters of the input it replaces.
     fn completions(&self) -> (usize, Vec<String>) {
+        // `/re` at the start of a request: the commands it may be.
+        if let Some(typed) = self.input.strip_prefix('/').filter(|t| !t.contains(char::is_whitespace)) {
+            let names = self.commands.iter().filter(|n| n.starts_with(typed) && n.as_str() != typed);
+            return (self.input.len(), names.map(|n| format!("/{n}")).collect());
+        }
         let tail = &self.input[self.input.rfind('\n').map_or(0, |i| i + 1)..];
         let words: Vec<&str> = tail.split(' ').collect();
         let last = words.last().copied().unwrap_or("");
@@ -595,6 +615,21 @@ mod tests {
         app.on_key(key(KeyCode::PageUp));
         let s = screen(&app, 80, 12);
         assert!(!s.contains("line 49") && s.contains("line 29") && !s.contains("line 30"), "{s}");
+    }
+
+    #[test]
+    fn custom_commands_complete_at_the_start_of_a_request() {
+        let mut app = App::new("s", "m", "/ws");
+        app.commands(vec!["review".into(), "git:commit".into(), "release".into()]);
+        for c in "/re".chars() {
+            app.on_key(key(KeyCode::Char(c)));
+        }
+        let s = screen(&app, 80, 16);
+        assert!(s.contains("│ /review") && s.contains("│ /release") && !s.contains("│ /git:commit"), "{s}");
+        app.on_key(key(KeyCode::Tab));
+        assert_eq!(app.input, "/review ");
+        // Past the name, and anywhere but the start, nothing completes to a command.
+        assert!(!screen(&app, 80, 16).contains("│ /release"));
     }
 
     #[test]

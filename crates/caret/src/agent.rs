@@ -54,6 +54,7 @@ pub fn run(config: &Config, args: AgentArgs) -> anyhow::Result<ExitCode> {
     let mut app = App::new(&id, &model, &root.display().to_string());
     app.replay(session.messages());
     app.docs(caret_host::docs::source_names(config));
+    app.commands(session.commands.iter().map(|c| c.name.clone()).collect());
     runtime()?.block_on(async move {
         let (ops_tx, mut ops) = mpsc::unbounded_channel::<Op>();
         let (events_tx, mut events) = mpsc::unbounded_channel::<Event>();

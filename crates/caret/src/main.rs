@@ -5,6 +5,7 @@ mod agent;
 mod apply;
 mod chat;
 mod complete;
+mod conventions;
 mod daemon;
 mod docs;
 mod exec;
@@ -85,6 +86,14 @@ enum Command {
     /// MCP servers whose tools the agent gets (`[mcp_servers.NAME]`).
     #[command(subcommand)]
     Mcp(agent::McpCommand),
+    /// Hooks: commands run at the agent's events, from Caret's, Claude Code's and Cursor's
+    /// hook files (`ls`, `trust`).
+    #[command(subcommand)]
+    Hooks(conventions::HooksCommand),
+    /// The skills a session here has (`SKILL.md` folders of the project's and yours).
+    Skills(conventions::ListArgs),
+    /// The custom slash commands a session here has (`/name args` in any front end).
+    Commands(conventions::ListArgs),
     /// The coding agent in an interactive terminal UI.
     Agent(agent::AgentArgs),
     /// Run the agent on a task without a terminal UI (events as JSON lines).
@@ -168,6 +177,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Docs(cmd) => docs::run(&config, cmd),
         Command::Rules(args) => agent::rules(&config, args),
         Command::Mcp(cmd) => agent::mcp(&config, cmd),
+        Command::Hooks(cmd) => conventions::run(&config, cmd),
+        Command::Skills(args) => conventions::skills(&config, args),
+        Command::Commands(args) => conventions::commands(&config, args),
         Command::Agent(args) => agent::run(&config, args),
         Command::Exec(args) => exec::run(&config, args),
         Command::Bench(cmd) => caret_bench::run(&config, cmd),

@@ -856,8 +856,8 @@ fn exec_calls_a_configured_mcp_servers_tool() {
             agent_config(&up.url)
         ),
     );
-    // The server starts alongside the first model call; the model answers at once, and its
-    // call of a tool not listed yet waits for the server still starting.
+    // The first model call waits (within the start-up timeout) for the server to start, so
+    // that its tools are offered from the first request on.
     up.set(Behaviour {
         tool_call: Some("mcp__time__get_current_time".into()),
         tool_arguments: Some(r#"{"timezone": "Asia/Tokyo"}"#.into()),
@@ -877,6 +877,13 @@ fn exec_calls_a_configured_mcp_servers_tool() {
     let tools: Vec<&str> =
         sent["tools"].as_array().unwrap().iter().filter_map(|t| t["function"]["name"].as_str()).collect();
     assert!(tools.contains(&"mcp__time__get_current_time") && tools.contains(&"read_file"), "{tools:?}");
+    let first: Vec<String> = up.chats()[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
+        .collect();
+    assert!(first.iter().any(|t| t == "mcp__time__get_current_time"), "the first request lacks the server: {first:?}");
     let described = sent["tools"]
         .as_array()
         .unwrap()
@@ -896,6 +903,70 @@ fn exec_calls_a_configured_mcp_servers_tool() {
             && out.contains("  mcp__time__convert_time  [MCP server time]"),
         "{out}"
     );
+}
+
+/// A repository's Claude Code hook (`.claude/settings.json`, as Claude Code writes it) runs
+/// under `caret exec` once trusted: a real bash script sees Claude Code's payload (`Bash`,
+/// `tool_input.command`) and blocks a command with exit code 2, which then never runs; before
+/// the user trusts the file, it runs nothing and the session says so.
+#[test]
+fn a_projects_claude_code_hook_blocks_a_command_once_trusted() {
+    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("agent"));
+    let home = TempDir::new();
+    home.write("caret-home/config.toml", &agent_config(&up.url));
+    home.write("ws/data/keep.txt", "precious\n");
+    home.write(
+        "ws/.claude/hooks/guard.sh",
+        "#!/bin/bash\ninput=$(cat)\necho \"$input\" >> \"$CLAUDE_PROJECT_DIR/hook-calls.log\"\n\
+         if echo \"$input\" | grep -q 'rm -rf'; then echo 'deleting data is not allowed here' >&2; exit 2; fi\n",
+    );
+    let ws = home.join("ws");
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(ws.join(".claude/hooks/guard.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let settings = serde_json::json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
+        {"type": "command", "command": "\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/guard.sh"}]}]}});
+    home.write("ws/.claude/settings.json", &serde_json::to_string_pretty(&settings).unwrap());
+    up.set(Behaviour {
+        tool_call: Some("run_terminal_cmd".into()),
+        tool_arguments: Some(r#"{"command": "rm -rf data"}"#.into()),
+        ..Behaviour::default()
+    });
+    let ws_s = ws.to_str().unwrap();
+    let exec = || {
+        let o = caret(&home, &["exec", "clean up", "-C", ws_s, "--max-steps", "2", "--approval", "never"]);
+        stdout(&o).lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).collect::<Vec<Value>>()
+    };
+    // Not trusted: no hook runs, and the session says why.
+    let ls = stdout(&caret(&home, &["hooks", "ls", "-C", ws_s]));
+    assert!(ls.contains(".claude/settings.json  (not trusted"), "{ls}");
+    home.write("ws/data/keep.txt", "precious\n");
+    let events = exec();
+    assert!(
+        events.iter().any(|e| e["type"] == "notice" && e["message"].as_str().unwrap().contains("caret hooks trust"))
+    );
+    assert!(!ws.join("hook-calls.log").exists(), "an untrusted hook ran");
+    // Trusted: the hook sees Claude Code's payload and blocks the command.
+    home.write("ws/data/keep.txt", "precious\n");
+    assert!(caret(&home, &["hooks", "trust", "-C", ws_s]).status.success());
+    let events = exec();
+    let end = events.iter().find(|e| e["type"] == "tool_call_end").unwrap_or_else(|| panic!("{events:?}"));
+    assert_eq!(end["ok"], false, "{end}");
+    assert!(end["output"].as_str().unwrap().contains("deleting data is not allowed here"), "{end}");
+    assert!(ws.join("data/keep.txt").exists(), "a blocked command ran");
+    let run = events.iter().find(|e| e["type"] == "hook_run").unwrap();
+    assert_eq!((run["event"].as_str(), run["decision"].as_str()), (Some("PreToolUse"), Some("block")), "{run}");
+    let logged: Value =
+        serde_json::from_str(std::fs::read_to_string(ws.join("hook-calls.log")).unwrap().lines().next().unwrap())
+            .unwrap();
+    assert_eq!(
+        (logged["tool_name"].as_str(), logged["tool_input"]["command"].as_str()),
+        (Some("Bash"), Some("rm -rf data"))
+    );
+    // The model was told why.
+    let told = up.chats().last().unwrap()["messages"].to_string();
+    assert!(told.contains("refused by a hook: deleting data is not allowed here"), "{told}");
 }
 
 /// The agent answers from added documentation: with a docs source, `docs_search` is offered
@@ -962,17 +1033,16 @@ fn mcp_python() -> Option<String> {
 }
 
 /// `caret mcp serve` driven by the official Python MCP client (`mcp` from PyPI) over stdio:
-/// its tools listed with schemas, `grep`, `codebase_search` (the synced index, code read
-/// from disk) and `docs_search` (a documentation source) answered, bad arguments a tool error.
+/// its tools listed with schemas, `grep`, `codebase_search` (on a workspace never indexed:
+/// indexed by the first search, code read from disk) and `docs_search` (a documentation source) answered, bad arguments a tool error.
 #[test]
 fn caret_serves_its_workspace_over_mcp_to_the_python_client() {
     let Some(python) = mcp_python() else { return };
     let home = TempDir::new();
     home.write("ws/src/lib.rs", "/// Adds two numbers.\npub fn add_numbers(a: u32, b: u32) -> u32 {\n    a + b\n}\n");
     home.write("ws/notes.md", "# Notes\n");
+    // Never indexed: the first search indexes it.
     let ws = home.join("ws");
-    let synced = caret(&home, &["sync", ws.to_str().unwrap()]);
-    assert!(synced.status.success(), "{}", stderr(&synced));
     // A documentation source (a local folder): `docs_search` comes with it.
     home.write("mylib-docs/retry.md", "# Retries\n\n## Backoff\n\nCalls are retried with exponential backoff.\n");
     let added =
@@ -1021,6 +1091,7 @@ asyncio.run(main())
     assert!(calls[0]["text"].as_str().unwrap().contains("src/lib.rs:2: pub fn add_numbers"), "{got}");
     assert_eq!(calls[1]["error"], false);
     assert!(calls[1]["text"].as_str().unwrap().starts_with("src/lib.rs:1-4\n/// Adds two numbers."), "{got}");
+    assert!(calls[1]["text"].as_str().unwrap().contains("(indexed just now: 2 files added"), "{got}");
     assert_eq!(calls[2]["error"], true);
     assert!(calls[2]["text"].as_str().unwrap().contains("unknown field `nope`"), "{got}");
     assert_eq!(got["tools"]["docs_search"]["required"], serde_json::json!(["query"]), "{got}");

@@ -306,6 +306,16 @@ export class AgentPanel {
       case 'error':
         this.notice(e.message, 'error');
         break;
+      case 'notice':
+        this.notice(e.message, 'notice');
+        break;
+      case 'hook_run':
+        // Hooks that let things be stay quiet; the others say what they decided.
+        if (e.decision !== 'pass' && e.decision !== 'allow') {
+          const why = e.message ? `: ${e.message}` : '';
+          this.notice(`hook ${e.event} \`${e.command}\` (${Math.round(e.ms)} ms): ${e.decision}${why}`, 'notice hook');
+        }
+        break;
       case 'rules_applied': {
         // Which of the project's rules files the agent follows now.
         const parts = [];
