@@ -174,6 +174,7 @@ pub struct HookRun {
 }
 
 /// A session's hooks: where they run and what they are about.
+#[derive(Clone)]
 pub struct Hooks {
     hooks: Vec<Hook>,
     shell: Arc<dyn Shell>,

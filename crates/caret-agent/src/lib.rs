@@ -7,10 +7,13 @@
 //!   atomic and every change is recorded with a diff.
 //! - [`batch`]: a model turn's tool calls run in batches: consecutive read-only calls
 //!   concurrently, each mutating call alone and in the order given; results in call order.
+//! - [`plan`]: plan mode (read-only tools, `submit_plan`, the approved plan as a todo list).
 //! - [`policy`]: which commands run, ask or are refused (approvals and the operator's rules).
 //! - [`skills`]: Agent Skills (`SKILL.md` folders): listed by name in the prompt, loaded on
 //!   demand with `load_skill`; [`commands`]: custom slash commands (Markdown prompts with
 //!   `$ARGUMENTS`); [`front_matter`]: the front matter those files share.
+//! - [`subagents`]: the `task` tool: a subagent's own session (the read-only explorer, or one
+//!   defined in `.caret/agents`/`.claude/agents`), its events nested, its tokens counted.
 //! - [`hooks`]: commands run at the session's lifecycle events (Caret's, Claude Code's and
 //!   Cursor's hook files), which may refuse, allow or change a tool call, add context, or make
 //!   the agent go on.
@@ -24,8 +27,10 @@ pub mod batch;
 pub mod commands;
 pub mod front_matter;
 pub mod hooks;
+pub mod plan;
 pub mod policy;
 pub mod project_rules;
 pub mod session;
 pub mod skills;
+pub mod subagents;
 pub mod tools;

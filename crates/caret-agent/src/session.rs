@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use caret_models::{Event as ModelEvent, EventStream};
-use caret_protocol::agent::{Event, Op, TurnEnd};
+use caret_protocol::agent::{Event, Mode, Op, TurnEnd};
 use caret_protocol::llm::{
     ChatMessage, ChatRequest, Content, FunctionCall, FunctionDef, Role, StreamOptions, Tool as ToolDef, ToolCall,
 };
@@ -120,6 +120,10 @@ pub struct Session {
     /// This turn's model and tools, when a command set them.
     turn_model: Option<String>,
     turn_tools: Option<Vec<String>>,
+    /// Planning (read-only tools, a plan at the end) or building.
+    mode: Mode,
+    /// Whether this is a subagent's session (its end is `SubagentStop` to hooks).
+    pub subagent: bool,
 }
 
 /// Times a turn's Stop hooks may make the agent go on.
@@ -169,6 +173,7 @@ impl Session {
         if !ctx.rules.on_request.is_empty() || !ctx.rules.globbed.is_empty() {
             tools.add(Arc::new(crate::tools::rules::FetchRule::new()));
         }
+        tools.add(Arc::new(crate::plan::SubmitPlan::default()));
         Session {
             model,
             model_name: model_name.to_owned(),
@@ -203,6 +208,8 @@ impl Session {
             commands: Vec::new(),
             turn_model: None,
             turn_tools: None,
+            mode: Mode::Build,
+            subagent: false,
         }
     }
 
@@ -272,16 +279,51 @@ impl Session {
         Ok(())
     }
 
+    /// The mode: planning or building.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Plans (read-only tools; a plan ends the turn) or builds, from the next model call on.
+    pub fn set_mode(&mut self, mode: Mode, events: &mpsc::UnboundedSender<Event>) {
+        if self.mode != mode {
+            self.mode = mode;
+            emit(events, Event::ModeChanged { mode });
+        }
+    }
+
+    /// Whether a tool is offered (and may run) in the current mode: in plan mode, the
+    /// read-only tools (not MCP servers', which may change things) and `submit_plan`; in build
+    /// mode, everything but `submit_plan`.
+    fn offered_in_mode(&self, name: &str, read_only: bool) -> bool {
+        match self.mode {
+            Mode::Plan => read_only && !name.starts_with("mcp__"),
+            Mode::Build => name != crate::plan::SUBMIT_PLAN,
+        }
+    }
+
+    /// Builds `plan` (as the person approved it): build mode, its steps the todo list, and a
+    /// turn that carries it out.
+    pub async fn build_plan(
+        &mut self,
+        plan: &caret_protocol::agent::Plan,
+        events: &mpsc::UnboundedSender<Event>,
+        ops: &mut mpsc::UnboundedReceiver<Op>,
+    ) -> TurnEnd {
+        self.set_mode(Mode::Build, events);
+        let items = crate::plan::todos(plan);
+        *self.ctx.todos.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = items.clone();
+        emit(events, Event::TodoUpdate { items });
+        self.turn(&crate::plan::build_request(plan), events, ops).await
+    }
+
     /// Gives the session `skills`: listed in the system prompt (names and short descriptions),
     /// loaded on demand with `load_skill`.
     pub fn set_skills(&mut self, skills: Vec<crate::skills::Skill>) {
         if skills.is_empty() {
             return;
         }
-        let listed = crate::skills::prompt(&skills, crate::skills::PROMPT_BUDGET);
-        if let Some(system) = self.messages.first_mut().filter(|m| m.role == Role::System) {
-            system.content = Some(Content::Text(format!("{}\n\n{listed}", system.content_text())));
-        }
+        self.append_system(&crate::skills::prompt(&skills, crate::skills::PROMPT_BUDGET));
         self.tools.add(Arc::new(crate::skills::LoadSkill::new(Arc::new(skills))));
     }
 
@@ -342,9 +384,28 @@ impl Session {
         }
     }
 
-    /// Tokens used by the session's model calls: (prompt, completion, calls).
+    /// Tokens used by the session's model calls, its subagents' included: (prompt, completion,
+    /// calls).
     pub fn usage(&self) -> (u64, u64, u32) {
-        self.usage
+        let sub = *self.ctx.sub_usage.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        (self.usage.0 + sub.0, self.usage.1 + sub.1, self.usage.2 + sub.2)
+    }
+
+    /// Adds `text` to the system prompt.
+    pub fn append_system(&mut self, text: &str) {
+        if let Some(system) = self.messages.first_mut().filter(|m| m.role == Role::System) {
+            system.content = Some(Content::Text(format!("{}\n\n{text}", system.content_text())));
+        }
+    }
+
+    /// The session's model, its name, its tools now and its hooks (what a subagent inherits).
+    pub fn parts(&self) -> (Arc<dyn ModelClient>, &str, &Registry, Option<&crate::hooks::Hooks>) {
+        (self.model.clone(), &self.model_name, &self.tools, self.hooks.as_ref())
+    }
+
+    /// Adds a tool.
+    pub fn add_tool(&mut self, tool: Arc<dyn crate::tools::Tool>) {
+        self.tools.add(tool);
     }
 
     fn push(&mut self, m: ChatMessage) {
@@ -371,6 +432,10 @@ impl Session {
             match op {
                 Some(Op::UserInput { text }) => {
                     self.turn(&text, events, ops).await;
+                }
+                Some(Op::SetMode { mode }) => self.set_mode(mode, events),
+                Some(Op::ApprovePlan { plan }) => {
+                    self.build_plan(&plan, events, ops).await;
                 }
                 Some(Op::Shutdown) => return self.end(events, "shutdown").await,
                 None => return self.end(events, "other").await,
@@ -458,6 +523,7 @@ impl Session {
             .specs()
             .into_iter()
             .filter(|s| self.turn_tools.as_ref().is_none_or(|only| only.iter().any(|t| t == s.name)))
+            .filter(|s| self.offered_in_mode(s.name, s.read_only))
             .map(|s| ToolDef {
                 kind: "function".into(),
                 function: FunctionDef {
@@ -559,8 +625,11 @@ impl Session {
             Some(m) => m.attach(input).await.unwrap_or_default(),
             None => String::new(),
         };
-        self.push(ChatMessage::text(Role::User, format!("{input}{attached}{mentioned}{hooked}")));
+        let planning = if self.mode == Mode::Plan { format!("\n\n{}", crate::plan::REMINDER) } else { String::new() };
+        self.push(ChatMessage::text(Role::User, format!("{input}{attached}{mentioned}{hooked}{planning}")));
+        *self.ctx.sink.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(events.clone());
         let reason = self.steps(events, ops).await;
+        *self.ctx.sink.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
         (self.turn_model, self.turn_tools) = (None, None);
         emit(events, Event::TurnEnd { turn, reason });
         reason
@@ -672,9 +741,13 @@ impl Session {
                     continue;
                 }
                 // Stop hooks may make the agent go on (a few times a turn at most).
+                let moment = if self.subagent {
+                    crate::hooks::Moment::SubagentStop { active: stops > 0 }
+                } else {
+                    crate::hooks::Moment::Stop { active: stops > 0, loops: stops }
+                };
                 if stops < MAX_STOP_LOOPS
-                    && let Some(v) =
-                        self.hook(&crate::hooks::Moment::Stop { active: stops > 0, loops: stops }, events).await
+                    && let Some(v) = self.hook(&moment, events).await
                 {
                     if let Some(why) = v.stop {
                         emit(events, Event::Notice { message: format!("a hook stopped the agent: {why}") });
@@ -695,6 +768,16 @@ impl Session {
             };
             self.push_results(&outcomes);
             failed = outcomes.iter().any(|o| !o.ok);
+            // A plan proposed (plan mode): the turn ends with it, for the person.
+            if let Some(plan) = calls
+                .iter()
+                .zip(&outcomes)
+                .filter(|(c, o)| c.name == crate::plan::SUBMIT_PLAN && o.ok)
+                .find_map(|(c, _)| crate::plan::parse(&c.arguments).ok())
+            {
+                emit(events, Event::PlanProposed { plan });
+                return TurnEnd::Done;
+            }
             if let Some(why) = self.halted.take() {
                 emit(events, Event::Notice { message: format!("a hook stopped the agent: {why}") });
                 return TurnEnd::Done;

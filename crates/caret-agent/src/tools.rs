@@ -73,6 +73,10 @@ pub struct Ctx {
     pub rules: Arc<crate::project_rules::ProjectRules>,
     /// Names of the rules attached or fetched so far (besides the always-rules), in order.
     pub attached: Arc<std::sync::Mutex<Vec<String>>>,
+    /// Where a tool's own events go while a turn runs (a subagent's, nested under its call).
+    pub sink: Arc<std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedSender<caret_protocol::agent::Event>>>>,
+    /// Tokens subagents used (prompt, completion, calls), counted with the session's own.
+    pub sub_usage: Arc<std::sync::Mutex<(u64, u64, u32)>>,
 }
 
 impl Ctx {
@@ -87,7 +91,16 @@ impl Ctx {
             failed: Arc::default(),
             rules: Arc::default(),
             attached: Arc::default(),
+            sink: Arc::default(),
+            sub_usage: Arc::default(),
         })
+    }
+
+    /// Sends `event` to the session's front end (nothing outside a turn).
+    pub fn emit(&self, event: caret_protocol::agent::Event) {
+        if let Some(sink) = &*self.sink.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
+            let _ = sink.send(event);
+        }
     }
 
     /// The same context with these rules (by default: none; hosts load them with

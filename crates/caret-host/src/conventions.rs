@@ -1,11 +1,12 @@
-//! Where a session finds the skills and custom commands developers bring from other agents:
+//! Where a session finds the skills, custom commands and subagents developers bring from other
+//! agents:
 //! the project's folders first (Caret's, Claude Code's, Cursor's, the open `.agents`), then
 //! the user's (`$CARET_HOME`, `~/.claude`). Hooks, which run commands and so need trust, are in
 //! [`crate::hooks`].
 
 use std::path::{Path, PathBuf};
 
-use caret_agent::{commands, skills};
+use caret_agent::{commands, skills, subagents};
 
 use crate::config::Config;
 
@@ -33,4 +34,10 @@ pub fn skills(config: &Config, root: &Path) -> (Vec<skills::Skill>, Vec<skills::
 pub fn commands(config: &Config, root: &Path) -> (Vec<commands::Command>, Vec<commands::Skipped>) {
     let project = [".caret/commands", ".claude/commands", ".cursor/commands"];
     commands::discover(&places(config, root, &project, &[".claude/commands"], "commands"))
+}
+
+/// The subagents of a session in the workspace `root` (the explorer first), and the files left
+/// out (why).
+pub fn subagents(config: &Config, root: &Path) -> (Vec<subagents::AgentDef>, Vec<(PathBuf, String)>) {
+    subagents::discover(&places(config, root, &[".caret/agents", ".claude/agents"], &[".claude/agents"], "agents"))
 }

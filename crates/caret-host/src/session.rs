@@ -181,6 +181,11 @@ pub fn session_on(
         session.notice_at_start(format!("command {} left out: {}", c.file.display(), c.why));
     }
     session.commands = commands;
+    let (agents, skipped) = crate::conventions::subagents(config, &root);
+    for (file, why) in skipped {
+        session.notice_at_start(format!("subagent {} left out: {why}", file.display()));
+    }
+    caret_agent::subagents::enable(&mut session, agents);
     // Sessions are saved as JSON lines under $CARET_HOME/sessions.
     let id = match &args.resume {
         Some(id) => {

@@ -24,8 +24,57 @@ pub enum Op {
         /// What the user decided.
         decision: Decision,
     },
+    /// Plan first (only read-only tools run; the agent proposes a plan) or build.
+    SetMode {
+        /// The mode from the next model call on.
+        mode: Mode,
+    },
+    /// Build the plan (as the person edited it): the session leaves plan mode, the plan's
+    /// steps become its todo list, and a turn carries it out.
+    ApprovePlan {
+        /// The plan.
+        plan: Plan,
+    },
     /// End the session.
     Shutdown,
+}
+
+/// Whether the agent plans or builds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Every tool (under the policy and approvals).
+    #[default]
+    Build,
+    /// Read-only tools only; the agent ends its turn with a plan for the person to approve.
+    Plan,
+}
+
+/// A plan the agent proposes (and the person edits) before building.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    /// What will be done, in a sentence or two.
+    pub summary: String,
+    /// The steps, in order.
+    pub steps: Vec<PlanStep>,
+    /// What could go wrong, and what to watch.
+    #[serde(default)]
+    pub risks: Vec<String>,
+}
+
+/// One step of a [`Plan`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PlanStep {
+    /// What the step does.
+    pub title: String,
+    /// The files it reads or changes (workspace-relative).
+    #[serde(default)]
+    pub files: Vec<String>,
+    /// How, when it needs saying.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub details: String,
 }
 
 /// An approval decision.
@@ -147,6 +196,26 @@ pub enum Event {
         /// Files left out by the size cap.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         dropped: Vec<String>,
+    },
+    /// An event of a subagent (a `task` call's own session), nested under that call.
+    Subagent {
+        /// The `task` call that started it.
+        call_id: String,
+        /// The subagent (`explorer`, or one the project defines).
+        agent: String,
+        /// Its event.
+        event: Box<Event>,
+    },
+    /// The session's mode changed (an [`Op::SetMode`], or an approved plan).
+    ModeChanged {
+        /// The mode now.
+        mode: Mode,
+    },
+    /// In plan mode, the agent's plan: the person edits and approves it ([`Op::ApprovePlan`])
+    /// or says what to change (a user input, still planning).
+    PlanProposed {
+        /// The plan.
+        plan: Plan,
     },
     /// A hook ran (see `caret_agent::hooks`): at which event, from which file, how long it
     /// took and what it decided.

@@ -78,6 +78,10 @@ pub struct App {
     docs: Vec<String>,
     /// The custom commands `/` completes to.
     commands: Vec<String>,
+    /// Planning or building (Shift-Tab switches).
+    mode: caret_protocol::agent::Mode,
+    /// The plan the agent proposed, waiting for the person (Ctrl-Y builds it).
+    plan: Option<caret_protocol::agent::Plan>,
 }
 
 /// The short form of a call's arguments: its path, command, query or pattern.
@@ -201,6 +205,36 @@ impl App {
             ))),
             Event::Error { message } => self.entries.push(Entry::Error(message)),
             Event::Notice { message } => self.entries.push(Entry::Notice(message)),
+            // A subagent's work, one line per call under the task that started it.
+            Event::Subagent { agent, event, .. } => match *event {
+                Event::ToolCallBegin { name, arguments, .. } => {
+                    self.entries.push(Entry::Notice(format!("  ↳ {agent}: {}", summary(&name, &arguments))));
+                }
+                Event::Error { message } => self.entries.push(Entry::Error(format!("{agent}: {message}"))),
+                _ => {}
+            },
+            Event::ModeChanged { mode } => {
+                self.mode = mode;
+                let what = match mode {
+                    caret_protocol::agent::Mode::Plan => "plan mode: read-only tools; the agent proposes a plan",
+                    caret_protocol::agent::Mode::Build => "build mode",
+                };
+                self.entries.push(Entry::Notice(what.into()));
+            }
+            Event::PlanProposed { plan } => {
+                let mut text = format!("Plan: {}", plan.summary);
+                for (i, step) in plan.steps.iter().enumerate() {
+                    let files =
+                        if step.files.is_empty() { String::new() } else { format!(" ({})", step.files.join(", ")) };
+                    text.push_str(&format!("\n  {}. {}{files}", i + 1, step.title));
+                }
+                for risk in &plan.risks {
+                    text.push_str(&format!("\n  risk: {risk}"));
+                }
+                text.push_str("\n  Ctrl-Y builds it; or say what to change.");
+                self.entries.push(Entry::Assistant(text));
+                self.plan = Some(plan);
+            }
             // A hook is shown when it decided something or failed; one that let things be is not.
             Event::HookRun { event, command, decision, message, ms, .. } => {
                 if decision != "pass" && decision != "allow" {
@@ -311,6 +345,20 @@ impl App {
                 return Action::Op(Op::UserInput { text });
             }
             KeyCode::Esc if self.busy => return Action::Op(Op::Interrupt),
+            KeyCode::BackTab => {
+                let mode = match self.mode {
+                    caret_protocol::agent::Mode::Build => caret_protocol::agent::Mode::Plan,
+                    caret_protocol::agent::Mode::Plan => caret_protocol::agent::Mode::Build,
+                };
+                return Action::Op(Op::SetMode { mode });
+            }
+            KeyCode::Char('y') if ctrl => {
+                if let Some(plan) = self.plan.take() {
+                    self.entries.push(Entry::Notice("plan approved: building it".into()));
+                    self.queued += 1;
+                    return Action::Op(Op::ApprovePlan { plan });
+                }
+            }
             KeyCode::PageUp => self.scroll = self.scroll.saturating_add(10),
             KeyCode::PageDown => self.scroll = self.scroll.saturating_sub(10),
             _ => {}
@@ -413,6 +461,9 @@ impl App {
             f.render_widget(Paragraph::new(lines).block(block).wrap(Wrap { trim: false }), area);
         }
         let mut state = self.header.clone();
+        if self.mode == caret_protocol::agent::Mode::Plan {
+            state.push_str(" · plan mode (Shift-Tab: build)");
+        }
         if let Some((used, window)) = self.usage
             && window > 0
         {
@@ -615,6 +666,27 @@ mod tests {
         app.on_key(key(KeyCode::PageUp));
         let s = screen(&app, 80, 12);
         assert!(!s.contains("line 49") && s.contains("line 29") && !s.contains("line 30"), "{s}");
+    }
+
+    #[test]
+    fn shift_tab_switches_to_plan_mode_and_ctrl_y_builds_the_plan() {
+        use caret_protocol::agent::{Mode, Plan, PlanStep};
+        let mut app = App::new("s", "m", "/ws");
+        assert_eq!(app.on_key(key(KeyCode::BackTab)), Action::Op(Op::SetMode { mode: Mode::Plan }));
+        app.on_event(Event::ModeChanged { mode: Mode::Plan });
+        assert!(screen(&app, 100, 12).contains("plan mode (Shift-Tab: build)"));
+        let ctrl_y = KeyEvent::new(KeyCode::Char('y'), KeyModifiers::CONTROL);
+        assert_eq!(app.on_key(ctrl_y), Action::None, "no plan yet");
+        let plan = Plan {
+            summary: "Fix add.sh".into(),
+            steps: vec![PlanStep { title: "Use +".into(), files: vec!["add.sh".into()], details: String::new() }],
+            risks: vec![],
+        };
+        app.on_event(Event::PlanProposed { plan: plan.clone() });
+        let s = screen(&app, 100, 16);
+        assert!(s.contains("Plan: Fix add.sh") && s.contains("1. Use + (add.sh)") && s.contains("Ctrl-Y"), "{s}");
+        assert_eq!(app.on_key(ctrl_y), Action::Op(Op::ApprovePlan { plan }));
+        assert_eq!(app.on_key(ctrl_y), Action::None, "built once");
     }
 
     #[test]

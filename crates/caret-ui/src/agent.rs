@@ -91,9 +91,23 @@ pub fn start(
                 Some(op) => Some(op),
                 None => ops.recv().await,
             };
-            let text = match op {
-                Some(Op::UserInput { text }) => text,
-                Some(Op::Shutdown) | None => break,
+            let (text, plan) = match op {
+                Some(Op::UserInput { text }) => (text, None),
+                // An approved plan: a turn that builds it.
+                Some(Op::ApprovePlan { plan }) => (String::from("(the approved plan)"), Some(plan)),
+                Some(Op::SetMode { mode }) => {
+                    let (tx, mut rx) = mpsc::unbounded_channel::<Event>();
+                    session.set_mode(mode, &tx);
+                    while let Ok(e) = rx.try_recv() {
+                        hosted.emit(serde_json::to_value(&e).unwrap_or(Value::Null));
+                    }
+                    continue;
+                }
+                Some(Op::Shutdown) | None => {
+                    let (tx, _rx) = mpsc::unbounded_channel::<Event>();
+                    session.end(&tx, "shutdown").await;
+                    break;
+                }
                 Some(Op::Interrupt | Op::Approval { .. }) => continue,
             };
             let checkpoint = {
@@ -138,7 +152,10 @@ pub fn start(
                     end
                 }
             });
-            session.turn(&text, &inner_tx, &mut ops).await;
+            match &plan {
+                Some(plan) => session.build_plan(plan, &inner_tx, &mut ops).await,
+                None => session.turn(&text, &inner_tx, &mut ops).await,
+            };
             drop(inner_tx);
             let end = relay.await.ok().flatten();
             if let Some(id) = checkpoint {

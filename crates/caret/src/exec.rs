@@ -17,8 +17,12 @@ use caret_host::session::{SessionOptions, open_session};
 
 #[derive(Debug, clap::Args)]
 pub struct ExecArgs {
-    /// The task.
+    /// The task (or `/command args`).
     task: String,
+    /// Plan only: read-only tools, and print the agent's plan (summary, steps, files, risks) as
+    /// JSON instead of the events.
+    #[arg(long)]
+    plan: bool,
     #[command(flatten)]
     session: SessionArgs,
 }
@@ -89,19 +93,42 @@ pub fn run(config: &Config, args: ExecArgs) -> anyhow::Result<ExitCode> {
         let (events_tx, mut events) = mpsc::unbounded_channel::<Event>();
         let _ = events_tx.send(Event::SessionConfigured { session_id: id, model: model.clone(), cwd });
         let (ops_tx, mut ops) = mpsc::unbounded_channel::<Op>();
+        let planning = args.plan;
         let printer = tokio::spawn(async move {
+            let mut plan = None;
             while let Some(e) = events.recv().await {
                 if let Event::ApprovalRequest { call_id, command, reason } = &e {
                     eprintln!("caret: not run (nobody to approve it: {reason}): {command}");
                     let _ = ops_tx.send(Op::Approval { call_id: call_id.clone(), decision: Decision::Deny });
                 }
-                println!("{}", serde_json::to_string(&e).unwrap_or_default());
+                match &e {
+                    Event::PlanProposed { plan: p } => plan = Some(p.clone()),
+                    Event::Error { message } if planning => eprintln!("caret: {message}"),
+                    _ => {}
+                }
+                if !planning {
+                    println!("{}", serde_json::to_string(&e).unwrap_or_default());
+                }
             }
+            plan
         });
+        if planning {
+            session.set_mode(caret_protocol::agent::Mode::Plan, &events_tx);
+        }
         let reason = session.turn(&args.task, &events_tx, &mut ops).await;
+        session.end(&events_tx, "exit").await;
         drop(events_tx);
-        let _ = printer.await;
-        reason
+        let plan = printer.await.ok().flatten();
+        (reason, plan)
     });
+    let (reason, plan) = reason;
+    if args.plan {
+        let Some(plan) = plan else {
+            eprintln!("caret: the agent proposed no plan (the turn ended: {reason:?})");
+            return Ok(ExitCode::from(1));
+        };
+        println!("{}", serde_json::to_string_pretty(&plan)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     Ok(if reason == TurnEnd::Done { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

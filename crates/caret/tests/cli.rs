@@ -905,6 +905,52 @@ fn exec_calls_a_configured_mcp_servers_tool() {
     );
 }
 
+/// `caret exec --plan`: the agent plans with read-only tools (the edit tools are not offered)
+/// and the plan is printed as JSON; `caret skills` and `caret commands` list what a session has.
+#[test]
+fn exec_plan_prints_the_plan_and_skills_and_commands_are_listed() {
+    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("agent"));
+    let home = TempDir::new();
+    home.write("caret-home/config.toml", &agent_config(&up.url));
+    home.write("ws/add.sh", "echo $(( $1 - $2 ))\n");
+    home.write(
+        "ws/.claude/skills/shell-style/SKILL.md",
+        "---\nname: shell-style\ndescription: House style for shell scripts.\n---\nQuote every variable.\n",
+    );
+    home.write(
+        "ws/.cursor/commands/fix.md",
+        "---\ndescription: Fix a bug\nargument-hint: [what]\n---\nFix $ARGUMENTS.\n",
+    );
+    let plan =
+        r#"{"summary": "Fix add.sh", "steps": [{"title": "Use + in add.sh", "files": ["add.sh"]}], "risks": ["none"]}"#;
+    up.set(Behaviour {
+        tool_call: Some("submit_plan".into()),
+        tool_arguments: Some(plan.into()),
+        ..Behaviour::default()
+    });
+    let ws = home.join("ws");
+    let ws_s = ws.to_str().unwrap();
+    let o = caret(&home, &["exec", "--plan", "/fix the subtraction", "-C", ws_s]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let printed: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(printed["steps"][0]["title"], "Use + in add.sh", "{printed}");
+    let sent = &up.chats()[0];
+    let tools: Vec<&str> =
+        sent["tools"].as_array().unwrap().iter().filter_map(|t| t["function"]["name"].as_str()).collect();
+    assert!(
+        tools.contains(&"submit_plan") && tools.contains(&"load_skill") && !tools.contains(&"edit_file"),
+        "{tools:?}"
+    );
+    let asked = sent["messages"].to_string();
+    assert!(asked.contains("Fix the subtraction.") && asked.contains("- shell-style: House style"), "{asked}");
+    let skills = stdout(&caret(&home, &["skills", "-C", ws_s]));
+    assert!(skills.contains("shell-style  (.claude/skills)"), "{skills}");
+    let commands = stdout(&caret(&home, &["commands", "-C", ws_s]));
+    assert!(commands.contains("/fix [what]  (.cursor/commands)\n  Fix a bug"), "{commands}");
+}
+
 /// A repository's Claude Code hook (`.claude/settings.json`, as Claude Code writes it) runs
 /// under `caret exec` once trusted: a real bash script sees Claude Code's payload (`Bash`,
 /// `tool_input.command`) and blocks a command with exit code 2, which then never runs; before

@@ -42,6 +42,16 @@ impl Session {
                 refused[i] = Some(format!("error: refused by a hook: {why}"));
                 continue;
             }
+            let read_only = self.tools.get(&c.name).is_some_and(|t| t.spec().read_only);
+            if self.tools.get(&c.name).is_some() && !self.offered_in_mode(&c.name, read_only) {
+                refused[i] = Some(match self.mode {
+                    caret_protocol::agent::Mode::Plan => {
+                        format!("error: plan mode: {} does not run until the plan is approved", c.name)
+                    }
+                    caret_protocol::agent::Mode::Build => format!("error: {} is for plan mode", c.name),
+                });
+                continue;
+            }
             let (verdict, command) = if c.name == TERMINAL {
                 // A call without a command looks at a background job: nothing runs.
                 let Some(command) = c.arguments.get("command").and_then(Value::as_str).map(str::to_owned) else {

@@ -60,6 +60,12 @@ export class AgentPanel {
   build() {
     this.title = el('span', { class: 'title' }, 'Agent');
     this.newButton = el('button', { class: 'small', onclick: () => this.reset() }, 'New chat');
+    // Plan mode: read-only tools, and a plan to approve before anything is built.
+    this.mode = 'build';
+    this.planButton = el('button', {
+      class: 'small', 'data-role': 'plan-mode', title: 'Plan first: read-only tools, then a plan to approve',
+      onclick: () => this.togglePlan(),
+    }, 'Plan');
     this.log = el('div', { class: 'log', 'data-role': 'log' });
     this.todos = el('ul', { class: 'todos', hidden: true });
     this.changes = el('div', { class: 'changes', hidden: true });
@@ -73,7 +79,7 @@ export class AgentPanel {
     this.stopButton = el('button', { hidden: true, onclick: () => this.interrupt() }, 'Stop');
     this.usage = el('span', { class: 'usage' });
     this.root.replaceChildren(
-      el('div', { class: 'agent-head' }, this.title, this.usage, this.newButton),
+      el('div', { class: 'agent-head' }, this.title, this.usage, this.planButton, this.newButton),
       this.log,
       this.todos,
       this.changes,
@@ -227,6 +233,42 @@ export class AgentPanel {
     if (this.session) await this.host.send(this.session, { type: 'interrupt' });
   }
 
+  async togglePlan() {
+    try {
+      const id = await this.ensureSession();
+      await this.host.send(id, { type: 'set_mode', mode: this.mode === 'plan' ? 'build' : 'plan' });
+    } catch (err) {
+      this.notice(err.message, 'error');
+    }
+  }
+
+  // A proposed plan: its steps, the plan as JSON to edit, and a button that builds it.
+  showPlan(plan) {
+    const text = el('textarea', { class: 'plan-text', rows: 12, 'data-role': 'plan-text' });
+    text.value = JSON.stringify(plan, null, 2);
+    const steps = plan.steps.map((s) => el('li', {}, s.files?.length ? `${s.title} (${s.files.join(', ')})` : s.title));
+    const approve = async () => {
+      let edited;
+      try {
+        edited = JSON.parse(text.value);
+      } catch (err) {
+        this.notice(`the plan is not valid JSON: ${err.message}`, 'error');
+        return;
+      }
+      node.dataset.approved = 'yes';
+      node.querySelector('.row').replaceChildren(el('span', { class: 'decided' }, 'Approved: building it'));
+      await this.host.send(this.session, { type: 'approve_plan', plan: edited });
+    };
+    const node = el('div', { class: 'entry plan', 'data-role': 'plan' },
+      el('div', {}, `Plan: ${plan.summary}`),
+      el('ol', {}, ...steps),
+      ...(plan.risks?.length ? [el('div', { class: 'risks' }, `Risks: ${plan.risks.join('; ')}`)] : []),
+      el('details', {}, el('summary', {}, 'Edit the plan'), text),
+      el('div', { class: 'row' },
+        el('button', { class: 'primary', 'data-role': 'approve-plan', onclick: approve }, 'Approve and build')));
+    this.log.append(node);
+  }
+
   scroll() {
     this.log.scrollTop = this.log.scrollHeight;
   }
@@ -305,6 +347,25 @@ export class AgentPanel {
         break;
       case 'error':
         this.notice(e.message, 'error');
+        break;
+      case 'subagent': {
+        // A subagent's calls, nested under the task call that started it.
+        const inner = e.event;
+        if (inner.type === 'tool_call_begin') {
+          const parent = this.calls.get(e.call_id)?.node || this.log;
+          parent.append(el('div', { class: 'entry subagent', 'data-agent': e.agent },
+            `↳ ${e.agent}: ${inner.name} ${summary(inner.name, inner.arguments)}`));
+        }
+        break;
+      }
+      case 'mode_changed':
+        this.mode = e.mode;
+        this.planButton.textContent = e.mode === 'plan' ? 'Planning' : 'Plan';
+        this.root.dataset.mode = e.mode;
+        this.notice(e.mode === 'plan' ? 'plan mode: read-only tools; the agent proposes a plan' : 'build mode');
+        break;
+      case 'plan_proposed':
+        this.showPlan(e.plan);
         break;
       case 'notice':
         this.notice(e.message, 'notice');
