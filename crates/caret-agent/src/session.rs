@@ -158,6 +158,25 @@ struct Header {
     cwd: String,
 }
 
+/// The turn's event sender lent to its tools, taken back when dropped.
+struct Sink(Arc<std::sync::Mutex<Option<mpsc::UnboundedSender<Event>>>>);
+
+impl Sink {
+    fn open(
+        slot: &Arc<std::sync::Mutex<Option<mpsc::UnboundedSender<Event>>>>,
+        events: &mpsc::UnboundedSender<Event>,
+    ) -> Sink {
+        *slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(events.clone());
+        Sink(slot.clone())
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+    }
+}
+
 /// Sends an event (a front end that went away is not an error for the agent).
 fn emit(events: &mpsc::UnboundedSender<Event>, e: Event) {
     let _ = events.send(e);
@@ -627,9 +646,11 @@ impl Session {
         };
         let planning = if self.mode == Mode::Plan { format!("\n\n{}", crate::plan::REMINDER) } else { String::new() };
         self.push(ChatMessage::text(Role::User, format!("{input}{attached}{mentioned}{hooked}{planning}")));
-        *self.ctx.sink.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(events.clone());
+        // Tools' own events (a subagent's) go out while the turn runs, and never after: the
+        // sink is cleared however the turn ends, dropped mid-way included, so the front end's
+        // channel closes when its last sender goes.
+        let _sink = Sink::open(&self.ctx.sink, events);
         let reason = self.steps(events, ops).await;
-        *self.ctx.sink.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
         (self.turn_model, self.turn_tools) = (None, None);
         emit(events, Event::TurnEnd { turn, reason });
         reason
