@@ -2,7 +2,9 @@
 //! overrides), the async [`runtime`], the embedded-or-remote model [`backend`] and index
 //! server ([`remote`]), the local [`daemon`] that keeps the embedded server warm, workspace
 //! [`search`] and documentation sources ([`docs`]), the Tab [`completer`] and the editor's open [`documents`], agent
-//! [`session`]s, background [`runs`], and collecting a model's merge of an edit ([`merge`]).
+//! [`session`]s with the hooks ([`hooks`]), skills, commands and subagents ([`conventions`])
+//! developers bring from other agents, attempts side by side in git [`worktrees`], background
+//! [`runs`], and collecting a model's merge of an edit ([`merge`]).
 //!
 //! The command line, the language server, the workspace page, the benchmarks and the
 //! rollout CLI all stand on this crate; none of them reaches into another. It never parses
@@ -30,3 +32,4 @@ pub mod search;
 pub mod session;
 pub mod team_docs;
 pub mod units;
+pub mod worktrees;

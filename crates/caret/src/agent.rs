@@ -21,10 +21,20 @@ pub struct AgentArgs {
     task: Option<String>,
     #[command(flatten)]
     session: SessionArgs,
+    /// Try the task N times at once, each attempt in a git worktree of its own (`--model a,b`
+    /// spreads them over models); their diffs are shown, one is applied, the worktrees removed.
+    #[arg(long, value_name = "N")]
+    parallel: Option<usize>,
+    /// With --parallel: the attempt to apply (else asked; 0: none).
+    #[arg(long, value_name = "K", requires = "parallel")]
+    apply: Option<usize>,
 }
 
 pub fn run(config: &Config, args: AgentArgs) -> anyhow::Result<ExitCode> {
     use std::io::IsTerminal as _;
+    if let Some(n) = args.parallel {
+        return parallel(config, &args, n);
+    }
     anyhow::ensure!(
         std::io::stdin().is_terminal() && std::io::stdout().is_terminal(),
         "caret agent needs a terminal; for scripts use `caret exec \"task\"` (JSON-lines events)"
@@ -393,4 +403,57 @@ pub fn mcp(config: &Config, cmd: McpCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `caret agent --parallel N "task"`: N attempts in worktrees, their diffs, one applied.
+fn parallel(config: &Config, args: &AgentArgs, n: usize) -> anyhow::Result<ExitCode> {
+    use anyhow::Context as _;
+    use caret_host::worktrees;
+    use std::io::IsTerminal as _;
+    anyhow::ensure!((1..=8).contains(&n), "--parallel takes 1 to 8 attempts, not {n}");
+    let task = args.task.clone().context("--parallel needs the task: caret agent --parallel 3 \"task\"")?;
+    let options = args.session.options();
+    let root = std::fs::canonicalize(&options.path).with_context(|| format!("opening {}", options.path.display()))?;
+    let models: Vec<String> = options
+        .model
+        .iter()
+        .flat_map(|m| m.split(','))
+        .map(|m| m.trim().to_owned())
+        .filter(|m| !m.is_empty())
+        .collect();
+    eprintln!("caret agent: {n} attempts in worktrees of {} …", root.display());
+    let trees = worktrees::create(config, &root, n, options.network)?;
+    let attempts =
+        runtime()?.block_on(worktrees::run_all(config, &trees, &task, &models, options.approval, options.max_steps));
+    for a in &attempts {
+        let files: Vec<String> = a.files.iter().map(|(f, add, del)| format!("{f} +{add} -{del}")).collect();
+        println!(
+            "attempt {} ({}): {} — {}",
+            a.number,
+            a.model,
+            a.ended,
+            if files.is_empty() { "no changes".into() } else { files.join(", ") }
+        );
+    }
+    for a in attempts.iter().filter(|a| !a.diff.is_empty()) {
+        println!("\n=== attempt {} ({}) ===\n{}", a.number, a.model, a.diff.trim_end());
+    }
+    let chosen = match args.apply {
+        Some(k) => k,
+        None if std::io::stdin().is_terminal() => {
+            eprint!("apply which attempt (1-{n}, 0 for none)? ");
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line)?;
+            line.trim().parse().unwrap_or(0)
+        }
+        None => 0,
+    };
+    let outcome = match attempts.iter().find(|a| a.number == chosen) {
+        Some(a) => worktrees::apply(&root, a).map(|()| format!("applied attempt {} to {}", a.number, root.display())),
+        None if chosen == 0 => Ok("nothing applied".to_owned()),
+        None => Err(anyhow::anyhow!("there is no attempt {chosen}")),
+    };
+    worktrees::remove(&root, &trees);
+    println!("\n{}", outcome?);
+    Ok(ExitCode::SUCCESS)
 }

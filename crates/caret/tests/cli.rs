@@ -951,6 +951,68 @@ fn exec_plan_prints_the_plan_and_skills_and_commands_are_listed() {
     assert!(commands.contains("/fix [what]  (.cursor/commands)\n  Fix a bug"), "{commands}");
 }
 
+/// `caret agent --parallel 2`: two attempts, each in a git worktree set up by the repository's
+/// `.cursor/worktrees.json` (in the sandbox), their diffs printed, the chosen one applied to the
+/// main checkout, and the worktrees gone afterwards.
+#[test]
+fn parallel_attempts_work_in_worktrees_and_the_chosen_one_is_applied() {
+    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("agent"));
+    let home = TempDir::new();
+    home.write("caret-home/config.toml", &agent_config(&up.url));
+    home.write("ws/add.sh", "echo $(( $1 - $2 ))\n");
+    home.write("ws/.gitignore", "set-up-here\n");
+    // The setup fails unless it runs in the new worktree, beside the main checkout.
+    home.write(
+        "ws/.cursor/worktrees.json",
+        r#"{"setup-worktree": ["test -f add.sh && test -d \"$ROOT_WORKTREE_PATH/.git\" && touch set-up-here"]}"#,
+    );
+    let ws = home.join("ws");
+    for args in [
+        &["init", "-q"][..],
+        &["add", "-A"],
+        &["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "start"],
+    ] {
+        assert!(Command::new("git").arg("-C").arg(&ws).args(args).status().unwrap().success());
+    }
+    let edit = serde_json::json!({"path": "add.sh", "edit": "<<<<<<< SEARCH\necho $(( $1 - $2 ))\n=======\necho $(( $1 + $2 ))\n>>>>>>> REPLACE\n"});
+    up.set(Behaviour {
+        tool_call: Some("edit_file".into()),
+        tool_arguments: Some(edit.to_string()),
+        ..Behaviour::default()
+    });
+    let ws_s = ws.to_str().unwrap();
+    let o = caret(
+        &home,
+        &[
+            "agent",
+            "--parallel",
+            "2",
+            "fix add.sh",
+            "-C",
+            ws_s,
+            "--model",
+            "agent,agent",
+            "--approval",
+            "never",
+            "--max-steps",
+            "2",
+            "--apply",
+            "2",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("attempt 1 (agent): step_limit — add.sh +1 -1"), "{out}");
+    assert!(out.contains("=== attempt 2 (agent) ===") && out.contains("+echo $(( $1 + $2 ))"), "{out}");
+    assert!(!out.contains("set-up-here"), "the setup's ignored file is not a change: {out}");
+    assert!(out.contains("applied attempt 2"), "{out}");
+    assert_eq!(std::fs::read_to_string(ws.join("add.sh")).unwrap(), "echo $(( $1 + $2 ))\n");
+    let listed = Command::new("git").arg("-C").arg(&ws).args(["worktree", "list"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&listed.stdout).lines().count(), 1, "the worktrees are removed");
+}
+
 /// A repository's Claude Code hook (`.claude/settings.json`, as Claude Code writes it) runs
 /// under `caret exec` once trusted: a real bash script sees Claude Code's payload (`Bash`,
 /// `tool_input.command`) and blocks a command with exit code 2, which then never runs; before

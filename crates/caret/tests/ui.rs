@@ -182,6 +182,17 @@ fn the_workspace_page_edits_completes_reloads_and_reviews_the_agents_changes() {
     browser.wait_for("mine saved", 10, "return document.querySelector('#conflict').hidden");
     assert!(read(&ws, "app.py").contains("# mine"), "{}", read(&ws, "app.py"));
 
+    // Tab requests from the typing above settle first: the queued answers are the agent's.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut seen = up.requests();
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(700));
+        let now = up.requests();
+        if now == seen || std::time::Instant::now() > until {
+            break;
+        }
+        seen = now;
+    }
     // An agent turn changes two files; reject one, accept the other.
     up.queue([
         Answer::Calls(vec![

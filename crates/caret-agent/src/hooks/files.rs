@@ -67,15 +67,12 @@ pub fn parse_claude(text: &str, source: &str, dialect: Dialect) -> (Vec<Hook>, V
             continue;
         };
         for group in groups {
-            let matcher = match group.get("matcher").and_then(Value::as_str) {
-                None | Some("" | "*") => None,
-                Some(m) => match regex::Regex::new(&format!("^(?:{m})$")) {
-                    Ok(r) => Some(r),
-                    Err(e) => {
-                        problems.push(Problem::new(source, format!("{name}: matcher {m:?} is not a pattern: {e}")));
-                        continue;
-                    }
-                },
+            let matcher = match matcher_of(group, name, source) {
+                Ok(m) => m,
+                Err(p) => {
+                    problems.push(p);
+                    continue;
+                }
             };
             let Some(list) = group.get("hooks").and_then(Value::as_array) else {
                 problems.push(Problem::new(source, format!("{name}: a matcher without `hooks`")));
@@ -99,6 +96,16 @@ pub fn parse_claude(text: &str, source: &str, dialect: Dialect) -> (Vec<Hook>, V
         }
     }
     (hooks, problems)
+}
+
+/// An entry's `matcher`: a pattern of whole tool names (none, `""` or `*`: every tool).
+fn matcher_of(entry: &Value, event: &str, source: &str) -> Result<Option<regex::Regex>, Problem> {
+    match entry.get("matcher").and_then(Value::as_str) {
+        None | Some("" | "*") => Ok(None),
+        Some(m) => regex::Regex::new(&format!("^(?:{m})$"))
+            .map(Some)
+            .map_err(|e| Problem::new(source, format!("{event}: matcher {m:?} is not a pattern: {e}"))),
+    }
 }
 
 /// A hook entry's command and timeout (`type` absent or `command`).
@@ -182,15 +189,12 @@ pub fn parse_cursor(text: &str, source: &str) -> (Vec<Hook>, Vec<Problem>) {
             continue;
         };
         for h in list {
-            let matcher = match h.get("matcher").and_then(Value::as_str) {
-                None | Some("" | "*") => None,
-                Some(m) => match regex::Regex::new(&format!("^(?:{m})$")) {
-                    Ok(r) => Some(r),
-                    Err(e) => {
-                        problems.push(Problem::new(source, format!("{name}: matcher {m:?} is not a pattern: {e}")));
-                        continue;
-                    }
-                },
+            let matcher = match matcher_of(h, name, source) {
+                Ok(m) => m,
+                Err(p) => {
+                    problems.push(p);
+                    continue;
+                }
             };
             match command_of(h, name, source) {
                 Ok((command, timeout)) => hooks.push(Hook {

@@ -52,6 +52,28 @@ pub struct Started {
     pub alive: Box<dyn Send>,
 }
 
+impl Started {
+    fn new(
+        stdin: impl AsyncWrite + Send + Unpin + 'static,
+        stdout: impl AsyncRead + Send + Unpin + 'static,
+        stderr: impl AsyncRead + Send + Unpin + 'static,
+        wait: futures::future::BoxFuture<'static, Exit>,
+        alive: Box<dyn Send>,
+    ) -> Started {
+        Started { stdin: Box::new(stdin), stdout: Box::new(stdout), stderr: Box::new(stderr), wait, alive }
+    }
+}
+
+/// How a command ended, from its exit code or the signal that ended it.
+fn exit_of(status: std::io::Result<(Option<i32>, Option<i32>)>) -> Exit {
+    match status {
+        Ok((Some(code), _)) => Exit::Code(code),
+        Ok((None, Some(signal))) => Exit::Signal(signal),
+        Ok((None, None)) => Exit::Code(-1),
+        Err(e) => Exit::NotStarted(e.to_string()),
+    }
+}
+
 /// Starts hook commands.
 #[async_trait::async_trait]
 pub trait Shell: Send + Sync {
@@ -146,22 +168,9 @@ impl Shell for LocalShell {
         };
         let wait = Box::pin(async move {
             use std::os::unix::process::ExitStatusExt as _;
-            match child.wait().await {
-                Ok(s) => match (s.code(), s.signal()) {
-                    (Some(c), _) => Exit::Code(c),
-                    (None, Some(sig)) => Exit::Signal(sig),
-                    (None, None) => Exit::Code(-1),
-                },
-                Err(e) => Exit::NotStarted(e.to_string()),
-            }
+            exit_of(child.wait().await.map(|s| (s.code(), s.signal())))
         });
-        Ok(Started {
-            stdin: Box::new(stdin),
-            stdout: Box::new(stdout),
-            stderr: Box::new(stderr),
-            wait,
-            alive: Box::new(group),
-        })
+        Ok(Started::new(stdin, stdout, stderr, wait, Box::new(group)))
     }
 }
 
@@ -187,20 +196,8 @@ impl Shell for SandboxShell {
         spec.env = env.to_vec();
         let process = self.sandbox.spawn(&spec).await.map_err(|e| e.to_string())?;
         let caret_sandbox::Process { stdin, stdout, stderr, mut alive } = process;
-        let wait = Box::pin(async move {
-            match alive.wait().await {
-                Ok((Some(c), _)) => Exit::Code(c),
-                Ok((None, Some(sig))) => Exit::Signal(sig),
-                Ok((None, None)) => Exit::Code(-1),
-                Err(e) => Exit::NotStarted(e.to_string()),
-            }
-        });
-        Ok(Started {
-            stdin: Box::new(stdin),
-            stdout: Box::new(stdout),
-            stderr: Box::new(stderr),
-            wait,
-            alive: Box::new(()),
-        })
+        // `alive` lives in the wait: dropped (a timeout), it kills the command.
+        let wait = Box::pin(async move { exit_of(alive.wait().await) });
+        Ok(Started::new(stdin, stdout, stderr, wait, Box::new(())))
     }
 }
