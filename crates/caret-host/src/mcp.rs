@@ -38,6 +38,9 @@ pub struct McpServerSection {
     pub approval: caret_mcp::Approval,
     /// How long a call may take ("60s").
     pub tool_timeout: Option<String>,
+    /// How long a session's first model request waits for it to start ("10s"): a server
+    /// slower than that is left out of it (and named), its tools coming later.
+    pub startup_timeout: Option<String>,
     /// Off: not started.
     #[serde(default = "yes")]
     pub enabled: bool,
@@ -217,6 +220,19 @@ pub fn project_servers(root: &std::path::Path) -> Vec<ProjectServer> {
         }
     }
     out
+}
+
+/// How long a session's first request waits for its servers: the longest `startup_timeout`
+/// of the configured ones (10 s each unless set).
+pub fn startup_timeout(servers: &BTreeMap<String, McpServerSection>) -> anyhow::Result<std::time::Duration> {
+    let mut longest = std::time::Duration::from_secs(10);
+    for (name, s) in servers.iter().filter(|(_, s)| s.enabled) {
+        if let Some(t) = &s.startup_timeout {
+            let t = crate::units::parse_duration(t).with_context(|| format!("[mcp_servers.{name}] startup_timeout"))?;
+            longest = longest.max(t);
+        }
+    }
+    Ok(longest)
 }
 
 /// One trusted project server.

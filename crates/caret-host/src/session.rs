@@ -155,6 +155,7 @@ pub fn session_on(
             }
         }
     }
+    session.startup_timeout = crate::mcp::startup_timeout(&config.mcp_servers)?;
     // Hooks: the user's, and the project's once trusted (`caret hooks trust`).
     let hooks = crate::hooks::load_for(config, &root);
     for f in &hooks.untrusted {
