@@ -176,22 +176,10 @@ pub fn expand(command: &Command, args: &str) -> String {
 /// Caret's tool names of an `allowed-tools` list (Claude Code's `Bash(git:*)`, `Read`…, or
 /// Caret's own).
 pub fn tool_names(allowed: &[String]) -> Vec<String> {
-    const CLAUDE: &[(&str, &str)] = &[
-        ("Bash", "run_terminal_cmd"),
-        ("Read", "read_file"),
-        ("Edit", "edit_file"),
-        ("MultiEdit", "edit_file"),
-        ("Write", "write_file"),
-        ("Grep", "grep"),
-        ("Glob", "glob"),
-        ("LS", "list_dir"),
-        ("TodoWrite", "todo_write"),
-        ("Task", "task"),
-    ];
     let mut out: Vec<String> = Vec::new();
     for a in allowed {
         let base = a.split('(').next().unwrap_or(a).trim();
-        let name = CLAUDE.iter().find(|(c, _)| *c == base).map_or(base, |(_, caret)| caret).to_owned();
+        let name = crate::hooks::names::caret_tool(crate::hooks::Dialect::Claude, base).to_owned();
         if !name.is_empty() && !out.contains(&name) {
             out.push(name);
         }

@@ -34,6 +34,18 @@ pub fn tool_name(dialect: Dialect, tool: &str) -> &str {
     }
 }
 
+/// Caret's name of the tool a `dialect` names `name` (Claude Code's `MultiEdit` is
+/// `edit_file` too); a name it does not know stays as given.
+pub fn caret_tool(dialect: Dialect, name: &str) -> &str {
+    let found = match dialect {
+        Dialect::Caret => None,
+        Dialect::Claude if name == "MultiEdit" => Some("edit_file"),
+        Dialect::Claude => NAMES.iter().find(|n| n.1 == name).map(|n| n.0),
+        Dialect::Cursor => NAMES.iter().find(|n| n.2 == name).map(|n| n.0),
+    };
+    found.unwrap_or(name)
+}
+
 /// The SEARCH/REPLACE block of one replacement (what `edit_file` takes).
 fn block(old: &str, new: &str) -> String {
     format!("<<<<<<< SEARCH\n{old}\n=======\n{new}\n>>>>>>> REPLACE\n")
