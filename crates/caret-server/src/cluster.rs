@@ -144,6 +144,7 @@ impl Cluster {
                     Ok(taken) => limiter.took(key, cost, taken.level, taken.admitted, now),
                     Err(e) => {
                         tracing::warn!(error = %crate::error::chain(&e), "the shared rate limit is unreachable");
+                        limiter.unasked(key, cost);
                         Ok(())
                     }
                 }

@@ -524,6 +524,15 @@ async fn metrics(State(state): State<AppState>) -> Response {
     if let Some(runs) = &state.runs {
         text.push_str(&runs.metrics.render());
     }
+    if let Some(cluster) = &state.cluster {
+        use std::fmt::Write as _;
+        let _ = writeln!(
+            text,
+            "# HELP caret_replicas_live Replicas seen alive at the last heartbeat (shared limits are split among them).\n\
+             # TYPE caret_replicas_live gauge\ncaret_replicas_live {}",
+            cluster.live()
+        );
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 

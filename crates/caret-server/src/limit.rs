@@ -74,6 +74,9 @@ struct Bucket {
     last: Instant,
     /// Admitted here since the last settlement (among replicas).
     spent: f64,
+    /// Carried by asks of the shared bucket still in flight (they settle it themselves, so
+    /// neither a settlement nor another ask counts it again).
+    asking: f64,
 }
 
 /// Keys not used for this long are no longer settled (and are forgotten later).
@@ -118,7 +121,12 @@ impl Limiter {
     pub fn decide(&self, key: &str, now: Instant, replicas: usize) -> Decision {
         let limit = self.limit;
         let mut buckets = self.lock();
-        let b = buckets.entry(key.to_owned()).or_insert(Bucket { tokens: limit.burst(), last: now, spent: 0.0 });
+        let b = buckets.entry(key.to_owned()).or_insert(Bucket {
+            tokens: limit.burst(),
+            last: now,
+            spent: 0.0,
+            asking: 0.0,
+        });
         b.tokens =
             (b.tokens + now.saturating_duration_since(b.last).as_secs_f64() * limit.per_second).min(limit.burst());
         b.last = now;
@@ -131,11 +139,14 @@ impl Limiter {
         }
         // Plenty left even if every replica took as much as this one since the last
         // settlement: no need to ask.
-        if b.tokens - (b.spent + 1.0) * replicas as f64 >= limit.burst() / 2.0 {
+        if b.tokens - (b.spent + b.asking + 1.0) * replicas as f64 >= limit.burst() / 2.0 {
             b.spent += 1.0;
             return Decision::Admit;
         }
-        Decision::Shared { cost: b.spent + 1.0 }
+        // The ask carries what was admitted here so far, and nothing else does.
+        let cost = std::mem::take(&mut b.spent) + 1.0;
+        b.asking += cost;
+        Decision::Shared { cost }
     }
 
     /// What the shared bucket said after taking `cost` for `key` (`admitted`: this request's
@@ -143,12 +154,20 @@ impl Limiter {
     pub fn took(&self, key: &str, cost: f64, level: f64, admitted: bool, now: Instant) -> Result<(), u64> {
         let mut buckets = self.lock();
         if let Some(b) = buckets.get_mut(key) {
-            // Admitted here while the shared bucket was asked: still to settle.
-            b.spent = (b.spent - (cost - 1.0)).max(0.0);
+            b.asking = (b.asking - cost).max(0.0);
             b.tokens = level;
             b.last = now;
         }
         if admitted { Ok(()) } else { Err(self.limit.wait(1.0 - level)) }
+    }
+
+    /// The shared bucket could not be asked for `cost` (the request went through on this
+    /// replica's view): the cost is settled later instead.
+    pub fn unasked(&self, key: &str, cost: f64) {
+        if let Some(b) = self.lock().get_mut(key) {
+            b.asking = (b.asking - cost).max(0.0);
+            b.spent += cost;
+        }
     }
 
     /// What each key used lately admitted here since the last call (zero for keys used within
@@ -202,6 +221,9 @@ mod tests {
             assert_eq!(l.decide("a", t, 2), Decision::Admit);
         }
         assert_eq!(l.decide("a", t, 2), Decision::Shared { cost: 6.0 }, "the five admitted here go with it");
+        assert_eq!(l.take_spent(t), vec![("a".to_owned(), 0.0)], "the ask in flight carries them: not settled twice");
+        assert_eq!(l.decide("a", t, 2), Decision::Shared { cost: 1.0 }, "nor asked twice");
+        assert_eq!(l.took("a", 1.0, 12.0, true, t), Ok(()));
         // The shared bucket had 13 left after the other replica's takings: 13 - 6 = 7.
         assert_eq!(l.took("a", 6.0, 7.0, true, t), Ok(()));
         assert_eq!(l.decide("a", t, 2), Decision::Shared { cost: 1.0 }, "7 is not plenty");
@@ -215,5 +237,10 @@ mod tests {
         l.settle("b", 40.0, t);
         assert_eq!(l.decide("b", t, 3), Decision::Shared { cost: 1.0 }, "40 - 3 < 50");
         assert!(l.take_spent(t + Duration::from_secs(700)).is_empty(), "idle keys are forgotten");
+        // An ask that cannot reach the shared bucket leaves its cost to the next settlement.
+        let l = Limiter::new(RateLimit { per_second: 1.0, burst: 2 });
+        assert_eq!(l.decide("c", t, 2), Decision::Shared { cost: 1.0 });
+        l.unasked("c", 1.0);
+        assert_eq!(l.take_spent(t), vec![("c".to_owned(), 1.0)]);
     }
 }

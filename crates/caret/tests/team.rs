@@ -283,6 +283,22 @@ fn a_tenants_rate_limit_holds_across_replicas() {
     let fleet = Fleet::start(&rt, 3, storage, "", &limits);
     let token = fleet.servers[0].tenant("limited");
     let c = http();
+    // Replicas started at once learn of each other at their first heartbeat; until then the
+    // first decides alone.
+    let joined = Instant::now();
+    for server in &fleet.servers {
+        while !c
+            .get(format!("{}/metrics", server.url))
+            .send()
+            .unwrap()
+            .text()
+            .unwrap()
+            .contains("caret_replicas_live 3")
+        {
+            assert!(joined.elapsed() < Duration::from_secs(20), "{} never saw the other replicas", server.url);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
     let started = Instant::now();
     let (mut ok, mut limited) = (0, 0);
     for _ in 0..60 {
