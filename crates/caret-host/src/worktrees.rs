@@ -70,15 +70,34 @@ fn shell_quote(s: &str) -> String {
 
 /// Makes `n` worktrees of the repository at `root`, detached at its `HEAD`, and runs the
 /// setup commands in each (inside the sandbox; `network` as the sessions get it).
-pub fn create(config: &Config, root: &Path, n: usize, network: bool) -> anyhow::Result<Vec<PathBuf>> {
+pub async fn create(config: &Config, root: &Path, n: usize, network: bool) -> anyhow::Result<Vec<PathBuf>> {
     let head = git(root, &["rev-parse", "HEAD"]).context("the workspace must be a git repository with a commit")?;
-    let id = format!("{}-{}", head.trim().get(..8).unwrap_or("head"), std::process::id());
+    let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis();
+    let id = format!("{}-{}-{started}", head.trim().get(..8).unwrap_or("head"), std::process::id());
     let base = config.home.join("worktrees").join(id);
     let setup = setup_commands(root)?;
     let mut made = Vec::new();
+    match make(root, &base, n, network, &setup, &mut made).await {
+        Ok(()) => Ok(made),
+        // Half made: none is left behind.
+        Err(e) => {
+            remove(root, &made);
+            Err(e)
+        }
+    }
+}
+
+async fn make(
+    root: &Path,
+    base: &Path,
+    n: usize,
+    network: bool,
+    setup: &[String],
+    made: &mut Vec<PathBuf>,
+) -> anyhow::Result<()> {
     for i in 1..=n {
         let dir = base.join(format!("attempt-{i}"));
-        std::fs::create_dir_all(&base)?;
+        std::fs::create_dir_all(base)?;
         git(root, &["worktree", "add", "--detach", dir.to_str().unwrap_or_default(), "HEAD"])?;
         made.push(dir.clone());
         let mut policy = caret_sandbox::Policy::new(&dir)?.with_toolchains();
@@ -86,11 +105,11 @@ pub fn create(config: &Config, root: &Path, n: usize, network: bool) -> anyhow::
         // The main checkout, read-only: setups copy from it (`cp "$ROOT_WORKTREE_PATH/.env" .`).
         policy.exposed.push(root.to_path_buf());
         let sandbox = caret_sandbox::Bwrap::new(policy)?;
-        for command in &setup {
+        for command in setup {
             let mut spec = caret_sandbox::Spec::new(command.clone(), &dir);
             spec.timeout = std::time::Duration::from_secs(600);
             spec.env.push(("ROOT_WORKTREE_PATH".into(), root.display().to_string()));
-            let out = crate::runtime::runtime()?.block_on(caret_sandbox::Sandbox::run(&sandbox, &spec))?;
+            let out = caret_sandbox::Sandbox::run(&sandbox, &spec).await?;
             anyhow::ensure!(
                 out.exit_code == Some(0),
                 "setting up {}: `{command}` failed: {}",
@@ -99,7 +118,7 @@ pub fn create(config: &Config, root: &Path, n: usize, network: bool) -> anyhow::
             );
         }
     }
-    Ok(made)
+    Ok(())
 }
 
 /// Runs `task` in each of `worktrees` at once, attempt `i` on `models[i % len]` (none: the

@@ -26,6 +26,7 @@
 
 mod agent;
 mod files;
+mod parallel;
 mod pull;
 mod review;
 mod runs;
@@ -102,6 +103,8 @@ pub struct Ui {
     /// The MCP servers the page's chats share (the user's and the project's trusted ones),
     /// started on first use and again after a trust.
     mcp: std::sync::Mutex<Option<GatedHub>>,
+    /// "Run N": attempts at one task in worktrees.
+    parallel: parallel::Parallel,
     /// The run queue: the embedded one, opened on first use, or the server's.
     runs: tokio::sync::OnceCell<caret_host::runs::Runs>,
     /// Turns true when the server stops: the page's event streams end.
@@ -155,6 +158,7 @@ impl Ui {
             review: Arc::new(tokio::sync::Mutex::new(review::Review::new(&root))),
             mcp: std::sync::Mutex::new(None),
             runs: tokio::sync::OnceCell::new(),
+            parallel: parallel::Parallel::default(),
             stopping,
             synced: tokio::sync::Mutex::new(None),
             root,
@@ -346,6 +350,7 @@ fn api() -> Router {
         .route("/api/agent/sessions/{id}/events", get(session_events))
         .route("/api/mcp", get(mcp_servers))
         .route("/api/docs", get(docs_sources))
+        .route("/api/commands", get(custom_commands))
         .route("/api/mcp/trust", post(mcp_trust))
         .route("/api/review", get(review_list))
         .route("/api/review/diff", get(review_diff))
@@ -354,6 +359,8 @@ fn api() -> Router {
         .route("/api/checkpoints/restore", post(restore))
         .route("/api/edit", post(edit))
         .route("/api/search", get(search_route))
+        .route("/api/parallel", get(parallel_status).post(parallel_start))
+        .route("/api/parallel/apply", post(parallel_apply))
         .route("/api/runs", get(runs_list).post(runs_start))
         .route("/api/runs/{id}/events", get(runs_events))
         .route("/api/runs/{id}/patch", get(runs_patch))
@@ -579,6 +586,17 @@ async fn docs_sources(Extension(ui): Extension<Arc<Ui>>) -> ApiResult {
     Ok(Json(json!({ "sources": sources })).into_response())
 }
 
+/// The custom commands a request may start with (`/name args`), the project's and the
+/// user's: `{commands: [{name, description, argument_hint, source}]}`.
+async fn custom_commands(Extension(ui): Extension<Arc<Ui>>) -> ApiResult {
+    let (commands, _) = caret_host::conventions::commands(&ui.config, &ui.root);
+    let commands: Vec<Value> = commands
+        .iter()
+        .map(|c| json!({"name": c.name, "description": c.description, "argument_hint": c.argument_hint, "source": c.source}))
+        .collect();
+    Ok(Json(json!({ "commands": commands })).into_response())
+}
+
 #[derive(serde::Deserialize)]
 struct TrustMcp {
     name: String,
@@ -765,6 +783,41 @@ async fn runs_patch(Extension(ui): Extension<Arc<Ui>>, UrlPath(id): UrlPath<Stri
 
 async fn runs_apply(Extension(ui): Extension<Arc<Ui>>, UrlPath(id): UrlPath<String>) -> ApiResult {
     Ok(Json(runs::apply(run_queue(&ui).await?, &ui.root, &id).await.map_err(failed)?).into_response())
+}
+
+#[derive(serde::Deserialize)]
+struct StartParallel {
+    task: String,
+    n: usize,
+    /// Model aliases, attempt `i` taking `models[i % len]` (none: the page's model).
+    #[serde(default)]
+    models: Vec<String>,
+}
+
+/// Starts N attempts at a task, each in a worktree of its own. On this machine only: a team's
+/// page has no checkout of the member's to make worktrees of.
+async fn parallel_start(Extension(ui): Extension<Arc<Ui>>, Json(r): Json<StartParallel>) -> ApiResult {
+    if matches!(ui.access, Access::Tenant) {
+        return Err(ApiError(StatusCode::FORBIDDEN, "parallel attempts run on your own machine: caret ui".into(), None));
+    }
+    let models = if r.models.is_empty() { ui.model.iter().cloned().collect() } else { r.models };
+    ui.parallel.start(&ui.config, ui.root.clone(), &r.task, r.n, models).await.map_err(failed)?;
+    Ok(Json(ui.parallel.status().await).into_response())
+}
+
+async fn parallel_status(Extension(ui): Extension<Arc<Ui>>) -> ApiResult {
+    Ok(Json(ui.parallel.status().await).into_response())
+}
+
+#[derive(serde::Deserialize)]
+struct ApplyParallel {
+    /// The attempt to apply; 0: none (every worktree is removed either way).
+    number: usize,
+}
+
+async fn parallel_apply(Extension(ui): Extension<Arc<Ui>>, Json(r): Json<ApplyParallel>) -> ApiResult {
+    let said = ui.parallel.apply(ui.root.clone(), r.number).await.map_err(failed)?;
+    Ok(Json(json!({ "applied": said })).into_response())
 }
 
 /// Serves the workspace page until interrupted.

@@ -422,9 +422,9 @@ fn parallel(config: &Config, args: &AgentArgs, n: usize) -> anyhow::Result<ExitC
         .filter(|m| !m.is_empty())
         .collect();
     eprintln!("caret agent: {n} attempts in worktrees of {} …", root.display());
-    let trees = worktrees::create(config, &root, n, options.network)?;
-    let attempts =
-        runtime()?.block_on(worktrees::run_all(config, &trees, &task, &models, options.approval, options.max_steps));
+    let rt = runtime()?;
+    let trees = rt.block_on(worktrees::create(config, &root, n, options.network))?;
+    let attempts = rt.block_on(worktrees::run_all(config, &trees, &task, &models, options.approval, options.max_steps));
     for a in &attempts {
         let files: Vec<String> = a.files.iter().map(|(f, add, del)| format!("{f} +{add} -{del}")).collect();
         println!(

@@ -648,3 +648,114 @@ fn the_page_carries_a_rename_into_another_open_file() {
     );
     assert_eq!(closed["line"], 1, "{closed}");
 }
+
+/// The conventions from the page: `/` completes the repository's custom commands; Plan mode
+/// runs the command as a read-only turn whose plan is shown, edited and approved, then built;
+/// "Run N" tries a task in two git worktrees at once, shows the diffs side by side, applies the
+/// chosen one and removes the worktrees.
+#[test]
+fn the_page_completes_commands_plans_then_builds_and_runs_attempts_in_worktrees() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("page-model"));
+    let home = TempDir::new();
+    home.write("config.toml", &agent_config(&up.url));
+    let repo = TempDir::new();
+    repo.write("add.sh", "echo $(( $1 - $2 ))\n");
+    repo.write(
+        ".claude/commands/fix.md",
+        "---\ndescription: Fix a bug\nargument-hint: [what]\n---\nFix the bug in $ARGUMENTS, with a test.\n",
+    );
+    repo.git_init();
+    repo.git(&["add", "-A"]);
+    repo.git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init"]);
+    let ui = start_ui(home.path(), repo.path());
+    let browser = Browser::start();
+    browser.open(&format!("{}/#token={}", ui.base, ui.token));
+    browser.wait_for("the page", 30, "return window.caret?.ready");
+
+    // `/f` offers the command with its hint and description; picking it fills the input.
+    let type_in = |text: &str| {
+        browser.eval(&format!(
+            "const i = document.querySelector('[data-role=input]'); i.focus(); i.value = {text:?}; i.selectionStart = i.value.length; i.dispatchEvent(new Event('input'));"
+        ));
+    };
+    type_in("/f");
+    let offered = browser.wait_for(
+        "the command offered",
+        20,
+        "return document.querySelector('.mentions:not([hidden]) li[data-command=fix]')?.textContent",
+    );
+    assert_eq!(offered, "/fix [what] — Fix a bug");
+    browser.eval("document.querySelector('li[data-command=fix]').click()");
+    assert_eq!(browser.eval("return document.querySelector('[data-role=input]').value"), "/fix ");
+    type_in("/fix add.sh");
+
+    // Plan mode: the command's prompt goes out with read-only tools; the plan comes back.
+    let plan = json!({"summary": "Fix add.sh", "steps": [{"title": "Use + in add.sh", "files": ["add.sh"]}], "risks": ["none"]});
+    up.queue([Answer::Calls(vec![("submit_plan".into(), plan)])]);
+    browser.eval("document.querySelector('[data-role=plan-mode]').click()");
+    browser.wait_for("plan mode", 20, "return document.querySelector('#agent').dataset.mode === 'plan'");
+    browser.eval("document.querySelector('[data-role=send]').click()");
+    let steps = browser.wait_for(
+        "the plan",
+        30,
+        "return document.querySelector('[data-role=plan] ol')?.textContent",
+    );
+    assert_eq!(steps, "Use + in add.sh (add.sh)");
+    shot(&browser, "9-plan-proposed");
+    let asked = up.chats()[0].clone();
+    let tools: Vec<&str> =
+        asked["tools"].as_array().unwrap().iter().filter_map(|t| t["function"]["name"].as_str()).collect();
+    assert!(tools.contains(&"submit_plan") && !tools.contains(&"edit_file"), "{tools:?}");
+    assert!(asked["messages"].to_string().contains("Fix the bug in add.sh, with a test."), "the command expanded");
+    assert_eq!(read(&repo, "add.sh"), "echo $(( $1 - $2 ))\n", "nothing built while planning");
+
+    // The plan edited, then approved: built in build mode, the edited plan as the todo list.
+    up.queue(caret_test_support::scripted::fix_add_conversation().into_iter().skip(1));
+    browser.eval(
+        "const t = document.querySelector('[data-role=plan-text]'); t.value = t.value.replace('Use + in add.sh', 'Add with + in add.sh'); document.querySelector('[data-role=approve-plan]').click();",
+    );
+    browser.wait_for(
+        "the build",
+        30,
+        "return document.querySelector('#agent').dataset.mode === 'build' && document.querySelector('#agent').dataset.busy === 'no' && document.querySelector('.todos')?.textContent.includes('Add with + in add.sh')",
+    );
+    shot(&browser, "10-plan-built");
+    let until = Instant::now() + Duration::from_secs(20);
+    while read(&repo, "add.sh") != "echo $(( $1 + $2 ))\n" {
+        assert!(Instant::now() < until, "the plan was not built: {}", read(&repo, "add.sh"));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let build = up.chats().iter().find(|c| c["messages"].to_string().contains("Add with + in add.sh")).cloned();
+    assert!(build.is_some(), "the edited plan went to the model");
+
+    // Run N: the checkout back at HEAD; two attempts, each in its own worktree.
+    repo.git(&["checkout", "--", "add.sh"]);
+    up.set(Behaviour { conversation: caret_test_support::scripted::fix_add_conversation(), ..Behaviour::default() });
+    type_in("make add.sh add");
+    browser.eval("document.querySelector('[data-role=run-n]').value = '2'; document.querySelector('[data-role=run-parallel]').click();");
+    let heads = browser.wait_for(
+        "the attempts side by side",
+        120,
+        "const h = [...document.querySelectorAll('.attempts .attempt-head')].map((h) => h.textContent); return h.length ? h : null",
+    );
+    assert_eq!(heads, json!(["Attempt 1 · agent · done", "Attempt 2 · agent · done"]));
+    let diffs = browser.eval("return [...document.querySelectorAll('.attempts .diff .add')].map((l) => l.textContent)");
+    assert_eq!(diffs, json!(["+echo $(( $1 + $2 ))", "+echo $(( $1 + $2 ))"]));
+    shot(&browser, "11-attempts");
+    let worktrees = || {
+        let out = std::process::Command::new("git").arg("-C").arg(repo.path()).args(["worktree", "list"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    };
+    assert_eq!(worktrees(), 3, "the main checkout and the two attempts'");
+    assert_eq!(read(&repo, "add.sh"), "echo $(( $1 - $2 ))\n", "nothing applied before asked");
+    browser.eval("document.querySelector('.attempt[data-attempt=\"2\"] [data-role=apply-attempt]').click()");
+    browser.wait_for(
+        "applied",
+        30,
+        "return !document.querySelector('.attempts') && [...document.querySelectorAll('.entry')].some((e) => e.textContent === 'applied attempt 2')",
+    );
+    assert_eq!(read(&repo, "add.sh"), "echo $(( $1 + $2 ))\n");
+    assert_eq!(worktrees(), 1, "the worktrees are removed");
+    assert!(up.violations().is_empty(), "{:?}", up.violations());
+}

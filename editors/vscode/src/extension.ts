@@ -145,6 +145,10 @@ function openAgent(context: vscode.ExtensionContext) {
     paths: async () => (await s.call('GET', '/api/tree')).files,
     mcp: () => s.call('GET', '/api/mcp'),
     docs: async () => (await s.call('GET', '/api/docs')).sources.map((d: { name: string }) => d.name),
+    commands: async () => (await s.call('GET', '/api/commands')).commands,
+    parallelStart: (task: string, n: number) => s.call('POST', '/api/parallel', { task, n }),
+    parallelStatus: () => s.call('GET', '/api/parallel'),
+    parallelApply: (number: number) => s.call('POST', '/api/parallel/apply', { number }),
     trustMcp: (name: string) => s.call('POST', '/api/mcp/trust', { name }),
   };
   panel.webview.onDidReceiveMessage(async (m: { type: string; id: number; method: string; args: unknown[] }) => {

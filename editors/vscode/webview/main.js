@@ -10,6 +10,7 @@ const listeners = new Map();
 let next = 1;
 let paths = [];
 let docs = [];
+let commands = [];
 
 window.addEventListener('message', (e) => {
   const m = e.data;
@@ -46,9 +47,16 @@ const host = {
   paths: () => paths,
   mcp: () => call('mcp'),
   docs: () => docs,
+  commands: () => commands,
+  parallel: {
+    start: (task, n) => call('parallelStart', task, n),
+    status: () => call('parallelStatus'),
+    apply: (number) => call('parallelApply', number),
+  },
   trustMcp: (name) => call('trustMcp', name),
 };
 
 call('paths').then((p) => (paths = p)).catch(() => {});
 call('docs').then((d) => (docs = d)).catch(() => {});
+call('commands').then((c) => (commands = c)).catch(() => {});
 new AgentPanel(document.getElementById('agent'), host);

@@ -13,6 +13,8 @@
 //   showDiff(path), openFile(path, line)     the host's editor
 //   paths(): string[]                        workspace files, for @ mentions
 //   docs(): string[]                         (optional) documentation sources, for @Docs
+//   commands(): {name, description, argument_hint}[]  (optional) custom commands, for /
+//   parallel: {start(task, n), status(), apply(number)}  (optional) "Run N" in worktrees
 //   mcp(): Promise<{servers, untrusted}>     (optional) MCP servers; the project's untrusted
 //   trustMcp(name): Promise                  (optional) trusts one: new chats start it
 // }
@@ -77,13 +79,21 @@ export class AgentPanel {
     this.mentions = el('ul', { class: 'mentions', hidden: true });
     this.sendButton = el('button', { class: 'primary', 'data-role': 'send', onclick: () => this.submit() }, 'Send');
     this.stopButton = el('button', { hidden: true, onclick: () => this.interrupt() }, 'Stop');
+    // "Run N": the request tried by N agents at once, each in a git worktree of its own.
+    this.runN = this.host.parallel
+      ? el('select', { 'data-role': 'run-n', title: 'Attempts at once, each in a git worktree of its own' },
+        ...[2, 3, 4].map((n) => el('option', { value: n }, `×${n}`)))
+      : null;
+    this.runButton = this.host.parallel
+      ? el('button', { 'data-role': 'run-parallel', onclick: () => this.runParallel() }, 'Run N')
+      : null;
     this.usage = el('span', { class: 'usage' });
     this.root.replaceChildren(
       el('div', { class: 'agent-head' }, this.title, this.usage, this.planButton, this.newButton),
       this.log,
       this.todos,
       this.changes,
-      el('div', { class: 'agent-input' }, this.mentions, this.input, el('div', { class: 'row' }, this.stopButton, this.sendButton)),
+      el('div', { class: 'agent-input' }, this.mentions, this.input, el('div', { class: 'row' }, this.stopButton, this.runN, this.runButton, this.sendButton)),
     );
     this.input.addEventListener('keydown', (e) => this.key(e));
     this.input.addEventListener('input', () => this.mention());
@@ -170,9 +180,22 @@ export class AgentPanel {
     }
   }
 
-  // "@par" → the workspace paths containing "par", to attach.
+  // "/na" at the start → the custom commands whose name starts so; "@par" → the workspace
+  // paths containing "par", to attach.
   mention() {
     const upto = this.input.value.slice(0, this.input.selectionStart);
+    const slash = /^\/([\w:.-]*)$/.exec(upto);
+    if (slash) {
+      const q = slash[1].toLowerCase();
+      const commands = (this.host.commands?.() || []).filter((c) => c.name.toLowerCase().startsWith(q)).slice(0, 8);
+      this.offer(commands.map((c) => ({
+        value: c.name,
+        label: [`/${c.name}`, c.argument_hint, c.description ? `— ${c.description}` : null].filter(Boolean).join(' '),
+        attrs: { 'data-command': c.name },
+        put: () => `/${c.name} ${this.input.value.slice(upto.length).trimStart()}`,
+      })));
+      return;
+    }
     const m = /@([\w./-]*)$/.exec(upto);
     if (!m) {
       this.mentions.hidden = true;
@@ -182,20 +205,96 @@ export class AgentPanel {
     // Documentation sources first (`@Docs NAME` attaches their best sections), then files.
     const docs = (this.host.docs?.() || []).map((d) => `Docs ${d}`).filter((d) => d.toLowerCase().includes(q) || 'docs'.startsWith(q));
     const hits = [...docs, ...this.host.paths().filter((p) => p.toLowerCase().includes(q))].slice(0, 8);
+    const at = upto.length - m[0].length;
+    this.offer(hits.map((p) => ({
+      value: p,
+      label: p,
+      attrs: { 'data-mention': p },
+      put: () => `${this.input.value.slice(0, at)}@${p} ${this.input.value.slice(upto.length)}`,
+    })));
+  }
+
+  // The list under the input: a click (or Tab/Enter on the first) puts one into the input.
+  offer(items) {
     this.mentions.replaceChildren(
-      ...hits.map((p) =>
+      ...items.map((item) =>
         el('li', {
-          'data-mention': p,
+          ...item.attrs,
           onclick: () => {
-            const at = upto.length - m[0].length;
-            this.input.value = `${this.input.value.slice(0, at)}@${p} ${this.input.value.slice(upto.length)}`;
+            this.input.value = item.put();
             this.mentions.hidden = true;
             this.input.focus();
           },
-        }, p),
+        }, item.label),
       ),
     );
-    this.mentions.hidden = hits.length === 0;
+    this.mentions.hidden = items.length === 0;
+  }
+
+  // N attempts at the input's request in worktrees; when they end, their diffs side by side.
+  async runParallel() {
+    const task = this.input.value.trim();
+    if (!task) return this.notice('say what the attempts should do', 'error');
+    const n = Number(this.runN.value);
+    const line = el('div', { class: 'entry notice', 'data-role': 'parallel-status' }, `${n} attempts at "${task}", each in a worktree…`);
+    try {
+      await this.host.parallel.start(task, n);
+    } catch (e) {
+      return this.notice(e.message, 'error');
+    }
+    this.input.value = '';
+    this.log.append(line);
+    this.scroll();
+    for (;;) {
+      await new Promise((r) => setTimeout(r, 1000));
+      let s;
+      try {
+        s = await this.host.parallel.status();
+      } catch (e) {
+        line.textContent = `attempts: ${e.message}`;
+        line.className = 'entry error';
+        return;
+      }
+      if (s.state === 'running') continue;
+      if (s.state !== 'done') {
+        line.textContent = `the attempts did not start: ${s.error || s.state}`;
+        line.className = 'entry error';
+        return;
+      }
+      line.textContent = `${s.attempts.length} attempts at "${s.task}" ended`;
+      this.showAttempts(s);
+      return;
+    }
+  }
+
+  // The attempts side by side: each one's files and diff, and a button that applies it (the
+  // others, and every worktree, are then discarded).
+  showAttempts(s) {
+    document.querySelector('.attempts')?.remove();
+    const view = el('div', { class: 'attempts', 'data-role': 'attempts' });
+    const choose = async (number) => {
+      try {
+        const r = await this.host.parallel.apply(number);
+        this.notice(r.applied);
+        view.remove();
+      } catch (e) {
+        this.notice(e.message, 'error');
+      }
+    };
+    const diff = (text) => el('pre', { class: 'diff' }, ...text.split('\n').map((l) =>
+      el('div', { class: l.startsWith('+') && !l.startsWith('+++') ? 'add' : l.startsWith('-') && !l.startsWith('---') ? 'del' : l.startsWith('@@') ? 'hunk' : '' }, l)));
+    view.append(
+      el('div', { class: 'attempts-head' },
+        el('span', { class: 'title' }, `Attempts: ${s.task}`),
+        el('button', { class: 'small', 'data-role': 'discard-attempts', onclick: () => choose(0) }, 'Discard all')),
+      el('div', { class: 'attempts-grid', style: `grid-template-columns: repeat(${s.attempts.length}, minmax(0, 1fr))` },
+        ...s.attempts.map((a) => el('div', { class: 'attempt', 'data-attempt': a.number },
+          el('div', { class: 'attempt-head' }, `Attempt ${a.number} · ${a.model} · ${a.ended}`),
+          el('div', { class: 'attempt-files' }, a.files.length ? a.files.map((f) => `${f.path} +${f.added} −${f.removed}`).join('\n') : 'no changes'),
+          diff(a.diff),
+          el('button', { class: 'primary', 'data-role': 'apply-attempt', disabled: !a.diff.trim(), onclick: () => choose(a.number) }, `Apply attempt ${a.number}`)))),
+    );
+    document.body.append(view);
   }
 
   setBusy(busy) {

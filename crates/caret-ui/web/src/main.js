@@ -488,10 +488,17 @@ const panel = new AgentPanel($('#agent'), {
   paths: () => state.paths,
   mcp: () => get('/api/mcp'),
   docs: () => state.docs || [],
+  commands: () => state.commands || [],
+  parallel: {
+    start: (task, n) => post('/api/parallel', { task, n }),
+    status: () => get('/api/parallel'),
+    apply: (number) => post('/api/parallel/apply', { number }),
+  },
   trustMcp: (name) => post('/api/mcp/trust', { name }),
 });
 window.caret.panel = panel;
 get('/api/docs').then((r) => (state.docs = r.sources.map((s) => s.name))).catch(() => {});
+get('/api/commands').then((r) => (state.commands = r.commands)).catch(() => {});
 
 // ---- Cmd-K: an instruction applied to the selection -------------------------------------
 
