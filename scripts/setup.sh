@@ -28,6 +28,8 @@ command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 # (packages from the npm registry, pinned by web/package-lock.json).
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
+# The agent's terminal UI is driven in tmux by its end-to-end test.
+command -v tmux >/dev/null 2>&1 || need+=(tmux)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 if [ ${#need[@]} -gt 0 ]; then

@@ -798,7 +798,11 @@ struct StartParallel {
 /// page has no checkout of the member's to make worktrees of.
 async fn parallel_start(Extension(ui): Extension<Arc<Ui>>, Json(r): Json<StartParallel>) -> ApiResult {
     if matches!(ui.access, Access::Tenant) {
-        return Err(ApiError(StatusCode::FORBIDDEN, "parallel attempts run on your own machine: caret ui".into(), None));
+        return Err(ApiError(
+            StatusCode::FORBIDDEN,
+            "parallel attempts run on your own machine: caret ui".into(),
+            None,
+        ));
     }
     let models = if r.models.is_empty() { ui.model.iter().cloned().collect() } else { r.models };
     ui.parallel.start(&ui.config, ui.root.clone(), &r.task, r.n, models).await.map_err(failed)?;

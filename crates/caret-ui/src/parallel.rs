@@ -66,8 +66,7 @@ impl Parallel {
                         b.worktrees.clone_from(&trees);
                     }
                     let attempts =
-                        worktrees::run_all(&config, &trees, &task, &models, options.approval, options.max_steps)
-                            .await;
+                        worktrees::run_all(&config, &trees, &task, &models, options.approval, options.max_steps).await;
                     State::Done(attempts)
                 }
                 Err(e) => State::Failed(format!("{e:#}")),
@@ -132,8 +131,11 @@ impl Parallel {
 }
 
 fn attempt(a: &Attempt) -> Value {
-    let files: Vec<Value> =
-        a.files.iter().map(|(path, added, removed)| json!({"path": path, "added": added, "removed": removed})).collect();
+    let files: Vec<Value> = a
+        .files
+        .iter()
+        .map(|(path, added, removed)| json!({"path": path, "added": added, "removed": removed}))
+        .collect();
     json!({"number": a.number, "model": a.model, "ended": a.ended, "files": files, "diff": a.diff})
 }
 

@@ -696,11 +696,7 @@ fn the_page_completes_commands_plans_then_builds_and_runs_attempts_in_worktrees(
     browser.eval("document.querySelector('[data-role=plan-mode]').click()");
     browser.wait_for("plan mode", 20, "return document.querySelector('#agent').dataset.mode === 'plan'");
     browser.eval("document.querySelector('[data-role=send]').click()");
-    let steps = browser.wait_for(
-        "the plan",
-        30,
-        "return document.querySelector('[data-role=plan] ol')?.textContent",
-    );
+    let steps = browser.wait_for("the plan", 30, "return document.querySelector('[data-role=plan] ol')?.textContent");
     assert_eq!(steps, "Use + in add.sh (add.sh)");
     shot(&browser, "9-plan-proposed");
     let asked = up.chats()[0].clone();
@@ -744,7 +740,8 @@ fn the_page_completes_commands_plans_then_builds_and_runs_attempts_in_worktrees(
     assert_eq!(diffs, json!(["+echo $(( $1 + $2 ))", "+echo $(( $1 + $2 ))"]));
     shot(&browser, "11-attempts");
     let worktrees = || {
-        let out = std::process::Command::new("git").arg("-C").arg(repo.path()).args(["worktree", "list"]).output().unwrap();
+        let out =
+            std::process::Command::new("git").arg("-C").arg(repo.path()).args(["worktree", "list"]).output().unwrap();
         String::from_utf8_lossy(&out.stdout).lines().count()
     };
     assert_eq!(worktrees(), 3, "the main checkout and the two attempts'");

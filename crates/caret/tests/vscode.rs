@@ -131,6 +131,7 @@ fn in_code_server(vsix: &Path) {
     ws.write("stats.py", "def mean(values):\n    total = sum(values)\n    return total / len(values)\n");
     ws.write("lib.py", "VALUE = 1\n");
     ws.write("report.py", "from stats import mean\nprint(mean([1, 2]))\n");
+    ws.write(".claude/commands/bump.md", "---\ndescription: Bump a value\n---\nBump the value in $1.\n");
     let install = Command::new(&code_server)
         .args(["--extensions-dir"])
         .arg(home.join("ext"))
@@ -346,4 +347,44 @@ fn in_code_server(vsix: &Path) {
     let read = |rel: &str| std::fs::read_to_string(ws.path().join(rel)).unwrap_or_default();
     assert_eq!(read("lib.py"), "VALUE = 1\n", "rejected: restored");
     assert_eq!(read("notes.md"), "# Notes\n\nAdded by the agent.\n", "accepted: kept");
+
+    // In the panel too: `/` completes the repository's command; Plan mode plans it with
+    // read-only tools; the plan approved is built.
+    into_panel();
+    let type_in = |text: &str| {
+        browser.eval(&format!(
+            "const i = document.querySelector('[data-role=input]'); i.focus(); i.value = {text:?}; i.selectionStart = i.value.length; i.dispatchEvent(new Event('input'));"
+        ));
+    };
+    type_in("/b");
+    let offered = browser.wait_for(
+        "the command offered",
+        20,
+        "return document.querySelector('.mentions:not([hidden]) li[data-command=bump]')?.textContent",
+    );
+    assert_eq!(offered, "/bump — Bump a value");
+    browser.eval("document.querySelector('li[data-command=bump]').click()");
+    type_in("/bump lib.py");
+    let plan = json!({"summary": "Bump VALUE", "steps": [{"title": "Set VALUE to 3", "files": ["lib.py"]}]});
+    up.queue([Answer::Calls(vec![("submit_plan".into(), plan)])]);
+    browser.eval("document.querySelector('[data-role=plan-mode]').click()");
+    browser.wait_for("plan mode", 20, "return document.querySelector('#agent').dataset.mode === 'plan'");
+    browser.eval("document.querySelector('[data-role=send]').click()");
+    let steps = browser.wait_for("the plan", 30, "return document.querySelector('[data-role=plan] ol')?.textContent");
+    assert_eq!(steps, "Set VALUE to 3 (lib.py)");
+    let planned = up.chats().last().unwrap().clone();
+    assert!(planned["messages"].to_string().contains("Bump the value in lib.py."), "the command expanded");
+    assert!(!planned["tools"].to_string().contains("\"write_file\""), "read-only tools while planning");
+    up.queue([
+        Answer::Calls(vec![("write_file".into(), json!({"path": "lib.py", "content": "VALUE = 3\n"}))]),
+        Answer::Text("Bumped.".into()),
+    ]);
+    browser.eval("document.querySelector('[data-role=approve-plan]').click()");
+    browser.wait_for(
+        "the build",
+        30,
+        "return document.querySelector('#agent').dataset.mode === 'build' && document.querySelector('#agent').dataset.busy === 'no' && document.querySelector('.todos')?.textContent.includes('Set VALUE to 3')",
+    );
+    browser.leave_frames();
+    assert_eq!(read("lib.py"), "VALUE = 3\n", "the plan built");
 }
