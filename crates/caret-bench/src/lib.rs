@@ -11,6 +11,7 @@ pub mod merge;
 pub mod next_edit;
 pub mod search;
 pub mod soak;
+pub mod sources;
 pub mod sync;
 pub mod tab;
 mod tab_session;
@@ -248,11 +249,19 @@ pub enum BenchCommand {
     /// fully embedded), then answer a question set: R@5 and MRR@10 for BM25, vectors and the
     /// fusion, and hybrid search latency p50/p99.
     Search {
-        /// The project to index (it is only read).
-        path: PathBuf,
+        /// The project to index (it is only read); not with --sets.
+        #[arg(required_unless_present = "sets")]
+        path: Option<PathBuf>,
         /// A question set (e.g. eval/search/pytest-8.3.4.json).
         #[arg(long)]
         questions: Option<PathBuf>,
+        /// Question sets (files, or folders of them, e.g. eval/search) whose projects are
+        /// fetched from their registries, indexed, measured and shown in one table.
+        #[arg(long, value_delimiter = ',', conflicts_with_all = ["path", "questions", "keep"])]
+        sets: Vec<PathBuf>,
+        /// With --sets: rebuild the kept indexes.
+        #[arg(long, requires = "sets")]
+        fresh: bool,
         /// Extra passes over the questions for the latency figures.
         #[arg(long, default_value_t = 3)]
         runs: usize,
@@ -286,7 +295,8 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Team { requests, rounds } => {
             crate::team::run(config, crate::team::TeamBench { requests: requests.max(1), rounds: rounds.max(1) })
         }
-        BenchCommand::Search { path, questions, runs, keep, embed_chunks, synthetic } => {
+        BenchCommand::Search { path, questions, sets, fresh, runs, keep, embed_chunks, synthetic } => {
+            let Some(path) = path else { return crate::search::run_sets(config, &sets, runs, fresh) };
             // Everything the search capability is measured by, printed in one run.
             if embed_chunks > 0 {
                 bench_embed(config, &path, embed_chunks, None, None)?;

@@ -1,6 +1,7 @@
 //! `caret bench search`: index a real project, then measure answer quality on a question set
-//! (R@5 and MRR@10 at file level, for BM25 alone, vectors alone and the fusion) and search
-//! latency, in one run.
+//! (R@1, R@5, R@10 and MRR@10 at file level, for BM25 alone, vectors alone and the fusion) and
+//! search latency, in one run; with `--sets`, every set's project fetched from its registry
+//! and one table over all of them.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -25,7 +26,38 @@ use caret_host::units::thousands;
 #[derive(Debug, Deserialize)]
 struct QuestionSet {
     project: String,
+    /// The project's language, for the table.
+    #[serde(default)]
+    language: Option<String>,
+    /// Where the project comes from (sets without one are measured on a PATH given).
+    #[serde(default)]
+    source: Option<crate::sources::Source>,
     questions: Vec<Question>,
+}
+
+impl QuestionSet {
+    fn read(path: &Path) -> anyhow::Result<QuestionSet> {
+        serde_json::from_slice(&std::fs::read(path).with_context(|| format!("reading {}", path.display()))?)
+            .with_context(|| format!("parsing {}", path.display()))
+    }
+}
+
+/// Quality of one mode on one set.
+#[derive(Debug, Clone, Copy, Default)]
+struct Quality {
+    r1: f64,
+    r5: f64,
+    r10: f64,
+    mrr: f64,
+}
+
+/// What one set measured: lexical, semantic and hybrid quality, hybrid latency, the index.
+#[derive(Debug, Clone, Default)]
+struct Figures {
+    files: u64,
+    chunks: u64,
+    modes: [Quality; 3],
+    p50_ms: f64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -49,14 +81,98 @@ pub fn run(
     runs: usize,
     keep: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
+    let set = questions.as_deref().map(QuestionSet::read).transpose()?;
     if let Some(dir) = keep {
         // A kept index is reused: the next run only embeds what changed.
-        return bench(config, path, questions.as_deref(), runs.max(1), &dir);
+        bench(config, path, set.as_ref(), runs.max(1), &dir, true)?;
+        return Ok(ExitCode::SUCCESS);
     }
     let scratch = config.home.join("bench").join(format!("search-{}", std::process::id()));
-    let result = bench(config, path, questions.as_deref(), runs.max(1), &scratch);
+    let result = bench(config, path, set.as_ref(), runs.max(1), &scratch, true);
     let _ = std::fs::remove_dir_all(&scratch);
-    result
+    result.map(|_| ExitCode::SUCCESS)
+}
+
+/// Every set in `sets` (files, or folders of them) that names its source: the project
+/// fetched from its registry (once, under `$CARET_HOME/bench/sources`), indexed (kept under
+/// `$CARET_HOME/bench/indexes`, so a rerun only searches; `fresh` rebuilds), measured, and
+/// one table printed over all of them.
+pub fn run_sets(config: &Config, sets: &[PathBuf], runs: usize, fresh: bool) -> anyhow::Result<ExitCode> {
+    let mut files = Vec::new();
+    for p in sets {
+        if p.is_dir() {
+            let mut inside: Vec<PathBuf> = std::fs::read_dir(p)
+                .with_context(|| format!("reading {}", p.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| f.extension().is_some_and(|x| x == "json"))
+                .collect();
+            inside.sort();
+            files.extend(inside);
+        } else {
+            files.push(p.clone());
+        }
+    }
+    let mut rows = Vec::new();
+    for file in files {
+        let set = QuestionSet::read(&file)?;
+        let name = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let Some(source) = &set.source else {
+            println!("{name}: no source named in the set (measure it with a PATH); skipped");
+            continue;
+        };
+        let tree = crate::sources::fetch(&config.home.join("bench").join("sources"), &name, source)?;
+        let index = config.home.join("bench").join("indexes").join(&name);
+        if fresh {
+            let _ = std::fs::remove_dir_all(&index);
+        }
+        println!("\n=== {name}");
+        let figures = bench(config, &tree, Some(&set), runs.max(1), &index, false)?;
+        rows.push((name, set.language.clone().unwrap_or_default(), set.questions.len(), figures));
+    }
+    println!(
+        "\n{:<22} {:<10} {:>5} {:>6} {:>7}  {:<9} {:>5} {:>5} {:>5} {:>6}  {:>6}",
+        "set", "language", "qs", "files", "chunks", "mode", "R@1", "R@5", "R@10", "MRR@10", "p50 ms"
+    );
+    for (name, language, questions, f) in &rows {
+        for (i, mode) in ["lexical", "semantic", "hybrid"].iter().enumerate() {
+            let q = f.modes[i];
+            let (n, l, qs, fi, ch, p50) = if i == 2 {
+                (
+                    name.as_str(),
+                    language.as_str(),
+                    questions.to_string(),
+                    thousands(f.files),
+                    thousands(f.chunks),
+                    format!("{:.1}", f.p50_ms),
+                )
+            } else {
+                ("", "", String::new(), String::new(), String::new(), String::new())
+            };
+            println!(
+                "{n:<22} {l:<10} {qs:>5} {fi:>6} {ch:>7}  {mode:<9} {:>5.2} {:>5.2} {:>5.2} {:>6.3}  {p50:>6}",
+                q.r1, q.r5, q.r10, q.mrr
+            );
+        }
+    }
+    if !rows.is_empty() {
+        let n = rows.len() as f64;
+        for (i, mode) in ["lexical", "semantic", "hybrid"].iter().enumerate() {
+            let mean = |get: fn(&Quality) -> f64| rows.iter().map(|(_, _, _, f)| get(&f.modes[i])).sum::<f64>() / n;
+            println!(
+                "{:<22} {:<10} {:>5} {:>6} {:>7}  {mode:<9} {:>5.2} {:>5.2} {:>5.2} {:>6.3}",
+                if i == 0 { "mean over the sets" } else { "" },
+                "",
+                "",
+                "",
+                "",
+                mean(|q| q.r1),
+                mean(|q| q.r5),
+                mean(|q| q.r10),
+                mean(|q| q.mrr)
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The value at quantile `p` of ascending values (0 for none).
@@ -67,20 +183,17 @@ pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
+/// Indexes `path` in `scratch` and answers `set`'s questions (printing as it goes); with
+/// `processes`, also `caret search` processes through the daemon.
 fn bench(
     config: &Config,
     path: &Path,
-    questions: Option<&Path>,
+    set: Option<&QuestionSet>,
     runs: usize,
     scratch: &Path,
-) -> anyhow::Result<ExitCode> {
-    let set: Option<QuestionSet> = match questions {
-        Some(q) => Some(
-            serde_json::from_slice(&std::fs::read(q).with_context(|| format!("reading {}", q.display()))?)
-                .with_context(|| format!("parsing {}", q.display()))?,
-        ),
-        None => None,
-    };
+    processes: bool,
+) -> anyhow::Result<Figures> {
+    let mut figures = Figures::default();
     // The scratch directory is laid out as a Caret home (embedded server in `local/`, keys,
     // client state) so that `caret search` processes can be timed on the same index.
     let mut home = config.clone();
@@ -112,6 +225,8 @@ fn bench(
         .await?;
         let total_secs = started.elapsed().as_secs_f64();
         let files = sync.added + sync.modified + sync.unchanged;
+        figures.files = files;
+        figures.chunks = embed.progress.stages.iter().map(|(total, _)| *total).sum::<u64>().max(sync.chunks_sent as u64);
         println!(
             "index: {} files, {} chunks sent; sync (lexical ready) {:.1} s; embedding {} chunks {:.1} s ({:.1} chunks/s); total {:.1} s",
             thousands(files),
@@ -135,10 +250,11 @@ fn bench(
         let Some(set) = set else { return anyhow::Ok(()) };
         let rerank = config.search_rerank()?;
         println!("questions: {} on {}", set.questions.len(), set.project);
-        println!("{:<10} {:>6} {:>6} {:>8} {:>8}", "mode", "R@1", "R@5", "MRR@10", "not 1st");
+        println!("{:<10} {:>6} {:>6} {:>6} {:>8} {:>8}", "mode", "R@1", "R@5", "R@10", "MRR@10", "not 1st");
         let mut latencies = Vec::new();
-        for (name, mode) in [("lexical", SearchMode::Lexical), ("semantic", SearchMode::Semantic), ("hybrid", SearchMode::Hybrid)] {
-            let (mut hits1, mut hits5, mut rr, mut misses) = (0usize, 0usize, 0.0f64, Vec::new());
+        let modes = [("lexical", SearchMode::Lexical), ("semantic", SearchMode::Semantic), ("hybrid", SearchMode::Hybrid)];
+        for (i, (name, mode)) in modes.into_iter().enumerate() {
+            let (mut hits1, mut hits5, mut hits10, mut rr, mut misses) = (0usize, 0usize, 0usize, 0.0f64, Vec::new());
             for q in &set.questions {
                 let t = Instant::now();
                 let outcome = search(scanner.clone(), &ws, &transport, &q.q, 30, mode, rerank).await?;
@@ -151,6 +267,7 @@ fn bench(
                 if rank.is_some_and(|r| r <= 5) {
                     hits5 += 1;
                 }
+                hits10 += usize::from(rank.is_some());
                 if rank != Some(1) {
                     let mut seen = HashSet::new();
                     let top: Vec<&str> = paths.iter().filter(|p| seen.insert(p.as_str())).take(3).map(String::as_str).collect();
@@ -159,7 +276,9 @@ fn bench(
                 rr += rank.map_or(0.0, |r| 1.0 / r as f64);
             }
             let n = set.questions.len().max(1) as f64;
-            println!("{name:<10} {:>6.3} {:>6.3} {:>8.3} {:>8}", hits1 as f64 / n, hits5 as f64 / n, rr / n, misses.len());
+            let q = Quality { r1: hits1 as f64 / n, r5: hits5 as f64 / n, r10: hits10 as f64 / n, mrr: rr / n };
+            figures.modes[i] = q;
+            println!("{name:<10} {:>6.3} {:>6.3} {:>6.3} {:>8.3} {:>8}", q.r1, q.r5, q.r10, q.mrr, misses.len());
             if mode == SearchMode::Hybrid {
                 for m in misses {
                     println!("{m}");
@@ -182,6 +301,7 @@ fn bench(
         }
         server.sort_by(f64::total_cmp);
         latencies.sort_by(f64::total_cmp);
+        figures.p50_ms = percentile(&latencies, 0.5);
         println!(
             "search latency (hybrid, query embedding + server search + client check, {} queries): p50 {:.1} ms, p99 {:.1} ms",
             latencies.len(),
@@ -195,9 +315,9 @@ fn bench(
                 percentile(&server, 0.99)
             );
         }
-        cli_latency(&home, &ws.root, &set, runs)
+        if processes { cli_latency(&home, &ws.root, set, runs) } else { Ok(()) }
     })?;
-    Ok(ExitCode::SUCCESS)
+    Ok(figures)
 }
 
 /// `caret search` processes end to end on the bench's index: the first starts the local

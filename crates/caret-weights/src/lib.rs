@@ -220,6 +220,16 @@ fn check_digest(path: &Path, expected: &str) -> Result<()> {
     Ok(())
 }
 
+/// Downloads `url` to `dest` unless a file with the `sha256` digest is there already, then
+/// checks the digest (a package archive from a registry, say). Resumes an interrupted
+/// download.
+pub async fn fetch_verified(url: &str, dest: &Path, sha256: &str, progress: Progress<'_>) -> Result<()> {
+    if !dest.exists() || sha256_file(dest)? != sha256 {
+        download(url, dest, progress).await?;
+    }
+    check_digest(dest, sha256)
+}
+
 /// Downloads `url` to `dest`, resuming from `dest.part` with an HTTP range request.
 async fn download(url: &str, dest: &Path, progress: Progress<'_>) -> Result<()> {
     use futures::StreamExt as _;
