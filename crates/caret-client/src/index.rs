@@ -357,13 +357,30 @@ const STOPWORDS: &[&str] = &[
     "what", "when", "where", "which", "with", "without",
 ];
 
-/// A word as compared with path words: lowercase, a plural's `s` off.
+/// A word as compared with path words: lowercase, and inflections off so that a question's
+/// word meets a file named after the same concept (`compressed`, `compression` and
+/// `compress.rs`; `reducers.rs` and `reduce`; `parser.rs` and `parsing`). Both sides are cut the
+/// same way, so the cut need not be a word; a stem keeps at least three letters.
 fn stem(word: &str) -> String {
-    let w = word.to_lowercase();
-    match w.strip_suffix('s') {
-        Some(stem) if stem.len() >= 3 && !stem.ends_with('s') => stem.to_owned(),
-        _ => w,
+    let mut w = word.to_lowercase();
+    for suffix in ["ies", "s"] {
+        if let Some(rest) = w.strip_suffix(suffix)
+            && rest.len() >= 3
+            && !rest.ends_with('s')
+        {
+            w = if suffix == "ies" { format!("{rest}y") } else { rest.to_owned() };
+            break;
+        }
     }
+    for suffix in ["ation", "ition", "ion", "ing", "er", "ed", "e"] {
+        if let Some(rest) = w.strip_suffix(suffix)
+            && rest.chars().count() >= 3
+        {
+            w = rest.to_owned();
+            break;
+        }
+    }
+    w
 }
 
 /// The query's words worth looking for in paths.
@@ -521,7 +538,7 @@ mod tests {
     #[test]
     fn paths_are_matched_on_the_questions_words() {
         let words = path_words_of_query("Read a whole file into a String asynchronously");
-        assert_eq!(words, ["read", "whole", "file", "string", "asynchronously"]);
+        assert_eq!(words, ["read", "whol", "fil", "str", "asynchronously"], "stems, not words");
         assert_eq!(path_matches(&words, "src/fs/read_to_string.rs"), 2);
         assert_eq!(path_matches(&words, "src/io/util/read_line.rs"), 1);
         assert_eq!(path_matches(&words, "src/net/udp.rs"), 0);
@@ -530,6 +547,12 @@ mod tests {
         assert_eq!(path_matches(&words, "server/token.py"), 1);
         assert_eq!(path_matches(&words, "server/checked.py"), 1);
         assert_eq!(path_matches(&path_words_of_query("python files"), "a/b.py"), 0);
+        // Inflections meet the file named after the concept.
+        let words = path_words_of_query("reduce values after parsing compressed data");
+        assert_eq!(path_matches(&words, "src/math/reducers.rs"), 1);
+        assert_eq!(path_matches(&words, "src/parser.rs"), 1);
+        assert_eq!(path_matches(&words, "lib/compression.go"), 1);
+        assert_eq!(path_matches(&words, "src/user.rs"), 0, "a stem keeps three letters: `use`, not `us`");
     }
 
     fn hit(path: &str, lines: (u32, u32), score: f32) -> caret_protocol::SearchHit {
