@@ -268,11 +268,14 @@ pub struct Rerank {
     /// A file whose hit defines a name that a better hit uses gains this share of a score
     /// (see [`credit_definers`]).
     pub uses: f32,
+    /// Above zero, path words meet inflections (`compressed` and `compression.go`); else
+    /// only plurals are folded.
+    pub stem: f32,
 }
 
 impl Default for Rerank {
     fn default() -> Self {
-        Rerank { path: 0.15, uses: 0.2 }
+        Rerank { path: 0.15, uses: 0.2, stem: 1.0 }
     }
 }
 
@@ -361,7 +364,7 @@ const STOPWORDS: &[&str] = &[
 /// word meets a file named after the same concept (`compressed`, `compression` and
 /// `compress.rs`; `reducers.rs` and `reduce`; `parser.rs` and `parsing`). Both sides are cut the
 /// same way, so the cut need not be a word; a stem keeps at least three letters.
-fn stem(word: &str) -> String {
+fn stem(word: &str, inflections: bool) -> String {
     let mut w = word.to_lowercase();
     for suffix in ["ies", "s"] {
         if let Some(rest) = w.strip_suffix(suffix)
@@ -371,6 +374,9 @@ fn stem(word: &str) -> String {
             w = if suffix == "ies" { format!("{rest}y") } else { rest.to_owned() };
             break;
         }
+    }
+    if !inflections {
+        return w;
     }
     for suffix in ["ation", "ition", "ion", "ing", "er", "ed", "e"] {
         if let Some(rest) = w.strip_suffix(suffix)
@@ -384,11 +390,11 @@ fn stem(word: &str) -> String {
 }
 
 /// The query's words worth looking for in paths.
-fn path_words_of_query(query: &str) -> Vec<String> {
+fn path_words_of_query(query: &str, inflections: bool) -> Vec<String> {
     let mut words = Vec::new();
     caret_store::lexical::terms(query, |t| {
         if t.len() >= 2 && !STOPWORDS.contains(&t) {
-            let s = stem(t);
+            let s = stem(t, inflections);
             if !words.contains(&s) {
                 words.push(s);
             }
@@ -398,11 +404,11 @@ fn path_words_of_query(query: &str) -> Vec<String> {
 }
 
 /// How many of `words` the path's directories and file name hold.
-fn path_matches(words: &[String], path: &str) -> usize {
+fn path_matches(words: &[String], path: &str, inflections: bool) -> usize {
     let mut parts = std::collections::HashSet::new();
     let without_ext = path.rsplit_once('.').map_or(path, |(stem, ext)| if ext.contains('/') { path } else { stem });
     caret_store::lexical::terms(without_ext, |t| {
-        parts.insert(stem(t));
+        parts.insert(stem(t, inflections));
     });
     words.iter().filter(|w| parts.contains(*w)).count()
 }
@@ -426,10 +432,11 @@ pub async fn search(
         transport.search(&ws.id, &key, &SearchRequest { query: query.to_owned(), k: asked, mode }).await?;
     let paths: HashMap<String, RelPath> = ws.load_path_map()?.into_iter().collect();
     if rerank.path > 0.0 {
-        let words = path_words_of_query(query);
+        let inflections = rerank.stem > 0.0;
+        let words = path_words_of_query(query, inflections);
         for h in &mut response.hits {
             if let Some(real) = paths.get(&h.path) {
-                let matched = path_matches(&words, &String::from_utf8_lossy(real.as_bytes()));
+                let matched = path_matches(&words, &String::from_utf8_lossy(real.as_bytes()), inflections);
                 h.score *= 1.0 + rerank.path * matched as f32;
             }
         }
@@ -537,22 +544,22 @@ mod tests {
 
     #[test]
     fn paths_are_matched_on_the_questions_words() {
-        let words = path_words_of_query("Read a whole file into a String asynchronously");
+        let words = path_words_of_query("Read a whole file into a String asynchronously", true);
         assert_eq!(words, ["read", "whol", "fil", "str", "asynchronously"], "stems, not words");
-        assert_eq!(path_matches(&words, "src/fs/read_to_string.rs"), 2);
-        assert_eq!(path_matches(&words, "src/io/util/read_line.rs"), 1);
-        assert_eq!(path_matches(&words, "src/net/udp.rs"), 0);
+        assert_eq!(path_matches(&words, "src/fs/read_to_string.rs", true), 2);
+        assert_eq!(path_matches(&words, "src/io/util/read_line.rs", true), 1);
+        assert_eq!(path_matches(&words, "src/net/udp.rs", true), 0);
         // Plurals meet singulars; the extension is not a word of the path.
-        let words = path_words_of_query("where are tokens checked");
-        assert_eq!(path_matches(&words, "server/token.py"), 1);
-        assert_eq!(path_matches(&words, "server/checked.py"), 1);
-        assert_eq!(path_matches(&path_words_of_query("python files"), "a/b.py"), 0);
+        let words = path_words_of_query("where are tokens checked", true);
+        assert_eq!(path_matches(&words, "server/token.py", true), 1);
+        assert_eq!(path_matches(&words, "server/checked.py", true), 1);
+        assert_eq!(path_matches(&path_words_of_query("python files", true), "a/b.py", true), 0);
         // Inflections meet the file named after the concept.
-        let words = path_words_of_query("reduce values after parsing compressed data");
-        assert_eq!(path_matches(&words, "src/math/reducers.rs"), 1);
-        assert_eq!(path_matches(&words, "src/parser.rs"), 1);
-        assert_eq!(path_matches(&words, "lib/compression.go"), 1);
-        assert_eq!(path_matches(&words, "src/user.rs"), 0, "a stem keeps three letters: `use`, not `us`");
+        let words = path_words_of_query("reduce values after parsing compressed data", true);
+        assert_eq!(path_matches(&words, "src/math/reducers.rs", true), 1);
+        assert_eq!(path_matches(&words, "src/parser.rs", true), 1);
+        assert_eq!(path_matches(&words, "lib/compression.go", true), 1);
+        assert_eq!(path_matches(&words, "src/user.rs", true), 0, "a stem keeps three letters: `use`, not `us`");
     }
 
     fn hit(path: &str, lines: (u32, u32), score: f32) -> caret_protocol::SearchHit {

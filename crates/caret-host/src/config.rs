@@ -904,6 +904,7 @@ impl Config {
                 "symbol" => &mut w.symbol,
                 "path" => &mut rerank.path,
                 "uses" => &mut rerank.uses,
+                "stem" => &mut rerank.stem,
                 other => bail!("CARET_SEARCH_WEIGHTS: unknown weight {other:?}"),
             };
             *slot = value;
