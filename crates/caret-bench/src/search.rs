@@ -121,7 +121,8 @@ pub fn run_sets(config: &Config, sets: &[PathBuf], runs: usize, fresh: bool) -> 
             println!("{name}: no source named in the set (measure it with a PATH); skipped");
             continue;
         };
-        let tree = crate::sources::fetch(&config.home.join("bench").join("sources"), &name, source)?;
+        let tree =
+            crate::sources::fetch(&config.home.join("bench").join("sources"), &name, source, &config.model_store())?;
         let index = config.home.join("bench").join("indexes").join(&name);
         if fresh {
             let _ = std::fs::remove_dir_all(&index);

@@ -1,9 +1,10 @@
 //! The projects the search question sets are asked of: each set names its source (a package on
-//! a registry — a crate, an npm package, or a Debian source package's upstream archive — its
+//! a registry — a crate, an npm package, a PyPI source distribution, or a Debian source
+//! package's upstream archive — its
 //! SHA-256, and the folder inside it that is the tree), and this fetches it once into
 //! `$CARET_HOME/bench/sources/`, checks the digest and unpacks it with `tar` (gzip and xz).
 //! Each registry's address can be replaced by a mirror's (`CARET_CRATES_URL`, `CARET_NPM_URL`,
-//! `CARET_DEBIAN_URL`).
+//! `CARET_DEBIAN_URL`; PyPI's is `CARET_PYPI_URL`, as for models).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,7 +15,7 @@ use serde::Deserialize;
 /// Where a question set's project comes from.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Source {
-    /// `crates`, `npm` or `debian`.
+    /// `crates`, `npm`, `pypi` (a source distribution) or `debian`.
     pub registry: String,
     /// The package (a Debian *source* package's name for `debian`).
     pub package: String,
@@ -41,19 +42,21 @@ impl Source {
                 let short = p.rsplit('/').next().unwrap_or(p);
                 format!("{}/{p}/-/{short}-{v}.tgz", base("CARET_NPM_URL", "https://registry.npmjs.org"))
             }
+            // Resolved through the index's JSON API: see `fetch`.
+            "pypi" => anyhow::bail!("a PyPI file's address comes from the index"),
             "debian" => {
                 let file = self.file.as_deref().context("a Debian source names its archive (`file`)")?;
                 // The pool's folder: the first letter, or `libX` for `lib…` packages.
                 let letter = if p.starts_with("lib") { &p[..p.len().min(4)] } else { &p[..1] };
                 format!("{}/pool/main/{letter}/{p}/{file}", base("CARET_DEBIAN_URL", "https://deb.debian.org/debian"))
             }
-            other => anyhow::bail!("unknown registry {other:?}: crates, npm or debian"),
+            other => anyhow::bail!("unknown registry {other:?}: crates, npm, pypi or debian"),
         })
     }
 }
 
 /// The tree of `source`, fetched and unpacked under `dir` (named `name`) unless it is there.
-pub fn fetch(dir: &Path, name: &str, source: &Source) -> anyhow::Result<PathBuf> {
+pub fn fetch(dir: &Path, name: &str, source: &Source, index: &caret_weights::Models) -> anyhow::Result<PathBuf> {
     anyhow::ensure!(
         !name.contains(['/', '\\']) && !name.starts_with('.') && !source.root.split('/').any(|p| p == ".."),
         "a question set's name and root stay inside the sources folder: {name:?}, {:?}",
@@ -67,11 +70,14 @@ pub fn fetch(dir: &Path, name: &str, source: &Source) -> anyhow::Result<PathBuf>
     }
     let downloads = dir.join(".downloads");
     std::fs::create_dir_all(&downloads).with_context(|| format!("creating {}", downloads.display()))?;
-    let url = source.url()?;
+    let rt = caret_host::runtime::runtime()?;
+    let url = match (source.registry.as_str(), &source.file) {
+        ("pypi", Some(file)) => rt.block_on(index.resolve(&source.package, &source.version, file))?,
+        _ => source.url()?,
+    };
     let file = url.rsplit('/').next().filter(|f| !f.is_empty() && !f.starts_with('.')).unwrap_or("archive");
     let archive = downloads.join(file);
     println!("fetching {} {} ({}) …", source.package, source.version, source.registry);
-    let rt = caret_host::runtime::runtime()?;
     rt.block_on(caret_weights::fetch_verified(&url, &archive, &source.sha256, &|_, _| {}))
         .with_context(|| format!("fetching {url}"))?;
     let staging = dir.join(format!(".{name}.staging"));

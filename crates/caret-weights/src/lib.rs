@@ -174,7 +174,9 @@ impl Models {
     }
 
     /// Finds an archive's download URL with the registry's JSON API.
-    async fn resolve(&self, package: &str, version: &str, filename: &str) -> Result<String> {
+    /// The address of a release's file on the package index (a mirror's relative links
+    /// resolved).
+    pub async fn resolve(&self, package: &str, version: &str, filename: &str) -> Result<String> {
         // The package-level document lists every release's files (some mirrors serve only it).
         let url = format!("{}/pypi/{package}/json", self.index_url);
         let fail = |reason: String| Error::Download { url: url.clone(), reason };
