@@ -38,6 +38,18 @@ fn agent_config(url: &str) -> String {
     )
 }
 
+/// A git repository holding `files`, committed.
+fn committed_repo(files: &[(&str, &str)]) -> TempDir {
+    let repo = TempDir::new();
+    for (path, text) in files {
+        repo.write(path, text);
+    }
+    repo.git_init();
+    repo.git(&["add", "-A"]);
+    repo.git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init"]);
+    repo
+}
+
 fn http() -> reqwest::blocking::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::blocking::Client::builder().timeout(Duration::from_secs(30)).build().unwrap()
@@ -325,11 +337,7 @@ fn a_background_run_started_from_the_page_is_reviewed_and_applied() {
     up.set(Behaviour { conversation: caret_test_support::scripted::fix_add_conversation(), ..Behaviour::default() });
     let home = TempDir::new();
     home.write("config.toml", &agent_config(&up.url));
-    let repo = TempDir::new();
-    repo.write("add.sh", "echo $(( $1 - $2 ))\n");
-    repo.git_init();
-    repo.git(&["add", "-A"]);
-    repo.git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init"]);
+    let repo = committed_repo(&[("add.sh", "echo $(( $1 - $2 ))\n")]);
     let ui = start_ui(home.path(), repo.path());
     let browser = Browser::start();
     browser.open(&format!("{}/#token={}", ui.base, ui.token));
@@ -659,26 +667,20 @@ fn the_page_completes_commands_plans_then_builds_and_runs_attempts_in_worktrees(
     let up = rt.block_on(ScriptedUpstream::start("page-model"));
     let home = TempDir::new();
     home.write("config.toml", &agent_config(&up.url));
-    let repo = TempDir::new();
-    repo.write("add.sh", "echo $(( $1 - $2 ))\n");
-    repo.write(
-        ".claude/commands/fix.md",
-        "---\ndescription: Fix a bug\nargument-hint: [what]\n---\nFix the bug in $ARGUMENTS, with a test.\n",
-    );
-    repo.git_init();
-    repo.git(&["add", "-A"]);
-    repo.git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init"]);
+    let repo = committed_repo(&[
+        ("add.sh", "echo $(( $1 - $2 ))\n"),
+        (
+            ".claude/commands/fix.md",
+            "---\ndescription: Fix a bug\nargument-hint: [what]\n---\nFix the bug in $ARGUMENTS, with a test.\n",
+        ),
+    ]);
     let ui = start_ui(home.path(), repo.path());
     let browser = Browser::start();
     browser.open(&format!("{}/#token={}", ui.base, ui.token));
     browser.wait_for("the page", 30, "return window.caret?.ready");
 
     // `/f` offers the command with its hint and description; picking it fills the input.
-    let type_in = |text: &str| {
-        browser.eval(&format!(
-            "const i = document.querySelector('[data-role=input]'); i.focus(); i.value = {text:?}; i.selectionStart = i.value.length; i.dispatchEvent(new Event('input'));"
-        ));
-    };
+    let type_in = |text: &str| browser.fill("[data-role=input]", text);
     type_in("/f");
     let offered = browser.wait_for(
         "the command offered",

@@ -351,11 +351,7 @@ fn in_code_server(vsix: &Path) {
     // In the panel too: `/` completes the repository's command; Plan mode plans it with
     // read-only tools; the plan approved is built.
     into_panel();
-    let type_in = |text: &str| {
-        browser.eval(&format!(
-            "const i = document.querySelector('[data-role=input]'); i.focus(); i.value = {text:?}; i.selectionStart = i.value.length; i.dispatchEvent(new Event('input'));"
-        ));
-    };
+    let type_in = |text: &str| browser.fill("[data-role=input]", text);
     type_in("/b");
     let offered = browser.wait_for(
         "the command offered",

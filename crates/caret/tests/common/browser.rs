@@ -92,6 +92,16 @@ impl Drop for Browser {
 }
 
 impl Browser {
+    /// Puts `text` into the input or text area `selector` as if typed at once: focused, the
+    /// caret at its end, and an `input` event fired.
+    pub fn fill(&self, selector: &str, text: &str) {
+        self.eval_async(
+            "const [sel, text, done] = arguments; const i = document.querySelector(sel); i.focus(); i.value = text; \
+             i.selectionStart = i.value.length; i.dispatchEvent(new Event('input')); done(true);",
+            json!([selector, text]),
+        );
+    }
+
     /// Types `keys` into the focused element as key presses (WebDriver's key codes for
     /// special keys: `\u{E004}` Tab, `\u{E009}` Control, `\u{E007}` Enter).
     pub fn keys(&self, keys: &str) {
