@@ -111,7 +111,7 @@ impl Chunker {
 
     /// A stable description of everything that decides chunk boundaries.
     pub fn fingerprint(&self) -> String {
-        format!("chunker-v2/{}/{}/{}", self.config.max_tokens, self.config.min_tokens, self.counter.id())
+        format!("chunker-v3/{}/{}/{}", self.config.max_tokens, self.config.min_tokens, self.counter.id())
     }
 
     /// Chunks one file's text.

@@ -262,12 +262,22 @@ impl FileKind {
         if test_name || in_dir(&["test", "tests", "testing", "__tests__", "spec", "specs", "testdata", "test_data"]) {
             return FileKind::Test;
         }
+        // A package's documentation kept in a source file of its own (Go's `doc.go`, Java's
+        // `package-info.java`): prose, not the code that implements it.
+        if name == "doc.go" || name == "package-info.java" {
+            return FileKind::Docs;
+        }
         match language {
             Language::Markdown => return FileKind::Docs,
             Language::Text => {}
             _ => return FileKind::Code,
         }
         let ext = path.extension().unwrap_or_default();
+        // Manual pages (`man/tool.1`, `syncthing-bep.7`): roff prose.
+        let manual = ext.len() == 1 && ext.as_bytes()[0].is_ascii_digit() && ext != "0" || ext == "man";
+        if manual {
+            return FileKind::Docs;
+        }
         if matches!(ext.as_str(), "po" | "pot" | "xliff" | "xlf" | "csv" | "tsv") {
             return FileKind::Data;
         }

@@ -674,4 +674,9 @@ fn files_are_classified_by_what_they_are_for() {
     assert_eq!(kind("data/prices.csv"), FileKind::Data);
     assert_eq!(kind("docs/intro.rst"), FileKind::Docs);
     assert_eq!(kind("pyproject.toml"), FileKind::Config);
+    assert_eq!(kind("man/syncthing-bep.7"), FileKind::Docs, "a manual page");
+    assert_eq!(kind("lib/discover/doc.go"), FileKind::Docs, "a Go package's documentation");
+    assert_eq!(kind("src/main/org/h2/package-info.java"), FileKind::Docs);
+    assert_eq!(kind("lib/discover/cache.go"), FileKind::Code);
+    assert_eq!(kind("build/out.0"), FileKind::Code, "no manual section 0");
 }
