@@ -271,11 +271,14 @@ pub struct Rerank {
     /// Above zero, path words meet inflections (`compressed` and `compression.go`); else
     /// only plurals are folded.
     pub stem: f32,
+    /// A long file's hits lose this much per natural log of its length past
+    /// [`LONG_FILE_LINES`] (see [`discount_long_files`]); 0: none.
+    pub size: f32,
 }
 
 impl Default for Rerank {
     fn default() -> Self {
-        Rerank { path: 0.15, uses: 0.2, stem: 1.0 }
+        Rerank { path: 0.15, uses: 0.2, stem: 1.0, size: 0.0 }
     }
 }
 
@@ -349,6 +352,28 @@ fn credit_definers(
         .collect();
     for h in hits.iter_mut() {
         h.score += gains.get(&h.path).copied().unwrap_or(0.0);
+    }
+    hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+}
+
+/// Files longer than this many lines are discounted by [`Rerank::size`].
+const LONG_FILE_LINES: f32 = 300.0;
+
+/// A file is not the answer just for being long: among the hits whose file was read, each
+/// is divided by `1 + weight × ln(lines / LONG_FILE_LINES)` when its file is longer than
+/// that. A hub that mentions everything (a 3,000-line model) no longer outranks the small
+/// module that implements the one thing asked.
+fn discount_long_files(
+    hits: &mut [caret_protocol::SearchHit],
+    files: &HashMap<String, (RelPath, Option<OnDisk>)>,
+    weight: f32,
+) {
+    for h in hits.iter_mut() {
+        let Some((_, Some(file))) = files.get(&h.path) else { continue };
+        let lines = file.text.lines().count() as f32;
+        if lines > LONG_FILE_LINES {
+            h.score /= 1.0 + weight * (lines / LONG_FILE_LINES).ln();
+        }
     }
     hits.sort_by(|a, b| b.score.total_cmp(&a.score));
 }
@@ -454,7 +479,7 @@ pub async fn search(
         let fingerprint = scanner.content_fingerprint();
         // Files by obfuscated path: the real one and its text.
         let mut files: HashMap<String, (RelPath, Option<OnDisk>)> = HashMap::new();
-        if rerank.uses > 0.0 {
+        if rerank.uses > 0.0 || rerank.size > 0.0 {
             let mut wanted: Vec<(String, RelPath)> = Vec::new();
             for h in response.hits.iter().take(USES_WINDOW) {
                 if let Some(real) = paths.get(&h.path)
@@ -474,7 +499,12 @@ pub async fn search(
                 })
                 .collect();
             files.extend(read);
-            credit_definers(&mut response.hits, &files, rerank.uses);
+            if rerank.size > 0.0 {
+                discount_long_files(&mut response.hits, &files, rerank.size);
+            }
+            if rerank.uses > 0.0 {
+                credit_definers(&mut response.hits, &files, rerank.uses);
+            }
         }
         let mut out = Vec::new();
         let mut stale = 0u64;
@@ -619,5 +649,19 @@ mod tests {
         let files: HashMap<_, _> = [on_disk("views.py", views), on_disk("pager.py", pager)].into_iter().collect();
         let hits = vec![hit("views.py", (4, 5), 1.0), hit("pager.py", (1, 5), 0.9)];
         assert_eq!(ranked(hits, &files), ["views.py:4", "pager.py:1"]);
+    }
+
+    #[test]
+    fn a_long_file_does_not_win_for_its_length() {
+        let hub: String = (0..3000).map(|i| format!("line {i}\n")).collect();
+        let module: String = (0..120).map(|i| format!("line {i}\n")).collect();
+        let files: HashMap<_, _> = [on_disk("model.go", &hub), on_disk("cache.go", &module)].into_iter().collect();
+        let mut hits =
+            vec![hit("model.go", (1, 40), 1.0), hit("cache.go", (1, 40), 0.9), hit("unread.go", (1, 9), 0.8)];
+        discount_long_files(&mut hits, &files, 0.1);
+        let order: Vec<&str> = hits.iter().map(|h| h.path.as_str()).collect();
+        assert_eq!(order, ["cache.go", "model.go", "unread.go"], "3,000 lines: divided by 1 + 0.1 × ln 10");
+        assert!((hits[1].score - 1.0 / (1.0 + 0.1 * 10f32.ln())).abs() < 1e-6);
+        assert_eq!(hits[0].score, 0.9, "short files keep their score");
     }
 }

@@ -905,6 +905,7 @@ impl Config {
                 "path" => &mut rerank.path,
                 "uses" => &mut rerank.uses,
                 "stem" => &mut rerank.stem,
+                "size" => &mut rerank.size,
                 other => bail!("CARET_SEARCH_WEIGHTS: unknown weight {other:?}"),
             };
             *slot = value;
