@@ -284,7 +284,7 @@ impl FileKind {
         if matches!(ext.as_str(), "rst" | "txt" | "adoc" | "asciidoc" | "org" | "tex")
             || name.starts_with("readme")
             || name.starts_with("changelog")
-            || in_dir(&["doc", "docs", "documentation"])
+            || in_dir(&["doc", "docs", "docsrc", "doc-src", "documentation", "man", "manual"])
         {
             FileKind::Docs
         } else if matches!(

@@ -679,4 +679,6 @@ fn files_are_classified_by_what_they_are_for() {
     assert_eq!(kind("src/main/org/h2/package-info.java"), FileKind::Docs);
     assert_eq!(kind("lib/discover/cache.go"), FileKind::Code);
     assert_eq!(kind("build/out.0"), FileKind::Code, "no manual section 0");
+    assert_eq!(kind("src/docsrc/html/advanced.html"), FileKind::Docs, "a documentation site's page");
+    assert_eq!(kind("gui/default/index.html"), FileKind::Code, "an application's page");
 }
