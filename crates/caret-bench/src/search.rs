@@ -42,6 +42,9 @@ impl QuestionSet {
     }
 }
 
+/// The rows of a set in the table: [`Figures::modes`] in order.
+const MODES: [&str; 4] = ["lexical", "semantic", "hybrid", "bound"];
+
 /// Quality of one mode on one set.
 #[derive(Debug, Clone, Copy, Default)]
 struct Quality {
@@ -83,14 +86,13 @@ pub fn run(
     keep: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
     let set = questions.as_deref().map(QuestionSet::read).transpose()?;
-    if let Some(dir) = keep {
-        // A kept index is reused: the next run only embeds what changed.
-        bench(config, path, set.as_ref(), runs.max(1), &dir, true)?;
-        return Ok(ExitCode::SUCCESS);
+    // A kept index is reused (the next run only embeds what changed); a scratch one is removed.
+    let scratch = keep.is_none();
+    let dir = keep.unwrap_or_else(|| config.home.join("bench").join(format!("search-{}", std::process::id())));
+    let result = bench(config, path, set.as_ref(), runs.max(1), &dir, true);
+    if scratch {
+        let _ = std::fs::remove_dir_all(&dir);
     }
-    let scratch = config.home.join("bench").join(format!("search-{}", std::process::id()));
-    let result = bench(config, path, set.as_ref(), runs.max(1), &scratch, true);
-    let _ = std::fs::remove_dir_all(&scratch);
     result.map(|_| ExitCode::SUCCESS)
 }
 
@@ -136,7 +138,7 @@ pub fn run_sets(config: &Config, sets: &[PathBuf], runs: usize, fresh: bool) -> 
         "set", "language", "qs", "files", "chunks", "mode", "R@1", "R@5", "R@10", "MRR@10", "p50 ms"
     );
     for (name, language, questions, f) in &rows {
-        for (i, mode) in ["lexical", "semantic", "hybrid", "bound"].iter().enumerate() {
+        for (i, mode) in MODES.iter().enumerate() {
             let q = f.modes[i];
             let (n, l, qs, fi, ch) = if i == 0 {
                 (name.as_str(), language.as_str(), questions.to_string(), thousands(f.files), thousands(f.chunks))
@@ -152,7 +154,7 @@ pub fn run_sets(config: &Config, sets: &[PathBuf], runs: usize, fresh: bool) -> 
     }
     if !rows.is_empty() {
         let n = rows.len() as f64;
-        for (i, mode) in ["lexical", "semantic", "hybrid", "bound"].iter().enumerate() {
+        for (i, mode) in MODES.iter().enumerate() {
             let mean = |get: fn(&Quality) -> f64| rows.iter().map(|(_, _, _, f)| get(&f.modes[i])).sum::<f64>() / n;
             println!(
                 "{:<22} {:<10} {:>5} {:>6} {:>7}  {mode:<9} {:>5.2} {:>5.2} {:>5.2} {:>6.3}",
@@ -222,7 +224,7 @@ fn bench(
         let total_secs = started.elapsed().as_secs_f64();
         let files = sync.added + sync.modified + sync.unchanged;
         figures.files = files;
-        figures.chunks = embed.progress.stages.iter().map(|(total, _)| *total).sum::<u64>().max(sync.chunks_sent as u64);
+        figures.chunks = embed.progress.stages.iter().map(|(total, _)| *total).sum::<u64>();
         println!(
             "index: {} files, {} chunks sent; sync (lexical ready) {:.1} s; embedding {} chunks {:.1} s ({:.1} chunks/s); total {:.1} s",
             thousands(files),

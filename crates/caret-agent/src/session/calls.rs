@@ -42,8 +42,9 @@ impl Session {
                 refused[i] = Some(format!("error: refused by a hook: {why}"));
                 continue;
             }
-            let read_only = self.tools.get(&c.name).is_some_and(|t| t.spec().read_only);
-            if self.tools.get(&c.name).is_some() && !self.offered_in_mode(&c.name, read_only) {
+            if let Some(tool) = self.tools.get(&c.name)
+                && !self.offered_in_mode(&c.name, tool.spec().read_only)
+            {
                 refused[i] = Some(match self.mode {
                     caret_protocol::agent::Mode::Plan => {
                         format!("error: plan mode: {} does not run until the plan is approved", c.name)
