@@ -223,6 +223,10 @@ pub enum BenchCommand {
         /// Searches for the latency figures.
         #[arg(long, default_value_t = 100)]
         searches: usize,
+        /// A question set for the site (JSON lines of `{"q", "pages"}`, pages relative to the
+        /// site's root, e.g. eval/docs/celery-5.2.6.jsonl); default: SQLite's, kept in the binary.
+        #[arg(long)]
+        questions: Option<PathBuf>,
     },
     /// Next-edit prediction on real history (this repository's commits): how often the
     /// predicted edit is in the right place and exact, for the deterministic candidates, a
@@ -285,8 +289,8 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Soak { duration, clients, model } => {
             crate::soak::run(config, crate::soak::SoakBench { duration, clients: clients.max(1), model })
         }
-        BenchCommand::Docs { site, pages, rate, searches } => {
-            crate::docs::run(config, crate::docs::DocsBench { site, pages, rate, searches })
+        BenchCommand::Docs { site, pages, rate, searches, questions } => {
+            crate::docs::run(config, crate::docs::DocsBench { site, pages, rate, searches, questions })
         }
         BenchCommand::NextEdit { model, model_cases } => {
             crate::next_edit::run(config, crate::next_edit::NextEditBench { model, model_cases })

@@ -362,14 +362,22 @@ const LONG_FILE_LINES: f32 = 300.0;
 /// A file is not the answer just for being long: among the hits whose file was read, each
 /// is divided by `1 + weight × ln(lines / LONG_FILE_LINES)` when its file is longer than
 /// that. A hub that mentions everything (a 3,000-line model) no longer outranks the small
-/// module that implements the one thing asked.
+/// module that implements the one thing asked. A file named after one of the query's `words`
+/// (`Parser.java` for a question on parsing) is spared: it is long because the thing asked is.
 fn discount_long_files(
     hits: &mut [caret_protocol::SearchHit],
     files: &HashMap<String, (RelPath, Option<OnDisk>)>,
+    words: &[String],
+    inflections: bool,
     weight: f32,
 ) {
     for h in hits.iter_mut() {
-        let Some((_, Some(file))) = files.get(&h.path) else { continue };
+        let Some((real, Some(file))) = files.get(&h.path) else { continue };
+        let real = String::from_utf8_lossy(real.as_bytes());
+        let name = real.rsplit('/').next().unwrap_or(&real);
+        if path_matches(words, name, inflections) > 0 {
+            continue;
+        }
         let lines = file.text.lines().count() as f32;
         if lines > LONG_FILE_LINES {
             h.score /= 1.0 + weight * (lines / LONG_FILE_LINES).ln();
@@ -456,9 +464,9 @@ pub async fn search(
     let mut response =
         transport.search(&ws.id, &key, &SearchRequest { query: query.to_owned(), k: asked, mode }).await?;
     let paths: HashMap<String, RelPath> = ws.load_path_map()?.into_iter().collect();
+    let inflections = rerank.stem > 0.0;
+    let words = path_words_of_query(query, inflections);
     if rerank.path > 0.0 {
-        let inflections = rerank.stem > 0.0;
-        let words = path_words_of_query(query, inflections);
         for h in &mut response.hits {
             if let Some(real) = paths.get(&h.path) {
                 let matched = path_matches(&words, &String::from_utf8_lossy(real.as_bytes()), inflections);
@@ -500,7 +508,7 @@ pub async fn search(
                 .collect();
             files.extend(read);
             if rerank.size > 0.0 {
-                discount_long_files(&mut response.hits, &files, rerank.size);
+                discount_long_files(&mut response.hits, &files, &words, inflections, rerank.size);
             }
             if rerank.uses > 0.0 {
                 credit_definers(&mut response.hits, &files, rerank.uses);
@@ -658,10 +666,17 @@ mod tests {
         let files: HashMap<_, _> = [on_disk("model.go", &hub), on_disk("cache.go", &module)].into_iter().collect();
         let mut hits =
             vec![hit("model.go", (1, 40), 1.0), hit("cache.go", (1, 40), 0.9), hit("unread.go", (1, 9), 0.8)];
-        discount_long_files(&mut hits, &files, 0.1);
+        let words = path_words_of_query("how is the cache filled", true);
+        let mut named = hits.clone();
+        discount_long_files(&mut hits, &files, &words, true, 0.1);
         let order: Vec<&str> = hits.iter().map(|h| h.path.as_str()).collect();
         assert_eq!(order, ["cache.go", "model.go", "unread.go"], "3,000 lines: divided by 1 + 0.1 × ln 10");
         assert!((hits[1].score - 1.0 / (1.0 + 0.1 * 10f32.ln())).abs() < 1e-6);
         assert_eq!(hits[0].score, 0.9, "short files keep their score");
+        // A long file named after the question's subject keeps its score.
+        let words = path_words_of_query("where is the model loaded", true);
+        discount_long_files(&mut named, &files, &words, true, 0.1);
+        assert_eq!(named[0].path, "model.go");
+        assert_eq!(named[0].score, 1.0);
     }
 }

@@ -270,6 +270,11 @@ impl<'a> Frontier<'a> {
             Some(q) => format!("{}?{q}", url.path()),
             None => url.path().to_owned(),
         };
+        if let Some(why) = generated_copy(url.path()) {
+            self.seen.insert(url.to_string());
+            *counts.skipped.entry(why.into()).or_default() += 1;
+            return;
+        }
         if !self.robots.allows(&path) {
             self.seen.insert(url.to_string());
             *counts.skipped.entry("disallowed by robots.txt".into()).or_default() += 1;
@@ -283,6 +288,13 @@ impl<'a> Frontier<'a> {
         counts.found += 1;
         self.queue.push_back((url, depth));
     }
+}
+
+/// Why a path is a docs generator's copy of what the site's pages already say, not a page
+/// of its own: Sphinx's `_sources/` (each page's reStructuredText, linked as "Show Source")
+/// would otherwise be indexed beside its page and split the page's hits in two.
+fn generated_copy(path: &str) -> Option<&'static str> {
+    path.split('/').any(|s| s == "_sources").then_some("a page's source (Sphinx `_sources/`)")
 }
 
 /// Fetches one URL: a page (parsed on a blocking thread), or why not.

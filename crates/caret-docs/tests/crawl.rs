@@ -37,6 +37,7 @@ const START: &str = r#"<html><head><title>Start</title></head><body><main>
 <a href="index.html">SQLite home</a> <a href="lang_select.html">SELECT</a>
 <a href="loop-a.html">loop</a> <a href="broken.html">broken</a> <a href="huge.html">huge</a>
 <a href="binary.html">binary</a> <a href="private/secret.html">private</a> <a href="deep.html">deep</a>
+<a href="_sources/start.rst.txt">Show Source</a>
 <a href="/elsewhere/page.html">outside the prefix</a> <a href="https://example.org/">another site</a>
 </main></body></html>"#;
 
@@ -169,6 +170,8 @@ async fn a_docs_site_is_crawled_resumed_and_refreshed() {
     assert_eq!(counts.skipped.get("binary content"), Some(&1), "{counts:?}");
     assert_eq!(counts.skipped.get("nested too deeply"), Some(&1), "{counts:?}");
     assert_eq!(counts.skipped.get("disallowed by robots.txt"), Some(&1), "{counts:?}");
+    assert_eq!(counts.skipped.get("a page's source (Sphinx `_sources/`)"), Some(&1), "{counts:?}");
+    assert!(!log.keys().any(|p| p.contains("_sources")), "a page's source is not even asked for");
     assert!(counts.skipped.get("over the page limit").is_some_and(|n| *n > 0), "{counts:?}");
     let urls: Vec<&String> = state.pages.keys().collect();
     assert!(urls.iter().all(|u| u.contains("/docs/")), "only the prefix: {urls:?}");
