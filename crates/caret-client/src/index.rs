@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use caret_crypto::ServerKey;
-use caret_protocol::{ChunkText, EmbedRequest, SearchMode, SearchRequest};
+use caret_protocol::{ChunkText, EmbedRequest, MissingVector, SearchMode, SearchRequest};
 use caret_workspace::scan::{Scanner, chunk_is_withheld};
 use caret_workspace::{ContentHash, RelPath};
 use rayon::prelude::*;
@@ -145,8 +145,9 @@ pub struct EmbedReport {
 /// Chunks per embed request: a few seconds of work for a CPU model.
 pub const EMBED_BATCH: usize = 64;
 
-/// Sends the texts of every chunk that lacks a vector, in batches, calling `progress` after
-/// each.
+/// Has every chunk that lacks a vector embedded, in batches, calling `progress` after each:
+/// chunks whose texts the server still holds from their commit are named (ids only), the
+/// rest (and those it no longer holds) are read from disk and sent.
 pub async fn embed_missing(
     scanner: Arc<Scanner>,
     ws: &WorkspaceState,
@@ -187,9 +188,25 @@ pub async fn embed_missing(
         if fresh.is_empty() {
             break;
         }
+        tried.extend(fresh.iter().map(|m| m.id.clone()));
+        // Chunks whose texts the server still holds from their commit: named, not sent.
+        let (held, mut fresh): (Vec<_>, Vec<_>) = fresh.into_iter().partition(|m| m.held);
+        let mut by_id: HashMap<String, MissingVector> = held.iter().map(|m| (m.id.clone(), m.clone())).collect();
+        for batch in held.chunks(EMBED_BATCH) {
+            let ids = batch.iter().map(|m| m.id.clone()).collect();
+            let r = transport.embed(&ws.id, &key, EmbedRequest { chunks: Vec::new(), held: ids }).await?;
+            report.progress.embedded += r.embedded;
+            report.progress.done += r.embedded;
+            report.progress.count_embedded(r.embedded);
+            progress(&report.progress);
+            // Those it no longer holds (restarted, another replica): their texts after all.
+            fresh.extend(r.absent.iter().filter_map(|id| by_id.remove(id)));
+        }
+        if fresh.is_empty() {
+            continue;
+        }
         // Read and chunk the files that hold them, in parallel off the runtime.
         let wanted: HashSet<String> = fresh.iter().map(|m| m.id.clone()).collect();
-        tried.extend(wanted.iter().cloned());
         let mut files: Vec<RelPath> = fresh.iter().filter_map(|m| paths.get(&m.path).cloned()).collect();
         files.sort();
         files.dedup();
@@ -216,7 +233,7 @@ pub async fn embed_missing(
         while !texts.is_empty() {
             let rest = texts.split_off(texts.len().min(EMBED_BATCH));
             let batch = std::mem::replace(&mut texts, rest);
-            let r = transport.embed(&ws.id, &key, EmbedRequest { chunks: batch }).await?;
+            let r = transport.embed(&ws.id, &key, EmbedRequest { chunks: batch, held: Vec::new() }).await?;
             report.progress.embedded += r.embedded;
             report.progress.done += r.embedded;
             report.progress.count_embedded(r.embedded);

@@ -260,3 +260,178 @@ async fn each_stage_is_embedded_with_its_window() {
     assert_eq!(window_of("fn adds_two_numbers"), [Some(24)], "a test: the tests' window; {seen:?}");
     assert_eq!(window_of("How to use it."), [Some(40)], "docs: the other window; {seen:?}");
 }
+
+async fn embedding_service(dir: &TempDir, held_budget: usize) -> (Arc<caret_index::Service>, Arc<RecordingEmbedder>) {
+    let recorder = Arc::new(RecordingEmbedder { seen: std::sync::Mutex::new(Vec::new()) });
+    let model = caret_index::service::EmbeddingModel::ready(recorder.clone());
+    let service = caret_index::open(&StorageConfig::local(dir.path()))
+        .await
+        .unwrap()
+        .with_embedding(model)
+        .with_held_budget(held_budget);
+    (Arc::new(service), recorder)
+}
+
+fn scanner() -> Arc<Scanner> {
+    let walk = WalkConfig { global_excludes: None, ..WalkConfig::default() };
+    Arc::new(Scanner::new(walk, Chunker::new(ChunkConfig::default(), Arc::new(Estimate)), Depth::Hash))
+}
+
+/// A chunk's text crosses the wire once: committed, held in the server's memory, and named
+/// by id when the client asks for its vector. With nothing held, the texts are sent again.
+#[tokio::test]
+async fn each_text_is_sent_once_when_the_server_holds_it() {
+    for (budget, texts_in_embeds) in [(caret_index::held::DEFAULT_BUDGET, false), (0, true)] {
+        let server_dir = TempDir::new();
+        let (service, recorder) = embedding_service(&server_dir, budget).await;
+        let tenant = service.db().create_tenant("local").await.unwrap();
+        let recording = Recording {
+            inner: InProcessTransport::new(service.clone(), tenant, "embedded"),
+            sent: std::sync::Mutex::new(Vec::new()),
+        };
+        let scanner = scanner();
+        let dir = workspace();
+        let state = TempDir::new();
+        let ws = WorkspaceState::open(dir.path(), &state.join("ws"), &state.join("keys")).unwrap();
+        SyncEngine::new(scanner.clone(), SyncOptions::default()).sync(&ws, &recording).await.unwrap();
+        let commits = recording.sent.lock().unwrap().len();
+        let report = caret_client::index::embed_missing(scanner, &ws, &recording, |_| {}).await.unwrap();
+        assert_eq!(report.progress.done, report.progress.total, "budget {budget}");
+        assert!(report.progress.total >= 4);
+        let sent = recording.sent.lock().unwrap();
+        let embeds = sent[commits..].join("\n");
+        assert!(sent[..commits].join("\n").contains("pub fn add"), "committed with its text");
+        assert_eq!(embeds.contains("pub fn add"), texts_in_embeds, "budget {budget}: {embeds}");
+        assert_eq!(embeds.contains("\"held\""), !texts_in_embeds, "budget {budget}: {embeds}");
+        // The model saw every chunk once, from memory or from the request.
+        let seen = recorder.seen.lock().unwrap();
+        assert_eq!(seen.iter().filter(|(_, t)| t.contains("pub fn add(")).count(), 1, "{seen:?}");
+        assert_eq!(service.held_usage(), (0, 0), "embedded texts are not kept");
+    }
+}
+
+/// Two replicas behind a balancer: the listing comes from the one that took the commit (it
+/// holds the texts), the embed request reaches the other (it does not): it names those it
+/// lacks and the client sends their texts.
+struct TwoReplicas {
+    committer: InProcessTransport,
+    other: InProcessTransport,
+    sent: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl caret_client::transport::Transport for TwoReplicas {
+    async fn create_workspace(
+        &self,
+        id: &str,
+        req: &caret_protocol::CreateWorkspace,
+    ) -> caret_client::Result<caret_protocol::WorkspaceInfo> {
+        self.committer.create_workspace(id, req).await
+    }
+    async fn workspace(&self, id: &str) -> caret_client::Result<caret_protocol::WorkspaceInfo> {
+        self.committer.workspace(id).await
+    }
+    async fn tree(
+        &self,
+        id: &str,
+        req: &caret_protocol::TreeRequest,
+    ) -> caret_client::Result<caret_protocol::TreeResponse> {
+        self.committer.tree(id, req).await
+    }
+    async fn plan(
+        &self,
+        id: &str,
+        req: &caret_protocol::PlanRequest,
+    ) -> caret_client::Result<caret_protocol::PlanResponse> {
+        self.committer.plan(id, req).await
+    }
+    async fn commit(
+        &self,
+        id: &str,
+        key: &caret_crypto::ServerKey,
+        req: caret_protocol::CommitRequest,
+    ) -> caret_client::Result<caret_protocol::CommitResponse> {
+        self.committer.commit(id, key, req).await
+    }
+    async fn missing_vectors(&self, id: &str, limit: usize) -> caret_client::Result<caret_protocol::MissingVectors> {
+        self.committer.missing_vectors(id, limit).await
+    }
+    async fn embed(
+        &self,
+        id: &str,
+        key: &caret_crypto::ServerKey,
+        req: caret_protocol::EmbedRequest,
+    ) -> caret_client::Result<caret_protocol::EmbedResponse> {
+        self.sent.lock().unwrap().push(serde_json::to_string(&req).unwrap());
+        self.other.embed(id, key, req).await
+    }
+    async fn search(
+        &self,
+        id: &str,
+        key: &caret_crypto::ServerKey,
+        req: &caret_protocol::SearchRequest,
+    ) -> caret_client::Result<caret_protocol::SearchResponse> {
+        self.other.search(id, key, req).await
+    }
+    async fn settle(&self, id: &str) -> caret_client::Result<()> {
+        self.other.settle(id).await
+    }
+    fn wire(&self) -> &caret_client::transport::WireCounter {
+        self.other.wire()
+    }
+    fn describe(&self) -> String {
+        "two replicas".into()
+    }
+}
+
+#[tokio::test]
+async fn a_replica_without_the_held_texts_gets_them_sent() {
+    let server_dir = TempDir::new();
+    let (committer, _) = embedding_service(&server_dir, caret_index::held::DEFAULT_BUDGET).await;
+    let tenant = committer.db().create_tenant("local").await.unwrap();
+    let (other, recorder) = embedding_service(&server_dir, caret_index::held::DEFAULT_BUDGET).await;
+    let two = TwoReplicas {
+        committer: InProcessTransport::new(committer.clone(), tenant.clone(), "a"),
+        other: InProcessTransport::new(other.clone(), tenant.clone(), "b"),
+        sent: std::sync::Mutex::new(Vec::new()),
+    };
+    let scanner = scanner();
+    let dir = workspace();
+    let state = TempDir::new();
+    let ws = WorkspaceState::open(dir.path(), &state.join("ws"), &state.join("keys")).unwrap();
+    SyncEngine::new(scanner.clone(), SyncOptions::default()).sync(&ws, &two).await.unwrap();
+    caret_client::index::embed_missing(scanner, &ws, &two, |_| {}).await.unwrap();
+    let sent = two.sent.lock().unwrap().join("\n");
+    assert!(sent.contains("\"held\""), "named first: {sent}");
+    assert!(sent.contains("pub fn add"), "then sent, as the other replica lacked it: {sent}");
+    assert!(recorder.seen.lock().unwrap().iter().any(|(_, t)| t.contains("pub fn add(")));
+    let left = other.missing_vectors(&tenant, &ws.id, 100).await.unwrap();
+    assert_eq!(left.missing_total, 0, "every chunk has its vector: {left:?}");
+}
+
+/// A held text is checked against the embed request's key as a sent one is: another key's
+/// request naming it is refused, and the text stays for the right key.
+#[tokio::test]
+async fn a_held_text_is_not_embedded_under_another_key() {
+    let server_dir = TempDir::new();
+    let (service, _) = embedding_service(&server_dir, caret_index::held::DEFAULT_BUDGET).await;
+    let tenant = service.db().create_tenant("local").await.unwrap();
+    let transport = InProcessTransport::new(service.clone(), tenant.clone(), "embedded");
+    let dir = workspace();
+    let state = TempDir::new();
+    let ws = WorkspaceState::open(dir.path(), &state.join("ws"), &state.join("keys")).unwrap();
+    SyncEngine::new(scanner(), SyncOptions::default()).sync(&ws, &transport).await.unwrap();
+    let missing = service.missing_vectors(&tenant, &ws.id, 100).await.unwrap();
+    assert!(missing.missing.iter().all(|m| m.held), "{missing:?}");
+    let stranger = TempDir::new();
+    let other = WorkspaceState::open(stranger.path(), &stranger.join("ws"), &stranger.join("keys")).unwrap();
+    let named = caret_protocol::EmbedRequest {
+        chunks: Vec::new(),
+        held: missing.missing.iter().map(|m| m.id.clone()).collect(),
+    };
+    let refused = service.embed(&tenant, &ws.id, &other.key.server_key(), named.clone()).await;
+    assert!(matches!(refused, Err(caret_index::Error::BadRequest(_))), "{refused:?}");
+    let done = service.embed(&tenant, &ws.id, &ws.key.server_key(), named).await.unwrap();
+    assert_eq!(done.embedded as usize, missing.missing.len());
+    assert!(done.absent.is_empty());
+}

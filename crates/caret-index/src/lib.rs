@@ -7,11 +7,13 @@
 //! object store that [`caret_store`] keeps namespaces on. It never speaks HTTP (the routes
 //! live in `caret-server`), and never writes plaintext code, real file names or queries
 //! anywhere: it receives obfuscated paths, keyed hashes and, for chunks it lacks, texts it
-//! holds in memory while computing their keyed terms and vectors.
+//! holds in memory while computing their keyed terms and, until the client asks for them
+//! ([`held`]), their vectors.
 
 pub mod cluster;
 pub mod db;
 pub mod flags;
+pub mod held;
 pub mod service;
 
 mod error;

@@ -22,6 +22,7 @@ use object_store::ObjectStore;
 use tokio::sync::Mutex;
 
 use crate::db::{Db, Tenant};
+use crate::held::{Held, HeldTexts};
 use crate::{Error, Result};
 
 /// Largest number of files in one plan or commit.
@@ -135,6 +136,8 @@ pub struct Service {
     stage_windows: [Option<usize>; 3],
     compaction: CompactionPolicy,
     weights: Weights,
+    /// Texts received at commit time, held in memory until embedded.
+    held: HeldTexts,
 }
 
 impl std::fmt::Debug for Service {
@@ -213,7 +216,20 @@ impl Service {
             stage_windows: [None; 3],
             compaction: CompactionPolicy::default(),
             weights: Weights::default(),
+            held: HeldTexts::new(crate::held::DEFAULT_BUDGET),
         }
+    }
+
+    /// The service holding at most `bytes` of committed texts in memory until they are
+    /// embedded (0: none; every text is then sent again to be embedded).
+    pub fn with_held_budget(mut self, bytes: usize) -> Self {
+        self.held = HeldTexts::new(bytes);
+        self
+    }
+
+    /// `(texts, bytes)` of committed texts held in memory until embedded.
+    pub fn held_usage(&self) -> (usize, usize) {
+        self.held.usage()
     }
 
     /// The service with an embedding model: chunks get vectors and search is hybrid.
@@ -420,6 +436,7 @@ impl Service {
         }
         self.loaded.lock().unwrap_or_else(|p| p.into_inner()).remove(&(tenant.id.clone(), id.to_owned()));
         self.namespace(tenant, id).destroy().await?;
+        self.held.forget_workspace(&tenant.id, id);
         Ok(())
     }
 
@@ -498,7 +515,8 @@ impl Service {
         // Check every sent chunk against its id and compute its keyed terms, in memory.
         let hasher = key.tokens();
         let mut chunk_records = Vec::with_capacity(req.chunks.len());
-        for (claimed, text, defines) in checked_texts(key, req.chunks)? {
+        let mut for_model = Vec::new();
+        for (claimed, text, defines, content) in checked_texts(key, req.chunks)? {
             let (mut terms, length) = caret_store::lexical::hashed_terms(&text, |t| hasher.hash(t));
             // Defined names: terms of their own, not counted in the length.
             let mut defined: Vec<u64> = Vec::new();
@@ -510,6 +528,9 @@ impl Service {
                 }
             }
             chunk_records.push(ChunkRecord { id: claimed, length, terms });
+            if self.embedding.is_some() {
+                for_model.push((claimed, Held { content, text }));
+            }
         }
 
         let cell = self.state(tenant, id).await?;
@@ -529,6 +550,9 @@ impl Service {
             return Err(Error::MissingChunks(missing));
         }
         let new_chunks = chunk_records.iter().filter(|c| !state.chunks.contains_key(&c.id)).count() as u64;
+        // The new chunks' texts wait in memory for the client's embed request, which then
+        // names them instead of sending them again.
+        for_model.retain(|(c, _)| !state.chunks.contains_key(c));
         let (n_files, n_deletes) = (files.len() as u64, req.deletes.len() as u64);
         let records: Vec<Record> = chunk_records
             .into_iter()
@@ -541,6 +565,7 @@ impl Service {
             ns.append(&mut state, records).await?;
             self.maybe_compact(tenant, id, &cell, &state);
         }
+        self.held.hold(&tenant.id, id, for_model);
         let root = state.tree().root_hash().to_hex();
         self.db.update_root(tenant, id, &root, state.files.len() as u64, state.chunks.len() as u64).await?;
         Ok(CommitResponse { root_hash: root, files: n_files, deleted: n_deletes, chunks_stored: new_chunks })
@@ -579,7 +604,11 @@ impl Service {
             missing: missing
                 .chunks
                 .into_iter()
-                .map(|(c, path)| MissingVector { id: caret_workspace::ContentHash(c).to_hex(), path })
+                .map(|(c, path)| MissingVector {
+                    id: caret_workspace::ContentHash(c).to_hex(),
+                    path,
+                    held: self.held.holds(&tenant.id, id, &c),
+                })
                 .collect(),
             stages: caret_store::STAGES
                 .iter()
@@ -634,11 +663,23 @@ impl Service {
             .embedding
             .clone()
             .ok_or_else(|| Error::Unavailable("this server has no embedding model; search is lexical only".into()))?;
-        if req.chunks.len() > MAX_EMBED_CHUNKS {
+        if req.chunks.len() + req.held.len() > MAX_EMBED_CHUNKS {
             return Err(Error::BadRequest(format!("at most {MAX_EMBED_CHUNKS} chunks per request")));
         }
-        let sent = req.chunks.len() as u64;
-        let texts = checked_texts(key, req.chunks)?;
+        let mut texts: Vec<([u8; 32], String)> =
+            checked_texts(key, req.chunks)?.into_iter().map(|(c, text, _, _)| (c, text)).collect();
+        // Named chunks from memory, each checked against the request's key as a sent text is.
+        let ids = key.chunk_ids();
+        let mut absent = Vec::new();
+        for hex in &req.held {
+            let claimed = hex32(hex, "chunk id")?;
+            match self.held.get(&tenant.id, id, &claimed) {
+                Some(held) if ids.id(&held.content) == claimed => texts.push((claimed, held.text)),
+                Some(_) => return Err(Error::BadRequest("a chunk's id does not match its text (wrong key?)".into())),
+                None => absent.push(hex.clone()),
+            }
+        }
+        let sent = texts.len() as u64;
         let cell = self.state(tenant, id).await?;
         // Each text with the window of its stage (tests are read by their start).
         let mut todo: Vec<(Option<usize>, [u8; 32], String)> = {
@@ -646,17 +687,16 @@ impl Service {
             let mut seen = HashSet::new();
             let todo: Vec<([u8; 32], String)> = texts
                 .into_iter()
-                .filter(|(c, _, _)| {
+                .filter(|(c, _)| {
                     state.chunks.contains_key(c) && state.vector(c, model.id()).is_none() && seen.insert(*c)
                 })
-                .map(|(c, text, _)| (c, text))
                 .collect();
             let stages =
                 if self.stage_windows.iter().any(Option::is_some) { state.stages_of(&seen) } else { HashMap::new() };
             todo.into_iter().map(|(c, text)| (stages.get(&c).and_then(|s| self.stage_windows[*s]), c, text)).collect()
         };
         if todo.is_empty() {
-            return Ok(EmbedResponse { embedded: 0, skipped: sent });
+            return Ok(EmbedResponse { embedded: 0, skipped: sent, absent });
         }
         todo.sort_by_key(|(window, _, _)| *window);
         let mut ids = Vec::with_capacity(todo.len());
@@ -683,11 +723,13 @@ impl Service {
             }
         }
         let embedded = ids.len() as u64;
+        let done = ids.clone();
         let batch = VectorBatch { model: model.id().to_owned(), dim: u32::try_from(dim).unwrap_or(0), ids, data };
         let mut state = cell.state.lock().await;
         self.namespace(tenant, id).append(&mut state, vec![Record::Vectors(batch)]).await?;
         self.maybe_compact(tenant, id, &cell, &state);
-        Ok(EmbedResponse { embedded, skipped: sent - embedded })
+        self.held.release(&tenant.id, id, &done);
+        Ok(EmbedResponse { embedded, skipped: sent - embedded, absent })
     }
 
     /// Hybrid search: the query's keyed terms against BM25, its rotated embedding against the
@@ -777,7 +819,7 @@ impl Service {
 const MAX_DEFINES: usize = 256;
 
 /// A sent chunk, checked: its id, the text that is indexed and embedded, its defined names.
-type CheckedChunk = ([u8; 32], String, Vec<String>);
+type CheckedChunk = ([u8; 32], String, Vec<String>, [u8; 32]);
 
 /// Checks each sent chunk against its claimed id (keyed hash of its context and text) and
 /// the names it says it defines against its text, and returns `(id, context + text, names)`:
@@ -791,7 +833,8 @@ fn checked_texts(key: &ServerKey, chunks: Vec<ChunkText>) -> Result<Vec<CheckedC
             if c.text.len() > MAX_CHUNK_BYTES {
                 return Err(Error::BadRequest(format!("a chunk is larger than {MAX_CHUNK_BYTES} bytes")));
             }
-            if ids.id(&caret_crypto::chunk_content_hash(&c.context, &c.text)) != claimed {
+            let content = caret_crypto::chunk_content_hash(&c.context, &c.text);
+            if ids.id(&content) != claimed {
                 return Err(Error::BadRequest("a chunk's id does not match its text (wrong key?)".into()));
             }
             if c.defines.len() > MAX_DEFINES || c.defines.iter().any(|n| n.is_empty() || !c.text.contains(n.as_str())) {
@@ -802,7 +845,7 @@ fn checked_texts(key: &ServerKey, chunks: Vec<ChunkText>) -> Result<Vec<CheckedC
             let mut text = c.context.join("\n");
             text.push('\n');
             text.push_str(&c.text);
-            Ok((claimed, text, c.defines))
+            Ok((claimed, text, c.defines, content))
         })
         .collect()
 }

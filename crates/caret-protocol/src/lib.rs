@@ -240,6 +240,10 @@ pub struct MissingVector {
     pub id: String,
     /// Obfuscated path of a file holding it.
     pub path: String,
+    /// The server still holds the text it received at commit time: name the chunk in
+    /// [`EmbedRequest::held`] rather than send its text again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held: bool,
 }
 
 /// Texts of stored chunks to embed. Held in memory while embedded, never stored.
@@ -247,6 +251,11 @@ pub struct MissingVector {
 pub struct EmbedRequest {
     /// The chunks; each id is checked against its text.
     pub chunks: Vec<ChunkText>,
+    /// Ids (hex) of chunks whose texts the server holds from their commit
+    /// ([`MissingVector::held`]): embedded from memory, the request's key checked against
+    /// each held text; those it no longer holds come back in [`EmbedResponse::absent`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<String>,
 }
 
 /// What an embed request did.
@@ -256,6 +265,10 @@ pub struct EmbedResponse {
     pub embedded: u64,
     /// Chunks skipped because they already had a vector.
     pub skipped: u64,
+    /// Of the held ids asked for, those the server no longer holds (restarted, another
+    /// replica, or dropped for memory): send their texts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub absent: Vec<String>,
 }
 
 /// A search.
