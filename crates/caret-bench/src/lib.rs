@@ -174,14 +174,19 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 96)]
         ef: usize,
     },
-    /// Bytes on the wire and time for first sync, no-change sync, one changed file and a
-    /// 1,000-file change, against a `caret serve` on loopback (over a copy of the tree).
+    /// Bytes on the wire and time for first sync and its embedding, no-change sync, one changed
+    /// file and its embedding, and a 1,000-file change, against a `caret serve` on loopback
+    /// (over a copy of the tree), and the first index's bytes against the source's.
     Sync {
         /// The tree to copy and sync.
         path: PathBuf,
         /// Files changed in the large-change step.
         #[arg(long, default_value_t = 1000)]
         changes: usize,
+        /// Skip the embedding after the first sync and after the one-file change (its bytes
+        /// are part of what a first index costs; its time is the model's).
+        #[arg(long)]
+        no_embed: bool,
     },
     /// Many clients syncing, searching and chatting against one `caret serve` on loopback:
     /// p50/p99 per operation, errors, and the server's memory growth after warm-up.
@@ -285,7 +290,7 @@ pub enum BenchCommand {
 pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         BenchCommand::Scan { path, runs } => bench_scan(config, &path, runs.max(1)),
-        BenchCommand::Sync { path, changes } => crate::sync::run(config, &path, changes),
+        BenchCommand::Sync { path, changes, no_embed } => crate::sync::run(config, &path, changes, !no_embed),
         BenchCommand::Soak { duration, clients, model } => {
             crate::soak::run(config, crate::soak::SoakBench { duration, clients: clients.max(1), model })
         }

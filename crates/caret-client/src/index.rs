@@ -189,18 +189,32 @@ pub async fn embed_missing(
             break;
         }
         tried.extend(fresh.iter().map(|m| m.id.clone()));
-        // Chunks whose texts the server still holds from their commit: named, not sent.
-        let (held, mut fresh): (Vec<_>, Vec<_>) = fresh.into_iter().partition(|m| m.held);
-        let mut by_id: HashMap<String, MissingVector> = held.iter().map(|m| (m.id.clone(), m.clone())).collect();
-        for batch in held.chunks(EMBED_BATCH) {
-            let ids = batch.iter().map(|m| m.id.clone()).collect();
-            let r = transport.embed(&ws.id, &key, EmbedRequest { chunks: Vec::new(), held: ids }).await?;
+        // Chunks whose texts the server still holds from their commit: asked for by count,
+        // nothing sent. If it embeds none (it restarted, or another replica answered), the
+        // rest of them are sent after all.
+        let (held, mut fresh): (Vec<MissingVector>, Vec<MissingVector>) = fresh.into_iter().partition(|m| m.held);
+        let mut asked = 0;
+        while asked < held.len() {
+            let n = (held.len() - asked).min(EMBED_BATCH);
+            let held_next = u32::try_from(n).unwrap_or(u32::MAX);
+            let r = transport.embed(&ws.id, &key, EmbedRequest { chunks: Vec::new(), held_next }).await?;
             report.progress.embedded += r.embedded;
             report.progress.done += r.embedded;
             report.progress.count_embedded(r.embedded);
             progress(&report.progress);
-            // Those it no longer holds (restarted, another replica): their texts after all.
-            fresh.extend(r.absent.iter().filter_map(|id| by_id.remove(id)));
+            if r.embedded == 0 {
+                break;
+            }
+            asked += n;
+        }
+        if asked < held.len() {
+            // Not necessarily those it did not embed: the next listing says which are left.
+            tried.retain(|id| !held.iter().any(|m| &m.id == id));
+            if asked == 0 {
+                fresh.extend(held);
+            } else {
+                continue;
+            }
         }
         if fresh.is_empty() {
             continue;
@@ -233,7 +247,7 @@ pub async fn embed_missing(
         while !texts.is_empty() {
             let rest = texts.split_off(texts.len().min(EMBED_BATCH));
             let batch = std::mem::replace(&mut texts, rest);
-            let r = transport.embed(&ws.id, &key, EmbedRequest { chunks: batch, held: Vec::new() }).await?;
+            let r = transport.embed(&ws.id, &key, EmbedRequest { chunks: batch, held_next: 0 }).await?;
             report.progress.embedded += r.embedded;
             report.progress.done += r.embedded;
             report.progress.count_embedded(r.embedded);

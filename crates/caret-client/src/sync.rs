@@ -218,6 +218,9 @@ impl SyncEngine {
         report.unchanged = (local.tree.len() as u64).saturating_sub(report.added + report.modified);
 
         let changed: Vec<&String> = pending.added.iter().chain(&pending.modified).collect();
+        // A server that holds none of the workspace's files (a first sync) lacks every chunk:
+        // no plan to ask, the chunks' metadata crosses the wire once, in the commit.
+        let server_empty = report.modified == 0 && report.unchanged == 0 && pending.deletes.is_empty();
         let server_key = ws.key.server_key();
         let mut deletes = pending.deletes.clone();
         let mut start = 0;
@@ -248,7 +251,7 @@ impl SyncEngine {
             }
             start = end;
             let response = self
-                .commit_batch(ws, transport, &server_key, files, texts, std::mem::take(&mut deletes), &mut report)
+                .commit_batch(ws, transport, &server_key, files, texts, std::mem::take(&mut deletes), server_empty, &mut report)
                 .await?;
             report.server_root = response;
         }
@@ -262,7 +265,8 @@ impl SyncEngine {
         Ok(report)
     }
 
-    /// Plans then commits one batch; plans again once if the server lost a race.
+    /// Plans then commits one batch (sending every text without a plan when the server holds
+    /// no file of the workspace); plans again once if the server lost a race.
     #[allow(clippy::too_many_arguments)]
     async fn commit_batch(
         &self,
@@ -272,12 +276,15 @@ impl SyncEngine {
         files: Vec<FileMeta>,
         texts: HashMap<String, ChunkText>,
         deletes: Vec<String>,
+        server_empty: bool,
         report: &mut SyncReport,
     ) -> Result<String> {
         let mut attempt = 0;
         loop {
             let missing = if files.is_empty() {
                 Vec::new()
+            } else if server_empty && attempt == 0 {
+                texts.keys().cloned().collect()
             } else {
                 transport.plan(&ws.id, &PlanRequest { files: files.clone() }).await?.missing
             };

@@ -92,6 +92,33 @@ pub struct HttpTransport {
     label: Option<String>,
     /// Whether a refused or cut connection is retried (a balancer's replica restarting).
     reconnect: bool,
+    /// Whether the server said it takes zstd request bodies (its answers' `Accept-Encoding`):
+    /// until one says so, bodies go plain (an older server).
+    zstd_bodies: std::sync::atomic::AtomicBool,
+}
+
+/// Request bodies at least this long are compressed (when the server takes it).
+const COMPRESS_FROM: usize = 1024;
+
+/// The most a compressed answer may grow to.
+const MAX_ANSWER_BYTES: u64 = 1 << 30;
+
+/// An answer's body as sent (`zstd`-encoded or plain).
+fn decoded(bytes: &[u8], encoding: Option<&str>) -> std::result::Result<Vec<u8>, String> {
+    match encoding {
+        None | Some("identity") => Ok(bytes.to_vec()),
+        Some("zstd") => {
+            use std::io::Read as _;
+            let mut out = Vec::new();
+            zstd::stream::read::Decoder::new(bytes)
+                .map_err(|e| e.to_string())?
+                .take(MAX_ANSWER_BYTES)
+                .read_to_end(&mut out)
+                .map_err(|e| format!("decompressing the answer: {e}"))?;
+            Ok(out)
+        }
+        Some(other) => Err(format!("an answer in an encoding not asked for: {other}")),
+    }
 }
 
 impl HttpTransport {
@@ -100,6 +127,11 @@ impl HttpTransport {
     pub fn new(base: &str, token: &str, ca_pem: Option<&[u8]>) -> Result<Self> {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let mut builder = reqwest::Client::builder().timeout(std::time::Duration::from_secs(300));
+        if base.starts_with("http://") {
+            // Plain HTTP (the local daemon, a server on loopback): no certificate store to
+            // load, which is most of a short `caret search` process's start.
+            builder = builder.tls_built_in_root_certs(false);
+        }
         if let Some(pem) = ca_pem {
             let cert = reqwest::Certificate::from_pem(pem)
                 .map_err(|e| Error::Transport(format!("reading the CA certificate: {e}")))?;
@@ -113,6 +145,7 @@ impl HttpTransport {
             wire: WireCounter::default(),
             label: None,
             reconnect: true,
+            zstd_bodies: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -146,10 +179,18 @@ impl HttpTransport {
         key: Option<&ServerKey>,
     ) -> Result<R> {
         let url = format!("{}{path}", self.base);
-        let mut req = self.client.request(method, &url).bearer_auth(&self.token);
+        let mut req = self
+            .client
+            .request(method, &url)
+            .bearer_auth(&self.token)
+            .header(reqwest::header::ACCEPT_ENCODING, "zstd");
         let mut sent = path.len() + 64;
         if let Some(b) = body {
-            let bytes = serde_json::to_vec(b).map_err(|e| Error::Transport(e.to_string()))?;
+            let mut bytes = serde_json::to_vec(b).map_err(|e| Error::Transport(e.to_string()))?;
+            if bytes.len() >= COMPRESS_FROM && self.zstd_bodies.load(Ordering::Relaxed) {
+                bytes = zstd::bulk::compress(&bytes, 3).map_err(|e| Error::Transport(format!("compressing: {e}")))?;
+                req = req.header(reqwest::header::CONTENT_ENCODING, "zstd");
+            }
             sent += bytes.len();
             req = req.header(reqwest::header::CONTENT_TYPE, "application/json").body(bytes);
         }
@@ -180,6 +221,11 @@ impl HttpTransport {
             let status = response.status();
             let retry_after =
                 response.headers().get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+            let header = |name| response.headers().get(name).and_then(|v: &reqwest::header::HeaderValue| v.to_str().ok());
+            if header(reqwest::header::ACCEPT_ENCODING).is_some_and(|v| v.split(',').any(|e| e.trim() == "zstd")) {
+                self.zstd_bodies.store(true, Ordering::Relaxed);
+            }
+            let encoding = header(reqwest::header::CONTENT_ENCODING).map(str::to_owned);
             let bytes = match response.bytes().await {
                 Ok(bytes) => bytes,
                 Err(e) if attempt < 5 && !e.is_timeout() => {
@@ -190,6 +236,7 @@ impl HttpTransport {
                 Err(e) => return Err(Error::Transport(format!("{url}: {}", chain(&e)))),
             };
             self.wire.add(sent, bytes.len());
+            let bytes = decoded(&bytes, encoding.as_deref()).map_err(|e| Error::Transport(format!("{url}: {e}")))?;
             let retry = status == reqwest::StatusCode::TOO_MANY_REQUESTS
                 || status == reqwest::StatusCode::SERVICE_UNAVAILABLE && retry_after.is_some()
                 || status == reqwest::StatusCode::BAD_GATEWAY

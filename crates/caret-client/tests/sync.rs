@@ -302,7 +302,10 @@ async fn each_text_is_sent_once_when_the_server_holds_it() {
         let embeds = sent[commits..].join("\n");
         assert!(sent[..commits].join("\n").contains("pub fn add"), "committed with its text");
         assert_eq!(embeds.contains("pub fn add"), texts_in_embeds, "budget {budget}: {embeds}");
-        assert_eq!(embeds.contains("\"held\""), !texts_in_embeds, "budget {budget}: {embeds}");
+        assert_eq!(embeds.contains("\"held_next\""), !texts_in_embeds, "budget {budget}: {embeds}");
+        if !texts_in_embeds {
+            assert!(!embeds.contains("\"id\""), "not even the ids are sent again: {embeds}");
+        }
         // The model saw every chunk once, from memory or from the request.
         let seen = recorder.seen.lock().unwrap();
         assert_eq!(seen.iter().filter(|(_, t)| t.contains("pub fn add(")).count(), 1, "{seen:?}");
@@ -311,8 +314,8 @@ async fn each_text_is_sent_once_when_the_server_holds_it() {
 }
 
 /// Two replicas behind a balancer: the listing comes from the one that took the commit (it
-/// holds the texts), the embed request reaches the other (it does not): it names those it
-/// lacks and the client sends their texts.
+/// holds the texts), the embed request reaches the other (it does not): it
+/// lacks, embeds none of them, and the client sends their texts.
 struct TwoReplicas {
     committer: InProcessTransport,
     other: InProcessTransport,
@@ -402,7 +405,7 @@ async fn a_replica_without_the_held_texts_gets_them_sent() {
     SyncEngine::new(scanner.clone(), SyncOptions::default()).sync(&ws, &two).await.unwrap();
     caret_client::index::embed_missing(scanner, &ws, &two, |_| {}).await.unwrap();
     let sent = two.sent.lock().unwrap().join("\n");
-    assert!(sent.contains("\"held\""), "named first: {sent}");
+    assert!(sent.contains("\"held_next\""), "asked for first: {sent}");
     assert!(sent.contains("pub fn add"), "then sent, as the other replica lacked it: {sent}");
     assert!(recorder.seen.lock().unwrap().iter().any(|(_, t)| t.contains("pub fn add(")));
     let left = other.missing_vectors(&tenant, &ws.id, 100).await.unwrap();
@@ -425,13 +428,9 @@ async fn a_held_text_is_not_embedded_under_another_key() {
     assert!(missing.missing.iter().all(|m| m.held), "{missing:?}");
     let stranger = TempDir::new();
     let other = WorkspaceState::open(stranger.path(), &stranger.join("ws"), &stranger.join("keys")).unwrap();
-    let named = caret_protocol::EmbedRequest {
-        chunks: Vec::new(),
-        held: missing.missing.iter().map(|m| m.id.clone()).collect(),
-    };
+    let named = caret_protocol::EmbedRequest { chunks: Vec::new(), held_next: 100 };
     let refused = service.embed(&tenant, &ws.id, &other.key.server_key(), named.clone()).await;
     assert!(matches!(refused, Err(caret_index::Error::BadRequest(_))), "{refused:?}");
     let done = service.embed(&tenant, &ws.id, &ws.key.server_key(), named).await.unwrap();
     assert_eq!(done.embedded as usize, missing.missing.len());
-    assert!(done.absent.is_empty());
 }

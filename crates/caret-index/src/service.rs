@@ -663,24 +663,32 @@ impl Service {
             .embedding
             .clone()
             .ok_or_else(|| Error::Unavailable("this server has no embedding model; search is lexical only".into()))?;
-        if req.chunks.len() + req.held.len() > MAX_EMBED_CHUNKS {
+        if req.chunks.len() + req.held_next as usize > MAX_EMBED_CHUNKS {
             return Err(Error::BadRequest(format!("at most {MAX_EMBED_CHUNKS} chunks per request")));
         }
         let mut texts: Vec<([u8; 32], String)> =
             checked_texts(key, req.chunks)?.into_iter().map(|(c, text, _, _)| (c, text)).collect();
-        // Named chunks from memory, each checked against the request's key as a sent text is.
-        let ids = key.chunk_ids();
-        let mut absent = Vec::new();
-        for hex in &req.held {
-            let claimed = hex32(hex, "chunk id")?;
-            match self.held.get(&tenant.id, id, &claimed) {
-                Some(held) if ids.id(&held.content) == claimed => texts.push((claimed, held.text)),
-                Some(_) => return Err(Error::BadRequest("a chunk's id does not match its text (wrong key?)".into())),
-                None => absent.push(hex.clone()),
+        let cell = self.state(tenant, id).await?;
+        if req.held_next > 0 {
+            // The next held texts in embedding order, each checked against the request's key
+            // as a sent text is.
+            let order = cell.state.lock().await.missing_vectors(model.id(), usize::MAX).chunks;
+            let ids = key.chunk_ids();
+            let mut taken = 0;
+            for (c, _) in order {
+                if taken == req.held_next {
+                    break;
+                }
+                if let Some(held) = self.held.get(&tenant.id, id, &c) {
+                    if ids.id(&held.content) != c {
+                        return Err(Error::BadRequest("a chunk's id does not match its text (wrong key?)".into()));
+                    }
+                    texts.push((c, held.text));
+                    taken += 1;
+                }
             }
         }
         let sent = texts.len() as u64;
-        let cell = self.state(tenant, id).await?;
         // Each text with the window of its stage (tests are read by their start).
         let mut todo: Vec<(Option<usize>, [u8; 32], String)> = {
             let state = cell.state.lock().await;
@@ -696,7 +704,7 @@ impl Service {
             todo.into_iter().map(|(c, text)| (stages.get(&c).and_then(|s| self.stage_windows[*s]), c, text)).collect()
         };
         if todo.is_empty() {
-            return Ok(EmbedResponse { embedded: 0, skipped: sent, absent });
+            return Ok(EmbedResponse { embedded: 0, skipped: sent });
         }
         todo.sort_by_key(|(window, _, _)| *window);
         let mut ids = Vec::with_capacity(todo.len());
@@ -729,7 +737,7 @@ impl Service {
         self.namespace(tenant, id).append(&mut state, vec![Record::Vectors(batch)]).await?;
         self.maybe_compact(tenant, id, &cell, &state);
         self.held.release(&tenant.id, id, &done);
-        Ok(EmbedResponse { embedded, skipped: sent - embedded, absent })
+        Ok(EmbedResponse { embedded, skipped: sent - embedded })
     }
 
     /// Hybrid search: the query's keyed terms against BM25, its rotated embedding against the

@@ -240,8 +240,8 @@ pub struct MissingVector {
     pub id: String,
     /// Obfuscated path of a file holding it.
     pub path: String,
-    /// The server still holds the text it received at commit time: name the chunk in
-    /// [`EmbedRequest::held`] rather than send its text again.
+    /// The server still holds the text it received at commit time: ask for it with
+    /// [`EmbedRequest::held_next`] rather than send its text again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub held: bool,
 }
@@ -251,11 +251,13 @@ pub struct MissingVector {
 pub struct EmbedRequest {
     /// The chunks; each id is checked against its text.
     pub chunks: Vec<ChunkText>,
-    /// Ids (hex) of chunks whose texts the server holds from their commit
-    /// ([`MissingVector::held`]): embedded from memory, the request's key checked against
-    /// each held text; those it no longer holds come back in [`EmbedResponse::absent`].
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub held: Vec<String>,
+    /// Also embed up to this many of the chunks whose texts the server holds from their
+    /// commit ([`MissingVector::held`]), in the listing's order, from memory: no text or id
+    /// crosses the wire again. The request's key is checked against each held text as
+    /// against a sent one. A server that holds none (restarted, another replica) embeds none
+    /// of them: send those texts.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub held_next: u32,
 }
 
 /// What an embed request did.
@@ -265,10 +267,10 @@ pub struct EmbedResponse {
     pub embedded: u64,
     /// Chunks skipped because they already had a vector.
     pub skipped: u64,
-    /// Of the held ids asked for, those the server no longer holds (restarted, another
-    /// replica, or dropped for memory): send their texts.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub absent: Vec<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A search.

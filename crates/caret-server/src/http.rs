@@ -203,9 +203,36 @@ pub fn router(state: AppState, body_limit: usize, pages: Option<crate::Pages>) -
             Error::NotFound("route".into()).into_response()
         })
         .layer(DefaultBodyLimit::max(body_limit))
+        // Bodies compressed both ways, negotiated: a request's `Content-Encoding` (zstd or
+        // gzip) is undone before the handler reads it, and the body limit above counts the
+        // decompressed bytes (a small bomb stops at the limit); answers are compressed when the
+        // caller's `Accept-Encoding` allows (not event streams: each event must leave at once).
+        .layer(tower_http::decompression::RequestDecompressionLayer::new().no_br().no_deflate())
+        .layer(
+            tower_http::compression::CompressionLayer::new()
+                .no_br()
+                .no_deflate()
+                .compress_when(compressible()),
+        )
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .with_state(state)
 }
+
+/// Which answers are worth compressing: a kilobyte or more, not an event stream, an image or
+/// gRPC.
+fn compressible() -> impl tower_http::compression::Predicate {
+    use tower_http::compression::Predicate as _;
+    use tower_http::compression::predicate::{NotForContentType, SizeAbove};
+    SizeAbove::new(1024)
+        .and(NotForContentType::GRPC)
+        .and(NotForContentType::IMAGES)
+        .and(NotForContentType::SSE)
+        .and(NotForContentType::const_new("application/x-ndjson"))
+}
+
+/// What a request body may be compressed with (sent on every answer, so that a client learns
+/// it before its first large request).
+pub const ACCEPTED_ENCODINGS: &str = "zstd, gzip";
 
 /// The API's description (built once).
 async fn openapi() -> Response {
@@ -241,7 +268,8 @@ async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Res
     if let Some(c) = &state.cluster {
         span.record("replica", c.me().id.as_str());
     }
-    let response = tracing::Instrument::instrument(next.run(req), span.clone()).await;
+    let mut response = tracing::Instrument::instrument(next.run(req), span.clone()).await;
+    response.headers_mut().insert(header::ACCEPT_ENCODING, header::HeaderValue::from_static(ACCEPTED_ENCODINGS));
     let secs = started.elapsed().as_secs_f64();
     let status = response.status().as_u16();
     span.record("http.status", status);

@@ -156,3 +156,66 @@ async fn a_tenant_over_its_rate_limit_is_told_when_to_come_back() {
     // Another tenant's budget is its own.
     assert_eq!(call(&h.app, "GET", "/v1/workspaces", Some(&h.bob), None).await.0, StatusCode::OK);
 }
+
+/// Sends `body` (already encoded) with `headers`: `(status, headers, raw body)`.
+async fn raw(
+    app: &axum::Router,
+    path: &str,
+    token: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
+    let mut req = Request::builder().method("POST").uri(path).header(header::AUTHORIZATION, format!("Bearer {token}"));
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let resp = app.clone().oneshot(req.body(Body::from(body)).unwrap()).await.unwrap();
+    let (status, headers) = (resp.status(), resp.headers().clone());
+    (status, headers, axum::body::to_bytes(resp.into_body(), 1 << 24).await.unwrap().to_vec())
+}
+
+#[tokio::test]
+async fn bodies_are_compressed_both_ways_and_a_bomb_stops_at_the_limit() {
+    let h = harness(unlimited()).await;
+    let tree = format!("/v1/workspaces/{ALICE_WS}/tree");
+    let json = [("content-type", "application/json")];
+    // Every answer says what a request may be compressed with.
+    let (status, headers, _) = raw(&h.app, &tree, &h.alice, &json, br#"{"dirs": [""]}"#.to_vec()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers[header::ACCEPT_ENCODING], "zstd, gzip");
+    // A zstd request body is read as the JSON it holds.
+    let zstd_json = [("content-type", "application/json"), ("content-encoding", "zstd")];
+    let small = zstd::encode_all(&br#"{"dirs": [""]}"#[..], 3).unwrap();
+    let (status, _, body) = raw(&h.app, &tree, &h.alice, &zstd_json, small).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    // 1 MiB of JSON in 100-odd bytes: refused at the 64 KiB limit, decompressed no further.
+    let bomb = format!(r#"{{"dirs": ["{}"]}}"#, "a".repeat(1 << 20));
+    let packed = zstd::encode_all(bomb.as_bytes(), 19).unwrap();
+    assert!(packed.len() < 1024, "{}", packed.len());
+    let (status, _, body) = raw(&h.app, &tree, &h.alice, &zstd_json, packed).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{}", String::from_utf8_lossy(&body));
+    // An encoding it does not take, and bytes that are not what they claim: clear refusals.
+    let br = [("content-type", "application/json"), ("content-encoding", "br")];
+    let (status, _, _) = raw(&h.app, &tree, &h.alice, &br, b"x".to_vec()).await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let (status, _, _) = raw(&h.app, &tree, &h.alice, &zstd_json, b"not zstd at all".to_vec()).await;
+    assert!(status.is_client_error(), "{status}");
+    // A large answer comes compressed when asked for, plain otherwise.
+    let get = |encoding: Option<&'static str>| {
+        let app = h.app.clone();
+        async move {
+            let mut req = Request::builder().uri("/openapi.json");
+            if let Some(e) = encoding {
+                req = req.header(header::ACCEPT_ENCODING, e);
+            }
+            let resp = app.oneshot(req.body(Body::empty()).unwrap()).await.unwrap();
+            let encoding = resp.headers().get(header::CONTENT_ENCODING).map(|v| v.to_str().unwrap().to_owned());
+            (encoding, axum::body::to_bytes(resp.into_body(), 1 << 24).await.unwrap())
+        }
+    };
+    let (plain_encoding, plain) = get(None).await;
+    let (encoding, packed) = get(Some("zstd")).await;
+    assert_eq!((plain_encoding, encoding.as_deref()), (None, Some("zstd")));
+    assert!(packed.len() * 3 < plain.len(), "{} of {}", packed.len(), plain.len());
+    assert_eq!(zstd::decode_all(&packed[..]).unwrap(), plain.to_vec());
+}
