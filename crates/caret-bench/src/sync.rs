@@ -47,7 +47,11 @@ fn bench(config: &Config, path: &Path, changes: usize, embed: bool, scratch: &Pa
         human_bytes(source_bytes)
     );
     let model = if embed {
-        Some(config.embedding_model()?.context("no embedding model installed: run `caret models pull` (or --no-embed)")?)
+        Some(
+            config
+                .embedding_model()?
+                .context("no embedding model installed: run `caret models pull` (or --no-embed)")?,
+        )
     } else {
         None
     };

@@ -305,11 +305,15 @@ pub struct Rerank {
     /// A long file's hits lose this much per natural log of its length past
     /// [`LONG_FILE_LINES`] (see [`discount_long_files`]); 0: none.
     pub size: f32,
+    /// A hit whose lines meeting the query's words are comments (a long explanation rather
+    /// than the code) is divided by `1 + comments × share` (see
+    /// [`discount_comment_matches`]); 0: none.
+    pub comments: f32,
 }
 
 impl Default for Rerank {
     fn default() -> Self {
-        Rerank { path: 0.15, uses: 0.2, stem: 1.0, size: 0.0 }
+        Rerank { path: 0.15, uses: 0.2, stem: 1.0, size: 0.0, comments: 0.0 }
     }
 }
 
@@ -417,6 +421,55 @@ fn discount_long_files(
     hits.sort_by(|a, b| b.score.total_cmp(&a.score));
 }
 
+/// A chunk is not the answer for explaining it: among the best [`USES_WINDOW`] hits whose
+/// file was read (and has not changed since it was indexed), each is divided by
+/// `1 + weight × share` when most of its lines are comments (doc comments, block comments,
+/// docstrings), where `share` is the part of the query's words met in the chunk that stand on
+/// comment lines. Documented code and a hit that matches only in code keep their score; an
+/// explanation that matches only in its prose loses the most.
+fn discount_comment_matches(
+    hits: &mut [caret_protocol::SearchHit],
+    files: &HashMap<String, (RelPath, Option<OnDisk>)>,
+    words: &[String],
+    inflections: bool,
+    weight: f32,
+) {
+    let top = hits.len().min(USES_WINDOW);
+    let mut masks: HashMap<String, Option<Vec<bool>>> = HashMap::new();
+    for h in hits[..top].iter_mut() {
+        let Some((real, Some(file))) = files.get(&h.path) else { continue };
+        if file.leaf != h.leaf {
+            continue;
+        }
+        let mask = masks
+            .entry(h.path.clone())
+            .or_insert_with(|| crate::comments::comment_lines(&String::from_utf8_lossy(real.as_bytes()), &file.text));
+        let Some(mask) = mask else { continue };
+        let (mut code, mut comment) = (0usize, 0usize);
+        let first = h.start_line.saturating_sub(1) as usize;
+        let count = (h.end_line.saturating_sub(h.start_line) + 1) as usize;
+        // Documented code (a doc comment over its function) is code: only a chunk that is
+        // mostly prose counts as an explanation.
+        let prose = mask.iter().skip(first).take(count).filter(|c| **c).count();
+        if prose * 2 <= count {
+            continue;
+        }
+        for (i, line) in file.text.lines().enumerate().skip(first).take(count) {
+            let mut met = 0;
+            caret_store::lexical::terms(line, |t| met += usize::from(words.contains(&stem(t, inflections))));
+            if mask.get(i).copied().unwrap_or(false) {
+                comment += met;
+            } else {
+                code += met;
+            }
+        }
+        if comment > 0 {
+            h.score /= 1.0 + weight * comment as f32 / (code + comment) as f32;
+        }
+    }
+    hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+}
+
 /// Words too common in questions to say anything about a path.
 const STOPWORDS: &[&str] = &[
     "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "each", "for", "from", "how", "if", "in",
@@ -518,7 +571,7 @@ pub async fn search(
         let fingerprint = scanner.content_fingerprint();
         // Files by obfuscated path: the real one and its text.
         let mut files: HashMap<String, (RelPath, Option<OnDisk>)> = HashMap::new();
-        if rerank.uses > 0.0 || rerank.size > 0.0 {
+        if rerank.uses > 0.0 || rerank.size > 0.0 || rerank.comments > 0.0 {
             let mut wanted: Vec<(String, RelPath)> = Vec::new();
             for h in response.hits.iter().take(USES_WINDOW) {
                 if let Some(real) = paths.get(&h.path)
@@ -540,6 +593,9 @@ pub async fn search(
             files.extend(read);
             if rerank.size > 0.0 {
                 discount_long_files(&mut response.hits, &files, &words, inflections, rerank.size);
+            }
+            if rerank.comments > 0.0 {
+                discount_comment_matches(&mut response.hits, &files, &words, inflections, rerank.comments);
             }
             if rerank.uses > 0.0 {
                 credit_definers(&mut response.hits, &files, rerank.uses);
@@ -688,6 +744,21 @@ mod tests {
         let files: HashMap<_, _> = [on_disk("views.py", views), on_disk("pager.py", pager)].into_iter().collect();
         let hits = vec![hit("views.py", (4, 5), 1.0), hit("pager.py", (1, 5), 0.9)];
         assert_eq!(ranked(hits, &files), ["views.py:4", "pager.py:1"]);
+    }
+
+    #[test]
+    fn a_chunk_that_only_explains_loses_to_the_one_that_implements() {
+        let guide =
+            "/// Retries a request with backoff.\n/// Each retry waits twice as long as the last.\nfn other() {}\n";
+        let code = "fn retry_with_backoff(request: Request) {\n    let wait = backoff.next();\n}\n";
+        let files: HashMap<_, _> = [on_disk("guide.rs", guide), on_disk("retry.rs", code)].into_iter().collect();
+        let words = path_words_of_query("retry a request with backoff", true);
+        let mut hits = vec![hit("guide.rs", (1, 3), 1.0), hit("retry.rs", (1, 3), 0.9), hit("notes.md", (1, 2), 0.8)];
+        discount_comment_matches(&mut hits, &files, &words, true, 0.5);
+        let order: Vec<&str> = hits.iter().map(|h| h.path.as_str()).collect();
+        assert_eq!(order, ["retry.rs", "notes.md", "guide.rs"], "{hits:?}");
+        assert_eq!(hits[0].score, 0.9, "matches in code only: unchanged");
+        assert!((hits[2].score - 1.0 / 1.5).abs() < 1e-6, "matches in comments only: divided by 1.5");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! The client owns the code: it obfuscates paths and keys every hash before anything is
 //! sent, withholds chunks with secrets, and keeps the reverse path map to itself.
 
+mod comments;
 pub mod index;
 pub mod state;
 pub mod sync;

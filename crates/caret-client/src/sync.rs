@@ -251,7 +251,16 @@ impl SyncEngine {
             }
             start = end;
             let response = self
-                .commit_batch(ws, transport, &server_key, files, texts, std::mem::take(&mut deletes), server_empty, &mut report)
+                .commit_batch(
+                    ws,
+                    transport,
+                    &server_key,
+                    files,
+                    texts,
+                    std::mem::take(&mut deletes),
+                    server_empty,
+                    &mut report,
+                )
                 .await?;
             report.server_root = response;
         }

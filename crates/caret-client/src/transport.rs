@@ -179,11 +179,8 @@ impl HttpTransport {
         key: Option<&ServerKey>,
     ) -> Result<R> {
         let url = format!("{}{path}", self.base);
-        let mut req = self
-            .client
-            .request(method, &url)
-            .bearer_auth(&self.token)
-            .header(reqwest::header::ACCEPT_ENCODING, "zstd");
+        let mut req =
+            self.client.request(method, &url).bearer_auth(&self.token).header(reqwest::header::ACCEPT_ENCODING, "zstd");
         let mut sent = path.len() + 64;
         if let Some(b) = body {
             let mut bytes = serde_json::to_vec(b).map_err(|e| Error::Transport(e.to_string()))?;
@@ -221,7 +218,8 @@ impl HttpTransport {
             let status = response.status();
             let retry_after =
                 response.headers().get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-            let header = |name| response.headers().get(name).and_then(|v: &reqwest::header::HeaderValue| v.to_str().ok());
+            let header =
+                |name| response.headers().get(name).and_then(|v: &reqwest::header::HeaderValue| v.to_str().ok());
             if header(reqwest::header::ACCEPT_ENCODING).is_some_and(|v| v.split(',').any(|e| e.trim() == "zstd")) {
                 self.zstd_bodies.store(true, Ordering::Relaxed);
             }

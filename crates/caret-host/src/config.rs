@@ -906,6 +906,7 @@ impl Config {
                 "uses" => &mut rerank.uses,
                 "stem" => &mut rerank.stem,
                 "size" => &mut rerank.size,
+                "comments" => &mut rerank.comments,
                 other => bail!("CARET_SEARCH_WEIGHTS: unknown weight {other:?}"),
             };
             *slot = value;

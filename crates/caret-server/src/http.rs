@@ -208,12 +208,7 @@ pub fn router(state: AppState, body_limit: usize, pages: Option<crate::Pages>) -
         // decompressed bytes (a small bomb stops at the limit); answers are compressed when the
         // caller's `Accept-Encoding` allows (not event streams: each event must leave at once).
         .layer(tower_http::decompression::RequestDecompressionLayer::new().no_br().no_deflate())
-        .layer(
-            tower_http::compression::CompressionLayer::new()
-                .no_br()
-                .no_deflate()
-                .compress_when(compressible()),
-        )
+        .layer(tower_http::compression::CompressionLayer::new().no_br().no_deflate().compress_when(compressible()))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .with_state(state)
 }
