@@ -14,15 +14,15 @@
 //! queries, prompts or secrets (a test with canaries holds the server to it).
 
 pub mod report;
+mod spans;
 
-use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator as _};
-use opentelemetry::trace::TraceContextExt as _;
-use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::SdkTracerProvider;
-use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+use std::sync::Arc;
+
+use opentelemetry_sdk::trace::{BatchSpanProcessor, SpanProcessor};
 use tracing_subscriber::Layer;
 use tracing_subscriber::registry::LookupSpan;
+
+use crate::spans::{Sampling, Spans};
 
 /// The variable that turns export on (the collector's base URL; spans go to `/v1/traces`).
 pub const ENDPOINT_VAR: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
@@ -43,7 +43,7 @@ pub struct Error {
 
 /// Spans are exported while this lives; what is pending is sent when it is dropped.
 pub struct Exporter {
-    provider: SdkTracerProvider,
+    processor: Arc<BatchSpanProcessor>,
 }
 
 impl std::fmt::Debug for Exporter {
@@ -54,7 +54,7 @@ impl std::fmt::Debug for Exporter {
 
 impl Drop for Exporter {
     fn drop(&mut self) {
-        if let Err(e) = self.provider.shutdown() {
+        if let Err(e) = self.processor.shutdown() {
             tracing::warn!(error = %e, "sending the last spans");
         }
     }
@@ -83,17 +83,14 @@ where
         .with_service_name(service)
         .with_attribute(opentelemetry::KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
         .build();
-    let provider = SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build();
-    let tracer = provider.tracer("caret");
-    // Only what a span says of itself: no per-poll bookkeeping (busy/idle times, entering
-    // OpenTelemetry's own context — `traceparent()` reads the span's), no thread or source
-    // location attributes. Each costs CPU on every request.
-    let layer = tracing_opentelemetry::layer()
-        .with_tracer(tracer)
-        .with_tracked_inactivity(false)
-        .with_context_activation(false)
-        .with_threads(false)
-        .with_location(false)
+    let mut processor = BatchSpanProcessor::builder(exporter).build();
+    processor.set_resource(&resource);
+    let processor = Arc::new(processor);
+    let var = |name: &str| std::env::var(name).ok();
+    let sampling = Sampling::from_env(var("OTEL_TRACES_SAMPLER").as_deref(), var("OTEL_TRACES_SAMPLER_ARG").as_deref());
+    // Only what a span says of itself, kept until it closes (see `spans`): no work when a
+    // span is entered or left, no thread or source location attributes.
+    let layer = Spans::new(Shared(processor.clone()), sampling)
         // The level hint keeps the process's maximum level where the logs' filter puts it:
         // without it every `debug!` and `log` record everywhere would be built and asked about.
         .with_filter(
@@ -103,30 +100,58 @@ where
             .with_max_level_hint(tracing::Level::INFO),
         )
         .boxed();
-    Ok(Some((layer, Exporter { provider })))
+    Ok(Some((layer, Exporter { processor })))
+}
+
+/// The batch processor, shared by the layer and the [`Exporter`] that shuts it down.
+#[derive(Debug)]
+struct Shared(Arc<BatchSpanProcessor>);
+
+impl SpanProcessor for Shared {
+    fn on_start(&self, span: &mut opentelemetry_sdk::trace::Span, cx: &opentelemetry::Context) {
+        self.0.on_start(span, cx);
+    }
+    fn on_end(&self, span: opentelemetry_sdk::trace::SpanData) {
+        self.0.on_end(span);
+    }
+    fn force_flush(&self) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.0.force_flush()
+    }
+    fn shutdown_with_timeout(&self, timeout: std::time::Duration) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.0.shutdown_with_timeout(timeout)
+    }
+}
+
+/// Runs `f` on `span`'s exported data (nothing when it is not exported).
+fn with_data(span: &tracing::Span, f: &mut dyn FnMut(&mut spans::Data, &Sampling)) {
+    span.with_subscriber(|(id, dispatch)| spans::with_data(dispatch, id, f));
 }
 
 /// The current span's `traceparent`, when it is exported (none without a collector).
 pub fn traceparent() -> Option<String> {
-    let cx = tracing::Span::current().context();
-    let mut carrier = Carrier::default();
-    TraceContextPropagator::new().inject_context(&cx, &mut carrier);
-    carrier.0
+    let mut out = None;
+    with_data(&tracing::Span::current(), &mut |d, _| out = Some(d.traceparent()));
+    out
 }
 
 /// Makes the trace a `traceparent` header names the parent of `span` (a request's span on
-/// the server, a run's on the worker). A missing or malformed header leaves `span` a root.
+/// the server, a run's on the worker), before it has children. A missing or malformed
+/// header leaves `span` a root.
 pub fn set_parent(span: &tracing::Span, traceparent: Option<&str>) {
-    let Some(value) = traceparent else { return };
-    let cx = TraceContextPropagator::new().extract(&Carrier(Some(value.to_owned())));
-    let _ = span.set_parent(cx);
+    let Some((trace, parent, sampled)) = traceparent.and_then(spans::parse_traceparent) else { return };
+    with_data(span, &mut |d, sampling| {
+        d.trace = trace;
+        d.parent = parent;
+        d.remote_parent = true;
+        d.sampled = sampling.keep(trace, Some(sampled));
+    });
 }
 
 /// The trace id of `span` (hex), when it is exported.
 pub fn trace_id(span: &tracing::Span) -> Option<String> {
-    let cx = span.context();
-    let sc = cx.span().span_context().clone();
-    sc.is_valid().then(|| sc.trace_id().to_string())
+    let mut out = None;
+    with_data(span, &mut |d, _| out = Some(d.trace.to_string()));
+    out
 }
 
 /// The `traceparent` of a request's headers.
@@ -169,29 +194,6 @@ impl opentelemetry_http::HttpClient for Blocking {
     }
 }
 
-/// One `traceparent` value (the only header the W3C propagator needs; `tracestate` is not
-/// carried).
-#[derive(Default)]
-struct Carrier(Option<String>);
-
-impl Injector for Carrier {
-    fn set(&mut self, key: &str, value: String) {
-        if key == TRACEPARENT {
-            self.0 = Some(value);
-        }
-    }
-}
-
-impl Extractor for Carrier {
-    fn get(&self, key: &str) -> Option<&str> {
-        if key == TRACEPARENT { self.0.as_deref() } else { None }
-    }
-
-    fn keys(&self) -> Vec<&str> {
-        vec![TRACEPARENT]
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,14 +205,5 @@ mod tests {
         set_parent(&span, Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"));
         set_parent(&span, Some("garbage"));
         set_parent(&span, None);
-    }
-
-    #[test]
-    fn a_traceparent_survives_the_carrier() {
-        let value = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
-        let cx = TraceContextPropagator::new().extract(&Carrier(Some(value.to_owned())));
-        let mut out = Carrier::default();
-        TraceContextPropagator::new().inject_context(&cx, &mut out);
-        assert_eq!(out.0.as_deref(), Some(value));
     }
 }
