@@ -101,10 +101,12 @@ async fn small_batches_and_secrets() {
     assert!(r.requests > 7, "many small commits: {}", r.requests);
 }
 
-/// Records every request body, then forwards it.
+/// Records every request body, then forwards it: to `inner`, or embed requests to
+/// `embeds_to` (a second replica behind the same balancer) when there is one.
 struct Recording {
     inner: InProcessTransport,
     sent: std::sync::Mutex<Vec<String>>,
+    embeds_to: Option<InProcessTransport>,
 }
 
 #[async_trait::async_trait]
@@ -155,7 +157,7 @@ impl caret_client::transport::Transport for Recording {
         req: caret_protocol::EmbedRequest,
     ) -> caret_client::Result<caret_protocol::EmbedResponse> {
         self.sent.lock().unwrap().push(serde_json::to_string(&req).unwrap());
-        self.inner.embed(id, key, req).await
+        self.embeds_to.as_ref().unwrap_or(&self.inner).embed(id, key, req).await
     }
     async fn search(
         &self,
@@ -185,7 +187,7 @@ async fn secrets_and_real_names_are_never_sent() {
     dir.write("deploy/notes.md", "# Deploy\n\ntoken: ghp_R4nd0mT0k3nV4lu3AbCdEfGhIjKlMnOpQrSt\n\nThe rest is fine.\n");
     dir.backdate(10);
     let ws = f.open(&dir);
-    let recording = Recording { inner: f.transport, sent: std::sync::Mutex::new(Vec::new()) };
+    let recording = Recording { inner: f.transport, sent: std::sync::Mutex::new(Vec::new()), embeds_to: None };
     let r = f.engine.sync(&ws, &recording).await.unwrap();
     assert_eq!(r.chunks_withheld, 2);
     assert_eq!(r.server_root, r.local_root);
@@ -288,6 +290,7 @@ async fn each_text_is_sent_once_when_the_server_holds_it() {
         let recording = Recording {
             inner: InProcessTransport::new(service.clone(), tenant, "embedded"),
             sent: std::sync::Mutex::new(Vec::new()),
+            embeds_to: None,
         };
         let scanner = scanner();
         let dir = workspace();
@@ -313,98 +316,28 @@ async fn each_text_is_sent_once_when_the_server_holds_it() {
     }
 }
 
-/// Two replicas behind a balancer: the listing comes from the one that took the commit (it
-/// holds the texts), the embed request reaches the other (it does not): it
-/// lacks, embeds none of them, and the client sends their texts.
-struct TwoReplicas {
-    committer: InProcessTransport,
-    other: InProcessTransport,
-    sent: std::sync::Mutex<Vec<String>>,
-}
-
-#[async_trait::async_trait]
-impl caret_client::transport::Transport for TwoReplicas {
-    async fn create_workspace(
-        &self,
-        id: &str,
-        req: &caret_protocol::CreateWorkspace,
-    ) -> caret_client::Result<caret_protocol::WorkspaceInfo> {
-        self.committer.create_workspace(id, req).await
-    }
-    async fn workspace(&self, id: &str) -> caret_client::Result<caret_protocol::WorkspaceInfo> {
-        self.committer.workspace(id).await
-    }
-    async fn tree(
-        &self,
-        id: &str,
-        req: &caret_protocol::TreeRequest,
-    ) -> caret_client::Result<caret_protocol::TreeResponse> {
-        self.committer.tree(id, req).await
-    }
-    async fn plan(
-        &self,
-        id: &str,
-        req: &caret_protocol::PlanRequest,
-    ) -> caret_client::Result<caret_protocol::PlanResponse> {
-        self.committer.plan(id, req).await
-    }
-    async fn commit(
-        &self,
-        id: &str,
-        key: &caret_crypto::ServerKey,
-        req: caret_protocol::CommitRequest,
-    ) -> caret_client::Result<caret_protocol::CommitResponse> {
-        self.committer.commit(id, key, req).await
-    }
-    async fn missing_vectors(&self, id: &str, limit: usize) -> caret_client::Result<caret_protocol::MissingVectors> {
-        self.committer.missing_vectors(id, limit).await
-    }
-    async fn embed(
-        &self,
-        id: &str,
-        key: &caret_crypto::ServerKey,
-        req: caret_protocol::EmbedRequest,
-    ) -> caret_client::Result<caret_protocol::EmbedResponse> {
-        self.sent.lock().unwrap().push(serde_json::to_string(&req).unwrap());
-        self.other.embed(id, key, req).await
-    }
-    async fn search(
-        &self,
-        id: &str,
-        key: &caret_crypto::ServerKey,
-        req: &caret_protocol::SearchRequest,
-    ) -> caret_client::Result<caret_protocol::SearchResponse> {
-        self.other.search(id, key, req).await
-    }
-    async fn settle(&self, id: &str) -> caret_client::Result<()> {
-        self.other.settle(id).await
-    }
-    fn wire(&self) -> &caret_client::transport::WireCounter {
-        self.other.wire()
-    }
-    fn describe(&self) -> String {
-        "two replicas".into()
-    }
-}
-
 #[tokio::test]
 async fn a_replica_without_the_held_texts_gets_them_sent() {
     let server_dir = TempDir::new();
     let (committer, _) = embedding_service(&server_dir, caret_index::held::DEFAULT_BUDGET).await;
     let tenant = committer.db().create_tenant("local").await.unwrap();
     let (other, recorder) = embedding_service(&server_dir, caret_index::held::DEFAULT_BUDGET).await;
-    let two = TwoReplicas {
-        committer: InProcessTransport::new(committer.clone(), tenant.clone(), "a"),
-        other: InProcessTransport::new(other.clone(), tenant.clone(), "b"),
+    // Two replicas behind a balancer: the listing comes from the one that took the commit
+    // (it holds the texts), the embed requests reach the other (it does not): it embeds none
+    // of them, and the client sends their texts.
+    let two = Recording {
+        inner: InProcessTransport::new(committer.clone(), tenant.clone(), "a"),
         sent: std::sync::Mutex::new(Vec::new()),
+        embeds_to: Some(InProcessTransport::new(other.clone(), tenant.clone(), "b")),
     };
     let scanner = scanner();
     let dir = workspace();
     let state = TempDir::new();
     let ws = WorkspaceState::open(dir.path(), &state.join("ws"), &state.join("keys")).unwrap();
     SyncEngine::new(scanner.clone(), SyncOptions::default()).sync(&ws, &two).await.unwrap();
+    let synced = two.sent.lock().unwrap().len();
     caret_client::index::embed_missing(scanner, &ws, &two, |_| {}).await.unwrap();
-    let sent = two.sent.lock().unwrap().join("\n");
+    let sent = two.sent.lock().unwrap()[synced..].join("\n");
     assert!(sent.contains("\"held_next\""), "asked for first: {sent}");
     assert!(sent.contains("pub fn add"), "then sent, as the other replica lacked it: {sent}");
     assert!(recorder.seen.lock().unwrap().iter().any(|(_, t)| t.contains("pub fn add(")));
