@@ -95,6 +95,8 @@ pub struct HttpTransport {
     /// Whether the server said it takes zstd request bodies (its answers' `Accept-Encoding`):
     /// until one says so, bodies go plain (an older server).
     zstd_bodies: std::sync::atomic::AtomicBool,
+    /// Whether the server said it speaks sync version 2 (chunk texts without their ids).
+    implied_ids: std::sync::atomic::AtomicBool,
 }
 
 /// Request bodies at least this long are compressed (when the server takes it).
@@ -146,6 +148,7 @@ impl HttpTransport {
             label: None,
             reconnect: true,
             zstd_bodies: std::sync::atomic::AtomicBool::new(false),
+            implied_ids: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -223,6 +226,12 @@ impl HttpTransport {
             if header(reqwest::header::ACCEPT_ENCODING).is_some_and(|v| v.split(',').any(|e| e.trim() == "zstd")) {
                 self.zstd_bodies.store(true, Ordering::Relaxed);
             }
+            if header(reqwest::header::HeaderName::from_static(caret_protocol::SYNC_VERSION_HEADER))
+                .and_then(|v| v.trim().parse::<u32>().ok())
+                .is_some_and(|v| v >= 2)
+            {
+                self.implied_ids.store(true, Ordering::Relaxed);
+            }
             let encoding = header(reqwest::header::CONTENT_ENCODING).map(str::to_owned);
             let bytes = match response.bytes().await {
                 Ok(bytes) => bytes,
@@ -275,7 +284,11 @@ impl Transport for HttpTransport {
     async fn plan(&self, id: &str, req: &PlanRequest) -> Result<PlanResponse> {
         self.call(reqwest::Method::POST, &format!("/v1/workspaces/{id}/plan"), Some(req), None).await
     }
-    async fn commit(&self, id: &str, key: &ServerKey, req: CommitRequest) -> Result<CommitResponse> {
+    async fn commit(&self, id: &str, key: &ServerKey, mut req: CommitRequest) -> Result<CommitResponse> {
+        if self.implied_ids.load(Ordering::Relaxed) {
+            // Each id is in the files' chunk lists already; the server derives it from the text.
+            req.chunks.iter_mut().for_each(|c| c.id.clear());
+        }
         self.call(reqwest::Method::POST, &format!("/v1/workspaces/{id}/commit"), Some(&req), Some(key)).await
     }
     async fn missing_vectors(&self, id: &str, limit: usize) -> Result<MissingVectors> {
@@ -376,7 +389,9 @@ impl Transport for InProcessTransport {
         self.count(req, &r);
         Ok(r)
     }
-    async fn commit(&self, id: &str, key: &ServerKey, req: CommitRequest) -> Result<CommitResponse> {
+    async fn commit(&self, id: &str, key: &ServerKey, mut req: CommitRequest) -> Result<CommitResponse> {
+        // The same service version: the ids are left for it to derive, as over HTTP.
+        req.chunks.iter_mut().for_each(|c| c.id.clear());
         let sent = json_len(&req);
         let r = self.service.commit(&self.tenant, id, key, req).await.map_err(server)?;
         self.wire.add(sent, json_len(&r));

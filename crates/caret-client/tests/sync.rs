@@ -367,3 +367,48 @@ async fn a_held_text_is_not_embedded_under_another_key() {
     let done = service.embed(&tenant, &ws.id, &ws.key.server_key(), named).await.unwrap();
     assert_eq!(done.embedded as usize, missing.missing.len());
 }
+
+/// A text sent without its id is stored under the id its text and the request's key give: a
+/// file naming the id under another key finds its chunk missing, so no text can be filed
+/// under an id it does not hash to.
+#[tokio::test]
+async fn a_text_without_its_id_is_filed_under_its_own() {
+    let server_dir = TempDir::new();
+    let service = Arc::new(caret_index::open(&StorageConfig::local(server_dir.path())).await.unwrap());
+    let tenant = service.db().create_tenant("local").await.unwrap();
+    let (mine, theirs) = (TempDir::new(), TempDir::new());
+    let a = WorkspaceState::open(mine.path(), &mine.join("ws"), &mine.join("keys")).unwrap();
+    let b = WorkspaceState::open(theirs.path(), &theirs.join("ws"), &theirs.join("keys")).unwrap();
+    let key_id = caret_protocol::CreateWorkspace { key_id: a.key.key_id() };
+    service.create_workspace(&tenant, &a.id, &key_id).await.unwrap();
+    let text = "pub fn add(a: i32, b: i32) -> i32 { a + b }";
+    let id_under = |ws: &WorkspaceState| {
+        let hash = caret_crypto::chunk_content_hash::<&str>(&[], text);
+        caret_workspace::ContentHash(ws.key.server_key().chunk_ids().id(&hash)).to_hex()
+    };
+    let commit = |id: String| caret_protocol::CommitRequest {
+        files: vec![caret_protocol::FileMeta {
+            path: "abc".into(),
+            leaf: "ab".repeat(32),
+            chunks: vec![caret_protocol::ChunkMeta {
+                id,
+                start_line: 1,
+                end_line: 1,
+                language: "rust".into(),
+                kind: "code".into(),
+            }],
+        }],
+        deletes: Vec::new(),
+        chunks: vec![caret_protocol::ChunkText {
+            id: String::new(),
+            context: Vec::new(),
+            text: text.into(),
+            defines: Vec::new(),
+        }],
+    };
+    // Named under the other key's id, sent with this key: the chunk the file names is missing.
+    let refused = service.commit(&tenant, &a.id, &a.key.server_key(), commit(id_under(&b))).await;
+    assert!(matches!(refused, Err(caret_index::Error::MissingChunks(_))), "{refused:?}");
+    let stored = service.commit(&tenant, &a.id, &a.key.server_key(), commit(id_under(&a))).await.unwrap();
+    assert_eq!(stored.chunks_stored, 1);
+}

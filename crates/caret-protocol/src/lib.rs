@@ -22,6 +22,13 @@ pub mod usage;
 /// ids and token hashes from it in memory and never stores it.
 pub const SERVER_KEY_HEADER: &str = "x-caret-server-key";
 
+/// The header on every answer naming the sync protocol's version the server speaks: 2 takes
+/// chunk texts without their ids ([`ChunkText::id`] empty). Absent: version 1.
+pub const SYNC_VERSION_HEADER: &str = "x-caret-sync-version";
+
+/// The sync protocol's version this build speaks.
+pub const SYNC_VERSION: u32 = 2;
+
 /// The shape of an obfuscated path, as the server checks it (described in the API's schemas).
 pub const OBFUSCATED_PATH: &str = "^[a-z0-9]{1,64}(/[a-z0-9]{1,64})*$";
 /// An obfuscated directory path, or `""` for the root.
@@ -166,8 +173,11 @@ pub struct PlanResponse {
 /// is indexed, never stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ChunkText {
-    /// Keyed chunk id (hex); the server checks it against the text.
-    #[schemars(regex(pattern = HEX32))]
+    /// Keyed chunk id (hex); the server checks it against the text. Empty: the server
+    /// derives it from the text with the request's key (a server answering
+    /// [`SYNC_VERSION_HEADER`] ≥ 2 takes that; the files' chunk lists still name each id).
+    #[schemars(regex(pattern = "^([0-9a-fA-F]{64})?$"))]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub id: String,
     /// Context lines (enclosing scopes' headers).
     pub context: Vec<String>,

@@ -265,6 +265,9 @@ async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Res
     }
     let mut response = tracing::Instrument::instrument(next.run(req), span.clone()).await;
     response.headers_mut().insert(header::ACCEPT_ENCODING, header::HeaderValue::from_static(ACCEPTED_ENCODINGS));
+    response
+        .headers_mut()
+        .insert(caret_protocol::SYNC_VERSION_HEADER, header::HeaderValue::from(caret_protocol::SYNC_VERSION));
     let secs = started.elapsed().as_secs_f64();
     let status = response.status().as_u16();
     span.record("http.status", status);

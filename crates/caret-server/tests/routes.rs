@@ -219,3 +219,11 @@ async fn bodies_are_compressed_both_ways_and_a_bomb_stops_at_the_limit() {
     assert!(packed.len() * 3 < plain.len(), "{} of {}", packed.len(), plain.len());
     assert_eq!(zstd::decode_all(&packed[..]).unwrap(), plain.to_vec());
 }
+
+#[tokio::test]
+async fn every_answer_names_the_sync_version() {
+    let h = harness(unlimited()).await;
+    let (status, headers, _) = call(&h.app, "GET", "/healthz", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers[caret_protocol::SYNC_VERSION_HEADER], caret_protocol::SYNC_VERSION.to_string());
+}
