@@ -75,7 +75,7 @@ pub async fn embedded_service(
 }
 
 /// The index service of `caret serve` on `storage`, with the configured embedding model
-/// (loaded on first use), search weights and stage windows.
+/// (loaded on first use), held-text budget, search weights and stage windows.
 pub async fn server_service(
     config: &Config,
     storage: &caret_index::StorageConfig,
@@ -88,6 +88,7 @@ pub async fn server_service(
         }
         None => tracing::warn!("no embedding model: search is lexical only"),
     }
+    service = service.with_held_budget(usize::try_from(config.server.held_texts.0).unwrap_or(usize::MAX));
     if let Some(records) = std::env::var("CARET_COMPACT_RECORDS").ok().and_then(|v| v.parse().ok()) {
         let policy = caret_index::service::CompactionPolicy { records, ..Default::default() };
         service = service.with_compaction(policy);

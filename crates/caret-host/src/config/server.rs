@@ -34,6 +34,9 @@ pub struct ServerSection {
     pub ip_rate_limit_burst: u32,
     /// Largest request body.
     pub body_limit: Size,
+    /// Committed chunk texts held in memory until their vectors exist, so that a client
+    /// sends each text once (0: none; every text is sent again to be embedded).
+    pub held_texts: Size,
     /// Directories agent sessions (`POST /v1/agent/sessions`) may work in, by name
     /// (`[server.agent_workspaces]`, `name = "/path"`); none: no agent sessions.
     pub agent_workspaces: std::collections::BTreeMap<String, PathBuf>,
@@ -80,6 +83,7 @@ impl Default for ServerSection {
             ip_rate_limit_per_second: per_address.per_second,
             ip_rate_limit_burst: per_address.burst,
             body_limit: Size(64 << 20),
+            held_texts: Size(caret_index::held::DEFAULT_BUDGET as u64),
             agent_workspaces: Default::default(),
             agent_sessions_per_tenant: 4,
             agent_idle_timeout: "1h".to_owned(),
@@ -90,5 +94,18 @@ impl Default for ServerSection {
             oidc: None,
             ldap: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_held_texts_budget_is_a_size() {
+        let config: crate::config::Config = toml::from_str("[server]\nheld_texts = \"1M\"\n").unwrap_or_default();
+        assert_eq!(config.server.held_texts.0, 1 << 20);
+        let off: crate::config::Config = toml::from_str("[server]\nheld_texts = 0\n").unwrap_or_default();
+        assert_eq!(off.server.held_texts.0, 0);
+        assert_eq!(crate::config::Config::default().server.held_texts.0, caret_index::held::DEFAULT_BUDGET as u64);
+        assert!(toml::from_str::<crate::config::Config>("[server]\nheld_texts = \"lots\"\n").is_err());
     }
 }
