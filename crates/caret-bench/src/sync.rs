@@ -111,8 +111,6 @@ fn bench(config: &Config, path: &Path, changes: usize, embed: bool, scratch: &Pa
                         bytes_received: after.1 - before.1,
                         requests: after.2 - before.2,
                         chunks_sent: report.progress.embedded,
-                        local_root: String::new(),
-                        server_root: String::new(),
                         ..SyncReport::default()
                     },
                 ))
@@ -173,8 +171,7 @@ fn bench(config: &Config, path: &Path, changes: usize, embed: bool, scratch: &Pa
             let at = rows.iter().position(|(n, _)| n == name).unwrap_or(0);
             let mut it = rows[at..].iter();
             let mut total = it.next().map_or((0, 0), |(_, r)| (r.bytes_sent, r.bytes_received));
-            if let Some((n, r)) = it.next().filter(|(n, _)| n.starts_with("  ")) {
-                let _ = n;
+            if let Some((_, r)) = it.next().filter(|(n, _)| n.starts_with("  ")) {
                 total = (total.0 + r.bytes_sent, total.1 + r.bytes_received);
             }
             total

@@ -146,8 +146,8 @@ pub struct EmbedReport {
 pub const EMBED_BATCH: usize = 64;
 
 /// Has every chunk that lacks a vector embedded, in batches, calling `progress` after each:
-/// chunks whose texts the server still holds from their commit are named (ids only), the
-/// rest (and those it no longer holds) are read from disk and sent.
+/// chunks whose texts the server still holds from their commit are asked for by count
+/// (nothing sent), the rest (and those it no longer holds) are read from disk and sent.
 pub async fn embed_missing(
     scanner: Arc<Scanner>,
     ws: &WorkspaceState,

@@ -551,7 +551,7 @@ impl Service {
         }
         let new_chunks = chunk_records.iter().filter(|c| !state.chunks.contains_key(&c.id)).count() as u64;
         // The new chunks' texts wait in memory for the client's embed request, which then
-        // names them instead of sending them again.
+        // asks for them by count instead of sending them again.
         for_model.retain(|(c, _)| !state.chunks.contains_key(c));
         let (n_files, n_deletes) = (files.len() as u64, req.deletes.len() as u64);
         let records: Vec<Record> = chunk_records
@@ -597,6 +597,7 @@ impl Service {
         let state = cell.state.lock().await;
         let missing = state.missing_vectors(&model, limit.min(100_000));
         let (total, _) = state.vector_progress(&model);
+        let held = self.held.holding(&tenant.id, id, missing.chunks.iter().map(|(c, _)| *c));
         Ok(MissingVectors {
             model: Some(model),
             total,
@@ -604,11 +605,8 @@ impl Service {
             missing: missing
                 .chunks
                 .into_iter()
-                .map(|(c, path)| MissingVector {
-                    id: caret_workspace::ContentHash(c).to_hex(),
-                    path,
-                    held: self.held.holds(&tenant.id, id, &c),
-                })
+                .zip(held)
+                .map(|((c, path), held)| MissingVector { id: caret_workspace::ContentHash(c).to_hex(), path, held })
                 .collect(),
             stages: caret_store::STAGES
                 .iter()
@@ -673,19 +671,13 @@ impl Service {
             // The next held texts in embedding order, each checked against the request's key
             // as a sent text is.
             let order = cell.state.lock().await.missing_vectors(model.id(), usize::MAX).chunks;
-            let ids = key.chunk_ids();
-            let mut taken = 0;
-            for (c, _) in order {
-                if taken == req.held_next {
-                    break;
+            let chunk_ids = key.chunk_ids();
+            let next = order.into_iter().map(|(c, _)| c);
+            for (c, held) in self.held.first_held(&tenant.id, id, next, req.held_next as usize) {
+                if chunk_ids.id(&held.content) != c {
+                    return Err(Error::BadRequest("a chunk's id does not match its text (wrong key?)".into()));
                 }
-                if let Some(held) = self.held.get(&tenant.id, id, &c) {
-                    if ids.id(&held.content) != c {
-                        return Err(Error::BadRequest("a chunk's id does not match its text (wrong key?)".into()));
-                    }
-                    texts.push((c, held.text));
-                    taken += 1;
-                }
+                texts.push((c, held.text));
             }
         }
         let sent = texts.len() as u64;
