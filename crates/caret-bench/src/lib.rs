@@ -1,9 +1,10 @@
 //! `caret bench …`: measurements that print figures — throughput, p50/p99 latency, peak
 //! memory — with a baseline in the same run where there is one (`docs/benchmarks.md` lists
 //! them all). They never assert a timing and are never run by the tests; their data
-//! (`src/data/`) is embedded. Each bench is a module: [`docs`], [`llm`], [`mcp`], [`merge`], [`search`],
+//! (`src/data/`) is embedded. Each bench is a module: [`capacity`], [`docs`], [`llm`], [`mcp`], [`merge`], [`search`],
 //! [`soak`], [`sync`], [`tab`], [`team`]; `scan`, `embed` and `vectors` live here.
 
+pub mod capacity;
 pub mod docs;
 pub mod llm;
 pub mod mcp;
@@ -201,6 +202,37 @@ pub enum BenchCommand {
         #[arg(long, default_value = "smollm2-135m-instruct-q4")]
         model: String,
     },
+    /// What one replica carries: simulated developers, each with a workspace copied from real
+    /// trees, doing an hour's syncs, searches, Tab and chat calls and queued runs against
+    /// `caret serve` (models: a double with a fixed latency), ramped until an objective breaks;
+    /// server CPU per developer-hour by operation, memory and bucket and database bytes per
+    /// workspace, for each workspace size.
+    Capacity {
+        /// Real trees the workspaces are copied from (their files in order).
+        #[arg(required = true)]
+        trees: Vec<PathBuf>,
+        /// Workspace sizes in files (the first is ramped).
+        #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
+        sizes: Vec<usize>,
+        /// Active developers at each step of the ramp.
+        #[arg(long, value_delimiter = ',', default_value = "50,100,200,400,800,1200,1600,2000,2400,3200,4000")]
+        ramp: Vec<usize>,
+        /// Distinct workspaces at the first size (developers beyond share them).
+        #[arg(long, default_value_t = 64)]
+        workspaces: usize,
+        /// Length of a ramp step (e.g. 30s).
+        #[arg(long, default_value = "30s", value_parser = parse_duration_arg)]
+        step: Duration,
+        /// The model double's latency per call, in ms.
+        #[arg(long, default_value_t = 30)]
+        latency_ms: u64,
+        /// PostgreSQL for the server (default: the embedded SQLite).
+        #[arg(long)]
+        database_url: Option<String>,
+        /// The server's bucket, e.g. s3://caret-bench (default: a local directory).
+        #[arg(long)]
+        object_store: Option<String>,
+    },
     /// What running Caret for a team costs: the server's own cost per chat call (direct vs
     /// through `caret serve`, and where it goes by the server's spans), tracing's CPU cost per
     /// sync and search (two servers side by side), and a kill switch's time to take effect.
@@ -301,6 +333,21 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
             crate::next_edit::run(config, crate::next_edit::NextEditBench { model, model_cases })
         }
         BenchCommand::Mcp { python, calls } => crate::mcp::run(crate::mcp::McpBench { python, calls }),
+        BenchCommand::Capacity { trees, sizes, ramp, workspaces, step, latency_ms, database_url, object_store } => {
+            crate::capacity::run(
+                config,
+                crate::capacity::CapacityBench {
+                    trees,
+                    sizes: sizes.into_iter().filter(|n| *n > 0).collect(),
+                    ramp: ramp.into_iter().filter(|n| *n > 0).collect(),
+                    workspaces,
+                    step,
+                    latency: Duration::from_millis(latency_ms),
+                    database_url,
+                    object_store,
+                },
+            )
+        }
         BenchCommand::Team { requests, rounds } => {
             crate::team::run(config, crate::team::TeamBench { requests: requests.max(1), rounds: rounds.max(1) })
         }

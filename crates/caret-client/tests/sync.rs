@@ -412,3 +412,53 @@ async fn a_text_without_its_id_is_filed_under_its_own() {
     let stored = service.commit(&tenant, &a.id, &a.key.server_key(), commit(id_under(&a))).await.unwrap();
     assert_eq!(stored.chunks_stored, 1);
 }
+
+/// Two replicas on one database and bucket, each with the workspace loaded: what one commits
+/// the other sees on its next request (the row's log number says its copy is behind), and a
+/// copy the row says is current appends without losing anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_see_each_others_commits_through_the_row() {
+    let server_dir = TempDir::new();
+    let a = Arc::new(caret_index::open(&StorageConfig::local(server_dir.path())).await.unwrap());
+    let b = Arc::new(caret_index::open(&StorageConfig::local(server_dir.path())).await.unwrap());
+    let tenant = a.db().create_tenant("local").await.unwrap();
+    let (to_a, to_b) = (
+        InProcessTransport::new(a.clone(), tenant.clone(), "a"),
+        InProcessTransport::new(b.clone(), tenant.clone(), "b"),
+    );
+    let engine = SyncEngine::new(scanner(), SyncOptions::default());
+    let dir = workspace();
+    let state = TempDir::new();
+    let ws = WorkspaceState::open(dir.path(), &state.join("ws"), &state.join("keys")).unwrap();
+    engine.sync(&ws, &to_a).await.unwrap();
+    let through_b = engine.sync(&ws, &to_b).await.unwrap();
+    assert_eq!((through_b.chunks_sent, through_b.unchanged), (0, 4), "b loaded a's commit");
+    for (round, (writer, reader)) in [(&to_b, &to_a), (&to_a, &to_b), (&to_b, &to_a)].into_iter().enumerate() {
+        dir.write("src/lib.rs", &format!("pub fn add_{round}(a: i32, b: i32) -> i32 {{\n    a + b + {round}\n}}\n"));
+        dir.backdate(10);
+        let wrote = engine.sync(&ws, writer).await.unwrap();
+        assert_eq!((wrote.modified, wrote.chunks_sent), (1, 1), "round {round}");
+        let read = engine.sync(&ws, reader).await.unwrap();
+        assert_eq!((read.modified, read.chunks_sent), (0, 0), "round {round}: the other replica is in step");
+        assert_eq!(read.server_root, wrote.local_root, "round {round}");
+        let hits = caret_client::index::search(
+            scanner(),
+            &ws,
+            reader,
+            &format!("add_{round}"),
+            3,
+            caret_protocol::SearchMode::Lexical,
+            caret_client::index::Rerank::default(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(hits.hits.first().map(|h| h.path.as_str()), Some("src/lib.rs"), "round {round}");
+    }
+    let row = a.db().workspace(&tenant, &ws.id).await.unwrap().unwrap();
+    let logs = std::fs::read_dir(
+        server_dir.path().join("objects").join("t").join(&tenant.id).join("w").join(&ws.id).join("wal"),
+    )
+    .unwrap()
+    .count();
+    assert_eq!(row.log_seq, i64::try_from(logs).unwrap(), "the row names the last log object");
+}

@@ -100,6 +100,12 @@ const MIGRATIONS: &[(i64, &str)] = &[
         PRIMARY KEY (name, tenant)
     )",
     ),
+    (
+        6,
+        // The last log object a replica appended to each workspace's namespace: a reader whose
+        // loaded copy is that far along skips listing the log (0: unknown, always list).
+        "ALTER TABLE workspaces ADD COLUMN log_seq BIGINT NOT NULL DEFAULT 0",
+    ),
 ];
 
 /// Recovery admission as an operator started it (`caret admin recovery start`).
@@ -148,6 +154,8 @@ pub struct WorkspaceRow {
     pub files: i64,
     /// Chunks after the last commit.
     pub chunks: i64,
+    /// The last log object appended to its namespace (0: unknown).
+    pub log_seq: i64,
 }
 
 /// The metadata database.
@@ -214,6 +222,22 @@ impl Db {
     pub async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
+    }
+
+    /// The database's size on disk in bytes (PostgreSQL: the database's; SQLite: the file's
+    /// pages), for sizing figures.
+    pub async fn size_bytes(&self) -> Result<u64> {
+        let bytes: i64 = match self.dialect {
+            caret_db::Dialect::Postgres => {
+                sqlx::query("SELECT pg_database_size(current_database())").fetch_one(&self.pool).await?.get(0)
+            }
+            caret_db::Dialect::Sqlite => {
+                let pages: i64 = sqlx::query("PRAGMA page_count").fetch_one(&self.pool).await?.get(0);
+                let size: i64 = sqlx::query("PRAGMA page_size").fetch_one(&self.pool).await?.get(0);
+                pages * size
+            }
+        };
+        Ok(u64::try_from(bytes).unwrap_or(0))
     }
 
     /// Creates a tenant; fails if the name is taken.
@@ -361,23 +385,27 @@ impl Db {
 
     /// A tenant's workspace.
     pub async fn workspace(&self, tenant: &Tenant, id: &str) -> Result<Option<WorkspaceRow>> {
-        Ok(sqlx::query("SELECT id, key_id, root_hash, files, chunks FROM workspaces WHERE tenant_id = $1 AND id = $2")
-            .bind(&tenant.id)
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?
-            .map(row_to_workspace))
+        Ok(sqlx::query(
+            "SELECT id, key_id, root_hash, files, chunks, log_seq FROM workspaces WHERE tenant_id = $1 AND id = $2",
+        )
+        .bind(&tenant.id)
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?
+        .map(row_to_workspace))
     }
 
     /// A tenant's workspaces.
     pub async fn workspaces(&self, tenant: &Tenant) -> Result<Vec<WorkspaceRow>> {
-        Ok(sqlx::query("SELECT id, key_id, root_hash, files, chunks FROM workspaces WHERE tenant_id = $1 ORDER BY id")
-            .bind(&tenant.id)
-            .fetch_all(&self.pool)
-            .await?
-            .into_iter()
-            .map(row_to_workspace)
-            .collect())
+        Ok(sqlx::query(
+            "SELECT id, key_id, root_hash, files, chunks, log_seq FROM workspaces WHERE tenant_id = $1 ORDER BY id",
+        )
+        .bind(&tenant.id)
+        .fetch_all(&self.pool)
+        .await?
+        .into_iter()
+        .map(row_to_workspace)
+        .collect())
     }
 
     /// Creates a workspace if it does not exist (a concurrent creation is not an error).
@@ -414,6 +442,17 @@ impl Db {
         Ok(())
     }
 
+    /// Records that the workspace's log reaches `seq` (never moving it back).
+    pub async fn note_log_seq(&self, tenant: &Tenant, id: &str, seq: u64) -> Result<()> {
+        sqlx::query("UPDATE workspaces SET log_seq = $1 WHERE tenant_id = $2 AND id = $3 AND log_seq < $1")
+            .bind(i64::try_from(seq).unwrap_or(i64::MAX))
+            .bind(&tenant.id)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     /// Deletes a workspace row.
     pub async fn delete_workspace(&self, tenant: &Tenant, id: &str) -> Result<bool> {
         let r = sqlx::query("DELETE FROM workspaces WHERE tenant_id = $1 AND id = $2")
@@ -426,5 +465,12 @@ impl Db {
 }
 
 fn row_to_workspace(r: sqlx::any::AnyRow) -> WorkspaceRow {
-    WorkspaceRow { id: r.get(0), key_id: r.get(1), root_hash: r.get(2), files: r.get(3), chunks: r.get(4) }
+    WorkspaceRow {
+        id: r.get(0),
+        key_id: r.get(1),
+        root_hash: r.get(2),
+        files: r.get(3),
+        chunks: r.get(4),
+        log_seq: r.get(5),
+    }
 }

@@ -32,6 +32,9 @@ pub const MAX_DIRS: usize = 20_000;
 /// Largest chunk text.
 pub const MAX_CHUNK_BYTES: usize = 1 << 20;
 
+/// Sibling workspaces loaded from storage to copy a first index's vectors from.
+const SIBLINGS_LOADED: usize = 4;
+
 /// Largest number of chunks in one embed request.
 pub const MAX_EMBED_CHUNKS: usize = 1024;
 /// Longest search query in bytes.
@@ -42,6 +45,8 @@ pub const MAX_QUERY_BYTES: usize = 4096;
 struct Loaded {
     state: Mutex<State>,
     compacting: AtomicBool,
+    /// The public id of the workspace's key (siblings under the same key share vectors).
+    key_id: String,
 }
 
 /// Loaded workspaces by (tenant id, workspace id).
@@ -119,6 +124,19 @@ pub struct CompactionPolicy {
     pub objects: u64,
 }
 
+impl CompactionPolicy {
+    /// Whether a tail of `records` in `objects` log objects after a segment of `segment`
+    /// chunks is worth folding. Many small objects are (they slow a cold load), but folding
+    /// rebuilds the segment's indexes whole — a large workspace's HNSW graph is a minute of
+    /// CPU — so past the object count the tail must also be a twentieth of the segment, until
+    /// 16 times the object count.
+    pub fn due(&self, records: usize, objects: u64, segment: usize) -> bool {
+        records >= self.records
+            || objects >= self.objects.saturating_mul(16)
+            || (objects >= self.objects && records.saturating_mul(20) >= segment)
+    }
+}
+
 impl Default for CompactionPolicy {
     fn default() -> Self {
         CompactionPolicy { records: caret_store::COMPACT_RECORDS, objects: caret_store::COMPACT_OBJECTS }
@@ -135,6 +153,8 @@ pub struct Service {
     /// model's own.
     stage_windows: [Option<usize>; 3],
     compaction: CompactionPolicy,
+    /// Turns for background compactions (one at a time).
+    compactions: Arc<tokio::sync::Semaphore>,
     weights: Weights,
     /// Texts received at commit time, held in memory until embedded.
     held: HeldTexts,
@@ -215,6 +235,7 @@ impl Service {
             embedding: None,
             stage_windows: [None; 3],
             compaction: CompactionPolicy::default(),
+            compactions: Arc::new(tokio::sync::Semaphore::new(1)),
             weights: Weights::default(),
             held: HeldTexts::new(crate::held::DEFAULT_BUDGET),
         }
@@ -298,14 +319,21 @@ impl Service {
     /// The loaded state of a workspace that exists for this tenant, brought up to date.
     async fn state(&self, tenant: &Tenant, id: &str) -> Result<Arc<Loaded>> {
         check_id(id)?;
-        if self.db.workspace(tenant, id).await?.is_none() {
+        let Some(row) = self.db.workspace(tenant, id).await? else {
             return Err(Error::NotFound("workspace".into()));
-        }
+        };
         let key = (tenant.id.clone(), id.to_owned());
         let existing = self.loaded.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
         let cell = match existing {
             Some(cell) => {
                 let mut state = cell.state.lock().await;
+                // Every append records its sequence number in the row: a copy that far along
+                // has nothing to list (on S3, a LIST per request saved).
+                let known = u64::try_from(row.log_seq).unwrap_or(0);
+                if known != 0 && known <= state.seq {
+                    drop(state);
+                    return Ok(cell);
+                }
                 let ns = self.namespace(tenant, id);
                 match ns.refresh(&mut state).await {
                     // Another replica compacted past this copy: load it afresh.
@@ -317,27 +345,50 @@ impl Service {
             }
             None => {
                 let state = self.namespace(tenant, id).load().await?;
-                let cell = Arc::new(Loaded { state: Mutex::new(state), compacting: AtomicBool::new(false) });
+                let cell = Arc::new(Loaded {
+                    state: Mutex::new(state),
+                    compacting: AtomicBool::new(false),
+                    key_id: row.key_id,
+                });
                 self.loaded.lock().unwrap_or_else(|p| p.into_inner()).entry(key).or_insert(cell).clone()
             }
         };
         Ok(cell)
     }
 
+    /// Appends to the workspace's log and records how far it reaches in its row. A copy the
+    /// row says is current appends without listing the log first.
+    async fn append(&self, tenant: &Tenant, id: &str, state: &mut State, records: Vec<Record>) -> Result<u64> {
+        let ns = self.namespace(tenant, id);
+        let known = self.db.workspace(tenant, id).await?.map_or(0, |w| u64::try_from(w.log_seq).unwrap_or(0));
+        let seq = if known != 0 && known <= state.seq {
+            ns.append_current(state, records).await?
+        } else {
+            ns.append(state, records).await?
+        };
+        self.db.note_log_seq(tenant, id, seq).await?;
+        Ok(seq)
+    }
+
     /// Starts a background compaction when the tail is long enough and none is running.
     /// Readers and writers go on meanwhile; the new segment is swapped in when it is done.
     fn maybe_compact(&self, tenant: &Tenant, id: &str, cell: &Arc<Loaded>, state: &State) {
         let (records, objects) = state.tail_size();
-        if records < self.compaction.records && objects < self.compaction.objects {
+        if !self.compaction.due(records, objects, state.segment_chunks()) {
             return;
         }
         if cell.compacting.swap(true, Ordering::AcqRel) {
             return;
         }
-        let plan = state.compaction_plan();
         let ns = self.namespace(tenant, id);
         let cell = cell.clone();
+        let turn = self.compactions.clone();
         tokio::spawn(async move {
+            // One compaction at a time per server: folding a large workspace is seconds of
+            // CPU, and several at once would take every core from the requests. The plan is
+            // taken when its turn comes, so a wait folds more rather than a stale tail.
+            let Ok(_turn) = turn.acquire_owned().await else { return };
+            let plan = cell.state.lock().await.compaction_plan();
             match ns.compact(plan).await {
                 Ok(Some(segment)) => cell.state.lock().await.install(segment),
                 Ok(None) => {}
@@ -512,31 +563,13 @@ impl Service {
         for d in &req.deletes {
             check_path(d, false)?;
         }
-        // Check every sent chunk against its id and compute its keyed terms, in memory.
-        let hasher = key.tokens();
-        let mut chunk_records = Vec::with_capacity(req.chunks.len());
-        let mut for_model = Vec::new();
-        for (claimed, text, defines, content) in checked_texts(key, req.chunks)? {
-            let (mut terms, length) = caret_store::lexical::hashed_terms(&text, |t| hasher.hash(t));
-            // Defined names: terms of their own, not counted in the length.
-            let mut defined: Vec<u64> = Vec::new();
-            caret_store::lexical::defined_terms(&defines, |t| defined.push(hasher.hash(t)));
-            for h in defined {
-                match terms.binary_search_by_key(&h, |(t, _)| *t) {
-                    Ok(i) => terms[i].1 += 1,
-                    Err(i) => terms.insert(i, (h, 1)),
-                }
-            }
-            chunk_records.push(ChunkRecord { id: claimed, length, terms });
-            if self.embedding.is_some() {
-                for_model.push((claimed, Held { content, text }));
-            }
-        }
+        // Check every sent chunk against its id and compute its keyed terms, in memory, off
+        // the threads that answer other requests.
+        let embedding = self.embedding.is_some();
+        let (chunk_records, mut for_model) = cpu_bound(|| commit_records(key, req.chunks, embedding))?;
 
         let cell = self.state(tenant, id).await?;
         let mut state = cell.state.lock().await;
-        let ns = self.namespace(tenant, id);
-        ns.refresh(&mut state).await?;
         let sent: HashSet<[u8; 32]> = chunk_records.iter().map(|c| c.id).collect();
         let mut missing: Vec<String> = files
             .iter()
@@ -562,7 +595,7 @@ impl Service {
             .chain(files.into_iter().map(Record::File))
             .collect();
         if !records.is_empty() {
-            ns.append(&mut state, records).await?;
+            self.append(tenant, id, &mut state, records).await?;
             self.maybe_compact(tenant, id, &cell, &state);
         }
         self.held.hold(&tenant.id, id, for_model);
@@ -628,10 +661,39 @@ impl Service {
         model: &str,
         mut wanted: HashSet<[u8; 32]>,
     ) -> Result<()> {
-        let Some(me) = self.db.workspace(tenant, id).await? else { return Ok(()) };
+        // Siblings already in memory; for a first index (nothing embedded yet: a clone, a
+        // teammate's copy) also a few from storage. Loading every workspace of a large team
+        // for the few chunks an edit made would cost more than embedding them.
+        let mut siblings: Vec<Arc<Loaded>> = self
+            .loaded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|((t, w), other)| *t == tenant.id && w != id && other.key_id == cell.key_id)
+            .map(|(_, other)| other.clone())
+            .collect();
+        let first_index = cell.state.lock().await.vector_progress(model).1 == 0;
+        if first_index && siblings.len() < SIBLINGS_LOADED {
+            let loaded: HashSet<String> = self
+                .loaded
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .keys()
+                .filter(|(t, _)| *t == tenant.id)
+                .map(|(_, w)| w.clone())
+                .collect();
+            let rows = self.db.workspaces(tenant).await?;
+            let unloaded =
+                rows.into_iter().filter(|w| w.key_id == cell.key_id && w.id != id && !loaded.contains(&w.id));
+            for sibling in unloaded.take(SIBLINGS_LOADED - siblings.len()) {
+                siblings.push(self.state(tenant, &sibling.id).await?);
+            }
+        }
         let mut batch = VectorBatch { model: model.to_owned(), dim: 0, ids: Vec::new(), data: Vec::new() };
-        for sibling in self.db.workspaces(tenant).await?.into_iter().filter(|w| w.key_id == me.key_id && w.id != id) {
-            let other = self.state(tenant, &sibling.id).await?;
+        for other in siblings {
+            if wanted.is_empty() {
+                break;
+            }
             let state = other.state.lock().await;
             wanted.retain(|c| match state.vector(c, model) {
                 Some(v) => {
@@ -648,7 +710,7 @@ impl Service {
         }
         tracing::info!(reused = batch.ids.len(), "vectors reused from workspaces sharing the key");
         let mut state = cell.state.lock().await;
-        self.namespace(tenant, id).append(&mut state, vec![Record::Vectors(batch)]).await?;
+        self.append(tenant, id, &mut state, vec![Record::Vectors(batch)]).await?;
         self.maybe_compact(tenant, id, cell, &state);
         Ok(())
     }
@@ -726,7 +788,7 @@ impl Service {
         let done = ids.clone();
         let batch = VectorBatch { model: model.id().to_owned(), dim: u32::try_from(dim).unwrap_or(0), ids, data };
         let mut state = cell.state.lock().await;
-        self.namespace(tenant, id).append(&mut state, vec![Record::Vectors(batch)]).await?;
+        self.append(tenant, id, &mut state, vec![Record::Vectors(batch)]).await?;
         self.maybe_compact(tenant, id, &cell, &state);
         self.held.release(&tenant.id, id, &done);
         Ok(EmbedResponse { embedded, skipped: sent - embedded })
@@ -787,7 +849,7 @@ impl Service {
         let query =
             Query { terms, definitions, symbols, vector, k, candidates: (k * 4).max(100), weights: self.weights };
         let mut state = cell.state.lock().await;
-        let hits = state.search(&query);
+        let hits = cpu_bound(|| state.search(&query));
         let (embeddable, embedded) = state.vector_progress(model.as_ref().map_or("", |m| m.id()));
         Ok(SearchResponse {
             hits: hits
@@ -850,4 +912,57 @@ fn checked_texts(key: &ServerKey, chunks: Vec<ChunkText>) -> Result<Vec<CheckedC
             Ok((claimed, text, c.defines, content))
         })
         .collect()
+}
+
+/// Texts to hold for the model, by chunk id.
+type HeldBatch = Vec<([u8; 32], Held)>;
+
+/// Chunk records (keyed terms) of the sent texts, checked against their ids, and the texts to
+/// hold for the model.
+fn commit_records(key: &ServerKey, chunks: Vec<ChunkText>, embedding: bool) -> Result<(Vec<ChunkRecord>, HeldBatch)> {
+    let hasher = key.tokens();
+    let mut chunk_records = Vec::with_capacity(chunks.len());
+    let mut for_model = Vec::new();
+    for (claimed, text, defines, content) in checked_texts(key, chunks)? {
+        let (mut terms, length) = caret_store::lexical::hashed_terms(&text, |t| hasher.hash(t));
+        // Defined names: terms of their own, not counted in the length.
+        let mut defined: Vec<u64> = Vec::new();
+        caret_store::lexical::defined_terms(&defines, |t| defined.push(hasher.hash(t)));
+        for h in defined {
+            match terms.binary_search_by_key(&h, |(t, _)| *t) {
+                Ok(i) => terms[i].1 += 1,
+                Err(i) => terms.insert(i, (h, 1)),
+            }
+        }
+        chunk_records.push(ChunkRecord { id: claimed, length, terms });
+        if embedding {
+            for_model.push((claimed, Held { content, text }));
+        }
+    }
+    Ok((chunk_records, for_model))
+}
+
+/// Runs CPU-bound work (a search, a commit's terms) without holding up the runtime's other
+/// requests: on a multi-threaded runtime the worker hands its queue to another thread first.
+fn cpu_bound<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
+#[cfg(test)]
+mod compaction_tests {
+    use super::CompactionPolicy;
+
+    #[test]
+    fn a_large_segment_is_not_rebuilt_for_a_few_small_objects() {
+        let p = CompactionPolicy { records: 20_000, objects: 256 };
+        assert!(p.due(20_000, 1, 1_000_000), "enough records");
+        assert!(!p.due(10, 255, 0), "too few objects");
+        assert!(p.due(10, 256, 0), "many objects, no segment");
+        assert!(p.due(600, 256, 10_000), "many objects, a tail of a twentieth");
+        assert!(!p.due(600, 256, 95_000), "many objects, a small tail of a large segment");
+        assert!(p.due(600, 4_096, 95_000), "very many objects");
+    }
 }

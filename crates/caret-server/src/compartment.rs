@@ -4,8 +4,9 @@
 //! (the embedding and model ones' threads, workers and blocking ones, at a lower CPU
 //! priority: nice 19),
 //! with a bound on requests in flight and waiting; beyond it, 503 `overloaded` with
-//! `Retry-After`. Token checks, sync, search and Tab stay on the server's own runtime, which
-//! no compartment's work runs on.
+//! `Retry-After`. The index's routes (sync and search: CPU in bursts of milliseconds) run in
+//! one at the server's priority, so that a sync never holds up a Tab request. Token checks
+//! and Tab stay on the server's own runtime, which no compartment's work runs on.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -136,6 +137,8 @@ pub struct Compartments {
     pub agent: Arc<Compartment>,
     /// Runs, episodes and the workers' routes.
     pub runs: Arc<Compartment>,
+    /// The index: sync (tree, plan, commit, missing vectors) and search.
+    pub index: Arc<Compartment>,
 }
 
 impl Compartments {
@@ -158,6 +161,12 @@ impl Compartments {
             )?),
             agent: Arc::new(Compartment::new("agent", small)?),
             runs: Arc::new(Compartment::new("runs", Bounds { threads: 2, in_flight: 256, waiting: 1024, ..small })?),
+            // The index yields a little (nice 5) to the server's own threads: a Tab request
+            // waking while a commit's terms are computed gets the core first.
+            index: Arc::new(Compartment::new(
+                "index",
+                Bounds { threads: cores.max(2), in_flight: 512, waiting: 4096, nice: 5, ..small },
+            )?),
         })
     }
 
@@ -167,6 +176,9 @@ impl Compartments {
         match parts.as_slice() {
             ["v1", "chat", ..] | ["v1", "completions"] | ["v1", "embeddings"] => Some(&self.models),
             ["v1", "workspaces", _, "embed"] => Some(&self.embedding),
+            ["v1", "workspaces", _, "tree" | "plan" | "commit" | "search"] | ["v1", "workspaces", _, "vectors", _] => {
+                Some(&self.index)
+            }
             ["v1", "agent", ..] | ["v1", "apply"] => Some(&self.agent),
             ["v1", "runs", ..] | ["v1", "envs", ..] | ["v1", "workers", ..] | ["v1", "secrets", ..] => Some(&self.runs),
             _ => None,
@@ -187,8 +199,10 @@ mod tests {
         assert_eq!(of("/v1/workspaces/w/embed"), Some("embedding"));
         assert_eq!(of("/v1/agent/sessions/s/events"), Some("agent"));
         assert_eq!(of("/v1/workers/lease"), Some("runs"));
-        for own in ["/v1/workspaces/w/search", "/v1/workspaces/w/commit", "/v1/complete", "/v1/workspaces", "/healthz"]
-        {
+        for index in ["/v1/workspaces/w/search", "/v1/workspaces/w/commit", "/v1/workspaces/w/vectors/missing"] {
+            assert_eq!(of(index), Some("index"), "{index}");
+        }
+        for own in ["/v1/complete", "/v1/workspaces", "/v1/workspaces/w", "/healthz"] {
             assert_eq!(of(own), None, "{own} runs on the server's own runtime");
         }
     }

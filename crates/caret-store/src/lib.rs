@@ -345,31 +345,42 @@ impl State {
             match r {
                 Record::Chunk(c) => {
                     if self.chunks.insert(c.id, c.length).is_none() {
+                        // The cached tail index grows by the chunk rather than being rebuilt:
+                        // a change costs what it adds, not the workspace's size.
+                        if let Some(t) = self.tail_lexical.as_mut() {
+                            let t = Arc::make_mut(t);
+                            t.0.push(c.id);
+                            t.1.push(&c.terms, c.length);
+                        }
                         self.tail.chunks.push((seq, c));
-                        self.tail_lexical = None;
                     }
                 }
                 Record::File(f) => {
+                    if let Some(old) = self.files.remove(&f.path) {
+                        self.unlocate(&old);
+                    }
+                    self.locate(&f);
                     self.files.insert(f.path.clone(), f);
                 }
                 Record::Delete(path) => {
-                    self.files.remove(&path);
                     let below = format!("{path}/");
-                    let doomed: Vec<String> = self
+                    let mut doomed: Vec<String> = self
                         .files
                         .range(below.clone()..)
                         .take_while(|(p, _)| p.starts_with(&below))
                         .map(|(p, _)| p.clone())
                         .collect();
+                    doomed.push(path);
                     for p in doomed {
-                        self.files.remove(&p);
+                        if let Some(old) = self.files.remove(&p) {
+                            self.unlocate(&old);
+                        }
                     }
                 }
                 Record::Vectors(b) => self.apply_vectors(seq, b),
             }
         }
         self.tree = None;
-        self.locations = None;
         *self.progress.get_mut().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
@@ -507,6 +518,11 @@ impl State {
     /// The current segment, if any.
     pub fn segment(&self) -> Option<&Arc<Segment>> {
         self.segment.as_ref()
+    }
+
+    /// Chunks in the current segment (0 without one).
+    pub fn segment_chunks(&self) -> usize {
+        self.segment.as_ref().map_or(0, |s| s.ids.len())
     }
 
     /// The tail's size: records (chunks plus vectors) and log objects since the segment.
@@ -793,9 +809,22 @@ impl Namespace {
     /// Appends a batch as the next log object; on a race for the sequence number, catches up
     /// and tries the next one. Applies the batch to `state`.
     pub async fn append(&self, state: &mut State, records: Vec<Record>) -> Result<u64> {
+        self.append_from(state, records, false).await
+    }
+
+    /// [`append`](Self::append) for a caller that knows `state` was current moments ago (the
+    /// metadata database said so): the first try lists nothing. The next number is claimed by
+    /// a create-only put, so a copy that fell behind meanwhile loses the race and catches up.
+    pub async fn append_current(&self, state: &mut State, records: Vec<Record>) -> Result<u64> {
+        self.append_from(state, records, true).await
+    }
+
+    async fn append_from(&self, state: &mut State, records: Vec<Record>, current: bool) -> Result<u64> {
         let bytes = bytes::Bytes::from(seal(&Batch { version: FORMAT, records: records.clone() })?);
-        for _ in 0..APPEND_ATTEMPTS {
-            self.refresh(state).await?;
+        for attempt in 0..APPEND_ATTEMPTS {
+            if attempt > 0 || !current {
+                self.refresh(state).await?;
+            }
             let seq = state.seq + 1;
             let path = self.wal().child(seq_name(seq));
             match self.store.put_opts(&path, PutPayload::from_bytes(bytes.clone()), create()).await {
@@ -826,22 +855,25 @@ impl Namespace {
             None => Vec::new(),
         };
         let name = format!("{}-{}", seq_name(plan.seq), &blake3::hash(&nonce()).to_hex()[..16]);
-        let (segment, data) = {
+        // Folding, indexing and encoding are CPU-bound: off the runtime's threads.
+        let (segment, sealed, bm25, ann) = {
             let name = name.clone();
             tokio::task::spawn_blocking(move || {
                 let data = plan.fold(old_chunks);
-                Segment::from_data(name, &data, Stored::default()).map(|s| (s, data))
+                let segment = Segment::from_data(name, &data, Stored::default())?;
+                let sealed = seal(&data)?;
+                drop(data);
+                let bm25 = seal_raw(segment.bm25.to_bytes()?);
+                let ann = segment.ann.as_ref().map(|a| a.to_bytes().map(seal_raw)).transpose()?;
+                Ok::<_, Error>((segment, sealed, bm25, ann))
             })
             .await
             .map_err(|e| Error::Encode(format!("compaction task: {e}")))??
         };
-        let sealed = seal(&data)?;
-        drop(data);
         self.store.put_opts(&self.seg(&name), PutPayload::from(sealed), create()).await?;
-        let bm25 = seal_raw(segment.bm25.to_bytes()?);
         self.store.put_opts(&self.bm25(&name), PutPayload::from(bm25), create()).await?;
-        if let Some(ann) = &segment.ann {
-            self.store.put_opts(&self.ann(&name), PutPayload::from(seal_raw(ann.to_bytes()?)), create()).await?;
+        if let Some(ann) = ann {
+            self.store.put_opts(&self.ann(&name), PutPayload::from(ann), create()).await?;
         }
         let manifests = self.list_manifests().await?;
         let next = manifests.first().map_or(1, |(n, _)| n + 1);

@@ -24,7 +24,7 @@ impl Default for Bm25 {
 }
 
 /// An in-memory inverted index over documents given as `(term hash, frequency)` lists.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct LexicalIndex {
     postings: HashMap<u64, Vec<(u32, u32)>>,
     lengths: Vec<u32>,
@@ -49,6 +49,17 @@ impl LexicalIndex {
             lengths.iter().map(|l| *l as f32).sum::<f32>() / lengths.len() as f32
         };
         LexicalIndex { postings, lengths, avg_len }
+    }
+
+    /// Adds document `len()` (a chunk appended to the tail), as [`build`](Self::build) would.
+    pub fn push(&mut self, terms: &[(u64, u32)], len: u32) {
+        let doc = u32::try_from(self.lengths.len()).unwrap_or(u32::MAX);
+        for (term, tf) in terms {
+            self.postings.entry(*term).or_default().push((doc, *tf));
+        }
+        let n = self.lengths.len() as f32;
+        self.avg_len = (self.avg_len * n + len as f32) / (n + 1.0);
+        self.lengths.push(len);
     }
 
     /// The `k` best documents for the query terms (repeats count once), by BM25.

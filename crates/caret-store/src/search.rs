@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::bm25::Stats;
 use crate::rank::{self, Bm25, Corpus, Hit, LexicalIndex};
-use crate::{Location, State};
+use crate::{FileRecord, Location, State};
 
 /// Fusion weights and boosts by file kind.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -149,6 +149,38 @@ impl State {
         let map = Arc::new(map);
         self.locations = Some(map.clone());
         map
+    }
+
+    /// Adds a file's stored chunks to the cached locations, if any (a file record applied).
+    pub(crate) fn locate(&mut self, f: &FileRecord) {
+        let Some(map) = self.locations.as_mut() else { return };
+        let map = Arc::make_mut(map);
+        let path: Arc<str> = Arc::from(f.path.as_str());
+        for c in f.chunks.iter().filter(|c| self.chunks.contains_key(&c.id)) {
+            let at = map.entry(c.id).or_default();
+            at.push(Location {
+                path: path.clone(),
+                start_line: c.start_line,
+                end_line: c.end_line,
+                kind: Arc::from(c.kind.as_str()),
+            });
+            // In file order, as a rebuild lists them.
+            at.sort_by(|a, b| a.path.cmp(&b.path));
+        }
+    }
+
+    /// Removes a replaced or deleted file's chunks from the cached locations, if any.
+    pub(crate) fn unlocate(&mut self, f: &FileRecord) {
+        let Some(map) = self.locations.as_mut() else { return };
+        let map = Arc::make_mut(map);
+        for c in &f.chunks {
+            if let Some(at) = map.get_mut(&c.id) {
+                at.retain(|l| *l.path != *f.path);
+                if at.is_empty() {
+                    map.remove(&c.id);
+                }
+            }
+        }
     }
 
     fn tail_lexical(&mut self) -> Arc<(Vec<[u8; 32]>, LexicalIndex)> {

@@ -498,3 +498,41 @@ async fn a_log_object_with_an_impossible_chunk_is_skipped_and_the_rest_replays()
     let paths: Vec<&str> = loaded.files.keys().map(String::as_str).collect();
     assert_eq!(paths, ["a", "c"], "the damaged object is skipped, the others replay");
 }
+
+/// The caches a search builds (where chunks are, the tail's term index) follow each change
+/// as a fresh load of the same log would answer: files replaced and deleted, a chunk in two
+/// files, new chunks after the first search.
+#[tokio::test]
+async fn cached_indexes_follow_changes_as_a_fresh_load_does() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let ns = Namespace::new(store, "t/w");
+    let mut state = corpus(&ns).await;
+    let questions = ["retry upload backoff", "parse_config toml", "render rows cell", "check token signature", "lru"];
+    let ask = |s: &mut State| -> Vec<Vec<SearchHit>> {
+        questions.iter().map(|q| s.search(&query(q, Some(unit(0, 0.0)), 6))).collect()
+    };
+    ask(&mut state);
+    let steps: Vec<Vec<Record>> = vec![
+        // The parser rewritten: a new chunk, the old one no longer located.
+        vec![text_chunk(7, "fn parse_config(text) { serde_yaml::from_str(text) } // toml too"), file("parse", 7, 7)],
+        // A second file holding the renderer's chunk.
+        vec![file("copy/render", 8, 3)],
+        // The copy's folder deleted, then the cache file deleted.
+        vec![Record::Delete("copy".into())],
+        vec![
+            Record::Delete("cache".into()),
+            text_chunk(9, "fn lru_cache(size) { evict lru entries }"),
+            file("lru", 9, 9),
+        ],
+    ];
+    for records in steps {
+        ns.append(&mut state, records).await.unwrap();
+        let mut fresh = ns.load().await.unwrap();
+        for (cached, loaded) in ask(&mut state).iter().zip(ask(&mut fresh)) {
+            same(cached, &loaded);
+        }
+    }
+    let hits = state.search(&query("render rows cell", None, 6));
+    assert_eq!(paths(&hits), ["render"], "the deleted copy is not found");
+    assert_eq!(paths(&state.search(&query("serde_yaml", None, 6))), ["parse"]);
+}
