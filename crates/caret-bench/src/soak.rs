@@ -83,6 +83,19 @@ fn backdate(path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Runs this binary's `caret ARGS --data-dir DATA` with `CARET_HOME` set; its trimmed output.
+pub(crate) fn caret(data: &Path, home: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new(std::env::current_exe()?)
+        .args(args)
+        .arg("--data-dir")
+        .arg(data)
+        .env("CARET_HOME", home)
+        .output()
+        .context("running caret")?;
+    anyhow::ensure!(out.status.success(), "caret {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
 /// Resident memory of a process, in KiB.
 pub(crate) fn rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -117,17 +130,7 @@ fn bench(config: &Config, args: &SoakBench, scratch: &Path) -> anyhow::Result<Ex
     } else {
         println!("no chat model at {} (caret models pull {}): chat is left out", model.display(), args.model);
     }
-    let admin = |cmd: &[&str]| -> anyhow::Result<String> {
-        let out = Command::new(&exe)
-            .args(cmd)
-            .arg("--data-dir")
-            .arg(&data)
-            .env("CARET_HOME", &home)
-            .output()
-            .context("running caret admin")?;
-        anyhow::ensure!(out.status.success(), "caret {cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-    };
+    let admin = |cmd: &[&str]| caret(&data, &home, cmd);
     // Each client is a user of its own team: its own tenant and token, as in real use (the
     // server's per-token and per-tenant limits would otherwise be what is measured).
     let mut tokens = Vec::with_capacity(args.clients);
