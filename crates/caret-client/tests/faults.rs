@@ -124,26 +124,30 @@ async fn storage_faults_answer_503_and_the_index_converges_when_they_pass() {
     assert_eq!(readyz(&server.url).await, 200);
 
     // One operation in four fails, each way a store fails: syncs retry through it (or give up
-    // with a 503 and the next one carries on) and converge.
+    // with a 503 and the next one carries on) and converge. A sync of a change touches the
+    // store a few times only (a copy the database says is current lists nothing), so each
+    // way is tried over eight changes.
     for fault in [Fault::Error, Fault::Throttle, Fault::DiskFull, Fault::Timeout] {
         store.set(Faults { fail_one_in: 4, fault, delay: Duration::from_millis(50), ..Faults::default() });
-        dir.write(
-            "src/upload.rs",
-            &format!("/// Retry failed uploads ({fault:?}).\npub fn upload_with_retries() {{}}\n"),
-        );
-        dir.backdate(10);
-        let mut converged = false;
-        for _ in 0..10 {
-            match engine.sync(&ws, &transport).await {
-                Ok(report) => {
-                    converged = report.server_root == report.local_root;
-                    break;
+        for change in 0..8 {
+            dir.write(
+                "src/upload.rs",
+                &format!("/// Retry failed uploads ({fault:?}, {change}).\npub fn upload_with_retries() {{}}\n"),
+            );
+            dir.backdate(10);
+            let mut converged = false;
+            for _ in 0..10 {
+                match engine.sync(&ws, &transport).await {
+                    Ok(report) => {
+                        converged = report.server_root == report.local_root;
+                        break;
+                    }
+                    Err(caret_client::Error::Server { status, .. }) => assert_eq!(status, 503, "{fault:?}"),
+                    Err(e) => panic!("{fault:?}: {e}"),
                 }
-                Err(caret_client::Error::Server { status, .. }) => assert_eq!(status, 503, "{fault:?}"),
-                Err(e) => panic!("{fault:?}: {e}"),
             }
+            assert!(converged, "{fault:?}, change {change}: sync did not converge");
         }
-        assert!(converged, "{fault:?}: sync did not converge");
     }
     assert!(store.injected() > 10, "faults were injected: {}", store.injected());
     let statuses = server.statuses.lock().unwrap().clone();
