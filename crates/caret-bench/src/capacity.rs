@@ -26,6 +26,7 @@ use caret_host::runtime::runtime;
 use caret_protocol::SearchMode;
 use caret_workspace::scan::{Depth, Scanner};
 
+use crate::process::{Child, caret, start_serve};
 use crate::search::percentile;
 use crate::soak::rss_kib;
 
@@ -74,15 +75,6 @@ const CHANGED_PER_SYNC: usize = 2;
 
 fn name(op: Op) -> &'static str {
     HOUR.iter().find(|(o, _, _)| *o == op).map_or("?", |(_, _, n)| n)
-}
-
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// The model double: `/v1/completions` and `/v1/chat/completions` answer after a fixed
@@ -254,9 +246,9 @@ fn start_server(args: &CapacityBench, dir: &Path, double: &str, tenant: &str) ->
         );
     }
     std::fs::write(home.join("config.toml"), config)?;
-    crate::soak::caret(&data, &home, &["admin", "tenant", "create", tenant])?;
-    let token = crate::soak::caret(&data, &home, &["admin", "token", "create", "--tenant", tenant])?;
-    let mut child = Child(
+    caret(&data, &home, &["admin", "tenant", "create", tenant])?;
+    let token = caret(&data, &home, &["admin", "token", "create", "--tenant", tenant])?;
+    let (child, url) = start_serve(
         Command::new(&exe)
             .args(["serve", "--addr", "127.0.0.1:0", "--rate-limit", "1000000", "--rate-limit-burst", "1000000"])
             .args(["--ip-rate-limit", "1000000", "--ip-rate-limit-burst", "1000000", "--data-dir"])
@@ -265,15 +257,8 @@ fn start_server(args: &CapacityBench, dir: &Path, double: &str, tenant: &str) ->
             .env("RUST_LOG", "warn")
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
             .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(dir.join("server.log"))?)
-            .spawn()
-            .context("starting caret serve")?,
-    );
-    let mut line = String::new();
-    let stdout = child.0.stdout.take().context("the server's output")?;
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)?;
-    let url = line.trim().rsplit(' ').next().unwrap_or_default().to_owned();
-    anyhow::ensure!(url.starts_with("http"), "the server did not start: {line:?}");
+            .stderr(std::fs::File::create(dir.join("server.log"))?),
+    )?;
     Ok(Server { child, url, token })
 }
 

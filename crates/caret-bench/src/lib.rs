@@ -10,6 +10,7 @@ pub mod llm;
 pub mod mcp;
 pub mod merge;
 pub mod next_edit;
+mod process;
 pub mod search;
 pub mod soak;
 pub mod sources;

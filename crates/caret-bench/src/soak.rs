@@ -7,7 +7,6 @@ use std::process::{Command, ExitCode, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use caret_client::state::WorkspaceState;
 use caret_client::sync::{SyncEngine, SyncOptions};
 use caret_client::transport::HttpTransport;
@@ -83,33 +82,11 @@ fn backdate(path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs this binary's `caret ARGS --data-dir DATA` with `CARET_HOME` set; its trimmed output.
-pub(crate) fn caret(data: &Path, home: &Path, args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new(std::env::current_exe()?)
-        .args(args)
-        .arg("--data-dir")
-        .arg(data)
-        .env("CARET_HOME", home)
-        .output()
-        .context("running caret")?;
-    anyhow::ensure!(out.status.success(), "caret {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-}
-
 /// Resident memory of a process, in KiB.
 pub(crate) fn rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
-}
-
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn bench(config: &Config, args: &SoakBench, scratch: &Path) -> anyhow::Result<ExitCode> {
@@ -130,7 +107,7 @@ fn bench(config: &Config, args: &SoakBench, scratch: &Path) -> anyhow::Result<Ex
     } else {
         println!("no chat model at {} (caret models pull {}): chat is left out", model.display(), args.model);
     }
-    let admin = |cmd: &[&str]| caret(&data, &home, cmd);
+    let admin = |cmd: &[&str]| crate::process::caret(&data, &home, cmd);
     // Each client is a user of its own team: its own tenant and token, as in real use (the
     // server's per-token and per-tenant limits would otherwise be what is measured).
     let mut tokens = Vec::with_capacity(args.clients);
@@ -139,22 +116,15 @@ fn bench(config: &Config, args: &SoakBench, scratch: &Path) -> anyhow::Result<Ex
         admin(&["admin", "tenant", "create", &tenant])?;
         tokens.push(admin(&["admin", "token", "create", "--tenant", &tenant])?);
     }
-    let mut server = Child(
+    let (server, url) = crate::process::start_serve(
         Command::new(&exe)
             .args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
             .arg(&data)
             .env("CARET_HOME", &home)
             .env("CARET_EMBED_MODEL", config.local_model_dir())
             .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(scratch.join("server.log"))?)
-            .spawn()
-            .context("starting caret serve")?,
-    );
-    let mut line = String::new();
-    let stdout = server.0.stdout.take().context("the server's output")?;
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)?;
-    let url = line.trim().rsplit(' ').next().unwrap_or_default().to_owned();
-    anyhow::ensure!(url.starts_with("http"), "the server did not start: {line:?}");
+            .stderr(std::fs::File::create(scratch.join("server.log"))?),
+    )?;
     let pid = server.0.id();
     println!(
         "caret bench soak: {} clients, {} s, against caret serve (pid {pid}) at {url}; chat {}",

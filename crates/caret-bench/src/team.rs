@@ -13,7 +13,6 @@ use std::process::{Command, ExitCode, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use axum::body::Bytes;
 use caret_client::state::WorkspaceState;
 use caret_client::sync::{SyncEngine, SyncOptions};
@@ -34,15 +33,6 @@ pub struct TeamBench {
     pub requests: usize,
     /// Rounds of the sync and search workload per server.
     pub rounds: usize,
-}
-
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// A span as the sink kept it: name, trace, parent, and its duration in ms.
@@ -137,7 +127,7 @@ fn cpu_ms(pid: u32) -> Option<f64> {
 /// A `caret serve` on its own data directory with the `chat` alias on `upstream`, and a
 /// tenant's token.
 struct Served {
-    child: Child,
+    child: crate::process::Child,
     url: String,
     token: String,
     data: std::path::PathBuf,
@@ -154,11 +144,7 @@ fn serve(config: &Config, dir: &Path, upstream: &str, otlp: Option<&str>) -> any
             "[[models]]\nalias = \"chat\"\ndeployments = [{{ provider = \"openai\", url = \"{upstream}\", model = \"m\" }}]\n"
         ),
     )?;
-    let admin = |args: &[&str]| -> anyhow::Result<String> {
-        let out = Command::new(&exe).args(args).arg("--data-dir").arg(&data).env("CARET_HOME", &home).output()?;
-        anyhow::ensure!(out.status.success(), "caret {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-    };
+    let admin = |args: &[&str]| crate::process::caret(&data, &home, args);
     admin(&["admin", "tenant", "create", "bench"])?;
     let token = admin(&["admin", "token", "create", "--tenant", "bench"])?;
     let mut cmd = Command::new(&exe);
@@ -174,12 +160,7 @@ fn serve(config: &Config, dir: &Path, upstream: &str, otlp: Option<&str>) -> any
     if let Some(endpoint) = otlp {
         cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint);
     }
-    let mut child = Child(cmd.spawn().context("starting caret serve")?);
-    let mut line = String::new();
-    let stdout = child.0.stdout.take().context("the server's output")?;
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)?;
-    let url = line.trim().rsplit(' ').next().unwrap_or_default().to_owned();
-    anyhow::ensure!(url.starts_with("http"), "the server did not start: {line:?}");
+    let (child, url) = crate::process::start_serve(&mut cmd)?;
     Ok(Served { child, url, token, data, home })
 }
 
