@@ -278,8 +278,7 @@ struct Workspace {
     dir: PathBuf,
     state: WorkspaceState,
     transport: HttpTransport,
-    /// Files that edits go to (relative), and the next edit's number.
-    files: Vec<PathBuf>,
+    /// The next edit's number.
     edits: tokio::sync::Mutex<u64>,
 }
 
@@ -378,6 +377,8 @@ struct Done {
 /// Everything the operations share.
 struct Load {
     workspaces: Vec<Workspace>,
+    /// Every workspace's files (relative): where edits go.
+    files: Vec<PathBuf>,
     scanner: Arc<Scanner>,
     engine: SyncEngine,
     http: reqwest::Client,
@@ -402,7 +403,7 @@ impl Load {
                 let mut outcome = Ok(());
                 for k in 0..CHANGED_PER_SYNC {
                     *edits += 1;
-                    let rel = &ws.files[(dev * 7 + *edits as usize * 13 + k) % ws.files.len()];
+                    let rel = &self.files[(dev * 7 + *edits as usize * 13 + k) % self.files.len()];
                     if let Err(e) = edit(&ws.dir, rel, &format!("developer {dev} edit {}", *edits)) {
                         outcome = Err(e);
                     }
@@ -591,6 +592,7 @@ fn size_run(
     };
     let (rss0, bucket0, db0) = footprint();
     let keys = dir.join("keys");
+    let engine = SyncEngine::new(scanner.clone(), SyncOptions::default());
     let mut made = Vec::with_capacity(workspaces);
     let mut chunks = 0u64;
     let mut first_sync_s = 0.0;
@@ -603,9 +605,8 @@ fn size_run(
             state.replace_key(first.state.key.clone())?;
         }
         let transport = HttpTransport::new(&server.url, &server.token, None)?;
-        let ws = Workspace { dir: wdir, state, transport, files: files.clone(), edits: tokio::sync::Mutex::new(0) };
+        let ws = Workspace { dir: wdir, state, transport, edits: tokio::sync::Mutex::new(0) };
         let t = Instant::now();
-        let engine = SyncEngine::new(scanner.clone(), SyncOptions::default());
         let report = rt.block_on(async {
             engine.sync(&ws.state, &ws.transport).await?;
             caret_client::index::embed_missing(scanner.clone(), &ws.state, &ws.transport, |_| {}).await
@@ -680,8 +681,9 @@ fn size_run(
     anyhow::ensure!(!queries.is_empty() && !tab_texts.is_empty(), "the tree gave no text to ask with");
     let load = Arc::new(Load {
         workspaces: made,
+        files,
         scanner: scanner.clone(),
-        engine: SyncEngine::new(scanner.clone(), SyncOptions::default()),
+        engine,
         http: reqwest::Client::new(),
         url: server.url.clone(),
         token: server.token.clone(),

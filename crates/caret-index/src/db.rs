@@ -158,6 +158,14 @@ pub struct WorkspaceRow {
     pub log_seq: i64,
 }
 
+impl WorkspaceRow {
+    /// Whether a loaded copy at log number `seq` has every appended object (a row written
+    /// before the number was kept never says so).
+    pub fn log_within(&self, seq: u64) -> bool {
+        u64::try_from(self.log_seq).is_ok_and(|known| known != 0 && known <= seq)
+    }
+}
+
 /// The metadata database.
 #[derive(Debug, Clone)]
 pub struct Db {

@@ -329,8 +329,7 @@ impl Service {
                 let mut state = cell.state.lock().await;
                 // Every append records its sequence number in the row: a copy that far along
                 // has nothing to list (on S3, a LIST per request saved).
-                let known = u64::try_from(row.log_seq).unwrap_or(0);
-                if known != 0 && known <= state.seq {
+                if row.log_within(state.seq) {
                     drop(state);
                     return Ok(cell);
                 }
@@ -360,12 +359,8 @@ impl Service {
     /// row says is current appends without listing the log first.
     async fn append(&self, tenant: &Tenant, id: &str, state: &mut State, records: Vec<Record>) -> Result<u64> {
         let ns = self.namespace(tenant, id);
-        let known = self.db.workspace(tenant, id).await?.map_or(0, |w| u64::try_from(w.log_seq).unwrap_or(0));
-        let seq = if known != 0 && known <= state.seq {
-            ns.append_current(state, records).await?
-        } else {
-            ns.append(state, records).await?
-        };
+        let current = self.db.workspace(tenant, id).await?.is_some_and(|w| w.log_within(state.seq));
+        let seq = if current { ns.append_current(state, records).await? } else { ns.append(state, records).await? };
         self.db.note_log_seq(tenant, id, seq).await?;
         Ok(seq)
     }
@@ -664,24 +659,15 @@ impl Service {
         // Siblings already in memory; for a first index (nothing embedded yet: a clone, a
         // teammate's copy) also a few from storage. Loading every workspace of a large team
         // for the few chunks an edit made would cost more than embedding them.
-        let mut siblings: Vec<Arc<Loaded>> = self
-            .loaded
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .filter(|((t, w), other)| *t == tenant.id && w != id && other.key_id == cell.key_id)
-            .map(|(_, other)| other.clone())
-            .collect();
+        let (mut siblings, mut loaded) = (Vec::new(), HashSet::new());
+        for ((t, w), other) in self.loaded.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            if *t == tenant.id && w != id && other.key_id == cell.key_id {
+                siblings.push(other.clone());
+                loaded.insert(w.clone());
+            }
+        }
         let first_index = cell.state.lock().await.vector_progress(model).1 == 0;
         if first_index && siblings.len() < SIBLINGS_LOADED {
-            let loaded: HashSet<String> = self
-                .loaded
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .keys()
-                .filter(|(t, _)| *t == tenant.id)
-                .map(|(_, w)| w.clone())
-                .collect();
             let rows = self.db.workspaces(tenant).await?;
             let unloaded =
                 rows.into_iter().filter(|w| w.key_id == cell.key_id && w.id != id && !loaded.contains(&w.id));
