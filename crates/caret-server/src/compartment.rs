@@ -161,11 +161,9 @@ impl Compartments {
             )?),
             agent: Arc::new(Compartment::new("agent", small)?),
             runs: Arc::new(Compartment::new("runs", Bounds { threads: 2, in_flight: 256, waiting: 1024, ..small })?),
-            // The index yields a little (nice 5) to the server's own threads: a Tab request
-            // waking while a commit's terms are computed gets the core first.
             index: Arc::new(Compartment::new(
                 "index",
-                Bounds { threads: cores.max(2), in_flight: 512, waiting: 4096, nice: 5, ..small },
+                Bounds { threads: cores.max(2), in_flight: 512, waiting: 4096, ..small },
             )?),
         })
     }
