@@ -5,6 +5,7 @@
 //! [`soak`], [`sync`], [`tab`], [`team`]; `scan`, `embed` and `vectors` live here.
 
 pub mod capacity;
+mod commands;
 pub mod docs;
 pub mod llm;
 pub mod mcp;
@@ -51,6 +52,10 @@ pub enum BenchCommand {
         /// Repetitions of each warm measurement (the median is reported).
         #[arg(long, default_value_t = 5)]
         runs: usize,
+        /// Leave out the `caret sync` rows (they first sync the whole tree into a scratch
+        /// embedded server).
+        #[arg(long)]
+        no_sync: bool,
     },
     /// Embedding throughput of the local model on real chunks of PATH: batched with length
     /// bucketing vs a naive one-at-a-time loop.
@@ -322,7 +327,7 @@ pub enum BenchCommand {
 /// Runs the benchmark asked for and prints its figures.
 pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
     match cmd {
-        BenchCommand::Scan { path, runs } => bench_scan(config, &path, runs.max(1)),
+        BenchCommand::Scan { path, runs, no_sync } => bench_scan(config, &path, runs.max(1), !no_sync),
         BenchCommand::Sync { path, changes, no_embed } => crate::sync::run(config, &path, changes, !no_embed),
         BenchCommand::Soak { duration, clients, model } => {
             crate::soak::run(config, crate::soak::SoakBench { duration, clients: clients.max(1), model })
@@ -449,7 +454,7 @@ fn print_rows(rows: &[Row]) {
     }
 }
 
-fn bench_scan(config: &Config, path: &Path, runs: usize) -> anyhow::Result<ExitCode> {
+fn bench_scan(config: &Config, path: &Path, runs: usize, sync: bool) -> anyhow::Result<ExitCode> {
     let root = std::fs::canonicalize(path).with_context(|| format!("opening {}", path.display()))?;
     let full = Scanner::new(config.walk_config(), config.chunker()?, Depth::Full);
     let hash_only = Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash);
@@ -509,7 +514,6 @@ fn bench_scan(config: &Config, path: &Path, runs: usize) -> anyhow::Result<ExitC
             thousands(r.stats.cache_hits as u64)
         );
     }
-    let _ = std::fs::remove_dir_all(&state);
     rows.push(Row {
         name: "warm scan (no change)".to_owned(),
         time: median(warm_times),
@@ -536,10 +540,31 @@ fn bench_scan(config: &Config, path: &Path, runs: usize) -> anyhow::Result<ExitC
             files: 0,
             bytes: 0,
             peak: None,
-            note: format!("median of {runs}; same tree ({} files indexed by caret)", thousands(files as u64)),
+            note: format!(
+                "median of {runs}; a process; same tree ({} files indexed by caret)",
+                thousands(files as u64)
+            ),
         });
     } else {
         println!("(not a git repository: no git status comparison)");
+    }
+    // The commands as a developer runs them, on a scratch home.
+    let commands = crate::commands::rows(&state, &root, runs, sync);
+    let _ = std::fs::remove_dir_all(&state);
+    for t in commands? {
+        rows.push(Row {
+            name: t.name,
+            time: t.median,
+            files: 0,
+            bytes: 0,
+            peak: None,
+            note: format!(
+                "median of {runs} ({:.1}–{:.1} ms); {}",
+                t.min.as_secs_f64() * 1000.0,
+                t.max.as_secs_f64() * 1000.0,
+                t.note
+            ),
+        });
     }
     print_rows(&rows);
     println!(
@@ -551,7 +576,7 @@ fn bench_scan(config: &Config, path: &Path, runs: usize) -> anyhow::Result<ExitC
         thousands(report.files.len() as u64),
         human_bytes(report.bytes()),
         thousands(report.chunks()),
-        report.tree.root_hash()
+        report.root_hash()
     );
     Ok(ExitCode::SUCCESS)
 }

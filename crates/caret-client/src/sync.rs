@@ -73,6 +73,9 @@ pub struct SyncReport {
     pub local_root: String,
     /// The server's root hash afterwards.
     pub server_root: String,
+    /// Answered without scanning: the local daemon's watcher saw no change since a sync that
+    /// ended in step, and the server still held its root.
+    pub watcher: bool,
 }
 
 /// The client's side of a comparison.

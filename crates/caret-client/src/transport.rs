@@ -174,6 +174,11 @@ impl HttpTransport {
         self.call(reqwest::Method::POST, "/v1/usage", Some(report), None).await
     }
 
+    /// A route outside the sync protocol (the local daemon's own): `POST path` with a JSON body.
+    pub async fn post<B: Serialize, R: DeserializeOwned>(&self, path: &str, body: &B) -> Result<R> {
+        self.call(reqwest::Method::POST, path, Some(body), None).await
+    }
+
     async fn call<B: Serialize, R: DeserializeOwned>(
         &self,
         method: reqwest::Method,

@@ -13,6 +13,10 @@
 //! Commands that write (sync, index) still open the embedded server in-process; the daemon
 //! sees their commits on its next request like any replica would (the service refreshes a
 //! loaded namespace from the store on every use).
+//!
+//! It also watches the workspaces that `caret scan` and `caret sync` ask about (its own
+//! route, `POST /v1/local/watch`, its token only; see [`crate::watch`]), so those commands
+//! answer without walking a tree in which nothing changed.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -155,6 +159,39 @@ pub async fn connect(config: &Config) -> Option<HttpTransport> {
     }
 }
 
+/// A transport to this home's daemon if one of this build and these settings runs; none is
+/// started (for commands that only profit from a warm daemon, like a scan asking its watcher).
+pub fn running(config: &Config) -> Option<HttpTransport> {
+    if !config.daemon.enabled {
+        return None;
+    }
+    let a = read_announce(&dir(config))?;
+    let identity = identity(config).ok()?;
+    if a.identity != identity || !alive(a.pid) {
+        return None;
+    }
+    transport_to(&a).ok()
+}
+
+/// Asks this home's running daemon about `root`; `None` when no daemon of this build and
+/// these settings runs, or it cannot watch the root (the reason is logged). Also hands back
+/// the transport to the daemon, for a command that has more to ask it.
+pub async fn ask_watcher(
+    config: &Config,
+    root: &Path,
+    ignored: Vec<String>,
+) -> Option<(crate::watch::WatchReply, HttpTransport)> {
+    let transport = running(config)?;
+    let req = crate::watch::WatchRequest { root: root.to_path_buf(), ignored };
+    match transport.post::<_, crate::watch::WatchReply>(crate::watch::ROUTE, &req).await {
+        Ok(reply) => Some((reply, transport)),
+        Err(e) => {
+            tracing::debug!("the daemon's watcher is not available: {e}");
+            None
+        }
+    }
+}
+
 async fn connect_or_start(config: &Config) -> anyhow::Result<HttpTransport> {
     let dir = dir(config);
     let identity = identity(config)?;
@@ -268,6 +305,47 @@ async fn retired(dir: &Path, pid: u32, idle: Duration, activity: &Activity) -> &
     }
 }
 
+/// The watcher route's state: the watched roots and the daemon's token, which it checks.
+struct WatchRoute {
+    watches: crate::watch::Watches,
+    token: String,
+}
+
+/// `POST /v1/local/watch`: the daemon's own token only (its callers are this user's
+/// commands); the answer or a 400 saying why the root cannot be watched.
+async fn watch(
+    axum::extract::State(route): axum::extract::State<Arc<WatchRoute>>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    let given = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    // Compared by digest: the time taken says nothing of the token.
+    let hash = |t: &str| caret_workspace::ContentHash::of(t.as_bytes());
+    if hash(given) != hash(&route.token) {
+        return error(axum::http::StatusCode::UNAUTHORIZED, "unauthorized", "the daemon's own token is required");
+    }
+    let req: crate::watch::WatchRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return error(axum::http::StatusCode::BAD_REQUEST, "bad_request", &format!("malformed request: {e}")),
+    };
+    let route2 = route.clone();
+    match tokio::task::spawn_blocking(move || route2.watches.ask(&req)).await {
+        Ok(Ok(reply)) => axum::Json(reply).into_response(),
+        Ok(Err(why)) => error(axum::http::StatusCode::BAD_REQUEST, "not_watched", &why),
+        Err(e) => error(axum::http::StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string()),
+    }
+}
+
+fn error(status: axum::http::StatusCode, code: &str, message: &str) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    (status, axum::Json(serde_json::json!({"error": {"code": code, "message": message}}))).into_response()
+}
+
 /// How often a running daemon looks for documentation sources due a refresh.
 const DOCS_REFRESH_CHECK: Duration = Duration::from_secs(15 * 60);
 
@@ -331,7 +409,10 @@ pub fn serve(config: &Config, idle: Option<&str>, log: fn(String)) -> anyhow::Re
         };
         serve.check()?;
         let activity = Arc::new(Activity::new());
+        let watches =
+            Arc::new(WatchRoute { watches: crate::watch::Watches::new(dir.join("watch")), token: token.clone() });
         let app = caret_server::app(service.clone(), &serve)
+            .merge(axum::Router::new().route(crate::watch::ROUTE, axum::routing::post(watch)).with_state(watches))
             .layer(axum::middleware::from_fn_with_state(activity.clone(), track));
         write_announce(&dir, &Announce { pid, addr, token, identity })?;
         log(format!("caret daemon {pid}: serving {} on http://{addr} (stops after {idle:?} idle)", dir.display()));

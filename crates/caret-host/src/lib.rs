@@ -1,6 +1,7 @@
 //! What every front end of Caret shares: the one [`config::Config`] (a TOML file, `CARET_*`
 //! overrides), the async [`runtime`], the embedded-or-remote model [`backend`] and index
-//! server ([`remote`]), the local [`daemon`] that keeps the embedded server warm, workspace
+//! server ([`remote`]), the local [`daemon`] that keeps the embedded server warm and [`watch`]es
+//! workspaces for change (what scans and syncs keep to answer from it: [`unchanged`]), workspace
 //! [`search`] and documentation sources ([`docs`]), the Tab [`completer`] and the editor's open [`documents`], agent
 //! [`session`]s with the hooks ([`hooks`]), skills, commands and subagents ([`conventions`])
 //! developers bring from other agents, attempts side by side in git [`worktrees`], background
@@ -31,5 +32,7 @@ pub mod runtime;
 pub mod search;
 pub mod session;
 pub mod team_docs;
+pub mod unchanged;
 pub mod units;
+pub mod watch;
 pub mod worktrees;

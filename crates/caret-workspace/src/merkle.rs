@@ -88,6 +88,24 @@ impl MerkleTree {
         self.root.hash()
     }
 
+    /// The root hash [`MerkleTree::from_files`] gives for `files`, without building the tree
+    /// (no node, no name copied): what a scan that only reports the root needs.
+    pub fn root_hash_of<P: std::borrow::Borrow<RelPath>>(files: &[(P, ContentHash)]) -> ContentHash {
+        Self::root_hash_by(files, |(p, h)| (p.borrow(), *h))
+    }
+
+    /// The same over any items, `file` giving each one's path and hash.
+    pub fn root_hash_by<T>(items: &[T], file: impl Fn(&T) -> (&RelPath, ContentHash) + Copy) -> ContentHash {
+        let sorted_unique = items.windows(2).all(|w| file(&w[0]).0 < file(&w[1]).0);
+        if !sorted_unique || items.iter().any(|i| file(i).0.is_root()) {
+            return Self::from_files(items.iter().map(file)).root_hash();
+        }
+        hash_dir(items, 0, |i| {
+            let (p, h) = file(i);
+            (p.as_bytes(), h)
+        })
+    }
+
     /// The root node.
     pub fn root(&self) -> &Node {
         &self.root
@@ -149,6 +167,36 @@ fn build(items: &[(&[u8], ContentHash)], offset: usize, count: &mut usize) -> No
         i = end;
     }
     Node::dir(children.into_iter().collect())
+}
+
+/// The hash [`build`] gives the directory holding `items`, hashing as it goes.
+fn hash_dir<T>(items: &[T], offset: usize, file: impl Fn(&T) -> (&[u8], ContentHash) + Copy) -> ContentHash {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(b"caret-merkle-dir-v1\0");
+    let mut i = 0;
+    while i < items.len() {
+        let rest = &file(&items[i]).0[offset..];
+        let seg = &rest[..memchr::memchr(b'/', rest).unwrap_or(rest.len())];
+        let in_group = |path: &[u8]| {
+            let r = &path[offset..];
+            r.starts_with(seg) && (r.len() == seg.len() || r[seg.len()] == b'/')
+        };
+        let end = i + items[i..].iter().take_while(|item| in_group(file(item).0)).count();
+        let (first, first_hash) = file(&items[i]);
+        let leaf = (first.len() == offset + seg.len()).then_some(first_hash);
+        let below = &items[i + usize::from(leaf.is_some())..end];
+        let (dir, hash) = if below.is_empty() {
+            (false, leaf.unwrap_or_default())
+        } else {
+            (true, hash_dir(below, offset + seg.len() + 1, file))
+        };
+        hasher.update(&[u8::from(dir)]);
+        hasher.update(&u32::try_from(seg.len()).unwrap_or(u32::MAX).to_le_bytes());
+        hasher.update(seg);
+        hasher.update(&hash.0);
+        i = end;
+    }
+    hasher.finalize().into()
 }
 
 fn collect(node: &Node, at: &RelPath, out: &mut Vec<(RelPath, ContentHash)>) {
@@ -305,6 +353,29 @@ mod tests {
         assert_ne!(a.root_hash(), tree(&[("src/a.rs", "1"), ("src/c.rs", "2")]).root_hash());
         assert_ne!(a.root_hash(), tree(&[("src/a.rs", "1"), ("b.rs", "2")]).root_hash());
         assert_eq!(a.len(), 2);
+    }
+
+    #[test]
+    fn the_root_alone_is_the_built_trees_root() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        let names = ["a", "a.b", "a-b", "ab", "b", "A", "a b", "é"];
+        for _ in 0..300 {
+            let n = rng.usize(0..40);
+            let mut files: Vec<(RelPath, ContentHash)> = (0..n)
+                .map(|_| {
+                    let depth = rng.usize(1..4);
+                    let path: Vec<&str> = (0..depth).map(|_| names[rng.usize(0..names.len())]).collect();
+                    (RelPath::from_bytes(path.join("/")), h(&rng.u8(0..3).to_string()))
+                })
+                .collect();
+            let built = MerkleTree::from_files(files.clone()).root_hash();
+            // Unsorted, repeated, a file that is also a directory: the same answer.
+            assert_eq!(MerkleTree::root_hash_of(&files), built);
+            files.sort_by(|a, b| a.0.cmp(&b.0));
+            files.dedup_by(|later, earlier| later.0 == earlier.0);
+            assert_eq!(MerkleTree::root_hash_of(&files), MerkleTree::from_files(files.clone()).root_hash());
+        }
+        assert_eq!(MerkleTree::root_hash_of::<RelPath>(&[]), MerkleTree::default().root_hash());
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! A scan: walk the workspace, read what changed, classify, hash, chunk and check for secrets,
-//! then build the Merkle tree and compare it with the previous scan's.
+//! and compare with the previous scan's files; the Merkle tree is built on demand.
 //!
 //! Unchanged files (equal `stat`, see [`crate::statcache`]) are not opened. Files are read
 //! once, checked again with `fstat` after reading, and re-read when they changed meanwhile.
@@ -69,8 +69,6 @@ pub struct ScanReport {
     pub files: Vec<ScannedFile>,
     /// Skipped paths with reasons, sorted by path.
     pub skipped: Vec<Skipped>,
-    /// The Merkle tree of the indexed files.
-    pub tree: MerkleTree,
     /// Changes since the previous scan recorded in the cache (`None` on a first scan).
     pub changes: Option<TreeDiff>,
     /// Counters.
@@ -78,6 +76,16 @@ pub struct ScanReport {
 }
 
 impl ScanReport {
+    /// The Merkle tree of the indexed files (built on demand: a sync keys its own).
+    pub fn tree(&self) -> MerkleTree {
+        MerkleTree::from_files(self.files.iter().map(|f| (&f.path, f.hash)))
+    }
+
+    /// Its root hash, computed without building the tree.
+    pub fn root_hash(&self) -> ContentHash {
+        MerkleTree::root_hash_by(&self.files, |f| (&f.path, f.hash))
+    }
+
     /// Total bytes of indexed files.
     pub fn bytes(&self) -> u64 {
         self.files.iter().map(|f| f.size).sum()
@@ -104,9 +112,11 @@ impl ScanReport {
 pub struct Scanner {
     walk: WalkConfig,
     chunker: Chunker,
-    secrets: SecretScanner,
+    /// Compiled on the first file read: a scan that finds nothing changed reads none, and a
+    /// short `caret scan` process would otherwise spend a good part of its time compiling.
+    secrets: std::sync::OnceLock<SecretScanner>,
     depth: Depth,
-    generated: Regex,
+    generated: std::sync::OnceLock<Regex>,
 }
 
 /// A file's outcome.
@@ -124,13 +134,22 @@ struct Processed {
 
 impl Scanner {
     /// A scanner with the given walk options and chunker.
-    #[allow(clippy::expect_used)]
     pub fn new(walk: WalkConfig, chunker: Chunker, depth: Depth) -> Self {
-        let generated = Regex::new(
-            r"(?i-u)(@generated\b|code generated .{0,80}do not edit|auto-?generated .{0,80}do not (edit|modify))",
-        )
-        .expect("the generated-file marker is a valid regex (every scan test builds it)");
-        Scanner { walk, chunker, secrets: SecretScanner::new(), depth, generated }
+        Scanner { walk, chunker, secrets: std::sync::OnceLock::new(), depth, generated: std::sync::OnceLock::new() }
+    }
+
+    fn secrets(&self) -> &SecretScanner {
+        self.secrets.get_or_init(SecretScanner::new)
+    }
+
+    #[allow(clippy::expect_used)]
+    fn generated(&self) -> &Regex {
+        self.generated.get_or_init(|| {
+            Regex::new(
+                r"(?i-u)(@generated\b|code generated .{0,80}do not edit|auto-?generated .{0,80}do not (edit|modify))",
+            )
+            .expect("the generated-file marker is a valid regex (every scan test builds it)")
+        })
     }
 
     /// What decides cached chunk facts: a change makes the next scan re-read every file.
@@ -179,23 +198,29 @@ impl Scanner {
         let first_scan = cache.entries.is_empty();
         let trusted = cache.fingerprint == self.fingerprint();
 
-        // Cache hits borrow their entry; only misses produce a new one.
-        let results: Vec<Option<Processed>> = walked
-            .files
-            .par_iter()
-            .map(|file| match cache.entries.get(&file.path) {
-                Some(entry) if trusted && entry.is_fresh(&file.stat) => None,
-                _ => Some(self.process(&root, file)),
+        // Cache hits borrow their entry; only misses produce a new one (and take room).
+        let misses: Vec<usize> = (0..walked.files.len())
+            .into_par_iter()
+            .filter(|&i| {
+                let file = &walked.files[i];
+                !matches!(cache.entries.get(&file.path), Some(entry) if trusted && entry.is_fresh(&file.stat))
             })
             .collect();
+        let mut processed: Vec<Option<Processed>> =
+            misses.par_iter().map(|&i| Some(self.process(&root, &walked.files[i]))).collect();
         tracing::debug!(elapsed_ms = started.elapsed().as_millis(), "files processed");
+        let mut next_miss = misses.iter().zip(processed.iter_mut()).peekable();
 
         let mut stats = ScanStats::default();
-        let mut files = Vec::with_capacity(results.len());
+        let mut files = Vec::with_capacity(walked.files.len());
         let mut skipped = walked.skipped;
         let mut updates = Vec::new();
         let walked_count = walked.files.len();
-        for (WalkedFile { path, stat }, result) in walked.files.into_iter().zip(results) {
+        for (i, WalkedFile { path, stat }) in walked.files.into_iter().enumerate() {
+            let result = match next_miss.peek() {
+                Some((miss, _)) if **miss == i => next_miss.next().and_then(|(_, p)| p.take()),
+                _ => None,
+            };
             let found = match result {
                 None => {
                     stats.cache_hits += 1;
@@ -220,8 +245,6 @@ impl Scanner {
         tracing::debug!(elapsed_ms = started.elapsed().as_millis(), "gathered");
         let changes = (!first_scan).then(|| changes_since(cache, &files));
         tracing::debug!(elapsed_ms = started.elapsed().as_millis(), "changes");
-        let tree = MerkleTree::from_files(files.iter().map(|f| (&f.path, f.hash)));
-        tracing::debug!(elapsed_ms = started.elapsed().as_millis(), "tree built");
 
         {
             if !trusted {
@@ -243,7 +266,7 @@ impl Scanner {
             }
         }
         stats.elapsed = started.elapsed();
-        Ok(ScanReport { root, files, skipped, tree, changes, stats })
+        Ok(ScanReport { root, files, skipped, changes, stats })
     }
 
     /// Reads, classifies, hashes and (at full depth) chunks one file.
@@ -305,14 +328,14 @@ impl Scanner {
     /// Chunks a file's text and finds its secrets. Chunks that overlap a finding must not be
     /// indexed (see [`chunk_is_withheld`]).
     pub fn chunk_text(&self, path: &RelPath, text: &str) -> (Vec<Chunk>, Vec<Finding>) {
-        (self.chunker.chunk(path, text), self.secrets.scan(text))
+        (self.chunker.chunk(path, text), self.secrets().scan(text))
     }
 
     fn generated_marker(&self, text: &str) -> Option<String> {
         // Only the head of a file: the marker is a header comment.
         let head_end = text.char_indices().filter(|(_, c)| *c == '\n').nth(4).map_or(text.len(), |(i, _)| i);
         let head = &text.as_bytes()[..head_end.min(1024)];
-        self.generated.find(head).map(|m| String::from_utf8_lossy(m.as_bytes()).into_owned())
+        self.generated().find(head).map(|m| String::from_utf8_lossy(m.as_bytes()).into_owned())
     }
 }
 

@@ -635,6 +635,26 @@ pub fn walk(root: &Path, config: &WalkConfig) -> Result<WalkOutput> {
     Ok(WalkOutput { files, skipped })
 }
 
+/// The files outside the tree, or in its git directory, whose content decides what a walk of
+/// `root` includes: the ignore files of the directories between the enclosing repository's
+/// top and `root`, `.git/info/exclude` and the global excludes file. Listed whether or not
+/// they exist (one appearing changes the walk too). Whoever trusts a file watcher on `root`
+/// to say "nothing changed" must check these apart: the watcher does not see them.
+pub fn rule_files(root: &Path, config: &WalkConfig) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let top = root.ancestors().find(|dir| dir.join(".git").exists());
+    if let Some(top) = top {
+        for dir in root.ancestors().skip(1).take_while(|d| d.starts_with(top)) {
+            out.extend(IGNORE_FILES.iter().map(|(name, _)| dir.join(name)));
+        }
+        if let Some(git_dir) = git_dir_of(&top.join(".git")) {
+            out.push(git_dir.join("info").join("exclude"));
+        }
+    }
+    out.extend(config.global_excludes.clone());
+    out
+}
+
 /// Ignore files of the directories between the enclosing repository's top and `root`
 /// (exclusive), plus `.git/info/exclude` and the global excludes file.
 fn repository_context(root: &Path, global: Option<&Path>) -> (Option<Arc<Level>>, Vec<Gitignore>) {

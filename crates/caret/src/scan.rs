@@ -1,8 +1,9 @@
-//! `caret scan`: what would be indexed, and why the rest would not.
+//! `caret scan`: what would be indexed, and why the rest would not; answered from the last
+//! scan's summary when the local daemon's watcher saw no change since (see `caret_host::watch`).
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Instant;
 
 use anyhow::Context as _;
 use caret_workspace::scan::{Depth, ScanReport, Scanner};
@@ -10,6 +11,7 @@ use caret_workspace::statcache::StatCache;
 use serde_json::json;
 
 use caret_host::config::{Config, Size, parse_size};
+use caret_host::unchanged::{self, ScanSummary};
 use caret_host::units::{human_bytes, thousands};
 
 #[derive(Debug, clap::Args)]
@@ -38,30 +40,52 @@ pub fn run(config: &Config, args: ScanArgs) -> anyhow::Result<ExitCode> {
     }
     let root =
         std::fs::canonicalize(&args.path).with_context(|| format!("opening workspace {}", args.path.display()))?;
+    let state_dir = config.workspace_state_dir(&root);
+    let cache_path = state_dir.join("scan-cache.bin");
+    let record_path = state_dir.join("scan-summary.json");
+    // The daemon's watcher, when one runs: unchanged since the last scan began, that scan's
+    // summary is the answer. A listing (--explain) or an uncached scan always walks.
+    let started = Instant::now();
+    let watched =
+        if args.no_cache || args.explain { None } else { unchanged::ask_blocking(&config, &root, Vec::new()) };
+    let stamp = caret_host::watch::stamp(&caret_host::watch::settings(&config, "scan"), &root, &config.walk_config());
+    if let Some((at, _)) = &watched
+        && let Some(mut summary) = caret_host::watch::load::<ScanSummary>(&record_path, at, &stamp)
+    {
+        summary.unchanged(started.elapsed());
+        print_summary(&summary, args.json);
+        return Ok(ExitCode::SUCCESS);
+    }
     let scanner = Scanner::new(config.walk_config(), config.chunker()?, Depth::Full);
-    let cache_path = config.workspace_state_dir(&root).join("scan-cache.bin");
     let load = || if args.no_cache { StatCache::default() } else { StatCache::load(&cache_path) };
     let (report, cache) = scanner.scan_loading(&root, load).with_context(|| format!("scanning {}", root.display()))?;
     if !args.no_cache && report.stats.cache_changed {
         cache.save(&cache_path).with_context(|| format!("saving the stat cache for {}", root.display()))?;
     }
+    let summary = ScanSummary::of(&report);
+    if let Some((at, _)) = &watched {
+        let _ = std::fs::create_dir_all(&state_dir);
+        if let Err(e) = caret_host::watch::save(&record_path, at, &stamp, &summary) {
+            tracing::debug!("keeping the scan's summary: {e}");
+        }
+        // From now on the watcher leaves out what this walk ignored.
+        let _ = unchanged::ask_blocking(&config, &root, unchanged::ignored_dirs(&report));
+    } else if !args.no_cache {
+        caret_host::watch::forget(&record_path);
+    }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&to_json(&report, args.explain))?);
+        let mut v = serde_json::to_value(&summary)?;
+        if args.explain {
+            v["explain"] = explain_json(&report);
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        print_human(&report, args.explain);
+        print_summary(&summary, false);
+        if args.explain {
+            print_explain(&report);
+        }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Skipped counts by category, secrets included.
-fn skipped_counts(report: &ScanReport) -> BTreeMap<&'static str, usize> {
-    let mut counts: BTreeMap<&'static str, usize> =
-        ["ignored", "too-large", "binary", "secret", "symlink", "unreadable"].into_iter().map(|k| (k, 0)).collect();
-    for s in &report.skipped {
-        *counts.entry(s.reason.category()).or_default() += 1;
-    }
-    counts.insert("secret", report.files_with_secrets());
-    counts
 }
 
 /// Files of bulk data (translation catalogs, tables): indexed for words, never embedded.
@@ -76,71 +100,66 @@ fn data_files(report: &ScanReport) -> (Vec<&caret_workspace::scan::ScannedFile>,
     (files, chunks)
 }
 
-fn to_json(report: &ScanReport, explain: bool) -> serde_json::Value {
-    let mut v = json!({
-        "root": report.root.display().to_string(),
-        "root_hash": report.tree.root_hash().to_hex(),
-        "files": report.files.len(),
-        "bytes": report.bytes(),
-        "chunks": report.chunks(),
-        "withheld_chunks": report.withheld(),
-        "skipped": skipped_counts(report),
-        "changes": report.changes.as_ref().map(|c| json!({
-            "added": c.added.len(), "modified": c.modified.len(), "deleted": c.deleted.len(),
-        })),
-        "cache": { "hits": report.stats.cache_hits, "read": report.stats.files_read },
-        "elapsed_ms": report.stats.elapsed.as_secs_f64() * 1000.0,
-    });
-    if explain {
-        v["explain"] = json!({
-            "skipped": report.skipped.iter().map(|s| json!({
-                "path": s.path, "dir": s.is_dir, "reason": s.reason.category(), "detail": s.reason.to_string(),
-            })).collect::<Vec<_>>(),
-            "secrets": report.files.iter().flat_map(|f| f.findings.iter().map(move |(rule, line)| json!({
-                "path": f.path, "line": line, "rule": rule,
-            }))).collect::<Vec<_>>(),
-            "lexical_only": data_files(report).0.iter().map(|f| json!({
-                "path": f.path, "chunks": f.chunks,
-            })).collect::<Vec<_>>(),
-        });
-    }
-    v
+fn explain_json(report: &ScanReport) -> serde_json::Value {
+    json!({
+        "skipped": report.skipped.iter().map(|s| json!({
+            "path": s.path, "dir": s.is_dir, "reason": s.reason.category(), "detail": s.reason.to_string(),
+        })).collect::<Vec<_>>(),
+        "secrets": report.files.iter().flat_map(|f| f.findings.iter().map(move |(rule, line)| json!({
+            "path": f.path, "line": line, "rule": rule,
+        }))).collect::<Vec<_>>(),
+        "lexical_only": data_files(report).0.iter().map(|f| json!({
+            "path": f.path, "chunks": f.chunks,
+        })).collect::<Vec<_>>(),
+    })
 }
 
-fn print_human(report: &ScanReport, explain: bool) {
-    println!("caret scan {}", report.root.display());
+fn print_summary(s: &ScanSummary, json: bool) {
+    if json {
+        println!("{}", serde_json::to_string_pretty(s).unwrap_or_default());
+        return;
+    }
+    println!("caret scan {}", s.root);
     println!(
         "  indexed    {} files, {}, {} chunks",
-        thousands(report.files.len() as u64),
-        human_bytes(report.bytes()),
-        thousands(report.chunks())
+        thousands(s.files as u64),
+        human_bytes(s.bytes),
+        thousands(s.chunks)
     );
-    println!("  root hash  {}", report.tree.root_hash());
-    let counts = skipped_counts(report);
-    let mut parts: Vec<String> = counts
+    println!("  root hash  {}", s.root_hash);
+    let mut parts: Vec<String> = s
+        .skipped
         .iter()
         .filter(|(_, n)| **n > 0)
         .map(|(k, n)| format!("{} {}", thousands(*n as u64), k.replace('-', " ")))
         .collect();
-    if report.withheld() > 0
+    if s.withheld_chunks > 0
         && let Some(p) = parts.iter_mut().find(|p| p.ends_with(" secret"))
     {
-        p.push_str(&format!(" ({} chunks withheld)", report.withheld()));
+        p.push_str(&format!(" ({} chunks withheld)", s.withheld_chunks));
     }
     println!("  skipped    {}", if parts.is_empty() { "nothing".to_owned() } else { parts.join(", ") });
-    match &report.changes {
-        Some(c) => {
-            println!("  changes    +{} ~{} -{} since the last scan", c.added.len(), c.modified.len(), c.deleted.len())
-        }
+    match &s.changes {
+        Some(c) => println!("  changes    +{} ~{} -{} since the last scan", c.added, c.modified, c.deleted),
         None => println!("  changes    first scan"),
     }
-    println!(
-        "  time       {:.3} s ({} files read, {} from the stat cache)",
-        report.stats.elapsed.as_secs_f64(),
-        thousands(report.stats.files_read as u64),
-        thousands(report.stats.cache_hits as u64)
-    );
-    if explain {
+    if s.watcher {
+        println!(
+            "  time       {:.3} s (the daemon's watcher saw no change since the last scan)",
+            s.elapsed_ms / 1000.0
+        );
+    } else {
+        println!(
+            "  time       {:.3} s ({} files read, {} from the stat cache)",
+            s.elapsed_ms / 1000.0,
+            thousands(s.cache.read as u64),
+            thousands(s.cache.hits as u64)
+        );
+    }
+}
+
+fn print_explain(report: &ScanReport) {
+    {
         if !report.skipped.is_empty() {
             println!("\nskipped:");
             for s in &report.skipped {

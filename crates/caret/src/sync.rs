@@ -1,4 +1,6 @@
-//! `caret sync`, `caret status` and `caret key`.
+//! `caret sync`, `caret status` and `caret key`. A sync asks the local daemon's watcher first
+//! (see `caret_host::watch`): nothing changed since a sync that ended in step, one request to
+//! the server confirms it still holds that root, and nothing is scanned.
 
 use std::io::Read as _;
 use std::path::PathBuf;
@@ -13,6 +15,7 @@ use serde_json::json;
 use caret_host::config::{Config, parse_duration};
 use caret_host::remote::{Remote, engine, open_workspace, transport};
 use caret_host::runtime::runtime;
+use caret_host::unchanged;
 use caret_host::units::{human_bytes, thousands};
 
 /// Which server to sync with.
@@ -97,11 +100,36 @@ fn print_report(r: &SyncReport, ws: &WorkspaceState, to: &str, json: bool) {
     );
     let state = if r.local_root == r.server_root { "in step" } else { "server differs: sync again" };
     println!("  root       {} ({state})", r.local_root);
-    println!("  time       {:.3} s", r.seconds);
+    if r.watcher {
+        println!("  time       {:.3} s (the daemon's watcher saw no change since the last sync)", r.seconds);
+    } else {
+        println!("  time       {:.3} s", r.seconds);
+    }
 }
 
 pub fn sync(config: &Config, args: SyncArgs) -> anyhow::Result<ExitCode> {
     let ws = open_workspace(config, &args.target.path)?;
+    let record = ws.state_dir.join("sync-summary.json");
+    let settings = format!(
+        "{}|{}|{}|{}",
+        caret_host::watch::settings(config, "sync"),
+        unchanged::server_named(config, &args.target.remote.remote()),
+        ws.id,
+        ws.key.key_id()
+    );
+    let stamp = caret_host::watch::stamp(&settings, &ws.root, &config.walk_config());
+    let watched = if args.watch {
+        None
+    } else {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let (watched, answered) =
+            rt.block_on(unchanged::sync_without_scanning(config, &ws, &args.target.remote.remote(), &record, &stamp));
+        if let Some((report, to)) = answered {
+            print_report(&report, &ws, &to, args.target.json);
+            return Ok(ExitCode::SUCCESS);
+        }
+        watched
+    };
     let engine = engine(config)?;
     runtime()?.block_on(async {
         let transport = transport(config, &args.target.remote.remote()).await?;
@@ -122,10 +150,25 @@ pub fn sync(config: &Config, args: SyncArgs) -> anyhow::Result<ExitCode> {
             )
             .await?;
         } else {
+            caret_host::watch::forget(&record);
             let report = engine
                 .sync(&ws, transport.as_ref())
                 .await
                 .with_context(|| format!("syncing {} with {to}", ws.root.display()))?;
+            // In step, under a watcher asked before the scan began: the next sync may answer
+            // from this.
+            if let Some(at) = &watched
+                && report.local_root == report.server_root
+                && report.files_skipped == 0
+            {
+                let kept = unchanged::InStep {
+                    root: report.local_root.clone(),
+                    files: report.unchanged + report.added + report.modified,
+                };
+                if let Err(e) = caret_host::watch::save(&record, at, &stamp, &kept) {
+                    tracing::debug!("keeping the sync's result: {e}");
+                }
+            }
             print_report(&report, &ws, &to, args.target.json);
         }
         anyhow::Ok(())

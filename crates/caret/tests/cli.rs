@@ -180,6 +180,10 @@ fn bench_scan_prints_figures() {
         "warm scan (no change)",
         "hash large files",
         "git status --porcelain",
+        "caret scan, no daemon",
+        "caret sync, no daemon",
+        "caret scan, daemon's watcher",
+        "caret sync, daemon's watcher",
     ] {
         assert!(text.contains(row), "missing {row:?} in:\n{text}");
     }
@@ -494,6 +498,93 @@ fn searches_go_through_a_warm_local_daemon() {
     let fifth = read_announce()["pid"].as_u64().unwrap();
     std::fs::remove_dir_all(home.join("caret-home")).unwrap();
     wait_until(15, "the daemon of a deleted home to stop", || !running(fifth));
+}
+
+/// With the local daemon running, a scan and a sync in a tree where nothing changed answer
+/// from its watcher without walking; a change made just before the command, other settings,
+/// a changed ignore file the watcher cannot see, or no daemon all mean a full scan.
+#[test]
+fn scans_and_syncs_answer_from_the_daemons_watcher() {
+    let home = TempDir::new();
+    let dir = repo();
+    let root = dir.path().to_str().unwrap();
+    let announce = home.join("caret-home").join("local").join("daemon.json");
+    let mut daemon = Command::new(env!("CARGO_BIN_EXE_caret"))
+        .args(["daemon", "--idle", "5m"])
+        .env("CARET_HOME", home.join("caret-home"))
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env_remove("GIT_CONFIG_GLOBAL")
+        .env_remove("CARET_CONFIG")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(60, "the daemon to announce itself", || announce.exists());
+    let json = |args: &[&str]| -> Value {
+        let out = caret(&home, args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let scan = || json(&["scan", root, "--json"]);
+
+    let first = scan();
+    assert_eq!(first["watcher"], false, "{first}");
+    let second = scan();
+    assert_eq!(second["watcher"], true, "nothing changed: {second}");
+    for field in ["root_hash", "files", "bytes", "chunks", "withheld_chunks", "skipped"] {
+        assert_eq!(second[field], first[field], "{field}");
+    }
+    assert_eq!(second["cache"]["read"], 0);
+    assert_eq!(second["changes"], serde_json::json!({"added": 0, "modified": 0, "deleted": 0}));
+    let human = stdout(&caret(&home, &["scan", root]));
+    assert!(human.contains("the daemon's watcher saw no change"), "{human}");
+
+    // A change made just before the command is seen.
+    dir.write("src/util.py", "def double(x):\n    return x + x\n");
+    let third = scan();
+    assert_eq!(third["watcher"], false, "{third}");
+    assert_eq!(third["changes"]["modified"], 1, "{third}");
+    assert_ne!(third["root_hash"], first["root_hash"]);
+    assert_eq!(scan()["root_hash"], third["root_hash"]);
+    assert_eq!(scan()["watcher"], true);
+
+    // Writes inside an ignored directory and git's own do not make it walk.
+    dir.write("build/more.js", "y");
+    assert!(Command::new("git").args(["-C", root, "add", "-A"]).status().unwrap().success());
+    assert_eq!(scan()["watcher"], true, "an ignored directory and .git/ do not count");
+
+    // Other settings, an ignore file the watcher cannot see, --explain: a full scan.
+    let other = json(&["scan", root, "--json", "--max-file-size", "2K"]);
+    assert_eq!(other["watcher"], false);
+    assert_eq!(json(&["scan", root, "--json", "--max-file-size", "2K"])["watcher"], true);
+    std::fs::write(dir.path().join(".git").join("info").join("exclude"), "docs/\n").unwrap();
+    let excluded = scan();
+    assert_eq!(excluded["watcher"], false, "a changed .git/info/exclude: {excluded}");
+    assert_eq!(excluded["files"].as_u64().unwrap() + 1, third["files"].as_u64().unwrap(), "docs/guide.md left out");
+    assert_eq!(json(&["scan", root, "--json", "--explain"])["watcher"], false);
+
+    // Sync: the first scans and ends in step; the next only asks the server.
+    let sync = || json(&["sync", root, "--json"]);
+    let synced = sync();
+    assert_eq!((synced["watcher"].clone(), synced["in_step"].clone()), (false.into(), true.into()), "{synced}");
+    let quick = sync();
+    assert_eq!(quick["watcher"], true, "{quick}");
+    assert_eq!(quick["in_step"], true);
+    assert_eq!(quick["local_root"], synced["local_root"]);
+    assert_eq!(quick["unchanged"], synced["added"], "every file counted: {quick}");
+    assert_eq!(quick["requests"], 1, "one request to the server: {quick}");
+    dir.write("src/new.py", "def triple(x):\n    return 3 * x\n");
+    let changed = sync();
+    assert_eq!((changed["watcher"].clone(), changed["added"].clone()), (false.into(), 1.into()), "{changed}");
+    assert_eq!(sync()["watcher"], true);
+
+    // No daemon: every command walks, and finds the same.
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+    let without = scan();
+    assert_eq!(without["watcher"], false);
+    assert_eq!(without["root_hash"], scan()["root_hash"]);
+    assert_eq!(sync()["watcher"], false);
 }
 
 /// The embedding cache: a clone that shares the key reuses the first clone's vectors.

@@ -63,9 +63,9 @@ fn full_scan_reports_files_chunks_secrets_and_skips() {
     assert_eq!(report.chunks(), 3);
     assert!(report.changes.is_none(), "first scan");
     assert_eq!(report.stats.files_read, 7);
-    assert_eq!(report.tree.len(), 4);
+    assert_eq!(report.tree().len(), 4);
     assert_eq!(
-        report.tree.root_hash(),
+        report.root_hash(),
         MerkleTree::from_files(report.files.iter().map(|f| (f.path.clone(), f.hash))).root_hash()
     );
 }
@@ -80,7 +80,7 @@ fn warm_scan_reads_nothing_and_a_change_reads_one_file() {
     let warm = s.scan(dir.path(), &mut cache).unwrap();
     assert_eq!(warm.stats.files_read, 0, "every file served from the stat cache");
     assert_eq!(warm.stats.cache_hits, 7);
-    assert_eq!(warm.tree, cold.tree);
+    assert_eq!(warm.tree(), cold.tree());
     assert_eq!(warm.skipped, cold.skipped);
     assert_eq!(warm.files, cold.files);
     assert!(warm.changes.as_ref().unwrap().is_empty());
@@ -155,10 +155,7 @@ fn hash_depth_hashes_and_caches_without_chunking() {
     let mut cache = StatCache::default();
     let report = s.scan(dir.path(), &mut cache).unwrap();
     assert_eq!(report.chunks(), 0);
-    assert_eq!(
-        report.tree.root_hash(),
-        scanner().scan(dir.path(), &mut StatCache::default()).unwrap().tree.root_hash()
-    );
+    assert_eq!(report.root_hash(), scanner().scan(dir.path(), &mut StatCache::default()).unwrap().root_hash());
     assert_eq!(s.scan(dir.path(), &mut cache).unwrap().stats.files_read, 0, "hash-depth entries are cached");
     // A full scan does not trust hash-depth entries (they have no chunk facts).
     let full = scanner().scan(dir.path(), &mut cache).unwrap();
