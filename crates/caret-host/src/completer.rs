@@ -37,6 +37,10 @@ pub struct Suggestion {
 /// The alias a model trained for next edits is served under.
 pub const NEXT_EDIT_ALIAS: &str = "next-edit";
 
+/// Tab's model served elsewhere is asked for next edits while its calls take at most this
+/// long (unless `[tab] next_edit_budget_ms` says otherwise).
+pub const REMOTE_NEXT_EDIT_BUDGET: Duration = Duration::from_secs(3);
+
 /// Where suggestions come from.
 pub enum Source {
     /// A model on a gateway (the embedded one, or a server's `/v1/completions`), with the
@@ -69,12 +73,83 @@ pub struct Completer {
     cache: Mutex<Cache>,
     /// The model runs in this process (see [`Completer::warm`]).
     local: bool,
+    /// When the model may be asked for a next edit.
+    next_edits: NextEditGate,
+}
+
+/// When a model may be asked for a next edit: always (one trained for it, the `next-edit`
+/// alias), never, or while the median of its last calls on this machine stays under a budget
+/// (`[tab] next_edit_budget_ms`). Over it, one call again every [`NextEditGate::REPROBE`]:
+/// the machine may be idle by then.
+#[derive(Debug)]
+pub struct NextEditGate {
+    rule: Option<Option<Duration>>,
+    recent: Mutex<std::collections::VecDeque<Duration>>,
+    probed: Mutex<Option<Instant>>,
+}
+
+impl NextEditGate {
+    /// How often a model over budget is tried again.
+    pub const REPROBE: Duration = Duration::from_secs(600);
+    /// Calls the median is taken over.
+    const KEPT: usize = 8;
+
+    /// Always open.
+    pub fn always() -> NextEditGate {
+        NextEditGate { rule: None, recent: Mutex::default(), probed: Mutex::new(None) }
+    }
+
+    /// Open under `budget` (`None` or zero: never).
+    pub fn under(budget: Option<Duration>) -> NextEditGate {
+        NextEditGate { rule: Some(budget.filter(|b| !b.is_zero())), ..NextEditGate::always() }
+    }
+
+    /// Whether a call may be made now (a probe over budget counts as made).
+    pub fn open(&self) -> bool {
+        let budget = match self.rule {
+            None => return true,
+            Some(None) => return false,
+            Some(Some(b)) => b,
+        };
+        let mut recent: Vec<Duration> =
+            self.recent.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().copied().collect();
+        recent.sort_unstable();
+        let mut probed = self.probed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let within = recent.get(recent.len() / 2).is_none_or(|median| *median <= budget);
+        if !within && probed.is_some_and(|at| at.elapsed() < Self::REPROBE) {
+            return false;
+        }
+        // Every call let through is the last probe: over budget, the next one waits.
+        *probed = Some(Instant::now());
+        true
+    }
+
+    /// A call that finished, and how long it took.
+    pub fn record(&self, took: Duration) {
+        let mut recent = self.recent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if recent.len() == Self::KEPT {
+            recent.pop_front();
+        }
+        recent.push_back(took);
+    }
 }
 
 impl Completer {
-    /// A completer for `model` from `source`.
+    /// A completer for `model` from `source`, asked for next edits whenever a caller wants.
     pub fn new(source: Source, model: String, budget: Budget) -> Completer {
-        Completer { source, model, budget, cache: Mutex::new(Cache::default()), local: false }
+        Completer {
+            source,
+            model,
+            budget,
+            cache: Mutex::new(Cache::default()),
+            local: false,
+            next_edits: NextEditGate::always(),
+        }
+    }
+
+    /// Sets when the model may be asked for next edits.
+    pub fn set_next_edits(&mut self, gate: NextEditGate) {
+        self.next_edits = gate;
     }
 
     /// Says whether the model runs in this process, where [`Completer::warm`] helps.
@@ -178,9 +253,17 @@ impl Completer {
         cursor: usize,
     ) -> anyhow::Result<Option<caret_complete::next_edit::Prediction>> {
         use caret_complete::next_edit as ne;
+        if !self.next_edits.open() {
+            return Ok(None);
+        }
         let region = ne::region(text, cursor, 3, 12);
         let prompt = ne::prompt(edits, path, text, cursor, region, 8);
-        match self.continue_prompt(prompt, 400, ne::REGION_END).await {
+        let started = Instant::now();
+        let answer = self.continue_prompt(prompt, 400, ne::REGION_END).await;
+        if matches!(answer, Some(Ok(_))) {
+            self.next_edits.record(started.elapsed());
+        }
+        match answer {
             Some(Ok((mut out, true))) => {
                 out.push_str(ne::REGION_END);
                 Ok(ne::parse(&out).and_then(|rewritten| ne::region_edit(doc, text, region, &rewritten)))
@@ -356,5 +439,40 @@ pub fn with_backend(
     let local = !kinds.is_empty() && kinds.iter().all(|k| *k == crate::config::ProviderKind::Local);
     let mut completer = Completer::new(Source::Model { backend, family }, model, budget);
     completer.set_local(local);
+    // A model in this process runs on this machine's CPU: seconds of every core for a guess
+    // it was not trained to make, unless the user set a budget.
+    let budget = match config.tab.next_edit_budget_ms {
+        Some(ms) => Some(Duration::from_millis(ms)),
+        None if local => None,
+        None => Some(REMOTE_NEXT_EDIT_BUDGET),
+    };
+    completer.set_next_edits(NextEditGate::under(budget));
     Ok(completer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_next_edit_gate_opens_under_its_budget_only() {
+        assert!(NextEditGate::always().open());
+        assert!(!NextEditGate::under(None).open(), "no budget: never");
+        assert!(!NextEditGate::under(Some(Duration::ZERO)).open(), "zero: never");
+
+        let gate = NextEditGate::under(Some(Duration::from_millis(500)));
+        assert!(gate.open(), "nothing measured yet: the first call measures");
+        gate.record(Duration::from_millis(200));
+        assert!(gate.open() && gate.open(), "under budget: open");
+        for _ in 0..NextEditGate::KEPT {
+            gate.record(Duration::from_secs(18));
+        }
+        assert!(!gate.open(), "over budget: closed until the next probe is due");
+        assert!(!gate.open());
+        // Faster again (the probe measured it): the median comes back under the budget.
+        for _ in 0..NextEditGate::KEPT / 2 + 1 {
+            gate.record(Duration::from_millis(100));
+        }
+        assert!(gate.open());
+    }
 }

@@ -55,6 +55,8 @@ pub struct Config {
     pub runs: RunsSection,
     /// `[daemon]`: the local daemon.
     pub daemon: DaemonSection,
+    /// `[tab]`: Tab's next edits.
+    pub tab: TabSection,
     /// `[usage]`: opt-in usage telemetry.
     pub usage: UsageSection,
     /// `[mcp_servers.NAME]`: MCP servers whose tools the agent gets.
@@ -79,6 +81,18 @@ impl Default for DaemonSection {
     fn default() -> Self {
         DaemonSection { enabled: true, idle: "15m".to_owned() }
     }
+}
+
+/// Tab's next edits (`[tab]`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TabSection {
+    /// The longest a next-edit call to Tab's model may take on this machine (the median of
+    /// its last calls) for the model to be asked at all, in milliseconds; 0: never
+    /// (`CARET_NEXT_EDIT_BUDGET_MS`). Unset: never for a model running in this process (a CPU
+    /// spends seconds of every core on a guess), 3,000 for one served elsewhere. A model
+    /// configured as the alias `next-edit` is always asked.
+    pub next_edit_budget_ms: Option<u64>,
 }
 
 /// Opt-in usage telemetry (`[usage]`): counts and latencies of named events per tenant and
@@ -421,6 +435,7 @@ impl Default for Config {
             agent: AgentSection::default(),
             runs: RunsSection::default(),
             daemon: DaemonSection::default(),
+            tab: TabSection::default(),
             usage: UsageSection::default(),
             mcp_servers: Default::default(),
             file: None,
@@ -541,6 +556,10 @@ impl Config {
         }
         if let Some(v) = env("CARET_DAEMON_IDLE") {
             config.daemon.idle = v;
+        }
+        if let Some(v) = env("CARET_NEXT_EDIT_BUDGET_MS") {
+            config.tab.next_edit_budget_ms =
+                Some(v.trim().parse().with_context(|| format!("CARET_NEXT_EDIT_BUDGET_MS={v:?} is not a number"))?);
         }
         config.use_installed_code_model();
         Ok(config)

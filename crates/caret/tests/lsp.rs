@@ -492,6 +492,67 @@ fn the_next_edit_at_the_cursor_is_an_inline_completion() {
     c.finish(7);
 }
 
+/// A language server whose Tab model is the scripted upstream at `url` (`extra`: more of the
+/// config), initialized, with `a = 1\nb = 2\n` open as a Python file; the file's URI.
+fn with_tab_model(home: &TempDir, url: &str, extra: &str) -> (Client, String) {
+    home.write(
+        "caret-home/config.toml",
+        &format!("{extra}[[models]]\nalias = \"tab\"\ndeployments = [{{ provider = \"openai\", url = \"{url}\", model = \"m\" }}]\n"),
+    );
+    let mut c = Client::start(home);
+    c.request(1, "initialize", json!({"capabilities": {}}));
+    c.answer(1);
+    let uri = "file:///w/n.py";
+    c.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": "a = 1\nb = 2\n"}}),
+    );
+    (c, uri.to_owned())
+}
+
+/// Tab's model is asked for a next edit only under a budget: never with a zero budget, and
+/// with one its calls exceed, once to measure and then not again (the editor gets `null` at
+/// once instead of waiting for a guess).
+#[test]
+fn next_edit_asks_the_model_only_under_a_budget() {
+    use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let up = rt.block_on(ScriptedUpstream::start("next-edit-model"));
+    up.set(Behaviour {
+        answer: Some("a = 10\nb = 20\n".to_owned()),
+        delay: std::time::Duration::from_millis(400),
+        ..Behaviour::default()
+    });
+    let ask = |budget: &str, rounds: u64| -> Vec<Value> {
+        let home = TempDir::new();
+        let (mut c, uri) = with_tab_model(&home, &up.url, &format!("[tab]\nnext_edit_budget_ms = {budget}\n"));
+        let uri = uri.as_str();
+        let mut answers = Vec::new();
+        for round in 0..rounds {
+            let v = 2 + round;
+            // Each round types one more digit after `a = 1`, so there is a new edit to predict from.
+            c.change(uri, v, (0, 5 + round, 5 + round), "0");
+            c.request(v, "caret/nextEdit", position(0, 6 + round, uri));
+            answers.push(c.answer(v)["result"].clone());
+        }
+        c.finish(100);
+        answers
+    };
+    let before = up.requests();
+    let never = ask("0", 2);
+    assert_eq!(never, vec![Value::Null, Value::Null]);
+    assert_eq!(up.requests(), before, "a zero budget: no call to the model");
+
+    let over = ask("50", 3);
+    assert_eq!(over[0]["reason"], "model", "the first call measures: {over:?}");
+    assert_eq!(up.requests(), before + 1, "400 ms against 50: no second call");
+    assert_eq!(over[1..], [Value::Null, Value::Null]);
+
+    let under = ask("5000", 2);
+    assert_eq!(under[0]["reason"], "model", "{under:?}");
+    assert_eq!(up.requests(), before + 3, "under budget: every call made");
+}
+
 /// With no deterministic candidate, `caret/nextEdit` asks Tab's model to rewrite the region
 /// around the cursor (a Zeta-shaped prompt, the response begun at the region's marker) and
 /// answers the difference as the predicted edit.
@@ -503,21 +564,8 @@ fn next_edit_asks_the_model_when_no_candidate_fits() {
     // The region rewritten: the model carries the change of `a` over to `b`.
     up.set(Behaviour { answer: Some("a = 10\nb = 20\n".to_owned()), ..Behaviour::default() });
     let home = TempDir::new();
-    home.write(
-        "caret-home/config.toml",
-        &format!(
-            "[[models]]\nalias = \"tab\"\ndeployments = [{{ provider = \"openai\", url = \"{}\", model = \"m\" }}]\n",
-            up.url
-        ),
-    );
-    let mut c = Client::start(&home);
-    c.request(1, "initialize", json!({"capabilities": {}}));
-    c.answer(1);
-    let uri = "file:///w/n.py";
-    c.notify(
-        "textDocument/didOpen",
-        json!({"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": "a = 1\nb = 2\n"}}),
-    );
+    let (mut c, uri) = with_tab_model(&home, &up.url, "");
+    let uri = uri.as_str();
     c.change(uri, 2, (0, 5, 5), "0");
     c.request(2, "caret/nextEdit", position(0, 6, uri));
     let next = c.answer(2)["result"].clone();
