@@ -83,9 +83,16 @@ pub struct Completer {
 /// the machine may be idle by then.
 #[derive(Debug)]
 pub struct NextEditGate {
-    rule: Option<Option<Duration>>,
+    rule: Rule,
     recent: Mutex<std::collections::VecDeque<Duration>>,
     probed: Mutex<Option<Instant>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Rule {
+    Always,
+    Never,
+    Under(Duration),
 }
 
 impl NextEditGate {
@@ -96,20 +103,21 @@ impl NextEditGate {
 
     /// Always open.
     pub fn always() -> NextEditGate {
-        NextEditGate { rule: None, recent: Mutex::default(), probed: Mutex::new(None) }
+        NextEditGate { rule: Rule::Always, recent: Mutex::default(), probed: Mutex::new(None) }
     }
 
     /// Open under `budget` (`None` or zero: never).
     pub fn under(budget: Option<Duration>) -> NextEditGate {
-        NextEditGate { rule: Some(budget.filter(|b| !b.is_zero())), ..NextEditGate::always() }
+        let rule = budget.filter(|b| !b.is_zero()).map_or(Rule::Never, Rule::Under);
+        NextEditGate { rule, ..NextEditGate::always() }
     }
 
     /// Whether a call may be made now (a probe over budget counts as made).
     pub fn open(&self) -> bool {
         let budget = match self.rule {
-            None => return true,
-            Some(None) => return false,
-            Some(Some(b)) => b,
+            Rule::Always => return true,
+            Rule::Never => return false,
+            Rule::Under(b) => b,
         };
         let mut recent: Vec<Duration> =
             self.recent.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().copied().collect();

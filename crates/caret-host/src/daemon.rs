@@ -317,8 +317,7 @@ async fn watch(
     axum::extract::State(route): axum::extract::State<Arc<WatchRoute>>,
     headers: axum::http::HeaderMap,
     body: axum::body::Bytes,
-) -> axum::response::Response {
-    use axum::response::IntoResponse as _;
+) -> Result<axum::Json<crate::watch::WatchReply>, caret_server::Error> {
     let given = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -327,23 +326,15 @@ async fn watch(
     // Compared by digest: the time taken says nothing of the token.
     let hash = |t: &str| caret_workspace::ContentHash::of(t.as_bytes());
     if hash(given) != hash(&route.token) {
-        return error(axum::http::StatusCode::UNAUTHORIZED, "unauthorized", "the daemon's own token is required");
+        return Err(caret_server::Error::Unauthorized);
     }
-    let req: crate::watch::WatchRequest = match serde_json::from_slice(&body) {
-        Ok(r) => r,
-        Err(e) => return error(axum::http::StatusCode::BAD_REQUEST, "bad_request", &format!("malformed request: {e}")),
-    };
-    let route2 = route.clone();
-    match tokio::task::spawn_blocking(move || route2.watches.ask(&req)).await {
-        Ok(Ok(reply)) => axum::Json(reply).into_response(),
-        Ok(Err(why)) => error(axum::http::StatusCode::BAD_REQUEST, "not_watched", &why),
-        Err(e) => error(axum::http::StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string()),
+    let req: crate::watch::WatchRequest = serde_json::from_slice(&body)
+        .map_err(|e| caret_server::Error::BadRequest(format!("malformed request: {e}")))?;
+    let route = route.clone();
+    match tokio::task::spawn_blocking(move || route.watches.ask(&req)).await {
+        Ok(answer) => answer.map(axum::Json).map_err(caret_server::Error::BadRequest),
+        Err(e) => Err(caret_server::Error::Internal(e.to_string())),
     }
-}
-
-fn error(status: axum::http::StatusCode, code: &str, message: &str) -> axum::response::Response {
-    use axum::response::IntoResponse as _;
-    (status, axum::Json(serde_json::json!({"error": {"code": code, "message": message}}))).into_response()
 }
 
 /// How often a running daemon looks for documentation sources due a refresh.

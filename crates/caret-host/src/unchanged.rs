@@ -135,28 +135,43 @@ pub fn server_named(config: &Config, remote: &Remote) -> String {
     remote.server.clone().or_else(|| config.sync.server.clone()).unwrap_or_else(|| "embedded".to_owned())
 }
 
+/// What a sync's record is only valid with (see [`crate::watch::stamp`]): the settings, the
+/// server, the workspace and its key.
+fn sync_stamp(config: &Config, ws: &WorkspaceState, remote: &Remote) -> String {
+    let settings = format!(
+        "{}|{}|{}|{}",
+        crate::watch::settings(config, "sync"),
+        server_named(config, remote),
+        ws.id,
+        ws.key.key_id()
+    );
+    crate::watch::stamp(&settings, &ws.root, &config.walk_config())
+}
+
 /// A sync answered without scanning: the daemon's watcher saw no change since a sync that
 /// ended in step, and the server still holds that root (one small request: through the daemon
 /// for the embedded server, so nothing is opened in-process) — the report and where it went.
-/// Also the watcher's answer, for the sync that scans when this one cannot answer.
+/// Also the watcher's answer and the stamp, for the sync that scans when this one cannot
+/// answer to record under.
 pub async fn sync_without_scanning(
     config: &Config,
     ws: &WorkspaceState,
     remote: &Remote,
     record: &Path,
-    stamp: &str,
-) -> (Option<WatchReply>, Option<(SyncReport, String)>) {
+) -> (Option<(WatchReply, String)>, Option<(SyncReport, String)>) {
     let started = Instant::now();
     let Some((at, daemon)) = crate::daemon::ask_watcher(config, &ws.root, Vec::new()).await else {
         return (None, None);
     };
-    let Some(kept) = crate::watch::load::<InStep>(record, &at, stamp) else { return (Some(at), None) };
+    let stamp = sync_stamp(config, ws, remote);
+    let Some(kept) = crate::watch::load::<InStep>(record, &at, &stamp) else { return (Some((at, stamp)), None) };
+    let watched = Some((at, stamp));
     let transport: Box<dyn caret_client::transport::Transport> = if server_named(config, remote) == "embedded" {
         Box::new(daemon)
     } else {
         match crate::remote::transport(config, remote).await {
             Ok(t) => t,
-            Err(_) => return (Some(at), None),
+            Err(_) => return (watched, None),
         }
     };
     let req = TreeRequest { dirs: Vec::new(), known_root: Some(kept.root.clone()) };
@@ -175,8 +190,8 @@ pub async fn sync_without_scanning(
                 watcher: true,
                 ..SyncReport::default()
             };
-            (Some(at), Some((report, transport.describe())))
+            (watched, Some((report, transport.describe())))
         }
-        _ => (Some(at), None),
+        _ => (watched, None),
     }
 }

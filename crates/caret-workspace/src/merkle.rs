@@ -30,15 +30,33 @@ impl Node {
 
     /// A directory node with its hash computed from `children`.
     fn dir(children: BTreeMap<Vec<u8>, Node>) -> Node {
+        let mut hasher = DirHasher::new();
+        for (name, child) in &children {
+            hasher.entry(matches!(child, Node::Dir { .. }), name, child.hash());
+        }
+        Node::Dir { hash: hasher.finish(), children }
+    }
+}
+
+/// A directory's hash, over its `(kind, name, hash)` entries in name order.
+struct DirHasher(blake3::Hasher);
+
+impl DirHasher {
+    fn new() -> DirHasher {
         let mut hasher = blake3::Hasher::new();
         hasher.update(b"caret-merkle-dir-v1\0");
-        for (name, child) in &children {
-            hasher.update(&[u8::from(matches!(child, Node::Dir { .. }))]);
-            hasher.update(&u32::try_from(name.len()).unwrap_or(u32::MAX).to_le_bytes());
-            hasher.update(name);
-            hasher.update(&child.hash().0);
-        }
-        Node::Dir { hash: hasher.finalize().into(), children }
+        DirHasher(hasher)
+    }
+
+    fn entry(&mut self, dir: bool, name: &[u8], hash: ContentHash) {
+        self.0.update(&[u8::from(dir)]);
+        self.0.update(&u32::try_from(name.len()).unwrap_or(u32::MAX).to_le_bytes());
+        self.0.update(name);
+        self.0.update(&hash.0);
+    }
+
+    fn finish(self) -> ContentHash {
+        self.0.finalize().into()
     }
 }
 
@@ -88,13 +106,9 @@ impl MerkleTree {
         self.root.hash()
     }
 
-    /// The root hash [`MerkleTree::from_files`] gives for `files`, without building the tree
-    /// (no node, no name copied): what a scan that only reports the root needs.
-    pub fn root_hash_of<P: std::borrow::Borrow<RelPath>>(files: &[(P, ContentHash)]) -> ContentHash {
-        Self::root_hash_by(files, |(p, h)| (p.borrow(), *h))
-    }
-
-    /// The same over any items, `file` giving each one's path and hash.
+    /// The root hash [`MerkleTree::from_files`] gives for `items` (`file` giving each one's
+    /// path and hash), without building the tree (no node, no name copied): what a scan that
+    /// only reports the root needs.
     pub fn root_hash_by<T>(items: &[T], file: impl Fn(&T) -> (&RelPath, ContentHash) + Copy) -> ContentHash {
         let sorted_unique = items.windows(2).all(|w| file(&w[0]).0 < file(&w[1]).0);
         if !sorted_unique || items.iter().any(|i| file(i).0.is_root()) {
@@ -141,62 +155,58 @@ impl MerkleTree {
     }
 }
 
-/// Builds the directory holding `items`, whose paths share their first `offset` bytes and
-/// are sorted by segments.
-fn build(items: &[(&[u8], ContentHash)], offset: usize, count: &mut usize) -> Node {
-    let mut children = Vec::new();
+/// The entries of the directory holding `items`, whose paths (`path`) share their first
+/// `offset` bytes and are sorted by segments: each name, the file of that name if any, and
+/// the items below it (a name with items below is a directory, whatever file it also names).
+fn entries<'a, T>(
+    items: &'a [T],
+    offset: usize,
+    path: impl Fn(&'a T) -> &'a [u8],
+) -> impl Iterator<Item = (&'a [u8], Option<&'a T>, &'a [T])> {
     let mut i = 0;
-    while i < items.len() {
-        let rest = &items[i].0[offset..];
+    std::iter::from_fn(move || {
+        let first = items.get(i)?;
+        let rest = &path(first)[offset..];
         let seg = &rest[..memchr::memchr(b'/', rest).unwrap_or(rest.len())];
-        let in_group = |path: &[u8]| {
-            let r = &path[offset..];
+        let in_group = |p: &[u8]| {
+            let r = &p[offset..];
             r.starts_with(seg) && (r.len() == seg.len() || r[seg.len()] == b'/')
         };
-        let end = i + items[i..].iter().take_while(|(p, _)| in_group(p)).count();
+        let end = i + items[i..].iter().take_while(|item| in_group(path(item))).count();
         // Segment order puts a file `seg` before anything below `seg/`.
-        let leaf = (items[i].0.len() == offset + seg.len()).then_some(items[i].1);
+        let leaf = (path(first).len() == offset + seg.len()).then_some(first);
         let below = &items[i + usize::from(leaf.is_some())..end];
+        i = end;
+        Some((seg, leaf, below))
+    })
+}
+
+/// Builds the directory holding `items` (see [`entries`]).
+fn build(items: &[(&[u8], ContentHash)], offset: usize, count: &mut usize) -> Node {
+    let mut children = BTreeMap::new();
+    for (seg, leaf, below) in entries(items, offset, |(p, _)| p) {
         let node = if below.is_empty() {
             *count += 1;
-            Node::File(leaf.unwrap_or_default())
+            Node::File(leaf.map(|(_, h)| *h).unwrap_or_default())
         } else {
             build(below, offset + seg.len() + 1, count)
         };
-        children.push((seg.to_vec(), node));
-        i = end;
+        children.insert(seg.to_vec(), node);
     }
-    Node::dir(children.into_iter().collect())
+    Node::dir(children)
 }
 
 /// The hash [`build`] gives the directory holding `items`, hashing as it goes.
 fn hash_dir<T>(items: &[T], offset: usize, file: impl Fn(&T) -> (&[u8], ContentHash) + Copy) -> ContentHash {
-    let mut hasher = blake3::Hasher::new();
-    hasher.update(b"caret-merkle-dir-v1\0");
-    let mut i = 0;
-    while i < items.len() {
-        let rest = &file(&items[i]).0[offset..];
-        let seg = &rest[..memchr::memchr(b'/', rest).unwrap_or(rest.len())];
-        let in_group = |path: &[u8]| {
-            let r = &path[offset..];
-            r.starts_with(seg) && (r.len() == seg.len() || r[seg.len()] == b'/')
-        };
-        let end = i + items[i..].iter().take_while(|item| in_group(file(item).0)).count();
-        let (first, first_hash) = file(&items[i]);
-        let leaf = (first.len() == offset + seg.len()).then_some(first_hash);
-        let below = &items[i + usize::from(leaf.is_some())..end];
-        let (dir, hash) = if below.is_empty() {
-            (false, leaf.unwrap_or_default())
+    let mut hasher = DirHasher::new();
+    for (seg, leaf, below) in entries(items, offset, |item| file(item).0) {
+        if below.is_empty() {
+            hasher.entry(false, seg, leaf.map(|item| file(item).1).unwrap_or_default());
         } else {
-            (true, hash_dir(below, offset + seg.len() + 1, file))
-        };
-        hasher.update(&[u8::from(dir)]);
-        hasher.update(&u32::try_from(seg.len()).unwrap_or(u32::MAX).to_le_bytes());
-        hasher.update(seg);
-        hasher.update(&hash.0);
-        i = end;
+            hasher.entry(true, seg, hash_dir(below, offset + seg.len() + 1, file));
+        }
     }
-    hasher.finalize().into()
+    hasher.finish()
 }
 
 fn collect(node: &Node, at: &RelPath, out: &mut Vec<(RelPath, ContentHash)>) {
@@ -370,12 +380,18 @@ mod tests {
                 .collect();
             let built = MerkleTree::from_files(files.clone()).root_hash();
             // Unsorted, repeated, a file that is also a directory: the same answer.
-            assert_eq!(MerkleTree::root_hash_of(&files), built);
+            assert_eq!(MerkleTree::root_hash_by(&files, |(p, h)| (p, *h)), built);
             files.sort_by(|a, b| a.0.cmp(&b.0));
             files.dedup_by(|later, earlier| later.0 == earlier.0);
-            assert_eq!(MerkleTree::root_hash_of(&files), MerkleTree::from_files(files.clone()).root_hash());
+            assert_eq!(
+                MerkleTree::root_hash_by(&files, |(p, h)| (p, *h)),
+                MerkleTree::from_files(files.clone()).root_hash()
+            );
         }
-        assert_eq!(MerkleTree::root_hash_of::<RelPath>(&[]), MerkleTree::default().root_hash());
+        assert_eq!(
+            MerkleTree::root_hash_by::<(RelPath, ContentHash)>(&[], |(p, h)| (p, *h)),
+            MerkleTree::default().root_hash()
+        );
     }
 
     #[test]

@@ -48,9 +48,12 @@ pub fn run(config: &Config, args: ScanArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let watched =
         if args.no_cache || args.explain { None } else { unchanged::ask_blocking(&config, &root, Vec::new()) };
-    let stamp = caret_host::watch::stamp(&caret_host::watch::settings(&config, "scan"), &root, &config.walk_config());
-    if let Some((at, _)) = &watched
-        && let Some(mut summary) = caret_host::watch::load::<ScanSummary>(&record_path, at, &stamp)
+    // Only with a watcher to record under: the stamp costs a `stat` per ignore file.
+    let stamp = watched
+        .as_ref()
+        .map(|_| caret_host::watch::stamp(&caret_host::watch::settings(&config, "scan"), &root, &config.walk_config()));
+    if let (Some((at, _)), Some(stamp)) = (&watched, &stamp)
+        && let Some(mut summary) = caret_host::watch::load::<ScanSummary>(&record_path, at, stamp)
     {
         summary.unchanged(started.elapsed());
         print_summary(&summary, args.json);
@@ -63,9 +66,9 @@ pub fn run(config: &Config, args: ScanArgs) -> anyhow::Result<ExitCode> {
         cache.save(&cache_path).with_context(|| format!("saving the stat cache for {}", root.display()))?;
     }
     let summary = ScanSummary::of(&report);
-    if let Some((at, _)) = &watched {
+    if let (Some((at, _)), Some(stamp)) = (&watched, &stamp) {
         let _ = std::fs::create_dir_all(&state_dir);
-        if let Err(e) = caret_host::watch::save(&record_path, at, &stamp, &summary) {
+        if let Err(e) = caret_host::watch::save(&record_path, at, stamp, &summary) {
             tracing::debug!("keeping the scan's summary: {e}");
         }
         // From now on the watcher leaves out what this walk ignored.

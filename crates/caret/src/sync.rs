@@ -110,20 +110,13 @@ fn print_report(r: &SyncReport, ws: &WorkspaceState, to: &str, json: bool) {
 pub fn sync(config: &Config, args: SyncArgs) -> anyhow::Result<ExitCode> {
     let ws = open_workspace(config, &args.target.path)?;
     let record = ws.state_dir.join("sync-summary.json");
-    let settings = format!(
-        "{}|{}|{}|{}",
-        caret_host::watch::settings(config, "sync"),
-        unchanged::server_named(config, &args.target.remote.remote()),
-        ws.id,
-        ws.key.key_id()
-    );
-    let stamp = caret_host::watch::stamp(&settings, &ws.root, &config.walk_config());
+    let remote = args.target.remote.remote();
+    // The watcher's answer and the record's stamp, when a daemon watches.
     let watched = if args.watch {
         None
     } else {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        let (watched, answered) =
-            rt.block_on(unchanged::sync_without_scanning(config, &ws, &args.target.remote.remote(), &record, &stamp));
+        let (watched, answered) = rt.block_on(unchanged::sync_without_scanning(config, &ws, &remote, &record));
         if let Some((report, to)) = answered {
             print_report(&report, &ws, &to, args.target.json);
             return Ok(ExitCode::SUCCESS);
@@ -132,7 +125,7 @@ pub fn sync(config: &Config, args: SyncArgs) -> anyhow::Result<ExitCode> {
     };
     let engine = engine(config)?;
     runtime()?.block_on(async {
-        let transport = transport(config, &args.target.remote.remote()).await?;
+        let transport = transport(config, &remote).await?;
         let to = transport.describe();
         if args.watch {
             let interval = parse_duration(args.interval.as_deref().unwrap_or(&config.sync.interval))?;
@@ -157,7 +150,7 @@ pub fn sync(config: &Config, args: SyncArgs) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("syncing {} with {to}", ws.root.display()))?;
             // In step, under a watcher asked before the scan began: the next sync may answer
             // from this.
-            if let Some(at) = &watched
+            if let Some((at, stamp)) = &watched
                 && report.local_root == report.server_root
                 && report.files_skipped == 0
             {
@@ -165,7 +158,7 @@ pub fn sync(config: &Config, args: SyncArgs) -> anyhow::Result<ExitCode> {
                     root: report.local_root.clone(),
                     files: report.unchanged + report.added + report.modified,
                 };
-                if let Err(e) = caret_host::watch::save(&record, at, &stamp, &kept) {
+                if let Err(e) = caret_host::watch::save(&record, at, stamp, &kept) {
                     tracing::debug!("keeping the sync's result: {e}");
                 }
             }

@@ -6,18 +6,22 @@ use std::process::{Command, Output};
 use caret_test_support::TempDir;
 use serde_json::Value;
 
-/// Runs `caret` with an isolated home, git configuration and global excludes.
-fn caret(home: &TempDir, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_caret"))
-        .args(args)
+/// `caret ARGS` with an isolated home, git configuration and global excludes.
+fn caret_command(home: &TempDir, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_caret"));
+    cmd.args(args)
         .env("CARET_HOME", home.join("caret-home"))
         .env("HOME", home.path())
         .env("XDG_CONFIG_HOME", home.join(".config"))
         .env_remove("GIT_CONFIG_GLOBAL")
         .env_remove("CARET_CONFIG")
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("running caret")
+        .env_remove("RUST_LOG");
+    cmd
+}
+
+/// Runs `caret` with an isolated home, git configuration and global excludes.
+fn caret(home: &TempDir, args: &[&str]) -> Output {
+    caret_command(home, args).output().expect("running caret")
 }
 
 fn stdout(o: &Output) -> String {
@@ -509,17 +513,18 @@ fn scans_and_syncs_answer_from_the_daemons_watcher() {
     let dir = repo();
     let root = dir.path().to_str().unwrap();
     let announce = home.join("caret-home").join("local").join("daemon.json");
-    let mut daemon = Command::new(env!("CARGO_BIN_EXE_caret"))
-        .args(["daemon", "--idle", "5m"])
-        .env("CARET_HOME", home.join("caret-home"))
-        .env("HOME", home.path())
-        .env("XDG_CONFIG_HOME", home.join(".config"))
-        .env_remove("GIT_CONFIG_GLOBAL")
-        .env_remove("CARET_CONFIG")
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut daemon =
+        caret_command(&home, &["daemon", "--idle", "5m"]).stderr(std::process::Stdio::null()).spawn().unwrap();
     wait_until(60, "the daemon to announce itself", || announce.exists());
+    // Its watcher route takes its own token only.
+    let addr = serde_json::from_slice::<Value>(&std::fs::read(&announce).unwrap()).unwrap()["addr"].clone();
+    let url = format!("http://{}/v1/local/watch", addr.as_str().unwrap());
+    let asked = reqwest::blocking::Client::new()
+        .post(&url)
+        .bearer_auth("caret_not-a-token")
+        .json(&serde_json::json!({"root": root}))
+        .send();
+    assert_eq!(asked.unwrap().status(), 401);
     let json = |args: &[&str]| -> Value {
         let out = caret(&home, args);
         assert!(out.status.success(), "{args:?}: {}", stderr(&out));
