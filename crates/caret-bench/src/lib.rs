@@ -135,6 +135,12 @@ pub enum BenchCommand {
         /// one after another and kept open, each asked at its middle line PAUSE after opening.
         #[arg(long, value_name = "DIR", requires = "cold")]
         session: Option<PathBuf>,
+        /// A next-edit request after each keystroke, as an editor's pause asks for one (a
+        /// keystroke aborts the one in flight, as `caret lsp` does): `none` (Tab alone),
+        /// `default` (the gate as configured by default for a model on this CPU: the ranker
+        /// answers, the model is never asked), `model` (the model asked every time).
+        #[arg(long, value_enum, default_value = "none")]
+        next_edits: crate::tab::NextEdits,
     },
     /// Model merge of a lazy edit into a ~300-line file with the same local model, plain
     /// decoding vs speculative edits (the file as the draft): tokens/s, speed-up, draft
@@ -271,15 +277,15 @@ pub enum BenchCommand {
         #[arg(long)]
         questions: Option<PathBuf>,
     },
-    /// Next-edit prediction on real history (this repository's commits): how often the
-    /// predicted edit is in the right place and exact, for the deterministic candidates, a
-    /// model, and both.
+    /// Next-edit prediction on real history (registry packages' releases in Python, TypeScript,
+    /// Rust and Go; this repository's commits), each language apart: how often the predicted
+    /// edit is in place and exact, for the naive baseline, the rules, the ranker, and a model.
     NextEdit {
         /// The model alias (default: `next-edit`, `tab`, the installed default, else the first).
         #[arg(long)]
         model: Option<String>,
-        /// Cases asked of the model (slow on a CPU); the candidates see them all.
-        #[arg(long, default_value_t = 20)]
+        /// Cases of each set asked of the model too (slow on a CPU; 0: none).
+        #[arg(long, default_value_t = 0)]
         model_cases: usize,
     },
     /// MCP servers over stdio (`mcp-server-time` from PyPI): start and tool listing, a tool
@@ -376,7 +382,18 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
             }
             bench_embed(&config, &path, chunks, threads, dump.as_deref())
         }
-        BenchCommand::Tab { model, file, lines, threads, budget, suffix_share, template, cold, session } => {
+        BenchCommand::Tab {
+            model,
+            file,
+            lines,
+            threads,
+            budget,
+            suffix_share,
+            template,
+            cold,
+            session,
+            next_edits,
+        } => {
             let lines = match lines {
                 Some(l) => {
                     let (a, b) = l.split_once('-').with_context(|| format!("--lines FIRST-LAST, not {l:?}"))?;
@@ -389,8 +406,18 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
                 "--file needs --lines (the lines typed back), or --cold"
             );
             let cold = cold.map(std::time::Duration::from_secs_f64);
-            let bench =
-                crate::tab::TabBench { model, file, lines, threads, budget, suffix_share, template, cold, session };
+            let bench = crate::tab::TabBench {
+                model,
+                file,
+                lines,
+                threads,
+                budget,
+                suffix_share,
+                template,
+                cold,
+                session,
+                next_edits,
+            };
             crate::tab::run(config, bench)
         }
         BenchCommand::Merge { model, file, edit, expected, threads, exact, flash_attention, key_cache } => {

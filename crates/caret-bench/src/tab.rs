@@ -47,6 +47,19 @@ pub struct TabBench {
     pub cold: Option<Duration>,
     /// With `cold`: a plain client's session over this folder's files instead.
     pub session: Option<PathBuf>,
+    /// Next-edit requests during the replay.
+    pub next_edits: NextEdits,
+}
+
+/// Next-edit requests during the typing replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NextEdits {
+    /// None: Tab alone.
+    None,
+    /// After each keystroke, with the gate as it is by default for a model on this CPU.
+    Default,
+    /// After each keystroke, the model asked every time.
+    Model,
 }
 
 use crate::search::percentile;
@@ -93,12 +106,17 @@ pub fn run(config: &Config, args: TabBench) -> anyhow::Result<ExitCode> {
     };
     let mut completer = Completer::new(source, "tab".to_owned(), budget);
     completer.set_local(true);
+    completer.set_next_edits(match args.next_edits {
+        NextEdits::Model => caret_host::completer::NextEditGate::always(),
+        _ => caret_host::completer::NextEditGate::under(None),
+    });
     if let (Some(pause), Some(dir)) = (args.cold, &args.session) {
         return crate::tab_session::session(&completer, &local, dir, pause);
     }
     if let Some(pause) = args.cold {
         return cold(&completer, &local, &name, &text, pause, args.budget);
     }
+    let completer = Arc::new(completer);
     println!(
         "model {} ({:?} template), {} threads, {}; {name}: typing lines {first}–{last} back ({} characters), \
          budget {} tokens",
@@ -130,10 +148,22 @@ pub fn run(config: &Config, args: TabBench) -> anyhow::Result<ExitCode> {
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut cached, mut accepted_proxy, mut useful_chars) = (0usize, 0usize, 0usize);
     let (mut calls, mut prompt, mut reused) = (0u64, 0u64, 0u64);
+    let mut history = caret_complete::next_edit::History::default();
+    history.open(&name, &format!("{before}{after}"));
+    let (mut next_edit_asked, mut next_edit_ms) = (0usize, Vec::new());
+    let requests_at_start = local.stats().requests;
     rt.block_on(async {
+        let mut in_flight: Option<tokio::task::JoinHandle<f64>> = None;
         for &k in &keystrokes {
             let doc = format!("{before}{}{after}", &typed[..k]);
             let cursor = before.len() + k;
+            // A keystroke aborts the next edit in flight.
+            if let Some(task) = in_flight.take() {
+                task.abort();
+                if let Ok(ms) = task.await {
+                    next_edit_ms.push(ms);
+                }
+            }
             let stats = local.stats();
             let s = completer.suggest(&name, &doc, cursor, Some(&name), &[]).await?;
             let now = local.stats();
@@ -152,6 +182,21 @@ pub fn run(config: &Config, args: TabBench) -> anyhow::Result<ExitCode> {
                 prompt += now.prompt_tokens - stats.prompt_tokens;
                 reused += now.reused_tokens - stats.reused_tokens;
             }
+            if args.next_edits != NextEdits::None
+                && let Some(last) = history.settle(&name, &doc).cloned()
+            {
+                next_edit_asked += 1;
+                let (c, n, d, edits) =
+                    (completer.clone(), name.clone(), doc.clone(), history.edits().cloned().collect::<Vec<_>>());
+                in_flight = Some(tokio::spawn(async move {
+                    let t = std::time::Instant::now();
+                    let rules = caret_next_edit::rules(&last, &n, &d, cursor);
+                    let placed = caret_next_edit::predict(caret_next_edit::Ranker::shipped(), &last, &n, &d, &rules);
+                    let guess = c.next_edit(edits.iter(), &n, &n, &d, cursor).await.ok().flatten();
+                    std::hint::black_box((placed, guess));
+                    t.elapsed().as_secs_f64() * 1e3
+                }));
+            }
             // What the typist types next on this line (and beyond, for multi-line).
             let rest = &typed[k..];
             if !s.text.is_empty() && rest.starts_with(s.text.as_str()) {
@@ -159,9 +204,14 @@ pub fn run(config: &Config, args: TabBench) -> anyhow::Result<ExitCode> {
                 useful_chars += s.text.chars().count();
             }
         }
+        if let Some(task) = in_flight.take()
+            && let Ok(ms) = task.await
+        {
+            next_edit_ms.push(ms);
+        }
         anyhow::Ok(())
     })?;
-    for v in [&mut all, &mut model_ms, &mut single, &mut multi, &mut first_text] {
+    for v in [&mut all, &mut model_ms, &mut single, &mut multi, &mut first_text, &mut next_edit_ms] {
         v.sort_by(f64::total_cmp);
     }
     let n = keystrokes.len();
@@ -182,6 +232,16 @@ pub fn run(config: &Config, args: TabBench) -> anyhow::Result<ExitCode> {
         percentile(&first_text, 0.5)
     );
     println!("  served by the cache          {cached} ({:.0}%)", 100.0 * cached as f64 / n.max(1) as f64);
+    if args.next_edits != NextEdits::None {
+        println!(
+            "  next edits ({:?})       {next_edit_asked} asked, {} answered before the next keystroke (p50 {:.1} ms), \
+             model requests in all {} (Tab's {calls})",
+            args.next_edits,
+            next_edit_ms.len(),
+            percentile(&next_edit_ms, 0.5),
+            local.stats().requests - requests_at_start
+        );
+    }
     let per = |t: u64| t as f64 / calls.max(1) as f64;
     println!(
         "  prompt tokens per model call {:.0} whole; {:.0} prefilled with KV reuse ({:.0}% reused)",

@@ -64,16 +64,26 @@ pub enum Why {
     Import,
     /// A model's rewrite of the region around the cursor.
     Model,
+    /// A place alone (nothing replaced, nothing inserted): the editor moves the cursor there.
+    Jump,
+    /// The last edit's changes within its lines, carried to another line.
+    Analogous,
+    /// A line like one the last edit deleted, deleted.
+    Delete,
 }
 
 impl Why {
-    /// Its name on the wire (`repeat`, `insert`, `import`, `model`).
+    /// Its name on the wire (`repeat`, `insert`, `import`, `model`, `jump`, `analogous`,
+    /// `delete`).
     pub fn as_str(self) -> &'static str {
         match self {
             Why::Repeat => "repeat",
             Why::Insert => "insert",
             Why::Import => "import",
             Why::Model => "model",
+            Why::Jump => "jump",
+            Why::Analogous => "analogous",
+            Why::Delete => "delete",
         }
     }
 }

@@ -533,13 +533,15 @@ fn root_of(params: &Value) -> Option<PathBuf> {
 }
 
 /// `caret/nextEdit` (`{textDocument, position}`): the document's edits since it last settled
-/// become one recent edit, and the nearest place that edit predicts answers
-/// `{textDocument, range, newText, reason}`. With no such place and a local-engine or
-/// gateway model for Tab, the model rewrites the region around the cursor (a Zeta-shaped
-/// prompt) — as a request in flight for the document, so the next keystroke's request or a
-/// `$/cancelRequest` aborts it. `null` when nothing is predicted.
+/// become one recent edit, and the nearest place that edit repeats at answers
+/// `{textDocument, range, newText, reason}` (a model served as `next-edit` ranks them). With
+/// none, a rename's uses and a signature's calls in other open files and the workspace; then,
+/// when Tab's model may be asked (its next-edit budget), the model rewrites the region around
+/// the cursor (a Zeta-shaped prompt) — as a request in flight for the document, so the next
+/// keystroke's request or a `$/cancelRequest` aborts it; else, or when it predicts nothing, the
+/// learned ranker's best place (`caret_next_edit`): a rule's rewrite there, or the place alone
+/// (`reason: "jump"`, an empty range and text). `null` when nothing is predicted.
 async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
-    use caret_complete::next_edit::candidates;
     let asked = Instant::now();
     let uri = params["textDocument"]["uri"].as_str().unwrap_or("").to_owned();
     let send = move |srv: &Server, id: &Value, result: Value| {
@@ -557,15 +559,22 @@ async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
     let tab = server.completer.lock().await.clone();
     // A model trained for next edits, when the gateway serves one: it ranks the candidates.
     let ranker = tab.as_ref().and_then(|c| c.next_edit_model()).map(Arc::new);
-    let (last, edits, found) = {
+    let (last, edits, found, placed) = {
         let mut history = server.history.lock().await;
         history.settle(&uri, &text);
         let Some(last) = history.last() else { return send(server, &id, Value::Null) };
-        let found = candidates(last, &uri, &text, cursor);
+        let found = caret_complete::next_edit::candidates(last, &uri, &text, cursor);
+        // A repeat of the edit (a rename's next use) nearest first, as the user goes through them.
         if found.len() == 1 || (!found.is_empty() && ranker.is_none()) {
             return send(server, &id, prediction_json(&uri, &text, &found[0]));
         }
-        (last.clone(), history.edits().cloned().collect::<Vec<_>>(), found)
+        // Else the learned ranker's best place: the rules' rewrite there, or a jump.
+        let placed = found.is_empty().then(|| {
+            let rules = caret_next_edit::rules(last, &uri, &text, cursor);
+            caret_next_edit::predict(caret_next_edit::Ranker::shipped(), last, &uri, &text, &rules)
+        });
+        let placed = placed.flatten();
+        (last.clone(), history.edits().cloned().collect::<Vec<_>>(), found, placed)
     };
     if found.is_empty() {
         // A rename's uses in other open files; else the import a new name needs, as another
@@ -609,7 +618,8 @@ async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
         }
     }
     // The model's turn: to rank the candidates, or (none fits) to predict, when there is one.
-    let Some(model) = ranker.or(tab) else { return send(server, &id, Value::Null) };
+    let jump = placed.as_ref().map_or(Value::Null, |p| prediction_json(&uri, &text, p));
+    let Some(model) = ranker.or(tab) else { return send(server, &id, jump) };
     let path = relative(&uri, server.root.lock().await.as_deref());
     let (srv, key, doc) = (server.clone(), id.to_string(), uri.clone());
     let flight_key = key.clone();
@@ -625,11 +635,11 @@ async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
         };
         let predicted = match guess {
             Some(g) if !found.is_empty() => caret_complete::next_edit::rank(found, &g, &text).into_iter().next(),
-            guess if found.is_empty() => guess,
+            guess if found.is_empty() => guess.or(placed),
             _ => found.into_iter().next(),
         };
         srv.flight.lock().await.remove(&key);
-        send(&srv, &id, predicted.as_ref().map_or(Value::Null, |p| prediction_json(&uri, &text, p)));
+        send(&srv, &id, predicted.as_ref().map_or(jump, |p| prediction_json(&uri, &text, p)));
     });
     flight.insert(flight_key, (doc, task.abort_handle()));
 }

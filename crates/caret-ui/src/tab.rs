@@ -128,10 +128,11 @@ impl Tab {
         self.update(&path_to_uri(&self.root.join(path)), text).await;
     }
 
-    /// The edit likely next in `path` after the recent ones: the edits since the file last
-    /// settled become one, and the nearest place it predicts answers; with no such place,
-    /// Tab's model rewrites the region around the cursor (as `caret lsp` does). A newer
-    /// request for the file aborts an older one's model call.
+    /// The edit likely next in `path` after the recent ones, as `caret lsp` answers it: the
+    /// edits since the file last settled become one, and the nearest place it repeats at
+    /// answers; with none, the other open files' and the workspace's, then Tab's model under
+    /// its budget, else the learned ranker's best place (a rule's rewrite there, or a jump). A
+    /// newer request for the file aborts an older one's model call.
     pub async fn next_edit(&self, path: &str, text: &str, cursor: usize) -> Option<NextEdit> {
         let cursor = byte_offset(text, cursor);
         // The file as it is now, for the other files' predictions and snippets.
@@ -139,15 +140,22 @@ impl Tab {
         let tab = self.completer();
         // A model trained for next edits, when the gateway serves one: it ranks the candidates.
         let ranker = tab.as_ref().and_then(|c| c.next_edit_model()).map(Arc::new);
-        let (last, edits, found) = {
+        let (last, edits, found, placed) = {
             let mut history = self.history.lock().await;
             history.settle(path, text);
             let last = history.last()?;
             let found = caret_complete::next_edit::candidates(last, path, text, cursor);
+            // A repeat of the edit (a rename's next use) nearest first.
             if found.len() == 1 || (!found.is_empty() && ranker.is_none()) {
                 return found.into_iter().next().map(|p| NextEdit::of(text, p));
             }
-            (last.clone(), history.edits().cloned().collect::<Vec<_>>(), found)
+            // Else the learned ranker's best place: the rules' rewrite there, or a jump.
+            let placed = found.is_empty().then(|| {
+                let rules = caret_next_edit::rules(last, path, text, cursor);
+                caret_next_edit::predict(caret_next_edit::Ranker::shipped(), last, path, text, &rules)
+            });
+            let placed = placed.flatten();
+            (last.clone(), history.edits().cloned().collect::<Vec<_>>(), found, placed)
         };
         if found.is_empty() {
             // A rename's uses in another open file; else the import a new name needs, as
@@ -196,8 +204,9 @@ impl Tab {
                 }
             }
         }
-        // The model's turn: to rank the candidates, or (none fits) to predict.
-        let completer = ranker.or(tab)?;
+        // The model's turn: to rank the candidates, or (none fits) to predict; the ranker's
+        // place when there is no model, or it predicts nothing.
+        let Some(completer) = ranker.or(tab) else { return placed.map(|p| NextEdit::of(text, p)) };
         let (owned_path, owned_text) = (path.to_owned(), text.to_owned());
         let result = self
             .in_flight(format!("next-edit {path}"), async move {
@@ -213,7 +222,7 @@ impl Tab {
                     Some(g) if !found.is_empty() => {
                         caret_complete::next_edit::rank(found, &g, &owned_text).into_iter().next()
                     }
-                    guess if found.is_empty() => guess,
+                    guess if found.is_empty() => guess.or(placed),
                     _ => found.into_iter().next(),
                 }
             })

@@ -511,8 +511,8 @@ fn with_tab_model(home: &TempDir, url: &str, extra: &str) -> (Client, String) {
 }
 
 /// Tab's model is asked for a next edit only under a budget: never with a zero budget, and
-/// with one its calls exceed, once to measure and then not again (the editor gets `null` at
-/// once instead of waiting for a guess).
+/// with one its calls exceed, once to measure and then not again (the editor gets the learned
+/// ranker's place at once instead of waiting for a guess).
 #[test]
 fn next_edit_asks_the_model_only_under_a_budget() {
     use caret_test_support::scripted::{Behaviour, ScriptedUpstream};
@@ -540,13 +540,15 @@ fn next_edit_asks_the_model_only_under_a_budget() {
     };
     let before = up.requests();
     let never = ask("0", 2);
-    assert_eq!(never, vec![Value::Null, Value::Null]);
+    let reasons = |answers: &[Value]| answers.iter().map(|a| a["reason"].clone()).collect::<Vec<_>>();
+    assert_eq!(reasons(&never), [json!("jump"), json!("jump")], "{never:?}");
+    assert_eq!(never[0]["newText"], "", "a place alone: {never:?}");
     assert_eq!(up.requests(), before, "a zero budget: no call to the model");
 
     let over = ask("50", 3);
     assert_eq!(over[0]["reason"], "model", "the first call measures: {over:?}");
     assert_eq!(up.requests(), before + 1, "400 ms against 50: no second call");
-    assert_eq!(over[1..], [Value::Null, Value::Null]);
+    assert_eq!(reasons(&over[1..]), [json!("jump"), json!("jump")], "{over:?}");
 
     let under = ask("5000", 2);
     assert_eq!(under[0]["reason"], "model", "{under:?}");

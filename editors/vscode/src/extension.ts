@@ -282,7 +282,7 @@ function showNextEdit(editor: vscode.TextEditor, edit: NextEdit | null) {
     {
       range,
       renderOptions: { after: { contentText: ` ⇥ ${edit.newText.split('\n')[0]}`, color: new vscode.ThemeColor('editorInfo.foreground') } },
-      hoverMessage: `Tab: ${edit.reason === 'model' ? 'the predicted edit' : 'the same change here'}`,
+      hoverMessage: `Tab: ${edit.reason === 'jump' ? 'go here next' : edit.reason === 'model' ? 'the predicted edit' : 'the same change here'}`,
     },
   ]);
 }

@@ -115,7 +115,7 @@ impl Language {
     }
 
     /// The tree-sitter grammar, for languages chunked by syntax.
-    pub(crate) fn grammar(self) -> Option<tree_sitter::Language> {
+    pub fn grammar(self) -> Option<tree_sitter::Language> {
         let f = match self {
             Language::Rust => tree_sitter_rust::LANGUAGE,
             Language::Python => tree_sitter_python::LANGUAGE,
@@ -136,7 +136,7 @@ impl Language {
 
     /// Node kinds that define something (functions, types, modules): a chunk prefers to start
     /// at one, and its header becomes context for the chunks inside it.
-    pub(crate) fn definitions(self) -> &'static [&'static str] {
+    pub fn definitions(self) -> &'static [&'static str] {
         const JS: &[&str] = &[
             "function_declaration",
             "generator_function_declaration",

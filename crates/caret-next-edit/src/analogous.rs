@@ -1,0 +1,253 @@
+//! Rewrites the ranker can offer beyond the rules of `caret_complete`: the last edit's
+//! changes *within* its lines carried to other lines, and a deleted line's likes deleted.
+//!
+//! - **Analogous**: the edited lines before and after are compared token by token; each
+//!   change (`foo(a)` → `foo(a, b)`: `, b` inserted after `a`; `self.x` → `self.y`) becomes a
+//!   substitution of the text it covered — widened by a token on each side when it covered
+//!   no name, so that `a)` → `a, b)` is anchored — applied at whole-token boundaries to every
+//!   other line in reach; a line any substitution changes is a prediction (all of them applied
+//!   at once, as the first line had them). The rules' repeat finds one span per edit; this
+//!   finds several, and ones whose span does not recur whole.
+//! - **Deletion**: when the last edit deleted whole lines, a line of the same shape (names as
+//!   `a`, numbers as `0`) that shares a name with a deleted one is predicted deleted.
+
+use caret_complete::next_edit::{Edit, Prediction, Why};
+
+/// Substitutions kept from one edit (more is a rewrite, not a pattern).
+const MAX_CHANGES: usize = 4;
+/// Edited lines compared (more is new code, not a pattern).
+const MAX_LINES: usize = 3;
+
+fn is_word(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+/// Tokens of `s` with their byte spans: runs of word characters, and single other
+/// characters; white space is no token.
+fn tokens(s: &str) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut it = s.char_indices().peekable();
+    while let Some((i, c)) = it.next() {
+        if c.is_whitespace() {
+            continue;
+        }
+        let mut end = i + c.len_utf8();
+        if is_word(c) {
+            while let Some(&(j, d)) = it.peek() {
+                if !is_word(d) {
+                    break;
+                }
+                end = j + d.len_utf8();
+                it.next();
+            }
+        }
+        out.push((i, end));
+    }
+    out
+}
+
+/// The changed runs between two token lists (by longest common subsequence): `(old range,
+/// new range)` of token indices.
+fn changes(a: &[&str], b: &[&str]) -> Vec<((usize, usize), (usize, usize))> {
+    let (n, m) = (a.len(), b.len());
+    let mut lcs = vec![vec![0u16; m + 1]; n + 1];
+    for i in (0..n).rev() {
+        for j in (0..m).rev() {
+            lcs[i][j] = if a[i] == b[j] { lcs[i + 1][j + 1] + 1 } else { lcs[i + 1][j].max(lcs[i][j + 1]) };
+        }
+    }
+    let (mut i, mut j, mut out) = (0, 0, Vec::new());
+    let mut open: Option<(usize, usize)> = None;
+    while i < n || j < m {
+        if i < n && j < m && a[i] == b[j] {
+            if let Some((si, sj)) = open.take() {
+                out.push(((si, i), (sj, j)));
+            }
+            i += 1;
+            j += 1;
+        } else {
+            open.get_or_insert((i, j));
+            if j < m && (i == n || lcs[i][j + 1] >= lcs[i + 1][j]) {
+                j += 1;
+            } else {
+                i += 1;
+            }
+        }
+    }
+    if let Some((si, sj)) = open {
+        out.push(((si, n), (sj, m)));
+    }
+    out
+}
+
+/// The substitutions one edit of whole lines makes: `(old text, new text)` pairs.
+pub fn substitutions(old: &str, new: &str) -> Vec<(String, String)> {
+    if old.trim().is_empty()
+        || new.trim().is_empty()
+        || old.lines().count() > MAX_LINES
+        || new.lines().count() > MAX_LINES
+    {
+        return Vec::new();
+    }
+    let (ta, tb) = (tokens(old), tokens(new));
+    if ta.len() > 200 || tb.len() > 200 {
+        return Vec::new();
+    }
+    let a: Vec<&str> = ta.iter().map(|&(s, e)| &old[s..e]).collect();
+    let b: Vec<&str> = tb.iter().map(|&(s, e)| &new[s..e]).collect();
+    let found = changes(&a, &b);
+    if found.is_empty() || found.len() > MAX_CHANGES {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for ((mut i1, mut i2), (mut j1, mut j2)) in found {
+        let named = |i1: usize, i2: usize| a[i1..i2].iter().any(|t| t.chars().any(is_word));
+        if !named(i1, i2) {
+            // Anchor on the tokens around it (the same on both sides: they are common).
+            if i1 > 0 && j1 > 0 {
+                i1 -= 1;
+                j1 -= 1;
+            }
+            if i2 < a.len() && j2 < b.len() {
+                i2 += 1;
+                j2 += 1;
+            }
+            if !named(i1, i2) {
+                continue;
+            }
+        }
+        let from = &old[ta[i1].0..ta[i2 - 1].1];
+        let to = if j1 == j2 { String::new() } else { new[tb[j1].0..tb[j2 - 1].1].to_owned() };
+        out.push((from.to_owned(), to));
+    }
+    out
+}
+
+/// `line` with every substitution applied at whole-token boundaries, when any applies.
+fn substitute(line: &str, subs: &[(String, String)]) -> Option<String> {
+    let mut out = line.to_owned();
+    let mut changed = false;
+    for (from, to) in subs {
+        let mut at = 0;
+        while let Some(i) = out[at..].find(from.as_str()).map(|i| at + i) {
+            let end = i + from.len();
+            let left = !from.starts_with(is_word) || !out[..i].ends_with(is_word);
+            let right = !from.ends_with(is_word) || !out[end..].starts_with(is_word);
+            if left && right {
+                out.replace_range(i..end, to);
+                changed = true;
+                at = i + to.len();
+            } else {
+                at = end;
+            }
+        }
+    }
+    (changed && out != line).then_some(out)
+}
+
+/// The lines `lo..=hi` (0-based) of `text`: `(start byte, end byte without the newline)`.
+fn line_spans(text: &str) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, _) in text.match_indices('\n') {
+        out.push((start, i));
+        start = i + 1;
+    }
+    if start < text.len() {
+        out.push((start, text.len()));
+    }
+    out
+}
+
+/// The predictions after `last` in `path` (now `text`), on lines `lo..=hi` (0-based) other
+/// than the edit's own.
+pub fn predictions(last: &Edit, path: &str, text: &str, lo: usize, hi: usize) -> Vec<Prediction> {
+    let spans = line_spans(text);
+    let first = last.line.saturating_sub(1);
+    let own = first..first + last.new_lines.matches('\n').count().max(1);
+    let mut out = Vec::new();
+    let subs = substitutions(&last.old_lines, &last.new_lines);
+    let deleted: Vec<&str> = if last.new.trim().is_empty() && last.old.contains('\n') {
+        last.old.lines().map(str::trim).filter(|l| l.len() >= 3).collect()
+    } else {
+        Vec::new()
+    };
+    if subs.is_empty() && deleted.is_empty() {
+        return out;
+    }
+    let deleted_shapes: Vec<String> = deleted.iter().map(|l| crate::features::shape(l)).collect();
+    for (i, &(start, end)) in spans.iter().enumerate().take(hi + 1).skip(lo) {
+        if own.contains(&i) {
+            continue;
+        }
+        let line = &text[start..end];
+        if let Some(rewritten) = substitute(line, &subs) {
+            out.push(Prediction { path: path.to_owned(), start, end, replacement: rewritten, why: Why::Analogous });
+            continue;
+        }
+        let trimmed = line.trim();
+        if !trimmed.is_empty()
+            && deleted_shapes.contains(&crate::features::shape(trimmed))
+            && deleted
+                .iter()
+                .any(|d| crate::features::idents(d).any(|w| crate::features::idents(trimmed).any(|x| x == w)))
+        {
+            let end = spans.get(i + 1).map_or(text.len(), |s| s.0);
+            out.push(Prediction { path: path.to_owned(), start, end, replacement: String::new(), why: Why::Delete });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn after(before: &str, from: &str, to: &str) -> (Edit, String) {
+        let after = before.replacen(from, to, 1);
+        (caret_complete::next_edit::diff("a.py", before, &after).unwrap(), after)
+    }
+
+    #[test]
+    fn changes_within_a_line_go_to_the_lines_that_have_them() {
+        // Two changes on one line: an argument added and a name changed.
+        let before = "x = load(path)\ny = 2\nz = load(other)\nw = unload(path)\n";
+        let (last, text) = after(before, "x = load(path)", "x = load(path, strict=True)");
+        let subs = substitutions(&last.old_lines, &last.new_lines);
+        assert_eq!(subs, [("path)".to_owned(), "path, strict=True)".to_owned())]);
+        let p = predictions(&last, "a.py", &text, 0, 3);
+        // `unload(path)` has `path)`; `load(other)` does not (the anchor is the name before).
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(p[0].apply(&text), text.replace("unload(path)", "unload(path, strict=True)"));
+        // A rename within a longer line, and a second change elsewhere on it.
+        let before = "a = self.width * 2\nb = self.width + self.height * 2\nc = width\n";
+        let (last, text) = after(before, "a = self.width * 2", "a = self.size * 3");
+        let p = predictions(&last, "a.py", &text, 0, 2);
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert_eq!(p[0].replacement, "b = self.size + self.height * 3");
+        assert_eq!(p[1].replacement, "c = size");
+        assert_eq!(p[0].why, Why::Analogous);
+        // Whole tokens only: `widths` and `2x` are other tokens.
+        let p = predictions(&last, "a.py", "a = self.size * 3\nb = widths + 2x\n", 0, 1);
+        assert!(p.is_empty(), "{p:?}");
+    }
+
+    #[test]
+    fn a_deleted_lines_likes_are_predicted_deleted() {
+        let before = "import os\nprint(debug_a)\nx = 1\nprint(debug_b)\nprint(x)\n";
+        let (last, text) = after(before, "print(debug_a)\n", "");
+        let p = predictions(&last, "a.py", &text, 0, 4);
+        // `print(debug_b)` has the shape and a name (`print`); `print(x)` too: both offered.
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert_eq!(p[0].apply(&text), "import os\nx = 1\nprint(x)\n");
+        assert!(p.iter().all(|p| p.why == Why::Delete && p.replacement.is_empty()));
+    }
+
+    #[test]
+    fn token_changes_are_the_runs_between_common_tokens() {
+        assert_eq!(changes(&["a", "(", "b", ")"], &["a", "(", "b", ",", "c", ")"]), [((3, 3), (3, 5))]);
+        assert_eq!(changes(&["x"], &["y"]), [((0, 1), (0, 1))]);
+        assert!(substitutions("a = 1", "").is_empty());
+        assert!(substitutions("f(a)\n", "f(a)\n").is_empty());
+    }
+}

@@ -1,0 +1,184 @@
+//! Next edit's learned ranker: where the edit after the user's last one goes, without a model
+//! call ("Tab to jump").
+//!
+//! - [`features`]: the candidate places (the lines around the edit) and their features.
+//! - [`Ranker`]: a linear score over those features (a conditional logit: a softmax over one
+//!   edit's candidates), its weights the file `src/weights.txt`, trained by the `train`
+//!   example (`scripts/next-edit-data.py train`) on real history.
+//! - [`predict`]: the best place, with the rules' rewrite there when one applies
+//!   (`caret_complete::next_edit`, `calls`, `imports`), else the place alone ([`Why::Jump`]).
+//! - [`analogous`]: rewrites of the ranker's own: an edit's changes within its lines carried
+//!   to other lines, a deleted line's likes deleted.
+//! - [`cases`]: the history cases both the training and `caret bench next-edit` read.
+//! - [`train`]: the fitting, for the example and its test.
+//!
+//! Pure functions of their input: no model, no I/O.
+
+pub mod analogous;
+pub mod cases;
+pub mod features;
+pub mod train;
+
+use std::sync::OnceLock;
+
+use caret_complete::next_edit::{Edit, Prediction, Why};
+
+pub use features::{COUNT, NAMES};
+
+/// The least share of the softmax over the candidates a jump needs (on the evaluation sets it
+/// leaves 0–6% of pauses unanswered for at most half a point of places).
+pub const JUMP_MIN: f32 = 0.1;
+
+/// The shipped weights.
+const WEIGHTS: &str = include_str!("weights.txt");
+
+/// Scores candidate places: the dot product of their features with its weights.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ranker {
+    weights: [f32; COUNT],
+}
+
+impl Ranker {
+    /// The ranker with the weights this build ships.
+    pub fn shipped() -> &'static Ranker {
+        static SHIPPED: OnceLock<Ranker> = OnceLock::new();
+        // The file is checked by a test; were it broken, every place would score alike.
+        SHIPPED.get_or_init(|| Ranker::parse(WEIGHTS).unwrap_or(Ranker { weights: [0.0; COUNT] }))
+    }
+
+    /// A ranker with these weights (in the order of [`NAMES`]).
+    pub fn new(weights: [f32; COUNT]) -> Ranker {
+        Ranker { weights }
+    }
+
+    /// Reads a weights file: `name value` a line, `#` comments. A feature it does not name
+    /// weighs nothing; a name that is no feature, or a value that is no number, is an error.
+    pub fn parse(text: &str) -> Result<Ranker, String> {
+        let mut weights = [0.0; COUNT];
+        for (n, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let (name, value) = line.split_once(char::is_whitespace).ok_or(format!("line {}: no value", n + 1))?;
+            let at =
+                NAMES.iter().position(|x| *x == name).ok_or(format!("line {}: no feature is named {name}", n + 1))?;
+            weights[at] = value.trim().parse().map_err(|e| format!("line {}: {e}", n + 1))?;
+        }
+        Ok(Ranker { weights })
+    }
+
+    /// The weights file for these weights.
+    pub fn to_text(&self) -> String {
+        NAMES.iter().zip(self.weights).map(|(n, w)| format!("{n} {w:.6}\n")).collect()
+    }
+
+    /// The weights, in the order of [`NAMES`].
+    pub fn weights(&self) -> &[f32; COUNT] {
+        &self.weights
+    }
+
+    /// A candidate's score.
+    pub fn score(&self, features: &[f32; COUNT]) -> f32 {
+        self.weights.iter().zip(features).map(|(w, x)| w * x).sum()
+    }
+
+    /// The candidate places after `last` in `text`, best first, with their scores.
+    pub fn places(&self, last: &Edit, path: &str, text: &str, rules: &[Prediction]) -> Vec<(features::Candidate, f32)> {
+        let mut scored: Vec<_> =
+            features::candidates(last, path, text, rules).into_iter().map(|c| (self.score(&c.features), c)).collect();
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.line.cmp(&b.1.line)));
+        scored.into_iter().map(|(s, c)| (c, s)).collect()
+    }
+}
+
+/// The next edit after `last` in `path` (now `text`): the ranker's best place, as the rules'
+/// prediction that starts on its line when there is one (`rules`, for this file, nearest
+/// first), else as a jump to the place's first non-blank byte.
+pub fn predict(ranker: &Ranker, last: &Edit, path: &str, text: &str, rules: &[Prediction]) -> Option<Prediction> {
+    let places = ranker.places(last, path, text, rules);
+    let (best, top) = places.first()?;
+    let rewrite = rules.iter().find(|p| p.path == path && cases::line_of(text, p.start) == best.line);
+    if rewrite.is_none() {
+        // A jump needs the softmax's confidence, and somewhere to go: not the edit's own lines.
+        let share = 1.0 / places.iter().map(|(_, s)| (s - top).exp()).sum::<f32>();
+        if share < JUMP_MIN || best.features[features::INSIDE] > 0.0 {
+            return None;
+        }
+    }
+    let best = best.clone();
+    Some(rewrite.cloned().unwrap_or_else(|| Prediction {
+        path: path.to_owned(),
+        start: best.at,
+        end: best.at,
+        replacement: String::new(),
+        why: Why::Jump,
+    }))
+}
+
+/// The rules' predictions for a file: the last edit repeated (`next_edit::candidates`), the
+/// call sites of a changed signature, the import a new name needs, then the analogous
+/// rewrites and deletions within the candidates' reach ([`analogous`]).
+pub fn rules(last: &Edit, path: &str, text: &str, cursor: usize) -> Vec<Prediction> {
+    use caret_complete::{calls, imports, next_edit};
+    let mut out = next_edit::candidates(last, path, text, cursor);
+    out.extend(calls::call_sites(last, path, text, &[]).into_iter().filter(|p| p.path == path));
+    out.extend(imports::missing_import(last, path, text, &[]));
+    let first = last.line.saturating_sub(1);
+    let span = last.new_lines.matches('\n').count().max(1);
+    out.extend(analogous::predictions(
+        last,
+        path,
+        text,
+        first.saturating_sub(features::BEFORE),
+        first + span + features::AFTER,
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_weights_parse_and_name_every_feature() {
+        let r = Ranker::shipped();
+        let again = Ranker::parse(&r.to_text()).unwrap();
+        for (a, b) in r.weights().iter().zip(again.weights()) {
+            assert!((a - b).abs() < 1e-5);
+        }
+        for name in NAMES {
+            assert!(WEIGHTS.lines().any(|l| l.split_whitespace().next() == Some(name)), "{name} has no weight");
+        }
+        assert_eq!(NAMES[features::INSIDE], "inside");
+        assert!(Ranker::parse("nonsense 1").unwrap_err().contains("no feature is named nonsense"));
+        assert!(Ranker::parse("near3 x").unwrap_err().starts_with("line 1:"));
+    }
+
+    #[test]
+    fn a_place_alone_is_a_jump_and_a_rules_place_its_rewrite() {
+        let before = "fn a() {\n    let count = 1;\n    use_it(count);\n}\n\nfn b() {\n    other();\n}\n";
+        let after = before.replacen("let count", "let total", 1);
+        let last = caret_complete::next_edit::diff("a.rs", before, &after).unwrap();
+        let cursor = after.find("total").unwrap() + 5;
+        let rules = rules(&last, "a.rs", &after, cursor);
+        assert!(!rules.is_empty(), "the rename's other use is a rule's prediction");
+        // Weighs only the rules' first prediction: it is the choice, with its rewrite.
+        let mut w = [0.0; COUNT];
+        w[NAMES.iter().position(|n| *n == "rule_first").unwrap()] = 1.0;
+        let p = predict(&Ranker::new(w), &last, "a.rs", &after, &rules).unwrap();
+        assert_eq!(p, rules[0]);
+        assert!(p.apply(&after).contains("use_it(total)"));
+        // Weighs only definitions: the jump goes to `fn b` (after `fn a`, the tie broken by
+        // the earlier line... which is the edit's own definition, line 1).
+        let mut w = [0.0; COUNT];
+        w[NAMES.iter().position(|n| *n == "kind_def").unwrap()] = 1.0;
+        w[NAMES.iter().position(|n| *n == "below").unwrap()] = 0.5;
+        let p = predict(&Ranker::new(w), &last, "a.rs", &after, &rules).unwrap();
+        assert_eq!(p.why, Why::Jump);
+        assert_eq!(
+            (p.start, p.end, p.replacement.as_str()),
+            (after.find("fn b").unwrap(), after.find("fn b").unwrap(), "")
+        );
+    }
+}

@@ -1,0 +1,147 @@
+//! Fitting the ranker: a conditional logit over each case's candidates, where every candidate
+//! within 2 lines of the next hunk counts as right (the loss is minus the log of the
+//! probability the softmax gives them together), L2-regularised, by full-batch Adam on
+//! standardised features. Deterministic: the same cases give the same weights.
+
+use crate::cases::Case;
+use crate::features::{self, COUNT};
+use crate::{Ranker, rules};
+
+/// One case's candidates and which of them are right.
+#[derive(Debug, Clone)]
+pub struct Example {
+    /// Each candidate's features.
+    pub candidates: Vec<[f32; COUNT]>,
+    /// Whether each is within 2 lines of the next hunk.
+    pub right: Vec<bool>,
+}
+
+/// A case's example, or `None` when its hunks do not apply or no candidate is right (the
+/// next hunk is beyond the candidates' window).
+pub fn example(case: &Case) -> Option<Example> {
+    let s = case.setup()?;
+    let rules = rules(&s.last, &case.path, &s.text, s.cursor);
+    let cands = features::candidates(&s.last, &case.path, &s.text, &rules);
+    let right: Vec<bool> = cands.iter().map(|c| c.line.abs_diff(s.target) <= 2).collect();
+    right.iter().any(|r| *r).then(|| Example { candidates: cands.into_iter().map(|c| c.features).collect(), right })
+}
+
+/// The mean loss of `weights` over `examples`, and its gradient.
+fn loss(examples: &[Example], weights: &[f64; COUNT]) -> (f64, [f64; COUNT]) {
+    let mut total = 0.0;
+    let mut grad = [0.0; COUNT];
+    let mut scores = Vec::new();
+    for e in examples {
+        scores.clear();
+        scores.extend(e.candidates.iter().map(|x| x.iter().zip(weights).map(|(x, w)| f64::from(*x) * w).sum::<f64>()));
+        let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let all: f64 = scores.iter().map(|s| (s - max).exp()).sum();
+        let right: f64 = scores.iter().zip(&e.right).filter(|(_, r)| **r).map(|(s, _)| (s - max).exp()).sum();
+        total += all.ln() - right.ln();
+        for ((x, s), r) in e.candidates.iter().zip(&scores).zip(&e.right) {
+            let p = (s - max).exp() / all - if *r { (s - max).exp() / right } else { 0.0 };
+            for (g, x) in grad.iter_mut().zip(x) {
+                *g += p * f64::from(*x);
+            }
+        }
+    }
+    let n = examples.len().max(1) as f64;
+    (total / n, grad.map(|g| g / n))
+}
+
+/// Fits weights to `examples`: `iterations` Adam steps with L2 penalty `l2`.
+pub fn fit(examples: &[Example], l2: f64, iterations: usize) -> Ranker {
+    // Standardise each feature over all candidates, fit, then fold the scale back in (a
+    // shift is the same for every candidate of a case and changes no softmax).
+    let (mut mean, mut sq, mut n) = ([0.0f64; COUNT], [0.0f64; COUNT], 0.0f64);
+    for x in examples.iter().flat_map(|e| &e.candidates) {
+        for i in 0..COUNT {
+            mean[i] += f64::from(x[i]);
+            sq[i] += f64::from(x[i]) * f64::from(x[i]);
+        }
+        n += 1.0;
+    }
+    let scale: [f64; COUNT] = std::array::from_fn(|i| {
+        let m = mean[i] / n.max(1.0);
+        let var = sq[i] / n.max(1.0) - m * m;
+        if var > 1e-12 { var.sqrt() } else { 1.0 }
+    });
+    let scaled: Vec<Example> = examples
+        .iter()
+        .map(|e| Example {
+            candidates: e
+                .candidates
+                .iter()
+                .map(|x| std::array::from_fn(|i| (f64::from(x[i]) / scale[i]) as f32))
+                .collect(),
+            right: e.right.clone(),
+        })
+        .collect();
+    let (mut w, mut m, mut v) = ([0.0f64; COUNT], [0.0f64; COUNT], [0.0f64; COUNT]);
+    let (rate, b1, b2) = (0.05, 0.9, 0.999);
+    for t in 1..=iterations {
+        let (_, g) = loss(&scaled, &w);
+        for i in 0..COUNT {
+            let g = g[i] + 2.0 * l2 * w[i];
+            m[i] = b1 * m[i] + (1.0 - b1) * g;
+            v[i] = b2 * v[i] + (1.0 - b2) * g * g;
+            let (mh, vh) = (m[i] / (1.0 - b1.powi(t as i32)), v[i] / (1.0 - b2.powi(t as i32)));
+            w[i] -= rate * mh / (vh.sqrt() + 1e-8);
+        }
+    }
+    Ranker::new(std::array::from_fn(|i| (w[i] / scale[i]) as f32))
+}
+
+/// The mean loss of a ranker over examples (for reports).
+pub fn mean_loss(ranker: &Ranker, examples: &[Example]) -> f64 {
+    loss(examples, &ranker.weights().map(f64::from)).0
+}
+
+/// The share of examples whose best-scored candidate is right.
+pub fn top1(ranker: &Ranker, examples: &[Example]) -> f64 {
+    let hits = examples
+        .iter()
+        .filter(|e| {
+            let best = e
+                .candidates
+                .iter()
+                .map(|x| ranker.score(x))
+                .enumerate()
+                .fold((0, f32::NEG_INFINITY), |b, (i, s)| if s > b.1 { (i, s) } else { b });
+            e.right[best.0]
+        })
+        .count();
+    hits as f64 / examples.len().max(1) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fitting_learns_which_feature_marks_the_right_place() {
+        // Cases where the right candidate is the one with `near3` set and `blank` unset, among
+        // distractors that have one or the other: the fit must weigh near3 up, blank down.
+        let at = |n: &str| crate::NAMES.iter().position(|x| *x == n).unwrap();
+        let mut examples = Vec::new();
+        for k in 0..40 {
+            let mut cands = Vec::new();
+            let mut right = Vec::new();
+            for j in 0..6 {
+                let mut x = [0.0f32; COUNT];
+                x[at("near3")] = f32::from(u8::from(j % 2 == 0));
+                x[at("blank")] = f32::from(u8::from(j == 2 || j == 4 || (j % 2 == 1 && (j + k) % 3 != 0)));
+                x[at("line_len")] = ((j * 7 + k) % 5) as f32;
+                right.push(j == 0);
+                cands.push(x);
+            }
+            examples.push(Example { candidates: cands, right });
+        }
+        let before = mean_loss(&Ranker::new([0.0; COUNT]), &examples);
+        let r = fit(&examples, 1e-3, 300);
+        assert!(mean_loss(&r, &examples) < before / 3.0);
+        assert!(r.weights()[at("near3")] > 0.5 && r.weights()[at("blank")] < -0.5);
+        assert_eq!(top1(&r, &examples), 1.0);
+        assert_eq!(fit(&examples, 1e-3, 300), r, "deterministic");
+    }
+}
