@@ -9,7 +9,7 @@ scripts/next-edit-packages.tsv):
   that ship `.ts` sources (the 200 most downloaded left out).
 - Rust: crates.io's newest two releases of command-line programs (no download ranks can be
   read from here; programs are never among the most downloaded crates, which are libraries
-  that others depend on), and this repository's own history.
+  that others depend on), and this repository's own history up to a fixed commit.
 - Go: Debian's Go source packages (`golang-*-dev`) whose versions in two releases differ.
 
 Each case: a file's text around the first of two small hunks (at most 3 lines a side, the
@@ -18,7 +18,8 @@ second (what comes next). Packages (commits, for this repository) are split once
 their name: three in ten evaluate, the rest train.
 
     scripts/next-edit-data.py choose            # writes scripts/next-edit-packages.tsv
-    scripts/next-edit-data.py build [--jobs 8]  # downloads, writes the cases
+    scripts/next-edit-data.py build [--prune]   # downloads, writes the cases (--prune: and
+                                                # keeps in the list only packages that gave some)
     scripts/next-edit-data.py train             # runs the trainer over the training cases
 
 `build` writes the evaluation cases to crates/caret-bench/src/data/next-edit/<language>.jsonl
@@ -49,6 +50,9 @@ EVAL_DIR = os.path.join(ROOT, "crates", "caret-bench", "src", "data", "next-edit
 DATA = os.environ.get("CARET_NEXT_EDIT_DATA", os.path.expanduser("~/.cache/caret/next-edit"))
 LISTS = "/usr/share/package-lists"
 SEED = 52
+# This repository's history up to this commit (a fixed set, whatever is committed later).
+REPOSITORY_UNTIL = "5b5e15e677f216ada70a7640a469a45a6129ac63"
+
 MAX_SIDE = 3
 MAX_APART = 60
 BEFORE, AFTER = 80, 140
@@ -302,7 +306,7 @@ def package_cases(row):
 
 def this_repository():
     git = lambda *a: subprocess.run(["git", "-C", ROOT, *a], capture_output=True, text=True, check=True).stdout
-    for line in git("log", "--no-merges", "--format=%H %P").splitlines():
+    for line in git("log", "--no-merges", "--format=%H %P", REPOSITORY_UNTIL).splitlines():
         parts = line.split()
         if len(parts) != 2:
             continue
@@ -321,10 +325,19 @@ def build(args):
     rows = [l.rstrip("\n").split("\t") for l in open(PACKAGES) if not l.startswith("#")]
     train = {lang: [] for lang in EXTENSIONS}
     evals = {lang: [] for lang in EXTENSIONS}
+    useful = set()
     # Processes, not threads: the diffs are CPU work.
     with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
         for language, name, cases in pool.map(safe_cases, rows, chunksize=4):
             (evals if is_eval(name) else train)[language] += cases
+            if cases:
+                useful.add(name)
+    if args.prune:
+        # Packages that gave no case give none again: the list keeps those that did, so that
+        # a rebuild downloads only what it uses (and writes the same cases).
+        lines = [l for l in open(PACKAGES) if l.startswith("#") or l.split("\t")[2] in useful]
+        with open(PACKAGES, "w") as f:
+            f.writelines(lines)
     for commit, cases in this_repository():
         (evals if is_eval(commit) else train)["rust"] += cases
     os.makedirs(DATA, exist_ok=True)
@@ -365,6 +378,7 @@ def main():
     c.add_argument("--jobs", type=int, default=8)
     b = sub.add_parser("build")
     b.add_argument("--jobs", type=int, default=8)
+    b.add_argument("--prune", action="store_true", help="keep in the list only the packages that gave cases")
     sub.add_parser("train")
     args = ap.parse_args()
     {"choose": choose, "build": build, "train": train}[args.cmd](args)
