@@ -73,7 +73,9 @@ pub(crate) fn run(
         .with_n_ctx(NonZeroU32::new(context_tokens))
         .with_n_batch(batch_tokens)
         .with_n_ubatch(batch_tokens)
-        .with_n_seq_max(1)
+        // Two sequences in one window: the active context and a spare (see `Engine::choose`).
+        .with_n_seq_max(2)
+        .with_kv_unified(true)
         .with_n_threads(threads_i32)
         .with_n_threads_batch(threads_i32)
         .with_flash_attention_policy(i32::from(flash_attention))
@@ -109,8 +111,11 @@ pub(crate) fn run(
     let step = batch_tokens as usize;
     let mut engine = Engine {
         model: &model,
+        active: 0,
         cached: Vec::new(),
         exact: 0,
+        spare: Vec::new(),
+        spare_exact: 0,
         batch: LlamaBatch::new(step, 1),
         step,
         lengths: draft_lengths(),
@@ -123,8 +128,7 @@ pub(crate) fn run(
                 {
                     tracing::debug!(error = %e, "warm-up failed");
                     ctx.clear_kv_cache();
-                    engine.cached.clear();
-                    engine.exact = 0;
+                    engine.forget();
                 }
                 continue;
             }
@@ -137,10 +141,12 @@ pub(crate) fn run(
             if !events.is_closed() {
                 tracing::warn!(error = %e, "local model request failed");
             }
-            // The cache may hold half a batch: start clean next time.
-            ctx.clear_kv_cache();
-            engine.cached.clear();
-            engine.exact = 0;
+            // The cache may hold half a batch: start clean next time (a request refused
+            // before it was read touched nothing).
+            if !matches!(e, Error::BadRequest(_)) {
+                ctx.clear_kv_cache();
+                engine.forget();
+            }
             let _ = events.blocking_send(Err(e));
         }
     }
@@ -148,17 +154,27 @@ pub(crate) fn run(
 
 pub(crate) struct Engine<'m> {
     model: &'m LlamaModel,
-    /// The tokens whose keys and values are in the KV cache, in order from position 0.
+    /// The KV cache's sequence requests read and write (0 or 1).
+    active: i32,
+    /// The tokens whose keys and values are in the active sequence, in order from position 0.
     cached: Vec<LlamaToken>,
     /// How many of them were read in whole [`EXACT_CHUNK`]s from position 0, as a seeded
     /// request reads its prompt.
     exact: usize,
+    /// The other sequence's tokens: the context kept aside when a prompt unlike it came.
+    spare: Vec<LlamaToken>,
+    /// The other sequence's `exact`.
+    spare_exact: usize,
     batch: LlamaBatch<'static>,
     /// The batch's capacity.
     step: usize,
     /// How many drafted tokens to verify per pass.
     lengths: DraftLengths,
 }
+
+/// Tokens a prompt must share more with the spare context to switch to it, or discard of
+/// the active one to keep that one aside.
+const SWITCH_MIN: usize = 32;
 
 /// The batch a seeded request reads its prompt in, from a multiple of it. A batch's rounding
 /// depends on its size and its start, so a seeded prompt is read in the same batches whatever
@@ -279,6 +295,52 @@ impl Engine<'_> {
         })
     }
 
+    /// Forgets both sequences (after the whole cache was cleared).
+    fn forget(&mut self) {
+        self.active = 0;
+        self.cached.clear();
+        self.exact = 0;
+        self.spare.clear();
+        self.spare_exact = 0;
+    }
+
+    /// Picks the sequence a prompt of `tokens` (then up to `room` generated) is read into. Two
+    /// contexts are kept — Tab's file and a next edit's prompt, a chat and a completion — so
+    /// that one does not cost the other its cache: a prompt that shares more with the spare
+    /// context switches to it; one that would discard much of the active context starts on the
+    /// other sequence (the shared prefix copied, no tokens read twice) and keeps the active one
+    /// aside — when both fit in the window; else the spare is dropped.
+    fn choose(&mut self, ctx: &mut LlamaContext<'_>, tokens: &[LlamaToken], room: usize) {
+        if self.model.is_recurrent() {
+            return;
+        }
+        let common = |c: &[LlamaToken]| c.iter().zip(tokens).take_while(|(a, b)| a == b).count();
+        let (here, there) = (common(&self.cached), common(&self.spare));
+        let other = 1 - self.active;
+        let window = ctx.n_ctx() as usize;
+        if there > here + SWITCH_MIN {
+            self.active = other;
+            std::mem::swap(&mut self.cached, &mut self.spare);
+            std::mem::swap(&mut self.exact, &mut self.spare_exact);
+            return;
+        }
+        let fits = |kept: usize| kept + tokens.len().saturating_sub(here) + room <= window;
+        if self.cached.len() - here >= SWITCH_MIN && fits(self.cached.len()) {
+            let _ = ctx.clear_kv_cache_seq(Some(other as u32), None, None);
+            if here > 0 && ctx.copy_kv_cache_seq(self.active, other, None, Some(here as u32)).is_err() {
+                return;
+            }
+            self.spare = std::mem::replace(&mut self.cached, tokens[..here].to_vec());
+            self.spare_exact = self.exact;
+            self.exact = self.exact.min(here);
+            self.active = other;
+        } else if !self.spare.is_empty() && !fits(self.spare.len() + here) {
+            let _ = ctx.clear_kv_cache_seq(Some(other as u32), None, None);
+            self.spare.clear();
+            self.spare_exact = 0;
+        }
+    }
+
     /// Makes the KV cache hold exactly `tokens` and leaves the last one's logits ready.
     /// Returns how many tokens were reused.
     fn prefill(&mut self, ctx: &mut LlamaContext<'_>, tokens: &[LlamaToken], job: &Job) -> Result<usize> {
@@ -325,6 +387,15 @@ impl Engine<'_> {
         job: &Job,
         warm: Option<(&Waiting, u64)>,
     ) -> Result<(usize, usize)> {
+        if job.seed.is_none() {
+            self.choose(ctx, tokens, job.max_tokens.map_or(512, |m| m as usize));
+        } else if self.active != 0 || !self.spare.is_empty() {
+            // A seeded answer must not depend on what the cache held: with one sequence at
+            // position 0 of the cells, as on a fresh engine (two sequences lay the cells out
+            // otherwise, and attention sums them in another order).
+            ctx.clear_kv_cache();
+            self.forget();
+        }
         // At least the last token is evaluated, for its logits.
         let mut keep =
             self.cached.iter().zip(tokens).take_while(|(a, b)| a == b).count().min(tokens.len().saturating_sub(1));
@@ -340,8 +411,10 @@ impl Engine<'_> {
         };
         if keep < self.cached.len() {
             let from = u32::try_from(keep).unwrap_or(u32::MAX);
-            if !ctx.clear_kv_cache_seq(Some(0), Some(from), None).unwrap_or(false) {
+            if !ctx.clear_kv_cache_seq(Some(self.active as u32), Some(from), None).unwrap_or(false) {
                 ctx.clear_kv_cache();
+                self.spare.clear();
+                self.spare_exact = 0;
                 keep = 0;
             }
             self.cached.truncate(keep);
@@ -352,7 +425,8 @@ impl Engine<'_> {
             match warm {
                 Some((waiting, n)) if waiting.supersedes(n) => break,
                 Some(_) => {}
-                None if job.events.is_closed() => return Err(failed("reading the prompt", "the caller went away")),
+                // The caller went away: what was read stays valid (the request sees it).
+                None if job.events.is_closed() => break,
                 None => {}
             }
             read += chunk.len();
@@ -361,7 +435,7 @@ impl Engine<'_> {
                 let pos = self.cached.len();
                 let last = pos + 1 == tokens.len();
                 self.batch
-                    .add(t, i32::try_from(pos).unwrap_or(i32::MAX), &[0], last)
+                    .add(t, i32::try_from(pos).unwrap_or(i32::MAX), &[self.active], last)
                     .map_err(|e| failed("batching", e))?;
                 self.cached.push(t);
             }
@@ -385,6 +459,10 @@ impl Engine<'_> {
         }
         let limit = (window - tokens.len()).min(job.max_tokens.map_or(usize::MAX, |m| m as usize));
         let reused = self.prefill(ctx, &tokens, &job)?;
+        if job.events.is_closed() {
+            // Gone while its prompt was read (maybe not whole): nothing to answer.
+            return Ok(());
+        }
         if job.token_ids {
             let ids = tokens.iter().map(|t| u32::try_from(t.0).unwrap_or(0)).collect();
             let _ = job.events.blocking_send(Ok(Event::PromptTokens(ids)));
@@ -443,7 +521,7 @@ impl Engine<'_> {
             self.batch.clear();
             for (i, &t) in std::iter::once(&next).chain(&proposal).enumerate() {
                 let pos = i32::try_from(base + i).unwrap_or(i32::MAX);
-                self.batch.add(t, pos, &[0], true).map_err(|e| failed("batching", e))?;
+                self.batch.add(t, pos, &[self.active], true).map_err(|e| failed("batching", e))?;
             }
             decode(ctx, &mut self.batch)?;
             self.cached.push(next);
@@ -457,13 +535,13 @@ impl Engine<'_> {
                 {
                     let at = base + accepted;
                     let from = u32::try_from(at).unwrap_or(u32::MAX);
-                    if !ctx.clear_kv_cache_seq(Some(0), Some(from), None).unwrap_or(false) {
+                    if !ctx.clear_kv_cache_seq(Some(self.active as u32), Some(from), None).unwrap_or(false) {
                         return Err(failed("speculative decoding", "the cache cannot drop rejected draft tokens"));
                     }
                     self.batch.clear();
                     let token = self.cached[at];
                     self.batch
-                        .add(token, i32::try_from(at).unwrap_or(i32::MAX), &[0], true)
+                        .add(token, i32::try_from(at).unwrap_or(i32::MAX), &[self.active], true)
                         .map_err(|e| failed("batching", e))?;
                     decode(ctx, &mut self.batch)?;
                     redecided += 1;
@@ -497,7 +575,7 @@ impl Engine<'_> {
             if self.cached.len() < base + 1 + proposal.len() {
                 // Drop what was drafted past the accepted tokens.
                 let from = u32::try_from(self.cached.len()).unwrap_or(u32::MAX);
-                if !ctx.clear_kv_cache_seq(Some(0), Some(from), None).unwrap_or(false) {
+                if !ctx.clear_kv_cache_seq(Some(self.active as u32), Some(from), None).unwrap_or(false) {
                     return Err(failed("speculative decoding", "the cache cannot drop rejected draft tokens"));
                 }
             }

@@ -122,6 +122,37 @@ async fn a_warm_up_reads_a_prompt_ahead_and_any_request_pre_empts_it() {
     assert!(after.warmed_tokens - before.warmed_tokens < 200, "the warm-up went on: {before:?} → {after:?}");
 }
 
+/// Two contexts are kept: a prompt unlike the cached one (a next edit's after Tab's) starts on
+/// the other sequence, and the first context's next request reads only what is new in it —
+/// also when the other request went away while its prompt was read.
+#[tokio::test]
+async fn a_prompt_unlike_the_cached_one_keeps_that_one_aside() {
+    let Some(dir) = small_model() else { return };
+    let model = LlamaProvider::load(&dir, settings()).unwrap();
+    let drain = |mut s: caret_models::EventStream| async move { while s.next().await.is_some() {} };
+    let read = |before: &caret_llama::LlamaStats, after: &caret_llama::LlamaStats| {
+        (after.prompt_tokens - before.prompt_tokens) - (after.reused_tokens - before.reused_tokens)
+    };
+    let tab: String = (0..40).map(|i| format!("def step_{i}(x):\n    return x * {i}\n\n")).collect();
+    let other: String = (0..40).map(|i| format!("class Shape{i}:\n    sides = {i}\n\n")).collect();
+    drain(model.complete(completion(&tab, None, 2)).await.unwrap()).await;
+    // Another context, answered in full; then the first one again, a line further on.
+    drain(model.complete(completion(&other, None, 2)).await.unwrap()).await;
+    let before = model.stats();
+    drain(model.complete(completion(&format!("{tab}def step_40(x):\n"), None, 2)).await.unwrap()).await;
+    let after = model.stats();
+    assert!(read(&before, &after) < 20, "read {} tokens: {before:?} → {after:?}", read(&before, &after));
+    // Another context again, dropped while its prompt is read: the first is still there.
+    let longer: String = (0..90).map(|i| format!("struct Item{i} {{ weight: u32 }}\n")).collect();
+    let stream = model.complete(completion(&longer, None, 2)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    drop(stream);
+    let before = model.stats();
+    drain(model.complete(completion(&format!("{tab}def step_40(x):\n    return"), None, 2)).await.unwrap()).await;
+    let after = model.stats();
+    assert!(read(&before, &after) < 20, "read {} tokens: {before:?} → {after:?}", read(&before, &after));
+}
+
 /// A sampled (temperature 1, seeded) request asking for token ids and log probabilities.
 fn sampled(messages: Vec<ChatMessage>, seed: u64) -> ChatRequest {
     let mut r = chat(messages, 24);
