@@ -26,7 +26,7 @@ use caret_complete::next_edit::{Edit, Prediction, Why};
 pub use features::{COUNT, NAMES};
 
 /// The least share of the softmax over the candidates a jump needs (on the evaluation sets it
-/// leaves 0–6% of pauses unanswered for at most half a point of places).
+/// leaves 0–1.5% of pauses unanswered).
 pub const JUMP_MIN: f32 = 0.1;
 
 /// The shipped weights.
