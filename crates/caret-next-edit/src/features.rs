@@ -20,6 +20,12 @@ pub const BEFORE: usize = 100;
 /// Lines below the edit that are candidates.
 pub const AFTER: usize = 150;
 
+/// Lines longer than this have no shape (minified code, data): comparing them costs more
+/// than it tells.
+const LONG_LINE: usize = 1_000;
+/// The most bytes of the window parsed for syntax.
+const MAX_PARSED: usize = 256 * 1024;
+
 /// The features' names, as the weights file names them.
 pub const NAMES: &[&str] = &[
     "dist_log",
@@ -299,8 +305,14 @@ pub fn candidates(last: &Edit, path: &str, text: &str, rules: &[Prediction]) -> 
         .any(|w| counts.get(w).copied().unwrap_or(0) as usize <= new_ids.iter().filter(|x| *x == w).count());
     let touched: Vec<&str> = removed.iter().chain(&added).copied().collect();
     let old_word = (!last.old.is_empty() && last.old.bytes().all(is_word)).then_some(last.old.as_str());
-    let edit_shapes: Vec<String> =
-        last.old_lines.lines().chain(last.new_lines.lines()).map(shape).filter(|s| !s.is_empty()).collect();
+    let edit_shapes: Vec<String> = last
+        .old_lines
+        .lines()
+        .chain(last.new_lines.lines())
+        .filter(|l| l.len() <= LONG_LINE)
+        .map(shape)
+        .filter(|s| !s.is_empty())
+        .collect();
     let edit_indent =
         last.new_lines.lines().chain(last.old_lines.lines()).find(|l| !l.trim().is_empty()).map_or(0, indent);
     let (ins, del) = (last.old.trim().is_empty(), last.new.trim().is_empty());
@@ -308,7 +320,8 @@ pub fn candidates(last: &Edit, path: &str, text: &str, rules: &[Prediction]) -> 
     // Only the candidates' lines are parsed (a long file costs no more than a short one).
     let (from, to) = (starts[lo], starts.get(hi + 1).map_or(text.len(), |e| *e));
     let window: Vec<usize> = starts[lo..=hi].iter().map(|s| s - from).collect();
-    let info = syntax(path, &text[from..to], &window);
+    // (A minified file's window can be megabytes: no syntax for it.)
+    let info = if to - from <= MAX_PARSED { syntax(path, &text[from..to], &window) } else { None };
     let edit_info = info.as_ref().map(|i| &i[first - lo]);
     let first_after = (end + 1..=hi).find(|&i| !line_text(i).trim().is_empty());
 
@@ -341,7 +354,8 @@ pub fn candidates(last: &Edit, path: &str, text: &str, rules: &[Prediction]) -> 
             .filter(|w| new_ids.contains(w) || removed.contains(w))
             .map(|w| 1.0 / counts.get(*w).copied().unwrap_or(1) as f32)
             .sum();
-        let s = shape(line);
+        // A line longer than any code line (minified, data) has no shape to compare.
+        let s = if line.len() <= LONG_LINE { shape(line) } else { String::new() };
         let shape_same = !s.is_empty() && edit_shapes.contains(&s);
         let shape_sim = edit_shapes.iter().map(|e| dice(&s, e)).fold(0.0f32, f32::max);
         let li = info.as_ref().map(|v| &v[i - lo]);
@@ -462,6 +476,22 @@ mod tests {
         assert_eq!(feature(at(2), "blank"), 1.0);
         // The new parameter is a name the file has nowhere else: imports are where it may go.
         assert_eq!(feature(at(1), "import_needed"), 1.0);
+    }
+
+    #[test]
+    fn a_minified_line_is_a_candidate_without_shape_or_syntax() {
+        let long: String = (0..100_000).map(|i| format!("f{i}(a);")).collect();
+        let before = format!("x = 1\n{long}\ny = 2\n");
+        let after = before.replacen("x = 1", "x = 2", 1);
+        let last = caret_complete::next_edit::diff("a.js", &before, &after).unwrap();
+        let cands = candidates(&last, "a.js", &after, &[]);
+        assert_eq!(cands.len(), 3);
+        assert_eq!(feature(&cands[1], "shape_sim"), 0.0);
+        assert_eq!(feature(&cands[1], "kind_expr"), 0.0, "no parse of a window this long");
+        // The short line after it still has its shape.
+        assert_eq!(feature(&cands[2], "shape_same"), 1.0);
+        let p = crate::predict(crate::Ranker::shipped(), &last, "a.js", &after, &[]);
+        assert!(p.is_none_or(|p| p.start <= after.len()));
     }
 
     #[test]
