@@ -559,7 +559,7 @@ async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
     let tab = server.completer.lock().await.clone();
     // A model trained for next edits, when the gateway serves one: it ranks the candidates.
     let ranker = tab.as_ref().and_then(|c| c.next_edit_model()).map(Arc::new);
-    let (last, edits, found, placed) = {
+    let (last, edits, found) = {
         let mut history = server.history.lock().await;
         history.settle(&uri, &text);
         let Some(last) = history.last() else { return send(server, &id, Value::Null) };
@@ -568,13 +568,7 @@ async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
         if found.len() == 1 || (!found.is_empty() && ranker.is_none()) {
             return send(server, &id, prediction_json(&uri, &text, &found[0]));
         }
-        // Else the learned ranker's best place: the rules' rewrite there, or a jump.
-        let placed = found.is_empty().then(|| {
-            let rules = caret_next_edit::rules(last, &uri, &text, cursor);
-            caret_next_edit::predict(caret_next_edit::Ranker::shipped(), last, &uri, &text, &rules)
-        });
-        let placed = placed.flatten();
-        (last.clone(), history.edits().cloned().collect::<Vec<_>>(), found, placed)
+        (last.clone(), history.edits().cloned().collect::<Vec<_>>(), found)
     };
     if found.is_empty() {
         // A rename's uses in other open files; else the import a new name needs, as another
@@ -617,9 +611,13 @@ async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
             }
         }
     }
-    // The model's turn: to rank the candidates, or (none fits) to predict, when there is one.
-    let jump = placed.as_ref().map_or(Value::Null, |p| prediction_json(&uri, &text, p));
-    let Some(model) = ranker.or(tab) else { return send(server, &id, jump) };
+    // The model's turn: to rank the candidates, or (none fits) to predict, when there is one;
+    // else, or when it predicts nothing, the learned ranker's best place (a rule's rewrite
+    // there, or a jump).
+    let Some(model) = ranker.or(tab) else {
+        let placed = caret_next_edit::guess(&last, &uri, &text, cursor);
+        return send(server, &id, placed.map_or(Value::Null, |p| prediction_json(&uri, &text, &p)));
+    };
     let path = relative(&uri, server.root.lock().await.as_deref());
     let (srv, key, doc) = (server.clone(), id.to_string(), uri.clone());
     let flight_key = key.clone();
@@ -635,11 +633,11 @@ async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
         };
         let predicted = match guess {
             Some(g) if !found.is_empty() => caret_complete::next_edit::rank(found, &g, &text).into_iter().next(),
-            guess if found.is_empty() => guess.or(placed),
+            guess if found.is_empty() => guess.or_else(|| caret_next_edit::guess(&last, &uri, &text, cursor)),
             _ => found.into_iter().next(),
         };
         srv.flight.lock().await.remove(&key);
-        send(&srv, &id, predicted.as_ref().map_or(jump, |p| prediction_json(&uri, &text, p)));
+        send(&srv, &id, predicted.as_ref().map_or(Value::Null, |p| prediction_json(&uri, &text, p)));
     });
     flight.insert(flight_key, (doc, task.abort_handle()));
 }

@@ -13,6 +13,8 @@
 
 use caret_complete::next_edit::{Edit, Prediction, Why};
 
+use crate::features::{Window, line_end};
+
 /// Substitutions kept from one edit (more is a rewrite, not a pattern).
 const MAX_CHANGES: usize = 4;
 /// Edited lines compared (more is new code, not a pattern).
@@ -145,26 +147,10 @@ fn substitute(line: &str, subs: &[(String, String)]) -> Option<String> {
     (changed && out != line).then_some(out)
 }
 
-/// The lines `lo..=hi` (0-based) of `text`: `(start byte, end byte without the newline)`.
-fn line_spans(text: &str) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    for (i, _) in text.match_indices('\n') {
-        out.push((start, i));
-        start = i + 1;
-    }
-    if start < text.len() {
-        out.push((start, text.len()));
-    }
-    out
-}
-
-/// The predictions after `last` in `path` (now `text`), on lines `lo..=hi` (0-based) other
-/// than the edit's own.
-pub fn predictions(last: &Edit, path: &str, text: &str, lo: usize, hi: usize) -> Vec<Prediction> {
-    let spans = line_spans(text);
-    let first = last.line.saturating_sub(1);
-    let own = first..first + last.new_lines.matches('\n').count().max(1);
+/// The predictions after `last` in `path` (now `text`), on the candidates' lines other than
+/// the edit's own.
+pub fn predictions(last: &Edit, path: &str, text: &str) -> Vec<Prediction> {
+    let Window { starts, first, end, lo, hi } = Window::of(last, text);
     let mut out = Vec::new();
     let subs = substitutions(&last.old_lines, &last.new_lines);
     let deleted: Vec<&str> = if last.new.trim().is_empty() && last.old.contains('\n') {
@@ -176,13 +162,12 @@ pub fn predictions(last: &Edit, path: &str, text: &str, lo: usize, hi: usize) ->
         return out;
     }
     let deleted_shapes: Vec<String> = deleted.iter().map(|l| crate::features::shape(l)).collect();
-    for (i, &(start, end)) in spans.iter().enumerate().take(hi + 1).skip(lo) {
-        if own.contains(&i) {
-            continue;
-        }
-        let line = &text[start..end];
+    for i in (lo..=hi).filter(|i| !(first..=end).contains(i)) {
+        let (start, stop) = (starts[i], line_end(&starts, text, i));
+        let line = &text[start..stop];
         if let Some(rewritten) = substitute(line, &subs) {
-            out.push(Prediction { path: path.to_owned(), start, end, replacement: rewritten, why: Why::Analogous });
+            let why = Why::Analogous;
+            out.push(Prediction { path: path.to_owned(), start, end: stop, replacement: rewritten, why });
             continue;
         }
         let trimmed = line.trim();
@@ -192,8 +177,14 @@ pub fn predictions(last: &Edit, path: &str, text: &str, lo: usize, hi: usize) ->
                 .iter()
                 .any(|d| crate::features::idents(d).any(|w| crate::features::idents(trimmed).any(|x| x == w)))
         {
-            let end = spans.get(i + 1).map_or(text.len(), |s| s.0);
-            out.push(Prediction { path: path.to_owned(), start, end, replacement: String::new(), why: Why::Delete });
+            let next = starts.get(i + 1).copied().unwrap_or(text.len());
+            out.push(Prediction {
+                path: path.to_owned(),
+                start,
+                end: next,
+                replacement: String::new(),
+                why: Why::Delete,
+            });
         }
     }
     out
@@ -215,20 +206,20 @@ mod tests {
         let (last, text) = after(before, "x = load(path)", "x = load(path, strict=True)");
         let subs = substitutions(&last.old_lines, &last.new_lines);
         assert_eq!(subs, [("path)".to_owned(), "path, strict=True)".to_owned())]);
-        let p = predictions(&last, "a.py", &text, 0, 3);
+        let p = predictions(&last, "a.py", &text);
         // `unload(path)` has `path)`; `load(other)` does not (the anchor is the name before).
         assert_eq!(p.len(), 1, "{p:?}");
         assert_eq!(p[0].apply(&text), text.replace("unload(path)", "unload(path, strict=True)"));
         // A rename within a longer line, and a second change elsewhere on it.
         let before = "a = self.width * 2\nb = self.width + self.height * 2\nc = width\n";
         let (last, text) = after(before, "a = self.width * 2", "a = self.size * 3");
-        let p = predictions(&last, "a.py", &text, 0, 2);
+        let p = predictions(&last, "a.py", &text);
         assert_eq!(p.len(), 2, "{p:?}");
         assert_eq!(p[0].replacement, "b = self.size + self.height * 3");
         assert_eq!(p[1].replacement, "c = size");
         assert_eq!(p[0].why, Why::Analogous);
         // Whole tokens only: `widths` and `2x` are other tokens.
-        let p = predictions(&last, "a.py", "a = self.size * 3\nb = widths + 2x\n", 0, 1);
+        let p = predictions(&last, "a.py", "a = self.size * 3\nb = widths + 2x\n");
         assert!(p.is_empty(), "{p:?}");
     }
 
@@ -236,7 +227,7 @@ mod tests {
     fn a_deleted_lines_likes_are_predicted_deleted() {
         let before = "import os\nprint(debug_a)\nx = 1\nprint(debug_b)\nprint(x)\n";
         let (last, text) = after(before, "print(debug_a)\n", "");
-        let p = predictions(&last, "a.py", &text, 0, 4);
+        let p = predictions(&last, "a.py", &text);
         // `print(debug_b)` has the shape and a name (`print`); `print(x)` too: both offered.
         assert_eq!(p.len(), 2, "{p:?}");
         assert_eq!(p[0].apply(&text), "import os\nx = 1\nprint(x)\n");

@@ -275,21 +275,40 @@ fn syntax(path: &str, text: &str, starts: &[usize]) -> Option<Vec<LineInfo>> {
     Some(out)
 }
 
+/// A text's lines and the edit's place among them (0-based lines, inclusive ranges).
+pub(crate) struct Window {
+    /// Where each line starts (a final newline starts no line).
+    pub starts: Vec<usize>,
+    /// The edit's first and last lines in the text after it.
+    pub first: usize,
+    pub end: usize,
+    /// The candidates' lines: [`BEFORE`] above the edit to [`AFTER`] below it.
+    pub lo: usize,
+    pub hi: usize,
+}
+
+impl Window {
+    pub fn of(last: &Edit, text: &str) -> Window {
+        let mut starts = vec![0];
+        starts.extend(text.match_indices('\n').map(|(i, _)| i + 1).filter(|i| *i < text.len()));
+        let first = last.line.saturating_sub(1).min(starts.len() - 1);
+        let span = last.new_lines.matches('\n').count().max(1);
+        let end = (first + span - 1).min(starts.len() - 1);
+        let (lo, hi) = (first.saturating_sub(BEFORE), (end + AFTER).min(starts.len() - 1));
+        Window { starts, first, end, lo, hi }
+    }
+}
+
+/// The byte where line `i` ends (its newline, or the text's end).
+pub(crate) fn line_end(starts: &[usize], text: &str, i: usize) -> usize {
+    starts.get(i + 1).map_or(text.len() - usize::from(text.ends_with('\n')), |e| e - 1)
+}
+
 /// The candidates after `last` (the newest edit of `path`, whose text is now `text`), with
 /// the rules' predictions `rules` for the file marked where they start.
 pub fn candidates(last: &Edit, path: &str, text: &str, rules: &[Prediction]) -> Vec<Candidate> {
-    let mut starts = vec![0];
-    starts.extend(text.match_indices('\n').map(|(i, _)| i + 1).filter(|i| *i < text.len()));
-    let line_text = |i: usize| {
-        let end = starts.get(i + 1).map_or(text.len(), |e| e - 1);
-        &text[starts[i]..end]
-    };
-    // The edit's lines in the text after it (0-based, inclusive).
-    let first = last.line.saturating_sub(1).min(starts.len() - 1);
-    let span = last.new_lines.matches('\n').count().max(1);
-    let end = (first + span - 1).min(starts.len() - 1);
-    let lo = first.saturating_sub(BEFORE);
-    let hi = (end + AFTER).min(starts.len() - 1);
+    let Window { starts, first, end, lo, hi } = Window::of(last, text);
+    let line_text = |i: usize| &text[starts[i]..line_end(&starts, text, i)];
 
     let mut counts: HashMap<&str, u32> = HashMap::new();
     for w in idents(text) {
@@ -327,7 +346,7 @@ pub fn candidates(last: &Edit, path: &str, text: &str, rules: &[Prediction]) -> 
 
     let mut rule_at: HashMap<usize, (Why, bool)> = HashMap::new();
     for (n, p) in rules.iter().enumerate().filter(|(_, p)| p.path == path) {
-        let line = crate::cases::line_of(text, p.start) - 1;
+        let line = starts.partition_point(|s| *s <= p.start) - 1;
         rule_at.entry(line).or_insert((p.why, n == 0));
     }
 

@@ -98,7 +98,10 @@ impl Ranker {
 pub fn predict(ranker: &Ranker, last: &Edit, path: &str, text: &str, rules: &[Prediction]) -> Option<Prediction> {
     let places = ranker.places(last, path, text, rules);
     let (best, top) = places.first()?;
-    let rewrite = rules.iter().find(|p| p.path == path && cases::line_of(text, p.start) == best.line);
+    // The best line's bytes, its newline included (as `cases::line_of` counts).
+    let from = text[..best.at].rfind('\n').map_or(0, |i| i + 1);
+    let to = text[best.at..].find('\n').map_or(text.len(), |i| best.at + i);
+    let rewrite = rules.iter().find(|p| p.path == path && (from..=to).contains(&p.start));
     if rewrite.is_none() {
         // A jump needs the softmax's confidence, and somewhere to go: not the edit's own lines.
         let share = 1.0 / places.iter().map(|(_, s)| (s - top).exp()).sum::<f32>();
@@ -124,16 +127,14 @@ pub fn rules(last: &Edit, path: &str, text: &str, cursor: usize) -> Vec<Predicti
     let mut out = next_edit::candidates(last, path, text, cursor);
     out.extend(calls::call_sites(last, path, text, &[]).into_iter().filter(|p| p.path == path));
     out.extend(imports::missing_import(last, path, text, &[]));
-    let first = last.line.saturating_sub(1);
-    let span = last.new_lines.matches('\n').count().max(1);
-    out.extend(analogous::predictions(
-        last,
-        path,
-        text,
-        first.saturating_sub(features::BEFORE),
-        first + span + features::AFTER,
-    ));
+    out.extend(analogous::predictions(last, path, text));
     out
+}
+
+/// The ranker's answer with the shipped weights over all the rules: what an editor shows when
+/// no repeat of the edit, other file or model answers.
+pub fn guess(last: &Edit, path: &str, text: &str, cursor: usize) -> Option<Prediction> {
+    predict(Ranker::shipped(), last, path, text, &rules(last, path, text, cursor))
 }
 
 #[cfg(test)]

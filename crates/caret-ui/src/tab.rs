@@ -140,7 +140,7 @@ impl Tab {
         let tab = self.completer();
         // A model trained for next edits, when the gateway serves one: it ranks the candidates.
         let ranker = tab.as_ref().and_then(|c| c.next_edit_model()).map(Arc::new);
-        let (last, edits, found, placed) = {
+        let (last, edits, found) = {
             let mut history = self.history.lock().await;
             history.settle(path, text);
             let last = history.last()?;
@@ -149,13 +149,7 @@ impl Tab {
             if found.len() == 1 || (!found.is_empty() && ranker.is_none()) {
                 return found.into_iter().next().map(|p| NextEdit::of(text, p));
             }
-            // Else the learned ranker's best place: the rules' rewrite there, or a jump.
-            let placed = found.is_empty().then(|| {
-                let rules = caret_next_edit::rules(last, path, text, cursor);
-                caret_next_edit::predict(caret_next_edit::Ranker::shipped(), last, path, text, &rules)
-            });
-            let placed = placed.flatten();
-            (last.clone(), history.edits().cloned().collect::<Vec<_>>(), found, placed)
+            (last.clone(), history.edits().cloned().collect::<Vec<_>>(), found)
         };
         if found.is_empty() {
             // A rename's uses in another open file; else the import a new name needs, as
@@ -206,7 +200,9 @@ impl Tab {
         }
         // The model's turn: to rank the candidates, or (none fits) to predict; the ranker's
         // place when there is no model, or it predicts nothing.
-        let Some(completer) = ranker.or(tab) else { return placed.map(|p| NextEdit::of(text, p)) };
+        let Some(completer) = ranker.or(tab) else {
+            return caret_next_edit::guess(&last, path, text, cursor).map(|p| NextEdit::of(text, p));
+        };
         let (owned_path, owned_text) = (path.to_owned(), text.to_owned());
         let result = self
             .in_flight(format!("next-edit {path}"), async move {
@@ -222,7 +218,9 @@ impl Tab {
                     Some(g) if !found.is_empty() => {
                         caret_complete::next_edit::rank(found, &g, &owned_text).into_iter().next()
                     }
-                    guess if found.is_empty() => guess.or(placed),
+                    guess if found.is_empty() => {
+                        guess.or_else(|| caret_next_edit::guess(&last, &owned_path, &owned_text, cursor))
+                    }
                     _ => found.into_iter().next(),
                 }
             })
