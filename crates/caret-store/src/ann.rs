@@ -62,6 +62,22 @@ impl AnnIndex {
         Ok(AnnIndex { index, dim })
     }
 
+    /// Adds rows `from..` of `vectors` (row-major, the index's width) to the graph, in
+    /// parallel: a graph over a block that grew at its end need not be built anew.
+    pub fn add_rows(&self, vectors: &[f32], from: usize) -> crate::Result<()> {
+        use rayon::prelude::*;
+        let dim = self.dim.max(1);
+        let rows = vectors.len() / dim;
+        if from >= rows {
+            return Ok(());
+        }
+        self.index.reserve_capacity_and_threads(rows, rayon::current_num_threads()).map_err(err)?;
+        vectors[from * dim..rows * dim]
+            .par_chunks_exact(dim)
+            .enumerate()
+            .try_for_each(|(i, row)| self.index.add((from + i) as u64, row).map_err(err))
+    }
+
     /// The `k` approximately nearest rows to `query`, best first, scored by inner product.
     pub fn search(&self, query: &[f32], k: usize) -> crate::Result<Vec<Hit>> {
         if query.len() != self.dim {
@@ -162,5 +178,31 @@ mod tests {
         let recall = found as f64 / 500.0;
         assert!(recall >= 0.95, "recall@10 {recall}");
         assert!(index.search(&[0.0; 3], 10).unwrap().is_empty(), "wrong dimension");
+    }
+
+    #[test]
+    fn a_graph_extended_with_new_rows_finds_them_as_one_built_whole_does() {
+        let (n, more, dim) = (3000, 2000, 64);
+        let vectors = synthetic_embeddings(n + more, dim, 3);
+        let first = AnnIndex::build(&vectors[..n * dim], dim, AnnParams::default()).unwrap();
+        // A copy, as a compaction takes the live segment's graph.
+        let grown = AnnIndex::from_bytes(&first.to_bytes().unwrap(), dim, AnnParams::default()).unwrap();
+        grown.add_rows(&vectors, n).unwrap();
+        assert_eq!((first.len(), grown.len()), (n, n + more), "the original is untouched");
+        grown.add_rows(&vectors, n + more).unwrap();
+        assert_eq!(grown.len(), n + more, "nothing past the end");
+        let queries = synthetic_embeddings(50, dim, 4);
+        let mut found = 0;
+        for q in queries.chunks_exact(dim) {
+            let exact: Vec<usize> = exact_top_k(&vectors, dim, q, 10).iter().map(|h| h.0).collect();
+            found += grown.search(q, 10).unwrap().iter().filter(|h| exact.contains(&h.0)).count();
+        }
+        let recall = found as f64 / 500.0;
+        assert!(recall >= 0.95, "recall@10 {recall}");
+        // Each new row is its own nearest neighbour.
+        for row in (n..n + more).step_by(97) {
+            let hits = grown.search(&vectors[row * dim..(row + 1) * dim], 1).unwrap();
+            assert_eq!(hits[0].0, row);
+        }
     }
 }

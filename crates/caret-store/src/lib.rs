@@ -26,6 +26,7 @@ pub mod ann;
 pub mod bm25;
 pub mod lexical;
 pub mod rank;
+mod refs;
 mod search;
 mod segment;
 
@@ -36,7 +37,7 @@ use crate::ann::{AnnIndex, AnnParams};
 use crate::bm25::Bm25Index;
 use crate::segment::{Manifest, SegmentData, Stored};
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use caret_workspace::merkle::MerkleTree;
@@ -315,9 +316,13 @@ pub struct State {
     /// The vectors' model and width.
     model: Option<(String, usize)>,
     vectors: HashMap<[u8; 32], VecAt>,
+    /// Where embeddable chunks are and which lack a vector (kept with each record).
+    refs: refs::Refs,
+    /// The Merkle tree, once built, kept with each record (see [`State::tree`]).
     tree: Option<Arc<MerkleTree>>,
+    /// Files with a chunk that is not stored: their leaves in the tree are blank.
+    incomplete: BTreeSet<String>,
     pub(crate) locations: Option<Arc<HashMap<[u8; 32], Vec<Location>>>>,
-    progress: std::sync::Mutex<Option<(String, u64, u64)>>,
     pub(crate) tail_lexical: Option<Arc<(Vec<[u8; 32]>, rank::LexicalIndex)>>,
 }
 
@@ -337,14 +342,71 @@ impl State {
             .map(|(i, id)| (*id, VecAt::Segment(u32::try_from(i).unwrap_or(u32::MAX))))
             .collect();
         state.segment = Some(segment);
+        state.reindex();
         state
     }
 
+    /// Derives what follows the files, chunks and vectors anew: the chunks' places and what
+    /// lacks a vector, the files that lack a chunk; the tree is built on its next use.
+    fn reindex(&mut self) {
+        let vectors = &self.vectors;
+        self.refs = refs::Refs::build(self.files.values(), |id| vectors.contains_key(id));
+        let chunks = &self.chunks;
+        self.incomplete = self
+            .files
+            .values()
+            .filter(|f| !f.chunks.iter().all(|c| chunks.contains_key(&c.id)))
+            .map(|f| f.path.clone())
+            .collect();
+        self.tree = None;
+    }
+
+    /// A file's leaf in the tree: its own, or blank where a chunk of it is not stored (a
+    /// skipped corrupt log object, a chunk dropped by a racing compaction), so that no
+    /// client's tree has it and the next sync sends the file again.
+    fn leaf(&self, f: &FileRecord) -> [u8; 32] {
+        if self.incomplete.contains(&f.path) { [0; 32] } else { f.leaf }
+    }
+
+    /// Sets a file's leaf in the tree, if one is built; a change the tree refuses in place
+    /// (see [`MerkleTree::insert`]) leaves it to be built anew.
+    fn set_leaf(&mut self, path: &str, leaf: [u8; 32]) {
+        if let Some(tree) = self.tree.as_mut() {
+            if !Arc::make_mut(tree).insert(&RelPath::from_bytes(path.as_bytes()), ContentHash(leaf)) {
+                self.tree = None;
+            }
+        }
+    }
+
+    /// Takes a file (or a directory's files) out of the tree, if one is built.
+    fn unset_leaf(&mut self, path: &str) {
+        if let Some(tree) = self.tree.as_mut() {
+            if !Arc::make_mut(tree).remove(&RelPath::from_bytes(path.as_bytes())) {
+                self.tree = None;
+            }
+        }
+    }
+
+    /// A file record no longer current: out of the caches that follow files.
+    fn forget_file(&mut self, old: &FileRecord) {
+        self.unlocate(old);
+        let vectors = &self.vectors;
+        self.refs.remove(old, |id| vectors.contains_key(id));
+        self.incomplete.remove(&old.path);
+    }
+
     fn apply(&mut self, seq: u64, records: Vec<Record>) {
+        if self.tree.as_ref().is_some_and(|t| t.len() != self.files.len()) {
+            // A file hidden by a directory of its name: the tree is built anew after changes,
+            // as a load would build it, never changed in place.
+            self.tree = None;
+        }
+        let mut stored_new = false;
         for r in records {
             match r {
                 Record::Chunk(c) => {
                     if self.chunks.insert(c.id, c.length).is_none() {
+                        stored_new = true;
                         // The cached tail index grows by the chunk rather than being rebuilt:
                         // a change costs what it adds, not the workspace's size.
                         if let Some(t) = self.tail_lexical.as_mut() {
@@ -357,9 +419,15 @@ impl State {
                 }
                 Record::File(f) => {
                     if let Some(old) = self.files.remove(&f.path) {
-                        self.unlocate(&old);
+                        self.forget_file(&old);
                     }
                     self.locate(&f);
+                    let vectors = &self.vectors;
+                    self.refs.add(&f, |id| vectors.contains_key(id));
+                    if !f.chunks.iter().all(|c| self.chunks.contains_key(&c.id)) {
+                        self.incomplete.insert(f.path.clone());
+                    }
+                    self.set_leaf(&f.path, self.leaf(&f));
                     self.files.insert(f.path.clone(), f);
                 }
                 Record::Delete(path) => {
@@ -370,18 +438,31 @@ impl State {
                         .take_while(|(p, _)| p.starts_with(&below))
                         .map(|(p, _)| p.clone())
                         .collect();
+                    self.unset_leaf(&path);
                     doomed.push(path);
                     for p in doomed {
                         if let Some(old) = self.files.remove(&p) {
-                            self.unlocate(&old);
+                            self.forget_file(&old);
                         }
                     }
                 }
                 Record::Vectors(b) => self.apply_vectors(seq, b),
             }
         }
-        self.tree = None;
-        *self.progress.get_mut().unwrap_or_else(|p| p.into_inner()) = None;
+        if stored_new && !self.incomplete.is_empty() {
+            // A file waiting for a chunk that has now come gets its own leaf back.
+            let complete: Vec<(String, [u8; 32])> = self
+                .incomplete
+                .iter()
+                .filter_map(|p| self.files.get(p))
+                .filter(|f| f.chunks.iter().all(|c| self.chunks.contains_key(&c.id)))
+                .map(|f| (f.path.clone(), f.leaf))
+                .collect();
+            for (path, leaf) in complete {
+                self.incomplete.remove(&path);
+                self.set_leaf(&path, leaf);
+            }
+        }
     }
 
     fn apply_vectors(&mut self, seq: u64, b: VectorBatch) {
@@ -396,6 +477,8 @@ impl State {
             self.vectors.clear();
             self.tail.vector_ids.clear();
             self.tail.vectors.clear();
+            let files = self.files.values();
+            self.refs = refs::Refs::build(files, |_| false);
         }
         self.model = Some((b.model, dim));
         for (id, row) in b.ids.iter().zip(b.data.chunks_exact(dim)) {
@@ -406,22 +489,21 @@ impl State {
             self.tail.vector_ids.push((seq, *id));
             self.tail.vectors.extend_from_slice(row);
             self.vectors.insert(*id, VecAt::Tail(at));
+            self.refs.embedded(id);
         }
     }
 
-    /// The Merkle tree over obfuscated paths and keyed leaves (cached until the next change).
+    /// The Merkle tree over obfuscated paths and keyed leaves, built on first use and then
+    /// changed in place by each record (a change costs the depth of the files it touched).
     /// A file with a chunk that is not stored (a skipped corrupt log object, a chunk dropped
     /// by a racing compaction) gets a leaf no client has, so the next sync sends it again.
     pub fn tree(&mut self) -> Arc<MerkleTree> {
         if let Some(t) = &self.tree {
             return t.clone();
         }
-        let chunks = &self.chunks;
-        let tree = Arc::new(MerkleTree::from_files(self.files.values().map(|f| {
-            let complete = f.chunks.iter().all(|c| chunks.contains_key(&c.id));
-            let leaf = if complete { f.leaf } else { [0; 32] };
-            (RelPath::from_bytes(f.path.as_bytes()), ContentHash(leaf))
-        })));
+        let tree = Arc::new(MerkleTree::from_files(
+            self.files.values().map(|f| (RelPath::from_bytes(f.path.as_bytes()), ContentHash(self.leaf(f)))),
+        ));
         self.tree = Some(tree.clone());
         tree
     }
@@ -448,71 +530,31 @@ impl State {
     /// (see [`STAGES`]; bulk data is never listed); how many there are in all; and each
     /// stage's chunks and missing ones.
     pub fn missing_vectors(&self, model: &str, limit: usize) -> Missing {
-        let same = self.model.as_ref().is_some_and(|(m, _)| m == model);
-        // Each distinct chunk at its earliest stage (a chunk in code and in a test is code).
-        let mut stage_of: HashMap<[u8; 32], (usize, &str)> = HashMap::new();
-        for f in self.files.values() {
-            for c in &f.chunks {
-                let Some(stage) = stage(&c.kind) else { continue };
-                let e = stage_of.entry(c.id).or_insert((stage, f.path.as_str()));
-                if stage < e.0 {
-                    *e = (stage, f.path.as_str());
-                }
-            }
+        if self.same_model(model) {
+            self.refs.missing(limit)
+        } else {
+            // Another model than the stored vectors': every chunk is missing.
+            refs::Refs::build(self.files.values(), |_| false).missing(limit)
         }
-        let mut stages = [StageCount::default(); 3];
-        let mut missing: Vec<(usize, &str, [u8; 32])> = Vec::new();
-        for (id, (stage, path)) in stage_of {
-            stages[stage].total += 1;
-            if !(same && self.vectors.contains_key(&id)) {
-                stages[stage].missing += 1;
-                missing.push((stage, path, id));
-            }
-        }
-        let total = missing.len();
-        // Stage, then file: a file's chunks go together (the client reads each file once).
-        missing.sort_unstable();
-        missing.truncate(limit);
-        Missing { chunks: missing.into_iter().map(|(_, p, id)| (id, p.to_owned())).collect(), total, stages }
+    }
+
+    /// Whether the stored vectors (if any) are by `model`: the chunks' places say what
+    /// lacks a vector by it.
+    fn same_model(&self, model: &str) -> bool {
+        self.model.as_ref().is_none_or(|(m, _)| m == model)
     }
 
     /// The stage of each of `ids` that current files hold (its earliest: a chunk in code and
     /// in a test is code); bulk data and unknown ids are left out.
     pub fn stages_of(&self, ids: &std::collections::HashSet<[u8; 32]>) -> HashMap<[u8; 32], usize> {
-        let mut out: HashMap<[u8; 32], usize> = HashMap::with_capacity(ids.len());
-        for c in self.files.values().flat_map(|f| f.chunks.iter()).filter(|c| ids.contains(&c.id)) {
-            let Some(s) = stage(&c.kind) else { continue };
-            out.entry(c.id).and_modify(|e| *e = (*e).min(s)).or_insert(s);
-        }
-        out
+        ids.iter().filter_map(|id| self.refs.stage(id).map(|s| (*id, s))).collect()
     }
 
     /// Distinct chunks referenced by current files that are embedded (not bulk data), and how
     /// many of them have a vector by `model`.
     pub fn vector_progress(&self, model: &str) -> (u64, u64) {
-        let mut cached = self.progress.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, total, with)) = cached.as_ref().filter(|(m, _, _)| m == model) {
-            return (*total, *with);
-        }
-        let counts = self.count_vectors(model);
-        *cached = Some((model.to_owned(), counts.0, counts.1));
-        counts
-    }
-
-    fn count_vectors(&self, model: &str) -> (u64, u64) {
-        let same = self.model.as_ref().is_some_and(|(m, _)| m == model);
-        let mut seen = std::collections::HashSet::new();
-        let (mut total, mut with) = (0u64, 0u64);
-        // Bulk data is not embedded: not counted.
-        for c in self.files.values().flat_map(|f| f.chunks.iter()).filter(|c| stage(&c.kind).is_some()) {
-            if seen.insert(c.id) {
-                total += 1;
-                if same && self.vectors.contains_key(&c.id) {
-                    with += 1;
-                }
-            }
-        }
-        (total, with)
+        let (total, with) = self.refs.progress();
+        (total, if self.same_model(model) { with } else { 0 })
     }
 
     /// The current segment, if any.
@@ -577,9 +619,8 @@ impl State {
             }
         }
         self.tail.objects = self.seq - cut;
-        self.tree = None;
+        self.reindex();
         self.locations = None;
-        *self.progress.get_mut().unwrap_or_else(|p| p.into_inner()) = None;
         self.tail_lexical = None;
     }
 }
@@ -859,8 +900,11 @@ impl Namespace {
         let (segment, sealed, bm25, ann) = {
             let name = name.clone();
             tokio::task::spawn_blocking(move || {
-                let data = plan.fold(old_chunks);
-                let segment = Segment::from_data(name, &data, Stored::default())?;
+                let old = plan.old.clone();
+                let (data, kept) = plan.fold(old_chunks);
+                let ann = segment::extended_graph(old.as_deref(), &data, kept, ANN_THRESHOLD)?;
+                drop(old);
+                let segment = Segment::from_data(name, &data, Stored { ann, bm25: None })?;
                 let sealed = seal(&data)?;
                 drop(data);
                 let bm25 = seal_raw(segment.bm25.to_bytes()?);

@@ -536,3 +536,126 @@ async fn cached_indexes_follow_changes_as_a_fresh_load_does() {
     assert_eq!(paths(&hits), ["render"], "the deleted copy is not found");
     assert_eq!(paths(&state.search(&query("serde_yaml", None, 6))), ["parse"]);
 }
+
+/// What follows each record in place — the Merkle tree, what lacks a vector and in which
+/// order, each stage's counts, the files waiting for a chunk — equals what is derived anew
+/// from the same files, chunks and vectors, over random changes: files of every kind replaced
+/// and deleted, folders deleted, a file that is also a folder's name, a chunk held by several
+/// files, chunks arriving after the files that need them, vectors arriving.
+#[tokio::test]
+async fn bookkeeping_kept_in_place_equals_one_derived_anew() {
+    let mut rng = fastrand::Rng::with_seed(51);
+    let kinds = ["code", "test", "docs", "config", "data"];
+    for round in 0..12 {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let ns = Namespace::new(store, "t/w");
+        let mut state = ns.load().await.unwrap();
+        for step in 0..30 {
+            let mut records = Vec::new();
+            for _ in 0..rng.usize(1..5) {
+                let depth = rng.usize(1..4);
+                let path: Vec<String> = (0..depth).map(|_| ["a", "b", "c"][rng.usize(0..3)].to_owned()).collect();
+                let path = path.join("/");
+                match rng.u8(0..10) {
+                    0 => records.push(Record::Delete(path)),
+                    1 => records.push(vectors(&[(rng.u8(1..24), unit(rng.usize(0..4), 0.1))])),
+                    _ => {
+                        let chunks: Vec<ChunkRef> = (0..rng.usize(1..4))
+                            .map(|_| {
+                                let id = rng.u8(1..24);
+                                // Most chunks come with their file, a few only later.
+                                if rng.u8(0..5) > 0 {
+                                    records.push(chunk(id));
+                                }
+                                ChunkRef {
+                                    id: [id; 32],
+                                    start_line: 1,
+                                    end_line: 2,
+                                    language: "rust".into(),
+                                    kind: kinds[rng.usize(0..kinds.len())].into(),
+                                }
+                            })
+                            .collect();
+                        records.push(Record::File(FileRecord { path, leaf: [rng.u8(1..255); 32], chunks }));
+                    }
+                }
+            }
+            // Chunks first, as a commit writes them.
+            records.sort_by_key(|r| !matches!(r, Record::Chunk(_)));
+            state.tree();
+            ns.append(&mut state, records).await.unwrap();
+            let mut anew = ns.load().await.unwrap();
+            anew.reindex();
+            let at = format!("round {round}, step {step}");
+            assert_eq!(state.tree(), anew.tree(), "{at}: the tree");
+            assert_eq!(state.incomplete, anew.incomplete, "{at}: files waiting for a chunk");
+            let (kept, derived) = (state.missing_vectors("m", 100), anew.missing_vectors("m", 100));
+            assert_eq!((kept.chunks, kept.total, kept.stages), (derived.chunks, derived.total, derived.stages), "{at}");
+            assert_eq!(state.vector_progress("m"), anew.vector_progress("m"), "{at}");
+            assert_eq!(state.vector_progress("other"), anew.vector_progress("other"), "{at}");
+            let ids: std::collections::HashSet<[u8; 32]> = (1..24).map(|i| [i; 32]).collect();
+            assert_eq!(state.stages_of(&ids), anew.stages_of(&ids), "{at}");
+        }
+    }
+}
+
+/// A compaction keeps the old vector block whole while few of its vectors are dead, and
+/// extends the old graph with the tail's rows instead of building one; past a quarter dead
+/// it rewrites the block without them, and the segment builds its own graph.
+#[test]
+fn a_compaction_extends_the_old_graph_while_few_of_its_vectors_are_dead() {
+    let (n, dim) = (400usize, 16usize);
+    let data = ann::synthetic_embeddings(n + 50, dim, 9);
+    let id = |i: usize| -> [u8; 32] {
+        let mut id = [0u8; 32];
+        id[..8].copy_from_slice(&(i as u64).to_le_bytes());
+        id
+    };
+    let file_of = |i: usize| FileRecord {
+        path: format!("f{i}"),
+        leaf: id(i),
+        chunks: vec![ChunkRef { id: id(i), start_line: 1, end_line: 2, language: "rust".into(), kind: "code".into() }],
+    };
+    let chunk_of = |i: usize| ChunkRecord { id: id(i), length: 1, terms: vec![(i as u64, 1)] };
+    let old_data = SegmentData {
+        version: FORMAT,
+        seq: 1,
+        files: (0..n).map(file_of).collect(),
+        chunks: (0..n).map(chunk_of).collect(),
+        model: Some("m".into()),
+        dim: dim as u32,
+        vector_ids: (0..n).map(id).collect(),
+        vectors: data[..n * dim].to_vec(),
+    };
+    let graph = AnnIndex::build(&old_data.vectors, dim, AnnParams::default()).unwrap();
+    let old = Arc::new(Segment::from_data("old".into(), &old_data, Stored { ann: Some(graph), bm25: None }).unwrap());
+    // `dead` of the old files gone, 50 new ones with vectors in the tail.
+    let plan = |dead: usize| CompactionPlan {
+        seq: 2,
+        files: (dead..n + 50).map(file_of).collect(),
+        old: Some(old.clone()),
+        tail_chunks: (n..n + 50).map(chunk_of).collect(),
+        model: Some(("m".into(), dim)),
+        tail_vector_ids: (n..n + 50).map(id).collect(),
+        tail_vectors: data[n * dim..].to_vec(),
+    };
+    let (folded, kept) = plan(n / 4).fold(old_data.chunks.clone());
+    assert_eq!(kept, n, "a quarter dead: the block is kept whole");
+    assert_eq!(folded.vector_ids.len(), n + 50);
+    assert_eq!(folded.vector_ids[..n], old_data.vector_ids[..], "the old rows first, in order");
+    assert_eq!(folded.chunks.len(), n - n / 4 + 50, "dead chunks leave the chunk table");
+    let grown = segment::extended_graph(Some(&old), &folded, kept, 0).unwrap().expect("the graph is extended");
+    assert_eq!((grown.len(), old.ann.as_ref().unwrap().len()), (n + 50, n), "the old graph is untouched");
+    for row in n..n + 50 {
+        assert_eq!(grown.search(&folded.vectors[row * dim..(row + 1) * dim], 1).unwrap()[0].0, row);
+    }
+    assert!(segment::extended_graph(Some(&old), &folded, kept, n + 51).unwrap().is_none(), "too small for a graph");
+    let segment = Segment::from_data("new".into(), &folded, Stored { ann: Some(grown), bm25: None }).unwrap();
+    assert!(segment.has_ann());
+
+    let (folded, kept) = plan(n / 4 + 1).fold(old_data.chunks.clone());
+    assert_eq!(kept, 0, "over a quarter dead: rewritten");
+    assert_eq!(folded.vector_ids.len(), n - n / 4 - 1 + 50);
+    assert!(folded.vector_ids.iter().all(|v| folded.chunks.iter().any(|c| c.id == *v)), "no dead vector");
+    assert!(segment::extended_graph(Some(&old), &folded, kept, 0).unwrap().is_none());
+}

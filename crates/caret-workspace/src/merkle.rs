@@ -30,12 +30,78 @@ impl Node {
 
     /// A directory node with its hash computed from `children`.
     fn dir(children: BTreeMap<Vec<u8>, Node>) -> Node {
-        let mut hasher = DirHasher::new();
-        for (name, child) in &children {
-            hasher.entry(matches!(child, Node::Dir { .. }), name, child.hash());
-        }
-        Node::Dir { hash: hasher.finish(), children }
+        Node::Dir { hash: hash_children(&children), children }
     }
+
+    /// Files in this subtree.
+    fn count(&self) -> usize {
+        match self {
+            Node::File(_) => 1,
+            Node::Dir { children, .. } => children.values().map(Node::count).sum(),
+        }
+    }
+}
+
+fn hash_children(children: &BTreeMap<Vec<u8>, Node>) -> ContentHash {
+    let mut hasher = DirHasher::new();
+    for (name, child) in children {
+        hasher.entry(matches!(child, Node::Dir { .. }), name, child.hash());
+    }
+    hasher.finish()
+}
+
+/// Sets the file at `segments` below `node` (a directory) to `hash`, rehashing the directories
+/// on the way back up. `None` (nothing changed) where the path names a directory or passes
+/// through a file; else whether the file is new.
+fn insert_below(node: &mut Node, segments: &[&[u8]], hash: ContentHash) -> Option<bool> {
+    let Node::Dir { hash: dir_hash, children } = node else { return None };
+    let (first, rest) = segments.split_first()?;
+    let added = if rest.is_empty() {
+        match children.get_mut(*first) {
+            Some(Node::Dir { .. }) => return None,
+            Some(file) => {
+                *file = Node::File(hash);
+                false
+            }
+            None => {
+                children.insert(first.to_vec(), Node::File(hash));
+                true
+            }
+        }
+    } else {
+        match children.get_mut(*first) {
+            Some(child) => insert_below(child, rest, hash)?,
+            None => {
+                let mut child = Node::Dir { hash: ContentHash::default(), children: BTreeMap::new() };
+                let added = insert_below(&mut child, rest, hash)?;
+                children.insert(first.to_vec(), child);
+                added
+            }
+        }
+    };
+    *dir_hash = hash_children(children);
+    Some(added)
+}
+
+/// Removes what `segments` names below `node` (a directory) and the directories that leaves
+/// empty, rehashing the ones on the way back up; the files removed.
+fn remove_below(node: &mut Node, segments: &[&[u8]]) -> usize {
+    let Node::Dir { hash: dir_hash, children } = node else { return 0 };
+    let Some((first, rest)) = segments.split_first() else { return 0 };
+    let removed = if rest.is_empty() {
+        children.remove(*first).map_or(0, |gone| gone.count())
+    } else {
+        let Some(child) = children.get_mut(*first) else { return 0 };
+        let removed = remove_below(child, rest);
+        if matches!(child, Node::Dir { children, .. } if children.is_empty()) {
+            children.remove(*first);
+        }
+        removed
+    };
+    if removed > 0 {
+        *dir_hash = hash_children(children);
+    }
+    removed
 }
 
 /// A directory's hash, over its `(kind, name, hash)` entries in name order.
@@ -147,12 +213,44 @@ impl MerkleTree {
         Some(node)
     }
 
+    /// Sets the file at `path` to `hash`, rehashing only the directories above it: what
+    /// [`MerkleTree::from_files`] would build with the file added or replaced. Refused
+    /// (`false`, the tree unchanged) where that build would differ — `path` names a directory,
+    /// passes through a file, is the root or has an empty segment — and the caller builds anew.
+    pub fn insert(&mut self, path: &RelPath, hash: ContentHash) -> bool {
+        let Some(segments) = plain_segments(path) else { return false };
+        match insert_below(&mut self.root, &segments, hash) {
+            Some(added) => {
+                self.files += usize::from(added);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Removes the file or the directory at `path` (every file below it), and the
+    /// directories that leaves empty, rehashing only those above: what
+    /// [`MerkleTree::from_files`] would build without those files. Refused (`false`, the tree
+    /// unchanged) for the root or a path with an empty segment; a path naming nothing changes
+    /// nothing.
+    pub fn remove(&mut self, path: &RelPath) -> bool {
+        let Some(segments) = plain_segments(path) else { return false };
+        self.files -= remove_below(&mut self.root, &segments);
+        true
+    }
+
     /// Every file with its hash, in path order.
     pub fn files(&self) -> Vec<(RelPath, ContentHash)> {
         let mut out = Vec::with_capacity(self.files);
         collect(&self.root, &RelPath::root(), &mut out);
         out
     }
+}
+
+/// A path's segments, where it has at least one and none is empty.
+fn plain_segments(path: &RelPath) -> Option<Vec<&[u8]>> {
+    let segments: Vec<&[u8]> = path.as_bytes().split(|b| *b == b'/').collect();
+    (!path.as_bytes().is_empty() && segments.iter().all(|s| !s.is_empty())).then_some(segments)
 }
 
 /// The entries of the directory holding `items`, whose paths (`path`) share their first
@@ -392,6 +490,52 @@ mod tests {
             MerkleTree::root_hash_by::<(RelPath, ContentHash)>(&[], |(p, h)| (p, *h)),
             MerkleTree::default().root_hash()
         );
+    }
+
+    #[test]
+    fn changes_in_place_build_what_a_fresh_build_does() {
+        let mut rng = fastrand::Rng::with_seed(11);
+        let names = ["a", "a.b", "b", "c"];
+        let random_path = |rng: &mut fastrand::Rng| {
+            let depth = rng.usize(1..4);
+            (0..depth).map(|_| names[rng.usize(0..names.len())]).collect::<Vec<_>>().join("/")
+        };
+        for _ in 0..200 {
+            let mut files: BTreeMap<String, ContentHash> = BTreeMap::new();
+            let mut tree = MerkleTree::default();
+            for _ in 0..rng.usize(1..40) {
+                let path = random_path(&mut rng);
+                let built = |files: &BTreeMap<String, ContentHash>| {
+                    MerkleTree::from_files(files.iter().map(|(p, h)| (RelPath::from_bytes(p.as_str()), *h)))
+                };
+                if rng.u8(0..4) == 0 {
+                    assert!(tree.remove(&RelPath::from_bytes(path.as_str())));
+                    let below = format!("{path}/");
+                    files.retain(|p, _| *p != path && !p.starts_with(&below));
+                } else {
+                    let hash = h(&rng.u8(0..3).to_string());
+                    let mut with = files.clone();
+                    with.insert(path.clone(), hash);
+                    if tree.insert(&RelPath::from_bytes(path.as_str()), hash) {
+                        files = with;
+                    } else {
+                        // Refused only where the fresh build would hide a file (a file that
+                        // is also a directory): the caller builds anew then.
+                        assert!(built(&with).len() < with.len(), "{path} refused");
+                        continue;
+                    }
+                }
+                let fresh = built(&files);
+                assert_eq!(tree, fresh, "after {path}");
+                assert_eq!(tree.len(), files.len());
+            }
+        }
+        let mut tree = tree(&[("a/b", "1")]);
+        assert!(!tree.insert(&RelPath::root(), h("1")), "the root is no file");
+        assert!(!tree.insert(&RelPath::from_bytes("a//c"), h("1")), "an empty segment");
+        assert!(!tree.remove(&RelPath::root()));
+        assert!(tree.remove(&RelPath::from_bytes("a/b/c")), "naming nothing changes nothing");
+        assert_eq!(tree.len(), 1);
     }
 
     #[test]
