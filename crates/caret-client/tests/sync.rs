@@ -464,3 +464,29 @@ async fn replicas_see_each_others_commits_through_the_row() {
     .count();
     assert_eq!(row.log_seq, i64::try_from(logs).unwrap(), "the row names the last log object");
 }
+
+/// A copy that shares the key gets its vectors from the first: the texts its commit left
+/// held for the model are let go then, not kept until the budget pushes them out.
+#[tokio::test]
+async fn texts_of_vectors_copied_from_a_workspace_sharing_the_key_are_not_kept() {
+    let server_dir = TempDir::new();
+    let (service, recorder) = embedding_service(&server_dir, caret_index::held::DEFAULT_BUDGET).await;
+    let tenant = service.db().create_tenant("local").await.unwrap();
+    let transport = InProcessTransport::new(service.clone(), tenant.clone(), "embedded");
+    let (a, b) = (workspace(), workspace());
+    let state = TempDir::new();
+    let first = WorkspaceState::open(a.path(), &state.join("a"), &state.join("keys")).unwrap();
+    let mut second = WorkspaceState::open(b.path(), &state.join("b"), &state.join("keys")).unwrap();
+    second.replace_key(first.key.clone()).unwrap();
+    let engine = SyncEngine::new(scanner(), SyncOptions::default());
+    engine.sync(&first, &transport).await.unwrap();
+    caret_client::index::embed_missing(scanner(), &first, &transport, |_| {}).await.unwrap();
+    assert_eq!(service.held_usage().0, 0, "embedded: nothing held");
+    let embedded = recorder.seen.lock().unwrap().len();
+    engine.sync(&second, &transport).await.unwrap();
+    assert!(service.held_usage().0 > 0, "the copy's texts held for the model at its commit");
+    let report = caret_client::index::embed_missing(scanner(), &second, &transport, |_| {}).await.unwrap();
+    assert_eq!((report.progress.done, report.progress.embedded), (report.progress.total, 0), "{report:?}");
+    assert_eq!(recorder.seen.lock().unwrap().len(), embedded, "copied, not embedded again");
+    assert_eq!(service.held_usage(), (0, 0), "and their texts let go");
+}

@@ -378,16 +378,32 @@ impl Service {
         let ns = self.namespace(tenant, id);
         let cell = cell.clone();
         let turn = self.compactions.clone();
+        let policy = self.compaction;
         tokio::spawn(async move {
             // One compaction at a time per server: folding a large workspace is seconds of
             // CPU, and several at once would take every core from the requests. The plan is
             // taken when its turn comes, so a wait folds more rather than a stale tail.
             let Ok(_turn) = turn.acquire_owned().await else { return };
-            let plan = cell.state.lock().await.compaction_plan();
-            match ns.compact(plan).await {
-                Ok(Some(segment)) => cell.state.lock().await.install(segment),
-                Ok(None) => {}
-                Err(e) => tracing::error!("compaction failed (the log still holds everything): {e}"),
+            // Appends meanwhile found this one running and left it theirs: while the tail is
+            // still due when a segment goes in (a sibling's vectors copied during the fold,
+            // say), fold again rather than wait for the next append.
+            for _ in 0..4 {
+                let plan = cell.state.lock().await.compaction_plan();
+                match ns.compact(plan).await {
+                    Ok(Some(segment)) => {
+                        let mut state = cell.state.lock().await;
+                        state.install(segment);
+                        let (records, objects) = state.tail_size();
+                        if !policy.due(records, objects, state.segment_chunks()) {
+                            break;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::error!("compaction failed (the log still holds everything): {e}");
+                        break;
+                    }
+                }
             }
             cell.compacting.store(false, Ordering::Release);
         });
@@ -695,9 +711,12 @@ impl Service {
             return Ok(());
         }
         tracing::info!(reused = batch.ids.len(), "vectors reused from workspaces sharing the key");
+        let reused = batch.ids.clone();
         let mut state = cell.state.lock().await;
         self.append(tenant, id, &mut state, vec![Record::Vectors(batch)]).await?;
         self.maybe_compact(tenant, id, cell, &state);
+        // Their texts, held since the commit for the model, are not needed any more.
+        self.held.release(&tenant.id, id, &reused);
         Ok(())
     }
 
