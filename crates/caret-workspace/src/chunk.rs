@@ -111,7 +111,7 @@ impl Chunker {
 
     /// A stable description of everything that decides chunk boundaries.
     pub fn fingerprint(&self) -> String {
-        format!("chunker-v3/{}/{}/{}", self.config.max_tokens, self.config.min_tokens, self.counter.id())
+        format!("chunker-v4/{}/{}/{}", self.config.max_tokens, self.config.min_tokens, self.counter.id())
     }
 
     /// Chunks one file's text.
@@ -119,7 +119,7 @@ impl Chunker {
         let language = Language::detect(path);
         let kind = FileKind::detect(path, language);
         let lines = Lines::new(text, self.counter.as_ref());
-        let mut cx = Cx { chunker: self, lines: &lines, language, raw: Vec::new() };
+        let mut cx = Cx { chunker: self, lines: &lines, language, raw: Vec::new(), depth: 0 };
         let mut names = Vec::new();
         match language.grammar().and_then(|g| parse(language, g, text)) {
             Some(tree) => {
@@ -405,7 +405,14 @@ struct Cx<'a, 't> {
     lines: &'a Lines<'t>,
     language: Language,
     raw: Vec<Raw>,
+    /// Nodes descended into on the way here (see [`MAX_DEPTH`]).
+    depth: usize,
 }
+
+/// Syntax nodes the chunker descends through before it cuts by lines: code nests a few
+/// dozen deep at most, while a generated file can nest thousands of constructs across lines
+/// (bundled JavaScript), and a descent per level would overflow the stack.
+const MAX_DEPTH: usize = 64;
 
 impl<'a, 't> Cx<'a, 't> {
     /// Chunks rows `first..=last`, which hold `node`, along the node's children.
@@ -519,7 +526,7 @@ impl<'a, 't> Cx<'a, 't> {
 
     fn descend(&mut self, seg: Seg<'_>, context: &[String]) {
         match seg.how {
-            Descend::Node(node) if node.child_count() > 0 => {
+            Descend::Node(node) if node.child_count() > 0 && self.depth < MAX_DEPTH => {
                 let header = seg.starts_definition.then(|| self.header(node)).flatten();
                 let header = header.filter(|h| !context.last().is_some_and(|outer| outer.contains(h.as_str())));
                 let context = match header {
@@ -530,7 +537,9 @@ impl<'a, 't> Cx<'a, 't> {
                     }
                     None => context.to_vec(),
                 };
+                self.depth += 1;
                 self.node(node, seg.first, seg.last, &context);
+                self.depth -= 1;
             }
             Descend::Section(heading) => self.paragraphs(seg.first, seg.last, &heading),
             Descend::Node(_) | Descend::Lines => self.by_lines(seg.first, seg.last, context),

@@ -682,3 +682,32 @@ fn files_are_classified_by_what_they_are_for() {
     assert_eq!(kind("src/docsrc/html/advanced.html"), FileKind::Docs, "a documentation site's page");
     assert_eq!(kind("gui/default/index.html"), FileKind::Code, "an application's page");
 }
+
+/// A generated file that nests thousands of constructs across lines (bundled JavaScript does)
+/// is chunked by lines below a few dozen levels, within the budget, instead of overflowing
+/// the stack with a descent per level.
+#[test]
+fn a_file_nested_thousands_deep_is_chunked_without_overflowing_the_stack() {
+    let depth = 20_000;
+    let mut text = String::from("var x =\n");
+    for i in 0..depth {
+        text.push_str(&format!("[{i},\n"));
+    }
+    text.push_str("0");
+    text.push_str(&"]".repeat(depth));
+    text.push_str(";\nfunction after() {\n  return x;\n}\n");
+    let c = chunker(64, 16);
+    // On a thread with the stack a scan's worker has (2 MiB), not the test harness's.
+    let chunks = std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || {
+            let chunks = c.chunk(&RelPath::from_bytes("bundle.js"), &text);
+            check_invariants(&text, &chunks, &c);
+            (chunks.len(), chunks.last().map(|l| l.text(&text).contains("function after")))
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    assert!(chunks.0 > depth / 100, "{chunks:?}");
+    assert_eq!(chunks.1, Some(true), "the code after the nesting is chunked too");
+}
