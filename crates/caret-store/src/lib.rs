@@ -371,19 +371,19 @@ impl State {
     /// Sets a file's leaf in the tree, if one is built; a change the tree refuses in place
     /// (see [`MerkleTree::insert`]) leaves it to be built anew.
     fn set_leaf(&mut self, path: &str, leaf: [u8; 32]) {
-        if let Some(tree) = self.tree.as_mut() {
-            if !Arc::make_mut(tree).insert(&RelPath::from_bytes(path.as_bytes()), ContentHash(leaf)) {
-                self.tree = None;
-            }
+        if let Some(tree) = self.tree.as_mut()
+            && !Arc::make_mut(tree).insert(&RelPath::from_bytes(path.as_bytes()), ContentHash(leaf))
+        {
+            self.tree = None;
         }
     }
 
     /// Takes a file (or a directory's files) out of the tree, if one is built.
     fn unset_leaf(&mut self, path: &str) {
-        if let Some(tree) = self.tree.as_mut() {
-            if !Arc::make_mut(tree).remove(&RelPath::from_bytes(path.as_bytes())) {
-                self.tree = None;
-            }
+        if let Some(tree) = self.tree.as_mut()
+            && !Arc::make_mut(tree).remove(&RelPath::from_bytes(path.as_bytes()))
+        {
+            self.tree = None;
         }
     }
 

@@ -693,7 +693,7 @@ fn a_file_nested_thousands_deep_is_chunked_without_overflowing_the_stack() {
     for i in 0..depth {
         text.push_str(&format!("[{i},\n"));
     }
-    text.push_str("0");
+    text.push('0');
     text.push_str(&"]".repeat(depth));
     text.push_str(";\nfunction after() {\n  return x;\n}\n");
     let c = chunker(64, 16);
