@@ -351,14 +351,13 @@ impl State {
     fn reindex(&mut self) {
         let vectors = &self.vectors;
         self.refs = refs::Refs::build(self.files.values(), |id| vectors.contains_key(id));
-        let chunks = &self.chunks;
-        self.incomplete = self
-            .files
-            .values()
-            .filter(|f| !f.chunks.iter().all(|c| chunks.contains_key(&c.id)))
-            .map(|f| f.path.clone())
-            .collect();
+        self.incomplete = self.files.values().filter(|f| !self.stored_whole(f)).map(|f| f.path.clone()).collect();
         self.tree = None;
+    }
+
+    /// Whether every chunk of a file is stored.
+    fn stored_whole(&self, f: &FileRecord) -> bool {
+        f.chunks.iter().all(|c| self.chunks.contains_key(&c.id))
     }
 
     /// A file's leaf in the tree: its own, or blank where a chunk of it is not stored (a
@@ -424,7 +423,7 @@ impl State {
                     self.locate(&f);
                     let vectors = &self.vectors;
                     self.refs.add(&f, |id| vectors.contains_key(id));
-                    if !f.chunks.iter().all(|c| self.chunks.contains_key(&c.id)) {
+                    if !self.stored_whole(&f) {
                         self.incomplete.insert(f.path.clone());
                     }
                     self.set_leaf(&f.path, self.leaf(&f));
@@ -455,7 +454,7 @@ impl State {
                 .incomplete
                 .iter()
                 .filter_map(|p| self.files.get(p))
-                .filter(|f| f.chunks.iter().all(|c| self.chunks.contains_key(&c.id)))
+                .filter(|f| self.stored_whole(f))
                 .map(|f| (f.path.clone(), f.leaf))
                 .collect();
             for (path, leaf) in complete {
