@@ -121,10 +121,56 @@ enum Command {
     Openapi,
 }
 
+/// The commands a developer runs by hand many times a day, which the daemon answers in a few
+/// milliseconds. clap builds every subcommand's arguments before it parses (about a
+/// millisecond for this binary's thirty-odd), so these are parsed by a parser that holds only
+/// them; anything it does not take as is (help, a version, an error) goes to the full one, so
+/// what is printed never differs.
+#[derive(Debug, Parser)]
+#[command(name = "caret", version, propagate_version = true)]
+struct QuickCli {
+    /// Configuration file (default: $CARET_HOME/config.toml when it exists).
+    #[arg(long, global = true, env = "CARET_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: QuickCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum QuickCommand {
+    Scan(scan::ScanArgs),
+    Sync(sync::SyncArgs),
+    Search(index::SearchArgs),
+    Status(sync::StatusArgs),
+}
+
+impl From<QuickCli> for Cli {
+    fn from(q: QuickCli) -> Cli {
+        let command = match q.command {
+            QuickCommand::Scan(a) => Command::Scan(a),
+            QuickCommand::Sync(a) => Command::Sync(a),
+            QuickCommand::Search(a) => Command::Search(a),
+            QuickCommand::Status(a) => Command::Status(a),
+        };
+        Cli { config: q.config, command }
+    }
+}
+
+/// The command line, through the quick parser when its first word is one of its commands.
+fn parse_from(args: Vec<std::ffi::OsString>) -> Result<Cli, clap::Error> {
+    const QUICK: [&str; 4] = ["scan", "sync", "search", "status"];
+    if args.get(1).is_some_and(|a| QUICK.iter().any(|q| a == q))
+        && let Ok(quick) = QuickCli::try_parse_from(&args)
+    {
+        return Ok(quick.into());
+    }
+    Cli::try_parse_from(args)
+}
+
 fn main() -> ExitCode {
     // Inside an agent's sandbox `caret` is also the Landlock helper (see caret_sandbox::landlock).
     caret_sandbox::landlock::enter_helper_if_asked();
-    let cli = Cli::parse();
+    let cli = parse_from(std::env::args_os().collect()).unwrap_or_else(|e| e.exit());
     // A server logs its requests by default; other commands only warn.
     let service = match cli.command {
         Command::Serve(_) => "caret-server",
@@ -217,4 +263,58 @@ fn init_tracing(default: &str, service: &'static str) -> Option<caret_trace::Exp
     };
     tracing_subscriber::registry().with(logs).with(traces).init();
     exporter
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory as _;
+
+    fn both(line: &str) -> (String, String) {
+        let args: Vec<std::ffi::OsString> = line.split_whitespace().map(Into::into).collect();
+        let quick = parse_from(args.clone()).map(|c| format!("{c:?}")).unwrap_or_else(|e| e.to_string());
+        let full = Cli::try_parse_from(args).map(|c| format!("{c:?}")).unwrap_or_else(|e| e.to_string());
+        (quick, full)
+    }
+
+    #[test]
+    fn the_quick_parser_reads_a_command_line_as_the_full_one_does() {
+        for line in [
+            "caret scan .",
+            "caret scan --json --explain /tmp/w",
+            "caret --config /tmp/c.toml scan .",
+            "caret scan . --config /tmp/c.toml --max-file-size 1000",
+            "caret sync . --server http://127.0.0.1:1",
+            "caret search how are chunks embedded",
+            "caret search -k 5 --json where is the merkle tree",
+            "caret status .",
+            // What the quick parser does not take goes to the full one: errors and help.
+            "caret scan --no-such-flag",
+            "caret scan --help",
+            "caret search",
+            "caret --version",
+            "caret serve --help",
+        ] {
+            let (quick, full) = both(line);
+            assert_eq!(quick, full, "{line}");
+        }
+    }
+
+    #[test]
+    fn the_quick_commands_take_the_same_arguments_as_the_full_ones() {
+        let full = Cli::command();
+        let quick = QuickCli::command();
+        let ids = |c: &clap::Command| {
+            let mut v: Vec<String> = c.get_arguments().map(|a| format!("{a:?}")).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(quick.get_subcommands().count(), 4);
+        for sub in quick.get_subcommands() {
+            let name = sub.get_name();
+            let same = full.find_subcommand(name).unwrap_or_else(|| panic!("{name} is not a command"));
+            assert_eq!(ids(sub), ids(same), "{name}");
+        }
+        assert_eq!(ids(&quick), ids(&full));
+    }
 }
