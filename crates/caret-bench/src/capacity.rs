@@ -254,7 +254,7 @@ fn start_server(args: &CapacityBench, dir: &Path, double: &str, tenant: &str) ->
             .args(["--ip-rate-limit", "1000000", "--ip-rate-limit-burst", "1000000", "--data-dir"])
             .arg(&data)
             .env("CARET_HOME", &home)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", std::env::var("CARET_BENCH_SERVER_LOG").unwrap_or_else(|_| "warn".into()))
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(dir.join("server.log"))?),
@@ -619,16 +619,20 @@ fn size_run(
     }
     let setup_s = started.elapsed().as_secs_f64();
     // Background work the setup started (compactions of the new logs) finishes before the
-    // measurements: the server idle for two seconds, ten minutes at most.
+    // measurements: three quiet windows of two seconds in a row, ten minutes at most. Quiet
+    // is the server under 100 ms of CPU and the whole machine under a quarter of a core: a
+    // compaction first reads the old segment from the bucket, and while the bucket's server
+    // works the Caret server itself is idle.
     let settled = Instant::now();
-    let mut last = cpu_ms(pid).unwrap_or(0.0);
-    while settled.elapsed() < Duration::from_secs(600) {
+    let (mut last, mut machine) = (cpu_ms(pid).unwrap_or(0.0), machine_jiffies());
+    let mut quiet = 0;
+    while settled.elapsed() < Duration::from_secs(600) && quiet < 3 {
         std::thread::sleep(Duration::from_secs(2));
-        let now = cpu_ms(pid).unwrap_or(0.0);
-        if now - last < 100.0 {
-            break;
-        }
-        last = now;
+        let (now, machine_now) = (cpu_ms(pid).unwrap_or(0.0), machine_jiffies());
+        let busy = (machine_now.0 - machine.0) as f64 / (machine_now.1 - machine.1).max(1) as f64;
+        let cores = busy * std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        quiet = if now - last < 100.0 && cores < 0.25 { quiet + 1 } else { 0 };
+        (last, machine) = (now, machine_now);
     }
     let settle_s = settled.elapsed().as_secs_f64();
     let (rss1, bucket1, db1) = footprint();

@@ -336,7 +336,10 @@ impl Service {
                 let ns = self.namespace(tenant, id);
                 match ns.refresh(&mut state).await {
                     // Another replica compacted past this copy: load it afresh.
-                    Err(caret_store::Error::Gap(_)) => *state = ns.load().await?,
+                    Err(caret_store::Error::Gap(_)) => {
+                        tracing::info!(namespace = %ns.prefix(), seq = state.seq, "the log moved past this copy; loading afresh");
+                        *state = ns.load().await?
+                    }
                     other => other?,
                 }
                 drop(state);
@@ -388,12 +391,23 @@ impl Service {
             // still due when a segment goes in (a sibling's vectors copied during the fold,
             // say), fold again rather than wait for the next append.
             for _ in 0..4 {
+                let started = std::time::Instant::now();
                 let plan = cell.state.lock().await.compaction_plan();
                 match ns.compact(plan).await {
                     Ok(Some(segment)) => {
                         let mut state = cell.state.lock().await;
+                        let seq = segment.seq();
                         state.install(segment);
                         let (records, objects) = state.tail_size();
+                        tracing::info!(
+                            namespace = %ns.prefix(),
+                            seq,
+                            chunks = state.segment_chunks(),
+                            tail_records = records,
+                            tail_objects = objects,
+                            ms = started.elapsed().as_millis() as u64,
+                            "compacted"
+                        );
                         if !policy.due(records, objects, state.segment_chunks()) {
                             break;
                         }

@@ -645,6 +645,11 @@ impl Namespace {
         Namespace { store, prefix: ObjPath::from(prefix) }
     }
 
+    /// Where the namespace's objects live (for logs).
+    pub fn prefix(&self) -> &str {
+        self.prefix.as_ref()
+    }
+
     fn wal(&self) -> ObjPath {
         self.prefix.child("wal")
     }

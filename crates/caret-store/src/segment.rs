@@ -108,7 +108,12 @@ impl Segment {
         let dim = data.dim as usize;
         let ann = match stored.ann {
             Some(a) if a.len() == data.vector_ids.len() => Some(a),
-            _ if data.vector_ids.len() >= ANN_THRESHOLD => {
+            other if data.vector_ids.len() >= ANN_THRESHOLD => {
+                tracing::info!(
+                    vectors = data.vector_ids.len(),
+                    stored = other.map(|a| a.len()),
+                    "building a segment's graph anew"
+                );
                 Some(AnnIndex::build(&data.vectors, dim, AnnParams::default())?)
             }
             _ => None,
