@@ -1,5 +1,9 @@
 //! Approximate nearest neighbours for large namespaces: an HNSW graph (usearch) over unit
 //! vectors, scored by inner product. Small namespaces use [`crate::rank::exact_top_k`].
+//!
+//! The graph keeps its own copy of each vector, quantised to 8 bits (384 bytes for a
+//! 384-wide vector rather than 1,536): it only steers the walk. The candidates it finds are
+//! scored exactly against the segment's vector block, which the segment holds anyway.
 
 use crate::rank::Hit;
 
@@ -40,7 +44,7 @@ fn options(dim: usize, params: AnnParams) -> usearch::IndexOptions {
     usearch::IndexOptions {
         dimensions: dim,
         metric: usearch::MetricKind::IP,
-        quantization: usearch::ScalarKind::F32,
+        quantization: usearch::ScalarKind::I8,
         connectivity: params.connectivity,
         expansion_add: params.expansion_add,
         expansion_search: params.expansion_search,
@@ -78,13 +82,31 @@ impl AnnIndex {
             .try_for_each(|(i, row)| self.index.add((from + i) as u64, row).map_err(err))
     }
 
-    /// The `k` approximately nearest rows to `query`, best first, scored by inner product.
-    pub fn search(&self, query: &[f32], k: usize) -> crate::Result<Vec<Hit>> {
-        if query.len() != self.dim {
+    /// The `k` approximately nearest rows to `query`, best first, scored by their exact inner
+    /// product with `query` in `block` (the vectors the graph was built over, row-major): the
+    /// graph's quantised order picks twice as many candidates as asked, the block orders them.
+    pub fn search(&self, query: &[f32], k: usize, block: &[f32]) -> crate::Result<Vec<Hit>> {
+        if query.len() != self.dim || k == 0 {
             return Ok(Vec::new());
         }
-        let found = self.index.search(query, k).map_err(err)?;
-        Ok(found.keys.iter().zip(&found.distances).map(|(key, d)| (*key as usize, 1.0 - d)).collect())
+        let found = self.index.search(query, (2 * k).max(k + 16)).map_err(err)?;
+        let mut hits: Vec<Hit> = found
+            .keys
+            .iter()
+            .filter_map(|key| {
+                let row = usize::try_from(*key).ok()?;
+                let v = block.get(row * self.dim..(row + 1) * self.dim)?;
+                Some((row, v.iter().zip(query).map(|(a, b)| a * b).sum()))
+            })
+            .collect();
+        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        hits.truncate(k);
+        Ok(hits)
+    }
+
+    /// The bytes the graph holds in memory (its links and its quantised vectors).
+    pub fn memory_bytes(&self) -> usize {
+        self.index.memory_usage()
     }
 
     /// The graph as bytes, to store beside a segment.
@@ -167,7 +189,7 @@ mod tests {
         for q in queries.chunks_exact(dim) {
             let exact_hits = exact_top_k(&vectors, dim, q, 10);
             let exact: Vec<usize> = exact_hits.iter().map(|h| h.0).collect();
-            let ann = index.search(q, 10).unwrap();
+            let ann = index.search(q, 10, &vectors).unwrap();
             for (row, score) in &ann {
                 if let Some(e) = exact_hits.iter().find(|e| e.0 == *row) {
                     assert!((e.1 - score).abs() < 1e-3, "row {row}: ANN scores {score}, exact {}", e.1);
@@ -177,7 +199,42 @@ mod tests {
         }
         let recall = found as f64 / 500.0;
         assert!(recall >= 0.95, "recall@10 {recall}");
-        assert!(index.search(&[0.0; 3], 10).unwrap().is_empty(), "wrong dimension");
+        assert!(index.search(&[0.0; 3], 10, &vectors).unwrap().is_empty(), "wrong dimension");
+    }
+
+    #[test]
+    fn a_graph_stored_with_full_width_vectors_still_loads_and_finds() {
+        // Graphs stored before the graph's vectors were quantised hold 32-bit floats.
+        let (n, dim) = (2000, 32);
+        let vectors = synthetic_embeddings(n, dim, 5);
+        let old = usearch::Index::new(&usearch::IndexOptions {
+            quantization: usearch::ScalarKind::F32,
+            ..options(dim, AnnParams::default())
+        })
+        .unwrap();
+        old.reserve(n).unwrap();
+        for (i, row) in vectors.chunks_exact(dim).enumerate() {
+            old.add(i as u64, row).unwrap();
+        }
+        let mut bytes = vec![0u8; old.serialized_length()];
+        old.save_to_buffer(&mut bytes).unwrap();
+        let loaded = AnnIndex::from_bytes(&bytes, dim, AnnParams::default()).unwrap();
+        assert_eq!(loaded.len(), n);
+        for row in (0..n).step_by(101) {
+            let hits = loaded.search(&vectors[row * dim..(row + 1) * dim], 3, &vectors).unwrap();
+            assert_eq!(hits[0].0, row, "a stored row is its own nearest");
+            assert!((hits[0].1 - 1.0).abs() < 1e-4, "scored exactly: {}", hits[0].1);
+        }
+    }
+
+    #[test]
+    fn quantised_graph_is_smaller_than_its_vectors() {
+        let (n, dim) = (3000, 384);
+        let vectors = synthetic_embeddings(n, dim, 6);
+        let index = AnnIndex::build(&vectors, dim, AnnParams::default()).unwrap();
+        let per_row = index.to_bytes().unwrap().len() / n;
+        // 384 one-byte components and the links, well under the 1,536 bytes of the floats.
+        assert!(per_row < 700, "{per_row} bytes a row");
     }
 
     #[test]
@@ -195,13 +252,13 @@ mod tests {
         let mut found = 0;
         for q in queries.chunks_exact(dim) {
             let exact: Vec<usize> = exact_top_k(&vectors, dim, q, 10).iter().map(|h| h.0).collect();
-            found += grown.search(q, 10).unwrap().iter().filter(|h| exact.contains(&h.0)).count();
+            found += grown.search(q, 10, &vectors).unwrap().iter().filter(|h| exact.contains(&h.0)).count();
         }
         let recall = found as f64 / 500.0;
         assert!(recall >= 0.95, "recall@10 {recall}");
         // Each new row is its own nearest neighbour.
         for row in (n..n + more).step_by(97) {
-            let hits = grown.search(&vectors[row * dim..(row + 1) * dim], 1).unwrap();
+            let hits = grown.search(&vectors[row * dim..(row + 1) * dim], 1, &vectors).unwrap();
             assert_eq!(hits[0].0, row);
         }
     }

@@ -236,7 +236,7 @@ impl State {
         let mut lists = Vec::new();
         if let Some(seg) = self.segment.as_ref().filter(|s| s.model.as_deref() == Some(model) && s.dim == *dim) {
             let hits: Vec<Hit> = match &seg.ann {
-                Some(ann) => ann.search(query, n * 2).unwrap_or_else(|e| {
+                Some(ann) => ann.search(query, n * 2, &seg.vectors).unwrap_or_else(|e| {
                     tracing::error!("ANN search failed ({e}); scanning exactly");
                     rank::exact_top_k(&seg.vectors, seg.dim, query, n * 2)
                 }),

@@ -264,7 +264,7 @@ fn ann_graphs_round_trip_through_bytes() {
     let bytes = index.to_bytes().unwrap();
     let back = AnnIndex::from_bytes(&bytes, dim, AnnParams::default()).unwrap();
     let q = &data[dim * 3..dim * 4];
-    assert_eq!(back.search(q, 5).unwrap(), index.search(q, 5).unwrap());
+    assert_eq!(back.search(q, 5, &data).unwrap(), index.search(q, 5, &data).unwrap());
     assert!(AnnIndex::from_bytes(&bytes, dim + 1, AnnParams::default()).is_err());
 }
 
@@ -647,7 +647,7 @@ fn a_compaction_extends_the_old_graph_while_few_of_its_vectors_are_dead() {
     let grown = segment::extended_graph(Some(&old), &folded, kept, 0).unwrap().expect("the graph is extended");
     assert_eq!((grown.len(), old.ann.as_ref().unwrap().len()), (n + 50, n), "the old graph is untouched");
     for row in n..n + 50 {
-        assert_eq!(grown.search(&folded.vectors[row * dim..(row + 1) * dim], 1).unwrap()[0].0, row);
+        assert_eq!(grown.search(&folded.vectors[row * dim..(row + 1) * dim], 1, &folded.vectors).unwrap()[0].0, row);
     }
     assert!(segment::extended_graph(Some(&old), &folded, kept, n + 51).unwrap().is_none(), "too small for a graph");
     let segment = Segment::from_data("new".into(), &folded, Stored { ann: Some(grown), bm25: None }).unwrap();
