@@ -194,6 +194,12 @@ fn cpu_ms(pid: u32) -> Option<f64> {
     Some(ticks as f64 * 10.0)
 }
 
+/// Cores the whole machine kept busy between two readings of [`machine_jiffies`].
+fn machine_cores(from: (u64, u64), to: (u64, u64)) -> f64 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    (to.0 - from.0) as f64 / (to.1 - from.1).max(1) as f64 * cores
+}
+
 /// Busy and total jiffies of the whole machine, from `/proc/stat`.
 fn machine_jiffies() -> (u64, u64) {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
@@ -629,9 +635,8 @@ fn size_run(
     while settled.elapsed() < Duration::from_secs(600) && quiet < 3 {
         std::thread::sleep(Duration::from_secs(2));
         let (now, machine_now) = (cpu_ms(pid).unwrap_or(0.0), machine_jiffies());
-        let busy = (machine_now.0 - machine.0) as f64 / (machine_now.1 - machine.1).max(1) as f64;
-        let cores = busy * std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-        quiet = if now - last < 100.0 && cores < 0.25 { quiet + 1 } else { 0 };
+        let quiet_now = now - last < 100.0 && machine_cores(machine, machine_now) < 0.25;
+        quiet = if quiet_now { quiet + 1 } else { 0 };
         (last, machine) = (now, machine_now);
     }
     let settle_s = settled.elapsed().as_secs_f64();
@@ -840,7 +845,7 @@ fn size_run(
             }
         }
         let ops = schedule.len();
-        let (cpu0, (busy0, total0)) = (cpu_ms(pid).unwrap_or(0.0), machine_jiffies());
+        let (cpu0, jiffies0) = (cpu_ms(pid).unwrap_or(0.0), machine_jiffies());
         let started = Instant::now();
         let done = rt.block_on(async {
             let mut tasks = Vec::with_capacity(ops);
@@ -864,10 +869,8 @@ fn size_run(
             anyhow::Ok(all)
         })?;
         let wall = started.elapsed().as_secs_f64();
-        let (busy1, total1) = machine_jiffies();
         let server_cores = (cpu_ms(pid).unwrap_or(0.0) - cpu0) / 1e3 / wall;
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-        let machine_cores = (busy1 - busy0) as f64 / (total1 - total0).max(1) as f64 * cores;
+        let machine_cores = machine_cores(jiffies0, machine_jiffies());
         let t = tally(done);
         let p99 = |op: Op| percentile(&t.ms[index(op)], 0.99);
         let overhead = |k: usize, q: f64| percentile(&t.overhead[k], q);

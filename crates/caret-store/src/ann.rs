@@ -90,18 +90,11 @@ impl AnnIndex {
             return Ok(Vec::new());
         }
         let found = self.index.search(query, (2 * k).max(k + 16)).map_err(err)?;
-        let mut hits: Vec<Hit> = found
-            .keys
-            .iter()
-            .filter_map(|key| {
-                let row = usize::try_from(*key).ok()?;
-                let v = block.get(row * self.dim..(row + 1) * self.dim)?;
-                Some((row, v.iter().zip(query).map(|(a, b)| a * b).sum()))
-            })
-            .collect();
-        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        hits.truncate(k);
-        Ok(hits)
+        let scored = found.keys.iter().filter_map(|key| {
+            let row = usize::try_from(*key).ok()?;
+            Some((row, crate::rank::dot(block.get(row * self.dim..(row + 1) * self.dim)?, query)))
+        });
+        Ok(crate::rank::top_k(scored, k))
     }
 
     /// The bytes the graph holds in memory (its links and its quantised vectors).

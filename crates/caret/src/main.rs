@@ -158,8 +158,8 @@ impl From<QuickCli> for Cli {
 
 /// The command line, through the quick parser when its first word is one of its commands.
 fn parse_from(args: Vec<std::ffi::OsString>) -> Result<Cli, clap::Error> {
-    const QUICK: [&str; 4] = ["scan", "sync", "search", "status"];
-    if args.get(1).is_some_and(|a| QUICK.iter().any(|q| a == q))
+    use clap::Subcommand as _;
+    if args.get(1).and_then(|a| a.to_str()).is_some_and(QuickCommand::has_subcommand)
         && let Ok(quick) = QuickCli::try_parse_from(&args)
     {
         return Ok(quick.into());
