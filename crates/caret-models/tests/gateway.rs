@@ -293,7 +293,14 @@ async fn a_recovered_deployment_takes_load_gradually() {
     assert_eq!(g.breaker_state("ramp"), Some(BreakerState::Open));
     // It recovers, and answers slowly enough for the concurrency it sees to be counted.
     up.set(Behaviour { delay: Duration::from_millis(300), ..Behaviour::default() });
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // The cool-down has passed when the breaker reads half-open: 100 ms, or 200 ms when the
+    // request's last retry came late enough to be a half-open trial itself and failed.
+    let waited = Instant::now();
+    while g.breaker_state("ramp") == Some(BreakerState::Open) {
+        assert!(waited.elapsed() < Duration::from_secs(5), "the breaker never half-opened");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(g.breaker_state("ramp"), Some(BreakerState::HalfOpen));
     assert_eq!(ask(&g, Class::Interactive, 5000).await.unwrap(), "hello from ramp", "the half-open trial");
     assert_eq!(g.breaker_state("ramp"), Some(BreakerState::Closed));
     let burst = |g: Arc<Gateway>| async move {
