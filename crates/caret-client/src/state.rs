@@ -104,6 +104,11 @@ impl WorkspaceState {
         self.state_dir.join("paths.map")
     }
 
+    /// Whether a sync from this state has completed before (its path map is saved).
+    pub fn has_synced(&self) -> bool {
+        self.path_map_file().exists()
+    }
+
     /// Saves the reverse map (obfuscated → real path) of the last sync.
     pub fn save_path_map(&self, map: &[(String, RelPath)]) -> Result<()> {
         let mut out = Vec::with_capacity(map.len() * 96);

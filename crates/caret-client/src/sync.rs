@@ -207,7 +207,8 @@ impl SyncEngine {
         let started = Instant::now();
         let wire_before = transport.wire().get();
         let local = self.local_tree(ws).await?;
-        transport.create_workspace(&ws.id, &CreateWorkspace { key_id: ws.key.key_id() }).await?;
+        let sketch = if ws.has_synced() { Vec::new() } else { sketch(&local.tree) };
+        transport.create_workspace(&ws.id, &CreateWorkspace { key_id: ws.key.key_id(), sketch }).await?;
         let pending = self.compare(ws, &local, transport).await?;
         let mut report = SyncReport {
             added: pending.added.len() as u64,
@@ -383,6 +384,20 @@ impl SyncEngine {
         map.sort();
         ws.save_path_map(&map)
     }
+}
+
+/// Entries of a first sync's sketch: enough for a match of half of them to mean a copy of
+/// the same tree, few enough to cost under 600 bytes once.
+const SKETCH: usize = 32;
+
+/// The smallest distinct keyed leaves of a tree, as 16 hex characters each (see
+/// [`CreateWorkspace::sketch`]): a sample of its files that another tree with most of the
+/// same files shares, whatever it adds or lacks.
+pub fn sketch(tree: &MerkleTree) -> Vec<String> {
+    let mut leaves: Vec<[u8; 32]> = tree.files().into_iter().map(|(_, leaf)| leaf.0).collect();
+    leaves.sort_unstable();
+    leaves.dedup();
+    leaves.iter().take(SKETCH).map(|l| ContentHash(*l).to_hex()[..16].to_owned()).collect()
 }
 
 /// The obfuscated, keyed tree of a scan.

@@ -381,7 +381,7 @@ async fn a_text_without_its_id_is_filed_under_its_own() {
     let (mine, theirs) = (TempDir::new(), TempDir::new());
     let a = WorkspaceState::open(mine.path(), &mine.join("ws"), &mine.join("keys")).unwrap();
     let b = WorkspaceState::open(theirs.path(), &theirs.join("ws"), &theirs.join("keys")).unwrap();
-    let key_id = caret_protocol::CreateWorkspace { key_id: a.key.key_id() };
+    let key_id = caret_protocol::CreateWorkspace { key_id: a.key.key_id(), sketch: Vec::new() };
     service.create_workspace(&tenant, &a.id, &key_id).await.unwrap();
     let text = "pub fn add(a: i32, b: i32) -> i32 { a + b }";
     let id_under = |ws: &WorkspaceState| {
@@ -466,19 +466,25 @@ async fn replicas_see_each_others_commits_through_the_row() {
 }
 
 /// A copy that shares the key gets its vectors from the first: the texts its commit left
-/// held for the model are let go then, not kept until the budget pushes them out.
+/// held for the model are let go then, not kept until the budget pushes them out. (The copy
+/// was synced empty first, so it does not start as a copy of the first on the server.)
 #[tokio::test]
 async fn texts_of_vectors_copied_from_a_workspace_sharing_the_key_are_not_kept() {
     let server_dir = TempDir::new();
     let (service, recorder) = embedding_service(&server_dir, caret_index::held::DEFAULT_BUDGET).await;
     let tenant = service.db().create_tenant("local").await.unwrap();
     let transport = InProcessTransport::new(service.clone(), tenant.clone(), "embedded");
-    let (a, b) = (workspace(), workspace());
+    let (a, b) = (workspace(), TempDir::new());
     let state = TempDir::new();
     let first = WorkspaceState::open(a.path(), &state.join("a"), &state.join("keys")).unwrap();
     let mut second = WorkspaceState::open(b.path(), &state.join("b"), &state.join("keys")).unwrap();
     second.replace_key(first.key.clone()).unwrap();
     let engine = SyncEngine::new(scanner(), SyncOptions::default());
+    engine.sync(&second, &transport).await.unwrap();
+    for rel in ["src/lib.rs", "src/util/strings.rs", "docs/guide.md", "README.md"] {
+        b.write(rel, &std::fs::read_to_string(a.join(rel)).unwrap());
+    }
+    b.backdate(10);
     engine.sync(&first, &transport).await.unwrap();
     caret_client::index::embed_missing(scanner(), &first, &transport, |_| {}).await.unwrap();
     assert_eq!(service.held_usage().0, 0, "embedded: nothing held");
@@ -489,4 +495,68 @@ async fn texts_of_vectors_copied_from_a_workspace_sharing_the_key_are_not_kept()
     assert_eq!((report.progress.done, report.progress.embedded), (report.progress.total, 0), "{report:?}");
     assert_eq!(recorder.seen.lock().unwrap().len(), embedded, "copied, not embedded again");
     assert_eq!(service.held_usage(), (0, 0), "and their texts let go");
+}
+
+/// A teammate's checkout under the same key (a clone, a branch) starts on the server as a copy
+/// of the workspace it mostly matches: its first sync sends only the files that differ, it
+/// embeds only their chunks, the two share one copy of the index in memory, and each finds
+/// its own version of a file.
+#[tokio::test]
+async fn a_checkout_under_the_same_key_starts_as_a_copy_and_sends_only_what_differs() {
+    let server_dir = TempDir::new();
+    let (service, recorder) = embedding_service(&server_dir, caret_index::held::DEFAULT_BUDGET).await;
+    let tenant = service.db().create_tenant("local").await.unwrap();
+    let transport = InProcessTransport::new(service.clone(), tenant.clone(), "embedded");
+    let (a, b) = (workspace(), workspace());
+    for dir in [&a, &b] {
+        for i in 0..12 {
+            dir.write(format!("src/gen/m{i}.rs"), &format!("pub fn module_{i}(x: u32) -> u32 {{\n    x * {i}\n}}\n"));
+        }
+        dir.backdate(10);
+    }
+    // The teammate changed one file and added one.
+    b.write("src/lib.rs", "pub fn add_checked(a: i32, b: i32) -> Option<i32> {\n    a.checked_add(b)\n}\n");
+    b.write("src/extra.rs", "pub fn teammate_helper() -> &'static str {\n    \"mine\"\n}\n");
+    b.backdate(5);
+    let state = TempDir::new();
+    let first = WorkspaceState::open(a.path(), &state.join("a"), &state.join("keys")).unwrap();
+    let mut second = WorkspaceState::open(b.path(), &state.join("b"), &state.join("keys")).unwrap();
+    second.replace_key(first.key.clone()).unwrap();
+    let engine = SyncEngine::new(scanner(), SyncOptions::default());
+    let whole = engine.sync(&first, &transport).await.unwrap();
+    caret_client::index::embed_missing(scanner(), &first, &transport, |_| {}).await.unwrap();
+    let embedded = recorder.seen.lock().unwrap().len();
+
+    let copy = engine.sync(&second, &transport).await.unwrap();
+    // One index in memory for both (the in-process server then folds each workspace's log
+    // into its own segment once embedding settles; a served one keeps sharing until a
+    // workspace's own changes are worth a segment).
+    assert_eq!(service.shared_bases(), (1, 2), "one index in memory for both");
+    assert_eq!((copy.added, copy.modified, copy.deleted), (1, 1, 0), "{copy:?}");
+    assert_eq!(copy.unchanged, whole.added - 1);
+    assert_eq!(copy.local_root, copy.server_root, "{copy:?}");
+    let report = caret_client::index::embed_missing(scanner(), &second, &transport, |_| {}).await.unwrap();
+    assert_eq!(report.progress.done, report.progress.total);
+    let texts: Vec<String> = recorder.seen.lock().unwrap()[embedded..].iter().map(|(_, t)| t.clone()).collect();
+    assert!(!texts.is_empty() && texts.iter().all(|t| t.contains("checked_add") || t.contains("teammate_helper")), "{texts:?}");
+
+    let info = |id: &str| {
+        let (service, tenant, id) = (service.clone(), tenant.clone(), id.to_owned());
+        async move { service.workspace_info(&tenant, &id).await.unwrap() }
+    };
+    let (ia, ib) = (info(&first.id).await, info(&second.id).await);
+    assert_eq!(ib.files, ia.files + 1);
+    assert_ne!(ia.root_hash, ib.root_hash);
+    // By keyed terms alone: a hit is a chunk holding the words.
+    let find = async |ws: &WorkspaceState, q: &str| {
+        let (mode, rerank) = (caret_protocol::SearchMode::Lexical, Default::default());
+        let found = caret_client::index::search(scanner(), ws, &transport, q, 5, mode, rerank).await.unwrap();
+        found.hits.into_iter().map(|h| h.path).collect::<Vec<_>>()
+    };
+    assert_eq!(find(&second, "checked").await.first().map(String::as_str), Some("src/lib.rs"));
+    assert!(find(&first, "checked").await.is_empty(), "the first workspace never had it");
+    assert_eq!(find(&second, "teammate").await.first().map(String::as_str), Some("src/extra.rs"));
+    assert!(find(&first, "teammate").await.is_empty());
+    assert_eq!(find(&first, "module_7").await.first().map(String::as_str), Some("src/gen/m7.rs"));
+    assert_eq!(find(&second, "module_7").await.first().map(String::as_str), Some("src/gen/m7.rs"));
 }

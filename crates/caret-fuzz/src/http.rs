@@ -39,7 +39,7 @@ fn harness() -> &'static Harness {
             let a = db.create_tenant("a").await.unwrap_or_else(|e| panic!("{e}"));
             let b = db.create_tenant("b").await.unwrap_or_else(|e| panic!("{e}"));
             let token = db.create_token(&a, "fuzz").await.unwrap_or_else(|e| panic!("{e}"));
-            let key = caret_protocol::CreateWorkspace { key_id: "k".repeat(16) };
+            let key = caret_protocol::CreateWorkspace { key_id: "k".repeat(16), sketch: Vec::new() };
             service.create_workspace(&a, OWN, &key).await.unwrap_or_else(|e| panic!("{e}"));
             service.create_workspace(&b, OTHER, &key).await.unwrap_or_else(|e| panic!("{e}"));
             let config = caret_server::ServeConfig {

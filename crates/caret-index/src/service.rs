@@ -158,6 +158,8 @@ pub struct Service {
     weights: Weights,
     /// Texts received at commit time, held in memory until embedded.
     held: HeldTexts,
+    /// Segments loaded, shared by every workspace state holding one (forks).
+    bases: Arc<caret_store::Bases>,
 }
 
 impl std::fmt::Debug for Service {
@@ -238,6 +240,7 @@ impl Service {
             compactions: Arc::new(tokio::sync::Semaphore::new(1)),
             weights: Weights::default(),
             held: HeldTexts::new(crate::held::DEFAULT_BUDGET),
+            bases: Arc::new(caret_store::Bases::new()),
         }
     }
 
@@ -313,7 +316,7 @@ impl Service {
     }
 
     fn namespace(&self, tenant: &Tenant, id: &str) -> Namespace {
-        Namespace::new(self.store.clone(), &format!("t/{}/w/{id}", tenant.id))
+        Namespace::new(self.store.clone(), &format!("t/{}/w/{id}", tenant.id)).with_bases(self.bases.clone())
     }
 
     /// The loaded state of a workspace that exists for this tenant, brought up to date.
@@ -366,6 +369,12 @@ impl Service {
         let seq = if current { ns.append_current(state, records).await? } else { ns.append(state, records).await? };
         self.db.note_log_seq(tenant, id, seq).await?;
         Ok(seq)
+    }
+
+    /// Segments held in memory, and the workspace states sharing them (see
+    /// [`caret_store::Bases::held`]).
+    pub fn shared_bases(&self) -> (usize, usize) {
+        self.bases.held()
     }
 
     /// Starts a background compaction when the tail is long enough and none is running.
@@ -453,8 +462,8 @@ impl Service {
             id: id.to_owned(),
             key_id: key_id.to_owned(),
             root_hash: state.tree().root_hash().to_hex(),
-            files: state.files.len() as u64,
-            chunks: state.chunks.len() as u64,
+            files: state.file_count() as u64,
+            chunks: state.chunk_count() as u64,
             embeddable,
             embedded,
             model: model.map(str::to_owned),
@@ -469,11 +478,85 @@ impl Service {
         }
         let empty = MerkleTree::default().root_hash().to_hex();
         self.db.create_workspace(tenant, id, &req.key_id, &empty).await?;
-        let info = self.workspace_info(tenant, id).await?;
-        if info.key_id != req.key_id {
+        let row = self.db.workspace(tenant, id).await?.ok_or_else(|| Error::NotFound("workspace".into()))?;
+        if row.key_id != req.key_id {
             return Err(Error::Conflict("this workspace was created with another key".into()));
         }
-        Ok(info)
+        if !req.sketch.is_empty() && req.sketch.len() <= caret_protocol::MAX_SKETCH {
+            // A copy that cannot be made costs only the sync it would have saved.
+            if let Err(e) = self.fork_from_sibling(tenant, id, &row.key_id, &req.sketch).await {
+                tracing::warn!(workspace = id, "starting from a sibling workspace failed; syncing in full: {e}");
+            }
+        }
+        self.workspace_info(tenant, id).await
+    }
+
+    /// Starts a workspace that holds nothing yet from the sibling (same tenant, same key)
+    /// whose files hold most of the client's sketch, when at least half of it: the sibling's
+    /// log is folded into its segment, the segment copied inside the bucket under this
+    /// workspace's prefix and shared in memory ([`caret_store::Bases`]), and the sync that
+    /// follows sends only what differs. Returns the sibling's id.
+    async fn fork_from_sibling(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+        key_id: &str,
+        sketch: &[String],
+    ) -> Result<Option<String>> {
+        let sketch: HashSet<u64> = sketch.iter().filter_map(|h| u64::from_str_radix(h.get(..16)?, 16).ok()).collect();
+        if sketch.is_empty() {
+            return Ok(None);
+        }
+        let cell = self.state(tenant, id).await?;
+        let mut state = cell.state.lock().await;
+        if state.seq != 0 || state.file_count() != 0 {
+            return Ok(None);
+        }
+        // Siblings in memory, and a few from storage.
+        let mut best: Option<(usize, String)> = None;
+        let mut loads = 0;
+        for row in self.db.workspaces(tenant).await? {
+            if row.key_id != key_id || row.id == id || row.files == 0 {
+                continue;
+            }
+            let held = self.loaded.lock().unwrap_or_else(|p| p.into_inner()).get(&(tenant.id.clone(), row.id.clone())).cloned();
+            let other = match held {
+                Some(other) => other,
+                None if loads < SIBLINGS_LOADED => {
+                    loads += 1;
+                    self.state(tenant, &row.id).await?
+                }
+                None => continue,
+            };
+            let shared = other.state.lock().await.leaves_matching(&sketch);
+            if best.as_ref().is_none_or(|(n, _)| shared > *n) {
+                best = Some((shared, row.id));
+            }
+        }
+        let Some((shared, sibling)) = best.filter(|(n, _)| n * 2 >= sketch.len()) else { return Ok(None) };
+        // The sibling's log folded into its segment first, so that the copy holds all it has
+        // (a compaction running already is waited for, a minute at most).
+        let other = self.state(tenant, &sibling).await?;
+        let waited = std::time::Instant::now();
+        while other.compacting.load(Ordering::Acquire) && waited.elapsed() < std::time::Duration::from_secs(60) {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        self.compact(tenant, &sibling, 0).await?;
+        let ns = self.namespace(tenant, id);
+        let Some(seq) = ns.fork_from(&self.namespace(tenant, &sibling)).await? else { return Ok(None) };
+        *state = ns.load().await?;
+        self.db.note_log_seq(tenant, id, seq).await?;
+        let root = state.tree().root_hash().to_hex();
+        self.db.update_root(tenant, id, &root, state.file_count() as u64, state.chunk_count() as u64).await?;
+        tracing::info!(
+            workspace = id,
+            from = %sibling,
+            sketch = sketch.len(),
+            shared,
+            files = state.file_count(),
+            "a new workspace starts as a copy of its sibling"
+        );
+        Ok(Some(sibling))
     }
 
     /// A workspace's current state.
@@ -566,7 +649,7 @@ impl Service {
         let missing = records
             .iter()
             .flat_map(|f| f.chunks.iter())
-            .filter(|c| !state.chunks.contains_key(&c.id) && seen.insert(c.id))
+            .filter(|c| !state.has_chunk(&c.id) && seen.insert(c.id))
             .map(|c| ContentHash(c.id).to_hex())
             .collect();
         Ok(PlanResponse { missing })
@@ -599,7 +682,7 @@ impl Service {
         let mut missing: Vec<String> = files
             .iter()
             .flat_map(|f| f.chunks.iter())
-            .filter(|c| !state.chunks.contains_key(&c.id) && !sent.contains(&c.id))
+            .filter(|c| !state.has_chunk(&c.id) && !sent.contains(&c.id))
             .map(|c| ContentHash(c.id).to_hex())
             .collect();
         if !missing.is_empty() {
@@ -607,14 +690,14 @@ impl Service {
             missing.dedup();
             return Err(Error::MissingChunks(missing));
         }
-        let new_chunks = chunk_records.iter().filter(|c| !state.chunks.contains_key(&c.id)).count() as u64;
+        let new_chunks = chunk_records.iter().filter(|c| !state.has_chunk(&c.id)).count() as u64;
         // The new chunks' texts wait in memory for the client's embed request, which then
         // asks for them by count instead of sending them again.
-        for_model.retain(|(c, _)| !state.chunks.contains_key(c));
+        for_model.retain(|(c, _)| !state.has_chunk(c));
         let (n_files, n_deletes) = (files.len() as u64, req.deletes.len() as u64);
         let records: Vec<Record> = chunk_records
             .into_iter()
-            .filter(|c| !state.chunks.contains_key(&c.id))
+            .filter(|c| !state.has_chunk(&c.id))
             .map(Record::Chunk)
             .chain(req.deletes.into_iter().map(Record::Delete))
             .chain(files.into_iter().map(Record::File))
@@ -625,7 +708,7 @@ impl Service {
         }
         self.held.hold(&tenant.id, id, for_model);
         let root = state.tree().root_hash().to_hex();
-        self.db.update_root(tenant, id, &root, state.files.len() as u64, state.chunks.len() as u64).await?;
+        self.db.update_root(tenant, id, &root, state.file_count() as u64, state.chunk_count() as u64).await?;
         Ok(CommitResponse { root_hash: root, files: n_files, deleted: n_deletes, chunks_stored: new_chunks })
     }
 }
@@ -769,7 +852,7 @@ impl Service {
             let todo: Vec<([u8; 32], String)> = texts
                 .into_iter()
                 .filter(|(c, _)| {
-                    state.chunks.contains_key(c) && state.vector(c, model.id()).is_none() && seen.insert(*c)
+                    state.has_chunk(c) && state.vector(c, model.id()).is_none() && seen.insert(*c)
                 })
                 .collect();
             let stages =
@@ -875,8 +958,7 @@ impl Service {
                 .into_iter()
                 .map(|h| caret_protocol::SearchHit {
                     leaf: state
-                        .files
-                        .get(&h.path)
+                        .file(&h.path)
                         .map(|f| caret_workspace::ContentHash(f.leaf).to_hex())
                         .unwrap_or_default(),
                     path: h.path,

@@ -57,7 +57,17 @@ pub struct ErrorDetail {
 pub struct CreateWorkspace {
     /// The public id of the workspace key, to detect a client using another key.
     pub key_id: String,
+    /// On a client's first sync: the smallest keyed leaves of its tree (the first 16 hex
+    /// characters of each, at most [`MAX_SKETCH`]). A new workspace whose sketch mostly
+    /// matches the files of another workspace under the same key starts as a copy of it
+    /// (a clone, a branch, a teammate's checkout), and the sync then sends only what differs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(regex(pattern = r"^[0-9a-f]{16}$")))]
+    pub sketch: Vec<String>,
 }
+
+/// Entries a [`CreateWorkspace`] sketch holds at most.
+pub const MAX_SKETCH: usize = 64;
 
 /// A workspace as the server knows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -33,7 +33,7 @@ async fn harness(rate_limit: RateLimit) -> Harness {
     let db = service.db();
     let (a, b) = (db.create_tenant("alice").await.unwrap(), db.create_tenant("bob").await.unwrap());
     let (alice, bob) = (db.create_token(&a, "t").await.unwrap(), db.create_token(&b, "t").await.unwrap());
-    let key = caret_protocol::CreateWorkspace { key_id: "k".repeat(16) };
+    let key = caret_protocol::CreateWorkspace { key_id: "k".repeat(16), sketch: Vec::new() };
     service.create_workspace(&a, ALICE_WS, &key).await.unwrap();
     service.create_workspace(&b, BOB_WS, &key).await.unwrap();
     let config = caret_server::ServeConfig {

@@ -23,21 +23,25 @@
 //! HTTP.
 
 pub mod ann;
+mod base;
 pub mod bm25;
+mod layered;
 pub mod lexical;
 pub mod rank;
 mod refs;
 mod search;
 mod segment;
 
+pub use base::{Base, Bases};
 pub use search::{Query, SearchHit, Weights};
 pub use segment::{CompactionPlan, Segment};
 
 use crate::ann::{AnnIndex, AnnParams};
 use crate::bm25::Bm25Index;
+use crate::layered::{Layered, LayeredOrd};
 use crate::segment::{Manifest, SegmentData, Stored};
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use caret_workspace::merkle::MerkleTree;
@@ -277,7 +281,7 @@ fn open<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Option<T> {
 
 /// Where a chunk's vector is.
 #[derive(Debug, Clone, Copy)]
-enum VecAt {
+pub(crate) enum VecAt {
     Segment(u32),
     Tail(u32),
 }
@@ -302,57 +306,108 @@ pub(crate) struct Location {
 }
 
 /// The state of a workspace: its files, its stored chunks and vectors, the segment and the
-/// tail after it.
+/// tail after it. What the segment says is a [`Base`] that every state loaded from the same
+/// segment shares; the tables here hold this state's changes over it ([`layered`]).
 #[derive(Debug, Default)]
 pub struct State {
     /// The last applied log sequence number (0: none).
     pub seq: u64,
     /// Files by obfuscated path.
-    pub files: BTreeMap<String, FileRecord>,
+    files: LayeredOrd<String, FileRecord>,
     /// Stored chunks (with lexical data): id → length in tokens.
-    pub chunks: HashMap<[u8; 32], u32>,
+    chunks: Layered<[u8; 32], u32>,
+    base: Option<Arc<Base>>,
     segment: Option<Arc<Segment>>,
     tail: Tail,
     /// The vectors' model and width.
     model: Option<(String, usize)>,
-    vectors: HashMap<[u8; 32], VecAt>,
+    vectors: Layered<[u8; 32], VecAt>,
     /// Where embeddable chunks are and which lack a vector (kept with each record).
     refs: refs::Refs,
     /// The Merkle tree, once built, kept with each record (see [`State::tree`]).
     tree: Option<Arc<MerkleTree>>,
     /// Files with a chunk that is not stored: their leaves in the tree are blank.
     incomplete: BTreeSet<String>,
-    pub(crate) locations: Option<Arc<HashMap<[u8; 32], Vec<Location>>>>,
+    pub(crate) locations: Option<Arc<search::Locations>>,
     pub(crate) tail_lexical: Option<Arc<(Vec<[u8; 32]>, rank::LexicalIndex)>>,
 }
 
 impl State {
-    fn from_segment(segment: Arc<Segment>, data: SegmentData) -> State {
-        let mut state = State {
-            seq: data.seq,
-            files: data.files.into_iter().map(|f| (f.path.clone(), f)).collect(),
-            chunks: segment.ids.iter().copied().zip(segment.lengths.iter().copied()).collect(),
+    /// The state a segment holds, sharing its tables with every other state loaded from it.
+    fn from_base(base: Arc<Base>) -> State {
+        let segment = base.segment.clone();
+        State {
+            seq: segment.seq,
+            files: LayeredOrd::over(base.files.clone()),
+            chunks: Layered::over(base.chunks.clone()),
             model: segment.model.clone().map(|m| (m, segment.dim)),
+            vectors: Layered::over(base.vectors.clone()),
+            refs: base.refs.clone(),
+            incomplete: base.incomplete.clone(),
+            segment: Some(segment),
+            base: Some(base),
             ..State::default()
-        };
-        state.vectors = segment
-            .vector_ids
-            .iter()
-            .enumerate()
-            .map(|(i, id)| (*id, VecAt::Segment(u32::try_from(i).unwrap_or(u32::MAX))))
-            .collect();
-        state.segment = Some(segment);
-        state.reindex();
-        state
+        }
     }
 
-    /// Derives what follows the files, chunks and vectors anew: the chunks' places and what
-    /// lacks a vector, the files that lack a chunk; the tree is built on its next use.
+    /// Files in the workspace.
+    pub fn file_count(&self) -> usize {
+        self.files.len()
+    }
+
+    /// Stored chunks.
+    pub fn chunk_count(&self) -> usize {
+        self.chunks.len()
+    }
+
+    /// Whether a chunk is stored.
+    pub fn has_chunk(&self, id: &[u8; 32]) -> bool {
+        self.chunks.contains_key(id)
+    }
+
+    /// A file's record by obfuscated path.
+    pub fn file(&self, path: &str) -> Option<&FileRecord> {
+        self.files.get(path)
+    }
+
+    /// Entries this state keeps beside the base it shares (its files, chunks, vectors and
+    /// places that differ from the segment's): what a fork costs in memory.
+    pub fn own_entries(&self) -> usize {
+        self.files.own_len()
+            + self.chunks.own_len()
+            + self.vectors.own_len()
+            + self.refs.own_len()
+            + self.locations.as_ref().map_or(0, |l| l.own_len())
+    }
+
+    /// How many of `sketch` (keyed leaves' first 8 bytes, big-endian) are a file's leaf here.
+    pub fn leaves_matching(&self, sketch: &std::collections::HashSet<u64>) -> usize {
+        let mut found = std::collections::HashSet::new();
+        for f in self.files.values() {
+            let mut head = [0u8; 8];
+            head.copy_from_slice(&f.leaf[..8]);
+            let head = u64::from_be_bytes(head);
+            if sketch.contains(&head) {
+                found.insert(head);
+            }
+        }
+        found.len()
+    }
+
+    /// The shared base, if the state was loaded from a segment.
+    pub fn base(&self) -> Option<&Arc<Base>> {
+        self.base.as_ref()
+    }
+
+    /// Derives what follows the files, chunks and vectors anew, as a state without a base
+    /// would: the chunks' places and what lacks a vector, the files that lack a chunk.
+    #[cfg(test)]
     fn reindex(&mut self) {
         let vectors = &self.vectors;
         self.refs = refs::Refs::build(self.files.values(), |id| vectors.contains_key(id));
         self.incomplete = self.files.values().filter(|f| !self.stored_whole(f)).map(|f| f.path.clone()).collect();
         self.tree = None;
+        self.locations = None;
     }
 
     /// Whether every chunk of a file is stored.
@@ -404,7 +459,7 @@ impl State {
         for r in records {
             match r {
                 Record::Chunk(c) => {
-                    if self.chunks.insert(c.id, c.length).is_none() {
+                    if self.chunks.insert(c.id, c.length) {
                         stored_new = true;
                         // The cached tail index grows by the chunk rather than being rebuilt:
                         // a change costs what it adds, not the workspace's size.
@@ -433,7 +488,7 @@ impl State {
                     let below = format!("{path}/");
                     let mut doomed: Vec<String> = self
                         .files
-                        .range(below.clone()..)
+                        .range_from(&below)
                         .take_while(|(p, _)| p.starts_with(&below))
                         .map(|(p, _)| p.clone())
                         .collect();
@@ -449,17 +504,16 @@ impl State {
             }
         }
         if stored_new && !self.incomplete.is_empty() {
-            // A file waiting for a chunk that has now come gets its own leaf back.
-            let complete: Vec<(String, [u8; 32])> = self
-                .incomplete
-                .iter()
-                .filter_map(|p| self.files.get(p))
-                .filter(|f| self.stored_whole(f))
-                .map(|f| (f.path.clone(), f.leaf))
-                .collect();
-            for (path, leaf) in complete {
-                self.incomplete.remove(&path);
-                self.set_leaf(&path, leaf);
+            // A file waiting for a chunk that has now come is found by it, and gets its own
+            // leaf back once it has them all.
+            let waiting: Vec<FileRecord> = self.incomplete.iter().filter_map(|p| self.files.get(p)).cloned().collect();
+            for f in waiting {
+                self.unlocate(&f);
+                self.locate(&f);
+                if self.stored_whole(&f) {
+                    self.incomplete.remove(&f.path);
+                    self.set_leaf(&f.path, f.leaf);
+                }
             }
         }
     }
@@ -496,13 +550,17 @@ impl State {
     /// changed in place by each record (a change costs the depth of the files it touched).
     /// A file with a chunk that is not stored (a skipped corrupt log object, a chunk dropped
     /// by a racing compaction) gets a leaf no client has, so the next sync sends it again.
+    /// A state with no changes of its own takes its base's tree.
     pub fn tree(&mut self) -> Arc<MerkleTree> {
         if let Some(t) = &self.tree {
             return t.clone();
         }
-        let tree = Arc::new(MerkleTree::from_files(
-            self.files.values().map(|f| (RelPath::from_bytes(f.path.as_bytes()), ContentHash(self.leaf(f)))),
-        ));
+        let tree = match &self.base {
+            Some(base) if self.files.own_len() == 0 && self.incomplete == base.incomplete => base.tree(),
+            _ => Arc::new(MerkleTree::from_files(
+                self.files.values().map(|f| (RelPath::from_bytes(f.path.as_bytes()), ContentHash(self.leaf(f)))),
+            )),
+        };
         self.tree = Some(tree.clone());
         tree
     }
@@ -585,42 +643,58 @@ impl State {
         }
     }
 
-    /// Switches to a newly compacted segment, keeping the tail after it. A segment no newer
+    /// Switches to a newly compacted segment's base, keeping the tail after it: the state
+    /// becomes the base with the changes made since the segment's cut replayed over it (the
+    /// files that differ from the segment's, the tail's chunks and vectors). A segment no newer
     /// than the current one is ignored.
-    pub fn install(&mut self, segment: Arc<Segment>) {
-        if self.segment.as_ref().is_some_and(|s| s.seq >= segment.seq) || segment.seq > self.seq {
+    pub fn install(&mut self, base: Arc<Base>) {
+        let cut = base.segment.seq;
+        if self.segment.as_ref().is_some_and(|s| s.seq >= cut) || cut > self.seq {
             return;
         }
-        let cut = segment.seq;
-        let dim = self.model.as_ref().map_or(0, |(_, d)| *d);
-        let old_tail = std::mem::take(&mut self.tail);
-        self.chunks = segment.ids.iter().copied().zip(segment.lengths.iter().copied()).collect();
-        self.vectors.clear();
-        if segment.model.is_some() && segment.model.as_deref() == self.model() && segment.dim == dim {
-            for (i, id) in segment.vector_ids.iter().enumerate() {
-                self.vectors.insert(*id, VecAt::Segment(u32::try_from(i).unwrap_or(u32::MAX)));
+        let old = std::mem::take(self);
+        let mut next = State::from_base(base);
+        next.seq = old.seq;
+        if next.model.is_none() {
+            next.model = old.model.clone();
+        }
+        for (seq, c) in old.tail.chunks.into_iter().filter(|(s, _)| *s > cut) {
+            next.apply(seq, vec![Record::Chunk(c)]);
+        }
+        // The files as they are now, where they differ from the segment's.
+        let mut gone: Vec<String> = Vec::new();
+        let mut puts: Vec<Record> = Vec::new();
+        {
+            let mut shared = next.files.iter().peekable();
+            for (path, f) in old.files.iter() {
+                while let Some((p, _)) = shared.next_if(|(p, _)| *p < path) {
+                    gone.push(p.clone());
+                }
+                match shared.next_if(|(p, _)| *p == path) {
+                    Some((_, same)) if same == f => {}
+                    _ => puts.push(Record::File(f.clone())),
+                }
+            }
+            gone.extend(shared.map(|(p, _)| p.clone()));
+        }
+        for p in gone {
+            if let Some(f) = next.files.remove(&p) {
+                next.forget_file(&f);
             }
         }
-        self.segment = Some(segment);
-        for (seq, c) in old_tail.chunks.into_iter().filter(|(s, _)| *s > cut) {
-            if self.chunks.insert(c.id, c.length).is_none() {
-                self.tail.chunks.push((seq, c));
-            }
+        if !puts.is_empty() {
+            next.apply(cut, puts);
         }
-        if dim > 0 {
-            for ((seq, id), row) in old_tail.vector_ids.into_iter().zip(old_tail.vectors.chunks_exact(dim)) {
-                if seq > cut && !self.vectors.contains_key(&id) {
-                    let at = u32::try_from(self.tail.vector_ids.len()).unwrap_or(u32::MAX);
-                    self.tail.vector_ids.push((seq, id));
-                    self.tail.vectors.extend_from_slice(row);
-                    self.vectors.insert(id, VecAt::Tail(at));
+        if let Some((model, dim)) = old.model.clone().filter(|(_, d)| *d > 0) {
+            for ((seq, id), row) in old.tail.vector_ids.into_iter().zip(old.tail.vectors.chunks_exact(dim)) {
+                if seq > cut && !next.vectors.contains_key(&id) {
+                    let batch = VectorBatch { model: model.clone(), dim: dim as u32, ids: vec![id], data: row.to_vec() };
+                    next.apply_vectors(seq, batch);
                 }
             }
         }
-        self.tail.objects = self.seq - cut;
-        self.reindex();
-        self.locations = None;
-        self.tail_lexical = None;
+        next.tail.objects = next.seq - cut;
+        *self = next;
     }
 }
 
@@ -629,6 +703,8 @@ impl State {
 pub struct Namespace {
     store: Arc<dyn ObjectStore>,
     prefix: ObjPath,
+    /// Bases loaded by this process, shared with other namespaces' states (forks).
+    bases: Option<Arc<Bases>>,
 }
 
 fn seq_name(seq: u64) -> String {
@@ -642,7 +718,15 @@ fn create() -> PutOptions {
 impl Namespace {
     /// The namespace under `prefix` (e.g. `tenants/<t>/workspaces/<w>`).
     pub fn new(store: Arc<dyn ObjectStore>, prefix: &str) -> Self {
-        Namespace { store, prefix: ObjPath::from(prefix) }
+        Namespace { store, prefix: ObjPath::from(prefix), bases: None }
+    }
+
+    /// Shares loaded segments through `bases`: a state loaded from a segment another state
+    /// of this process holds (its own earlier copy, or the workspace it was forked from)
+    /// reads it from memory instead of the bucket, and shares its tables.
+    pub fn with_bases(mut self, bases: Arc<Bases>) -> Self {
+        self.bases = Some(bases);
+        self
     }
 
     /// Where the namespace's objects live (for logs).
@@ -699,7 +783,7 @@ impl Namespace {
 
     /// Reads a manifest's segment and builds its indexes; `None` (logged) when anything of it
     /// is unreadable, so the caller falls back to an older one or the log.
-    async fn open_segment(&self, manifest: &ObjPath) -> Result<Option<(Arc<Segment>, SegmentData)>> {
+    async fn open_segment(&self, manifest: &ObjPath) -> Result<Option<Arc<Base>>> {
         // A storage fault is not a corrupt manifest: falling back to an older generation on
         // a failed read could find its log collected and start the namespace empty.
         let bytes = match self.get(manifest).await {
@@ -711,6 +795,11 @@ impl Namespace {
             tracing::error!(object = %manifest, "manifest is corrupt; trying an older one");
             return Ok(None);
         };
+        if let Some(base) = self.bases.as_ref().and_then(|b| b.get(&m.segment)).filter(|b| b.seq() == m.seq) {
+            // Held by this process already (names are unique per compaction): shared, not
+            // read again. A segment whose object was damaged since is still whole in memory.
+            return Ok(Some(base));
+        }
         let data = match self.get(&self.seg(&m.segment)).await {
             Ok(bytes) => {
                 open::<SegmentData>(&bytes).filter(|d| d.version == FORMAT && d.seq == m.seq && d.check().is_ok())
@@ -742,9 +831,14 @@ impl Namespace {
         }
         let rebuilt = (stored.bm25.is_none(), m.ann && stored.ann.is_none());
         let name = m.segment.clone();
-        let built = tokio::task::spawn_blocking(move || Segment::from_data(name, &data, stored).map(|s| (s, data)))
-            .await
-            .map_err(|e| Error::Encode(format!("segment task: {e}")))??;
+        let built = tokio::task::spawn_blocking(move || {
+            Segment::from_data(name, &data, stored).map(|s| {
+                let s = Arc::new(s);
+                (s.clone(), Base::new(s, data.files))
+            })
+        })
+        .await
+        .map_err(|e| Error::Encode(format!("segment task: {e}")))??;
         // What was rebuilt is stored again (sealed), so the next load reads it instead of
         // rebuilding: a damaged or older index mends itself once. Best effort.
         if rebuilt.0
@@ -760,7 +854,11 @@ impl Namespace {
         {
             tracing::warn!(segment = %m.segment, "storing the rebuilt ANN graph: {e}");
         }
-        Ok(Some((Arc::new(built.0), built.1)))
+        let base = Arc::new(built.1);
+        if let Some(bases) = &self.bases {
+            bases.insert(&base);
+        }
+        Ok(Some(base))
     }
 
     /// Loads the state: the newest readable segment, then the log after it. If compaction
@@ -771,8 +869,8 @@ impl Namespace {
         for _ in 0..3 {
             let mut state = State::default();
             for (_, path) in self.list_manifests().await? {
-                if let Some((segment, data)) = self.open_segment(&path).await? {
-                    state = State::from_segment(segment, data);
+                if let Some(base) = self.open_segment(&path).await? {
+                    state = State::from_base(base);
                     break;
                 }
             }
@@ -889,7 +987,7 @@ impl Namespace {
     /// Folds a plan into a new segment and commits it with the next manifest. Runs without
     /// any lock on the state: install the result with [`State::install`]. `Ok(None)` when
     /// another compactor committed first (its segment wins; ours is deleted).
-    pub async fn compact(&self, plan: CompactionPlan) -> Result<Option<Arc<Segment>>> {
+    pub async fn compact(&self, plan: CompactionPlan) -> Result<Option<Arc<Base>>> {
         let old_chunks = match &plan.old {
             Some(old) => {
                 let bytes = self.get(&self.seg(&old.name)).await?;
@@ -908,12 +1006,12 @@ impl Namespace {
                 let (data, kept) = plan.fold(old_chunks);
                 let ann = segment::extended_graph(old.as_deref(), &data, kept, ANN_THRESHOLD)?;
                 drop(old);
-                let segment = Segment::from_data(name, &data, Stored { ann, bm25: None })?;
+                let segment = Arc::new(Segment::from_data(name, &data, Stored { ann, bm25: None })?);
                 let sealed = seal(&data)?;
-                drop(data);
                 let bm25 = seal_raw(segment.bm25.to_bytes()?);
                 let ann = segment.ann.as_ref().map(|a| a.to_bytes().map(seal_raw)).transpose()?;
-                Ok::<_, Error>((segment, sealed, bm25, ann))
+                let base = Base::new(segment, data.files);
+                Ok::<_, Error>((base, sealed, bm25, ann))
             })
             .await
             .map_err(|e| Error::Encode(format!("compaction task: {e}")))??
@@ -927,25 +1025,73 @@ impl Namespace {
         let next = manifests.first().map_or(1, |(n, _)| n + 1);
         if let Some((_, newest)) = manifests.first() {
             let covered = self.get(newest).await.ok().and_then(|b| open::<Manifest>(&b)).map(|m| m.seq);
-            if covered.is_some_and(|seq| seq >= segment.seq) {
+            if covered.is_some_and(|seq| seq >= segment.seq()) {
                 tracing::info!(namespace = %self.prefix, "a newer compaction committed first; discarding ours");
                 self.discard(&name).await;
                 return Ok(None);
             }
         }
-        let manifest =
-            Manifest { version: FORMAT, seq: segment.seq, segment: name.clone(), ann: segment.ann.is_some() };
+        let manifest = Manifest {
+            version: FORMAT,
+            seq: segment.seq(),
+            segment: name.clone(),
+            ann: segment.segment.ann.is_some(),
+        };
         let path = self.manifests().child(seq_name(next));
         match self.store.put_opts(&path, PutPayload::from(seal(&manifest)?), create()).await {
             Ok(_) => {
                 if let Err(e) = self.collect_garbage(next).await {
                     tracing::warn!(namespace = %self.prefix, "removing old generations failed: {e}");
                 }
-                Ok(Some(Arc::new(segment)))
+                let base = Arc::new(segment);
+                if let Some(bases) = &self.bases {
+                    bases.insert(&base);
+                }
+                Ok(Some(base))
             }
             Err(object_store::Error::AlreadyExists { .. }) => {
                 tracing::info!(namespace = %self.prefix, "another compaction committed first; discarding ours");
                 self.discard(&name).await;
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Starts this namespace, which must hold nothing yet, from `source`'s current segment: its
+    /// objects are copied under this prefix keeping their name (a copy inside the bucket: a
+    /// hard link on a local directory, a server-side copy on S3; no bytes pass through this
+    /// process), and this namespace's first manifest names the copy. A process holding that
+    /// segment then shares it between both states ([`Bases`]). Returns the sequence number
+    /// the copy covers, where this namespace's log continues; `None` when this namespace is
+    /// not empty, `source` has no readable manifest, or another writer came first.
+    pub async fn fork_from(&self, source: &Namespace) -> Result<Option<u64>> {
+        if !self.list_manifests().await?.is_empty() || !self.wal_seqs(0).await?.is_empty() {
+            return Ok(None);
+        }
+        let Some((_, newest)) = source.list_manifests().await?.into_iter().next() else { return Ok(None) };
+        let Some(m) = open::<Manifest>(&source.get(&newest).await?).filter(|m| m.version == FORMAT) else {
+            return Ok(None);
+        };
+        self.store.copy(&source.seg(&m.segment), &self.seg(&m.segment)).await?;
+        let mut indexes = vec![(source.bm25(&m.segment), self.bm25(&m.segment))];
+        if m.ann {
+            indexes.push((source.ann(&m.segment), self.ann(&m.segment)));
+        }
+        for (from, to) in indexes {
+            match self.store.copy(&from, &to).await {
+                // A missing index is rebuilt when the segment loads, as for any segment.
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let manifest = Manifest { version: FORMAT, seq: m.seq, segment: m.segment, ann: m.ann };
+        let first = self.manifests().child(seq_name(1));
+        match self.store.put_opts(&first, PutPayload::from(seal(&manifest)?), create()).await {
+            Ok(_) => Ok(Some(m.seq)),
+            Err(object_store::Error::AlreadyExists { .. }) => {
+                // Another fork of this namespace won (its copies have the same names); a
+                // compaction cannot have, the namespace had no log.
                 Ok(None)
             }
             Err(e) => Err(e.into()),
@@ -1001,7 +1147,8 @@ pub mod fuzzing {
             state.model.clone().map(|(m, dim)| (m, (0..dim).map(|i| ((i as u64 ^ salt) % 7) as f32 - 3.0).collect()));
         let terms: Vec<u64> = state
             .chunks
-            .keys()
+            .iter()
+            .map(|(id, _)| id)
             .take(4)
             .map(|id| u64::from_le_bytes([id[0], id[1], id[2], id[3], id[4], id[5], id[6], id[7]]) ^ salt)
             .collect();
@@ -1041,7 +1188,7 @@ pub mod fuzzing {
         match data.check() {
             Ok(()) => {
                 let segment = Arc::new(built.unwrap_or_else(|e| panic!("a consistent segment failed to build: {e}")));
-                let mut state = State::from_segment(segment, data);
+                let mut state = State::from_base(Arc::new(Base::new(segment, data.files)));
                 search_all(&mut state, body.len() as u64);
             }
             Err(_) => assert!(built.is_err(), "an inconsistent segment was built"),

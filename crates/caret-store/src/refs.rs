@@ -5,17 +5,19 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
+use crate::layered::Layered;
 use crate::{FileRecord, Missing, StageCount, stage};
 
 /// A chunk's place: its stage (from the file's kind) and the file's obfuscated path.
 type Place = (u8, Arc<str>);
 
-/// The embeddable chunks of current files (bulk data is never embedded: left out).
-#[derive(Debug, Default)]
+/// The embeddable chunks of current files (bulk data is never embedded: left out). A copy
+/// shares the places with the original (see [`crate::layered`]).
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Refs {
     /// Each chunk's places, sorted: the first is the one it is embedded from (its earliest
     /// stage, then the first path: a chunk in code and in a test is code).
-    places: HashMap<[u8; 32], Vec<Place>>,
+    places: Layered<[u8; 32], Vec<Place>>,
     /// Chunks without a vector, by their first place: the order they are embedded in (stage,
     /// then file, so the client reads each file once).
     missing: BTreeSet<(u8, Arc<str>, [u8; 32])>,
@@ -27,14 +29,15 @@ impl Refs {
     /// The index over `files`; `has` says whether a chunk has a vector.
     pub(crate) fn build<'a>(files: impl Iterator<Item = &'a FileRecord>, has: impl Fn(&[u8; 32]) -> bool) -> Refs {
         let mut refs = Refs::default();
+        let mut all: HashMap<[u8; 32], Vec<Place>> = HashMap::new();
         for f in files {
             let path: Arc<str> = Arc::from(f.path.as_str());
             for c in &f.chunks {
                 let Some(s) = stage(&c.kind) else { continue };
-                refs.places.entry(c.id).or_default().push((s as u8, path.clone()));
+                all.entry(c.id).or_default().push((s as u8, path.clone()));
             }
         }
-        for (id, places) in &mut refs.places {
+        for (id, places) in &mut all {
             places.sort();
             let (s, path) = places[0].clone();
             refs.stages[s as usize].total += 1;
@@ -43,6 +46,7 @@ impl Refs {
                 refs.missing.insert((s, path, *id));
             }
         }
+        refs.places = Layered::over(Arc::new(all));
         refs
     }
 
@@ -51,7 +55,7 @@ impl Refs {
         let path: Arc<str> = Arc::from(f.path.as_str());
         for c in &f.chunks {
             let Some(s) = stage(&c.kind) else { continue };
-            let places = self.places.entry(c.id).or_default();
+            let places = self.places.or_default(c.id);
             let before = places.first().cloned();
             let place = (s as u8, path.clone());
             let at = places.partition_point(|p| *p < place);
@@ -116,6 +120,11 @@ impl Refs {
     /// A chunk's stage (its earliest), if a current file holds it and it is embeddable.
     pub(crate) fn stage(&self, id: &[u8; 32]) -> Option<usize> {
         self.places.get(id).and_then(|p| p.first()).map(|(s, _)| *s as usize)
+    }
+
+    /// Chunks whose places this copy changed (see [`Layered::own_len`]).
+    pub(crate) fn own_len(&self) -> usize {
+        self.places.own_len()
     }
 
     /// Distinct embeddable chunks, and how many of them have a vector.

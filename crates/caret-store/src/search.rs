@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::bm25::Stats;
 use crate::rank::{self, Bm25, Corpus, Hit, LexicalIndex};
+use crate::layered::Layered;
 use crate::{FileRecord, Location, State};
 
 /// Fusion weights and boosts by file kind.
@@ -113,7 +114,8 @@ pub struct SearchHit {
     pub vector_rank: Option<u32>,
 }
 
-type Locations = HashMap<[u8; 32], Vec<Location>>;
+/// Where each stored chunk occurs: shared with the base, each state's changes beside it.
+pub(crate) type Locations = Layered<[u8; 32], Vec<Location>>;
 
 /// Merges ranked `(id, score)` lists by score, keeping each live id once, best first.
 fn merge(lists: Vec<Vec<([u8; 32], f32)>>, live: &Locations, n: usize) -> Vec<([u8; 32], f32)> {
@@ -125,30 +127,62 @@ fn merge(lists: Vec<Vec<([u8; 32], f32)>>, live: &Locations, n: usize) -> Vec<([
     all
 }
 
+/// A file kind as a shared string (the few usual ones interned).
+fn kind_of(kind: &str) -> Arc<str> {
+    thread_local! {
+        static KINDS: HashMap<&'static str, Arc<str>> =
+            ["code", "test", "docs", "config", "data"].into_iter().map(|k| (k, Arc::from(k))).collect();
+    }
+    KINDS.with(|k| k.get(kind).cloned()).unwrap_or_else(|| Arc::from(kind))
+}
+
+/// Where every chunk `stored` holds occurs in `files`.
+pub(crate) fn locate_all<'a>(
+    files: impl Iterator<Item = &'a FileRecord>,
+    stored: impl Fn(&[u8; 32]) -> bool,
+) -> HashMap<[u8; 32], Vec<Location>> {
+    let mut map: HashMap<[u8; 32], Vec<Location>> = HashMap::new();
+    for f in files {
+        let path: Arc<str> = Arc::from(f.path.as_str());
+        for c in f.chunks.iter().filter(|c| stored(&c.id)) {
+            map.entry(c.id).or_default().push(Location {
+                path: path.clone(),
+                start_line: c.start_line,
+                end_line: c.end_line,
+                kind: kind_of(&c.kind),
+            });
+        }
+    }
+    map
+}
+
 impl State {
-    /// Where every stored chunk occurs in current files (cached until the next change).
+    /// Where every stored chunk occurs in current files (cached, then kept with each change):
+    /// the base's places, with the files this state changed over it placed again.
     fn locations(&mut self) -> Arc<Locations> {
         if let Some(l) = &self.locations {
             return l.clone();
         }
-        let mut map: Locations = HashMap::new();
-        let kinds: HashMap<&str, Arc<str>> =
-            ["code", "test", "docs", "config", "data"].into_iter().map(|k| (k, Arc::from(k))).collect();
-        for f in self.files.values() {
-            let path: Arc<str> = Arc::from(f.path.as_str());
-            for c in f.chunks.iter().filter(|c| self.chunks.contains_key(&c.id)) {
-                let kind = kinds.get(c.kind.as_str()).cloned().unwrap_or_else(|| Arc::from(c.kind.as_str()));
-                map.entry(c.id).or_default().push(Location {
-                    path: path.clone(),
-                    start_line: c.start_line,
-                    end_line: c.end_line,
-                    kind,
-                });
+        let Some(base) = self.base.clone() else {
+            let map = locate_all(self.files.values(), |id| self.chunks.contains_key(id));
+            let map = Arc::new(Layered::over(Arc::new(map)));
+            self.locations = Some(map.clone());
+            return map;
+        };
+        self.locations = Some(Arc::new(Layered::over(base.locations())));
+        // Files changed over the base, and the base's files that lacked a chunk (one stored
+        // since places them whole).
+        let changed: std::collections::BTreeSet<String> =
+            self.files.own_keys().chain(base.incomplete.iter()).cloned().collect();
+        for path in changed {
+            if let Some(f) = base.files.get(&path) {
+                self.unlocate(f);
+            }
+            if let Some(f) = self.files.get(&path).cloned() {
+                self.locate(&f);
             }
         }
-        let map = Arc::new(map);
-        self.locations = Some(map.clone());
-        map
+        self.locations.clone().unwrap_or_default()
     }
 
     /// Adds a file's stored chunks to the cached locations, if any (a file record applied).
@@ -157,13 +191,8 @@ impl State {
         let map = Arc::make_mut(map);
         let path: Arc<str> = Arc::from(f.path.as_str());
         for c in f.chunks.iter().filter(|c| self.chunks.contains_key(&c.id)) {
-            let at = map.entry(c.id).or_default();
-            at.push(Location {
-                path: path.clone(),
-                start_line: c.start_line,
-                end_line: c.end_line,
-                kind: Arc::from(c.kind.as_str()),
-            });
+            let at = map.or_default(c.id);
+            at.push(Location { path: path.clone(), start_line: c.start_line, end_line: c.end_line, kind: kind_of(&c.kind) });
             // In file order, as a rebuild lists them.
             at.sort_by(|a, b| a.path.cmp(&b.path));
         }

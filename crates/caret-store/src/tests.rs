@@ -33,8 +33,8 @@ async fn appends_replay_in_order_and_deletes_subtrees() {
     ns.append(&mut state, vec![file("b", 4, 1), Record::Delete("a".into())]).await.unwrap();
     let mut loaded = Namespace::new(store, "t/w").load().await.unwrap();
     assert_eq!(loaded.seq, 2);
-    assert_eq!(loaded.files.keys().collect::<Vec<_>>(), ["b"]);
-    assert_eq!(loaded.files["b"].leaf, [4; 32]);
+    assert_eq!(loaded.files.iter().map(|(k, _)| k).collect::<Vec<_>>(), ["b"]);
+    assert_eq!(loaded.files.get("b").unwrap().leaf, [4; 32]);
     assert_eq!(loaded.chunks.len(), 1);
     assert_eq!(loaded.tree().root_hash(), state.tree().root_hash());
 }
@@ -198,6 +198,57 @@ async fn compaction_keeps_answers_and_survives_corruption() {
     same(&rebuilt.search(&q), &state.search(&q));
 }
 
+/// A fork starts from its source's segment: copied inside the bucket, held once in memory,
+/// with only its own changes beside it; it keeps its copy when the source compacts again and
+/// collects the generation it was forked from, and another process loads it from that copy.
+#[tokio::test]
+async fn a_fork_shares_its_sources_segment_and_outlives_the_sources_collection() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let bases = Arc::new(Bases::new());
+    let a = Namespace::new(store.clone(), "t/a").with_bases(bases.clone());
+    let b = Namespace::new(store.clone(), "t/b").with_bases(bases.clone());
+    let mut sa = corpus(&a).await;
+    assert_eq!(b.fork_from(&a).await.unwrap(), None, "no segment yet: nothing to start from");
+    let base = a.compact(sa.compaction_plan()).await.unwrap().unwrap();
+    let forked_from = base.segment().name.clone();
+    sa.install(base);
+    let seq = b.fork_from(&a).await.unwrap().expect("an empty namespace forks");
+    assert_eq!(seq, sa.seq);
+    let mut sb = b.load().await.unwrap();
+    assert_eq!(sb.seq, seq);
+    assert!(Arc::ptr_eq(sb.base().unwrap(), sa.base().unwrap()), "one copy in memory");
+    assert_eq!(bases.held(), (1, 2));
+    assert_eq!(sb.own_entries(), 0);
+    let q = query("retry upload render table token", Some(unit(2, 0.0)), 6);
+    same(&sb.search(&q), &sa.search(&q));
+
+    // The fork changes one file and deletes another: only those are its own.
+    let chart = vec![text_chunk(40, "fn plot_histogram(points) {}"), file("render", 40, 40), Record::Delete("cache".into())];
+    b.append(&mut sb, chart).await.unwrap();
+    assert_eq!(sb.file_count(), 5);
+    assert!(sb.own_entries() <= 12, "a change costs its own entries, not the workspace's: {}", sb.own_entries());
+    let chart = query("plot_histogram", None, 3);
+    assert_eq!(paths(&sb.search(&chart)), ["render"]);
+    assert!(sa.search(&chart).is_empty(), "the source is untouched");
+    assert_eq!(paths(&sa.search(&query("evict_oldest", None, 3))), ["cache"]);
+    assert!(sb.search(&query("evict_oldest", None, 3)).is_empty());
+
+    // The source compacts twice: the generation the fork came from is collected there.
+    for round in 0..2u8 {
+        a.append(&mut sa, vec![text_chunk(50 + round, "fn extra() {}"), file(&format!("x{round}"), 50 + round, 50 + round)])
+            .await
+            .unwrap();
+        let base = a.compact(sa.compaction_plan()).await.unwrap().unwrap();
+        sa.install(base);
+    }
+    assert!(a.get(&a.seg(&forked_from)).await.is_err(), "collected in the source");
+    // Another process, holding nothing, loads the fork from its own copy.
+    let mut elsewhere = Namespace::new(store.clone(), "t/b").load().await.unwrap();
+    assert!(!Arc::ptr_eq(elsewhere.base().unwrap(), sb.base().unwrap()));
+    same(&elsewhere.search(&q), &sb.search(&q));
+    assert_eq!(elsewhere.tree().root_hash(), sb.tree().root_hash());
+}
+
 #[tokio::test]
 async fn a_compaction_that_dies_before_its_manifest_changes_nothing() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
@@ -280,7 +331,7 @@ async fn works_on_the_local_file_system() {
     ns.append(&mut b, vec![file("y", 1, 1)]).await.unwrap();
     assert_eq!(ns.load().await.unwrap().files.len(), 2, "create-if-absent holds on a local directory");
     ns.destroy().await.unwrap();
-    assert!(ns.load().await.unwrap().files.is_empty());
+    assert!(ns.load().await.unwrap().files.len() == 0);
 }
 
 #[tokio::test]
@@ -495,7 +546,7 @@ async fn a_log_object_with_an_impossible_chunk_is_skipped_and_the_rest_replays()
     ns.append(&mut state, vec![Record::Chunk(absurd), file("b", 2, 2)]).await.unwrap();
     ns.append(&mut state, vec![chunk(3), file("c", 3, 3)]).await.unwrap();
     let loaded = ns.load().await.unwrap();
-    let paths: Vec<&str> = loaded.files.keys().map(String::as_str).collect();
+    let paths: Vec<&str> = loaded.files.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(paths, ["a", "c"], "the damaged object is skipped, the others replay");
 }
 
@@ -537,19 +588,33 @@ async fn cached_indexes_follow_changes_as_a_fresh_load_does() {
     assert_eq!(paths(&state.search(&query("serde_yaml", None, 6))), ["parse"]);
 }
 
+/// Every live hit of a search that asks for them all, as a set: where each chunk is found.
+fn all_hits(state: &mut State) -> Vec<(String, [u8; 32], u32)> {
+    let q = Query { terms: vec![1], vector: Some(("m".into(), unit(0, 0.1))), k: 500, candidates: 500, ..Query::default() };
+    let mut hits: Vec<_> = state.search(&q).into_iter().map(|h| (h.path, h.id, h.start_line)).collect();
+    hits.sort();
+    hits
+}
+
 /// What follows each record in place — the Merkle tree, what lacks a vector and in which
-/// order, each stage's counts, the files waiting for a chunk — equals what is derived anew
-/// from the same files, chunks and vectors, over random changes: files of every kind replaced
-/// and deleted, folders deleted, a file that is also a folder's name, a chunk held by several
-/// files, chunks arriving after the files that need them, vectors arriving.
+/// order, each stage's counts, the files waiting for a chunk, where each chunk is found —
+/// equals what is derived anew from the same files, chunks and vectors, over random changes:
+/// files of every kind replaced and deleted, folders deleted, a file that is also a folder's
+/// name, a chunk held by several files, chunks arriving after the files that need them,
+/// vectors arriving; with compactions between them (the state then its new segment's shared
+/// tables plus the changes since), and for a fork of the namespace that takes the same changes
+/// over the segment it shares.
 #[tokio::test]
 async fn bookkeeping_kept_in_place_equals_one_derived_anew() {
     let mut rng = fastrand::Rng::with_seed(51);
     let kinds = ["code", "test", "docs", "config", "data"];
     for round in 0..12 {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let ns = Namespace::new(store, "t/w");
+        let bases = Arc::new(Bases::new());
+        let ns = Namespace::new(store.clone(), "t/w").with_bases(bases.clone());
+        let fork_ns = Namespace::new(store, "t/fork").with_bases(bases.clone());
         let mut state = ns.load().await.unwrap();
+        let mut fork: Option<State> = None;
         for step in 0..30 {
             let mut records = Vec::new();
             for _ in 0..rng.usize(1..5) {
@@ -583,10 +648,31 @@ async fn bookkeeping_kept_in_place_equals_one_derived_anew() {
             // Chunks first, as a commit writes them.
             records.sort_by_key(|r| !matches!(r, Record::Chunk(_)));
             state.tree();
+            if let Some(fork) = fork.as_mut() {
+                fork.tree();
+                fork_ns.append(fork, records.clone()).await.unwrap();
+            }
             ns.append(&mut state, records).await.unwrap();
+            let at = format!("round {round}, step {step}");
+            if step % 10 == 9 {
+                if let Some(base) = ns.compact(state.compaction_plan()).await.unwrap() {
+                    state.install(base);
+                }
+            }
+            if step == 14 {
+                if let Some(base) = ns.compact(state.compaction_plan()).await.unwrap() {
+                    state.install(base);
+                }
+                let seq = fork_ns.fork_from(&ns).await.unwrap().expect("an empty namespace forks");
+                let forked = fork_ns.load().await.unwrap();
+                assert_eq!(forked.seq, seq);
+                let shared = forked.base().expect("loaded from the copied segment");
+                assert!(Arc::ptr_eq(shared, state.base().expect("compacted")), "{at}: one base in memory");
+                assert!(fork_ns.fork_from(&ns).await.unwrap().is_none(), "{at}: a namespace that holds something does not fork");
+                fork = Some(forked);
+            }
             let mut anew = ns.load().await.unwrap();
             anew.reindex();
-            let at = format!("round {round}, step {step}");
             assert_eq!(state.tree(), anew.tree(), "{at}: the tree");
             assert_eq!(state.incomplete, anew.incomplete, "{at}: files waiting for a chunk");
             let (kept, derived) = (state.missing_vectors("m", 100), anew.missing_vectors("m", 100));
@@ -595,6 +681,24 @@ async fn bookkeeping_kept_in_place_equals_one_derived_anew() {
             assert_eq!(state.vector_progress("other"), anew.vector_progress("other"), "{at}");
             let ids: std::collections::HashSet<[u8; 32]> = (1..24).map(|i| [i; 32]).collect();
             assert_eq!(state.stages_of(&ids), anew.stages_of(&ids), "{at}");
+            assert_eq!(all_hits(&mut state), all_hits(&mut anew), "{at}: where chunks are found");
+            if let Some(fork) = fork.as_mut() {
+                // The fork against itself loaded anew: the source's compactions since drop
+                // chunks no file holds from its segment, which the fork's older one keeps.
+                let mut anew = fork_ns.load().await.unwrap();
+                anew.reindex();
+                assert_eq!(fork.tree(), anew.tree(), "{at}: the fork's tree");
+                assert_eq!(fork.incomplete, anew.incomplete, "{at}");
+                let (kept, derived) = (fork.missing_vectors("m", 100), anew.missing_vectors("m", 100));
+                assert_eq!((kept.chunks, kept.total, kept.stages), (derived.chunks, derived.total, derived.stages), "{at}");
+                assert_eq!(fork.vector_progress("m"), anew.vector_progress("m"), "{at}");
+                assert_eq!(fork.stages_of(&ids), anew.stages_of(&ids), "{at}");
+                assert_eq!(all_hits(fork), all_hits(&mut anew), "{at}: where the fork's chunks are found");
+                if step < 19 {
+                    assert_eq!(fork.tree().root_hash(), state.tree().root_hash(), "{at}: the same files as the source");
+                    assert_eq!(all_hits(fork), all_hits(&mut state), "{at}: the fork finds what the source finds");
+                }
+            }
         }
     }
 }
