@@ -201,6 +201,25 @@ fn machine_cores(from: (u64, u64), to: (u64, u64)) -> f64 {
 }
 
 /// Busy and total jiffies of the whole machine, from `/proc/stat`.
+/// Waits until background work the server started (compactions of new logs) is done: three
+/// quiet windows of two seconds in a row, ten minutes at most. Quiet is the server under 100 ms
+/// of CPU and the whole machine under a quarter of a core: a compaction first reads the old
+/// segment from the bucket, and while the bucket's server works the Caret server itself is
+/// idle. Returns the seconds waited.
+fn settle(pid: u32) -> f64 {
+    let settled = Instant::now();
+    let (mut last, mut machine) = (cpu_ms(pid).unwrap_or(0.0), machine_jiffies());
+    let mut quiet = 0;
+    while settled.elapsed() < Duration::from_secs(600) && quiet < 3 {
+        std::thread::sleep(Duration::from_secs(2));
+        let (now, machine_now) = (cpu_ms(pid).unwrap_or(0.0), machine_jiffies());
+        let quiet_now = now - last < 100.0 && machine_cores(machine, machine_now) < 0.25;
+        quiet = if quiet_now { quiet + 1 } else { 0 };
+        (last, machine) = (now, machine_now);
+    }
+    settled.elapsed().as_secs_f64()
+}
+
 fn machine_jiffies() -> (u64, u64) {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let v: Vec<u64> =
@@ -584,7 +603,8 @@ fn size_run(
     let scanner = Arc::new(Scanner::new(config.walk_config(), config.chunker()?, Depth::Hash));
 
     // Workspaces: the first syncs and embeds everything; the others share its key (a team's
-    // imported key), so their vectors are copied, not embedded again.
+    // imported key), so each starts on the server as a copy of it and sends only its varied
+    // file.
     let started = Instant::now();
     // The server's memory (KiB), the bucket's bytes and the database's bytes now.
     let footprint = || {
@@ -602,6 +622,7 @@ fn size_run(
     let mut made = Vec::with_capacity(workspaces);
     let mut chunks = 0u64;
     let mut first_sync_s = 0.0;
+    let mut first = None;
     for w in 0..workspaces {
         let wdir = dir.join("ws").join(w.to_string());
         copy_base(&base, &files, &wdir, w)?;
@@ -622,24 +643,15 @@ fn size_run(
             chunks = report.progress.total;
         }
         made.push(ws);
+        if w == 0 && workspaces > 1 {
+            // The first workspace's index alone, once its background work is done: the
+            // others start as copies of it (same key, the same tree but for a file).
+            settle(pid);
+            first = Some(footprint());
+        }
     }
     let setup_s = started.elapsed().as_secs_f64();
-    // Background work the setup started (compactions of the new logs) finishes before the
-    // measurements: three quiet windows of two seconds in a row, ten minutes at most. Quiet
-    // is the server under 100 ms of CPU and the whole machine under a quarter of a core: a
-    // compaction first reads the old segment from the bucket, and while the bucket's server
-    // works the Caret server itself is idle.
-    let settled = Instant::now();
-    let (mut last, mut machine) = (cpu_ms(pid).unwrap_or(0.0), machine_jiffies());
-    let mut quiet = 0;
-    while settled.elapsed() < Duration::from_secs(600) && quiet < 3 {
-        std::thread::sleep(Duration::from_secs(2));
-        let (now, machine_now) = (cpu_ms(pid).unwrap_or(0.0), machine_jiffies());
-        let quiet_now = now - last < 100.0 && machine_cores(machine, machine_now) < 0.25;
-        quiet = if quiet_now { quiet + 1 } else { 0 };
-        (last, machine) = (now, machine_now);
-    }
-    let settle_s = settled.elapsed().as_secs_f64();
+    let settle_s = settle(pid);
     let (rss1, bucket1, db1) = footprint();
     let per_ws = |a: u64, b: u64| b.saturating_sub(a) as f64 / workspaces as f64;
     println!(
@@ -651,6 +663,18 @@ fn size_run(
         rss0 as f64 / 1024.0,
         rss1 as f64 / 1024.0
     );
+    // What each developer's copy adds beyond the first workspace's index.
+    let copy_kib = first.map(|(rss_first, bucket_first, _)| {
+        let copies = (workspaces - 1) as f64;
+        let (mem, bucket) = (rss1.saturating_sub(rss_first) as f64 / copies, bucket1.saturating_sub(bucket_first) as f64 / copies);
+        println!(
+            "  the first workspace's index {:.1} MiB; each copy started from it {:.3} MiB more in memory ({:.1} KiB in the bucket): memory per developer",
+            rss_first.saturating_sub(rss0) as f64 / 1024.0,
+            mem / 1024.0,
+            bucket / 1024.0
+        );
+        (rss_first, mem)
+    });
     let mem_total_kib = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|m| {
@@ -659,12 +683,18 @@ fn size_run(
                 .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
         })
         .unwrap_or(0.0);
-    if per_ws(rss0, rss1) > 0.0 {
-        println!(
+    match copy_kib {
+        Some((rss_first, copy)) if copy > 0.0 => println!(
+            "  → the machine's {:.0} GiB hold, beside the first workspace's index, {:.0} developers' copies of it",
+            mem_total_kib / 1048576.0,
+            (mem_total_kib - rss_first as f64) / copy
+        ),
+        _ if per_ws(rss0, rss1) > 0.0 => println!(
             "  → the machine's {:.0} GiB hold the loaded indexes of {:.0} such workspaces (one per active developer)",
             mem_total_kib / 1048576.0,
             (mem_total_kib - rss0 as f64) / per_ws(rss0, rss1)
-        );
+        ),
+        _ => {}
     }
     let bucket_ws = per_ws(bucket0, bucket1);
     println!(

@@ -538,7 +538,10 @@ async fn a_checkout_under_the_same_key_starts_as_a_copy_and_sends_only_what_diff
     let report = caret_client::index::embed_missing(scanner(), &second, &transport, |_| {}).await.unwrap();
     assert_eq!(report.progress.done, report.progress.total);
     let texts: Vec<String> = recorder.seen.lock().unwrap()[embedded..].iter().map(|(_, t)| t.clone()).collect();
-    assert!(!texts.is_empty() && texts.iter().all(|t| t.contains("checked_add") || t.contains("teammate_helper")), "{texts:?}");
+    assert!(
+        !texts.is_empty() && texts.iter().all(|t| t.contains("checked_add") || t.contains("teammate_helper")),
+        "{texts:?}"
+    );
 
     let info = |id: &str| {
         let (service, tenant, id) = (service.clone(), tenant.clone(), id.to_owned());

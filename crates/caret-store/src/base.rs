@@ -10,7 +10,23 @@ use caret_workspace::merkle::MerkleTree;
 use caret_workspace::{ContentHash, RelPath};
 
 use crate::refs::Refs;
-use crate::{FileRecord, Location, Segment, VecAt};
+use crate::{FileRecord, Segment};
+
+/// Where a chunk's vector is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum VecAt {
+    Segment(u32),
+    Tail(u32),
+}
+
+/// A stored chunk's place in a current file.
+#[derive(Debug, Clone)]
+pub(crate) struct Location {
+    pub path: Arc<str>,
+    pub start_line: u32,
+    pub end_line: u32,
+    pub kind: Arc<str>,
+}
 
 /// A loaded segment with the tables its state derives from it, shared and never changed.
 pub struct Base {
@@ -94,7 +110,9 @@ impl Base {
 
     /// Where each of the segment's chunks occurs in its files, built once.
     pub(crate) fn locations(&self) -> Arc<HashMap<[u8; 32], Vec<Location>>> {
-        self.locations.get_or_init(|| Arc::new(crate::search::locate_all(self.files.values(), |id| self.chunks.contains_key(id)))).clone()
+        self.locations
+            .get_or_init(|| Arc::new(locate_all(self.files.values(), |id| self.chunks.contains_key(id))))
+            .clone()
     }
 }
 
@@ -130,4 +148,33 @@ impl Bases {
         let live: Vec<usize> = map.values().map(Weak::strong_count).filter(|n| *n > 0).collect();
         (live.len(), live.iter().sum())
     }
+}
+
+/// A file kind as a shared string (the few usual ones interned).
+pub(crate) fn kind_of(kind: &str) -> Arc<str> {
+    thread_local! {
+        static KINDS: HashMap<&'static str, Arc<str>> =
+            ["code", "test", "docs", "config", "data"].into_iter().map(|k| (k, Arc::from(k))).collect();
+    }
+    KINDS.with(|k| k.get(kind).cloned()).unwrap_or_else(|| Arc::from(kind))
+}
+
+/// Where every chunk `stored` holds occurs in `files`.
+pub(crate) fn locate_all<'a>(
+    files: impl Iterator<Item = &'a FileRecord>,
+    stored: impl Fn(&[u8; 32]) -> bool,
+) -> HashMap<[u8; 32], Vec<Location>> {
+    let mut map: HashMap<[u8; 32], Vec<Location>> = HashMap::new();
+    for f in files {
+        let path: Arc<str> = Arc::from(f.path.as_str());
+        for c in f.chunks.iter().filter(|c| stored(&c.id)) {
+            map.entry(c.id).or_default().push(Location {
+                path: path.clone(),
+                start_line: c.start_line,
+                end_line: c.end_line,
+                kind: kind_of(&c.kind),
+            });
+        }
+    }
+    map
 }

@@ -303,7 +303,11 @@ mod tests {
         let mut want: Vec<(u32, String)> = plain.into_iter().collect();
         want.sort();
         assert_eq!(all, want);
-        assert_eq!(*base, (0..100).map(|i| (i, i.to_string())).collect::<HashMap<_, _>>(), "the shared layer is never written");
+        assert_eq!(
+            *base,
+            (0..100).map(|i| (i, i.to_string())).collect::<HashMap<_, _>>(),
+            "the shared layer is never written"
+        );
     }
 
     #[test]

@@ -5,10 +5,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::base::{Location, kind_of, locate_all};
 use crate::bm25::Stats;
-use crate::rank::{self, Bm25, Corpus, Hit, LexicalIndex};
 use crate::layered::Layered;
-use crate::{FileRecord, Location, State};
+use crate::rank::{self, Bm25, Corpus, Hit, LexicalIndex};
+use crate::{FileRecord, State};
 
 /// Fusion weights and boosts by file kind.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -127,35 +128,6 @@ fn merge(lists: Vec<Vec<([u8; 32], f32)>>, live: &Locations, n: usize) -> Vec<([
     all
 }
 
-/// A file kind as a shared string (the few usual ones interned).
-fn kind_of(kind: &str) -> Arc<str> {
-    thread_local! {
-        static KINDS: HashMap<&'static str, Arc<str>> =
-            ["code", "test", "docs", "config", "data"].into_iter().map(|k| (k, Arc::from(k))).collect();
-    }
-    KINDS.with(|k| k.get(kind).cloned()).unwrap_or_else(|| Arc::from(kind))
-}
-
-/// Where every chunk `stored` holds occurs in `files`.
-pub(crate) fn locate_all<'a>(
-    files: impl Iterator<Item = &'a FileRecord>,
-    stored: impl Fn(&[u8; 32]) -> bool,
-) -> HashMap<[u8; 32], Vec<Location>> {
-    let mut map: HashMap<[u8; 32], Vec<Location>> = HashMap::new();
-    for f in files {
-        let path: Arc<str> = Arc::from(f.path.as_str());
-        for c in f.chunks.iter().filter(|c| stored(&c.id)) {
-            map.entry(c.id).or_default().push(Location {
-                path: path.clone(),
-                start_line: c.start_line,
-                end_line: c.end_line,
-                kind: kind_of(&c.kind),
-            });
-        }
-    }
-    map
-}
-
 impl State {
     /// Where every stored chunk occurs in current files (cached, then kept with each change):
     /// the base's places, with the files this state changed over it placed again.
@@ -192,7 +164,12 @@ impl State {
         let path: Arc<str> = Arc::from(f.path.as_str());
         for c in f.chunks.iter().filter(|c| self.chunks.contains_key(&c.id)) {
             let at = map.or_default(c.id);
-            at.push(Location { path: path.clone(), start_line: c.start_line, end_line: c.end_line, kind: kind_of(&c.kind) });
+            at.push(Location {
+                path: path.clone(),
+                start_line: c.start_line,
+                end_line: c.end_line,
+                kind: kind_of(&c.kind),
+            });
             // In file order, as a rebuild lists them.
             at.sort_by(|a, b| a.path.cmp(&b.path));
         }

@@ -223,7 +223,8 @@ async fn a_fork_shares_its_sources_segment_and_outlives_the_sources_collection()
     same(&sb.search(&q), &sa.search(&q));
 
     // The fork changes one file and deletes another: only those are its own.
-    let chart = vec![text_chunk(40, "fn plot_histogram(points) {}"), file("render", 40, 40), Record::Delete("cache".into())];
+    let chart =
+        vec![text_chunk(40, "fn plot_histogram(points) {}"), file("render", 40, 40), Record::Delete("cache".into())];
     b.append(&mut sb, chart).await.unwrap();
     assert_eq!(sb.file_count(), 5);
     assert!(sb.own_entries() <= 12, "a change costs its own entries, not the workspace's: {}", sb.own_entries());
@@ -235,9 +236,12 @@ async fn a_fork_shares_its_sources_segment_and_outlives_the_sources_collection()
 
     // The source compacts twice: the generation the fork came from is collected there.
     for round in 0..2u8 {
-        a.append(&mut sa, vec![text_chunk(50 + round, "fn extra() {}"), file(&format!("x{round}"), 50 + round, 50 + round)])
-            .await
-            .unwrap();
+        a.append(
+            &mut sa,
+            vec![text_chunk(50 + round, "fn extra() {}"), file(&format!("x{round}"), 50 + round, 50 + round)],
+        )
+        .await
+        .unwrap();
         let base = a.compact(sa.compaction_plan()).await.unwrap().unwrap();
         sa.install(base);
     }
@@ -590,7 +594,8 @@ async fn cached_indexes_follow_changes_as_a_fresh_load_does() {
 
 /// Every live hit of a search that asks for them all, as a set: where each chunk is found.
 fn all_hits(state: &mut State) -> Vec<(String, [u8; 32], u32)> {
-    let q = Query { terms: vec![1], vector: Some(("m".into(), unit(0, 0.1))), k: 500, candidates: 500, ..Query::default() };
+    let q =
+        Query { terms: vec![1], vector: Some(("m".into(), unit(0, 0.1))), k: 500, candidates: 500, ..Query::default() };
     let mut hits: Vec<_> = state.search(&q).into_iter().map(|h| (h.path, h.id, h.start_line)).collect();
     hits.sort();
     hits
@@ -668,7 +673,10 @@ async fn bookkeeping_kept_in_place_equals_one_derived_anew() {
                 assert_eq!(forked.seq, seq);
                 let shared = forked.base().expect("loaded from the copied segment");
                 assert!(Arc::ptr_eq(shared, state.base().expect("compacted")), "{at}: one base in memory");
-                assert!(fork_ns.fork_from(&ns).await.unwrap().is_none(), "{at}: a namespace that holds something does not fork");
+                assert!(
+                    fork_ns.fork_from(&ns).await.unwrap().is_none(),
+                    "{at}: a namespace that holds something does not fork"
+                );
                 fork = Some(forked);
             }
             let mut anew = ns.load().await.unwrap();
@@ -690,7 +698,11 @@ async fn bookkeeping_kept_in_place_equals_one_derived_anew() {
                 assert_eq!(fork.tree(), anew.tree(), "{at}: the fork's tree");
                 assert_eq!(fork.incomplete, anew.incomplete, "{at}");
                 let (kept, derived) = (fork.missing_vectors("m", 100), anew.missing_vectors("m", 100));
-                assert_eq!((kept.chunks, kept.total, kept.stages), (derived.chunks, derived.total, derived.stages), "{at}");
+                assert_eq!(
+                    (kept.chunks, kept.total, kept.stages),
+                    (derived.chunks, derived.total, derived.stages),
+                    "{at}"
+                );
                 assert_eq!(fork.vector_progress("m"), anew.vector_progress("m"), "{at}");
                 assert_eq!(fork.stages_of(&ids), anew.stages_of(&ids), "{at}");
                 assert_eq!(all_hits(fork), all_hits(&mut anew), "{at}: where the fork's chunks are found");
