@@ -116,7 +116,7 @@ fn files_below(node: &Node, at: &str, out: &mut Vec<String>) {
     match node {
         Node::File(_) => out.push(at.to_owned()),
         Node::Dir { children, .. } => {
-            for (name, child) in children {
+            for (name, child) in children.iter() {
                 files_below(child, &join(at, &String::from_utf8_lossy(name)), out);
             }
         }
@@ -171,7 +171,7 @@ impl SyncEngine {
                     let server: BTreeMap<&str, &caret_protocol::TreeEntry> =
                         listing.entries.iter().map(|e| (e.name.as_str(), e)).collect();
                     if let Some(children) = local_children {
-                        for (name, node) in children {
+                        for (name, node) in children.iter() {
                             let name = String::from_utf8_lossy(name);
                             let path = join(&listing.path, &name);
                             match (node, server.get(name.as_ref())) {

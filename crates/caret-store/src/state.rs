@@ -272,14 +272,41 @@ impl State {
         if let Some(t) = &self.tree {
             return t.clone();
         }
-        let tree = match &self.base {
-            Some(base) if self.files.own_len() == 0 && self.incomplete == base.incomplete => base.tree(),
-            _ => Arc::new(MerkleTree::from_files(
-                self.files.values().map(|f| (RelPath::from_bytes(f.path.as_bytes()), ContentHash(self.leaf(f)))),
-            )),
-        };
+        let tree = self.tree_over_base().unwrap_or_else(|| Arc::new(self.tree_anew()));
         self.tree = Some(tree.clone());
         tree
+    }
+
+    /// The tree built from the files.
+    pub(crate) fn tree_anew(&self) -> MerkleTree {
+        MerkleTree::from_files(
+            self.files.values().map(|f| (RelPath::from_bytes(f.path.as_bytes()), ContentHash(self.leaf(f)))),
+        )
+    }
+
+    /// The base's tree with this state's changes made in it (sharing every directory they do
+    /// not touch); `None` without a base, or where a change needs the tree built anew (a file
+    /// hidden by a directory of its name).
+    fn tree_over_base(&self) -> Option<Arc<MerkleTree>> {
+        let base = self.base.as_ref()?;
+        let mut tree = base.tree();
+        let changed: BTreeSet<&String> =
+            self.files.own_keys().chain(base.incomplete.iter()).chain(self.incomplete.iter()).collect();
+        if changed.is_empty() {
+            return Some(tree);
+        }
+        let t = Arc::make_mut(&mut tree);
+        for path in changed {
+            let rel = RelPath::from_bytes(path.as_bytes());
+            let done = match self.files.get(path.as_str()) {
+                Some(f) => t.insert(&rel, ContentHash(self.leaf(f))),
+                None => t.remove(&rel),
+            };
+            if !done {
+                return None;
+            }
+        }
+        (t.len() == self.files.len()).then_some(tree)
     }
 
     /// The vectors' model, if any vectors are stored.

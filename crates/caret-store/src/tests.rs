@@ -682,6 +682,7 @@ async fn bookkeeping_kept_in_place_equals_one_derived_anew() {
             let mut anew = ns.load().await.unwrap();
             anew.reindex();
             assert_eq!(state.tree(), anew.tree(), "{at}: the tree");
+            assert_eq!(*state.tree(), state.tree_anew(), "{at}: the tree, built from the files");
             assert_eq!(state.incomplete, anew.incomplete, "{at}: files waiting for a chunk");
             let (kept, derived) = (state.missing_vectors("m", 100), anew.missing_vectors("m", 100));
             assert_eq!((kept.chunks, kept.total, kept.stages), (derived.chunks, derived.total, derived.stages), "{at}");
@@ -696,6 +697,7 @@ async fn bookkeeping_kept_in_place_equals_one_derived_anew() {
                 let mut anew = fork_ns.load().await.unwrap();
                 anew.reindex();
                 assert_eq!(fork.tree(), anew.tree(), "{at}: the fork's tree");
+                assert_eq!(*fork.tree(), fork.tree_anew(), "{at}: the fork's tree, built from the files");
                 assert_eq!(fork.incomplete, anew.incomplete, "{at}");
                 let (kept, derived) = (fork.missing_vectors("m", 100), anew.missing_vectors("m", 100));
                 assert_eq!(

@@ -1,8 +1,12 @@
 //! The Merkle tree of a workspace: leaf = a file's content hash, directory = the hash of its
 //! sorted `(name, kind, child hash)` entries. Equal hashes mean equal subtrees, so [`diff`]
 //! descends only into directories whose hashes differ.
+//!
+//! A directory's entries are shared between copies of a tree: cloning one is a pointer, and
+//! a change copies only the directories on its path.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::{ContentHash, RelPath};
 
@@ -15,8 +19,8 @@ pub enum Node {
     Dir {
         /// The directory's hash.
         hash: ContentHash,
-        /// Entries by name (raw bytes, sorted).
-        children: BTreeMap<Vec<u8>, Node>,
+        /// Entries by name (raw bytes, sorted), shared between copies of the tree.
+        children: Arc<BTreeMap<Vec<u8>, Node>>,
     },
 }
 
@@ -30,7 +34,7 @@ impl Node {
 
     /// A directory node with its hash computed from `children`.
     fn dir(children: BTreeMap<Vec<u8>, Node>) -> Node {
-        Node::Dir { hash: hash_children(&children), children }
+        Node::Dir { hash: hash_children(&children), children: Arc::new(children) }
     }
 
     /// Files in this subtree.
@@ -56,6 +60,12 @@ fn hash_children(children: &BTreeMap<Vec<u8>, Node>) -> ContentHash {
 fn insert_below(node: &mut Node, segments: &[&[u8]], hash: ContentHash) -> Option<bool> {
     let Node::Dir { hash: dir_hash, children } = node else { return None };
     let (first, rest) = segments.split_first()?;
+    // Refusals first, before a shared directory is copied for nothing.
+    match (children.get(*first), rest.is_empty()) {
+        (Some(Node::Dir { .. }), true) | (Some(Node::File(_)), false) => return None,
+        _ => {}
+    }
+    let children = Arc::make_mut(children);
     let added = if rest.is_empty() {
         match children.get_mut(*first) {
             Some(Node::Dir { .. }) => return None,
@@ -72,7 +82,7 @@ fn insert_below(node: &mut Node, segments: &[&[u8]], hash: ContentHash) -> Optio
         match children.get_mut(*first) {
             Some(child) => insert_below(child, rest, hash)?,
             None => {
-                let mut child = Node::Dir { hash: ContentHash::default(), children: BTreeMap::new() };
+                let mut child = Node::Dir { hash: ContentHash::default(), children: Arc::default() };
                 let added = insert_below(&mut child, rest, hash)?;
                 children.insert(first.to_vec(), child);
                 added
@@ -88,6 +98,10 @@ fn insert_below(node: &mut Node, segments: &[&[u8]], hash: ContentHash) -> Optio
 fn remove_below(node: &mut Node, segments: &[&[u8]]) -> usize {
     let Node::Dir { hash: dir_hash, children } = node else { return 0 };
     let Some((first, rest)) = segments.split_first() else { return 0 };
+    if !children.contains_key(*first) {
+        return 0;
+    }
+    let children = Arc::make_mut(children);
     let removed = if rest.is_empty() {
         children.remove(*first).map_or(0, |gone| gone.count())
     } else {
@@ -311,7 +325,7 @@ fn collect(node: &Node, at: &RelPath, out: &mut Vec<(RelPath, ContentHash)>) {
     match node {
         Node::File(h) => out.push((at.clone(), *h)),
         Node::Dir { children, .. } => {
-            for (name, child) in children {
+            for (name, child) in children.iter() {
                 collect(child, &RelPath::from_bytes(join(at, name)), out);
             }
         }
@@ -437,6 +451,31 @@ mod tests {
 
     fn h(s: &str) -> ContentHash {
         ContentHash::of(s.as_bytes())
+    }
+
+    /// A copy of a tree changed in one file: the original is unchanged, and the copy shares
+    /// every directory off the changed file's path with it.
+    #[test]
+    fn a_changed_copy_shares_the_directories_it_did_not_touch() {
+        let files: Vec<(RelPath, ContentHash)> = ["a/x.rs", "a/y.rs", "b/c/z.rs", "b/w.rs", "top.rs"]
+            .iter()
+            .map(|p| (RelPath::from_bytes(p.as_bytes()), h(p)))
+            .collect();
+        let original = MerkleTree::from_files(files.clone());
+        let mut copy = original.clone();
+        assert!(copy.insert(&RelPath::from_bytes(b"b/c/z.rs"), h("changed")));
+        assert!(copy.remove(&RelPath::from_bytes(b"top.rs")));
+        assert_eq!(original, MerkleTree::from_files(files.clone()), "the original is untouched");
+        let mut changed = files;
+        changed[2].1 = h("changed");
+        changed.pop();
+        assert_eq!(copy, MerkleTree::from_files(changed), "the copy is what a build gives");
+        let dir = |t: &MerkleTree, name: &[u8]| match t.get(&RelPath::from_bytes(name)) {
+            Some(Node::Dir { children, .. }) => children.clone(),
+            _ => panic!("no directory {name:?}"),
+        };
+        assert!(Arc::ptr_eq(&dir(&original, b"a"), &dir(&copy, b"a")), "a/ is shared");
+        assert!(!Arc::ptr_eq(&dir(&original, b"b"), &dir(&copy, b"b")), "b/ is on the changed path");
     }
 
     fn tree(files: &[(&str, &str)]) -> MerkleTree {
