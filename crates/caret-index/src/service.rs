@@ -136,6 +136,79 @@ impl CompactionPolicy {
     }
 }
 
+/// A fold of a workspace's log: a delta beside its segment, or a new segment.
+enum Fold {
+    Delta(caret_store::DeltaPlan),
+    Segment(caret_store::CompactionPlan),
+}
+
+impl CompactionPolicy {
+    /// Whether the tail is small enough beside the segment to fold into a delta (a quarter of
+    /// it): the delta then costs what changed, and the segment — shared with forks — stays.
+    fn delta_fits(state: &State) -> bool {
+        state.tail_records().saturating_mul(4) < state.segment_chunks()
+    }
+
+    /// Whether a fold is due now: as [`CompactionPolicy::due`] for a new segment; for a delta,
+    /// as soon as either count since the last fold reaches its mark (a delta is cheap).
+    pub fn due_now(&self, state: &State) -> bool {
+        let (records, objects) = state.tail_size();
+        if Self::delta_fits(state) && state.delta_plan().is_some() {
+            return records >= self.records || objects >= self.objects;
+        }
+        self.due(state.tail_records(), objects, state.segment_chunks())
+    }
+
+    /// The fold due now, if any.
+    fn choose(&self, state: &State) -> Option<Fold> {
+        self.due_now(state).then(|| self.shape(state))
+    }
+
+    /// The fold for the state as it is: a delta where one fits, else a new segment.
+    fn shape(&self, state: &State) -> Fold {
+        match state.delta_plan().filter(|_| Self::delta_fits(state)) {
+            Some(plan) => Fold::Delta(plan),
+            None => Fold::Segment(state.compaction_plan()),
+        }
+    }
+}
+
+/// Runs a fold and records it in the loaded state; whether it committed.
+async fn fold_now(ns: &Namespace, cell: &Loaded, fold: Fold) -> Result<bool> {
+    let started = std::time::Instant::now();
+    let (kind, seq) = match fold {
+        Fold::Delta(plan) => match ns.compact_delta(plan).await? {
+            Some(seq) => {
+                cell.state.lock().await.delta_folded(seq);
+                ("delta", seq)
+            }
+            None => return Ok(false),
+        },
+        Fold::Segment(plan) => match ns.compact(plan).await? {
+            Some(base) => {
+                let seq = base.seq();
+                cell.state.lock().await.install(base);
+                ("segment", seq)
+            }
+            None => return Ok(false),
+        },
+    };
+    let state = cell.state.lock().await;
+    let (records, objects) = state.tail_size();
+    tracing::info!(
+        namespace = %ns.prefix(),
+        kind,
+        seq,
+        chunks = state.segment_chunks(),
+        tail = state.tail_records(),
+        unfolded_records = records,
+        unfolded_objects = objects,
+        ms = started.elapsed().as_millis() as u64,
+        "compacted"
+    );
+    Ok(true)
+}
+
 impl Default for CompactionPolicy {
     fn default() -> Self {
         CompactionPolicy { records: caret_store::COMPACT_RECORDS, objects: caret_store::COMPACT_OBJECTS }
@@ -379,8 +452,7 @@ impl Service {
     /// Starts a background compaction when the tail is long enough and none is running.
     /// Readers and writers go on meanwhile; the new segment is swapped in when it is done.
     fn maybe_compact(&self, tenant: &Tenant, id: &str, cell: &Arc<Loaded>, state: &State) {
-        let (records, objects) = state.tail_size();
-        if !self.compaction.due(records, objects, state.segment_chunks()) {
+        if !self.compaction.due_now(state) {
             return;
         }
         if cell.compacting.swap(true, Ordering::AcqRel) {
@@ -396,31 +468,13 @@ impl Service {
             // taken when its turn comes, so a wait folds more rather than a stale tail.
             let Ok(_turn) = turn.acquire_owned().await else { return };
             // Appends meanwhile found this one running and left it theirs: while the tail is
-            // still due when a segment goes in (a sibling's vectors copied during the fold,
+            // still due when a fold goes in (a sibling's vectors copied during the fold,
             // say), fold again rather than wait for the next append.
             for _ in 0..4 {
-                let started = std::time::Instant::now();
-                let plan = cell.state.lock().await.compaction_plan();
-                match ns.compact(plan).await {
-                    Ok(Some(segment)) => {
-                        let mut state = cell.state.lock().await;
-                        let seq = segment.seq();
-                        state.install(segment);
-                        let (records, objects) = state.tail_size();
-                        tracing::info!(
-                            namespace = %ns.prefix(),
-                            seq,
-                            chunks = state.segment_chunks(),
-                            tail_records = records,
-                            tail_objects = objects,
-                            ms = started.elapsed().as_millis() as u64,
-                            "compacted"
-                        );
-                        if !policy.due(records, objects, state.segment_chunks()) {
-                            break;
-                        }
-                    }
-                    Ok(None) => break,
+                let Some(fold) = policy.choose(&*cell.state.lock().await) else { break };
+                match fold_now(&ns, &cell, fold).await {
+                    Ok(true) if policy.due_now(&*cell.state.lock().await) => {}
+                    Ok(_) => break,
                     Err(e) => {
                         tracing::error!("compaction failed (the log still holds everything): {e}");
                         break;
@@ -431,27 +485,22 @@ impl Service {
         });
     }
 
-    /// Compacts now and waits, if the tail holds at least `min_records` records or any log
-    /// object at all with `min_records == 0`. Returns whether a segment was installed.
+    /// Compacts now and waits, if the tail holds at least `min_records` unfolded records or
+    /// any log object at all with `min_records == 0`: a delta beside the segment while the
+    /// tail is small beside it, else a new segment. Returns whether anything was folded.
     pub async fn compact(&self, tenant: &Tenant, id: &str, min_records: usize) -> Result<bool> {
         let cell = self.state(tenant, id).await?;
-        let plan = {
+        let fold = {
             let state = cell.state.lock().await;
             let (records, objects) = state.tail_size();
             if objects == 0 || records < min_records || cell.compacting.swap(true, Ordering::AcqRel) {
                 return Ok(false);
             }
-            state.compaction_plan()
+            self.compaction.shape(&state)
         };
-        let result = self.namespace(tenant, id).compact(plan).await;
+        let result = fold_now(&self.namespace(tenant, id), &cell, fold).await;
         cell.compacting.store(false, Ordering::Release);
-        match result? {
-            Some(segment) => {
-                cell.state.lock().await.install(segment);
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        result
     }
 
     fn info(&self, id: &str, key_id: &str, state: &mut State) -> WorkspaceInfo {

@@ -43,12 +43,12 @@ mod state;
 
 pub use base::{Base, Bases};
 pub use search::{Query, SearchHit, Weights};
-pub use segment::{CompactionPlan, Segment};
+pub use segment::{CompactionPlan, DeltaPlan, Segment};
 pub use state::State;
 
 use crate::ann::{AnnIndex, AnnParams};
 use crate::bm25::Bm25Index;
-use crate::segment::{Manifest, SegmentData, Stored};
+use crate::segment::{MANIFEST_DELTA, Manifest, ManifestV1, SegmentData, Stored};
 
 use std::sync::Arc;
 
@@ -285,6 +285,29 @@ fn open<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Option<T> {
     postcard::from_bytes(body).ok()
 }
 
+/// A stored manifest of either format; `None` for anything corrupt or of an unknown version.
+fn open_manifest(bytes: &[u8]) -> Option<Manifest> {
+    if let Some(m) = open::<Manifest>(bytes).filter(|m| m.version == MANIFEST_DELTA) {
+        return Some(m);
+    }
+    open::<ManifestV1>(bytes).filter(|m| m.version == FORMAT).map(|m| Manifest {
+        version: FORMAT,
+        seq: m.seq,
+        segment: m.segment,
+        segment_seq: m.seq,
+        ann: m.ann,
+        delta: None,
+    })
+}
+
+/// A manifest sealed in the oldest format that holds it.
+fn seal_manifest(m: &Manifest) -> Result<Vec<u8>> {
+    match &m.delta {
+        None => seal(&ManifestV1 { version: FORMAT, seq: m.seq, segment: m.segment.clone(), ann: m.ann }),
+        Some(_) => seal(&Manifest { version: MANIFEST_DELTA, ..m.clone() }),
+    }
+}
+
 /// A workspace's namespace on an object store.
 #[derive(Debug, Clone)]
 pub struct Namespace {
@@ -337,6 +360,10 @@ impl Namespace {
         self.prefix.child("seg").child(format!("{name}.ann"))
     }
 
+    fn delta(&self, name: &str) -> ObjPath {
+        self.prefix.child("delta").child(name)
+    }
+
     fn bm25(&self, name: &str) -> ObjPath {
         self.prefix.child("seg").child(format!("{name}.bm25"))
     }
@@ -370,7 +397,7 @@ impl Namespace {
 
     /// Reads a manifest's segment and builds its indexes; `None` (logged) when anything of it
     /// is unreadable, so the caller falls back to an older one or the log.
-    async fn open_segment(&self, manifest: &ObjPath) -> Result<Option<Arc<Base>>> {
+    async fn open_segment(&self, manifest: &ObjPath) -> Result<Option<(Arc<Base>, Manifest)>> {
         // A storage fault is not a corrupt manifest: falling back to an older generation on
         // a failed read could find its log collected and start the namespace empty.
         let bytes = match self.get(manifest).await {
@@ -378,19 +405,18 @@ impl Namespace {
             Err(Error::ObjectStore(object_store::Error::NotFound { .. })) => None,
             Err(e) => return Err(e),
         };
-        let Some(m) = bytes.and_then(|b| open::<Manifest>(&b)).filter(|m| m.version == FORMAT) else {
+        let Some(m) = bytes.and_then(|b| open_manifest(&b)) else {
             tracing::error!(object = %manifest, "manifest is corrupt; trying an older one");
             return Ok(None);
         };
-        if let Some(base) = self.bases.as_ref().and_then(|b| b.get(&m.segment)).filter(|b| b.seq() == m.seq) {
+        if let Some(base) = self.bases.as_ref().and_then(|b| b.get(&m.segment)).filter(|b| b.seq() == m.segment_seq) {
             // Held by this process already (names are unique per compaction): shared, not
             // read again. A segment whose object was damaged since is still whole in memory.
-            return Ok(Some(base));
+            return Ok(Some((base, m)));
         }
         let data = match self.get(&self.seg(&m.segment)).await {
-            Ok(bytes) => {
-                open::<SegmentData>(&bytes).filter(|d| d.version == FORMAT && d.seq == m.seq && d.check().is_ok())
-            }
+            Ok(bytes) => open::<SegmentData>(&bytes)
+                .filter(|d| d.version == FORMAT && d.seq == m.segment_seq && d.check().is_ok()),
             Err(Error::ObjectStore(object_store::Error::NotFound { .. })) => None,
             Err(e) => return Err(e),
         };
@@ -445,7 +471,31 @@ impl Namespace {
         if let Some(bases) = &self.bases {
             bases.insert(&base);
         }
-        Ok(Some(base))
+        Ok(Some((base, m)))
+    }
+
+    /// The state a manifest describes: its segment's base, with its delta's records applied
+    /// (as the log after the segment). `None` (logged) when its delta is unreadable, so the
+    /// caller falls back to an older generation and the log it kept.
+    async fn open_manifest_state(&self, manifest: &ObjPath) -> Result<Option<State>> {
+        let Some((base, m)) = self.open_segment(manifest).await? else { return Ok(None) };
+        let mut state = State::from_base(base);
+        if let Some(delta) = &m.delta {
+            let bytes = match self.get(&self.delta(delta)).await {
+                Ok(b) => Some(b),
+                Err(Error::ObjectStore(object_store::Error::NotFound { .. })) => None,
+                Err(e) => return Err(e),
+            };
+            let Some(batch) = bytes.and_then(|b| open::<Batch>(&b)).filter(|b| b.version == FORMAT && b.is_sound())
+            else {
+                tracing::error!(delta = %delta, "a manifest's delta is corrupt or missing; trying an older one");
+                return Ok(None);
+            };
+            state.apply(m.seq, batch.records);
+        }
+        state.seq = m.seq;
+        state.tail.folded = state.tail_records();
+        Ok(Some(state))
     }
 
     /// Loads the state: the newest readable segment, then the log after it. If compaction
@@ -456,8 +506,8 @@ impl Namespace {
         for _ in 0..3 {
             let mut state = State::default();
             for (_, path) in self.list_manifests().await? {
-                if let Some(base) = self.open_segment(&path).await? {
-                    state = State::from_base(base);
+                if let Some(loaded) = self.open_manifest_state(&path).await? {
+                    state = loaded;
                     break;
                 }
             }
@@ -522,10 +572,20 @@ impl Namespace {
     async fn collect_garbage(&self, current: u64) -> Result<()> {
         let manifests = self.list_manifests().await?;
         let Some((prev_n, prev_path)) = manifests.iter().find(|(n, _)| *n < current) else { return Ok(()) };
-        let Some(prev) = open::<Manifest>(&self.get(prev_path).await?) else { return Ok(()) };
+        let Some(prev) = open_manifest(&self.get(prev_path).await?) else { return Ok(()) };
+        let Some((_, current_path)) = manifests.iter().find(|(n, _)| *n == current) else { return Ok(()) };
+        let Some(current) = open_manifest(&self.get(current_path).await?) else { return Ok(()) };
+        // A delta compaction keeps its segment: what the two kept generations name stays.
+        let segments = [current.segment.as_str(), prev.segment.as_str()];
+        let deltas = [current.delta.as_deref(), prev.delta.as_deref()];
         for (n, path) in manifests.iter().filter(|(n, _)| n < prev_n) {
-            if let Some(m) = self.get(path).await.ok().and_then(|b| open::<Manifest>(&b)) {
-                self.discard(&m.segment).await;
+            if let Some(m) = self.get(path).await.ok().and_then(|b| open_manifest(&b)) {
+                if !segments.contains(&m.segment.as_str()) {
+                    self.discard(&m.segment).await;
+                }
+                if let Some(delta) = m.delta.as_deref().filter(|d| !deltas.contains(&Some(*d))) {
+                    let _ = self.store.delete(&self.delta(delta)).await;
+                }
             }
             let _ = self.store.delete(path).await;
             tracing::debug!(manifest = n, "removed an old generation");
@@ -611,17 +671,23 @@ impl Namespace {
         let manifests = self.list_manifests().await?;
         let next = manifests.first().map_or(1, |(n, _)| n + 1);
         if let Some((_, newest)) = manifests.first() {
-            let covered = self.get(newest).await.ok().and_then(|b| open::<Manifest>(&b)).map(|m| m.seq);
+            let covered = self.get(newest).await.ok().and_then(|b| open_manifest(&b)).map(|m| m.seq);
             if covered.is_some_and(|seq| seq >= segment.seq()) {
                 tracing::info!(namespace = %self.prefix, "a newer compaction committed first; discarding ours");
                 self.discard(&name).await;
                 return Ok(None);
             }
         }
-        let manifest =
-            Manifest { version: FORMAT, seq: segment.seq(), segment: name.clone(), ann: segment.segment.ann.is_some() };
+        let manifest = Manifest {
+            version: FORMAT,
+            seq: segment.seq(),
+            segment: name.clone(),
+            segment_seq: segment.seq(),
+            ann: segment.segment.ann.is_some(),
+            delta: None,
+        };
         let path = self.manifests().child(seq_name(next));
-        match self.store.put_opts(&path, PutPayload::from(seal(&manifest)?), create()).await {
+        match self.store.put_opts(&path, PutPayload::from(seal_manifest(&manifest)?), create()).await {
             Ok(_) => {
                 if let Err(e) = self.collect_garbage(next).await {
                     tracing::warn!(namespace = %self.prefix, "removing old generations failed: {e}");
@@ -641,6 +707,55 @@ impl Namespace {
         }
     }
 
+    /// Writes a delta plan as one object beside the current segment and commits it with the
+    /// next manifest (see [`DeltaPlan`]): the log it covers is folded without touching the
+    /// segment. Runs without any lock on the state: mark it with [`State::delta_folded`].
+    /// `Ok(None)` when another compaction committed first (ours is deleted).
+    pub async fn compact_delta(&self, plan: DeltaPlan) -> Result<Option<u64>> {
+        let name = format!("{}-{}", seq_name(plan.seq), &blake3::hash(&nonce()).to_hex()[..16]);
+        let records = plan.records;
+        let sealed = tokio::task::spawn_blocking(move || seal(&Batch { version: FORMAT, records }))
+            .await
+            .map_err(|e| Error::Encode(format!("delta task: {e}")))??;
+        self.store.put_opts(&self.delta(&name), PutPayload::from(sealed), create()).await?;
+        let manifests = self.list_manifests().await?;
+        let next = manifests.first().map_or(1, |(n, _)| n + 1);
+        let discard = async || {
+            let _ = self.store.delete(&self.delta(&name)).await;
+        };
+        if let Some((_, newest)) = manifests.first() {
+            let covered = self.get(newest).await.ok().and_then(|b| open_manifest(&b)).map(|m| m.seq);
+            if covered.is_some_and(|seq| seq >= plan.seq) {
+                tracing::info!(namespace = %self.prefix, "a newer compaction committed first; discarding our delta");
+                discard().await;
+                return Ok(None);
+            }
+        }
+        let manifest = Manifest {
+            version: MANIFEST_DELTA,
+            seq: plan.seq,
+            segment: plan.segment,
+            segment_seq: plan.segment_seq,
+            ann: plan.ann,
+            delta: Some(name.clone()),
+        };
+        let path = self.manifests().child(seq_name(next));
+        match self.store.put_opts(&path, PutPayload::from(seal_manifest(&manifest)?), create()).await {
+            Ok(_) => {
+                if let Err(e) = self.collect_garbage(next).await {
+                    tracing::warn!(namespace = %self.prefix, "removing old generations failed: {e}");
+                }
+                Ok(Some(plan.seq))
+            }
+            Err(object_store::Error::AlreadyExists { .. }) => {
+                tracing::info!(namespace = %self.prefix, "another compaction committed first; discarding our delta");
+                discard().await;
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Starts this namespace, which must hold nothing yet, from `source`'s current segment: its
     /// objects are copied under this prefix keeping their name (a copy inside the bucket: a
     /// hard link on a local directory, a server-side copy on S3; no bytes pass through this
@@ -653,10 +768,11 @@ impl Namespace {
             return Ok(None);
         }
         let Some((_, newest)) = source.list_manifests().await?.into_iter().next() else { return Ok(None) };
-        let Some(m) = open::<Manifest>(&source.get(&newest).await?).filter(|m| m.version == FORMAT) else {
-            return Ok(None);
-        };
+        let Some(m) = open_manifest(&source.get(&newest).await?) else { return Ok(None) };
         self.store.copy(&source.seg(&m.segment), &self.seg(&m.segment)).await?;
+        if let Some(delta) = &m.delta {
+            self.store.copy(&source.delta(delta), &self.delta(delta)).await?;
+        }
         let mut indexes = vec![(source.bm25(&m.segment), self.bm25(&m.segment))];
         if m.ann {
             indexes.push((source.ann(&m.segment), self.ann(&m.segment)));
@@ -668,9 +784,8 @@ impl Namespace {
                 Err(e) => return Err(e.into()),
             }
         }
-        let manifest = Manifest { version: FORMAT, seq: m.seq, segment: m.segment, ann: m.ann };
         let first = self.manifests().child(seq_name(1));
-        match self.store.put_opts(&first, PutPayload::from(seal(&manifest)?), create()).await {
+        match self.store.put_opts(&first, PutPayload::from(seal_manifest(&m)?), create()).await {
             Ok(_) => Ok(Some(m.seq)),
             Err(object_store::Error::AlreadyExists { .. }) => {
                 // Another fork of this namespace won (its copies have the same names); a

@@ -52,9 +52,29 @@ impl SegmentData {
     }
 }
 
-/// A manifest (`manifest/<n>`, sealed): which segment is current.
-#[derive(Debug, Serialize, Deserialize)]
+/// A manifest (`manifest/<n>`, sealed): which segment is current, and the log since it folded
+/// into one delta object (`delta/<name>`: the records that turn the segment into the state at
+/// `seq`), if any. Written as [`ManifestV1`] when there is no delta, so a reader of that
+/// format reads it; a manifest with a delta carries [`MANIFEST_DELTA`] as its version, which
+/// such a reader takes for a damaged one (and falls back to the one before).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Manifest {
+    pub version: u32,
+    /// The last log sequence number the manifest covers (with its delta).
+    pub seq: u64,
+    pub segment: String,
+    /// The last log sequence number folded into the segment.
+    pub segment_seq: u64,
+    pub ann: bool,
+    pub delta: Option<String>,
+}
+
+/// The version of a manifest naming a delta.
+pub(crate) const MANIFEST_DELTA: u32 = 2;
+
+/// A manifest without a delta, as first written.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct ManifestV1 {
     pub version: u32,
     pub seq: u64,
     pub segment: String,
@@ -155,6 +175,26 @@ impl Segment {
     /// The vector of row `row`.
     pub(crate) fn vector(&self, row: usize) -> &[f32] {
         &self.vectors[row * self.dim..(row + 1) * self.dim]
+    }
+}
+
+/// What a delta compaction writes: the records that turn the current segment into the state
+/// at `seq` (the tail's chunks and vectors, the files that differ from the segment's), as one
+/// object beside the segment. It costs what changed since the segment, not the workspace's
+/// size, and keeps the segment — shared with forks — as it is.
+#[derive(Debug, Clone)]
+pub struct DeltaPlan {
+    pub(crate) seq: u64,
+    pub(crate) segment: String,
+    pub(crate) segment_seq: u64,
+    pub(crate) ann: bool,
+    pub(crate) records: Vec<crate::Record>,
+}
+
+impl DeltaPlan {
+    /// The sequence number the delta will cover.
+    pub fn seq(&self) -> u64 {
+        self.seq
     }
 }
 

@@ -9,7 +9,7 @@ use caret_workspace::{ContentHash, RelPath};
 
 use crate::base::{Base, VecAt};
 use crate::layered::{Layered, LayeredOrd};
-use crate::segment::CompactionPlan;
+use crate::segment::{CompactionPlan, DeltaPlan};
 use crate::{ChunkRecord, FileRecord, Missing, Record, Segment, VectorBatch, rank, refs, search};
 
 /// Records applied after the segment, kept in memory and searched exactly.
@@ -18,8 +18,10 @@ pub(crate) struct Tail {
     pub(crate) chunks: Vec<(u64, ChunkRecord)>,
     pub(crate) vector_ids: Vec<(u64, [u8; 32])>,
     pub(crate) vectors: Vec<f32>,
-    /// Log objects applied since the segment.
+    /// Log objects applied since the last compaction (of either kind).
     pub(crate) objects: u64,
+    /// Records (chunks plus vectors) at the head of the tail that a delta holds already.
+    pub(crate) folded: usize,
 }
 
 /// The state of a workspace: its files, its stored chunks and vectors, the segment and the
@@ -368,9 +370,59 @@ impl State {
         self.segment.as_ref().map_or(0, |s| s.ids.len())
     }
 
-    /// The tail's size: records (chunks plus vectors) and log objects since the segment.
+    /// What the last compaction left unfolded: records (chunks plus vectors) and log objects.
     pub fn tail_size(&self) -> (usize, u64) {
-        (self.tail.chunks.len() + self.tail.vector_ids.len(), self.tail.objects)
+        (self.tail_records().saturating_sub(self.tail.folded), self.tail.objects)
+    }
+
+    /// Records (chunks plus vectors) after the segment, a delta's included.
+    pub fn tail_records(&self) -> usize {
+        self.tail.chunks.len() + self.tail.vector_ids.len()
+    }
+
+    /// What a delta compaction of the current state would write; `None` without a segment,
+    /// or where the segment's vectors are another model's (only a new segment drops them).
+    pub fn delta_plan(&self) -> Option<DeltaPlan> {
+        let segment = self.segment.as_ref()?;
+        let same_model = segment.vector_ids.is_empty()
+            || self
+                .model
+                .as_ref()
+                .is_some_and(|(m, d)| segment.model.as_deref() == Some(m.as_str()) && segment.dim == *d);
+        if self.base.is_none() || !same_model {
+            return None;
+        }
+        let mut records: Vec<Record> = self.tail.chunks.iter().map(|(_, c)| Record::Chunk(c.clone())).collect();
+        let mut files = Vec::new();
+        for path in self.files.own_keys() {
+            match self.files.get(path.as_str()) {
+                Some(f) => files.push(Record::File(f.clone())),
+                None => records.push(Record::Delete(path.clone())),
+            }
+        }
+        records.extend(files);
+        if let Some((model, dim)) = self.model.as_ref().filter(|_| !self.tail.vector_ids.is_empty()) {
+            records.push(Record::Vectors(VectorBatch {
+                model: model.clone(),
+                dim: u32::try_from(*dim).unwrap_or(0),
+                ids: self.tail.vector_ids.iter().map(|(_, id)| *id).collect(),
+                data: self.tail.vectors.clone(),
+            }));
+        }
+        Some(DeltaPlan {
+            seq: self.seq,
+            segment: segment.name.clone(),
+            segment_seq: segment.seq,
+            ann: segment.ann.is_some(),
+            records,
+        })
+    }
+
+    /// A delta covering the log up to `seq` was committed: what it holds is folded.
+    pub fn delta_folded(&mut self, seq: u64) {
+        self.tail.objects = self.seq.saturating_sub(seq);
+        self.tail.folded = self.tail.chunks.iter().filter(|(s, _)| *s <= seq).count()
+            + self.tail.vector_ids.iter().filter(|(s, _)| *s <= seq).count();
     }
 
     /// What a compaction of the current state would fold (cheap to take: the tail is

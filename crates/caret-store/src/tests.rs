@@ -253,6 +253,59 @@ async fn a_fork_shares_its_sources_segment_and_outlives_the_sources_collection()
     assert_eq!(elsewhere.tree().root_hash(), sb.tree().root_hash());
 }
 
+/// A delta folds the log since the segment into one object beside it: a fresh process loads
+/// the same state from segment + delta, the segment object is kept while the log and older
+/// deltas go, a fork carries the delta, and a damaged delta falls back to the generation
+/// before it and the log it kept.
+#[tokio::test]
+async fn a_delta_folds_the_log_beside_the_segment_it_keeps() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let ns = Namespace::new(store.clone(), "t/w");
+    let mut state = corpus(&ns).await;
+    let base = ns.compact(state.compaction_plan()).await.unwrap().unwrap();
+    let segment = base.segment().name.clone();
+    state.install(base);
+    let q = query("retry upload render table token plot_histogram", Some(unit(2, 0.0)), 6);
+    for round in 0..3u8 {
+        let records = vec![
+            text_chunk(60 + round, "fn plot_histogram(bins) {}"),
+            file(&format!("plot{round}"), 60 + round, 60 + round),
+            Record::Delete(["cache", "auth", "parse"][usize::from(round)].into()),
+            vectors(&[(60 + round, unit(usize::from(round), 0.3))]),
+        ];
+        ns.append(&mut state, records).await.unwrap();
+        let seq = ns.compact_delta(state.delta_plan().unwrap()).await.unwrap().unwrap();
+        state.delta_folded(seq);
+        assert_eq!(state.tail_size(), (0, 0));
+    }
+    let mut loaded = Namespace::new(store.clone(), "t/w").load().await.unwrap();
+    same(&loaded.search(&q), &state.search(&q));
+    assert_eq!(loaded.tree().root_hash(), state.tree().root_hash());
+    assert_eq!(loaded.file_count(), 6);
+    assert_eq!(loaded.vector_progress("m"), state.vector_progress("m"));
+    assert_eq!(loaded.segment().map(|s| s.name.clone()), Some(segment.clone()), "the segment is kept");
+    let count = |dir: &'static str| {
+        let store = store.clone();
+        async move { store.list(Some(&ObjPath::from(dir))).try_collect::<Vec<_>>().await.unwrap().len() }
+    };
+    assert_eq!(count("t/w/delta").await, 2, "the deltas of the two kept generations");
+    assert_eq!(count("t/w/seg").await, 2, "one segment with its BM25 index");
+    assert_eq!(count("t/w/wal").await, 1, "the log after the previous generation");
+
+    let fork = Namespace::new(store.clone(), "t/f");
+    fork.fork_from(&ns).await.unwrap().unwrap();
+    let mut forked = fork.load().await.unwrap();
+    same(&forked.search(&q), &state.search(&q));
+    assert_eq!(forked.tree().root_hash(), state.tree().root_hash());
+
+    let m = ns.list_manifests().await.unwrap();
+    let newest = open_manifest(&ns.get(&m[0].1).await.unwrap()).unwrap();
+    store.put(&ns.delta(newest.delta.as_deref().unwrap()), PutPayload::from_static(b"garbage")).await.unwrap();
+    let mut fallback = Namespace::new(store.clone(), "t/w").load().await.unwrap();
+    same(&fallback.search(&q), &state.search(&q));
+    assert_eq!(fallback.tree().root_hash(), state.tree().root_hash());
+}
+
 #[tokio::test]
 async fn a_compaction_that_dies_before_its_manifest_changes_nothing() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
@@ -370,7 +423,7 @@ async fn old_generations_are_collected_and_stale_readers_reload() {
     assert!(matches!(ns.refresh(&mut stale).await, Err(Error::Gap(_))));
     // With the current segment corrupt, the previous one plus the kept log still answer.
     let m = ns.list_manifests().await.unwrap();
-    let newest = open::<segment::Manifest>(&ns.get(&m[0].1).await.unwrap()).unwrap();
+    let newest = open_manifest(&ns.get(&m[0].1).await.unwrap()).unwrap();
     store.put(&ns.seg(&newest.segment), PutPayload::from_static(b"garbage")).await.unwrap();
     let mut fallback = ns.load().await.unwrap();
     assert_eq!(fallback.files.len(), state.files.len());
@@ -662,6 +715,20 @@ async fn bookkeeping_kept_in_place_equals_one_derived_anew() {
             if step % 10 == 9 {
                 if let Some(base) = ns.compact(state.compaction_plan()).await.unwrap() {
                     state.install(base);
+                }
+            }
+            if step % 10 == 4 || step % 10 == 7 {
+                // The log since the segment folded into a delta beside it; the fork too.
+                if let Some(plan) = state.delta_plan() {
+                    let seq = ns.compact_delta(plan).await.unwrap().expect("nothing raced it");
+                    state.delta_folded(seq);
+                    assert_eq!(state.tail_size(), (0, 0), "{at}: all folded");
+                }
+                if let Some(fork) = fork.as_mut()
+                    && let Some(plan) = fork.delta_plan()
+                {
+                    let seq = fork_ns.compact_delta(plan).await.unwrap().expect("nothing raced it");
+                    fork.delta_folded(seq);
                 }
             }
             if step == 14 {
