@@ -143,17 +143,18 @@ enum Fold {
 }
 
 impl CompactionPolicy {
-    /// Whether the tail is small enough beside the segment to fold into a delta (a quarter of
+    /// Whether the tail is small enough beside the segment to fold into a delta (an eighth of
     /// it): the delta then costs what changed, and the segment — shared with forks — stays.
+    /// Past that a new segment: the tail is searched exactly, and each search pays for it.
     fn delta_fits(state: &State) -> bool {
-        state.tail_records().saturating_mul(4) < state.segment_chunks()
+        state.tail_records().saturating_mul(8) < state.segment_chunks() && state.can_delta()
     }
 
     /// Whether a fold is due now: as [`CompactionPolicy::due`] for a new segment; for a delta,
     /// as soon as either count since the last fold reaches its mark (a delta is cheap).
     pub fn due_now(&self, state: &State) -> bool {
         let (records, objects) = state.tail_size();
-        if Self::delta_fits(state) && state.delta_plan().is_some() {
+        if Self::delta_fits(state) {
             return records >= self.records || objects >= self.objects;
         }
         self.due(state.tail_records(), objects, state.segment_chunks())
@@ -166,7 +167,7 @@ impl CompactionPolicy {
 
     /// The fold for the state as it is: a delta where one fits, else a new segment.
     fn shape(&self, state: &State) -> Fold {
-        match state.delta_plan().filter(|_| Self::delta_fits(state)) {
+        match Self::delta_fits(state).then(|| state.delta_plan()).flatten() {
             Some(plan) => Fold::Delta(plan),
             None => Fold::Segment(state.compaction_plan()),
         }
@@ -489,14 +490,25 @@ impl Service {
     /// any log object at all with `min_records == 0`: a delta beside the segment while the
     /// tail is small beside it, else a new segment. Returns whether anything was folded.
     pub async fn compact(&self, tenant: &Tenant, id: &str, min_records: usize) -> Result<bool> {
+        self.compact_as(tenant, id, min_records, false).await
+    }
+
+    /// Folds every log record after the segment into a new segment now (a delta's too), so
+    /// that the segment alone holds the workspace: what a fork of it then shares whole.
+    pub async fn compact_into_segment(&self, tenant: &Tenant, id: &str) -> Result<bool> {
+        self.compact_as(tenant, id, 0, true).await
+    }
+
+    async fn compact_as(&self, tenant: &Tenant, id: &str, min_records: usize, segment: bool) -> Result<bool> {
         let cell = self.state(tenant, id).await?;
         let fold = {
             let state = cell.state.lock().await;
             let (records, objects) = state.tail_size();
-            if objects == 0 || records < min_records || cell.compacting.swap(true, Ordering::AcqRel) {
+            let empty = if segment { state.tail_records() == 0 && objects == 0 } else { objects == 0 };
+            if empty || records < min_records || cell.compacting.swap(true, Ordering::AcqRel) {
                 return Ok(false);
             }
-            self.compaction.shape(&state)
+            if segment { Fold::Segment(state.compaction_plan()) } else { self.compaction.shape(&state) }
         };
         let result = fold_now(&self.namespace(tenant, id), &cell, fold).await;
         cell.compacting.store(false, Ordering::Release);
@@ -976,7 +988,11 @@ fn cpu_bound<T>(f: impl FnOnce() -> T) -> T {
 
 #[cfg(test)]
 mod compaction_tests {
-    use super::CompactionPolicy;
+    use std::sync::Arc;
+
+    use caret_store::{ChunkRecord, ChunkRef, FileRecord, Namespace, Record, State};
+
+    use super::{CompactionPolicy, Fold, Loaded, fold_now};
 
     #[test]
     fn a_large_segment_is_not_rebuilt_for_a_few_small_objects() {
@@ -987,5 +1003,51 @@ mod compaction_tests {
         assert!(p.due(600, 256, 10_000), "many objects, a tail of a twentieth");
         assert!(!p.due(600, 256, 95_000), "many objects, a small tail of a large segment");
         assert!(p.due(600, 4_096, 95_000), "very many objects");
+    }
+
+    fn chunk(id: u8) -> Record {
+        Record::Chunk(ChunkRecord { id: [id; 32], length: 3, terms: vec![(u64::from(id), 1)] })
+    }
+
+    fn file(path: &str, id: u8) -> Record {
+        let chunk = ChunkRef { id: [id; 32], start_line: 1, end_line: 2, language: "rust".into(), kind: "code".into() };
+        Record::File(FileRecord { path: path.to_owned(), leaf: [id; 32], chunks: vec![chunk] })
+    }
+
+    /// A tail small beside the segment folds into a delta as soon as a mark is reached (it
+    /// costs what changed); one of a quarter of the segment or more folds into a new segment,
+    /// under the rule for those.
+    #[tokio::test]
+    async fn a_small_tail_folds_into_a_delta_and_a_large_one_into_a_segment() {
+        let ns = Namespace::new(Arc::new(object_store::memory::InMemory::new()), "t/w");
+        let mut state = ns.load().await.unwrap();
+        let p = CompactionPolicy { records: 1_000, objects: 4 };
+        let files: Vec<Record> = (1..=40u8).flat_map(|i| [chunk(i), file(&format!("f{i}"), i)]).collect();
+        ns.append(&mut state, files).await.unwrap();
+        assert!(!p.due_now(&state), "40 records in one object");
+        assert!(matches!(p.shape(&state), Fold::Segment(_)), "no segment yet");
+        assert!(fold_now(&ns, &loaded(state), p.shape(&ns.load().await.unwrap())).await.unwrap());
+        let mut state = ns.load().await.unwrap();
+        assert_eq!(state.segment_chunks(), 40);
+        for i in 41..=44u8 {
+            assert!(!p.due_now(&state), "{} objects", i - 41);
+            ns.append(&mut state, vec![chunk(i), file(&format!("f{i}"), i)]).await.unwrap();
+        }
+        assert!(p.due_now(&state), "4 objects after the segment");
+        assert!(matches!(p.choose(&state), Some(Fold::Delta(_))), "4 records beside 40: a delta");
+        let cell = loaded(state);
+        let fold = p.shape(&*cell.state.lock().await);
+        assert!(fold_now(&ns, &cell, fold).await.unwrap());
+        let mut state = cell.state.into_inner();
+        assert!(!p.due_now(&state), "folded");
+        assert_eq!(state.segment_chunks(), 40, "the segment is kept");
+        for i in 45..=60u8 {
+            ns.append(&mut state, vec![chunk(i), file(&format!("f{i}"), i)]).await.unwrap();
+        }
+        assert!(matches!(p.choose(&state), Some(Fold::Segment(_))), "20 records beside 40: a new segment");
+    }
+
+    fn loaded(state: State) -> Loaded {
+        Loaded { state: tokio::sync::Mutex::new(state), ..Loaded::default() }
     }
 }

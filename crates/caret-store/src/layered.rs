@@ -320,7 +320,7 @@ mod tests {
         for step in 0..1_000u32 {
             rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             let k = format!("k{:03}", (rng >> 33) % 90);
-            if (rng >> 20) % 2 == 0 {
+            if (rng >> 20).is_multiple_of(2) {
                 assert_eq!(layered.insert(k.clone(), step), plain.insert(k, step).is_none());
             } else {
                 assert_eq!(layered.remove(&k), plain.remove(&k));

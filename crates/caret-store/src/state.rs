@@ -383,15 +383,10 @@ impl State {
     /// What a delta compaction of the current state would write; `None` without a segment,
     /// or where the segment's vectors are another model's (only a new segment drops them).
     pub fn delta_plan(&self) -> Option<DeltaPlan> {
-        let segment = self.segment.as_ref()?;
-        let same_model = segment.vector_ids.is_empty()
-            || self
-                .model
-                .as_ref()
-                .is_some_and(|(m, d)| segment.model.as_deref() == Some(m.as_str()) && segment.dim == *d);
-        if self.base.is_none() || !same_model {
+        if !self.can_delta() {
             return None;
         }
+        let segment = self.segment.as_ref()?;
         let mut records: Vec<Record> = self.tail.chunks.iter().map(|(_, c)| Record::Chunk(c.clone())).collect();
         let mut files = Vec::new();
         for path in self.files.own_keys() {
@@ -416,6 +411,17 @@ impl State {
             ann: segment.ann.is_some(),
             records,
         })
+    }
+
+    /// Whether [`State::delta_plan`] has a plan (cheap: nothing is copied).
+    pub fn can_delta(&self) -> bool {
+        let Some(segment) = self.segment.as_ref() else { return false };
+        let same_model = segment.vector_ids.is_empty()
+            || self
+                .model
+                .as_ref()
+                .is_some_and(|(m, d)| segment.model.as_deref() == Some(m.as_str()) && segment.dim == *d);
+        self.base.is_some() && same_model
     }
 
     /// A delta covering the log up to `seq` was committed: what it holds is folded.

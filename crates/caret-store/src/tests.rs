@@ -712,10 +712,10 @@ async fn bookkeeping_kept_in_place_equals_one_derived_anew() {
             }
             ns.append(&mut state, records).await.unwrap();
             let at = format!("round {round}, step {step}");
-            if step % 10 == 9 {
-                if let Some(base) = ns.compact(state.compaction_plan()).await.unwrap() {
-                    state.install(base);
-                }
+            if step % 10 == 9
+                && let Some(base) = ns.compact(state.compaction_plan()).await.unwrap()
+            {
+                state.install(base);
             }
             if step % 10 == 4 || step % 10 == 7 {
                 // The log since the segment folded into a delta beside it; the fork too.

@@ -65,14 +65,15 @@ impl Service {
             }
         }
         let Some((shared, sibling)) = best.filter(|(n, _)| n * 2 >= sketch.len()) else { return Ok(None) };
-        // The sibling's log folded into its segment first, so that the copy holds all it has
-        // (a compaction running already is waited for, a minute at most).
+        // The sibling's log (and delta) folded into a new segment first, so that the copy
+        // shares all it has: a delta copied would be each copy's own (a compaction running
+        // already is waited for, a minute at most).
         let other = self.state(tenant, &sibling).await?;
         let waited = std::time::Instant::now();
         while other.compacting.load(Ordering::Acquire) && waited.elapsed() < std::time::Duration::from_secs(60) {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        self.compact(tenant, &sibling, 0).await?;
+        self.compact_into_segment(tenant, &sibling).await?;
         let ns = self.namespace(tenant, id);
         let Some(seq) = ns.fork_from(&self.namespace(tenant, &sibling)).await? else { return Ok(None) };
         *state = ns.load().await?;
