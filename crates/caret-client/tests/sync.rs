@@ -563,3 +563,60 @@ async fn a_checkout_under_the_same_key_starts_as_a_copy_and_sends_only_what_diff
     assert_eq!(find(&first, "module_7").await.first().map(String::as_str), Some("src/gen/m7.rs"));
     assert_eq!(find(&second, "module_7").await.first().map(String::as_str), Some("src/gen/m7.rs"));
 }
+
+/// A server keeps at most so many workspaces loaded and unloads those nobody used for a
+/// while; an unloaded one loads again from the bucket when asked for, whole.
+#[tokio::test]
+async fn unused_workspaces_are_unloaded_and_load_again_when_asked_for() {
+    let server_dir = TempDir::new();
+    let residency = caret_index::service::Residency { max_loaded: 1, idle: std::time::Duration::from_secs(3600) };
+    let service = caret_index::open(&StorageConfig::local(server_dir.path())).await.unwrap().with_residency(residency);
+    let service = Arc::new(service);
+    let tenant = service.db().create_tenant("local").await.unwrap();
+    let transport = InProcessTransport::new(service.clone(), tenant.clone(), "embedded");
+    let (a, b) = (workspace(), TempDir::new());
+    b.write("src/other.rs", "pub fn unrelated_helper() -> u8 {\n    7\n}\n");
+    b.backdate(10);
+    let state = TempDir::new();
+    let first = WorkspaceState::open(a.path(), &state.join("a"), &state.join("keys-a")).unwrap();
+    let second = WorkspaceState::open(b.path(), &state.join("b"), &state.join("keys-b")).unwrap();
+    let engine = SyncEngine::new(scanner(), SyncOptions::default());
+    engine.sync(&first, &transport).await.unwrap();
+    assert_eq!(service.loaded_count(), 1);
+    engine.sync(&second, &transport).await.unwrap();
+    assert_eq!(service.loaded_count(), 1, "the first was unloaded when the second loaded");
+    let find = async |ws: &WorkspaceState, q: &str| {
+        let (mode, rerank) = (caret_protocol::SearchMode::Lexical, Default::default());
+        let found = caret_client::index::search(scanner(), ws, &transport, q, 5, mode, rerank).await.unwrap();
+        found.hits.into_iter().map(|h| h.path).collect::<Vec<_>>()
+    };
+    assert_eq!(find(&first, "shout").await.first().map(String::as_str), Some("src/util/strings.rs"));
+    assert_eq!(service.loaded_count(), 1, "loaded again in the second's place");
+    assert_eq!(service.unload_idle(), 0, "used just now");
+    let info = service.workspace_info(&tenant, &second.id).await.unwrap();
+    assert_eq!(info.files, 1, "the second, loaded again, holds its file");
+    // Nothing changed while unloaded: a sync finds both trees equal.
+    let again = engine.sync(&first, &transport).await.unwrap();
+    assert_eq!((again.added, again.modified, again.deleted), (0, 0, 0), "{again:?}");
+    assert_eq!(again.local_root, again.server_root);
+}
+
+/// Idle time alone unloads a workspace (the server sweeps every minute).
+#[tokio::test]
+async fn a_workspace_idle_past_its_time_is_unloaded() {
+    let server_dir = TempDir::new();
+    let residency = caret_index::service::Residency { max_loaded: 10, idle: std::time::Duration::ZERO };
+    let service = caret_index::open(&StorageConfig::local(server_dir.path())).await.unwrap().with_residency(residency);
+    let service = Arc::new(service);
+    let tenant = service.db().create_tenant("local").await.unwrap();
+    let transport = InProcessTransport::new(service.clone(), tenant.clone(), "embedded");
+    let a = workspace();
+    let state = TempDir::new();
+    let ws = WorkspaceState::open(a.path(), &state.join("a"), &state.join("keys")).unwrap();
+    SyncEngine::new(scanner(), SyncOptions::default()).sync(&ws, &transport).await.unwrap();
+    assert_eq!(service.loaded_count(), 1);
+    assert_eq!(service.unload_idle(), 1);
+    assert_eq!(service.loaded_count(), 0);
+    let info = service.workspace_info(&tenant, &ws.id).await.unwrap();
+    assert_eq!(info.files, 4, "loaded again from the bucket");
+}

@@ -89,6 +89,10 @@ pub async fn server_service(
         None => tracing::warn!("no embedding model: search is lexical only"),
     }
     service = service.with_held_budget(usize::try_from(config.server.held_texts.0).unwrap_or(usize::MAX));
+    service = service.with_residency(caret_index::service::Residency {
+        max_loaded: config.server.loaded_workspaces.max(1),
+        idle: crate::config::parse_duration(&config.server.unload_idle_after).context("[server] unload_idle_after")?,
+    });
     if let Some(records) = std::env::var("CARET_COMPACT_RECORDS").ok().and_then(|v| v.parse().ok()) {
         let policy = caret_index::service::CompactionPolicy { records, ..Default::default() };
         service = service.with_compaction(policy);

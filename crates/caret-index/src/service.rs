@@ -5,7 +5,7 @@
 //! keyed terms and vectors computed; nothing here writes or logs them.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use caret_crypto::ServerKey;
@@ -25,7 +25,10 @@ use crate::db::{Db, Tenant};
 use crate::held::{Held, HeldTexts};
 use crate::{Error, Result};
 
+mod residency;
 mod siblings;
+
+pub use residency::Residency;
 
 /// Largest number of files in one plan or commit.
 pub const MAX_FILES: usize = 10_000;
@@ -46,6 +49,8 @@ struct Loaded {
     compacting: AtomicBool,
     /// The public id of the workspace's key (siblings under the same key share vectors).
     key_id: String,
+    /// When a request last used it (milliseconds since the service started).
+    used: AtomicU64,
 }
 
 /// Loaded workspaces by (tenant id, workspace id).
@@ -233,6 +238,10 @@ pub struct Service {
     held: HeldTexts,
     /// Segments loaded, shared by every workspace state holding one (forks).
     bases: Arc<caret_store::Bases>,
+    /// Which workspaces stay loaded.
+    residency: Residency,
+    /// When the service started (workspaces' last use is counted from it).
+    epoch: std::time::Instant,
 }
 
 impl std::fmt::Debug for Service {
@@ -314,6 +323,8 @@ impl Service {
             weights: Weights::default(),
             held: HeldTexts::new(crate::held::DEFAULT_BUDGET),
             bases: Arc::new(caret_store::Bases::new()),
+            residency: Residency::default(),
+            epoch: std::time::Instant::now(),
         }
     }
 
@@ -402,6 +413,7 @@ impl Service {
         let existing = self.loaded.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
         let cell = match existing {
             Some(cell) => {
+                cell.touch(self.now_ms());
                 let mut state = cell.state.lock().await;
                 // Every append records its sequence number in the row: a copy that far along
                 // has nothing to list (on S3, a LIST per request saved).
@@ -427,8 +439,12 @@ impl Service {
                     state: Mutex::new(state),
                     compacting: AtomicBool::new(false),
                     key_id: row.key_id,
+                    used: AtomicU64::new(self.now_ms()),
                 });
-                self.loaded.lock().unwrap_or_else(|p| p.into_inner()).entry(key).or_insert(cell).clone()
+                let cell = self.loaded.lock().unwrap_or_else(|p| p.into_inner()).entry(key).or_insert(cell).clone();
+                // Room for it: the held clone keeps it from being the one unloaded.
+                self.unload_idle();
+                cell
             }
         };
         Ok(cell)

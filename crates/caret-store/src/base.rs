@@ -59,11 +59,8 @@ impl Base {
             .map(|(i, id)| (*id, VecAt::Segment(u32::try_from(i).unwrap_or(u32::MAX))))
             .collect();
         let refs = Refs::build(files.values(), |id| vectors.contains_key(id));
-        let incomplete = files
-            .values()
-            .filter(|f| !f.chunks.iter().all(|c| chunks.contains_key(&c.id)))
-            .map(|f| f.path.clone())
-            .collect();
+        let incomplete =
+            files.values().filter(|f| !stored_whole(f, |id| chunks.contains_key(id))).map(|f| f.path.clone()).collect();
         Base {
             segment,
             files: Arc::new(files),
@@ -148,6 +145,11 @@ impl Bases {
         let live: Vec<usize> = map.values().map(Weak::strong_count).filter(|n| *n > 0).collect();
         (live.len(), live.iter().sum())
     }
+}
+
+/// Whether every chunk of a file is stored.
+pub(crate) fn stored_whole(f: &FileRecord, stored: impl Fn(&[u8; 32]) -> bool) -> bool {
+    f.chunks.iter().all(|c| stored(&c.id))
 }
 
 /// A file kind as a shared string (the few usual ones interned).

@@ -35,6 +35,7 @@ mod base;
 pub mod bm25;
 mod layered;
 pub mod lexical;
+pub mod objects;
 pub mod rank;
 mod refs;
 mod search;
@@ -663,10 +664,11 @@ impl Namespace {
             .await
             .map_err(|e| Error::Encode(format!("compaction task: {e}")))??
         };
-        self.store.put_opts(&self.seg(&name), PutPayload::from(sealed), create()).await?;
-        self.store.put_opts(&self.bm25(&name), PutPayload::from(bm25), create()).await?;
+        let store = self.store.as_ref();
+        objects::put_new(store, &self.seg(&name), sealed.into(), objects::ONE_REQUEST).await?;
+        objects::put_new(store, &self.bm25(&name), bm25.into(), objects::ONE_REQUEST).await?;
         if let Some(ann) = ann {
-            self.store.put_opts(&self.ann(&name), PutPayload::from(ann), create()).await?;
+            objects::put_new(store, &self.ann(&name), ann.into(), objects::ONE_REQUEST).await?;
         }
         let manifests = self.list_manifests().await?;
         let next = manifests.first().map_or(1, |(n, _)| n + 1);
@@ -717,7 +719,7 @@ impl Namespace {
         let sealed = tokio::task::spawn_blocking(move || seal(&Batch { version: FORMAT, records }))
             .await
             .map_err(|e| Error::Encode(format!("delta task: {e}")))??;
-        self.store.put_opts(&self.delta(&name), PutPayload::from(sealed), create()).await?;
+        objects::put_new(self.store.as_ref(), &self.delta(&name), sealed.into(), objects::ONE_REQUEST).await?;
         let manifests = self.list_manifests().await?;
         let next = manifests.first().map_or(1, |(n, _)| n + 1);
         let discard = async || {
@@ -769,19 +771,20 @@ impl Namespace {
         }
         let Some((_, newest)) = source.list_manifests().await?.into_iter().next() else { return Ok(None) };
         let Some(m) = open_manifest(&source.get(&newest).await?) else { return Ok(None) };
-        self.store.copy(&source.seg(&m.segment), &self.seg(&m.segment)).await?;
+        let (store, limit) = (self.store.as_ref(), objects::ONE_REQUEST);
+        objects::copy(store, &source.seg(&m.segment), &self.seg(&m.segment), limit).await?;
         if let Some(delta) = &m.delta {
-            self.store.copy(&source.delta(delta), &self.delta(delta)).await?;
+            objects::copy(store, &source.delta(delta), &self.delta(delta), limit).await?;
         }
         let mut indexes = vec![(source.bm25(&m.segment), self.bm25(&m.segment))];
         if m.ann {
             indexes.push((source.ann(&m.segment), self.ann(&m.segment)));
         }
         for (from, to) in indexes {
-            match self.store.copy(&from, &to).await {
+            match objects::copy(store, &from, &to, limit).await {
                 // A missing index is rebuilt when the segment loads, as for any segment.
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(e.into()),
+                Ok(()) | Err(Error::ObjectStore(object_store::Error::NotFound { .. })) => {}
+                Err(e) => return Err(e),
             }
         }
         let first = self.manifests().child(seq_name(1));

@@ -131,7 +131,7 @@ impl State {
 
     /// Whether every chunk of a file is stored.
     pub(crate) fn stored_whole(&self, f: &FileRecord) -> bool {
-        f.chunks.iter().all(|c| self.chunks.contains_key(&c.id))
+        crate::base::stored_whole(f, |id| self.chunks.contains_key(id))
     }
 
     /// A file's leaf in the tree: its own, or blank where a chunk of it is not stored (a

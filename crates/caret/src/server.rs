@@ -105,6 +105,7 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
     let storage = config.storage();
     runtime()?.block_on(async move {
         let service = caret_host::remote::server_service(&config, &storage).await?;
+        let _unloading = service.spawn_unloading(std::time::Duration::from_secs(60));
         serve.identity = Some(Arc::new(caret_server::open_identity(&service).await?));
         serve.usage = config.usage_recorder(service.store().clone())?;
         if serve.usage.is_on() {

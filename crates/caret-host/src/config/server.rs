@@ -37,6 +37,11 @@ pub struct ServerSection {
     /// Committed chunk texts held in memory until their vectors exist, so that a client
     /// sends each text once (0: none; every text is sent again to be embedded).
     pub held_texts: Size,
+    /// Workspaces a server keeps loaded in memory at most (the least recently used beyond
+    /// are unloaded; they load again from the bucket when asked for).
+    pub loaded_workspaces: usize,
+    /// A loaded workspace no request has used for this long is unloaded (`30m`, `2h`).
+    pub unload_idle_after: String,
     /// Directories agent sessions (`POST /v1/agent/sessions`) may work in, by name
     /// (`[server.agent_workspaces]`, `name = "/path"`); none: no agent sessions.
     pub agent_workspaces: std::collections::BTreeMap<String, PathBuf>,
@@ -84,6 +89,8 @@ impl Default for ServerSection {
             ip_rate_limit_burst: per_address.burst,
             body_limit: Size(64 << 20),
             held_texts: Size(caret_index::held::DEFAULT_BUDGET as u64),
+            loaded_workspaces: caret_index::service::Residency::default().max_loaded,
+            unload_idle_after: "30m".to_owned(),
             agent_workspaces: Default::default(),
             agent_sessions_per_tenant: 4,
             agent_idle_timeout: "1h".to_owned(),

@@ -39,7 +39,7 @@ impl Service {
             return Ok(None);
         }
         // Siblings in memory, and a few from storage.
-        let mut best: Option<(usize, String)> = None;
+        let mut best: Option<(usize, String, Arc<Loaded>)> = None;
         let mut loads = 0;
         for row in self.db.workspaces(tenant).await? {
             if row.key_id != key_id || row.id == id || row.files == 0 {
@@ -60,15 +60,14 @@ impl Service {
                 None => continue,
             };
             let shared = other.state.lock().await.leaves_matching(&sketch);
-            if best.as_ref().is_none_or(|(n, _)| shared > *n) {
-                best = Some((shared, row.id));
+            if best.as_ref().is_none_or(|(n, _, _)| shared > *n) {
+                best = Some((shared, row.id, other));
             }
         }
-        let Some((shared, sibling)) = best.filter(|(n, _)| n * 2 >= sketch.len()) else { return Ok(None) };
+        let Some((shared, sibling, other)) = best.filter(|(n, _, _)| n * 2 >= sketch.len()) else { return Ok(None) };
         // The sibling's log (and delta) folded into a new segment first, so that the copy
         // shares all it has: a delta copied would be each copy's own (a compaction running
         // already is waited for, a minute at most).
-        let other = self.state(tenant, &sibling).await?;
         let waited = std::time::Instant::now();
         while other.compacting.load(Ordering::Acquire) && waited.elapsed() < std::time::Duration::from_secs(60) {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
