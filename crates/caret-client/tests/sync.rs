@@ -620,3 +620,61 @@ async fn a_workspace_idle_past_its_time_is_unloaded() {
     let info = service.workspace_info(&tenant, &ws.id).await.unwrap();
     assert_eq!(info.files, 4, "loaded again from the bucket");
 }
+
+/// A third checkout that matches a teammate's changed copy best, but the source its copies
+/// share nearly as well, starts from the source: no fold, no new segment, one index in
+/// memory for all three.
+#[tokio::test]
+async fn a_new_checkout_starts_from_the_segment_its_siblings_share() {
+    let server_dir = TempDir::new();
+    let (service, _recorder) = embedding_service(&server_dir, caret_index::held::DEFAULT_BUDGET).await;
+    let tenant = service.db().create_tenant("local").await.unwrap();
+    let transport = InProcessTransport::new(service.clone(), tenant.clone(), "embedded");
+    let modules = |dir: &TempDir| {
+        for i in 0..12 {
+            dir.write(format!("src/gen/m{i}.rs"), &format!("pub fn module_{i}(x: u32) -> u32 {{\n    x * {i}\n}}\n"));
+        }
+    };
+    let (a, b, c) = (workspace(), workspace(), workspace());
+    for dir in [&a, &b, &c] {
+        modules(dir);
+    }
+    // The teammate's copy: lib.rs changed, a file added; the third checkout has both and a
+    // change of its own.
+    for dir in [&b, &c] {
+        dir.write("src/lib.rs", "pub fn add_checked(a: i32, b: i32) -> Option<i32> {\n    a.checked_add(b)\n}\n");
+        dir.write("src/extra.rs", "pub fn teammate_helper() -> &'static str {\n    \"mine\"\n}\n");
+    }
+    c.write("src/gen/m3.rs", "pub fn module_three_of_mine() -> u32 {\n    3\n}\n");
+    for dir in [&a, &b, &c] {
+        dir.backdate(10);
+    }
+    let state = TempDir::new();
+    let open = |dir: &TempDir, name: &str| WorkspaceState::open(dir.path(), &state.join(name), &state.join("keys"));
+    let first = open(&a, "a").unwrap();
+    let (mut second, mut third) = (open(&b, "b").unwrap(), open(&c, "c").unwrap());
+    second.replace_key(first.key.clone()).unwrap();
+    third.replace_key(first.key.clone()).unwrap();
+    let engine = SyncEngine::new(scanner(), SyncOptions::default());
+    engine.sync(&first, &transport).await.unwrap();
+    caret_client::index::embed_missing(scanner(), &first, &transport, |_| {}).await.unwrap();
+    service.compact_into_segment(&tenant, &first.id).await.unwrap();
+    let copy = engine.sync(&second, &transport).await.unwrap();
+    assert_eq!((copy.added, copy.modified), (1, 1), "{copy:?}");
+    assert_eq!(service.shared_bases(), (1, 2));
+    // The teammate's copy changes on: its log holds what its segment does not.
+    b.write("src/extra.rs", "pub fn teammate_helper() -> &'static str {\n    \"still mine\"\n}\n");
+    b.backdate(5);
+    engine.sync(&second, &transport).await.unwrap();
+
+    // The third matches the teammate's copy on 15 of its 17 files and the source on 14:
+    // the source, its segment alone, is chosen, and nothing is folded.
+    let third_sync = engine.sync(&third, &transport).await.unwrap();
+    assert_eq!(service.shared_bases(), (1, 3), "one index in memory for all three");
+    assert_eq!((third_sync.added, third_sync.modified), (1, 2), "against the source: {third_sync:?}");
+    assert_eq!(third_sync.local_root, third_sync.server_root);
+    let (mode, rerank) = (caret_protocol::SearchMode::Lexical, Default::default());
+    let found = caret_client::index::search(scanner(), &third, &transport, "module_three_of_mine", 5, mode, rerank);
+    let hits: Vec<String> = found.await.unwrap().hits.into_iter().map(|h| h.path).collect();
+    assert_eq!(hits.first().map(String::as_str), Some("src/gen/m3.rs"));
+}

@@ -434,7 +434,15 @@ impl Service {
                 cell
             }
             None => {
+                let started = std::time::Instant::now();
                 let state = self.namespace(tenant, id).load().await?;
+                tracing::info!(
+                    workspace = id,
+                    files = state.file_count(),
+                    chunks = state.chunk_count(),
+                    ms = started.elapsed().as_millis() as u64,
+                    "workspace loaded"
+                );
                 let cell = Arc::new(Loaded {
                     state: Mutex::new(state),
                     compacting: AtomicBool::new(false),

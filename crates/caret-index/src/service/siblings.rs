@@ -22,6 +22,11 @@ impl Service {
     /// log is folded into its segment, the segment copied inside the bucket under this
     /// workspace's prefix and shared in memory ([`caret_store::Bases`]), and the sync that
     /// follows sends only what differs. Returns the sibling's id.
+    ///
+    /// A sibling that is its segment alone (nothing to fold: the source of earlier copies,
+    /// say) is preferred unless another holds an eighth more of the sketch: forking from it
+    /// writes nothing and shares the segment its other copies hold, where folding a copy
+    /// with changes of its own would write a new segment, held apart.
     pub(super) async fn fork_from_sibling(
         &self,
         tenant: &Tenant,
@@ -39,7 +44,9 @@ impl Service {
             return Ok(None);
         }
         // Siblings in memory, and a few from storage.
-        let mut best: Option<(usize, String, Arc<Loaded>)> = None;
+        // (score, shared, id, state): the score is the sketch's leaves the sibling holds, an
+        // eighth of the sketch more for one that needs no fold.
+        let mut best: Option<(usize, usize, String, Arc<Loaded>)> = None;
         let mut loads = 0;
         for row in self.db.workspaces(tenant).await? {
             if row.key_id != key_id || row.id == id || row.files == 0 {
@@ -59,12 +66,16 @@ impl Service {
                 }
                 None => continue,
             };
-            let shared = other.state.lock().await.leaves_matching(&sketch);
-            if best.as_ref().is_none_or(|(n, _, _)| shared > *n) {
-                best = Some((shared, row.id, other));
+            let (shared, whole) = {
+                let state = other.state.lock().await;
+                (state.leaves_matching(&sketch), state.tail_records() == 0 && state.tail_size().1 == 0)
+            };
+            let score = shared + if whole { sketch.len().div_ceil(8) } else { 0 };
+            if shared * 2 >= sketch.len() && best.as_ref().is_none_or(|(s, ..)| score > *s) {
+                best = Some((score, shared, row.id, other));
             }
         }
-        let Some((shared, sibling, other)) = best.filter(|(n, _, _)| n * 2 >= sketch.len()) else { return Ok(None) };
+        let Some((_, shared, sibling, other)) = best else { return Ok(None) };
         // The sibling's log (and delta) folded into a new segment first, so that the copy
         // shares all it has: a delta copied would be each copy's own (a compaction running
         // already is waited for, a minute at most).
