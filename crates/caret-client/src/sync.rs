@@ -69,6 +69,9 @@ pub struct SyncReport {
     pub requests: u64,
     /// Wall time.
     pub seconds: f64,
+    /// Of which the local scan (on the developer's machine; none when the daemon's watcher
+    /// answered).
+    pub scan_seconds: f64,
     /// The client's root hash.
     pub local_root: String,
     /// The server's root hash afterwards.
@@ -207,6 +210,7 @@ impl SyncEngine {
         let started = Instant::now();
         let wire_before = transport.wire().get();
         let local = self.local_tree(ws).await?;
+        let scan_seconds = started.elapsed().as_secs_f64();
         let sketch = if ws.has_synced() { Vec::new() } else { sketch(&local.tree) };
         transport.create_workspace(&ws.id, &CreateWorkspace { key_id: ws.key.key_id(), sketch }).await?;
         let pending = self.compare(ws, &local, transport).await?;
@@ -217,6 +221,7 @@ impl SyncEngine {
             local_root: local.tree.root_hash().to_hex(),
             server_root: pending.server_root.clone(),
             chunks_withheld: 0,
+            scan_seconds,
             ..SyncReport::default()
         };
         report.unchanged = (local.tree.len() as u64).saturating_sub(report.added + report.modified);
