@@ -11,11 +11,11 @@ use std::sync::{Arc, OnceLock};
 use caret_crypto::ServerKey;
 use caret_embed::Embedder;
 use caret_protocol::{
-    ChunkMeta, ChunkText, CommitRequest, CommitResponse, CreateWorkspace, DirListing, EmbedRequest, EmbedResponse,
-    FileMeta, MissingVector, MissingVectors, PlanRequest, PlanResponse, SearchMode, SearchRequest, SearchResponse,
-    TreeEntry, TreeRequest, TreeResponse, WorkspaceInfo,
+    ChunkText, CommitRequest, CommitResponse, CreateWorkspace, DirListing, EmbedRequest, EmbedResponse, MissingVector,
+    MissingVectors, PlanRequest, PlanResponse, SearchMode, SearchRequest, SearchResponse, TreeEntry, TreeRequest,
+    TreeResponse, WorkspaceInfo,
 };
-use caret_store::{ChunkRecord, ChunkRef, FileRecord, Namespace, Query, Record, State, VectorBatch, Weights};
+use caret_store::{ChunkRecord, Namespace, Query, Record, State, VectorBatch, Weights};
 use caret_workspace::merkle::{MerkleTree, Node};
 use caret_workspace::{ContentHash, RelPath};
 use object_store::ObjectStore;
@@ -25,8 +25,11 @@ use crate::db::{Db, Tenant};
 use crate::held::{Held, HeldTexts};
 use crate::{Error, Result};
 
+mod checks;
 mod residency;
 mod siblings;
+
+use checks::{check_id, check_path, file_record, hex32, is_valid_id};
 
 pub use residency::Residency;
 
@@ -248,65 +251,6 @@ impl std::fmt::Debug for Service {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Service").field("store", &self.store.to_string()).finish()
     }
-}
-
-fn is_valid_id(id: &str) -> bool {
-    (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-}
-
-fn check_id(id: &str) -> Result<()> {
-    if is_valid_id(id) {
-        Ok(())
-    } else {
-        Err(Error::BadRequest("a workspace id is 1-64 characters of a-z and 0-9".into()))
-    }
-}
-
-/// Obfuscated paths: `/`-separated segments of 1-64 characters of a-z and 0-9.
-fn check_path(path: &str, allow_root: bool) -> Result<()> {
-    if path.is_empty() && allow_root {
-        return Ok(());
-    }
-    let ok = path.len() <= 8192 && path.split('/').all(is_valid_id);
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::BadRequest("paths must be obfuscated: segments of a-z and 0-9 separated by /".into()))
-    }
-}
-
-fn hex32(s: &str, what: &str) -> Result<[u8; 32]> {
-    let bytes = s.as_bytes();
-    if bytes.len() != 64 {
-        return Err(Error::BadRequest(format!("{what} must be 64 hex characters")));
-    }
-    let mut out = [0u8; 32];
-    for (i, pair) in bytes.chunks(2).enumerate() {
-        let s = std::str::from_utf8(pair).map_err(|_| Error::BadRequest(format!("{what} is not hex")))?;
-        out[i] = u8::from_str_radix(s, 16).map_err(|_| Error::BadRequest(format!("{what} is not hex")))?;
-    }
-    Ok(out)
-}
-
-fn file_record(f: &FileMeta) -> Result<FileRecord> {
-    check_path(&f.path, false)?;
-    let chunks = f
-        .chunks
-        .iter()
-        .map(|c: &ChunkMeta| {
-            if c.language.len() > 32 || c.kind.len() > 16 {
-                return Err(Error::BadRequest("chunk language or kind is too long".into()));
-            }
-            Ok(ChunkRef {
-                id: hex32(&c.id, "chunk id")?,
-                start_line: c.start_line,
-                end_line: c.end_line,
-                language: c.language.clone(),
-                kind: c.kind.clone(),
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(FileRecord { path: f.path.clone(), leaf: hex32(&f.leaf, "leaf")?, chunks })
 }
 
 impl Service {

@@ -58,8 +58,11 @@ impl Service {
     /// the most kept; one in use (a request or a compaction holds it) stays. Returns how many
     /// were unloaded.
     pub fn unload_idle(&self) -> usize {
-        let unloaded =
-            unload(&mut self.loaded.lock().unwrap_or_else(|p| p.into_inner()), self.residency, self.now_ms());
+        let now = self.now_ms();
+        // Freed after the map's lock is let go: dropping a large state takes a while.
+        let gone = unload(&mut self.loaded.lock().unwrap_or_else(|p| p.into_inner()), self.residency, now);
+        let unloaded = gone.len();
+        drop(gone);
         if unloaded > 0 {
             tracing::info!(unloaded, "unloaded workspaces not in use (they load again when asked for)");
         }
@@ -82,25 +85,19 @@ impl Service {
     }
 }
 
-/// Removes from `map` the entries unused for `residency.idle`, then the least recently used
+/// Takes from `map` the entries unused for `residency.idle`, then the least recently used
 /// unused ones while it holds more than `residency.max_loaded`.
-fn unload(map: &mut LoadedMap, residency: Residency, now: u64) -> usize {
-    let before = map.len();
+fn unload(map: &mut LoadedMap, residency: Residency, now: u64) -> Vec<Arc<Loaded>> {
     let idle = u64::try_from(residency.idle.as_millis()).unwrap_or(u64::MAX);
-    map.retain(|_, cell| !(cell.unused() && now.saturating_sub(cell.used.load(Ordering::Relaxed)) >= idle));
-    if map.len() > residency.max_loaded {
-        let mut unused: Vec<(u64, (String, String))> = map
-            .iter()
-            .filter(|(_, cell)| cell.unused())
-            .map(|(key, cell)| (cell.used.load(Ordering::Relaxed), key.clone()))
-            .collect();
-        unused.sort_unstable();
-        let excess = map.len() - residency.max_loaded;
-        for (_, key) in unused.into_iter().take(excess) {
-            map.remove(&key);
-        }
-    }
-    before - map.len()
+    let mut unused: Vec<(u64, (String, String))> = map
+        .iter()
+        .filter(|(_, cell)| cell.unused())
+        .map(|(key, cell)| (cell.used.load(Ordering::Relaxed), key.clone()))
+        .collect();
+    unused.sort_unstable();
+    let idle_ones = unused.iter().take_while(|(used, _)| now.saturating_sub(*used) >= idle).count();
+    let excess = map.len().saturating_sub(residency.max_loaded);
+    unused.into_iter().take(idle_ones.max(excess)).filter_map(|(_, key)| map.remove(&key)).collect()
 }
 
 #[cfg(test)]
@@ -127,15 +124,15 @@ mod tests {
         // A request holds the oldest of the recent ones; a compaction runs on another.
         let held = map[&key("b")].clone();
         map[&key("c")].compacting.store(true, Ordering::Release);
-        assert_eq!(unload(&mut map, residency, 5_500), 2, "a idle; d the least recent unused");
+        assert_eq!(unload(&mut map, residency, 5_500).len(), 2, "a idle; d the least recent unused");
         let mut left: Vec<&str> = map.keys().map(|(_, w)| w.as_str()).collect();
         left.sort_unstable();
         assert_eq!(left, ["b", "c"]);
         // Once no one holds them, idle time takes both.
         drop(held);
         map[&key("c")].compacting.store(false, Ordering::Release);
-        assert_eq!(unload(&mut map, residency, 5_900), 0, "within the idle time and the count");
-        assert_eq!(unload(&mut map, residency, 7_000), 2);
+        assert_eq!(unload(&mut map, residency, 5_900).len(), 0, "within the idle time and the count");
+        assert_eq!(unload(&mut map, residency, 7_000).len(), 2);
         assert!(map.is_empty());
     }
 }
