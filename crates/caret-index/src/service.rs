@@ -182,6 +182,12 @@ impl CompactionPolicy {
     }
 }
 
+/// Whether the state is its segment alone: nothing after it (no delta, no log object) that
+/// a fold into a new segment would take in.
+fn segment_alone(state: &State) -> bool {
+    state.tail_records() == 0 && state.tail_size().1 == 0
+}
+
 /// Runs a fold and records it in the loaded state; whether it committed.
 async fn fold_now(ns: &Namespace, cell: &Loaded, fold: Fold) -> Result<bool> {
     let started = std::time::Instant::now();
@@ -472,7 +478,7 @@ impl Service {
         let fold = {
             let state = cell.state.lock().await;
             let (records, objects) = state.tail_size();
-            let empty = if segment { state.tail_records() == 0 && objects == 0 } else { objects == 0 };
+            let empty = if segment { segment_alone(&state) } else { objects == 0 };
             if empty || records < min_records || cell.compacting.swap(true, Ordering::AcqRel) {
                 return Ok(false);
             }

@@ -68,7 +68,7 @@ impl Service {
             };
             let (shared, whole) = {
                 let state = other.state.lock().await;
-                (state.leaves_matching(&sketch), state.tail_records() == 0 && state.tail_size().1 == 0)
+                (state.leaves_matching(&sketch), super::segment_alone(&state))
             };
             let score = shared + if whole { sketch.len().div_ceil(8) } else { 0 };
             if shared * 2 >= sketch.len() && best.as_ref().is_none_or(|(s, ..)| score > *s) {
