@@ -9,6 +9,7 @@
 //!   (`caret_complete::next_edit`, `calls`, `imports`), else the place alone ([`Why::Jump`]).
 //! - [`analogous`]: rewrites of the ranker's own: an edit's changes within its lines carried
 //!   to other lines, a deleted line's likes deleted.
+//! - [`template`]: the edit again where its lines recur with other names.
 //! - [`cases`]: the history cases both the training and `caret bench next-edit` read.
 //! - [`train`]: the fitting, for the example and its test.
 //!
@@ -17,6 +18,7 @@
 pub mod analogous;
 pub mod cases;
 pub mod features;
+pub mod template;
 pub mod train;
 
 use std::sync::OnceLock;
@@ -120,13 +122,15 @@ pub fn predict(ranker: &Ranker, last: &Edit, path: &str, text: &str, rules: &[Pr
 }
 
 /// The rules' predictions for a file: the last edit repeated (`next_edit::candidates`), the
-/// call sites of a changed signature, the import a new name needs, then the analogous
-/// rewrites and deletions within the candidates' reach ([`analogous`]).
+/// call sites of a changed signature, the import a new name needs, then the edit again where
+/// its lines recur with other names ([`template`]) and the analogous rewrites and deletions
+/// within the candidates' reach ([`analogous`]).
 pub fn rules(last: &Edit, path: &str, text: &str, cursor: usize) -> Vec<Prediction> {
     use caret_complete::{calls, imports, next_edit};
     let mut out = next_edit::candidates(last, path, text, cursor);
     out.extend(calls::call_sites(last, path, text, &[]).into_iter().filter(|p| p.path == path));
     out.extend(imports::missing_import(last, path, text, &[]));
+    out.extend(template::predictions(last, path, text));
     out.extend(analogous::predictions(last, path, text));
     out
 }
