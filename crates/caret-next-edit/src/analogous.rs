@@ -17,6 +17,8 @@ use crate::features::{Window, line_end};
 
 /// Substitutions kept from one edit (more is a rewrite, not a pattern).
 const MAX_CHANGES: usize = 4;
+/// Common tokens an anchor may take leftwards, past the first, to reach a name.
+const ANCHOR_REACH: usize = 2;
 /// Edited lines compared (more is new code, not a pattern).
 const MAX_LINES: usize = 3;
 
@@ -113,6 +115,15 @@ pub fn substitutions(old: &str, new: &str) -> Vec<(String, String)> {
             if i2 < a.len() && j2 < b.len() {
                 i2 += 1;
                 j2 += 1;
+            }
+            // Then leftwards, a common token at a time, to the nearest name (`]` appended to
+            // after `attr-defined]` anchors on `defined]`).
+            for _ in 0..ANCHOR_REACH {
+                if named(i1, i2) || i1 == 0 || j1 == 0 || a[i1 - 1] != b[j1 - 1] {
+                    break;
+                }
+                i1 -= 1;
+                j1 -= 1;
             }
             if !named(i1, i2) {
                 continue;

@@ -31,6 +31,11 @@ pub use features::{COUNT, NAMES};
 /// leaves 0–1.5% of pauses unanswered).
 pub const JUMP_MIN: f32 = 0.1;
 
+/// Lines from the best place within which a rule's rewrite is taken when the best line has
+/// none (the place counts as found within 2 lines); among the best `REWRITE_AMONG` places.
+const REWRITE_NEAR: usize = 2;
+const REWRITE_AMONG: usize = 8;
+
 /// The shipped weights.
 const WEIGHTS: &str = include_str!("weights.txt");
 
@@ -100,10 +105,22 @@ impl Ranker {
 pub fn predict(ranker: &Ranker, last: &Edit, path: &str, text: &str, rules: &[Prediction]) -> Option<Prediction> {
     let places = ranker.places(last, path, text, rules);
     let (best, top) = places.first()?;
-    // The best line's bytes, its newline included (as `cases::line_of` counts).
-    let from = text[..best.at].rfind('\n').map_or(0, |i| i + 1);
-    let to = text[best.at..].find('\n').map_or(text.len(), |i| best.at + i);
-    let rewrite = rules.iter().find(|p| p.path == path && (from..=to).contains(&p.start));
+    // The rules' rewrite on a line: its bytes, the newline included (as `cases::line_of`
+    // counts).
+    let on = |c: &features::Candidate| {
+        let from = text[..c.at].rfind('\n').map_or(0, |i| i + 1);
+        let to = text[c.at..].find('\n').map_or(text.len(), |i| c.at + i);
+        rules.iter().find(|p| p.path == path && (from..=to).contains(&p.start))
+    };
+    // The best line's rewrite, else the best-scored rewrite within `REWRITE_NEAR` lines of
+    // it: as near the place, and written out.
+    let rewrite = on(best).or_else(|| {
+        places
+            .iter()
+            .take(REWRITE_AMONG)
+            .filter(|(c, _)| c.line.abs_diff(best.line) <= REWRITE_NEAR && c.features[features::INSIDE] == 0.0)
+            .find_map(|(c, _)| on(c))
+    });
     if rewrite.is_none() {
         // A jump needs the softmax's confidence, and somewhere to go: not the edit's own lines.
         let share = 1.0 / places.iter().map(|(_, s)| (s - top).exp()).sum::<f32>();

@@ -119,56 +119,140 @@ fn indent(line: &str) -> &str {
 }
 
 /// The predictions after `last` in `path` (now `text`): each run of lines in the candidates'
-/// reach, other than the edit's own, that matches the edit's old lines, rewritten.
+/// reach, other than the edit's own, that matches the edit's old lines, rewritten; when the
+/// edit changed each of several lines apart (as many lines after as before), each changed
+/// line is a template of its own too, nearer places first where both match.
 pub fn predictions(last: &Edit, path: &str, text: &str) -> Vec<Prediction> {
     // The lines without the newline that ends the last (a place's span ends before its own).
     let lines = |s: &'_ str| s.strip_suffix('\n').unwrap_or(s).to_owned();
     let (old, new) = (lines(&last.old_lines), lines(&last.new_lines));
-    let (old, new) = (old.as_str(), new.as_str());
-    let k = old.lines().count();
-    // Lines inserted have no lines of their own to match; a template that is one short
-    // token (`}`, `return`) matches too much to mean anything.
-    let template = tokens(old);
-    if (last.old.is_empty() && last.new.contains('\n'))
-        || old.trim().is_empty()
-        || k > MAX_LINES
-        || new.lines().count() > MAX_LINES + 3
-        || template.len() < 3
-        || template.len() > MAX_TOKENS
-        || old == new
-    {
+    let window = Window::of(last, text);
+    // Lines inserted have no lines of their own to match: they go again beside the likes of
+    // the lines around them.
+    if last.old.is_empty() && last.new.contains('\n') {
+        return insertions(&old, &new, &window, text, path);
+    }
+    if old.lines().count() > MAX_LINES || new.lines().count() > MAX_LINES + 3 {
         return Vec::new();
     }
-    let old_indent = indent(old);
-    let Window { starts, first, end, lo, hi } = Window::of(last, text);
     let mut out = Vec::new();
-    for i in lo..=hi.saturating_sub(k - 1) {
+    let mut taken = Vec::new();
+    at_places(&old, &new, &window, text, path, &mut taken, &mut out);
+    if old.lines().count() > 1 && old.lines().count() == new.lines().count() {
+        for (o, n) in old.lines().zip(new.lines()) {
+            at_places(o, n, &window, text, path, &mut taken, &mut out);
+        }
+    }
+    out
+}
+
+/// The places in `window` that match template `old` (its lines), as predictions of `new`;
+/// a place whose first line `taken` holds already is passed over.
+fn at_places(
+    old: &str,
+    new: &str,
+    window: &Window,
+    text: &str,
+    path: &str,
+    taken: &mut Vec<usize>,
+    out: &mut Vec<Prediction>,
+) {
+    let Window { starts, first, end, lo, hi } = window;
+    let k = old.lines().count();
+    // A template that is one short token (`}`, `return`) matches too much to mean anything.
+    let template = tokens(old);
+    if old.trim().is_empty() || template.len() < 3 || template.len() > MAX_TOKENS || old == new {
+        return;
+    }
+    let old_indent = indent(old);
+    for i in *lo..=hi.saturating_sub(k - 1) {
         let last_line = i + k - 1;
         // Not the edit's own lines, nor a run that overlaps them.
-        if i <= end && last_line >= first {
+        if (i <= *end && last_line >= *first) || taken.contains(&i) {
             continue;
         }
-        let (start, stop) = (starts[i], line_end(&starts, text, last_line));
+        let (start, stop) = (starts[i], line_end(starts, text, last_line));
         let place = &text[start..stop];
         let Some(map) = renames(old, place) else { continue };
-        let rewritten = put_in(new, &map);
-        // The place's own indentation where it differs from the edit's.
-        let place_indent = indent(place);
-        let rewritten = if place_indent == old_indent {
-            rewritten
-        } else {
-            let lines: Vec<String> = rewritten
-                .split('\n')
-                .map(|l| match l.strip_prefix(old_indent) {
-                    Some(rest) if !l.trim().is_empty() => format!("{place_indent}{rest}"),
-                    _ => l.to_owned(),
-                })
-                .collect();
-            lines.join("\n")
-        };
+        // At the place's own indentation where it differs from the edit's.
+        let rewritten = moved(new, &map, old_indent, indent(place));
         if rewritten != place {
-            out.push(Prediction { path: path.to_owned(), start, end: stop, replacement: rewritten, why: Why::Analogous });
+            taken.push(i);
+            out.push(Prediction {
+                path: path.to_owned(),
+                start,
+                end: stop,
+                replacement: rewritten,
+                why: Why::Analogous,
+            });
         }
+    }
+}
+
+/// `block` with the names of `map` put in and its lines moved from indentation `from` to
+/// `to`.
+fn moved(block: &str, map: &HashMap<&str, &str>, from: &str, to: &str) -> String {
+    let block = put_in(block, map);
+    if from == to {
+        return block;
+    }
+    let lines: Vec<String> = block
+        .split('\n')
+        .map(|l| match l.strip_prefix(from) {
+            Some(rest) if !l.trim().is_empty() => format!("{to}{rest}"),
+            _ => l.to_owned(),
+        })
+        .collect();
+    lines.join("\n")
+}
+
+/// Whole lines inserted (the edit's `old` and `new` lines differ only by lines in the
+/// middle): the same lines inserted after each line in reach that is the line above them
+/// with other names (a guard added after one `func …(f1, f2 os.FileInfo) bool {` goes after
+/// the next), else before each that is the line below them with other names; its names put
+/// in, at its indentation; not where they are already.
+fn insertions(old: &str, new: &str, window: &Window, text: &str, path: &str) -> Vec<Prediction> {
+    let (o, n): (Vec<&str>, Vec<&str>) = (old.lines().collect(), new.lines().collect());
+    let lead = o.iter().zip(&n).take_while(|(a, b)| a == b).count();
+    let trail = o[lead..].iter().rev().zip(n[lead..].iter().rev()).take_while(|(a, b)| a == b).count();
+    let block = &n[lead..n.len() - trail];
+    if lead + trail != o.len() || block.is_empty() || block.len() > MAX_LINES + 3 {
+        return Vec::new();
+    }
+    if block.iter().all(|l| l.trim().is_empty()) {
+        return Vec::new();
+    }
+    let Window { starts, first, lo, hi, .. } = window;
+    let (top, bottom) = (first + lead, first + lead + block.len() - 1);
+    let line = |i: usize| &text[starts[i]..line_end(starts, text, i)];
+    let (above, below) = (top.checked_sub(1).map(line), (bottom + 1 < starts.len()).then(|| line(bottom + 1)));
+    let block_text = block.join("\n");
+    let plain = |l: &str| l.trim().is_empty() || tokens(l).len() < 3;
+    let mut out = Vec::new();
+    for i in *lo..=*hi {
+        if (top.saturating_sub(1)..=bottom + 1).contains(&i) {
+            continue;
+        }
+        let here = line(i);
+        // After a like of the line above, else before a like of the line below.
+        let (at, map, from) = if let Some(map) = above.filter(|a| !plain(a)).and_then(|a| renames(a, here)) {
+            let Some(&next) = starts.get(i + 1) else { continue };
+            (next, map, indent(above.unwrap_or("")))
+        } else if let Some(map) = below.filter(|b| !plain(b)).and_then(|b| renames(b, here)) {
+            (starts[i], map, indent(below.unwrap_or("")))
+        } else {
+            continue;
+        };
+        let lines = moved(&block_text, &map, from, indent(here)) + "\n";
+        // Not where the lines are already (above the place or below it), nor twice at one
+        // place (after one like and before the other).
+        if text[at..].starts_with(&lines)
+            || text[..at].ends_with(&lines)
+            || out.iter().any(|p: &Prediction| p.start == at)
+        {
+            continue;
+        }
+        out.push(Prediction { path: path.to_owned(), start: at, end: at, replacement: lines, why: Why::Analogous });
     }
     out
 }
@@ -190,10 +274,7 @@ mod tests {
         let p = predictions(&last, "a.go", &text);
         assert_eq!(p.len(), 1, "{p:?}");
         assert_eq!(p[0].why, Why::Analogous);
-        assert_eq!(
-            p[0].apply(&text),
-            "func a() {\n\t\treturn err\n}\nfunc b() {\n\tif x {\n\t\treturn cErr\n\t}\n}\n"
-        );
+        assert_eq!(p[0].apply(&text), "func a() {\n\t\treturn err\n}\nfunc b() {\n\tif x {\n\t\treturn cErr\n\t}\n}\n");
         // A line added above, at the place's own indentation, and names and literals put in.
         let before = "func String(s string) *string { return &s }\n\nfunc Int(i int) *int { return &i }\n";
         let (last, text) = after(
@@ -209,6 +290,35 @@ mod tests {
         let p = predictions(&last, "a.go", &text);
         assert_eq!(p.len(), 1, "{p:?}");
         assert_eq!(p[0].replacement, "        y.style(\"b\", inactive.get())");
+    }
+
+    #[test]
+    fn lines_inserted_go_again_beside_the_likes_of_their_neighbours() {
+        let guard = "\tif f1 == nil || f2 == nil {\n\t\treturn f2 == nil\n\t}\n";
+        let before = "func SizeSort(f1, f2 os.FileInfo) bool {\n\treturn f1.Size() < f2.Size()\n}\n\nfunc NameSort(f1, f2 os.FileInfo) bool {\n\treturn f1.Name() < f2.Name()\n}\n";
+        let at = before.find("\treturn").unwrap();
+        let text = format!("{}{guard}{}", &before[..at], &before[at..]);
+        let last = caret_complete::next_edit::diff("a.go", before, &text).unwrap();
+        let p = predictions(&last, "a.go", &text);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(p[0].why, Why::Analogous);
+        let want = text.replace(
+            "NameSort(f1, f2 os.FileInfo) bool {\n",
+            &format!("NameSort(f1, f2 os.FileInfo) bool {{\n{guard}"),
+        );
+        assert_eq!(p[0].apply(&text), want);
+        // Where the lines are already, nothing.
+        let done = want.clone();
+        let again = caret_complete::next_edit::diff("a.go", before, &text).unwrap();
+        assert!(predictions(&again, "a.go", &done).is_empty());
+        // The line below them when the line above is too plain (a blank line); names put in.
+        let before = "\n\tif doc.Schemas == nil {\n\t\tx()\n\t}\n\n\tif doc.Params == nil {\n\t\ty()\n\t}\n";
+        let text = before.replacen("\n\tif doc.Schemas", "\n\tlog(\"Schemas\", doc.Schemas)\n\tif doc.Schemas", 1);
+        let last = caret_complete::next_edit::diff("a.go", before, &text).unwrap();
+        let p = predictions(&last, "a.go", &text);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(p[0].replacement, "\tlog(\"Schemas\", doc.Params)\n");
+        assert_eq!(&text[p[0].start..], "\tif doc.Params == nil {\n\t\ty()\n\t}\n");
     }
 
     #[test]
