@@ -74,13 +74,15 @@ fn tokens(s: &str) -> Vec<(usize, usize, Kind)> {
 
 /// The tokens of `template` that stand for other tokens in `place`, when `place` is the
 /// template but for names, numbers and literals that differ consistently (none differing is
-/// the same lines); `None` otherwise.
+/// the same lines), at most half of its tokens differing and a word among those that stay;
+/// `None` otherwise.
 fn renames<'a>(template: &'a str, place: &'a str) -> Option<HashMap<&'a str, &'a str>> {
     let (a, b) = (tokens(template), tokens(place));
     if a.len() != b.len() {
         return None;
     }
     let mut map: HashMap<&str, &str> = HashMap::new();
+    let (mut differ, mut kept_words) = (0, 0);
     for (&(s1, e1, k1), &(s2, e2, k2)) in a.iter().zip(&b) {
         let (x, y) = (&template[s1..e1], &place[s2..e2]);
         if k1 != k2 || (k1 == Kind::Other && x != y) {
@@ -89,6 +91,12 @@ fn renames<'a>(template: &'a str, place: &'a str) -> Option<HashMap<&'a str, &'a
         if *map.entry(x).or_insert(y) != y {
             return None;
         }
+        differ += usize::from(x != y);
+        kept_words += usize::from(x == y && k1 != Kind::Other);
+    }
+    // Most of it the same, a word among what is: `b = 2` is no `a = 1` with other names.
+    if 2 * differ > a.len() || kept_words == 0 {
+        return None;
     }
     map.retain(|x, y| x != y);
     // A token that stands for another may not also stand for itself: `a, b` → `b, c` would
@@ -335,6 +343,8 @@ mod tests {
         assert!(renames("f(a, b)", "f(b, a)").is_none());
         assert_eq!(renames("f(a, 'x')", "f(b, 'y')").unwrap().len(), 2);
         assert!(renames("f(a)", "f[a]").is_none());
+        assert!(renames("a = 1", "b = 2").is_none(), "no word in common");
+        assert!(renames("x.y(a, b)", "z.w(c, d)").is_none(), "more differs than stays");
         assert!(renames("f(a)", "f(1)").is_none());
     }
 
