@@ -70,11 +70,14 @@ pub enum Why {
     Analogous,
     /// A line like one the last edit deleted, deleted.
     Delete,
+    /// The last edit again where its lines recur with other names (or, for lines inserted,
+    /// beside the likes of their neighbours).
+    Again,
 }
 
 impl Why {
     /// Its name on the wire (`repeat`, `insert`, `import`, `model`, `jump`, `analogous`,
-    /// `delete`).
+    /// `delete`, `again`).
     pub fn as_str(self) -> &'static str {
         match self {
             Why::Repeat => "repeat",
@@ -84,6 +87,7 @@ impl Why {
             Why::Jump => "jump",
             Why::Analogous => "analogous",
             Why::Delete => "delete",
+            Why::Again => "again",
         }
     }
 }

@@ -186,13 +186,7 @@ fn at_places(
         let rewritten = moved(new, &map, old_indent, indent(place));
         if rewritten != place {
             taken.push(i);
-            out.push(Prediction {
-                path: path.to_owned(),
-                start,
-                end: stop,
-                replacement: rewritten,
-                why: Why::Analogous,
-            });
+            out.push(Prediction { path: path.to_owned(), start, end: stop, replacement: rewritten, why: Why::Again });
         }
     }
 }
@@ -260,7 +254,7 @@ fn insertions(old: &str, new: &str, window: &Window, text: &str, path: &str) -> 
         {
             continue;
         }
-        out.push(Prediction { path: path.to_owned(), start: at, end: at, replacement: lines, why: Why::Analogous });
+        out.push(Prediction { path: path.to_owned(), start: at, end: at, replacement: lines, why: Why::Again });
     }
     out
 }
@@ -281,7 +275,7 @@ mod tests {
         let (last, text) = after(before, "enc.Encoder(ctx, err, w)\n\t\treturn\n", "return err\n");
         let p = predictions(&last, "a.go", &text);
         assert_eq!(p.len(), 1, "{p:?}");
-        assert_eq!(p[0].why, Why::Analogous);
+        assert_eq!(p[0].why, Why::Again);
         assert_eq!(p[0].apply(&text), "func a() {\n\t\treturn err\n}\nfunc b() {\n\tif x {\n\t\treturn cErr\n\t}\n}\n");
         // A line added above, at the place's own indentation, and names and literals put in.
         let before = "func String(s string) *string { return &s }\n\nfunc Int(i int) *int { return &i }\n";
@@ -309,7 +303,7 @@ mod tests {
         let last = caret_complete::next_edit::diff("a.go", before, &text).unwrap();
         let p = predictions(&last, "a.go", &text);
         assert_eq!(p.len(), 1, "{p:?}");
-        assert_eq!(p[0].why, Why::Analogous);
+        assert_eq!(p[0].why, Why::Again);
         let want = text.replace(
             "NameSort(f1, f2 os.FileInfo) bool {\n",
             &format!("NameSort(f1, f2 os.FileInfo) bool {{\n{guard}"),
