@@ -140,11 +140,16 @@ pub fn predictions(last: &Edit, path: &str, text: &str) -> Vec<Prediction> {
     if last.old.is_empty() && last.new.contains('\n') {
         return insertions(&old, &new, &window, text, path);
     }
+    // Lines deleted go where they recur (and, below, as a template with the lines around).
+    let mut out = if last.new.is_empty() && last.old.contains('\n') {
+        deletions(&old, &new, &window, text, path)
+    } else {
+        Vec::new()
+    };
     if old.lines().count() > MAX_LINES || new.lines().count() > MAX_LINES + 3 {
-        return Vec::new();
+        return out;
     }
-    let mut out = Vec::new();
-    let mut taken = Vec::new();
+    let mut taken: Vec<usize> = out.iter().map(|p| text[..p.start].matches('\n').count()).collect();
     at_places(&old, &new, &window, text, path, &mut taken, &mut out);
     if old.lines().count() > 1 && old.lines().count() == new.lines().count() {
         for (o, n) in old.lines().zip(new.lines()) {
@@ -208,19 +213,51 @@ fn moved(block: &str, map: &HashMap<&str, &str>, from: &str, to: &str) -> String
     lines.join("\n")
 }
 
+/// The lines in the middle of `a` that `b` lacks, when `b` is `a` without them (a whole
+/// line's deletion, its lines before and after as the diff widened them), with the number
+/// of lines before them.
+fn middle<'a>(a: &'a str, b: &str) -> Option<(Vec<&'a str>, usize)> {
+    let (a, b): (Vec<&str>, Vec<&str>) = (a.lines().collect(), b.lines().collect());
+    let lead = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let trail = a[lead..].iter().rev().zip(b[lead..].iter().rev()).take_while(|(x, y)| x == y).count();
+    let block = a[lead..a.len() - trail].to_vec();
+    (lead + trail == b.len() && !block.is_empty() && block.len() <= MAX_LINES + 3).then_some((block, lead))
+}
+
+/// Whole lines deleted: where the same lines recur in reach with other names, deleted too
+/// (a guard's three lines removed from one function go from the next).
+fn deletions(old: &str, new: &str, window: &Window, text: &str, path: &str) -> Vec<Prediction> {
+    let Some((block, _)) = middle(old, new) else { return Vec::new() };
+    let block = block.join("\n");
+    if tokens(&block).len() < 3 {
+        return Vec::new();
+    }
+    let k = block.lines().count();
+    let Window { starts, lo, hi, .. } = window;
+    let mut out = Vec::new();
+    for i in *lo..=hi.saturating_sub(k - 1) {
+        if renames(&block, &text[starts[i]..line_end(starts, text, i + k - 1)]).is_none() {
+            continue;
+        }
+        let end = starts.get(i + k).copied().unwrap_or(text.len());
+        out.push(Prediction {
+            path: path.to_owned(),
+            start: starts[i],
+            end,
+            replacement: String::new(),
+            why: Why::Again,
+        });
+    }
+    out
+}
+
 /// Whole lines inserted (the edit's `old` and `new` lines differ only by lines in the
 /// middle): the same lines inserted after each line in reach that is the line above them
 /// with other names (a guard added after one `func …(f1, f2 os.FileInfo) bool {` goes after
 /// the next), else before each that is the line below them with other names; its names put
 /// in, at its indentation; not where they are already.
 fn insertions(old: &str, new: &str, window: &Window, text: &str, path: &str) -> Vec<Prediction> {
-    let (o, n): (Vec<&str>, Vec<&str>) = (old.lines().collect(), new.lines().collect());
-    let lead = o.iter().zip(&n).take_while(|(a, b)| a == b).count();
-    let trail = o[lead..].iter().rev().zip(n[lead..].iter().rev()).take_while(|(a, b)| a == b).count();
-    let block = &n[lead..n.len() - trail];
-    if lead + trail != o.len() || block.is_empty() || block.len() > MAX_LINES + 3 {
-        return Vec::new();
-    }
+    let Some((block, lead)) = middle(new, old) else { return Vec::new() };
     if block.iter().all(|l| l.trim().is_empty()) {
         return Vec::new();
     }
@@ -321,6 +358,16 @@ mod tests {
         assert_eq!(p.len(), 1, "{p:?}");
         assert_eq!(p[0].replacement, "\tlog(\"Schemas\", doc.Params)\n");
         assert_eq!(&text[p[0].start..], "\tif doc.Params == nil {\n\t\ty()\n\t}\n");
+    }
+
+    #[test]
+    fn lines_deleted_go_where_they_recur_with_other_names() {
+        let before = "def a(self):\n    if not self.flip():\n        return None\n    x()\n\ndef b(self):\n    if not self.flop():\n        return None\n    y()\n";
+        let (last, text) = after(before, "    if not self.flip():\n        return None\n", "");
+        let p = predictions(&last, "a.py", &text);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(p[0].why, Why::Again);
+        assert_eq!(p[0].apply(&text), "def a(self):\n    x()\n\ndef b(self):\n    y()\n");
     }
 
     #[test]
