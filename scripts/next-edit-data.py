@@ -58,6 +58,8 @@ MAX_APART = 60
 BEFORE, AFTER = 80, 140
 PER_FILE, PER_PACKAGE = 2, 8
 EVAL_CASES = 200
+# Cases with another file open kept for evaluation, a language (each holds two files' text).
+OPEN_EVAL_CASES = 100
 MAX_FILE = 400_000
 EXTENSIONS = {"python": (".py",), "typescript": (".ts",), "rust": (".rs",), "go": (".go",)}
 # Debian's mirror and the registries' download addresses, as their clients use them.
@@ -290,6 +292,87 @@ def cases_of(source, path, before, after):
     return out
 
 
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def touched(hunk):
+    """The names a hunk added or removed (three characters or more)."""
+    old = set(IDENT.findall("\n".join(hunk[1])))
+    new = set(IDENT.findall("\n".join(hunk[2])))
+    return {w for w in old ^ new if len(w) >= 3}
+
+
+def excerpt_around(lines, line, count, length, rng):
+    """A window of `length` lines holding lines `line`..`line + count` (1-based), placed at a
+    random offset so that where the hunk sits in it says nothing; its first line."""
+    if len(lines) <= length:
+        return 1
+    lo_min = max(1, line + count - length + 1)
+    lo_max = min(line, len(lines) - length + 1)
+    return rng.randint(lo_min, max(lo_min, lo_max))
+
+
+def open_cases_of(source, files, rng):
+    """Cases with another file open: for a small hunk in one file that adds or removes a name,
+    the first other changed file (by path) with a small hunk that has that name is open
+    beside it; the next edit is the file's own next small hunk within MAX_APART lines when
+    there is one, else that hunk in the open file."""
+    small = {}
+    for path, (old, new) in files.items():
+        small[path] = [h for h in hunks(old, new) if len(h[1]) <= MAX_SIDE and len(h[2]) <= MAX_SIDE]
+    # Each name, to the first (path, hunk) that has it, in path order.
+    first_with = {}
+    for p2 in sorted(files):
+        for h in small[p2]:
+            for w in set(IDENT.findall("\n".join(h[1] + h[2]))):
+                first_with.setdefault(w, []).append((p2, h))
+    out = []
+    for path in sorted(files):
+        old = files[path][0]
+        made = 0
+        for k, first in enumerate(small[path]):
+            names = touched(first)
+            if not names or made == PER_FILE:
+                continue
+            # The first other file (by path) with a hunk that has one of the names, its first
+            # such hunk.
+            found = [
+                next((ph for ph in first_with.get(w, []) if ph[0] != path), None) for w in sorted(names)
+            ]
+            found = [f for f in found if f]
+            if not found:
+                continue
+            other = min(found, key=lambda ph: (ph[0], ph[1][0]))
+            lo = max(1, first[0] - BEFORE)
+            hi = min(len(old), first[0] + AFTER)
+            after = small[path][k + 1] if k + 1 < len(small[path]) else None
+            here = (
+                after is not None
+                and 0 < after[0] - first[0] <= MAX_APART
+                and after[0] >= first[0] + len(first[1])
+                and after[0] + len(after[1]) <= hi
+            )
+            p2, h2 = other
+            o2 = files[p2][0]
+            start = excerpt_around(o2, h2[0], len(h2[1]), BEFORE + AFTER, rng)
+            text2 = "\n".join(o2[start - 1 : start - 1 + BEFORE + AFTER]) + "\n"
+            nxt, next_path = (after, path) if here else (h2, p2)
+            line = nxt[0] - lo + 1 if here else nxt[0] - start + 1
+            out.append(
+                {
+                    "source": source,
+                    "path": path,
+                    "text": "\n".join(old[lo - 1 : hi]) + "\n",
+                    "first": {"line": first[0] - lo + 1, "old": first[1], "new": first[2]},
+                    "next": {"line": line, "old": nxt[1], "new": nxt[2]},
+                    "next_path": next_path,
+                    "others": [{"path": p2, "text": text2}],
+                }
+            )
+            made += 1
+    return out
+
+
 def package_cases(row):
     language, registry, name, a, ua, b, ub = row
     ua, ub = (urllib.parse.urljoin(PYPI.format(name), u) for u in (ua, ub))
@@ -297,11 +380,18 @@ def package_cases(row):
     old = sources(cached(ua, f"{registry}/{name.replace('/', '__')}-{a}.{ext}"), ua, language)
     new = sources(cached(ub, f"{registry}/{name.replace('/', '__')}-{b}.{ext}"), ub, language)
     out = []
+    changed = {}
     for path in sorted(set(old) & set(new)):
         if old[path] != new[path] and "test" not in path.split("/")[0]:
             out += cases_of(f"{registry}:{name}@{a}..{b}", path, old[path], new[path])
+            o, n = old[path].split("\n"), new[path].split("\n")
+            if len(o) <= 6000 and len(n) <= 6000:
+                changed[path] = (o, n)
     random.Random(name).shuffle(out)
-    return language, name, out[:PER_PACKAGE]
+    rng = random.Random("open:" + name)
+    opened = open_cases_of(f"{registry}:{name}@{a}..{b}", changed, rng)
+    rng.shuffle(opened)
+    return language, name, out[:PER_PACKAGE], opened[:PER_PACKAGE]
 
 
 def this_repository():
@@ -325,11 +415,14 @@ def build(args):
     rows = [l.rstrip("\n").split("\t") for l in open(PACKAGES) if not l.startswith("#")]
     train = {lang: [] for lang in EXTENSIONS}
     evals = {lang: [] for lang in EXTENSIONS}
+    open_train = {lang: [] for lang in EXTENSIONS}
+    open_evals = {lang: [] for lang in EXTENSIONS}
     useful = set()
     # Processes, not threads: the diffs are CPU work.
     with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
-        for language, name, cases in pool.map(safe_cases, rows, chunksize=4):
+        for language, name, cases, opened in pool.map(safe_cases, rows, chunksize=4):
             (evals if is_eval(name) else train)[language] += cases
+            (open_evals if is_eval(name) else open_train)[language] += opened
             if cases:
                 useful.add(name)
     if args.prune:
@@ -350,6 +443,19 @@ def build(args):
             for c in train[lang]:
                 f.write(json.dumps(c) + "\n")
         print(f"{lang}: {len(train[lang])} training cases, {min(len(evals[lang]), EVAL_CASES)} evaluation cases", file=sys.stderr)
+        random.Random(SEED).shuffle(open_evals[lang])
+        with open(os.path.join(EVAL_DIR, f"{lang}-open.jsonl"), "w") as f:
+            for c in open_evals[lang][:OPEN_EVAL_CASES]:
+                f.write(json.dumps(c) + "\n")
+        with open(os.path.join(DATA, f"{lang}-open-train.jsonl"), "w") as f:
+            for c in open_train[lang]:
+                f.write(json.dumps(c) + "\n")
+        print(
+            f"{lang}, another file open: {len(open_train[lang])} training cases, "
+            f"{min(len(open_evals[lang]), OPEN_EVAL_CASES)} evaluation cases "
+            f"({sum(c['next_path'] != c['path'] for c in open_evals[lang][:OPEN_EVAL_CASES])} next in the open file)",
+            file=sys.stderr,
+        )
 
 
 def safe_cases(row):
@@ -357,13 +463,13 @@ def safe_cases(row):
         return package_cases(row)
     except Exception as e:
         print(f"skipped {row[2]}: {e}", file=sys.stderr)
-        return row[0], row[2], []
+        return row[0], row[2], [], []
 
 
 def train(args):
-    sets = [os.path.join(DATA, f"{lang}-train.jsonl") for lang in EXTENSIONS]
+    sets = [os.path.join(DATA, f"{lang}{kind}-train.jsonl") for lang in EXTENSIONS for kind in ("", "-open")]
     out = os.path.join(ROOT, "crates", "caret-next-edit", "src", "weights.txt")
-    evals = [os.path.join(EVAL_DIR, f"{lang}.jsonl") for lang in EXTENSIONS]
+    evals = [os.path.join(EVAL_DIR, f"{lang}{kind}.jsonl") for lang in EXTENSIONS for kind in ("", "-open")]
     cmd = ["cargo", "run", "--release", "-q", "-p", "caret-next-edit", "--example", "train", "--", out, *sets, "--eval", *evals]
     subprocess.run(cmd, cwd=ROOT, check=True)
 

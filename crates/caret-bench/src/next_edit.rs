@@ -2,10 +2,11 @@
 //! case is a file's text, the first of two nearby hunks of a real change (applied as the
 //! user's recent edit) and the next hunk (what they did next); the sets are the evaluation
 //! halves that `scripts/next-edit-data.py` made from registry packages (Python, TypeScript,
-//! Rust, Go) and this repository's history, and the older set of this repository's commits
-//! with short excerpts (`scripts/next-edit-set.py`). A prediction is in place when it lands
-//! within 2 lines of the next hunk, and exact when applying it gives the text the next hunk
-//! gives. Rows, without any model call:
+//! Rust, Go) and this repository's history, the older set of this repository's commits with
+//! short excerpts (`scripts/next-edit-set.py`), and a set a language with another file open
+//! beside the edited one, the next hunk in either. A prediction is in place when it lands in
+//! the next hunk's file within 2 lines of it, and exact when applying it gives the text the
+//! next hunk gives. Rows, without any model call:
 //! - two naive baselines: the last edit's substitution at the next place that holds what it
 //!   replaced; a jump to the line below the edit;
 //! - the rules alone (`caret_complete`: repeat, insert, call sites, import), nearest first;
@@ -35,6 +36,10 @@ const SETS: &[(&str, &str)] = &[
     ("rust", include_str!("data/next-edit/rust.jsonl")),
     ("go", include_str!("data/next-edit/go.jsonl")),
     ("caret commits, short excerpts", include_str!("data/next-edit/caret-history.jsonl")),
+    ("python, another file open", include_str!("data/next-edit/python-open.jsonl")),
+    ("typescript, another file open", include_str!("data/next-edit/typescript-open.jsonl")),
+    ("rust, another file open", include_str!("data/next-edit/rust-open.jsonl")),
+    ("go, another file open", include_str!("data/next-edit/go-open.jsonl")),
 ];
 
 /// What `caret bench next-edit` measures.
@@ -129,28 +134,45 @@ pub fn run(config: &Config, bench: NextEditBench) -> anyhow::Result<ExitCode> {
     for (label, set) in SETS {
         let cases = cases::parse(set).map_err(anyhow::Error::msg).with_context(|| format!("the {label} set"))?;
         let ready: Vec<(&Case, Setup)> = cases.iter().filter_map(|c| Some((c, c.setup()?))).collect();
-        println!("{label}: {} cases ({} whose hunks did not apply left out)", ready.len(), cases.len() - ready.len());
-        let [mut base, mut below, mut alone, mut ranked, mut served, mut model, mut both] =
+        let elsewhere = ready.iter().filter(|(c, s)| s.next_path != c.path).count();
+        println!(
+            "{label}: {} cases ({} whose hunks did not apply left out{})",
+            ready.len(),
+            cases.len() - ready.len(),
+            if elsewhere > 0 { format!("; {elsewhere} whose next hunk is in the open file") } else { String::new() }
+        );
+        let [mut base, mut below, mut alone, mut ranked, mut served, mut model, mut both, mut own] =
             std::array::from_fn(|_| Score::default());
         let mut bound = 0;
         for (c, s) in &ready {
             let t = Instant::now();
             let p = naive(s, &c.path);
             base.add(p.as_ref(), s, t.elapsed().as_secs_f64() * 1e3);
+            let open = c.open();
             let t = Instant::now();
-            let found = rules(&s.last, &c.path, &s.text, s.cursor);
+            let found = rules(&s.last, &c.path, &s.text, s.cursor, &open);
             let rules_ms = t.elapsed().as_secs_f64() * 1e3;
             alone.add(found.first(), s, rules_ms);
             let t = Instant::now();
-            let p = predict(ranker, &s.last, &c.path, &s.text, &found);
+            let p = predict(ranker, &s.last, &c.path, &s.text, &open, &found);
             ranked.add(p.as_ref(), s, rules_ms + t.elapsed().as_secs_f64() * 1e3);
             // As Tab serves it: a repeat of the edit (a rename's next use) nearest first, else
             // the ranker.
             let t = Instant::now();
             let repeat = next_edit::candidates(&s.last, &c.path, &s.text, s.cursor).into_iter().next();
-            let p = repeat.or_else(|| predict(ranker, &s.last, &c.path, &s.text, &found));
+            let p = repeat.or_else(|| predict(ranker, &s.last, &c.path, &s.text, &open, &found));
             served.add(p.as_ref(), s, rules_ms + t.elapsed().as_secs_f64() * 1e3);
             below.add(Some(&line_below(s, &c.path)), s, 0.0);
+            if !open.is_empty() {
+                // The ranker blind to the open file: what reaching into it adds.
+                let t = Instant::now();
+                let found = rules(&s.last, &c.path, &s.text, s.cursor, &[]);
+                own.add(
+                    predict(ranker, &s.last, &c.path, &s.text, &[], &found).as_ref(),
+                    s,
+                    t.elapsed().as_secs_f64() * 1e3,
+                );
+            }
             bound += usize::from(found.iter().any(|p| s.exact(p)));
         }
         base.print("naive: its substitution again");
@@ -158,6 +180,9 @@ pub fn run(config: &Config, bench: NextEditBench) -> anyhow::Result<ExitCode> {
         alone.print("rules alone, nearest first");
         ranked.print("ranker (+ rules' rewrite)");
         served.print("a repeat nearest, else ranker");
+        if own.asked > 0 {
+            own.print("ranker, the edited file alone");
+        }
         println!(
             "  {:<30} {:>4} cases: a rule's rewrite somewhere is exact in {:.1}% (the bound on exact without a model)",
             "",
@@ -185,7 +210,7 @@ pub fn run(config: &Config, bench: NextEditBench) -> anyhow::Result<ExitCode> {
                     .and_then(|rewritten| next_edit::region_edit(&c.path, &s.text, region, &rewritten));
                 let ms = t.elapsed().as_secs_f64() * 1e3;
                 model.add(predicted.as_ref(), s, ms);
-                let found = rules(&s.last, &c.path, &s.text, s.cursor);
+                let found = rules(&s.last, &c.path, &s.text, s.cursor, &c.open());
                 match found.first() {
                     Some(p) => both.add(Some(p), s, 0.0),
                     None => both.add(predicted.as_ref(), s, ms),

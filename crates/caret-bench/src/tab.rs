@@ -191,7 +191,7 @@ pub fn run(config: &Config, args: TabBench) -> anyhow::Result<ExitCode> {
                 in_flight = Some(tokio::spawn(async move {
                     let t = std::time::Instant::now();
                     let guess = c.next_edit(edits.iter(), &n, &n, &d, cursor).await.ok().flatten();
-                    std::hint::black_box(guess.or_else(|| caret_next_edit::guess(&last, &n, &d, cursor)));
+                    std::hint::black_box(guess.or_else(|| caret_next_edit::guess(&last, &n, &d, cursor, &[])));
                     t.elapsed().as_secs_f64() * 1e3
                 }));
             }

@@ -614,9 +614,17 @@ async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
     // The model's turn: to rank the candidates, or (none fits) to predict, when there is one;
     // else, or when it predicts nothing, the learned ranker's best place (a rule's rewrite
     // there, or a jump).
+    // The files open beside this one: the ranker's places reach into them too.
+    let opened: Vec<(String, String)> = {
+        let docs = server.docs.lock().await;
+        let mut v: Vec<_> =
+            docs.open.iter().filter(|(u, _)| **u != uri).map(|(u, d)| (u.clone(), d.text.clone())).collect();
+        v.sort_unstable();
+        v
+    };
     let Some(model) = ranker.or(tab) else {
-        let placed = caret_next_edit::guess(&last, &uri, &text, cursor);
-        return send(server, &id, placed.map_or(Value::Null, |p| prediction_json(&uri, &text, &p)));
+        let placed = caret_next_edit::guess(&last, &uri, &text, cursor, &borrowed(&opened));
+        return send(server, &id, placed.map_or(Value::Null, |p| answer_json(&uri, &text, &opened, &p)));
     };
     let path = relative(&uri, server.root.lock().await.as_deref());
     let (srv, key, doc) = (server.clone(), id.to_string(), uri.clone());
@@ -633,11 +641,13 @@ async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
         };
         let predicted = match guess {
             Some(g) if !found.is_empty() => caret_complete::next_edit::rank(found, &g, &text).into_iter().next(),
-            guess if found.is_empty() => guess.or_else(|| caret_next_edit::guess(&last, &uri, &text, cursor)),
+            guess if found.is_empty() => {
+                guess.or_else(|| caret_next_edit::guess(&last, &uri, &text, cursor, &borrowed(&opened)))
+            }
             _ => found.into_iter().next(),
         };
         srv.flight.lock().await.remove(&key);
-        send(&srv, &id, predicted.as_ref().map_or(Value::Null, |p| prediction_json(&uri, &text, p)));
+        send(&srv, &id, predicted.as_ref().map_or(Value::Null, |p| answer_json(&uri, &text, &opened, p)));
     });
     flight.insert(flight_key, (doc, task.abort_handle()));
 }
@@ -661,6 +671,20 @@ async fn next_edit_at(server: &Server, uri: &str, line: u64, character: u64) -> 
 }
 
 /// A predicted edit as `caret/nextEdit` answers it.
+/// Owned (path, text) pairs as the pairs of borrowed strings the rules take.
+fn borrowed(files: &[(String, String)]) -> Vec<(&str, &str)> {
+    files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect()
+}
+
+/// A prediction as `caret/nextEdit` answers it: in this document (`uri`, `text`) or in one of
+/// those open beside it (`opened`).
+fn answer_json(uri: &str, text: &str, opened: &[(String, String)], p: &caret_complete::next_edit::Prediction) -> Value {
+    match opened.iter().find(|(u, _)| *u == p.path) {
+        Some((other, there)) if p.path != uri => prediction_json(other, there, p),
+        _ => prediction_json(uri, text, p),
+    }
+}
+
 fn prediction_json(uri: &str, text: &str, p: &caret_complete::next_edit::Prediction) -> Value {
     json!({
         "textDocument": {"uri": uri},

@@ -31,6 +31,21 @@ pub struct Case {
     pub first: Hunk,
     /// The edit that came next.
     pub next: Hunk,
+    /// The file it is in, when not this one: one of `others`.
+    #[serde(default)]
+    pub next_path: Option<String>,
+    /// Files open beside this one (excerpts).
+    #[serde(default)]
+    pub others: Vec<Open>,
+}
+
+/// A file open beside the edited one.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Open {
+    /// Its path in its package.
+    pub path: String,
+    /// Its text (an excerpt).
+    pub text: String,
 }
 
 /// A case made ready: the first hunk applied and settled as the last edit.
@@ -40,23 +55,27 @@ pub struct Setup {
     pub text: String,
     /// Where the cursor is: the end of the first hunk's new lines.
     pub cursor: usize,
-    /// The 1-based line of `text` where the next hunk starts.
+    /// The file the next hunk is in: the edited one's path or an open one's.
+    pub next_path: String,
+    /// The 1-based line of that file where the next hunk starts.
     pub target: usize,
-    /// `text` with the next hunk applied.
+    /// That file's text with the next hunk applied.
     pub truth: String,
+    /// That file's text before it (`text`, for the edited file).
+    pub next_text: String,
     /// The first hunk as the editor's history records it.
     pub last: Edit,
 }
 
 impl Setup {
-    /// Whether a prediction lands within 2 lines of the next hunk.
+    /// Whether a prediction lands in the next hunk's file, within 2 lines of it.
     pub fn placed(&self, p: &Prediction) -> bool {
-        line_of(&self.text, p.start).abs_diff(self.target) <= 2
+        p.path == self.next_path && line_of(&self.next_text, p.start).abs_diff(self.target) <= 2
     }
 
     /// Whether applying a prediction gives what the next hunk gives.
     pub fn exact(&self, p: &Prediction) -> bool {
-        p.apply(&self.text) == self.truth
+        p.path == self.next_path && p.apply(&self.next_text) == self.truth
     }
 }
 
@@ -73,13 +92,26 @@ impl Case {
     /// The case made ready, or `None` when its hunks do not apply to its text.
     pub fn setup(&self) -> Option<Setup> {
         let (text, cursor) = apply(&self.text, self.first.line, &self.first)?;
-        let shift = self.first.new.len() as isize - self.first.old.len() as isize;
-        let target = usize::try_from(self.next.line as isize + shift).ok()?.max(1);
-        let (truth, _) = apply(&text, target, &self.next)?;
+        let (next_path, next_text, target) = match self.next_path.as_deref().filter(|p| *p != self.path) {
+            Some(other) => {
+                let open = self.others.iter().find(|o| o.path == other)?;
+                (other.to_owned(), open.text.clone(), self.next.line.max(1))
+            }
+            None => {
+                let shift = self.first.new.len() as isize - self.first.old.len() as isize;
+                (self.path.clone(), text.clone(), usize::try_from(self.next.line as isize + shift).ok()?.max(1))
+            }
+        };
+        let (truth, _) = apply(&next_text, target, &self.next)?;
         let mut history = History::default();
         history.open(&self.path, &self.text);
         let last = history.settle(&self.path, &text)?.clone();
-        Some(Setup { text, cursor, target, truth, last })
+        Some(Setup { text, cursor, next_path, target, truth, next_text, last })
+    }
+
+    /// The files open beside the edited one, as the rules and the ranker take them.
+    pub fn open(&self) -> Vec<(&str, &str)> {
+        self.others.iter().map(|o| (o.path.as_str(), o.text.as_str())).collect()
     }
 }
 

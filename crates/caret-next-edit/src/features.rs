@@ -92,6 +92,7 @@ pub const NAMES: &[&str] = &[
     "closes_block",
     "same_indent_below_near",
     "shape_below_near",
+    "other_file",
 ];
 
 /// The index of the feature that marks the edit's own lines.
@@ -103,6 +104,8 @@ pub const COUNT: usize = NAMES.len();
 /// A candidate place: a line of the text.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {
+    /// Its file: 0 the edited one, `n` the `n`-th open beside it.
+    pub file: usize,
     /// Its 1-based line.
     pub line: usize,
     /// The byte where its text starts (after the indentation).
@@ -308,7 +311,32 @@ pub(crate) fn line_end(starts: &[usize], text: &str, i: usize) -> usize {
 /// The candidates after `last` (the newest edit of `path`, whose text is now `text`), with
 /// the rules' predictions `rules` for the file marked where they start.
 pub fn candidates(last: &Edit, path: &str, text: &str, rules: &[Prediction]) -> Vec<Candidate> {
-    let Window { starts, first, end, lo, hi } = Window::of(last, text);
+    lines(last, path, text, rules, false)
+}
+
+/// The candidates in a file open beside the edited one (`path`, now `text`): its lines that
+/// hold a name the edit added or removed, or where one of `rules` predicts an edit, at most
+/// [`MAX_OPEN`]; their features are a line of the edited file's but for distance (as far as
+/// the window's edge), the edit's own syntax (unknown here) and `other_file`, set.
+pub fn candidates_open(last: &Edit, path: &str, text: &str, rules: &[Prediction]) -> Vec<Candidate> {
+    lines(last, path, text, rules, true)
+}
+
+/// The most candidates one open file gives.
+pub const MAX_OPEN: usize = 200;
+
+fn lines(last: &Edit, path: &str, text: &str, rules: &[Prediction], open: bool) -> Vec<Candidate> {
+    if text.is_empty() {
+        return Vec::new();
+    }
+    let Window { starts, first, end, lo, hi } = if open {
+        let mut starts = vec![0];
+        starts.extend(text.match_indices('\n').map(|(i, _)| i + 1).filter(|i| *i < text.len()));
+        let hi = starts.len() - 1;
+        Window { starts, first: usize::MAX, end: usize::MAX, lo: 0, hi }
+    } else {
+        Window::of(last, text)
+    };
     let line_text = |i: usize| &text[starts[i]..line_end(&starts, text, i)];
 
     let mut counts: HashMap<&str, u32> = HashMap::new();
@@ -336,14 +364,18 @@ pub fn candidates(last: &Edit, path: &str, text: &str, rules: &[Prediction]) -> 
     let edit_indent =
         last.new_lines.lines().chain(last.old_lines.lines()).find(|l| !l.trim().is_empty()).map_or(0, indent);
     let (ins, del) = (last.old.trim().is_empty(), last.new.trim().is_empty());
+    // An open file with none of the edit's names and no rule's prediction is not parsed.
+    if open && !rules.iter().any(|p| p.path == path) && !touched.iter().any(|w| text.contains(w)) {
+        return Vec::new();
+    }
 
     // Only the candidates' lines are parsed (a long file costs no more than a short one).
     let (from, to) = (starts[lo], starts.get(hi + 1).map_or(text.len(), |e| *e));
     let window: Vec<usize> = starts[lo..=hi].iter().map(|s| s - from).collect();
     // (A minified file's window can be megabytes: no syntax for it.)
     let info = if to - from <= MAX_PARSED { syntax(path, &text[from..to], &window) } else { None };
-    let edit_info = info.as_ref().map(|i| &i[first - lo]);
-    let first_after = (end + 1..=hi).find(|&i| !line_text(i).trim().is_empty());
+    let edit_info = if open { None } else { info.as_ref().map(|i| &i[first - lo]) };
+    let first_after = if open { None } else { (end + 1..=hi).find(|&i| !line_text(i).trim().is_empty()) };
 
     let mut rule_at: HashMap<usize, (Why, bool)> = HashMap::new();
     for (n, p) in rules.iter().enumerate().filter(|(_, p)| p.path == path) {
@@ -355,7 +387,13 @@ pub fn candidates(last: &Edit, path: &str, text: &str, rules: &[Prediction]) -> 
     for i in lo..=hi {
         let line = line_text(i);
         let trimmed = line.trim();
-        let d: isize = if i < first {
+        if open && (out.len() == MAX_OPEN || !(rule_at.contains_key(&i) || idents(line).any(|w| touched.contains(&w))))
+        {
+            continue;
+        }
+        let d: isize = if open {
+            (BEFORE + AFTER) as isize
+        } else if i < first {
             i as isize - first as isize
         } else if i > end {
             (i - end) as isize
@@ -395,7 +433,7 @@ pub fn candidates(last: &Edit, path: &str, text: &str, rules: &[Prediction]) -> 
         let b = |x: bool| f32::from(u8::from(x));
         let f = [
             (1.0 + ad as f32).ln(),
-            b(d > 0),
+            b(!open && d > 0),
             b(ad <= 3),
             b(ad <= 10),
             b(ad <= 30),
@@ -458,9 +496,10 @@ pub fn candidates(last: &Edit, path: &str, text: &str, rules: &[Prediction]) -> 
             b(trimmed.starts_with(['}', ')', ']'])),
             b(!blank && ind == edit_indent && d > 0 && ad <= 10),
             b(shape_same && d > 0 && ad <= 20),
+            b(open),
         ];
         let at = starts[i] + (line.len() - line.trim_start().len());
-        out.push(Candidate { line: i + 1, at, features: f });
+        out.push(Candidate { file: 0, line: i + 1, at, features: f });
     }
     out
 }
@@ -511,7 +550,7 @@ mod tests {
         assert_eq!(feature(&cands[1], "kind_expr"), 0.0, "no parse of a window this long");
         // The short line after it still has its shape.
         assert_eq!(feature(&cands[2], "shape_same"), 1.0);
-        let p = crate::predict(crate::Ranker::shipped(), &last, "a.js", &after, &[]);
+        let p = crate::predict(crate::Ranker::shipped(), &last, "a.js", &after, &[], &[]);
         assert!(p.is_none_or(|p| p.start <= after.len()));
     }
 

@@ -90,35 +90,62 @@ impl Ranker {
         self.weights.iter().zip(features).map(|(w, x)| w * x).sum()
     }
 
-    /// The candidate places after `last` in `text`, best first, with their scores.
-    pub fn places(&self, last: &Edit, path: &str, text: &str, rules: &[Prediction]) -> Vec<(features::Candidate, f32)> {
-        let mut scored: Vec<_> =
-            features::candidates(last, path, text, rules).into_iter().map(|c| (self.score(&c.features), c)).collect();
-        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.line.cmp(&b.1.line)));
+    /// The candidate places after `last` in `text` and in the files open beside it
+    /// (`others`: path and text; `Candidate::file` 1 is the first), best first, with their
+    /// scores.
+    pub fn places(
+        &self,
+        last: &Edit,
+        path: &str,
+        text: &str,
+        others: &[(&str, &str)],
+        rules: &[Prediction],
+    ) -> Vec<(features::Candidate, f32)> {
+        let mut all = features::candidates(last, path, text, rules);
+        for (n, (p, t)) in others.iter().enumerate().filter(|(_, (p, _))| *p != path) {
+            all.extend(
+                features::candidates_open(last, p, t, rules)
+                    .into_iter()
+                    .map(|c| features::Candidate { file: n + 1, ..c }),
+            );
+        }
+        let mut scored: Vec<_> = all.into_iter().map(|c| (self.score(&c.features), c)).collect();
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.file.cmp(&b.1.file)).then(a.1.line.cmp(&b.1.line)));
         scored.into_iter().map(|(s, c)| (c, s)).collect()
     }
 }
 
-/// The next edit after `last` in `path` (now `text`): the ranker's best place, as the rules'
-/// prediction that starts on its line when there is one (`rules`, for this file, nearest
-/// first), else as a jump to the place's first non-blank byte.
-pub fn predict(ranker: &Ranker, last: &Edit, path: &str, text: &str, rules: &[Prediction]) -> Option<Prediction> {
-    let places = ranker.places(last, path, text, rules);
+/// The next edit after `last` in `path` (now `text`), with `others` open beside it: the
+/// ranker's best place, as the rules' prediction that starts on its line when there is one
+/// (`rules`, nearest first), else as a jump to the place's first non-blank byte.
+pub fn predict(
+    ranker: &Ranker,
+    last: &Edit,
+    path: &str,
+    text: &str,
+    others: &[(&str, &str)],
+    rules: &[Prediction],
+) -> Option<Prediction> {
+    let places = ranker.places(last, path, text, others, rules);
     let (best, top) = places.first()?;
+    let file = |c: &features::Candidate| if c.file == 0 { (path, text) } else { others[c.file - 1] };
     // The rules' rewrite on a line: its bytes, the newline included (as `cases::line_of`
     // counts).
     let on = |c: &features::Candidate| {
+        let (path, text) = file(c);
         let from = text[..c.at].rfind('\n').map_or(0, |i| i + 1);
         let to = text[c.at..].find('\n').map_or(text.len(), |i| c.at + i);
         rules.iter().find(|p| p.path == path && (from..=to).contains(&p.start))
     };
     // The best line's rewrite, else the best-scored rewrite within `REWRITE_NEAR` lines of
-    // it: as near the place, and written out.
+    // it in its file: as near the place, and written out.
     let rewrite = on(best).or_else(|| {
         places
             .iter()
             .take(REWRITE_AMONG)
-            .filter(|(c, _)| c.line.abs_diff(best.line) <= REWRITE_NEAR && c.features[features::INSIDE] == 0.0)
+            .filter(|(c, _)| {
+                c.file == best.file && c.line.abs_diff(best.line) <= REWRITE_NEAR && c.features[features::INSIDE] == 0.0
+            })
             .find_map(|(c, _)| on(c))
     });
     if rewrite.is_none() {
@@ -128,9 +155,8 @@ pub fn predict(ranker: &Ranker, last: &Edit, path: &str, text: &str, rules: &[Pr
             return None;
         }
     }
-    let best = best.clone();
     Some(rewrite.cloned().unwrap_or_else(|| Prediction {
-        path: path.to_owned(),
+        path: file(best).0.to_owned(),
         start: best.at,
         end: best.at,
         replacement: String::new(),
@@ -138,24 +164,28 @@ pub fn predict(ranker: &Ranker, last: &Edit, path: &str, text: &str, rules: &[Pr
     }))
 }
 
-/// The rules' predictions for a file: the last edit repeated (`next_edit::candidates`), the
+/// The rules' predictions after `last` in `path` (now `text`): the last edit repeated (`next_edit::candidates`), the
 /// call sites of a changed signature, the import a new name needs, then the edit again where
 /// its lines recur with other names ([`template`]) and the analogous rewrites and deletions
 /// within the candidates' reach ([`analogous`]).
-pub fn rules(last: &Edit, path: &str, text: &str, cursor: usize) -> Vec<Prediction> {
+/// In the files open beside it (`others`), a renamed name's uses and a changed signature's
+/// calls.
+pub fn rules(last: &Edit, path: &str, text: &str, cursor: usize, others: &[(&str, &str)]) -> Vec<Prediction> {
     use caret_complete::{calls, imports, next_edit};
     let mut out = next_edit::candidates(last, path, text, cursor);
-    out.extend(calls::call_sites(last, path, text, &[]).into_iter().filter(|p| p.path == path));
+    out.extend(calls::call_sites(last, path, text, others));
     out.extend(imports::missing_import(last, path, text, &[]));
     out.extend(template::predictions(last, path, text));
     out.extend(analogous::predictions(last, path, text));
+    out.extend(next_edit::elsewhere(last, others));
     out
 }
 
-/// The ranker's answer with the shipped weights over all the rules: what an editor shows when
-/// no repeat of the edit, other file or model answers.
-pub fn guess(last: &Edit, path: &str, text: &str, cursor: usize) -> Option<Prediction> {
-    predict(Ranker::shipped(), last, path, text, &rules(last, path, text, cursor))
+/// The ranker's answer with the shipped weights over all the rules, in the file and those open
+/// beside it (`others`): what an editor shows when no repeat of the edit, other file's rule or
+/// model answers.
+pub fn guess(last: &Edit, path: &str, text: &str, cursor: usize, others: &[(&str, &str)]) -> Option<Prediction> {
+    predict(Ranker::shipped(), last, path, text, others, &rules(last, path, text, cursor, others))
 }
 
 #[cfg(test)]
@@ -178,17 +208,43 @@ mod tests {
     }
 
     #[test]
+    fn an_open_files_lines_with_the_edits_names_are_places_too() {
+        let before = "def area(w, h):\n    return w * h\n";
+        let after = before.replace("area(w, h)", "surface(w, h)");
+        let last = caret_complete::next_edit::diff("a.py", before, &after).unwrap();
+        let other = "import a\n\nx = 1\ny = a.area(2, 3)\nz = 2\n";
+        let open = [("b.py", other)];
+        // Only the line that holds a name the edit touched (`area`) is a place in b.py.
+        let there = features::candidates_open(&last, "b.py", other, &[]);
+        assert_eq!(there.iter().map(|c| c.line).collect::<Vec<_>>(), [4]);
+        assert_eq!(there[0].features[NAMES.iter().position(|n| *n == "other_file").unwrap()], 1.0);
+        // The rename's use there is a rule's prediction; weighing only open files, it is the
+        // answer, in b.py.
+        let found = rules(&last, "a.py", &after, after.len(), &open);
+        let mut w = [0.0; COUNT];
+        w[NAMES.iter().position(|n| *n == "other_file").unwrap()] = 5.0;
+        let p = predict(&Ranker::new(w), &last, "a.py", &after, &open, &found).unwrap();
+        assert_eq!(p.path, "b.py");
+        assert_eq!(p.apply(other), other.replace("a.area(", "a.surface("));
+        // With no rule there, a jump to the line's text.
+        let p = predict(&Ranker::new(w), &last, "a.py", &after, &open, &[]).unwrap();
+        assert_eq!((p.path.as_str(), p.why, p.start), ("b.py", Why::Jump, other.find("y = ").unwrap()));
+        // An open file with none of the edit's names gives no place.
+        assert!(features::candidates_open(&last, "c.py", "x = 1\n", &[]).is_empty());
+    }
+
+    #[test]
     fn a_place_alone_is_a_jump_and_a_rules_place_its_rewrite() {
         let before = "fn a() {\n    let count = 1;\n    use_it(count);\n}\n\nfn b() {\n    other();\n}\n";
         let after = before.replacen("let count", "let total", 1);
         let last = caret_complete::next_edit::diff("a.rs", before, &after).unwrap();
         let cursor = after.find("total").unwrap() + 5;
-        let rules = rules(&last, "a.rs", &after, cursor);
+        let rules = rules(&last, "a.rs", &after, cursor, &[]);
         assert!(!rules.is_empty(), "the rename's other use is a rule's prediction");
         // Weighs only the rules' first prediction: it is the choice, with its rewrite.
         let mut w = [0.0; COUNT];
         w[NAMES.iter().position(|n| *n == "rule_first").unwrap()] = 1.0;
-        let p = predict(&Ranker::new(w), &last, "a.rs", &after, &rules).unwrap();
+        let p = predict(&Ranker::new(w), &last, "a.rs", &after, &[], &rules).unwrap();
         assert_eq!(p, rules[0]);
         assert!(p.apply(&after).contains("use_it(total)"));
         // Weighs only definitions: the jump goes to `fn b` (after `fn a`, the tie broken by
@@ -196,7 +252,7 @@ mod tests {
         let mut w = [0.0; COUNT];
         w[NAMES.iter().position(|n| *n == "kind_def").unwrap()] = 1.0;
         w[NAMES.iter().position(|n| *n == "below").unwrap()] = 0.5;
-        let p = predict(&Ranker::new(w), &last, "a.rs", &after, &rules).unwrap();
+        let p = predict(&Ranker::new(w), &last, "a.rs", &after, &[], &rules).unwrap();
         assert_eq!(p.why, Why::Jump);
         assert_eq!(
             (p.start, p.end, p.replacement.as_str()),

@@ -29,16 +29,24 @@ pub struct Example {
 /// next hunk is beyond the candidates' window).
 pub fn example(case: &Case) -> Option<Example> {
     let s = case.setup()?;
-    let rules = rules(&s.last, &case.path, &s.text, s.cursor);
-    let cands = features::candidates(&s.last, &case.path, &s.text, &rules);
-    let right: Vec<bool> = cands.iter().map(|c| c.line.abs_diff(s.target) <= 2).collect();
+    let open = case.open();
+    let rules = rules(&s.last, &case.path, &s.text, s.cursor, &open);
+    let mut cands = features::candidates(&s.last, &case.path, &s.text, &rules);
+    for (n, (p, t)) in open.iter().enumerate().filter(|(_, (p, _))| *p != case.path) {
+        let there = features::candidates_open(&s.last, p, t, &rules);
+        cands.extend(there.into_iter().map(|c| features::Candidate { file: n + 1, ..c }));
+    }
+    // The file of the next hunk: 0 the edited one, else its place among the open ones.
+    let next_file = if s.next_path == case.path { 0 } else { open.iter().position(|(p, _)| *p == s.next_path)? + 1 };
+    let right: Vec<bool> = cands.iter().map(|c| c.file == next_file && c.line.abs_diff(s.target) <= 2).collect();
     // The lines where a rule's rewrite gives the next hunk exactly.
-    let lines: Vec<usize> = rules
-        .iter()
-        .filter(|p| p.path == case.path && s.exact(p))
-        .map(|p| crate::cases::line_of(&s.text, p.start))
-        .collect();
-    let exact = if lines.is_empty() { Vec::new() } else { cands.iter().map(|c| lines.contains(&c.line)).collect() };
+    let lines: Vec<usize> =
+        rules.iter().filter(|p| s.exact(p)).map(|p| crate::cases::line_of(&s.next_text, p.start)).collect();
+    let exact = if lines.is_empty() {
+        Vec::new()
+    } else {
+        cands.iter().map(|c| c.file == next_file && lines.contains(&c.line)).collect()
+    };
     right.iter().any(|r| *r).then(|| Example {
         candidates: cands.into_iter().map(|c| c.features).collect(),
         right,

@@ -71,6 +71,28 @@ impl NextEdit {
             path: None,
         }
     }
+
+    /// A prediction in file `path` (`text`) or in one open beside it (`opened`: paths
+    /// relative to the root, and texts), marked with that file when it is another.
+    fn shown(
+        path: &str,
+        text: &str,
+        opened: &[(String, String)],
+        p: caret_complete::next_edit::Prediction,
+    ) -> NextEdit {
+        match opened.iter().find(|(o, _)| *o == p.path) {
+            Some((other, there)) if p.path != path => {
+                let other = other.clone();
+                NextEdit { path: Some(other), ..NextEdit::of(there, p) }
+            }
+            _ => NextEdit::of(text, p),
+        }
+    }
+}
+
+/// Owned (path, text) pairs as the pairs of borrowed strings the rules take.
+fn pairs(files: &[(String, String)]) -> Vec<(&str, &str)> {
+    files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect()
 }
 
 /// UTF-16 offset of byte `at` of `text`.
@@ -200,10 +222,25 @@ impl Tab {
         }
         // The model's turn: to rank the candidates, or (none fits) to predict; the ranker's
         // place when there is no model, or it predicts nothing.
-        let Some(completer) = ranker.or(tab) else {
-            return caret_next_edit::guess(&last, path, text, cursor).map(|p| NextEdit::of(text, p));
+        // The files open beside this one (paths relative to the root): the ranker's places
+        // reach into them too.
+        let opened: Vec<(String, String)> = {
+            let docs = self.docs.lock().await;
+            let uri = path_to_uri(&self.root.join(path));
+            let mut v: Vec<_> = docs
+                .open
+                .iter()
+                .filter(|(u, _)| **u != uri)
+                .map(|(u, d)| (relative(u, Some(&self.root)), d.text.clone()))
+                .collect();
+            v.sort_unstable();
+            v
         };
-        let (owned_path, owned_text) = (path.to_owned(), text.to_owned());
+        let Some(completer) = ranker.or(tab) else {
+            let placed = caret_next_edit::guess(&last, path, text, cursor, &pairs(&opened));
+            return placed.map(|p| NextEdit::shown(path, text, &opened, p));
+        };
+        let (owned_path, owned_text, open_texts) = (path.to_owned(), text.to_owned(), opened.clone());
         let result = self
             .in_flight(format!("next-edit {path}"), async move {
                 let guess = match completer.next_edit(edits.iter(), &owned_path, &owned_path, &owned_text, cursor).await
@@ -218,14 +255,14 @@ impl Tab {
                     Some(g) if !found.is_empty() => {
                         caret_complete::next_edit::rank(found, &g, &owned_text).into_iter().next()
                     }
-                    guess if found.is_empty() => {
-                        guess.or_else(|| caret_next_edit::guess(&last, &owned_path, &owned_text, cursor))
-                    }
+                    guess if found.is_empty() => guess.or_else(|| {
+                        caret_next_edit::guess(&last, &owned_path, &owned_text, cursor, &pairs(&open_texts))
+                    }),
                     _ => found.into_iter().next(),
                 }
             })
             .await;
-        result.ok().flatten().map(|p| NextEdit::of(text, p))
+        result.ok().flatten().map(|p| NextEdit::shown(path, text, &opened, p))
     }
 
     /// Runs `work` as the request in flight under `key` (a newer one under the same key aborts
