@@ -436,26 +436,24 @@ def build(args):
     os.makedirs(DATA, exist_ok=True)
     for lang in EXTENSIONS:
         random.Random(SEED).shuffle(evals[lang])
-        with open(os.path.join(EVAL_DIR, f"{lang}.jsonl"), "w") as f:
-            for c in evals[lang][:EVAL_CASES]:
-                f.write(json.dumps(c) + "\n")
-        with open(os.path.join(DATA, f"{lang}-train.jsonl"), "w") as f:
-            for c in train[lang]:
-                f.write(json.dumps(c) + "\n")
+        write_cases(os.path.join(EVAL_DIR, f"{lang}.jsonl"), evals[lang][:EVAL_CASES])
+        write_cases(os.path.join(DATA, f"{lang}-train.jsonl"), train[lang])
         print(f"{lang}: {len(train[lang])} training cases, {min(len(evals[lang]), EVAL_CASES)} evaluation cases", file=sys.stderr)
         random.Random(SEED).shuffle(open_evals[lang])
-        with open(os.path.join(EVAL_DIR, f"{lang}-open.jsonl"), "w") as f:
-            for c in open_evals[lang][:OPEN_EVAL_CASES]:
-                f.write(json.dumps(c) + "\n")
-        with open(os.path.join(DATA, f"{lang}-open-train.jsonl"), "w") as f:
-            for c in open_train[lang]:
-                f.write(json.dumps(c) + "\n")
+        write_cases(os.path.join(EVAL_DIR, f"{lang}-open.jsonl"), open_evals[lang][:OPEN_EVAL_CASES])
+        write_cases(os.path.join(DATA, f"{lang}-open-train.jsonl"), open_train[lang])
         print(
             f"{lang}, another file open: {len(open_train[lang])} training cases, "
             f"{min(len(open_evals[lang]), OPEN_EVAL_CASES)} evaluation cases "
             f"({sum(c['next_path'] != c['path'] for c in open_evals[lang][:OPEN_EVAL_CASES])} next in the open file)",
             file=sys.stderr,
         )
+
+
+def write_cases(path, cases):
+    with open(path, "w") as f:
+        for c in cases:
+            f.write(json.dumps(c) + "\n")
 
 
 def safe_cases(row):

@@ -570,22 +570,26 @@ async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
         }
         (last.clone(), history.edits().cloned().collect::<Vec<_>>(), found)
     };
+    // The files open beside this one, by URI.
+    let opened: Vec<(String, String)> = {
+        let docs = server.docs.lock().await;
+        let mut v: Vec<_> =
+            docs.open.iter().filter(|(u, _)| **u != uri).map(|(u, d)| (u.clone(), d.text.clone())).collect();
+        v.sort_unstable();
+        v
+    };
     if found.is_empty() {
         // A rename's uses in other open files; else the import a new name needs, as another
         // open file has it.
         let other = {
-            let docs = server.docs.lock().await;
-            let mut others: Vec<(&str, &str)> =
-                docs.open.iter().filter(|(u, _)| **u != uri).map(|(u, d)| (u.as_str(), d.text.as_str())).collect();
-            others.sort_unstable();
+            let others = borrowed(&opened);
             // A rename's other uses, else a new parameter's calls, else a new name's import.
             let carried = caret_complete::next_edit::elsewhere(&last, &others)
                 .into_iter()
                 .chain(caret_complete::calls::call_sites(&last, &uri, &text, &others))
                 .next();
             match carried {
-                Some(p) if p.path == uri => Some(prediction_json(&uri, &text, &p)),
-                Some(p) => docs.open.get(&p.path).map(|d| prediction_json(&p.path, &d.text, &p)),
+                Some(p) => Some(answer_json(&uri, &text, &opened, &p)),
                 None => caret_complete::imports::missing_import(&last, &uri, &text, &others)
                     .map(|p| prediction_json(&uri, &text, &p)),
             }
@@ -614,14 +618,6 @@ async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
     // The model's turn: to rank the candidates, or (none fits) to predict, when there is one;
     // else, or when it predicts nothing, the learned ranker's best place (a rule's rewrite
     // there, or a jump).
-    // The files open beside this one: the ranker's places reach into them too.
-    let opened: Vec<(String, String)> = {
-        let docs = server.docs.lock().await;
-        let mut v: Vec<_> =
-            docs.open.iter().filter(|(u, _)| **u != uri).map(|(u, d)| (u.clone(), d.text.clone())).collect();
-        v.sort_unstable();
-        v
-    };
     let Some(model) = ranker.or(tab) else {
         let placed = caret_next_edit::guess(&last, &uri, &text, cursor, &borrowed(&opened));
         return send(server, &id, placed.map_or(Value::Null, |p| answer_json(&uri, &text, &opened, &p)));

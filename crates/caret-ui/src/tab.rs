@@ -173,19 +173,23 @@ impl Tab {
             }
             (last.clone(), history.edits().cloned().collect::<Vec<_>>(), found)
         };
-        if found.is_empty() {
-            // A rename's uses in another open file; else the import a new name needs, as
-            // another open file has it.
+        // The files open beside this one (paths relative to the root), by path.
+        let opened: Vec<(String, String)> = {
             let docs = self.docs.lock().await;
             let uri = path_to_uri(&self.root.join(path));
-            let mut others: Vec<(String, &str)> = docs
+            let mut v: Vec<_> = docs
                 .open
                 .iter()
                 .filter(|(u, _)| **u != uri)
-                .map(|(u, d)| (relative(u, Some(&self.root)), d.text.as_str()))
+                .map(|(u, d)| (relative(u, Some(&self.root)), d.text.clone()))
                 .collect();
-            others.sort_unstable();
-            let others: Vec<(&str, &str)> = others.iter().map(|(p, t)| (p.as_str(), *t)).collect();
+            v.sort_unstable();
+            v
+        };
+        if found.is_empty() {
+            // A rename's uses in another open file; else the import a new name needs, as
+            // another open file has it.
+            let others = pairs(&opened);
             // A rename's other uses, else a new parameter's calls (here or in another file).
             let carried = caret_complete::next_edit::elsewhere(&last, &others)
                 .into_iter()
@@ -206,7 +210,6 @@ impl Tab {
             if let Some(name) = caret_complete::next_edit::renamed(&last) {
                 let mut open: Vec<String> = others.iter().map(|(p, _)| (*p).to_owned()).collect();
                 open.push(path.to_owned());
-                drop(docs);
                 let (walk, name, root) = (self.walk.clone(), name.to_owned(), self.root.clone());
                 let found = tokio::task::spawn_blocking(move || {
                     caret_host::documents::workspace_uses(&walk, &root, &name, &open, 1)
@@ -221,21 +224,8 @@ impl Tab {
             }
         }
         // The model's turn: to rank the candidates, or (none fits) to predict; the ranker's
-        // place when there is no model, or it predicts nothing.
-        // The files open beside this one (paths relative to the root): the ranker's places
-        // reach into them too.
-        let opened: Vec<(String, String)> = {
-            let docs = self.docs.lock().await;
-            let uri = path_to_uri(&self.root.join(path));
-            let mut v: Vec<_> = docs
-                .open
-                .iter()
-                .filter(|(u, _)| **u != uri)
-                .map(|(u, d)| (relative(u, Some(&self.root)), d.text.clone()))
-                .collect();
-            v.sort_unstable();
-            v
-        };
+        // place when there is no model, or it predicts nothing (its places reach into the
+        // open files too).
         let Some(completer) = ranker.or(tab) else {
             let placed = caret_next_edit::guess(&last, path, text, cursor, &pairs(&opened));
             return placed.map(|p| NextEdit::shown(path, text, &opened, p));
