@@ -678,3 +678,83 @@ async fn a_new_checkout_starts_from_the_segment_its_siblings_share() {
     let hits: Vec<String> = found.await.unwrap().hits.into_iter().map(|h| h.path).collect();
     assert_eq!(hits.first().map(String::as_str), Some("src/gen/m3.rs"));
 }
+
+/// The segments' names in a local bucket (`seg/NAME`, its indexes left out), over every
+/// workspace's prefix.
+fn segment_names(dir: &std::path::Path) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.parent().is_some_and(|p| p.ends_with("seg")) {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if !name.contains('.') {
+                    out.insert(name);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A new checkout of a workspace whose changes since its segment are a small delta starts
+/// from that segment and a copy of the delta: no new segment is written for it, and the
+/// copy holds the changes.
+#[tokio::test]
+async fn a_checkout_of_a_workspace_with_a_small_delta_shares_its_segment() {
+    let server_dir = TempDir::new();
+    let (service, _recorder) = embedding_service(&server_dir, caret_index::held::DEFAULT_BUDGET).await;
+    let tenant = service.db().create_tenant("local").await.unwrap();
+    let transport = InProcessTransport::new(service.clone(), tenant.clone(), "embedded");
+    let (a, b) = (workspace(), workspace());
+    for dir in [&a, &b] {
+        for i in 0..100 {
+            dir.write(format!("src/gen/m{i}.rs"), &format!("pub fn module_{i}(x: u32) -> u32 {{\n    x * {i}\n}}\n"));
+        }
+        dir.backdate(10);
+    }
+    let state = TempDir::new();
+    let first = WorkspaceState::open(a.path(), &state.join("a"), &state.join("keys")).unwrap();
+    let mut second = WorkspaceState::open(b.path(), &state.join("b"), &state.join("keys")).unwrap();
+    second.replace_key(first.key.clone()).unwrap();
+    let engine = SyncEngine::new(scanner(), SyncOptions::default());
+    engine.sync(&first, &transport).await.unwrap();
+    caret_client::index::embed_missing(scanner(), &first, &transport, |_| {}).await.unwrap();
+    service.compact_into_segment(&tenant, &first.id).await.unwrap();
+    let segments = segment_names(server_dir.path());
+    assert_eq!(segments.len(), 1, "{segments:?}");
+    // The first changes two files: folded into a delta beside its segment; one more after
+    // that stays in its log.
+    for (dir, i) in [(&a, 7), (&a, 8)] {
+        dir.write(format!("src/gen/m{i}.rs"), &format!("pub fn changed_module_{i}() -> u32 {{\n    {i}\n}}\n"));
+    }
+    a.backdate(5);
+    engine.sync(&first, &transport).await.unwrap();
+    caret_client::index::embed_missing(scanner(), &first, &transport, |_| {}).await.unwrap();
+    service.compact(&tenant, &first.id, 0).await.unwrap();
+    a.write("src/gen/m9.rs", "pub fn latest_module_change() -> u32 {\n    9\n}\n");
+    a.backdate(3);
+    engine.sync(&first, &transport).await.unwrap();
+    assert_eq!(segment_names(server_dir.path()), segments, "a delta, not a new segment");
+
+    // A checkout of the same tree as the first: a copy of its segment and delta, its log
+    // folded into the delta; still the one segment, shared in memory.
+    for (dir, i) in [(&b, 7), (&b, 8)] {
+        dir.write(format!("src/gen/m{i}.rs"), &format!("pub fn changed_module_{i}() -> u32 {{\n    {i}\n}}\n"));
+    }
+    b.write("src/gen/m9.rs", "pub fn latest_module_change() -> u32 {\n    9\n}\n");
+    b.backdate(3);
+    let copy = engine.sync(&second, &transport).await.unwrap();
+    assert_eq!((copy.added, copy.modified, copy.deleted), (0, 0, 0), "all came with the copy: {copy:?}");
+    assert_eq!(copy.local_root, copy.server_root);
+    assert_eq!(segment_names(server_dir.path()), segments, "no segment written for the copy");
+    assert_eq!(service.shared_bases(), (1, 2), "one segment in memory for both");
+    let (mode, rerank) = (caret_protocol::SearchMode::Lexical, Default::default());
+    for q in ["changed_module_8", "latest_module_change"] {
+        let found = caret_client::index::search(scanner(), &second, &transport, q, 5, mode, rerank).await.unwrap();
+        assert!(!found.hits.is_empty(), "{q} is in the copy");
+    }
+}

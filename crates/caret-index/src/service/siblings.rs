@@ -19,8 +19,9 @@ const SIBLINGS_LOADED: usize = 4;
 impl Service {
     /// Starts a workspace that holds nothing yet from the sibling (same tenant, same key)
     /// whose files hold most of the client's sketch, when at least half of it: the sibling's
-    /// log is folded into its segment, the segment copied inside the bucket under this
-    /// workspace's prefix and shared in memory ([`caret_store::Bases`]), and the sync that
+    /// log is folded (into its delta when that stays small beside its segment, else into a
+    /// new segment), the segment (and delta) copied inside the bucket under this workspace's
+    /// prefix, the segment shared in memory ([`caret_store::Bases`]), and the sync that
     /// follows sends only what differs. Returns the sibling's id.
     ///
     /// A sibling that is its segment alone (nothing to fold: the source of earlier copies,
@@ -76,14 +77,18 @@ impl Service {
             }
         }
         let Some((_, shared, sibling, other)) = best else { return Ok(None) };
-        // The sibling's log (and delta) folded into a new segment first, so that the copy
-        // shares all it has: a delta copied would be each copy's own (a compaction running
+        // The sibling's log folded first, so that its newest manifest holds all it has: into
+        // its delta while what follows its segment is small beside it (an eighth, as any
+        // fold's choice), the copy then sharing the segment and holding a copy of the delta;
+        // else into a new segment, which the copy shares whole. Writing a new segment for a
+        // small delta would cost the sibling's whole index again, in time while this request
+        // waits and in memory while its earlier copies hold the old one (a compaction running
         // already is waited for, a minute at most).
         let waited = std::time::Instant::now();
         while other.compacting.load(Ordering::Acquire) && waited.elapsed() < std::time::Duration::from_secs(60) {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        self.compact_into_segment(tenant, &sibling).await?;
+        self.compact(tenant, &sibling, 0).await?;
         let ns = self.namespace(tenant, id);
         let Some(seq) = ns.fork_from(&self.namespace(tenant, &sibling)).await? else { return Ok(None) };
         *state = ns.load().await?;
