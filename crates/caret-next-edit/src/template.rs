@@ -129,7 +129,9 @@ fn indent(line: &str) -> &str {
 /// The predictions after `last` in `path` (now `text`): each run of lines in the candidates'
 /// reach, other than the edit's own, that matches the edit's old lines, rewritten; when the
 /// edit changed each of several lines apart (as many lines after as before), each changed
-/// line is a template of its own too, nearer places first where both match.
+/// line is a template of its own too, at the places the whole edit's template left. Lines
+/// inserted go beside the likes of their neighbours instead (`insertions`); lines deleted
+/// also go where they recur (`deletions`).
 pub fn predictions(last: &Edit, path: &str, text: &str) -> Vec<Prediction> {
     // The lines without the newline that ends the last (a place's span ends before its own).
     let lines = |s: &'_ str| s.strip_suffix('\n').unwrap_or(s).to_owned();
