@@ -322,6 +322,23 @@ pub fn candidates_open(last: &Edit, path: &str, text: &str, rules: &[Prediction]
     lines(last, path, text, rules, true)
 }
 
+/// The candidates in the edited file and in each file open beside it (`others`, whose
+/// candidates carry their place among them, from 1; the edited file's own path is passed
+/// over there).
+pub fn candidates_everywhere(
+    last: &Edit,
+    path: &str,
+    text: &str,
+    others: &[(&str, &str)],
+    rules: &[Prediction],
+) -> Vec<Candidate> {
+    let mut all = candidates(last, path, text, rules);
+    for (n, (p, t)) in others.iter().enumerate().filter(|(_, (p, _))| *p != path) {
+        all.extend(candidates_open(last, p, t, rules).into_iter().map(|c| Candidate { file: n + 1, ..c }));
+    }
+    all
+}
+
 /// The most candidates one open file gives.
 pub const MAX_OPEN: usize = 200;
 
@@ -339,19 +356,24 @@ fn lines(last: &Edit, path: &str, text: &str, rules: &[Prediction], open: bool) 
     };
     let line_text = |i: usize| &text[starts[i]..line_end(&starts, text, i)];
 
-    let mut counts: HashMap<&str, u32> = HashMap::new();
-    for w in idents(text) {
-        *counts.entry(w).or_default() += 1;
-    }
     let old_ids: Vec<&str> = idents(&last.old_lines).collect();
     let new_ids: Vec<&str> = idents(&last.new_lines).collect();
     let removed: Vec<&str> = old_ids.iter().copied().filter(|w| !new_ids.contains(w)).collect();
     let added: Vec<&str> = new_ids.iter().copied().filter(|w| !old_ids.contains(w)).collect();
+    let touched: Vec<&str> = removed.iter().chain(&added).copied().collect();
+    // An open file with none of the edit's names and no rule's prediction is neither counted
+    // nor parsed.
+    if open && !rules.iter().any(|p| p.path == path) && !touched.iter().any(|w| text.contains(w)) {
+        return Vec::new();
+    }
+    let mut counts: HashMap<&str, u32> = HashMap::new();
+    for w in idents(text) {
+        *counts.entry(w).or_default() += 1;
+    }
     // Names the edit added that the file has nowhere else: likely wanting an import.
     let unknown = added
         .iter()
         .any(|w| counts.get(w).copied().unwrap_or(0) as usize <= new_ids.iter().filter(|x| *x == w).count());
-    let touched: Vec<&str> = removed.iter().chain(&added).copied().collect();
     let old_word = (!last.old.is_empty() && last.old.bytes().all(is_word)).then_some(last.old.as_str());
     let edit_shapes: Vec<String> = last
         .old_lines
@@ -364,10 +386,6 @@ fn lines(last: &Edit, path: &str, text: &str, rules: &[Prediction], open: bool) 
     let edit_indent =
         last.new_lines.lines().chain(last.old_lines.lines()).find(|l| !l.trim().is_empty()).map_or(0, indent);
     let (ins, del) = (last.old.trim().is_empty(), last.new.trim().is_empty());
-    // An open file with none of the edit's names and no rule's prediction is not parsed.
-    if open && !rules.iter().any(|p| p.path == path) && !touched.iter().any(|w| text.contains(w)) {
-        return Vec::new();
-    }
 
     // Only the candidates' lines are parsed (a long file costs no more than a short one).
     let (from, to) = (starts[lo], starts.get(hi + 1).map_or(text.len(), |e| *e));

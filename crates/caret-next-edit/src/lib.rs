@@ -101,14 +101,7 @@ impl Ranker {
         others: &[(&str, &str)],
         rules: &[Prediction],
     ) -> Vec<(features::Candidate, f32)> {
-        let mut all = features::candidates(last, path, text, rules);
-        for (n, (p, t)) in others.iter().enumerate().filter(|(_, (p, _))| *p != path) {
-            all.extend(
-                features::candidates_open(last, p, t, rules)
-                    .into_iter()
-                    .map(|c| features::Candidate { file: n + 1, ..c }),
-            );
-        }
+        let all = features::candidates_everywhere(last, path, text, others, rules);
         let mut scored: Vec<_> = all.into_iter().map(|c| (self.score(&c.features), c)).collect();
         scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.file.cmp(&b.1.file)).then(a.1.line.cmp(&b.1.line)));
         scored.into_iter().map(|(s, c)| (c, s)).collect()

@@ -31,11 +31,7 @@ pub fn example(case: &Case) -> Option<Example> {
     let s = case.setup()?;
     let open = case.open();
     let rules = rules(&s.last, &case.path, &s.text, s.cursor, &open);
-    let mut cands = features::candidates(&s.last, &case.path, &s.text, &rules);
-    for (n, (p, t)) in open.iter().enumerate().filter(|(_, (p, _))| *p != case.path) {
-        let there = features::candidates_open(&s.last, p, t, &rules);
-        cands.extend(there.into_iter().map(|c| features::Candidate { file: n + 1, ..c }));
-    }
+    let cands = features::candidates_everywhere(&s.last, &case.path, &s.text, &open, &rules);
     // The file of the next hunk: 0 the edited one, else its place among the open ones.
     let next_file = if s.next_path == case.path { 0 } else { open.iter().position(|(p, _)| *p == s.next_path)? + 1 };
     let right: Vec<bool> = cands.iter().map(|c| c.file == next_file && c.line.abs_diff(s.target) <= 2).collect();
