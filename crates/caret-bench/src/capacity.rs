@@ -520,6 +520,14 @@ fn bench(config: &Config, args: &CapacityBench, scratch: &Path) -> anyhow::Resul
     Ok(ExitCode::SUCCESS)
 }
 
+/// The server's loaded workspaces and its estimate of their bytes, from its metrics.
+async fn loaded_estimate(url: &str) -> Option<(u64, u64)> {
+    let text = reqwest::get(format!("{url}/metrics")).await.ok()?.text().await.ok()?;
+    let gauge =
+        |name: &str| text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<u64>().ok());
+    Some((gauge("caret_workspaces_loaded")?, gauge("caret_workspaces_loaded_bytes")?))
+}
+
 #[allow(clippy::too_many_arguments)]
 fn size_run(
     config: &Config,
@@ -607,6 +615,13 @@ fn size_run(
         rss0 as f64 / 1024.0,
         rss1 as f64 / 1024.0
     );
+    if let Some((loaded, bytes)) = rt.block_on(loaded_estimate(&server.url)) {
+        println!(
+            "  the server's estimate of its loaded indexes (what it unloads by): {:.1} MiB for {loaded} workspaces, against {:.1} MiB of RSS grown",
+            bytes as f64 / 1048576.0,
+            rss1.saturating_sub(rss0) as f64 / 1024.0
+        );
+    }
     // What each developer's copy adds beyond the first workspace's index.
     let copy_kib = marks.first().copied().map(|(rss_first, bucket_first, _)| {
         let (from, copies) = match marks.get(1) {

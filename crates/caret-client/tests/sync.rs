@@ -569,7 +569,11 @@ async fn a_checkout_under_the_same_key_starts_as_a_copy_and_sends_only_what_diff
 #[tokio::test]
 async fn unused_workspaces_are_unloaded_and_load_again_when_asked_for() {
     let server_dir = TempDir::new();
-    let residency = caret_index::service::Residency { max_loaded: 1, idle: std::time::Duration::from_secs(3600) };
+    let residency = caret_index::service::Residency {
+        max_loaded: 1,
+        idle: std::time::Duration::from_secs(3600),
+        ..Default::default()
+    };
     let service = caret_index::open(&StorageConfig::local(server_dir.path())).await.unwrap().with_residency(residency);
     let service = Arc::new(service);
     let tenant = service.db().create_tenant("local").await.unwrap();
@@ -601,11 +605,57 @@ async fn unused_workspaces_are_unloaded_and_load_again_when_asked_for() {
     assert_eq!(again.local_root, again.server_root);
 }
 
+/// Memory alone unloads the least recently used: two workspaces that together hold more
+/// than the server's bytes are not both kept, and the one unloaded loads again when asked for.
+#[tokio::test]
+async fn workspaces_beyond_the_servers_bytes_are_unloaded() {
+    let server_dir = TempDir::new();
+    let (a, b) = (workspace(), TempDir::new());
+    b.write("src/other.rs", "pub fn unrelated_helper() -> u8 {\n    7\n}\n");
+    b.backdate(10);
+    let state = TempDir::new();
+    let first = WorkspaceState::open(a.path(), &state.join("a"), &state.join("keys-a")).unwrap();
+    let second = WorkspaceState::open(b.path(), &state.join("b"), &state.join("keys-b")).unwrap();
+    let engine = SyncEngine::new(scanner(), SyncOptions::default());
+    // Without a limit: both stay, and their bytes add up.
+    let both = {
+        let service = Arc::new(caret_index::open(&StorageConfig::local(server_dir.path())).await.unwrap());
+        let tenant = service.db().create_tenant("local").await.unwrap();
+        let transport = InProcessTransport::new(service.clone(), tenant.clone(), "embedded");
+        engine.sync(&first, &transport).await.unwrap();
+        let one = service.loaded_bytes();
+        engine.sync(&second, &transport).await.unwrap();
+        assert_eq!(service.loaded_count(), 2);
+        let both = service.loaded_bytes();
+        assert!(one > 0 && both > one, "{one} then {both}");
+        both
+    };
+    // A server allowed a byte less than both: loading the second unloads the first.
+    let residency = caret_index::service::Residency { max_bytes: both - 1, ..Default::default() };
+    let service = caret_index::open(&StorageConfig::local(server_dir.path())).await.unwrap().with_residency(residency);
+    let service = Arc::new(service);
+    let tenant = service.db().tenant_by_name("local").await.unwrap().unwrap();
+    let transport = InProcessTransport::new(service.clone(), tenant.clone(), "embedded");
+    let find = async |ws: &WorkspaceState, q: &str| {
+        let (mode, rerank) = (caret_protocol::SearchMode::Lexical, Default::default());
+        let found = caret_client::index::search(scanner(), ws, &transport, q, 5, mode, rerank).await.unwrap();
+        found.hits.into_iter().map(|h| h.path).collect::<Vec<_>>()
+    };
+    assert_eq!(find(&first, "shout").await.first().map(String::as_str), Some("src/util/strings.rs"));
+    assert_eq!(service.loaded_count(), 1);
+    assert_eq!(find(&second, "unrelated_helper").await.first().map(String::as_str), Some("src/other.rs"));
+    assert_eq!(service.loaded_count(), 1, "the first unloaded for the second's bytes");
+    assert!(service.workspace_memory(&tenant, &first.id).is_none());
+    assert!(service.loaded_bytes() < both);
+    assert_eq!(find(&first, "shout").await.first().map(String::as_str), Some("src/util/strings.rs"), "loaded again");
+}
+
 /// Idle time alone unloads a workspace (the server sweeps every minute).
 #[tokio::test]
 async fn a_workspace_idle_past_its_time_is_unloaded() {
     let server_dir = TempDir::new();
-    let residency = caret_index::service::Residency { max_loaded: 10, idle: std::time::Duration::ZERO };
+    let residency =
+        caret_index::service::Residency { max_loaded: 10, idle: std::time::Duration::ZERO, ..Default::default() };
     let service = caret_index::open(&StorageConfig::local(server_dir.path())).await.unwrap().with_residency(residency);
     let service = Arc::new(service);
     let tenant = service.db().create_tenant("local").await.unwrap();
@@ -752,6 +802,13 @@ async fn a_checkout_of_a_workspace_with_a_small_delta_shares_its_segment() {
     assert_eq!(copy.local_root, copy.server_root);
     assert_eq!(segment_names(server_dir.path()), segments, "no segment written for the copy");
     assert_eq!(service.shared_bases(), (1, 2), "one segment in memory for both");
+    // In bytes: the copy holds its changes; the segment counts once for both.
+    let (mine, theirs) =
+        (service.workspace_memory(&tenant, &first.id).unwrap(), service.workspace_memory(&tenant, &second.id).unwrap());
+    let (segment, bytes) = theirs.shared.clone().unwrap();
+    assert_eq!(mine.shared, Some((segment, bytes)), "the same segment under both");
+    assert!(theirs.own * 4 < bytes, "the copy's own {} bytes against the segment's {bytes}", theirs.own);
+    assert_eq!(service.loaded_bytes(), mine.own + theirs.own + bytes);
     let (mode, rerank) = (caret_protocol::SearchMode::Lexical, Default::default());
     for q in ["changed_module_8", "latest_module_change"] {
         let found = caret_client::index::search(scanner(), &second, &transport, q, 5, mode, rerank).await.unwrap();

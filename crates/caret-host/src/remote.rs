@@ -91,6 +91,12 @@ pub async fn server_service(
     service = service.with_held_budget(usize::try_from(config.server.held_texts.0).unwrap_or(usize::MAX));
     service = service.with_residency(caret_index::service::Residency {
         max_loaded: config.server.loaded_workspaces.max(1),
+        max_bytes: config
+            .server
+            .loaded_memory
+            .map(|s| s.0)
+            .or_else(caret_index::service::half_of_memory)
+            .unwrap_or(u64::MAX),
         idle: crate::config::parse_duration(&config.server.unload_idle_after).context("[server] unload_idle_after")?,
     });
     if let Some(records) = std::env::var("CARET_COMPACT_RECORDS").ok().and_then(|v| v.parse().ok()) {

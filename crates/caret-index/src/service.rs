@@ -31,7 +31,7 @@ mod siblings;
 
 use checks::{check_id, check_path, file_record, hex32, is_valid_id};
 
-pub use residency::Residency;
+pub use residency::{Residency, half_of_memory};
 
 /// Largest number of files in one plan or commit.
 pub const MAX_FILES: usize = 10_000;
@@ -54,6 +54,8 @@ struct Loaded {
     key_id: String,
     /// When a request last used it (milliseconds since the service started).
     used: AtomicU64,
+    /// Its memory as last estimated (read while a request holds the state).
+    memory: std::sync::Mutex<caret_store::Memory>,
 }
 
 /// Loaded workspaces by (tenant id, workspace id).
@@ -398,6 +400,7 @@ impl Service {
                     compacting: AtomicBool::new(false),
                     key_id: row.key_id,
                     used: AtomicU64::new(self.now_ms()),
+                    memory: std::sync::Mutex::default(),
                 });
                 let cell = self.loaded.lock().unwrap_or_else(|p| p.into_inner()).entry(key).or_insert(cell).clone();
                 // Room for it: the held clone keeps it from being the one unloaded.

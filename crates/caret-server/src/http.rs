@@ -550,6 +550,18 @@ async fn metrics(State(state): State<AppState>) -> Response {
     if let Some(runs) = &state.runs {
         text.push_str(&runs.metrics.render());
     }
+    {
+        use std::fmt::Write as _;
+        let _ = writeln!(
+            text,
+            "# HELP caret_workspaces_loaded Workspaces whose index is loaded in memory.\n\
+             # TYPE caret_workspaces_loaded gauge\ncaret_workspaces_loaded {}\n\
+             # HELP caret_workspaces_loaded_bytes Bytes the loaded indexes hold, by estimate (a segment shared by copies counted once).\n\
+             # TYPE caret_workspaces_loaded_bytes gauge\ncaret_workspaces_loaded_bytes {}",
+            state.service.loaded_count(),
+            state.service.loaded_bytes()
+        );
+    }
     if let Some(cluster) = &state.cluster {
         use std::fmt::Write as _;
         let _ = writeln!(

@@ -9,6 +9,9 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use caret_workspace::merkle::MerkleTree;
 use caret_workspace::{ContentHash, RelPath};
 
+use std::mem::size_of;
+
+use crate::memory::{ENTRY_OVERHEAD, file_bytes};
 use crate::refs::Refs;
 use crate::{FileRecord, Segment};
 
@@ -18,6 +21,12 @@ pub(crate) enum VecAt {
     Segment(u32),
     Tail(u32),
 }
+
+/// A chunk in the stored-chunks map, in the vectors map and among the embeddable chunks'
+/// places (each an entry keyed by its 32-byte id), in bytes (see [`crate::memory`]).
+const CHUNK_TABLES: usize = 3 * (32 + ENTRY_OVERHEAD) + size_of::<u32>() + size_of::<VecAt>() + 48;
+/// A chunk's entry among where the stored chunks are (built on the first search).
+const LOCATION_BYTES: usize = 32 + ENTRY_OVERHEAD + 24 + size_of::<Location>();
 
 /// A stored chunk's place in a current file.
 #[derive(Debug, Clone)]
@@ -37,6 +46,8 @@ pub struct Base {
     pub(crate) refs: Refs,
     /// Files with a chunk the segment does not hold.
     pub(crate) incomplete: BTreeSet<String>,
+    /// Bytes the tables above hold (see [`crate::memory`]).
+    tables: u64,
     tree: OnceLock<Arc<MerkleTree>>,
     locations: OnceLock<Arc<HashMap<[u8; 32], Vec<Location>>>>,
 }
@@ -61,6 +72,7 @@ impl Base {
         let refs = Refs::build(files.values(), |id| vectors.contains_key(id));
         let incomplete =
             files.values().filter(|f| !stored_whole(f, |id| chunks.contains_key(id))).map(|f| f.path.clone()).collect();
+        let tables = (files.values().map(file_bytes).sum::<usize>() + chunks.len() * CHUNK_TABLES) as u64;
         Base {
             segment,
             files: Arc::new(files),
@@ -68,6 +80,7 @@ impl Base {
             vectors: Arc::new(vectors),
             refs,
             incomplete,
+            tables,
             tree: OnceLock::new(),
             locations: OnceLock::new(),
         }
@@ -76,6 +89,12 @@ impl Base {
     /// The sequence number the segment covers.
     pub fn seq(&self) -> u64 {
         self.segment.seq
+    }
+
+    /// Bytes the segment and the tables derived from it hold.
+    pub fn memory_bytes(&self) -> u64 {
+        let located = self.locations.get().map_or(0, |l| l.len() * LOCATION_BYTES);
+        self.segment.memory_bytes() + self.tables + located as u64
     }
 
     /// Chunks in the segment.

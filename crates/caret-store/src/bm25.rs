@@ -30,6 +30,8 @@ pub struct Bm25Index {
     terms: Field,
     docs: u64,
     tokens: u64,
+    /// Bytes its files take (they live in memory).
+    bytes: u64,
 }
 
 impl std::fmt::Debug for Bm25Index {
@@ -109,7 +111,8 @@ impl Bm25Index {
         let searcher = reader.searcher();
         let docs = searcher.num_docs();
         let tokens = searcher.total_num_tokens(terms).map_err(err)?;
-        Ok(Bm25Index { index, reader, terms, docs, tokens })
+        let bytes = searcher.space_usage().map_err(err)?.total().get_bytes();
+        Ok(Bm25Index { index, reader, terms, docs, tokens, bytes })
     }
 
     /// The index files as one blob, to store beside the segment.
@@ -150,6 +153,11 @@ impl Bm25Index {
     /// Documents indexed.
     pub fn docs(&self) -> u64 {
         self.docs
+    }
+
+    /// Bytes the index's files take in memory.
+    pub fn memory_bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// Tokens indexed.

@@ -197,6 +197,11 @@ impl<K: Ord + Clone, V: Clone> LayeredOrd<K, V> {
         Merged::new(self.base.iter(), self.own.iter())
     }
 
+    /// The own layer's values (its changes; tombstones left out).
+    pub(crate) fn own_values(&self) -> impl Iterator<Item = &V> {
+        self.own.values().flatten()
+    }
+
     /// Values in key order.
     pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
         self.iter().map(|(_, v)| v)

@@ -35,6 +35,7 @@ mod base;
 pub mod bm25;
 mod layered;
 pub mod lexical;
+mod memory;
 pub mod objects;
 pub mod rank;
 mod refs;
@@ -43,6 +44,7 @@ mod segment;
 mod state;
 
 pub use base::{Base, Bases};
+pub use memory::Memory;
 pub use search::{Query, SearchHit, Weights};
 pub use segment::{CompactionPlan, DeltaPlan, Segment};
 pub use state::State;

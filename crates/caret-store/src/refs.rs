@@ -107,6 +107,11 @@ impl Refs {
         }
     }
 
+    /// Chunks without a vector.
+    pub(crate) fn missing_len(&self) -> usize {
+        self.missing.len()
+    }
+
     /// The missing chunks in embedding order, up to `limit`, each with the path it is
     /// embedded from.
     pub(crate) fn missing(&self, limit: usize) -> Missing {

@@ -167,6 +167,14 @@ impl Segment {
         self.vector_ids.len()
     }
 
+    /// Bytes the segment holds: its id and length columns, the vector block, the graph and
+    /// the lexical index.
+    pub fn memory_bytes(&self) -> u64 {
+        let columns = self.ids.len() * (32 + 4) + self.vector_ids.len() * 32 + self.vectors.len() * 4;
+        let ann = self.ann.as_ref().map_or(0, |a| a.memory_bytes());
+        (columns + ann) as u64 + self.bm25.memory_bytes()
+    }
+
     /// Whether the segment searches vectors through an HNSW graph.
     pub fn has_ann(&self) -> bool {
         self.ann.is_some()

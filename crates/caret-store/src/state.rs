@@ -2,6 +2,7 @@
 //! tables and the log tail after it, kept up to date record by record.
 
 use std::collections::{BTreeSet, HashMap};
+use std::mem::size_of;
 use std::sync::Arc;
 
 use caret_workspace::merkle::MerkleTree;
@@ -9,6 +10,7 @@ use caret_workspace::{ContentHash, RelPath};
 
 use crate::base::{Base, VecAt};
 use crate::layered::{Layered, LayeredOrd};
+use crate::memory::{ENTRY_OVERHEAD, Memory, chunk_record_bytes, file_bytes};
 use crate::segment::{CompactionPlan, DeltaPlan};
 use crate::{ChunkRecord, FileRecord, Missing, Record, Segment, VectorBatch, rank, refs, search};
 
@@ -77,6 +79,25 @@ impl State {
     /// Stored chunks.
     pub fn chunk_count(&self) -> usize {
         self.chunks.len()
+    }
+
+    /// What the workspace holds in memory (see [`Memory`]).
+    pub fn memory(&self) -> Memory {
+        let files: usize = self.files.own_values().map(file_bytes).sum::<usize>()
+            + self.files.own_len().saturating_sub(self.files.own_values().count()) * ENTRY_OVERHEAD;
+        let located = self.locations.as_ref().map_or(0, |l| l.own_len());
+        let chunks = (self.chunks.own_len() + self.vectors.own_len() + self.refs.own_len() + located)
+            * (32 + ENTRY_OVERHEAD + 8);
+        let missing = self.refs.missing_len() * (32 + 8 + 8 + ENTRY_OVERHEAD);
+        let tail = self.tail.chunks.iter().map(|(_, c)| chunk_record_bytes(c)).sum::<usize>()
+            + self.tail.vector_ids.len() * size_of::<(u64, [u8; 32])>()
+            + self.tail.vectors.len() * 4;
+        let shared = match (&self.base, &self.segment) {
+            (Some(base), _) => Some((base.segment.name.clone(), base.memory_bytes())),
+            (None, Some(segment)) => Some((segment.name.clone(), segment.memory_bytes())),
+            (None, None) => None,
+        };
+        Memory { own: (files + chunks + missing + tail) as u64, shared }
     }
 
     /// Whether a chunk is stored.

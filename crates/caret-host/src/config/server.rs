@@ -40,6 +40,10 @@ pub struct ServerSection {
     /// Workspaces a server keeps loaded in memory at most (the least recently used beyond
     /// are unloaded; they load again from the bucket when asked for).
     pub loaded_workspaces: usize,
+    /// Bytes the loaded workspaces may hold at most, a segment shared by a team's copies
+    /// counted once (the least recently used beyond are unloaded); unset: half the memory of
+    /// the machine or the container.
+    pub loaded_memory: Option<Size>,
     /// A loaded workspace no request has used for this long is unloaded (`30m`, `2h`).
     pub unload_idle_after: String,
     /// Directories agent sessions (`POST /v1/agent/sessions`) may work in, by name
@@ -90,6 +94,7 @@ impl Default for ServerSection {
             body_limit: Size(64 << 20),
             held_texts: Size(caret_index::held::DEFAULT_BUDGET as u64),
             loaded_workspaces: caret_index::service::Residency::default().max_loaded,
+            loaded_memory: None,
             unload_idle_after: "30m".to_owned(),
             agent_workspaces: Default::default(),
             agent_sessions_per_tenant: 4,

@@ -1,8 +1,10 @@
 //! Which workspaces stay loaded: a workspace nobody has asked for in a while, or the least
-//! recently used beyond the most a server holds, is dropped from memory. Its log and segment
-//! are in the bucket, so the next request loads it again; a segment shared with loaded forks
-//! stays in memory while any of them holds it ([`caret_store::Bases`]).
+//! recently used beyond the most a server holds (by count and by memory), is dropped from
+//! memory. Its log and segment are in the bucket, so the next request loads it again; a
+//! segment shared with loaded forks stays in memory while any of them holds it
+//! ([`caret_store::Bases`]), so it counts once, and is freed with the last of them.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -15,14 +17,34 @@ pub struct Residency {
     /// Workspaces held in memory at most (the least recently used beyond are unloaded when
     /// another is loaded).
     pub max_loaded: usize,
+    /// Bytes the loaded workspaces may hold at most, by [`caret_store::State::memory`]'s
+    /// estimate, a segment shared by forks counted once (the least recently used beyond are
+    /// unloaded; `u64::MAX`: no limit).
+    pub max_bytes: u64,
     /// A workspace no request has used for this long is unloaded.
     pub idle: Duration,
 }
 
 impl Default for Residency {
     fn default() -> Self {
-        Residency { max_loaded: 1_000, idle: Duration::from_secs(30 * 60) }
+        Residency { max_loaded: 1_000, max_bytes: u64::MAX, idle: Duration::from_secs(30 * 60) }
     }
+}
+
+/// Half the memory this process may use: the cgroup's limit where one is set (a container),
+/// else the machine's (Linux; `None` elsewhere).
+pub fn half_of_memory() -> Option<u64> {
+    let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max").ok().and_then(|s| s.trim().parse::<u64>().ok());
+    let machine = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
+        let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    });
+    let limit = match (cgroup, machine) {
+        (Some(c), Some(m)) => c.min(m),
+        (c, m) => c.or(m)?,
+    };
+    Some(limit / 2)
 }
 
 impl Loaded {
@@ -34,6 +56,15 @@ impl Loaded {
     /// Whether nothing but the map holds it: no request, no compaction.
     fn unused(self: &Arc<Self>) -> bool {
         Arc::strong_count(self) == 1 && !self.compacting.load(Ordering::Acquire)
+    }
+
+    /// Its memory now, or as last estimated while a request holds its state.
+    fn memory(&self) -> caret_store::Memory {
+        let mut last = self.memory.lock().unwrap_or_else(|p| p.into_inner());
+        if let Ok(state) = self.state.try_lock() {
+            *last = state.memory();
+        }
+        last.clone()
     }
 }
 
@@ -54,13 +85,28 @@ impl Service {
         self.loaded.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
+    /// Bytes the loaded workspaces hold, by estimate, a shared segment counted once.
+    pub fn loaded_bytes(&self) -> u64 {
+        let map = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        let memory: Vec<caret_store::Memory> = map.values().map(|cell| cell.memory()).collect();
+        Usage::of(memory.iter()).bytes
+    }
+
+    /// A loaded workspace's memory (`None` when it is not loaded).
+    pub fn workspace_memory(&self, tenant: &crate::db::Tenant, id: &str) -> Option<caret_store::Memory> {
+        let map = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(&(tenant.id.clone(), id.to_owned())).map(|cell| cell.memory())
+    }
+
     /// Unloads the workspaces unused for the idle time, then the least recently used beyond
-    /// the most kept; one in use (a request or a compaction holds it) stays. Returns how many
-    /// were unloaded.
+    /// the most kept, by count and by bytes; one in use (a request or a compaction holds it)
+    /// stays. Returns how many were unloaded.
     pub fn unload_idle(&self) -> usize {
         let now = self.now_ms();
         // Freed after the map's lock is let go: dropping a large state takes a while.
-        let gone = unload(&mut self.loaded.lock().unwrap_or_else(|p| p.into_inner()), self.residency, now);
+        let gone = unload(&mut self.loaded.lock().unwrap_or_else(|p| p.into_inner()), self.residency, now, |cell| {
+            cell.memory()
+        });
         let unloaded = gone.len();
         drop(gone);
         if unloaded > 0 {
@@ -85,9 +131,52 @@ impl Service {
     }
 }
 
+/// Bytes held by a set of workspaces: their own, and each shared segment once.
+struct Usage {
+    bytes: u64,
+    /// States loaded over each shared segment, with its bytes.
+    sharing: HashMap<String, (usize, u64)>,
+}
+
+impl Usage {
+    fn of<'a>(memory: impl Iterator<Item = &'a caret_store::Memory>) -> Usage {
+        let mut usage = Usage { bytes: 0, sharing: HashMap::new() };
+        for m in memory {
+            usage.bytes += m.own;
+            if let Some((name, bytes)) = &m.shared {
+                let entry = usage.sharing.entry(name.clone()).or_insert((0, *bytes));
+                if entry.0 == 0 {
+                    usage.bytes += *bytes;
+                }
+                entry.0 += 1;
+            }
+        }
+        usage
+    }
+
+    /// Takes one workspace out: its own bytes, and its segment's once no other holds it.
+    fn remove(&mut self, m: &caret_store::Memory) {
+        self.bytes = self.bytes.saturating_sub(m.own);
+        if let Some((name, _)) = &m.shared
+            && let Some(entry) = self.sharing.get_mut(name)
+        {
+            entry.0 -= 1;
+            if entry.0 == 0 {
+                self.bytes = self.bytes.saturating_sub(entry.1);
+            }
+        }
+    }
+}
+
 /// Takes from `map` the entries unused for `residency.idle`, then the least recently used
-/// unused ones while it holds more than `residency.max_loaded`.
-fn unload(map: &mut LoadedMap, residency: Residency, now: u64) -> Vec<Arc<Loaded>> {
+/// unused ones while it holds more than `residency.max_loaded`, then while the rest hold
+/// more than `residency.max_bytes` (by `memory`, a shared segment counted once).
+fn unload(
+    map: &mut LoadedMap,
+    residency: Residency,
+    now: u64,
+    memory: impl Fn(&Loaded) -> caret_store::Memory,
+) -> Vec<Arc<Loaded>> {
     let idle = u64::try_from(residency.idle.as_millis()).unwrap_or(u64::MAX);
     let mut unused: Vec<(u64, (String, String))> = map
         .iter()
@@ -97,7 +186,20 @@ fn unload(map: &mut LoadedMap, residency: Residency, now: u64) -> Vec<Arc<Loaded
     unused.sort_unstable();
     let idle_ones = unused.iter().take_while(|(used, _)| now.saturating_sub(*used) >= idle).count();
     let excess = map.len().saturating_sub(residency.max_loaded);
-    unused.into_iter().take(idle_ones.max(excess)).filter_map(|(_, key)| map.remove(&key)).collect()
+    let mut going = idle_ones.max(excess);
+    if residency.max_bytes < u64::MAX {
+        let memory: HashMap<&(String, String), caret_store::Memory> =
+            map.iter().map(|(key, cell)| (key, memory(cell))).collect();
+        let mut usage = Usage::of(memory.values());
+        for (_, key) in &unused[..going] {
+            usage.remove(&memory[key]);
+        }
+        while usage.bytes > residency.max_bytes && going < unused.len() {
+            usage.remove(&memory[&unused[going].1]);
+            going += 1;
+        }
+    }
+    unused.into_iter().take(going).filter_map(|(_, key)| map.remove(&key)).collect()
 }
 
 #[cfg(test)]
@@ -116,7 +218,7 @@ mod tests {
 
     #[test]
     fn the_idle_and_the_least_recently_used_go_and_those_in_use_stay() {
-        let residency = Residency { max_loaded: 2, idle: Duration::from_millis(1_000) };
+        let residency = Residency { max_loaded: 2, max_bytes: u64::MAX, idle: Duration::from_millis(1_000) };
         let mut map: LoadedMap = [("a", 100), ("b", 5_000), ("c", 5_200), ("d", 5_100)]
             .into_iter()
             .map(|(w, used)| (key(w), cell(used)))
@@ -124,15 +226,56 @@ mod tests {
         // A request holds the oldest of the recent ones; a compaction runs on another.
         let held = map[&key("b")].clone();
         map[&key("c")].compacting.store(true, Ordering::Release);
-        assert_eq!(unload(&mut map, residency, 5_500).len(), 2, "a idle; d the least recent unused");
+        assert_eq!(unload(&mut map, residency, 5_500, |c| c.memory()).len(), 2, "a idle; d the least recent unused");
         let mut left: Vec<&str> = map.keys().map(|(_, w)| w.as_str()).collect();
         left.sort_unstable();
         assert_eq!(left, ["b", "c"]);
         // Once no one holds them, idle time takes both.
         drop(held);
         map[&key("c")].compacting.store(false, Ordering::Release);
-        assert_eq!(unload(&mut map, residency, 5_900).len(), 0, "within the idle time and the count");
-        assert_eq!(unload(&mut map, residency, 7_000).len(), 2);
+        assert_eq!(unload(&mut map, residency, 5_900, |c| c.memory()).len(), 0, "within the idle time and the count");
+        assert_eq!(unload(&mut map, residency, 7_000, |c| c.memory()).len(), 2);
         assert!(map.is_empty());
+    }
+
+    #[test]
+    fn beyond_the_bytes_the_least_recently_used_go_and_a_shared_segment_counts_once() {
+        use caret_store::Memory;
+        let shared = |own: u64, name: &str, bytes: u64| Memory { own, shared: Some((name.to_owned(), bytes)) };
+        let memory: HashMap<&str, Memory> = [
+            ("a", shared(10, "s", 100)),
+            ("b", shared(10, "s", 100)),
+            ("c", Memory { own: 50, shared: None }),
+            ("d", shared(30, "t", 40)),
+        ]
+        .into_iter()
+        .collect();
+        let map = || -> LoadedMap {
+            [("a", 100), ("b", 200), ("c", 300), ("d", 400)].into_iter().map(|(w, used)| (key(w), cell(used))).collect()
+        };
+        let residency = |max_bytes| Residency { max_loaded: 10, max_bytes, idle: Duration::from_secs(60) };
+        let names = |map: &mut LoadedMap, max_bytes| {
+            let cells: HashMap<*const Loaded, String> =
+                map.iter().map(|((_, w), cell)| (Arc::as_ptr(cell), w.clone())).collect();
+            let gone =
+                unload(map, residency(max_bytes), 500, |c| memory[cells[&(c as *const Loaded)].as_str()].clone());
+            let mut gone: Vec<String> = gone.iter().map(|c| cells[&Arc::as_ptr(c)].clone()).collect();
+            gone.sort_unstable();
+            gone
+        };
+        // 240 bytes in all: the segment `s` once for a and b.
+        assert_eq!(Usage::of(memory.values()).bytes, 240);
+        assert!(names(&mut map(), 240).is_empty(), "within the bytes");
+        // a goes first (least recent) and frees only its own 10: b still holds `s`.
+        assert_eq!(names(&mut map(), 235), ["a"]);
+        // Under 230, b goes too, and with it `s`: 120 left.
+        assert_eq!(names(&mut map(), 150), ["a", "b"]);
+        assert_eq!(names(&mut map(), 120), ["a", "b"]);
+        assert_eq!(names(&mut map(), 119), ["a", "b", "c"]);
+        // One a request holds stays, however far over.
+        let mut held_map = map();
+        let held = held_map[&key("a")].clone();
+        assert_eq!(names(&mut held_map, 0), ["b", "c", "d"]);
+        drop(held);
     }
 }
