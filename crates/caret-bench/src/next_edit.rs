@@ -141,7 +141,7 @@ pub fn run(config: &Config, bench: NextEditBench) -> anyhow::Result<ExitCode> {
             cases.len() - ready.len(),
             if elsewhere > 0 { format!("; {elsewhere} whose next hunk is in the open file") } else { String::new() }
         );
-        let [mut base, mut below, mut alone, mut ranked, mut served, mut model, mut both, mut own] =
+        let [mut base, mut below, mut alone, mut ranked, mut repeat_first, mut served, mut model, mut both, mut own] =
             std::array::from_fn(|_| Score::default());
         let mut bound = 0;
         for (c, s) in &ready {
@@ -156,12 +156,16 @@ pub fn run(config: &Config, bench: NextEditBench) -> anyhow::Result<ExitCode> {
             let t = Instant::now();
             let p = predict(ranker, &s.last, &c.path, &s.text, &open, &found);
             ranked.add(p.as_ref(), s, rules_ms + t.elapsed().as_secs_f64() * 1e3);
-            // As Tab serves it: a repeat of the edit (a rename's next use) nearest first, else
-            // the ranker.
+            // As Tab served it before: a repeat of the edit (a rename's next use) nearest first,
+            // else the ranker.
             let t = Instant::now();
             let repeat = next_edit::candidates(&s.last, &c.path, &s.text, s.cursor).into_iter().next();
             let p = repeat.or_else(|| predict(ranker, &s.last, &c.path, &s.text, &open, &found));
-            served.add(p.as_ref(), s, rules_ms + t.elapsed().as_secs_f64() * 1e3);
+            repeat_first.add(p.as_ref(), s, rules_ms + t.elapsed().as_secs_f64() * 1e3);
+            // As Tab serves it with no model: the ranker, a repeat's place the nearest repeat.
+            let t = Instant::now();
+            let p = caret_next_edit::served(&s.last, &c.path, &s.text, s.cursor, &open);
+            served.add(p.as_ref(), s, t.elapsed().as_secs_f64() * 1e3);
             below.add(Some(&line_below(s, &c.path)), s, 0.0);
             if !open.is_empty() {
                 // The ranker blind to the open file: what reaching into it adds.
@@ -179,7 +183,8 @@ pub fn run(config: &Config, bench: NextEditBench) -> anyhow::Result<ExitCode> {
         below.print("naive: the line below");
         alone.print("rules alone, nearest first");
         ranked.print("ranker (+ rules' rewrite)");
-        served.print("a repeat nearest, else ranker");
+        repeat_first.print("a repeat nearest, else ranker");
+        served.print("as served (repeats in order)");
         if own.asked > 0 {
             own.print("ranker, the edited file alone");
         }

@@ -73,11 +73,13 @@ pub enum Why {
     /// The last edit again where its lines recur with other names (or, for lines inserted,
     /// beside the likes of their neighbours).
     Again,
+    /// Lines the last edit inserted, deleted where they were (a move's other half).
+    Moved,
 }
 
 impl Why {
     /// Its name on the wire (`repeat`, `insert`, `import`, `model`, `jump`, `analogous`,
-    /// `delete`, `again`).
+    /// `delete`, `again`, `moved`).
     pub fn as_str(self) -> &'static str {
         match self {
             Why::Repeat => "repeat",
@@ -88,6 +90,7 @@ impl Why {
             Why::Analogous => "analogous",
             Why::Delete => "delete",
             Why::Again => "again",
+            Why::Moved => "moved",
         }
     }
 }

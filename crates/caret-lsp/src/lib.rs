@@ -564,8 +564,8 @@ async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
         history.settle(&uri, &text);
         let Some(last) = history.last() else { return send(server, &id, Value::Null) };
         let found = caret_complete::next_edit::candidates(last, &uri, &text, cursor);
-        // A repeat of the edit (a rename's next use) nearest first, as the user goes through them.
-        if found.len() == 1 || (!found.is_empty() && ranker.is_none()) {
+        // A lone repeat of the edit (a rename's next use) for a model trained for next edits.
+        if found.len() == 1 && ranker.is_some() {
             return send(server, &id, prediction_json(&uri, &text, &found[0]));
         }
         (last.clone(), history.edits().cloned().collect::<Vec<_>>(), found)
@@ -578,6 +578,12 @@ async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
         v.sort_unstable();
         v
     };
+    // Without such a model, the learned ranker weighs the repeats' places with every other
+    // (it finds the place more often than the nearest repeat does: docs/tab.md).
+    if !found.is_empty() && ranker.is_none() {
+        let placed = caret_next_edit::served(&last, &uri, &text, cursor, &borrowed(&opened));
+        return send(server, &id, placed.map_or(Value::Null, |p| answer_json(&uri, &text, &opened, &p)));
+    }
     if found.is_empty() {
         // A rename's uses in other open files; else the import a new name needs, as another
         // open file has it.

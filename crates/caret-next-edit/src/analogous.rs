@@ -52,7 +52,7 @@ fn tokens(s: &str) -> Vec<(usize, usize)> {
 
 /// The changed runs between two token lists (by longest common subsequence): `(old range,
 /// new range)` of token indices.
-fn changes(a: &[&str], b: &[&str]) -> Vec<((usize, usize), (usize, usize))> {
+pub(crate) fn changes(a: &[&str], b: &[&str]) -> Vec<((usize, usize), (usize, usize))> {
     let (n, m) = (a.len(), b.len());
     let mut lcs = vec![vec![0u16; m + 1]; n + 1];
     for i in (0..n).rev() {

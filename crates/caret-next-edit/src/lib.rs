@@ -15,10 +15,13 @@
 //!
 //! Pure functions of their input: no model, no I/O.
 
+mod aligned;
 pub mod analogous;
 pub mod cases;
 pub mod features;
+pub mod moves;
 pub mod template;
+mod tokens;
 pub mod train;
 
 use std::sync::OnceLock;
@@ -169,6 +172,7 @@ pub fn rules(last: &Edit, path: &str, text: &str, cursor: usize, others: &[(&str
     out.extend(calls::call_sites(last, path, text, others));
     out.extend(imports::missing_import(last, path, text, &[]));
     out.extend(template::predictions(last, path, text));
+    out.extend(moves::predictions(last, path, text));
     out.extend(analogous::predictions(last, path, text));
     out.extend(next_edit::elsewhere(last, others));
     out
@@ -179,6 +183,20 @@ pub fn rules(last: &Edit, path: &str, text: &str, cursor: usize, others: &[(&str
 /// model answers.
 pub fn guess(last: &Edit, path: &str, text: &str, cursor: usize, others: &[(&str, &str)]) -> Option<Prediction> {
     predict(Ranker::shipped(), last, path, text, others, &rules(last, path, text, cursor, others))
+}
+
+/// What an editor is offered after `last` without a model trained for next edits: the
+/// ranker's place ([`guess`]); when that is a repeat of the edit (a rename's use), the
+/// nearest repeat, so that Tab, Tab goes through a rename's uses in order.
+pub fn served(last: &Edit, path: &str, text: &str, cursor: usize, others: &[(&str, &str)]) -> Option<Prediction> {
+    let placed = guess(last, path, text, cursor, others)?;
+    if placed.why == Why::Repeat
+        && placed.path == path
+        && let Some(nearest) = caret_complete::next_edit::candidates(last, path, text, cursor).into_iter().next()
+    {
+        return Some(nearest);
+    }
+    Some(placed)
 }
 
 #[cfg(test)]

@@ -4,13 +4,16 @@
 //! is) is rewritten as the edit's new lines with those tokens put in. One line or several,
 //! a line deleted or added with it: `enc.Encoder(ctx, err, w)` + `return` → `return err`
 //! makes `enc.Encoder(ctx, cErr, w)` + `return` → `return cErr`; `func String(s string) …`
-//! with a comment added above makes the same comment above `func Int(i int) …`.
+//! with a comment added above makes the same comment above `func Int(i int) …`. A run that
+//! is like the edit's lines in part takes the edit's changes where their tokens are there
+//! (`crate::aligned`).
 
 use std::collections::HashMap;
 
 use caret_complete::next_edit::{Edit, Prediction, Why};
 
 use crate::features::{Window, line_end};
+use crate::tokens::{Kind, tokens};
 
 /// Lines a template may span (more is new code, not a pattern).
 const MAX_LINES: usize = 3;
@@ -19,58 +22,6 @@ const MAX_TOKENS: usize = 200;
 /// Distinct tokens that may differ between the template and a place (more is another line
 /// that happens to share the punctuation).
 const MAX_RENAMED: usize = 4;
-
-/// What a token is, for telling which may stand for which.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Name,
-    Number,
-    Text,
-    Other,
-}
-
-/// Tokens of `s` with their byte spans: a quoted literal on one line (`"…"`, `'…'`, `` `…` ``,
-/// escapes honoured), a run of word characters, or one other character; white space is no
-/// token. A quote with no closing one on its line is a character of its own (a Rust
-/// lifetime's `'a`).
-fn tokens(s: &str) -> Vec<(usize, usize, Kind)> {
-    let b = s.as_bytes();
-    let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80;
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < b.len() {
-        let c = b[i];
-        if c.is_ascii_whitespace() {
-            i += 1;
-            continue;
-        }
-        if matches!(c, b'"' | b'\'' | b'`') {
-            let mut j = i + 1;
-            while j < b.len() && b[j] != c && b[j] != b'\n' {
-                j += if b[j] == b'\\' { 2 } else { 1 };
-            }
-            if j < b.len() && b[j] == c {
-                out.push((i, j + 1, Kind::Text));
-                i = j + 1;
-                continue;
-            }
-        }
-        if word(c) {
-            let mut j = i;
-            while j < b.len() && word(b[j]) {
-                j += 1;
-            }
-            let kind = if c.is_ascii_digit() { Kind::Number } else { Kind::Name };
-            out.push((i, j, kind));
-            i = j;
-            continue;
-        }
-        // One character, however many bytes (`word` took every byte of 0x80 and up).
-        out.push((i, i + 1, Kind::Other));
-        i += 1;
-    }
-    out
-}
 
 /// The tokens of `template` that stand for other tokens in `place`, when `place` is the
 /// template but for names, numbers and literals that differ consistently (none differing is
@@ -188,9 +139,16 @@ fn at_places(
         }
         let (start, stop) = (starts[i], line_end(starts, text, last_line));
         let place = &text[start..stop];
-        let Some(map) = renames(old, place) else { continue };
-        // At the place's own indentation where it differs from the edit's.
-        let rewritten = moved(new, &map, old_indent, indent(place));
+        // At the place's own indentation where it differs from the edit's; else, where the
+        // place is like the edit's lines in part, its changes carried over.
+        let rewritten = match renames(old, place) {
+            Some(map) => moved(new, &map, old_indent, indent(place)),
+            None if !new.trim().is_empty() => {
+                let Some(carried) = crate::aligned::carried(old, new, place) else { continue };
+                carried
+            }
+            None => continue,
+        };
         if rewritten != place {
             taken.push(i);
             out.push(Prediction { path: path.to_owned(), start, end: stop, replacement: rewritten, why: Why::Again });
@@ -218,7 +176,7 @@ fn moved(block: &str, map: &HashMap<&str, &str>, from: &str, to: &str) -> String
 /// The lines in the middle of `a` that `b` lacks, when `b` is `a` without them (a whole
 /// line's deletion, its lines before and after as the diff widened them), with the number
 /// of lines before them.
-fn middle<'a>(a: &'a str, b: &str) -> Option<(Vec<&'a str>, usize)> {
+pub(crate) fn middle<'a>(a: &'a str, b: &str) -> Option<(Vec<&'a str>, usize)> {
     let (a, b): (Vec<&str>, Vec<&str>) = (a.lines().collect(), b.lines().collect());
     let lead = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
     let trail = a[lead..].iter().rev().zip(b[lead..].iter().rev()).take_while(|(x, y)| x == y).count();

@@ -167,8 +167,8 @@ impl Tab {
             history.settle(path, text);
             let last = history.last()?;
             let found = caret_complete::next_edit::candidates(last, path, text, cursor);
-            // A repeat of the edit (a rename's next use) nearest first.
-            if found.len() == 1 || (!found.is_empty() && ranker.is_none()) {
+            // A lone repeat of the edit (a rename's next use) for a model trained for next edits.
+            if found.len() == 1 && ranker.is_some() {
                 return found.into_iter().next().map(|p| NextEdit::of(text, p));
             }
             (last.clone(), history.edits().cloned().collect::<Vec<_>>(), found)
@@ -186,6 +186,12 @@ impl Tab {
             v.sort_unstable();
             v
         };
+        // Without such a model, the learned ranker weighs the repeats' places with every other
+        // (it finds the place more often than the nearest repeat does: docs/tab.md).
+        if !found.is_empty() && ranker.is_none() {
+            let placed = caret_next_edit::served(&last, path, text, cursor, &pairs(&opened));
+            return placed.map(|p| NextEdit::shown(path, text, &opened, p));
+        }
         if found.is_empty() {
             // A rename's uses in another open file; else the import a new name needs, as
             // another open file has it.
