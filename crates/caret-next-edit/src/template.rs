@@ -350,6 +350,17 @@ mod tests {
     }
 
     #[test]
+    fn a_run_like_the_edits_lines_in_part_takes_its_changes() {
+        // Another list's length: no renaming of the whole line, but the wrapping carries.
+        let before = "def a():\n    v = [(x1, y1), (x2, y2)]\n\ndef b():\n    if ok:\n        v = [(x, y)]\n";
+        let (last, text) = after(before, "v = [(x1, y1), (x2, y2)]", "v = deque([(x1, y1), (x2, y2)])");
+        let p = predictions(&last, "a.py", &text);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(p[0].why, Why::Again);
+        assert!(p[0].apply(&text).ends_with("    if ok:\n        v = deque([(x, y)])\n"), "{}", p[0].apply(&text));
+    }
+
+    #[test]
     fn literals_and_lifetimes_tokenise_as_expected() {
         let t = |s: &str| tokens(s).into_iter().map(|(a, b, _)| s[a..b].to_owned()).collect::<Vec<_>>();
         assert_eq!(t(r#"f("a \" b", x)"#), ["f", "(", r#""a \" b""#, ",", "x", ")"]);
