@@ -564,6 +564,18 @@ async fn a_checkout_under_the_same_key_starts_as_a_copy_and_sends_only_what_diff
     assert_eq!(find(&second, "module_7").await.first().map(String::as_str), Some("src/gen/m7.rs"));
 }
 
+/// Two workspaces under their own keys: the sample one and one of a single file
+/// (`unrelated_helper` in `src/other.rs`); the directories live as long as the first value.
+fn two_workspaces() -> ([TempDir; 3], WorkspaceState, WorkspaceState) {
+    let (a, b) = (workspace(), TempDir::new());
+    b.write("src/other.rs", "pub fn unrelated_helper() -> u8 {\n    7\n}\n");
+    b.backdate(10);
+    let state = TempDir::new();
+    let first = WorkspaceState::open(a.path(), &state.join("a"), &state.join("keys-a")).unwrap();
+    let second = WorkspaceState::open(b.path(), &state.join("b"), &state.join("keys-b")).unwrap();
+    ([a, b, state], first, second)
+}
+
 /// A server keeps at most so many workspaces loaded and unloads those nobody used for a
 /// while; an unloaded one loads again from the bucket when asked for, whole.
 #[tokio::test]
@@ -578,12 +590,7 @@ async fn unused_workspaces_are_unloaded_and_load_again_when_asked_for() {
     let service = Arc::new(service);
     let tenant = service.db().create_tenant("local").await.unwrap();
     let transport = InProcessTransport::new(service.clone(), tenant.clone(), "embedded");
-    let (a, b) = (workspace(), TempDir::new());
-    b.write("src/other.rs", "pub fn unrelated_helper() -> u8 {\n    7\n}\n");
-    b.backdate(10);
-    let state = TempDir::new();
-    let first = WorkspaceState::open(a.path(), &state.join("a"), &state.join("keys-a")).unwrap();
-    let second = WorkspaceState::open(b.path(), &state.join("b"), &state.join("keys-b")).unwrap();
+    let (_dirs, first, second) = two_workspaces();
     let engine = SyncEngine::new(scanner(), SyncOptions::default());
     engine.sync(&first, &transport).await.unwrap();
     assert_eq!(service.loaded_count(), 1);
@@ -610,12 +617,7 @@ async fn unused_workspaces_are_unloaded_and_load_again_when_asked_for() {
 #[tokio::test]
 async fn workspaces_beyond_the_servers_bytes_are_unloaded() {
     let server_dir = TempDir::new();
-    let (a, b) = (workspace(), TempDir::new());
-    b.write("src/other.rs", "pub fn unrelated_helper() -> u8 {\n    7\n}\n");
-    b.backdate(10);
-    let state = TempDir::new();
-    let first = WorkspaceState::open(a.path(), &state.join("a"), &state.join("keys-a")).unwrap();
-    let second = WorkspaceState::open(b.path(), &state.join("b"), &state.join("keys-b")).unwrap();
+    let (_dirs, first, second) = two_workspaces();
     let engine = SyncEngine::new(scanner(), SyncOptions::default());
     // Without a limit: both stay, and their bytes add up.
     let both = {

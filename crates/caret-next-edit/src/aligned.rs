@@ -9,7 +9,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::analogous::changes;
-use crate::tokens::{Kind, tokens};
+use crate::tokens::{Kind, put_in, tokens};
 
 /// The tokens of `a` matched to tokens of `b`: those the longest common subsequence pairs,
 /// and within a changed run as long on both sides, tokens of the same kind pairwise (a name
@@ -85,18 +85,7 @@ pub(crate) fn carried(old: &str, new: &str, place: &str) -> Option<String> {
         let end = if i2 < a.len() { tp[at[i2]?].0 } else { place.len() };
         let text_start = if j1 > 0 { tn[j1 - 1].1 } else { 0 };
         let text_end = if j2 < b.len() { tn[j2].0 } else { new.len() };
-        let text = &new[text_start..text_end];
-        let mut put = String::with_capacity(text.len());
-        let mut last = 0;
-        for (s, e, _) in tokens(text) {
-            if let Some(to) = names.get(&text[s..e]) {
-                put.push_str(&text[last..s]);
-                put.push_str(to);
-                last = e;
-            }
-        }
-        put.push_str(&text[last..]);
-        spans.push((start, end, put));
+        spans.push((start, end, put_in(&new[text_start..text_end], &names)));
     }
     if spans.is_empty() {
         return None;

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use caret_complete::next_edit::{Edit, Prediction, Why};
 
 use crate::features::{Window, line_end};
-use crate::tokens::{Kind, tokens};
+use crate::tokens::{Kind, put_in, tokens};
 
 /// Lines a template may span (more is new code, not a pattern).
 const MAX_LINES: usize = 3;
@@ -56,21 +56,6 @@ fn renames<'a>(template: &'a str, place: &'a str) -> Option<HashMap<&'a str, &'a
         return None;
     }
     Some(map)
-}
-
-/// `text` with each whole token that `map` names replaced.
-fn put_in(text: &str, map: &HashMap<&str, &str>) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut at = 0;
-    for (s, e, _) in tokens(text) {
-        if let Some(to) = map.get(&text[s..e]) {
-            out.push_str(&text[at..s]);
-            out.push_str(to);
-            at = e;
-        }
-    }
-    out.push_str(&text[at..]);
-    out
 }
 
 fn indent(line: &str) -> &str {

@@ -1,6 +1,8 @@
 //! The tokens the rules match edits by: a quoted literal on one line, a run of word
 //! characters (a name or a number), or one other character; white space is no token.
 
+use std::collections::HashMap;
+
 /// What a token is, for telling which may stand for which.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -50,5 +52,20 @@ pub(crate) fn tokens(s: &str) -> Vec<(usize, usize, Kind)> {
         out.push((i, i + 1, Kind::Other));
         i += 1;
     }
+    out
+}
+
+/// `text` with each whole token that `map` names replaced.
+pub(crate) fn put_in(text: &str, map: &HashMap<&str, &str>) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for (s, e, _) in tokens(text) {
+        if let Some(to) = map.get(&text[s..e]) {
+            out.push_str(&text[at..s]);
+            out.push_str(to);
+            at = e;
+        }
+    }
+    out.push_str(&text[at..]);
     out
 }
