@@ -185,18 +185,21 @@ pub fn guess(last: &Edit, path: &str, text: &str, cursor: usize, others: &[(&str
     predict(Ranker::shipped(), last, path, text, others, &rules(last, path, text, cursor, others))
 }
 
-/// What an editor is offered after `last` without a model trained for next edits: the
-/// ranker's place ([`guess`]); when that is a repeat of the edit (a rename's use), the
-/// nearest repeat, so that Tab, Tab goes through a rename's uses in order.
+/// What an editor is offered after `last` without a model trained for next edits: a
+/// rename's nearest remaining use, so that Tab, Tab goes through them in order; else the
+/// ranker's place ([`guess`]), the nearest repeat of the edit where that place is one.
 pub fn served(last: &Edit, path: &str, text: &str, cursor: usize, others: &[(&str, &str)]) -> Option<Prediction> {
-    let placed = guess(last, path, text, cursor, others)?;
-    if placed.why == Why::Repeat
-        && placed.path == path
-        && let Some(nearest) = caret_complete::next_edit::candidates(last, path, text, cursor).into_iter().next()
+    let nearest = caret_complete::next_edit::candidates(last, path, text, cursor).into_iter().next();
+    if caret_complete::next_edit::renamed(last).is_some()
+        && let Some(nearest) = nearest
     {
         return Some(nearest);
     }
-    Some(placed)
+    let placed = guess(last, path, text, cursor, others)?;
+    match nearest {
+        Some(nearest) if placed.why == Why::Repeat && placed.path == path => Some(nearest),
+        _ => Some(placed),
+    }
 }
 
 #[cfg(test)]
