@@ -38,68 +38,95 @@ fn pairs(a: &[(&str, Kind)], b: &[(&str, Kind)]) -> Vec<Option<usize>> {
     out
 }
 
-/// `place` with the changes from `old` to `new` carried over, when `place` is like `old` in
-/// part (see the module's doc); `None` where a change's tokens or its neighbours are not
-/// there side by side, or where too little of the place is the edit's.
-pub(crate) fn carried(old: &str, new: &str, place: &str) -> Option<String> {
-    let (to, tn, tp) = (tokens(old), tokens(new), tokens(place));
-    if to.is_empty() || tn.is_empty() || tp.len() > 2 * to.len() + 8 {
-        return None;
+/// An edit ready to be carried to places: its old and new lines' tokens and the changes
+/// between them, found once for every place.
+pub(crate) struct Carrier<'a> {
+    old: Vec<(&'a str, Kind)>,
+    new: &'a str,
+    new_spans: Vec<(usize, usize)>,
+    changes: Vec<((usize, usize), (usize, usize))>,
+    words: HashSet<&'a str>,
+}
+
+impl<'a> Carrier<'a> {
+    /// The edit of `old` into `new`; `None` when either has no token or nothing changed.
+    pub(crate) fn new(old: &'a str, new: &'a str) -> Option<Carrier<'a>> {
+        let (to, tn) = (tokens(old), tokens(new));
+        let a: Vec<(&str, Kind)> = to.iter().map(|&(s, e, k)| (&old[s..e], k)).collect();
+        let b: Vec<&str> = tn.iter().map(|&(s, e, _)| &new[s..e]).collect();
+        let ta: Vec<&str> = a.iter().map(|t| t.0).collect();
+        let changes = changes(&ta, &b);
+        (!a.is_empty() && !b.is_empty() && !changes.is_empty()).then(|| Carrier {
+            words: ta.iter().copied().collect(),
+            old: a,
+            new,
+            new_spans: tn.iter().map(|&(s, e, _)| (s, e)).collect(),
+            changes,
+        })
     }
-    // Cheaply first: most of the place's tokens are among the edit's.
-    let words: HashSet<&str> = to.iter().map(|&(s, e, _)| &old[s..e]).collect();
-    let shared = tp.iter().filter(|&&(s, e, _)| words.contains(&place[s..e])).count();
-    if 2 * shared < tp.len() {
-        return None;
-    }
-    let a: Vec<(&str, Kind)> = to.iter().map(|&(s, e, k)| (&old[s..e], k)).collect();
-    let b: Vec<(&str, Kind)> = tn.iter().map(|&(s, e, k)| (&new[s..e], k)).collect();
-    let p: Vec<(&str, Kind)> = tp.iter().map(|&(s, e, k)| (&place[s..e], k)).collect();
-    let at = pairs(&a, &p);
-    if 2 * at.iter().flatten().count() < p.len() {
-        return None;
-    }
-    // Names standing for the edit's, consistently.
-    let mut names: HashMap<&str, &str> = HashMap::new();
-    for (k, j) in at.iter().enumerate() {
-        if let Some(j) = *j
-            && a[k].0 != p[j].0
-            && *names.entry(a[k].0).or_insert(p[j].0) != p[j].0
-        {
+
+    /// `place` with the edit's changes carried over, when `place` is like the edit's old
+    /// lines in part (see the module's doc); `None` where a change's tokens or its neighbours
+    /// are not there side by side, or where too little of the place is the edit's.
+    pub(crate) fn carry(&self, place: &str) -> Option<String> {
+        let a = &self.old;
+        let tp = tokens(place);
+        if tp.len() > 2 * a.len() + 8 {
             return None;
         }
-    }
-    let (ta, tb): (Vec<&str>, Vec<&str>) = (a.iter().map(|t| t.0).collect(), b.iter().map(|t| t.0).collect());
-    let mut spans = Vec::new();
-    for ((i1, i2), (j1, j2)) in changes(&ta, &tb) {
-        // The changed tokens and one on each side (where the line has one) side by side.
-        let (from, to) = (i1.saturating_sub(1), (i2 + 1).min(a.len()));
-        let first = at[from]?;
-        for (k, j) in at[from..to].iter().enumerate() {
-            if (*j)? != first + k {
+        // Cheaply first: most of the place's tokens are among the edit's.
+        let shared = tp.iter().filter(|&&(s, e, _)| self.words.contains(&place[s..e])).count();
+        if 2 * shared < tp.len() {
+            return None;
+        }
+        let p: Vec<(&str, Kind)> = tp.iter().map(|&(s, e, k)| (&place[s..e], k)).collect();
+        let at = pairs(a, &p);
+        if 2 * at.iter().flatten().count() < p.len() {
+            return None;
+        }
+        // Names standing for the edit's, consistently.
+        let mut names: HashMap<&str, &str> = HashMap::new();
+        for (k, j) in at.iter().enumerate() {
+            if let Some(j) = *j
+                && a[k].0 != p[j].0
+                && *names.entry(a[k].0).or_insert(p[j].0) != p[j].0
+            {
                 return None;
             }
         }
-        // The place's bytes between the neighbours, and the edit's new text between its own.
-        let start = if i1 > 0 { tp[at[i1 - 1]?].1 } else { 0 };
-        let end = if i2 < a.len() { tp[at[i2]?].0 } else { place.len() };
-        let text_start = if j1 > 0 { tn[j1 - 1].1 } else { 0 };
-        let text_end = if j2 < b.len() { tn[j2].0 } else { new.len() };
-        spans.push((start, end, put_in(&new[text_start..text_end], &names)));
+        let (tn, new) = (&self.new_spans, self.new);
+        let mut spans = Vec::new();
+        for &((i1, i2), (j1, j2)) in &self.changes {
+            // The changed tokens and one on each side (where the line has one) side by side.
+            let (from, to) = (i1.saturating_sub(1), (i2 + 1).min(a.len()));
+            let first = at[from]?;
+            for (k, j) in at[from..to].iter().enumerate() {
+                if (*j)? != first + k {
+                    return None;
+                }
+            }
+            // The place's bytes between the neighbours, and the edit's new text between its own.
+            let start = if i1 > 0 { tp[at[i1 - 1]?].1 } else { 0 };
+            let end = if i2 < a.len() { tp[at[i2]?].0 } else { place.len() };
+            let text_start = if j1 > 0 { tn[j1 - 1].1 } else { 0 };
+            let text_end = if j2 < tn.len() { tn[j2].0 } else { new.len() };
+            spans.push((start, end, put_in(&new[text_start..text_end], &names)));
+        }
+        let mut out = place.to_owned();
+        for (start, end, text) in spans.into_iter().rev() {
+            out.replace_range(start..end, &text);
+        }
+        (out != place).then_some(out)
     }
-    if spans.is_empty() {
-        return None;
-    }
-    let mut out = place.to_owned();
-    for (start, end, text) in spans.into_iter().rev() {
-        out.replace_range(start..end, &text);
-    }
-    (out != place).then_some(out)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::carried;
+    use super::Carrier;
+
+    fn carried(old: &str, new: &str, place: &str) -> Option<String> {
+        Carrier::new(old, new)?.carry(place)
+    }
 
     #[test]
     fn an_edit_goes_to_lines_like_its_own_in_part() {

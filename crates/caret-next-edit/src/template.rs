@@ -116,6 +116,8 @@ fn at_places(
         return;
     }
     let old_indent = indent(old);
+    // The edit's changes, found once, to carry to places like its lines in part.
+    let carrier = crate::aligned::Carrier::new(old, new);
     for i in *lo..=hi.saturating_sub(k - 1) {
         let last_line = i + k - 1;
         // Not the edit's own lines, nor a run that overlaps them.
@@ -129,7 +131,7 @@ fn at_places(
         let rewritten = match renames(old, place) {
             Some(map) => moved(new, &map, old_indent, indent(place)),
             None if !new.trim().is_empty() => {
-                let Some(carried) = crate::aligned::carried(old, new, place) else { continue };
+                let Some(carried) = carrier.as_ref().and_then(|c| c.carry(place)) else { continue };
                 carried
             }
             None => continue,
