@@ -34,7 +34,10 @@ impl Default for Residency {
 /// Half the memory this process may use: the cgroup's limit where one is set (a container),
 /// else the machine's (Linux; `None` elsewhere).
 pub fn half_of_memory() -> Option<u64> {
-    let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max").ok().and_then(|s| s.trim().parse::<u64>().ok());
+    // cgroup v2, else v1 (whose "no limit" is a number near 2^63: the machine's is less).
+    let cgroup = ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
+        .iter()
+        .find_map(|path| std::fs::read_to_string(path).ok().and_then(|s| s.trim().parse::<u64>().ok()));
     let machine = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
         let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
         let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
@@ -277,5 +280,22 @@ mod tests {
         let held = held_map[&key("a")].clone();
         assert_eq!(names(&mut held_map, 0), ["b", "c", "d"]);
         drop(held);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_default_bytes_are_half_of_what_the_machine_or_its_container_allows() {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+        let kib: u64 = meminfo
+            .lines()
+            .find(|l| l.starts_with("MemTotal:"))
+            .unwrap()
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        let half = half_of_memory().expect("Linux reports its memory");
+        assert!(half > 0 && half <= kib * 1024 / 2, "{half} of {} KiB", kib);
     }
 }
