@@ -8,9 +8,6 @@ use crate::features::Window;
 use crate::template::middle;
 use crate::tokens::{Kind, tokens};
 
-/// Lines a move may span (more is a new block that happens to repeat lines).
-const MAX_LINES: usize = 8;
-
 /// The run's lines without their indentation, blank ones left out, in order.
 fn key<'a>(lines: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
     let mut out: Vec<&str> = lines.map(str::trim).filter(|l| !l.is_empty()).collect();
@@ -23,12 +20,13 @@ fn key<'a>(lines: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
 pub fn predictions(last: &Edit, path: &str, text: &str) -> Vec<Prediction> {
     let lines = |s: &'_ str| s.strip_suffix('\n').unwrap_or(s).to_owned();
     let (old, new) = (lines(&last.old_lines), lines(&last.new_lines));
+    // At most a few lines (`middle`'s bound): more is a new block that happens to repeat lines.
     let Some((block, lead)) = middle(&new, &old) else { return Vec::new() };
     let want = key(block.iter().copied());
     // A line of fewer than two words (`*,`, `)`, `else:`) recurs anywhere: no move of it
     // means anything.
     let words = |l: &str| tokens(l).iter().filter(|(_, _, k)| *k == Kind::Name).count();
-    if want.is_empty() || want.len() > MAX_LINES || want.iter().all(|l| words(l) < 2) {
+    if want.is_empty() || want.iter().all(|l| words(l) < 2) {
         return Vec::new();
     }
     let Window { starts, first, lo, hi, .. } = Window::of(last, text);
