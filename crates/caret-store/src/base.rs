@@ -4,12 +4,11 @@
 //! beside them ([`crate::layered`]). A process holds each segment once, through [`Bases`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::mem::size_of;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use caret_workspace::merkle::MerkleTree;
 use caret_workspace::{ContentHash, RelPath};
-
-use std::mem::size_of;
 
 use crate::memory::{ENTRY_OVERHEAD, file_bytes};
 use crate::refs::Refs;

@@ -26,13 +26,6 @@ pub struct Memory {
     pub shared: Option<(String, u64)>,
 }
 
-impl Memory {
-    /// Own and shared bytes together (the state's cost if nothing else shared its segment).
-    pub fn total(&self) -> u64 {
-        self.own + self.shared.as_ref().map_or(0, |(_, b)| *b)
-    }
-}
-
 fn heap(len: usize) -> usize {
     if len == 0 { 0 } else { len.max(MIN_ALLOCATION) }
 }

@@ -90,9 +90,15 @@ impl Service {
 
     /// Bytes the loaded workspaces hold, by estimate, a shared segment counted once.
     pub fn loaded_bytes(&self) -> u64 {
-        let map = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
-        let memory: Vec<caret_store::Memory> = map.values().map(|cell| cell.memory()).collect();
-        Usage::of(memory.iter()).bytes
+        Usage::of(self.estimates().values()).bytes
+    }
+
+    /// Each loaded workspace's memory, estimated without the map's lock held (an estimate
+    /// costs what the state's own changes hold; requests look workspaces up meanwhile).
+    fn estimates(&self) -> Estimates {
+        let cells: Vec<((String, String), Arc<Loaded>)> =
+            self.loaded.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(k, c)| (k.clone(), c.clone())).collect();
+        cells.into_iter().map(|(key, cell)| (key, cell.memory())).collect()
     }
 
     /// A loaded workspace's memory (`None` when it is not loaded).
@@ -106,10 +112,9 @@ impl Service {
     /// stays. Returns how many were unloaded.
     pub fn unload_idle(&self) -> usize {
         let now = self.now_ms();
+        let memory = if self.residency.max_bytes < u64::MAX { self.estimates() } else { Estimates::new() };
         // Freed after the map's lock is let go: dropping a large state takes a while.
-        let gone = unload(&mut self.loaded.lock().unwrap_or_else(|p| p.into_inner()), self.residency, now, |cell| {
-            cell.memory()
-        });
+        let gone = unload(&mut self.loaded.lock().unwrap_or_else(|p| p.into_inner()), self.residency, now, &memory);
         let unloaded = gone.len();
         drop(gone);
         if unloaded > 0 {
@@ -133,6 +138,9 @@ impl Service {
         })
     }
 }
+
+/// Loaded workspaces' memory by (tenant id, workspace id).
+type Estimates = HashMap<(String, String), caret_store::Memory>;
 
 /// Bytes held by a set of workspaces: their own, and each shared segment once.
 struct Usage {
@@ -173,13 +181,9 @@ impl Usage {
 
 /// Takes from `map` the entries unused for `residency.idle`, then the least recently used
 /// unused ones while it holds more than `residency.max_loaded`, then while the rest hold
-/// more than `residency.max_bytes` (by `memory`, a shared segment counted once).
-fn unload(
-    map: &mut LoadedMap,
-    residency: Residency,
-    now: u64,
-    memory: impl Fn(&Loaded) -> caret_store::Memory,
-) -> Vec<Arc<Loaded>> {
+/// more than `residency.max_bytes` (by `memory`, a shared segment counted once; one loaded
+/// since it was estimated counts nothing until the next sweep).
+fn unload(map: &mut LoadedMap, residency: Residency, now: u64, memory: &Estimates) -> Vec<Arc<Loaded>> {
     let idle = u64::try_from(residency.idle.as_millis()).unwrap_or(u64::MAX);
     let mut unused: Vec<(u64, (String, String))> = map
         .iter()
@@ -191,14 +195,14 @@ fn unload(
     let excess = map.len().saturating_sub(residency.max_loaded);
     let mut going = idle_ones.max(excess);
     if residency.max_bytes < u64::MAX {
-        let memory: HashMap<&(String, String), caret_store::Memory> =
-            map.iter().map(|(key, cell)| (key, memory(cell))).collect();
-        let mut usage = Usage::of(memory.values());
+        let none = caret_store::Memory::default();
+        let of = |key: &(String, String)| memory.get(key).unwrap_or(&none);
+        let mut usage = Usage::of(map.keys().map(of));
         for (_, key) in &unused[..going] {
-            usage.remove(&memory[key]);
+            usage.remove(of(key));
         }
         while usage.bytes > residency.max_bytes && going < unused.len() {
-            usage.remove(&memory[&unused[going].1]);
+            usage.remove(of(&unused[going].1));
             going += 1;
         }
     }
@@ -229,15 +233,19 @@ mod tests {
         // A request holds the oldest of the recent ones; a compaction runs on another.
         let held = map[&key("b")].clone();
         map[&key("c")].compacting.store(true, Ordering::Release);
-        assert_eq!(unload(&mut map, residency, 5_500, |c| c.memory()).len(), 2, "a idle; d the least recent unused");
+        assert_eq!(unload(&mut map, residency, 5_500, &Estimates::new()).len(), 2, "a idle; d the least recent unused");
         let mut left: Vec<&str> = map.keys().map(|(_, w)| w.as_str()).collect();
         left.sort_unstable();
         assert_eq!(left, ["b", "c"]);
         // Once no one holds them, idle time takes both.
         drop(held);
         map[&key("c")].compacting.store(false, Ordering::Release);
-        assert_eq!(unload(&mut map, residency, 5_900, |c| c.memory()).len(), 0, "within the idle time and the count");
-        assert_eq!(unload(&mut map, residency, 7_000, |c| c.memory()).len(), 2);
+        assert_eq!(
+            unload(&mut map, residency, 5_900, &Estimates::new()).len(),
+            0,
+            "within the idle time and the count"
+        );
+        assert_eq!(unload(&mut map, residency, 7_000, &Estimates::new()).len(), 2);
         assert!(map.is_empty());
     }
 
@@ -245,24 +253,24 @@ mod tests {
     fn beyond_the_bytes_the_least_recently_used_go_and_a_shared_segment_counts_once() {
         use caret_store::Memory;
         let shared = |own: u64, name: &str, bytes: u64| Memory { own, shared: Some((name.to_owned(), bytes)) };
-        let memory: HashMap<&str, Memory> = [
+        let memory: Estimates = [
             ("a", shared(10, "s", 100)),
             ("b", shared(10, "s", 100)),
             ("c", Memory { own: 50, shared: None }),
             ("d", shared(30, "t", 40)),
         ]
         .into_iter()
+        .map(|(w, m)| (key(w), m))
         .collect();
         let map = || -> LoadedMap {
             [("a", 100), ("b", 200), ("c", 300), ("d", 400)].into_iter().map(|(w, used)| (key(w), cell(used))).collect()
         };
         let residency = |max_bytes| Residency { max_loaded: 10, max_bytes, idle: Duration::from_secs(60) };
+        // The workspaces unloaded, by name.
         let names = |map: &mut LoadedMap, max_bytes| {
-            let cells: HashMap<*const Loaded, String> =
-                map.iter().map(|((_, w), cell)| (Arc::as_ptr(cell), w.clone())).collect();
-            let gone =
-                unload(map, residency(max_bytes), 500, |c| memory[cells[&(c as *const Loaded)].as_str()].clone());
-            let mut gone: Vec<String> = gone.iter().map(|c| cells[&Arc::as_ptr(c)].clone()).collect();
+            let before: Vec<(String, String)> = map.keys().cloned().collect();
+            unload(map, residency(max_bytes), 500, &memory);
+            let mut gone: Vec<String> = before.into_iter().filter(|k| !map.contains_key(k)).map(|(_, w)| w).collect();
             gone.sort_unstable();
             gone
         };
