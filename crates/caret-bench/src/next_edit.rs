@@ -164,7 +164,8 @@ pub fn run(config: &Config, bench: NextEditBench) -> anyhow::Result<ExitCode> {
             repeat_first.add(p.as_ref(), s, rules_ms + t.elapsed().as_secs_f64() * 1e3);
             // As Tab serves it with no model: the ranker, a repeat's place the nearest repeat.
             let t = Instant::now();
-            let p = caret_next_edit::served(&s.last, &c.path, &s.text, s.cursor, &open);
+            let repeats = next_edit::candidates(&s.last, &c.path, &s.text, s.cursor);
+            let p = caret_next_edit::served(&s.last, &c.path, &s.text, &open, repeats);
             served.add(p.as_ref(), s, t.elapsed().as_secs_f64() * 1e3);
             below.add(Some(&line_below(s, &c.path)), s, 0.0);
             if !open.is_empty() {

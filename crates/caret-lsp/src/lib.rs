@@ -581,7 +581,7 @@ async fn next_edit(server: &Arc<Server>, id: Value, params: &Value) {
     // Without such a model, the learned ranker weighs the repeats' places with every other
     // (it finds the place more often than the nearest repeat does: docs/tab.md).
     if !found.is_empty() && ranker.is_none() {
-        let placed = caret_next_edit::served(&last, &uri, &text, cursor, &borrowed(&opened));
+        let placed = caret_next_edit::served(&last, &uri, &text, &borrowed(&opened), found);
         return send(server, &id, placed.map_or(Value::Null, |p| answer_json(&uri, &text, &opened, &p)));
     }
     if found.is_empty() {

@@ -162,14 +162,20 @@ pub fn predict(
 
 /// The rules' predictions after `last` in `path` (now `text`): the last edit repeated (`next_edit::candidates`), the
 /// call sites of a changed signature, the import a new name needs, then the edit again where
-/// its lines recur with other names ([`template`]) and the analogous rewrites and deletions
-/// within the candidates' reach ([`analogous`]).
+/// its lines recur with other names ([`template`]), lines moved ([`moves`]) and the analogous
+/// rewrites and deletions within the candidates' reach ([`analogous`]).
 /// In the files open beside it (`others`), a renamed name's uses and a changed signature's
 /// calls.
 pub fn rules(last: &Edit, path: &str, text: &str, cursor: usize, others: &[(&str, &str)]) -> Vec<Prediction> {
+    let mut out = caret_complete::next_edit::candidates(last, path, text, cursor);
+    out.extend(beyond_repeats(last, path, text, others));
+    out
+}
+
+/// [`rules`] but the repeats of the edit.
+fn beyond_repeats(last: &Edit, path: &str, text: &str, others: &[(&str, &str)]) -> Vec<Prediction> {
     use caret_complete::{calls, imports, next_edit};
-    let mut out = next_edit::candidates(last, path, text, cursor);
-    out.extend(calls::call_sites(last, path, text, others));
+    let mut out = calls::call_sites(last, path, text, others);
     out.extend(imports::missing_import(last, path, text, &[]));
     out.extend(template::predictions(last, path, text));
     out.extend(moves::predictions(last, path, text));
@@ -185,17 +191,24 @@ pub fn guess(last: &Edit, path: &str, text: &str, cursor: usize, others: &[(&str
     predict(Ranker::shipped(), last, path, text, others, &rules(last, path, text, cursor, others))
 }
 
-/// What an editor is offered after `last` without a model trained for next edits: a
+/// What an editor is offered after `last` without a model trained for next edits, given the
+/// edit's `repeats` (`next_edit::candidates`, nearest first, as the editor found them): a
 /// rename's nearest remaining use, so that Tab, Tab goes through them in order; else the
-/// ranker's place ([`guess`]), the nearest repeat of the edit where that place is one.
-pub fn served(last: &Edit, path: &str, text: &str, cursor: usize, others: &[(&str, &str)]) -> Option<Prediction> {
-    let nearest = caret_complete::next_edit::candidates(last, path, text, cursor).into_iter().next();
-    if caret_complete::next_edit::renamed(last).is_some()
-        && let Some(nearest) = nearest
-    {
-        return Some(nearest);
+/// ranker's place over every rule ([`guess`]), the nearest repeat where that place is one.
+pub fn served(
+    last: &Edit,
+    path: &str,
+    text: &str,
+    others: &[(&str, &str)],
+    repeats: Vec<Prediction>,
+) -> Option<Prediction> {
+    let nearest = repeats.first().cloned();
+    if caret_complete::next_edit::renamed(last).is_some() && nearest.is_some() {
+        return nearest;
     }
-    let placed = guess(last, path, text, cursor, others)?;
+    let mut rules = repeats;
+    rules.extend(beyond_repeats(last, path, text, others));
+    let placed = predict(Ranker::shipped(), last, path, text, others, &rules)?;
     match nearest {
         Some(nearest) if placed.why == Why::Repeat && placed.path == path => Some(nearest),
         _ => Some(placed),

@@ -189,7 +189,7 @@ impl Tab {
         // Without such a model, the learned ranker weighs the repeats' places with every other
         // (it finds the place more often than the nearest repeat does: docs/tab.md).
         if !found.is_empty() && ranker.is_none() {
-            let placed = caret_next_edit::served(&last, path, text, cursor, &pairs(&opened));
+            let placed = caret_next_edit::served(&last, path, text, &pairs(&opened), found);
             return placed.map(|p| NextEdit::shown(path, text, &opened, p));
         }
         if found.is_empty() {
