@@ -509,9 +509,7 @@ async fn a_checkout_under_the_same_key_starts_as_a_copy_and_sends_only_what_diff
     let transport = InProcessTransport::new(service.clone(), tenant.clone(), "embedded");
     let (a, b) = (workspace(), workspace());
     for dir in [&a, &b] {
-        for i in 0..12 {
-            dir.write(format!("src/gen/m{i}.rs"), &format!("pub fn module_{i}(x: u32) -> u32 {{\n    x * {i}\n}}\n"));
-        }
+        write_modules(dir, 12);
         dir.backdate(10);
     }
     // The teammate changed one file and added one.
@@ -551,17 +549,28 @@ async fn a_checkout_under_the_same_key_starts_as_a_copy_and_sends_only_what_diff
     assert_eq!(ib.files, ia.files + 1);
     assert_ne!(ia.root_hash, ib.root_hash);
     // By keyed terms alone: a hit is a chunk holding the words.
-    let find = async |ws: &WorkspaceState, q: &str| {
-        let (mode, rerank) = (caret_protocol::SearchMode::Lexical, Default::default());
-        let found = caret_client::index::search(scanner(), ws, &transport, q, 5, mode, rerank).await.unwrap();
-        found.hits.into_iter().map(|h| h.path).collect::<Vec<_>>()
-    };
+    let find = async |ws: &WorkspaceState, q: &str| lexical_paths(ws, &transport, q).await;
     assert_eq!(find(&second, "checked").await.first().map(String::as_str), Some("src/lib.rs"));
     assert!(find(&first, "checked").await.is_empty(), "the first workspace never had it");
     assert_eq!(find(&second, "teammate").await.first().map(String::as_str), Some("src/extra.rs"));
     assert!(find(&first, "teammate").await.is_empty());
     assert_eq!(find(&first, "module_7").await.first().map(String::as_str), Some("src/gen/m7.rs"));
     assert_eq!(find(&second, "module_7").await.first().map(String::as_str), Some("src/gen/m7.rs"));
+}
+
+/// `n` small generated modules under `src/gen/` (`module_0` … in `m0.rs` …).
+fn write_modules(dir: &TempDir, n: usize) {
+    for i in 0..n {
+        dir.write(format!("src/gen/m{i}.rs"), &format!("pub fn module_{i}(x: u32) -> u32 {{\n    x * {i}\n}}\n"));
+    }
+}
+
+/// The paths of a lexical search's hits (keyed terms alone: a hit is a chunk holding the
+/// words), best first.
+async fn lexical_paths(ws: &WorkspaceState, transport: &InProcessTransport, q: &str) -> Vec<String> {
+    let (mode, rerank) = (caret_protocol::SearchMode::Lexical, Default::default());
+    let found = caret_client::index::search(scanner(), ws, transport, q, 5, mode, rerank).await.unwrap();
+    found.hits.into_iter().map(|h| h.path).collect()
 }
 
 /// Two workspaces under their own keys: the sample one and one of a single file
@@ -596,11 +605,7 @@ async fn unused_workspaces_are_unloaded_and_load_again_when_asked_for() {
     assert_eq!(service.loaded_count(), 1);
     engine.sync(&second, &transport).await.unwrap();
     assert_eq!(service.loaded_count(), 1, "the first was unloaded when the second loaded");
-    let find = async |ws: &WorkspaceState, q: &str| {
-        let (mode, rerank) = (caret_protocol::SearchMode::Lexical, Default::default());
-        let found = caret_client::index::search(scanner(), ws, &transport, q, 5, mode, rerank).await.unwrap();
-        found.hits.into_iter().map(|h| h.path).collect::<Vec<_>>()
-    };
+    let find = async |ws: &WorkspaceState, q: &str| lexical_paths(ws, &transport, q).await;
     assert_eq!(find(&first, "shout").await.first().map(String::as_str), Some("src/util/strings.rs"));
     assert_eq!(service.loaded_count(), 1, "loaded again in the second's place");
     assert_eq!(service.unload_idle(), 0, "used just now");
@@ -638,11 +643,7 @@ async fn workspaces_beyond_the_servers_bytes_are_unloaded() {
     let service = Arc::new(service);
     let tenant = service.db().tenant_by_name("local").await.unwrap().unwrap();
     let transport = InProcessTransport::new(service.clone(), tenant.clone(), "embedded");
-    let find = async |ws: &WorkspaceState, q: &str| {
-        let (mode, rerank) = (caret_protocol::SearchMode::Lexical, Default::default());
-        let found = caret_client::index::search(scanner(), ws, &transport, q, 5, mode, rerank).await.unwrap();
-        found.hits.into_iter().map(|h| h.path).collect::<Vec<_>>()
-    };
+    let find = async |ws: &WorkspaceState, q: &str| lexical_paths(ws, &transport, q).await;
     assert_eq!(find(&first, "shout").await.first().map(String::as_str), Some("src/util/strings.rs"));
     assert_eq!(service.loaded_count(), 1);
     assert_eq!(find(&second, "unrelated_helper").await.first().map(String::as_str), Some("src/other.rs"));
@@ -682,14 +683,9 @@ async fn a_new_checkout_starts_from_the_segment_its_siblings_share() {
     let (service, _recorder) = embedding_service(&server_dir, caret_index::held::DEFAULT_BUDGET).await;
     let tenant = service.db().create_tenant("local").await.unwrap();
     let transport = InProcessTransport::new(service.clone(), tenant.clone(), "embedded");
-    let modules = |dir: &TempDir| {
-        for i in 0..12 {
-            dir.write(format!("src/gen/m{i}.rs"), &format!("pub fn module_{i}(x: u32) -> u32 {{\n    x * {i}\n}}\n"));
-        }
-    };
     let (a, b, c) = (workspace(), workspace(), workspace());
     for dir in [&a, &b, &c] {
-        modules(dir);
+        write_modules(dir, 12);
     }
     // The teammate's copy: lib.rs changed, a file added; the third checkout has both and a
     // change of its own.
@@ -763,9 +759,7 @@ async fn a_checkout_of_a_workspace_with_a_small_delta_shares_its_segment() {
     let transport = InProcessTransport::new(service.clone(), tenant.clone(), "embedded");
     let (a, b) = (workspace(), workspace());
     for dir in [&a, &b] {
-        for i in 0..100 {
-            dir.write(format!("src/gen/m{i}.rs"), &format!("pub fn module_{i}(x: u32) -> u32 {{\n    x * {i}\n}}\n"));
-        }
+        write_modules(dir, 100);
         dir.backdate(10);
     }
     let state = TempDir::new();
