@@ -21,7 +21,6 @@ use caret_client::state::WorkspaceState;
 use caret_client::sync::{SyncEngine, SyncOptions};
 use caret_client::transport::HttpTransport;
 use caret_host::config::Config;
-use caret_host::runtime::runtime;
 use caret_protocol::SearchMode;
 use caret_workspace::scan::{Depth, Scanner};
 
@@ -481,11 +480,26 @@ fn tally(done: Vec<Done>) -> Tally {
     t
 }
 
+/// The nice value of the load's threads.
+const LOAD_NICE: i32 = 10;
+
+/// The runtime the simulated developers run on: its threads (workers, blocking ones, and those
+/// they start: a scan's) yield to the server's and the model double's on a machine they share,
+/// so that the server's figures are its own. The server and the double are started from other
+/// threads, at the priority `caret bench` was started with (a child process inherits its
+/// starting thread's).
+fn load_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_start(|| {
+            let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), LOAD_NICE);
+        })
+        .build()?;
+    Ok(rt)
+}
+
 /// Runs this benchmark and prints its figures.
 pub fn run(config: &Config, args: CapacityBench) -> anyhow::Result<ExitCode> {
-    // The load's own threads (made after this) yield to the server's: on a machine they share,
-    // the server's figures are then its own.
-    let _ = rustix::process::setpriority_process(None, 10);
     let scratch = config.home.join("bench").join(format!("capacity-{}", std::process::id()));
     let result = bench(config, &args, &scratch);
     let _ = std::fs::remove_dir_all(&scratch);
@@ -493,7 +507,7 @@ pub fn run(config: &Config, args: CapacityBench) -> anyhow::Result<ExitCode> {
 }
 
 fn bench(config: &Config, args: &CapacityBench, scratch: &Path) -> anyhow::Result<ExitCode> {
-    let rt = runtime()?;
+    let rt = load_runtime()?;
     let counts = Counts::default();
     let double = model_double(args.latency, &counts)?;
     let backends = format!(
