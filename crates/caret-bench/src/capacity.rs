@@ -52,6 +52,8 @@ pub struct CapacityBench {
     pub database_url: Option<String>,
     /// The bucket, e.g. `s3://caret-bench` (default: a local directory).
     pub object_store: Option<String>,
+    /// The operations the ramp makes, by name (empty: all of a developer's hour).
+    pub ops: Vec<String>,
 }
 
 /// The operations of a developer's hour, and how many of each.
@@ -248,6 +250,9 @@ fn tab_number(prompt: &str) -> Option<u64> {
     prompt[at..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
 }
 
+/// Requests at once each of the double's deployments takes (and as many waiting).
+const DOUBLE_CONCURRENCY: usize = 1024;
+
 /// A `caret serve` with the double as its models and embedding service.
 struct Server {
     child: Child,
@@ -267,9 +272,12 @@ fn start_server(args: &CapacityBench, dir: &Path, double: &str, tenant: &str) ->
         config += &format!("object_store = {store:?}\n");
     }
     config += &format!("\n[embed]\nurl = {double:?}\nmodel = \"double\"\ndim = 384\n");
+    // The double stands for a fleet that answers every request in its latency: without a
+    // bound of its own above the load's (a deployment's default is 16 at once), requests
+    // would queue in the gateway for the model's capacity, and that wait is not the server's.
     for alias in ["tab", "chat", "agent"] {
         config += &format!(
-            "\n[[models]]\nalias = \"{alias}\"\ndeployments = [{{ provider = \"openai\", url = {double:?}, model = \"qwen2.5-coder-1.5b\" }}]\n"
+            "\n[[models]]\nalias = \"{alias}\"\ndeployments = [{{ provider = \"openai\", url = {double:?}, model = \"qwen2.5-coder-1.5b\", max_concurrency = {DOUBLE_CONCURRENCY}, max_queue = {DOUBLE_CONCURRENCY} }}]\n"
         );
     }
     std::fs::write(home.join("config.toml"), config)?;
@@ -498,6 +506,11 @@ fn load_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(rt)
 }
 
+/// Whether the ramp makes the operation named `name`.
+fn ramped(args: &CapacityBench, name: &str) -> bool {
+    args.ops.is_empty() || args.ops.iter().any(|o| o == name)
+}
+
 /// Runs this benchmark and prints its figures.
 pub fn run(config: &Config, args: CapacityBench) -> anyhow::Result<ExitCode> {
     let scratch = config.home.join("bench").join(format!("capacity-{}", std::process::id()));
@@ -507,6 +520,10 @@ pub fn run(config: &Config, args: CapacityBench) -> anyhow::Result<ExitCode> {
 }
 
 fn bench(config: &Config, args: &CapacityBench, scratch: &Path) -> anyhow::Result<ExitCode> {
+    if let Some(bad) = args.ops.iter().find(|o| !HOUR.iter().any(|(_, _, n)| n == o)) {
+        let names: Vec<&str> = HOUR.iter().map(|(_, _, n)| *n).collect();
+        anyhow::bail!("--ops: no operation is named {bad:?} (they are {})", names.join(", "));
+    }
     let rt = load_runtime()?;
     let counts = Counts::default();
     let double = model_double(args.latency, &counts)?;
@@ -849,8 +866,9 @@ fn size_run(
     // The ramp: each step runs its developers' share of an hour's operations, spread at
     // random over the step, for as long as the objectives hold.
     println!(
-        "  ramp, {} s a step (objectives: p99 search ≤ 150 ms, p99 sync ≤ 1 s, gateway overhead p99 ≤ 2 ms, no errors):",
-        args.step.as_secs()
+        "  ramp, {} s a step{} (objectives: p99 search ≤ 150 ms, p99 sync ≤ 1 s, gateway overhead p99 ≤ 2 ms, no errors):",
+        args.step.as_secs(),
+        if args.ops.is_empty() { String::new() } else { format!(", {} only", args.ops.join(" and ")) }
     );
     println!(
         "    devs   ops/s  server cores  machine cores  sync p99  search p99  tab overhead p50/p99: server  client  chat p99  errors  RSS MiB"
@@ -861,7 +879,7 @@ fn size_run(
         let mut rng = fastrand::Rng::with_seed(devs as u64);
         let step_s = args.step.as_secs_f64();
         let mut schedule: Vec<(f64, Op, usize, u64)> = Vec::new();
-        for (op, per_hour, _) in HOUR {
+        for (op, per_hour, _) in HOUR.into_iter().filter(|(_, _, name)| ramped(args, name)) {
             let n = (devs as f64 * f64::from(per_hour) * step_s / 3600.0).round() as u64;
             for i in 0..n {
                 schedule.push((rng.f64() * step_s, op, rng.usize(0..devs), i));

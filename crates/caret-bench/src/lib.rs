@@ -244,6 +244,10 @@ pub enum BenchCommand {
         /// The server's bucket, e.g. s3://caret-bench (default: a local directory).
         #[arg(long)]
         object_store: Option<String>,
+        /// The operations of a developer's hour the ramp makes (sync, search, tab, chat, run;
+        /// default: all), to tell which one another's figure depends on.
+        #[arg(long, value_delimiter = ',')]
+        ops: Vec<String>,
     },
     /// What running Caret for a team costs: the server's own cost per chat call (direct vs
     /// through `caret serve`, and where it goes by the server's spans), tracing's CPU cost per
@@ -345,21 +349,30 @@ pub fn run(config: &Config, cmd: BenchCommand) -> anyhow::Result<ExitCode> {
             crate::next_edit::run(config, crate::next_edit::NextEditBench { model, model_cases })
         }
         BenchCommand::Mcp { python, calls } => crate::mcp::run(crate::mcp::McpBench { python, calls }),
-        BenchCommand::Capacity { trees, sizes, ramp, workspaces, step, latency_ms, database_url, object_store } => {
-            crate::capacity::run(
-                config,
-                crate::capacity::CapacityBench {
-                    trees,
-                    sizes: sizes.into_iter().filter(|n| *n > 0).collect(),
-                    ramp: ramp.into_iter().filter(|n| *n > 0).collect(),
-                    workspaces,
-                    step,
-                    latency: Duration::from_millis(latency_ms),
-                    database_url,
-                    object_store,
-                },
-            )
-        }
+        BenchCommand::Capacity {
+            trees,
+            sizes,
+            ramp,
+            workspaces,
+            step,
+            latency_ms,
+            database_url,
+            object_store,
+            ops,
+        } => crate::capacity::run(
+            config,
+            crate::capacity::CapacityBench {
+                trees,
+                sizes: sizes.into_iter().filter(|n| *n > 0).collect(),
+                ramp: ramp.into_iter().filter(|n| *n > 0).collect(),
+                workspaces,
+                step,
+                latency: Duration::from_millis(latency_ms),
+                database_url,
+                object_store,
+                ops,
+            },
+        ),
         BenchCommand::Team { requests, rounds } => {
             crate::team::run(config, crate::team::TeamBench { requests: requests.max(1), rounds: rounds.max(1) })
         }
