@@ -1,8 +1,7 @@
 //! Compartments: the heavy capabilities' requests run on pools of their own, so that
 //! saturating one — a flood of embeddings or chat calls, an agent's or a run's handler stuck
 //! in a loop — cannot starve the rest. Each compartment is a small tokio runtime of its own
-//! (the embedding and model ones' threads, workers and blocking ones, at a lower CPU
-//! priority: nice 19),
+//! (the embedding one's threads, workers and blocking ones, at a lower CPU priority: nice 19),
 //! with a bound on requests in flight and waiting; beyond it, 503 `overloaded` with
 //! `Retry-After`. The index's routes (sync and search: CPU in bursts of milliseconds) run in
 //! one at the server's priority, so that a sync never holds up a Tab request. Token checks
@@ -126,6 +125,9 @@ impl Compartment {
     }
 }
 
+/// The nice value of the compartments that yield to the server's own threads.
+const YIELDING: i32 = 19;
+
 /// The compartments of a server.
 #[derive(Debug, Clone)]
 pub struct Compartments {
@@ -145,10 +147,11 @@ impl Compartments {
     /// The default bounds, scaled to the machine's cores.
     pub fn standard() -> Result<Compartments> {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        // Embedding (CPU-heavy) and model calls (many streams to parse and relay) yield
-        // (nice 19). Agent sessions (their sandboxed commands inherit a thread's priority) and
-        // runs (the workers' heartbeats and leases must not starve under load) keep the
-        // server's priority.
+        // Embedding (CPU-heavy) yields (nice 19). Model calls keep the server's priority: a
+        // deployment's pooled connections are driven by the runtime that opened them, and
+        // Tab's requests share the connections `/v1/completions` opens. Agent sessions
+        // (their sandboxed commands inherit a thread's priority) and runs (the workers'
+        // heartbeats and leases must not starve under load) keep it too.
         let small = Bounds { threads: 1, blocking: cores.div_ceil(2).max(1), in_flight: 64, waiting: 256, nice: 0 };
         Ok(Compartments {
             models: Arc::new(Compartment::new(
@@ -157,7 +160,7 @@ impl Compartments {
             )?),
             embedding: Arc::new(Compartment::new(
                 "embedding",
-                Bounds { in_flight: cores.max(2), waiting: 64, ..small },
+                Bounds { in_flight: cores.max(2), waiting: 64, nice: YIELDING, ..small },
             )?),
             agent: Arc::new(Compartment::new("agent", small)?),
             runs: Arc::new(Compartment::new("runs", Bounds { threads: 2, in_flight: 256, waiting: 1024, ..small })?),
@@ -203,6 +206,28 @@ mod tests {
         for own in ["/v1/complete", "/v1/workspaces", "/v1/workspaces/w", "/healthz"] {
             assert_eq!(of(own), None, "{own} runs on the server's own runtime");
         }
+    }
+
+    /// The calling thread's nice value.
+    fn nice() -> i32 {
+        rustix::process::getpriority_process(Some(rustix::thread::gettid())).expect("read")
+    }
+
+    #[tokio::test]
+    async fn embedding_yields_and_the_rest_keep_the_servers_priority() {
+        let own = nice();
+        let all = Compartments::standard().expect("built");
+        let named =
+            [(&all.embedding, YIELDING), (&all.models, own), (&all.agent, own), (&all.runs, own), (&all.index, own)];
+        for (c, want) in named {
+            // Its workers, and the blocking threads that embedding runs on.
+            let (worker, blocking) =
+                c.run(async { (nice(), tokio::task::spawn_blocking(nice).await.expect("ran")) }).await.expect("ran");
+            // (A test process already running at a lower priority cannot go back up.)
+            let want = want.max(own);
+            assert_eq!((worker, blocking), (want, want), "{}", c.name());
+        }
+        assert_eq!(nice(), own, "the caller's own thread is left as it was");
     }
 
     #[tokio::test]
