@@ -170,7 +170,13 @@ fn model_double(latency: Duration, counts: &Counts) -> anyhow::Result<String> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     listener.set_nonblocking(true)?;
     let url = format!("http://{}", listener.local_addr()?);
-    let own = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    // (It stands for a model server on machines of its own: its thread asks for short slices
+    // of the cores, as the server's own do, so that its answers do not wait out the load's.)
+    let own = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .on_thread_start(caret_host::runtime::ask_short_slice)
+        .enable_all()
+        .build()?;
     std::thread::spawn(move || {
         own.block_on(async move {
             if let Ok(listener) = tokio::net::TcpListener::from_std(listener) {

@@ -1,7 +1,7 @@
 //! Keeps the layout honest: every crate in ARCHITECTURE.md's codemap, every module with its
 //! `//!` paragraph, no import loops between a crate's modules, size limits on the binary, the
-//! library crates and single files, no axum below the server, and no test that prints and
-//! returns early instead of skipping.
+//! library crates and single files, no axum below the server, no test that prints and
+//! returns early instead of skipping, and `unsafe` code in one audited place only.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -404,4 +404,35 @@ fn no_test_prints_and_returns_instead_of_skipping() {
         }
     }
     assert!(found.is_empty(), "tests that print and return early (use caret_test_support::skip): {found:?}");
+}
+
+/// The one place `unsafe` code is allowed (the workspace denies it): a system call no safe
+/// binding offers. Anything more is a decision to make here, not in passing.
+const UNSAFE_ALLOWED: &[&str] = &["crates/caret-host/src/runtime.rs"];
+
+#[test]
+fn unsafe_code_is_allowed_in_one_audited_place_only() {
+    let mut found = Vec::new();
+    for c in crates() {
+        let dir = root().join("crates").join(&c);
+        for sub in ["src", "tests", "benches", "examples"] {
+            for file in rust_files(&dir.join(sub)) {
+                let name = format!("crates/{c}/{sub}/{}", file.display());
+                let code = code_only(&read(&dir.join(sub).join(&file)));
+                let allows = code.matches("allow(unsafe_code)").count();
+                let blocks = code.matches("unsafe {").count() + code.matches("unsafe fn").count();
+                if (allows > 0 || blocks > 0) && !UNSAFE_ALLOWED.contains(&name.as_str()) {
+                    found.push(name);
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "unsafe code outside {UNSAFE_ALLOWED:?}: {found:?}");
+    let cargo = read(&root().join("Cargo.toml"));
+    assert!(cargo.contains("unsafe_code = \"deny\""), "the workspace denies unsafe code");
+    for place in UNSAFE_ALLOWED {
+        let code = code_only(&read(&root().join(place)));
+        assert_eq!(code.matches("allow(unsafe_code)").count(), 1, "{place}: one function allows unsafe code");
+        assert_eq!(code.matches("unsafe {").count(), 1, "{place}: one unsafe block");
+    }
 }

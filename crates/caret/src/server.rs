@@ -9,7 +9,7 @@ use caret_server::ServeConfig;
 use caret_server::limit::RateLimit;
 
 use caret_host::config::{Config, parse_size};
-use caret_host::runtime::{runtime, shutdown_signal};
+use caret_host::runtime::{server_runtime, shutdown_signal};
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
@@ -103,7 +103,7 @@ pub fn serve(config: &Config, args: ServeArgs) -> anyhow::Result<ExitCode> {
     serve.check()?;
     let mut serve = serve;
     let storage = config.storage();
-    runtime()?.block_on(async move {
+    server_runtime()?.block_on(async move {
         let service = caret_host::remote::server_service(&config, &storage).await?;
         let _unloading = service.spawn_unloading(std::time::Duration::from_secs(60));
         serve.identity = Some(Arc::new(caret_server::open_identity(&service).await?));
