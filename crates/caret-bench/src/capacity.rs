@@ -505,9 +505,7 @@ const LOAD_NICE: i32 = 10;
 fn load_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .on_thread_start(|| {
-            let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), LOAD_NICE);
-        })
+        .on_thread_start(|| caret_server::compartment::set_thread_nice(LOAD_NICE))
         .build()?;
     Ok(rt)
 }

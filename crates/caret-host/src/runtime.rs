@@ -29,7 +29,8 @@ const SHORT_SLICE_NS: u64 = 200_000;
 
 /// Asks the kernel for a short slice of a core for the calling thread ([`SHORT_SLICE_NS`]):
 /// for the threads of the server's own runtime, whose requests are the shortest and most
-/// waited on. Needs no privilege; a kernel without custom slices takes the call and ignores
+/// waited on (its blocking threads too: tokio's hook cannot tell them apart, and the heavy
+/// blocking work runs in the compartments' runtimes). Needs no privilege; a kernel without custom slices takes the call and ignores
 /// it, one that refuses it (an older one, a filter) leaves the thread as it was.
 #[allow(unsafe_code)]
 pub fn ask_short_slice() {

@@ -53,15 +53,15 @@ impl Drop for Compartment {
     }
 }
 
-/// Sets the calling thread's CPU priority: a CPU-heavy compartment's threads yield to the
-/// server's own when both want a core.
-fn set_priority(nice: i32) {
+/// Sets the calling thread's CPU priority (nice; 0 leaves it): a CPU-heavy compartment's
+/// threads, or a benchmark's load, yield to the server's own when both want a core.
+pub fn set_thread_nice(nice: i32) {
     if nice == 0 {
         return;
     }
     let tid = rustix::thread::gettid();
     if let Err(e) = rustix::process::setpriority_process(Some(tid), nice) {
-        tracing::debug!(error = %e, "a compartment's thread keeps its priority");
+        tracing::debug!(error = %e, "the thread keeps its priority");
     }
 }
 
@@ -72,7 +72,7 @@ impl Compartment {
             .worker_threads(bounds.threads.max(1))
             .max_blocking_threads(bounds.blocking.max(1))
             .thread_name(format!("caret-{name}"))
-            .on_thread_start(move || set_priority(bounds.nice))
+            .on_thread_start(move || set_thread_nice(bounds.nice))
             .enable_all()
             .build()
             .map_err(|source| Error::Io { what: "starting a compartment's threads", source })?;
