@@ -88,9 +88,24 @@ fn timed(
 
 /// `caret scan` (and `caret sync` against the embedded server, with `sync`) on `root` as
 /// processes, nothing changed since the last run: without a daemon, then through its watcher.
-pub(crate) fn rows(bench_dir: &Path, root: &Path, runs: usize, sync: bool) -> anyhow::Result<Vec<Timed>> {
+/// `model_dir`: the embedding model of the developer's own home, whose tokenizer the scratch
+/// home borrows (a linked file, not the weights: a sync here embeds nothing), so a scan sizes
+/// chunks, and starts up, as on a developer's machine.
+pub(crate) fn rows(
+    bench_dir: &Path,
+    root: &Path,
+    runs: usize,
+    sync: bool,
+    model_dir: &Path,
+) -> anyhow::Result<Vec<Timed>> {
     let mut home = Home { dir: bench_dir.join("home"), daemon: None };
     std::fs::create_dir_all(&home.dir).with_context(|| format!("creating {}", home.dir.display()))?;
+    if let Some(name) = ["tokenizer.json", "vocab.txt"].into_iter().find(|n| model_dir.join(n).is_file()) {
+        let dir = home.dir.join("models").join(caret_host::config::DEFAULT_EMBEDDING_MODEL);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::os::unix::fs::symlink(model_dir.join(name), dir.join(name))
+            .with_context(|| format!("linking the tokenizer into {}", dir.display()))?;
+    }
     let root = root.to_str().context("the tree's path is not UTF-8")?;
     let mut out = Vec::new();
     home.run(&["scan", root], false)?;

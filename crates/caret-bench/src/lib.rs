@@ -589,7 +589,7 @@ fn bench_scan(config: &Config, path: &Path, runs: usize, sync: bool) -> anyhow::
         println!("(not a git repository: no git status comparison)");
     }
     // The commands as a developer runs them, on a scratch home.
-    let commands = crate::commands::rows(&state, &root, runs, sync);
+    let commands = crate::commands::rows(&state, &root, runs, sync, &config.local_model_dir());
     let _ = std::fs::remove_dir_all(&state);
     for t in commands? {
         rows.push(Row {

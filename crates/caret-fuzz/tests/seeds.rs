@@ -109,7 +109,7 @@ async fn write_binary_seeds() {
         RelPath::from_bytes("c.pb.go"),
         Entry { stat, read_at_ns: 9, outcome: Outcome::Generated { marker: "DO NOT EDIT".into() } },
     );
-    let cache = StatCache { fingerprint: "chunker-v2/x".into(), entries };
+    let cache = StatCache { fingerprint: "chunker-v2/x".into(), entries, root: Some(ContentHash::of(b"r")) };
     let file = dir.path().join("cache");
     cache.save(&file).unwrap();
     let bytes = std::fs::read(&file).unwrap();

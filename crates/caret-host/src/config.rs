@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
 use caret_workspace::chunk::{ChunkConfig, Chunker};
-use caret_workspace::tokens::{Estimate, TokenCounter, WordPiece};
+use caret_workspace::tokens::{Estimate, LazyWordPiece, TokenCounter, WordPiece};
 use caret_workspace::walk::WalkConfig;
 use serde::Deserialize;
 
@@ -641,7 +641,8 @@ impl Config {
             Some(path) => Arc::new(load_tokenizer(path)?),
             None => {
                 let dir = self.local_model_dir();
-                match dir.exists().then(|| WordPiece::from_model_dir(&dir)) {
+                // Parsed on the first count: a scan that chunks nothing never pays for it.
+                match dir.exists().then(|| LazyWordPiece::open(&dir)) {
                     Some(Ok(wp)) => Arc::new(wp),
                     Some(Err(err)) => {
                         tracing::warn!(error = %err, "the default embedding model's tokenizer is unusable; estimating tokens");

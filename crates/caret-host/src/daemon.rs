@@ -181,7 +181,15 @@ pub async fn ask_watcher(
     root: &Path,
     ignored: Vec<String>,
 ) -> Option<(crate::watch::WatchReply, HttpTransport)> {
-    let transport = running(config)?;
+    ask_watcher_of(running(config)?, root, ignored).await
+}
+
+/// [`ask_watcher`], of the daemon behind `transport`.
+pub async fn ask_watcher_of(
+    transport: HttpTransport,
+    root: &Path,
+    ignored: Vec<String>,
+) -> Option<(crate::watch::WatchReply, HttpTransport)> {
     let req = crate::watch::WatchRequest { root: root.to_path_buf(), ignored };
     match transport.post::<_, crate::watch::WatchReply>(crate::watch::ROUTE, &req).await {
         Ok(reply) => Some((reply, transport)),

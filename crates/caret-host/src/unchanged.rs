@@ -21,8 +21,10 @@ use crate::watch::WatchReply;
 /// The daemon's watcher's answer for `root`, on a runtime of one thread (for a short
 /// process that has nothing else to run).
 pub fn ask_blocking(config: &Config, root: &Path, ignored: Vec<String>) -> Option<(WatchReply, HttpTransport)> {
+    // No daemon, no runtime: building one costs a command that has nobody to ask.
+    let transport = crate::daemon::running(config)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
-    rt.block_on(crate::daemon::ask_watcher(config, root, ignored))
+    rt.block_on(crate::daemon::ask_watcher_of(transport, root, ignored))
 }
 
 /// What `caret scan` prints without `--explain`; also what a scan keeps for the watcher.

@@ -73,6 +73,9 @@ pub struct ScanReport {
     pub changes: Option<TreeDiff>,
     /// Counters.
     pub stats: ScanStats,
+    /// The Merkle root of `files`, from the stat cache when nothing changed since it was
+    /// recorded, else hashed by the scan.
+    root_hash: ContentHash,
 }
 
 impl ScanReport {
@@ -81,9 +84,9 @@ impl ScanReport {
         MerkleTree::from_files(self.files.iter().map(|f| (&f.path, f.hash)))
     }
 
-    /// Its root hash, computed without building the tree.
+    /// Its root hash (what [`ScanReport::tree`]'s root would be, without building the tree).
     pub fn root_hash(&self) -> ContentHash {
-        MerkleTree::root_hash_by(&self.files, |f| (&f.path, f.hash))
+        self.root_hash
     }
 
     /// Total bytes of indexed files.
@@ -215,6 +218,7 @@ impl Scanner {
         let mut files = Vec::with_capacity(walked.files.len());
         let mut skipped = walked.skipped;
         let mut updates = Vec::new();
+        let mut unreadable = 0;
         let walked_count = walked.files.len();
         for (i, WalkedFile { path, stat }) in walked.files.into_iter().enumerate() {
             let result = match next_miss.peek() {
@@ -232,6 +236,7 @@ impl Scanner {
                 Some(Processed { found, entry }) => {
                     stats.files_read += 1;
                     stats.bytes_read += stat.size;
+                    unreadable += usize::from(entry.is_none());
                     updates.push((path, entry));
                     found
                 }
@@ -245,6 +250,8 @@ impl Scanner {
         tracing::debug!(elapsed_ms = started.elapsed().as_millis(), "gathered");
         let changes = (!first_scan).then(|| changes_since(cache, &files));
         tracing::debug!(elapsed_ms = started.elapsed().as_millis(), "changes");
+        // The files are those the cache indexed, hash for hash: the root it recorded holds.
+        let recorded_root = cache.root.filter(|_| trusted && changes.as_ref().is_some_and(TreeDiff::is_empty));
 
         {
             if !trusted {
@@ -258,15 +265,22 @@ impl Scanner {
                     None => cache.entries.remove(&path),
                 };
             }
-            if cache.entries.len() > walked_count {
+            // Every walked file now has an entry but the unreadable; more entries are files
+            // gone, whose entries go (so the cache indexes exactly `files`, as its root says).
+            if cache.entries.len() > walked_count - unreadable {
                 let present: std::collections::HashSet<&RelPath> =
                     files.iter().map(|f| &f.path).chain(skipped.iter().map(|s| &s.path)).collect();
                 cache.entries.retain(|p, _| present.contains(p));
                 stats.cache_changed = true;
             }
         }
+        let root_hash = recorded_root.unwrap_or_else(|| MerkleTree::root_hash_by(&files, |f| (&f.path, f.hash)));
+        if cache.root != Some(root_hash) {
+            cache.root = Some(root_hash);
+            stats.cache_changed = true;
+        }
         stats.elapsed = started.elapsed();
-        Ok(ScanReport { root, files, skipped, changes, stats })
+        Ok(ScanReport { root, files, skipped, changes, stats, root_hash })
     }
 
     /// Reads, classifies, hashes and (at full depth) chunks one file.

@@ -16,7 +16,9 @@ use crate::{ContentHash, Error, RelPath, Result};
 /// in up to 2 s).
 pub const RACY_WINDOW_NS: i64 = 2_000_000_000;
 
-const MAGIC: &[u8; 8] = b"CARETSC\x01";
+/// The format before the root hash was kept: still read (its root unknown).
+const MAGIC_V1: &[u8; 8] = b"CARETSC\x01";
+const MAGIC: &[u8; 8] = b"CARETSC\x02";
 
 /// What scanning a file found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +75,10 @@ pub struct StatCache {
     pub fingerprint: String,
     /// Entries by path.
     pub entries: PathMap<Entry>,
+    /// The Merkle root hash of the files the entries index, when the last scan left it: a scan
+    /// that finds every file as recorded reports it without hashing the tree again. The
+    /// scanner keeps it; whoever changes `entries` otherwise must clear it.
+    pub root: Option<ContentHash>,
 }
 
 impl StatCache {
@@ -124,6 +130,13 @@ fn encode(cache: &StatCache) -> Vec<u8> {
     let mut out = Vec::with_capacity(64 + cache.entries.len() * 96);
     out.extend_from_slice(MAGIC);
     put_bytes(&mut out, cache.fingerprint.as_bytes());
+    match cache.root {
+        Some(root) => {
+            out.push(1);
+            out.extend_from_slice(&root.0);
+        }
+        None => out.push(0),
+    }
     put_u64(&mut out, cache.entries.len() as u64);
     let mut entries: Vec<_> = cache.entries.iter().collect();
     entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
@@ -204,11 +217,17 @@ impl<'a> Reader<'a> {
 
 fn decode(bytes: &[u8]) -> Option<StatCache> {
     let (body, checksum) = bytes.split_at_checked(bytes.len().checked_sub(32)?)?;
-    if blake3::hash(body).as_bytes() != checksum || !body.starts_with(MAGIC) {
+    let v1 = body.starts_with(MAGIC_V1);
+    if blake3::hash(body).as_bytes() != checksum || !(v1 || body.starts_with(MAGIC)) {
         return None;
     }
     let mut r = Reader(&body[MAGIC.len()..]);
     let fingerprint = r.string()?;
+    let root = match if v1 { 0 } else { r.u8()? } {
+        0 => None,
+        1 => Some(ContentHash(r.take(32)?.try_into().ok()?)),
+        _ => return None,
+    };
     let count = r.u64()?;
     // Room for what the bytes left can hold (an entry takes at least 61), not for what the
     // count claims: a damaged count must not make a tiny file allocate gigabytes.
@@ -243,7 +262,7 @@ fn decode(bytes: &[u8]) -> Option<StatCache> {
         };
         entries.insert(path, Entry { stat, read_at_ns, outcome });
     }
-    r.0.is_empty().then_some(StatCache { fingerprint, entries })
+    r.0.is_empty().then_some(StatCache { fingerprint, entries, root })
 }
 
 #[cfg(test)]
@@ -274,7 +293,7 @@ mod tests {
             RelPath::from_bytes("gen.go"),
             Entry { stat, read_at_ns: 5, outcome: Outcome::Generated { marker: "DO NOT EDIT".to_owned() } },
         );
-        StatCache { fingerprint: "fp".to_owned(), entries }
+        StatCache { fingerprint: "fp".to_owned(), entries, root: Some(ContentHash::of(b"root")) }
     }
 
     #[test]
@@ -284,6 +303,30 @@ mod tests {
         let cache = sample();
         cache.save(&path).unwrap();
         assert_eq!(StatCache::load(&path), cache);
+    }
+
+    #[test]
+    fn a_cache_of_the_format_before_roots_loads_with_its_root_unknown() {
+        let dir = caret_test_support::TempDir::new();
+        let path = dir.join("cache.bin");
+        let cache = StatCache { root: None, ..sample() };
+        let v2 = encode(&cache);
+        // The old layout: the old magic, no root byte after the fingerprint.
+        let body = &v2[..v2.len() - 32];
+        let after_fingerprint = MAGIC.len() + 8 + cache.fingerprint.len();
+        assert_eq!(body[after_fingerprint], 0, "no root");
+        let mut v1 = [&MAGIC_V1[..], &body[MAGIC.len()..after_fingerprint], &body[after_fingerprint + 1..]].concat();
+        let checksum = blake3::hash(&v1);
+        v1.extend_from_slice(checksum.as_bytes());
+        std::fs::write(&path, &v1).unwrap();
+        assert_eq!(StatCache::load(&path), cache);
+        // A bad root marker is a corrupt file.
+        let mut bad = body.to_vec();
+        bad[after_fingerprint] = 7;
+        let checksum = blake3::hash(&bad);
+        bad.extend_from_slice(checksum.as_bytes());
+        std::fs::write(&path, &bad).unwrap();
+        assert_eq!(StatCache::load(&path), StatCache::default());
     }
 
     #[test]

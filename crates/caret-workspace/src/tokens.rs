@@ -3,8 +3,9 @@
 //! BERT-family sentence-embedding models (the default all-MiniLM-L6-v2 among them) split text
 //! on whitespace and punctuation, then into WordPiece sub-words. [`WordPiece`] reproduces that
 //! count exactly from the model's own `tokenizer.json` or `vocab.txt`; [`Estimate`] is a
-//! conservative stand-in used before a model is installed. Both are additive over whitespace,
-//! so the chunker counts each line once and sums.
+//! conservative stand-in used before a model is installed; [`LazyWordPiece`] is the first,
+//! parsed only when a count is asked for. All are additive over whitespace, so the chunker
+//! counts each line once and sums.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -167,20 +168,19 @@ impl WordPiece {
     /// Loads the tokenizer of a model directory: `tokenizer.json` if present, else
     /// `vocab.txt` (lowercasing as for uncased BERT).
     pub fn from_model_dir(dir: &Path) -> Result<Self> {
-        let json = dir.join("tokenizer.json");
-        if json.exists() {
-            return Self::from_tokenizer_json(&json);
-        }
-        let vocab = dir.join("vocab.txt");
-        let text = std::fs::read_to_string(&vocab).map_err(|e| Error::io("reading", &vocab, e))?;
-        Ok(Self::new(text.lines(), "##", true))
+        let source = Source::of_model_dir(dir)?;
+        source.parse()
     }
 
     /// Loads a Hugging Face `tokenizer.json` whose model is WordPiece.
     pub fn from_tokenizer_json(path: &Path) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|e| Error::io("reading", path, e))?;
+        Source { path: path.to_path_buf(), kind: SourceKind::TokenizerJson, bytes }.parse()
+    }
+
+    fn parse_tokenizer_json(path: &Path, text: &str) -> Result<Self> {
         let bad = |reason: String| Error::Tokenizer { path: path.to_path_buf(), reason };
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io("reading", path, e))?;
-        let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(format!("invalid JSON: {e}")))?;
+        let json: serde_json::Value = serde_json::from_str(text).map_err(|e| bad(format!("invalid JSON: {e}")))?;
         let model = &json["model"];
         let kind = model["type"].as_str().unwrap_or("<missing>");
         if kind != "WordPiece" {
@@ -304,6 +304,120 @@ impl WordPiece {
     }
 }
 
+/// Which file of a model directory a tokenizer comes from, and its bytes.
+struct Source {
+    path: std::path::PathBuf,
+    kind: SourceKind,
+    bytes: Vec<u8>,
+}
+
+#[derive(Clone, Copy)]
+enum SourceKind {
+    TokenizerJson,
+    VocabTxt,
+}
+
+impl Source {
+    fn of_model_dir(dir: &Path) -> Result<Source> {
+        let json = dir.join("tokenizer.json");
+        let (path, kind) =
+            if json.exists() { (json, SourceKind::TokenizerJson) } else { (dir.join("vocab.txt"), SourceKind::VocabTxt) };
+        let bytes = std::fs::read(&path).map_err(|e| Error::io("reading", &path, e))?;
+        Ok(Source { path, kind, bytes })
+    }
+
+    /// The tokenizer's name: a digest of the file it is built from, so it is known before
+    /// (and without) parsing the file.
+    fn digest(&self) -> String {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(match self.kind {
+            SourceKind::TokenizerJson => b"tokenizer.json\n",
+            SourceKind::VocabTxt => b"vocab.txt\n",
+        });
+        hasher.update(&self.bytes);
+        hasher.finalize().to_hex()[..16].to_owned()
+    }
+
+    fn parse(&self) -> Result<WordPiece> {
+        let text = std::str::from_utf8(&self.bytes)
+            .map_err(|e| Error::Tokenizer { path: self.path.clone(), reason: format!("not UTF-8: {e}") })?;
+        let mut tokenizer = match self.kind {
+            SourceKind::TokenizerJson => WordPiece::parse_tokenizer_json(&self.path, text)?,
+            SourceKind::VocabTxt => WordPiece::new(text.lines(), "##", true),
+        };
+        tokenizer.digest = self.digest();
+        Ok(tokenizer)
+    }
+}
+
+/// A model directory's WordPiece tokenizer, parsed when a count is first asked for. Its
+/// [`TokenCounter::id`] (a digest of the file) is known at once, so a scan that finds every
+/// file in its stat cache never parses the vocabulary: the default model's `tokenizer.json`
+/// (466 KB, 30,522 pieces) takes longer to parse than the rest of a no-change scan's
+/// start-up. Counts and id are those of [`WordPiece::from_model_dir`] on the same directory.
+/// Should the file not parse when first used, the count falls back to [`Estimate`] (logged):
+/// the id still names the file, so chunks made then are remade once the file changes.
+pub struct LazyWordPiece {
+    id: String,
+    source: std::sync::Mutex<Option<Source>>,
+    loaded: std::sync::OnceLock<Box<dyn TokenCounter>>,
+}
+
+impl LazyWordPiece {
+    /// Reads (but does not parse) the tokenizer of a model directory.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let source = Source::of_model_dir(dir)?;
+        Ok(LazyWordPiece {
+            id: format!("wordpiece-{}", source.digest()),
+            source: std::sync::Mutex::new(Some(source)),
+            loaded: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// Whether the vocabulary has been parsed yet.
+    pub fn is_loaded(&self) -> bool {
+        self.loaded.get().is_some()
+    }
+
+    fn counter(&self) -> &dyn TokenCounter {
+        self.loaded
+            .get_or_init(|| {
+                let source = self.source.lock().unwrap_or_else(|p| p.into_inner()).take();
+                match source.map(|s| s.parse()) {
+                    Some(Ok(wp)) => Box::new(wp),
+                    Some(Err(err)) => {
+                        tracing::warn!(error = %err, "the embedding model's tokenizer is unusable; estimating tokens");
+                        Box::new(Estimate)
+                    }
+                    None => Box::new(Estimate),
+                }
+            })
+            .as_ref()
+    }
+}
+
+impl std::fmt::Debug for LazyWordPiece {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LazyWordPiece").field("id", &self.id).field("loaded", &self.is_loaded()).finish()
+    }
+}
+
+impl TokenCounter for LazyWordPiece {
+    fn count(&self, text: &str) -> usize {
+        self.counter().count(text)
+    }
+
+    /// `[CLS]` and `[SEP]`, as [`WordPiece`] and [`Estimate`] both say: known unparsed
+    /// (the chunker asks when it is made).
+    fn special_tokens(&self) -> usize {
+        2
+    }
+
+    fn id(&self) -> String {
+        self.id.clone()
+    }
+}
+
 impl TokenCounter for WordPiece {
     fn count(&self, text: &str) -> usize {
         let mut n = 0;
@@ -363,15 +477,49 @@ mod tests {
         assert_eq!(e.count(&format!("{a}\n{b}")), e.count(a) + e.count(b));
     }
 
+    const TINY_JSON: &str = r###"{"normalizer":{"type":"BertNormalizer","lowercase":true},
+         "model":{"type":"WordPiece","unk_token":"[UNK]","continuing_subword_prefix":"##",
+                  "max_input_chars_per_word":100,"vocab":{"[UNK]":0,"get":1,"##user":2}}}"###;
+
+    #[test]
+    fn lazy_tokenizer_names_the_file_at_once_and_parses_on_the_first_count() {
+        let dir = caret_test_support::TempDir::new();
+        dir.write("tokenizer.json", TINY_JSON);
+        let eager = WordPiece::from_model_dir(dir.path()).unwrap();
+        let lazy = LazyWordPiece::open(dir.path()).unwrap();
+        assert_eq!(lazy.id(), eager.id(), "the same name either way");
+        assert!(!lazy.is_loaded(), "opening reads the file but does not parse it");
+        assert_eq!(lazy.count("GetUser zzz"), eager.count("GetUser zzz"));
+        assert_eq!(lazy.count("GetUser zzz"), 3);
+        assert!(lazy.is_loaded());
+
+        // Another vocabulary is another name; vocab.txt is named apart from tokenizer.json.
+        let other = caret_test_support::TempDir::new();
+        other.write("tokenizer.json", &TINY_JSON.replace("\"get\"", "\"got\""));
+        assert_ne!(LazyWordPiece::open(other.path()).unwrap().id(), lazy.id());
+        let txt = caret_test_support::TempDir::new();
+        txt.write("vocab.txt", "[UNK]\nget\n##user\n");
+        let (lazy_txt, eager_txt) =
+            (LazyWordPiece::open(txt.path()).unwrap(), WordPiece::from_model_dir(txt.path()).unwrap());
+        assert_eq!(lazy_txt.id(), eager_txt.id());
+        assert_eq!(lazy_txt.count("GetUser"), 2);
+
+        // A file that does not parse counts as the estimate does, under the file's name.
+        let broken = caret_test_support::TempDir::new();
+        broken.write("tokenizer.json", "{not json");
+        assert!(WordPiece::from_model_dir(broken.path()).is_err());
+        let lazy_broken = LazyWordPiece::open(broken.path()).unwrap();
+        assert!(lazy_broken.id().starts_with("wordpiece-"));
+        assert_eq!(lazy_broken.count("fn get_user_by_id() {}"), Estimate.count("fn get_user_by_id() {}"));
+        // A directory without either file is an error at once, as the eager load's.
+        let empty = caret_test_support::TempDir::new();
+        assert!(LazyWordPiece::open(empty.path()).is_err());
+    }
+
     #[test]
     fn loads_tokenizer_json() {
         let dir = caret_test_support::TempDir::new();
-        let path = dir.write(
-            "tokenizer.json",
-            r###"{"normalizer":{"type":"BertNormalizer","lowercase":true},
-                 "model":{"type":"WordPiece","unk_token":"[UNK]","continuing_subword_prefix":"##",
-                          "max_input_chars_per_word":100,"vocab":{"[UNK]":0,"get":1,"##user":2}}}"###,
-        );
+        let path = dir.write("tokenizer.json", TINY_JSON);
         let wp = WordPiece::from_tokenizer_json(&path).unwrap();
         assert_eq!(wp.count("GetUser"), 2);
         let bad = dir.write("bpe.json", r#"{"model":{"type":"BPE","vocab":{}}}"#);

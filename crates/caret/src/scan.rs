@@ -88,6 +88,9 @@ pub fn run(config: &Config, args: ScanArgs) -> anyhow::Result<ExitCode> {
             print_explain(&report);
         }
     }
+    // The process ends next: its exit frees the report's and the cache's tens of thousands of
+    // paths at once, where dropping them one by one costs ~2 ms of a 60 ms scan.
+    std::mem::forget((report, cache, scanner));
     Ok(ExitCode::SUCCESS)
 }
 

@@ -102,6 +102,82 @@ fn warm_scan_reads_nothing_and_a_change_reads_one_file() {
 }
 
 #[test]
+fn the_root_hash_is_kept_in_the_cache_and_reused_only_while_nothing_changed() {
+    let dir = workspace();
+    let s = scanner();
+    let mut cache = StatCache::default();
+    let cold = s.scan(dir.path(), &mut cache).unwrap();
+    assert_eq!(cold.root_hash(), cold.tree().root_hash());
+    assert_eq!(cache.root, Some(cold.root_hash()), "recorded with the entries");
+    assert!(cold.stats.cache_changed);
+
+    // Nothing changed: the recorded root is the answer (a planted one shows it is used).
+    let warm = s.scan(dir.path(), &mut cache).unwrap();
+    assert_eq!(warm.root_hash(), cold.root_hash());
+    assert!(!warm.stats.cache_changed, "nothing to save");
+    let planted = ContentHash::of(b"planted");
+    cache.root = Some(planted);
+    assert_eq!(s.scan(dir.path(), &mut cache).unwrap().root_hash(), planted);
+    cache.root = Some(cold.root_hash());
+
+    // A file gone and another new, with one unreadable: the root is hashed again, and the
+    // cache keeps entries for exactly the files there are.
+    dir.remove("README.md");
+    dir.write("NOTES.md", "# Notes\n");
+    dir.write("locked.rs", "fn locked() {}\n");
+    dir.backdate(10);
+    std::fs::set_permissions(dir.path().join("locked.rs"), std::os::unix::fs::PermissionsExt::from_mode(0o000))
+        .unwrap();
+    let readable_as_root = std::fs::read(dir.path().join("locked.rs")).is_ok();
+    let after = s.scan(dir.path(), &mut cache).unwrap();
+    assert_eq!(after.root_hash(), after.tree().root_hash());
+    assert_ne!(after.root_hash(), cold.root_hash());
+    assert_eq!(cache.root, Some(after.root_hash()));
+    assert!(!cache.entries.contains_key(&RelPath::from_bytes("README.md")), "the gone file's entry is dropped");
+    if !readable_as_root {
+        assert!(after.skipped.iter().any(|k| k.path.to_string() == "locked.rs"));
+    }
+
+    // Back as it was: the same files as the first scan, so its root again, hashed anew.
+    std::fs::remove_file(dir.path().join("locked.rs")).unwrap();
+    dir.remove("NOTES.md");
+    dir.write("README.md", "# Demo\n\nA demo.\n");
+    dir.backdate(10);
+    let back = s.scan(dir.path(), &mut cache).unwrap();
+    assert_eq!(back.root_hash(), cold.root_hash());
+    assert_eq!(s.scan(dir.path(), &mut cache).unwrap().root_hash(), cold.root_hash());
+}
+
+#[test]
+fn a_scan_that_chunks_nothing_never_parses_the_tokenizer() {
+    let model = TempDir::new();
+    model.write(
+        "tokenizer.json",
+        r#"{"normalizer":{"lowercase":true},"model":{"type":"WordPiece","vocab":{"[UNK]":0,"pub":1,"fn":2}}}"#,
+    );
+    let scanner_with = |counter: Arc<crate::tokens::LazyWordPiece>| {
+        let walk = WalkConfig { global_excludes: None, ..WalkConfig::default() };
+        Scanner::new(walk, Chunker::new(ChunkConfig::default(), counter), Depth::Full)
+    };
+    let dir = workspace();
+    let mut cache = StatCache::default();
+    let first = Arc::new(crate::tokens::LazyWordPiece::open(model.path()).unwrap());
+    scanner_with(first.clone()).scan(dir.path(), &mut cache).unwrap();
+    assert!(first.is_loaded(), "a first scan chunks, so it counts tokens");
+
+    // A new process: the same model, the cache from disk, nothing changed.
+    let second = Arc::new(crate::tokens::LazyWordPiece::open(model.path()).unwrap());
+    let warm = scanner_with(second.clone()).scan(dir.path(), &mut cache).unwrap();
+    assert_eq!((warm.stats.files_read, warm.stats.cache_hits), (0, 7), "the cache trusted: same fingerprint");
+    assert!(!second.is_loaded(), "nothing to chunk, nothing parsed");
+
+    dir.write("src/new.rs", "pub fn new() {}\n");
+    dir.backdate(10);
+    scanner_with(second.clone()).scan(dir.path(), &mut cache).unwrap();
+    assert!(second.is_loaded(), "a changed file is chunked");
+}
+
+#[test]
 fn recently_modified_files_are_not_trusted() {
     let dir = workspace();
     let s = scanner();
