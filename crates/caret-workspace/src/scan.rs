@@ -266,11 +266,16 @@ impl Scanner {
                 };
             }
             // Every walked file now has an entry but the unreadable; more entries are files
-            // gone, whose entries go (so the cache indexes exactly `files`, as its root says).
+            // gone or now ignored, whose entries go: the cache indexes exactly `files`, as
+            // its root says (an indexed file newly ignored was kept before, and reported
+            // deleted again by every scan).
             if cache.entries.len() > walked_count - unreadable {
-                let present: std::collections::HashSet<&RelPath> =
-                    files.iter().map(|f| &f.path).chain(skipped.iter().map(|s| &s.path)).collect();
-                cache.entries.retain(|p, _| present.contains(p));
+                let indexed: std::collections::HashSet<&RelPath> = files.iter().map(|f| &f.path).collect();
+                let other: std::collections::HashSet<&RelPath> = skipped.iter().map(|s| &s.path).collect();
+                cache.entries.retain(|p, e| match e.outcome {
+                    Outcome::Indexed { .. } => indexed.contains(p),
+                    _ => other.contains(p),
+                });
                 stats.cache_changed = true;
             }
         }

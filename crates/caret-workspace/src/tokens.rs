@@ -320,8 +320,11 @@ enum SourceKind {
 impl Source {
     fn of_model_dir(dir: &Path) -> Result<Source> {
         let json = dir.join("tokenizer.json");
-        let (path, kind) =
-            if json.exists() { (json, SourceKind::TokenizerJson) } else { (dir.join("vocab.txt"), SourceKind::VocabTxt) };
+        let (path, kind) = if json.exists() {
+            (json, SourceKind::TokenizerJson)
+        } else {
+            (dir.join("vocab.txt"), SourceKind::VocabTxt)
+        };
         let bytes = std::fs::read(&path).map_err(|e| Error::io("reading", &path, e))?;
         Ok(Source { path, kind, bytes })
     }

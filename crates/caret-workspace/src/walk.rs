@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use ignore::Match;
-use rayon::slice::ParallelSliceMut as _;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
+use rayon::slice::ParallelSliceMut as _;
 
 use crate::{Error, RelPath, Result};
 

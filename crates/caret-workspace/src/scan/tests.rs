@@ -138,6 +138,19 @@ fn the_root_hash_is_kept_in_the_cache_and_reused_only_while_nothing_changed() {
         assert!(after.skipped.iter().any(|k| k.path.to_string() == "locked.rs"));
     }
 
+    // An indexed file newly ignored leaves the index once, not on every scan after.
+    dir.write(".gitignore", "*.tmp\nNOTES.md\n");
+    dir.backdate(10);
+    let ignored = s.scan(dir.path(), &mut cache).unwrap();
+    let deleted =
+        |r: &ScanReport| r.changes.as_ref().unwrap().deleted.iter().map(ToString::to_string).collect::<Vec<_>>();
+    assert_eq!(deleted(&ignored), ["NOTES.md"]);
+    let again = s.scan(dir.path(), &mut cache).unwrap();
+    assert!(again.changes.as_ref().unwrap().is_empty(), "{:?}", again.changes);
+    assert_eq!(again.root_hash(), ignored.root_hash());
+    assert_eq!(again.root_hash(), again.tree().root_hash());
+    dir.write(".gitignore", "*.tmp\n");
+
     // Back as it was: the same files as the first scan, so its root again, hashed anew.
     std::fs::remove_file(dir.path().join("locked.rs")).unwrap();
     dir.remove("NOTES.md");
