@@ -494,18 +494,23 @@ fn tally(done: Vec<Done>) -> Tally {
     t
 }
 
-/// The nice value of the load's threads.
+/// The nice value of the load's threads where the kernel will not run them only when idle.
 const LOAD_NICE: i32 = 10;
 
 /// The runtime the simulated developers run on: its threads (workers, blocking ones, and those
-/// they start: a scan's) yield to the server's and the model double's on a machine they share,
-/// so that the server's figures are its own. The server and the double are started from other
-/// threads, at the priority `caret bench` was started with (a child process inherits its
-/// starting thread's).
+/// they start: a scan's) run only on cores the server, the model double, PostgreSQL and moto
+/// leave idle (`SCHED_IDLE`; nice 10 where that is refused), so that the server's figures are
+/// its own: on a real installation the developers' scans run on their own machines. The
+/// server and the double are started from other threads, at the priority `caret bench` was
+/// started with (a child process inherits its starting thread's).
 fn load_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .on_thread_start(|| caret_server::compartment::set_thread_nice(LOAD_NICE))
+        .on_thread_start(|| {
+            if caret_host::runtime::run_only_when_idle().is_err() {
+                caret_server::compartment::set_thread_nice(LOAD_NICE);
+            }
+        })
         .build()?;
     Ok(rt)
 }

@@ -73,13 +73,29 @@ impl Browser {
 }
 
 impl Browser {
-    /// Saves what the page looks like now (PNG).
+    /// Saves what the page looks like now (PNG). The driver may time out capturing a page
+    /// still painting on a busy machine: tried three times, a second apart, then the
+    /// driver's error is the failure.
     pub fn screenshot(&self, to: &Path) {
         use base64::Engine as _;
-        let r: Value =
-            self.http.get(format!("{}/session/{}/screenshot", self.url, self.session)).send().unwrap().json().unwrap();
-        let png = base64::engine::general_purpose::STANDARD.decode(r["value"].as_str().unwrap()).unwrap();
-        std::fs::write(to, png).unwrap();
+        let mut last = Value::Null;
+        for _ in 0..3 {
+            let r: Value = self
+                .http
+                .get(format!("{}/session/{}/screenshot", self.url, self.session))
+                .send()
+                .unwrap()
+                .json()
+                .unwrap();
+            if let Some(b64) = r["value"].as_str() {
+                let png = base64::engine::general_purpose::STANDARD.decode(b64).unwrap();
+                std::fs::write(to, png).unwrap();
+                return;
+            }
+            last = r;
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
+        panic!("the driver took no screenshot: {last}");
     }
 }
 
