@@ -174,8 +174,7 @@ impl WordPiece {
 
     /// Loads a Hugging Face `tokenizer.json` whose model is WordPiece.
     pub fn from_tokenizer_json(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|e| Error::io("reading", path, e))?;
-        Source { path: path.to_path_buf(), kind: SourceKind::TokenizerJson, bytes }.parse()
+        Source::read(path.to_path_buf(), SourceKind::TokenizerJson)?.parse()
     }
 
     fn parse_tokenizer_json(path: &Path, text: &str) -> Result<Self> {
@@ -304,11 +303,13 @@ impl WordPiece {
     }
 }
 
-/// Which file of a model directory a tokenizer comes from, and its bytes.
+/// Which file of a model directory a tokenizer comes from, its bytes and their digest (the
+/// tokenizer's name, known before and without parsing the file).
 struct Source {
     path: std::path::PathBuf,
     kind: SourceKind,
     bytes: Vec<u8>,
+    digest: String,
 }
 
 #[derive(Clone, Copy)]
@@ -325,20 +326,19 @@ impl Source {
         } else {
             (dir.join("vocab.txt"), SourceKind::VocabTxt)
         };
-        let bytes = std::fs::read(&path).map_err(|e| Error::io("reading", &path, e))?;
-        Ok(Source { path, kind, bytes })
+        Source::read(path, kind)
     }
 
-    /// The tokenizer's name: a digest of the file it is built from, so it is known before
-    /// (and without) parsing the file.
-    fn digest(&self) -> String {
+    fn read(path: std::path::PathBuf, kind: SourceKind) -> Result<Source> {
+        let bytes = std::fs::read(&path).map_err(|e| Error::io("reading", &path, e))?;
         let mut hasher = blake3::Hasher::new();
-        hasher.update(match self.kind {
+        hasher.update(match kind {
             SourceKind::TokenizerJson => b"tokenizer.json\n",
             SourceKind::VocabTxt => b"vocab.txt\n",
         });
-        hasher.update(&self.bytes);
-        hasher.finalize().to_hex()[..16].to_owned()
+        hasher.update(&bytes);
+        let digest = hasher.finalize().to_hex()[..16].to_owned();
+        Ok(Source { path, kind, bytes, digest })
     }
 
     fn parse(&self) -> Result<WordPiece> {
@@ -348,7 +348,7 @@ impl Source {
             SourceKind::TokenizerJson => WordPiece::parse_tokenizer_json(&self.path, text)?,
             SourceKind::VocabTxt => WordPiece::new(text.lines(), "##", true),
         };
-        tokenizer.digest = self.digest();
+        tokenizer.digest.clone_from(&self.digest);
         Ok(tokenizer)
     }
 }
@@ -361,20 +361,14 @@ impl Source {
 /// Should the file not parse when first used, the count falls back to [`Estimate`] (logged):
 /// the id still names the file, so chunks made then are remade once the file changes.
 pub struct LazyWordPiece {
-    id: String,
-    source: std::sync::Mutex<Option<Source>>,
+    source: Source,
     loaded: std::sync::OnceLock<Box<dyn TokenCounter>>,
 }
 
 impl LazyWordPiece {
     /// Reads (but does not parse) the tokenizer of a model directory.
     pub fn open(dir: &Path) -> Result<Self> {
-        let source = Source::of_model_dir(dir)?;
-        Ok(LazyWordPiece {
-            id: format!("wordpiece-{}", source.digest()),
-            source: std::sync::Mutex::new(Some(source)),
-            loaded: std::sync::OnceLock::new(),
-        })
+        Ok(LazyWordPiece { source: Source::of_model_dir(dir)?, loaded: std::sync::OnceLock::new() })
     }
 
     /// Whether the vocabulary has been parsed yet.
@@ -384,15 +378,11 @@ impl LazyWordPiece {
 
     fn counter(&self) -> &dyn TokenCounter {
         self.loaded
-            .get_or_init(|| {
-                let source = self.source.lock().unwrap_or_else(|p| p.into_inner()).take();
-                match source.map(|s| s.parse()) {
-                    Some(Ok(wp)) => Box::new(wp),
-                    Some(Err(err)) => {
-                        tracing::warn!(error = %err, "the embedding model's tokenizer is unusable; estimating tokens");
-                        Box::new(Estimate)
-                    }
-                    None => Box::new(Estimate),
+            .get_or_init(|| match self.source.parse() {
+                Ok(wp) => Box::new(wp),
+                Err(err) => {
+                    tracing::warn!(error = %err, "the embedding model's tokenizer is unusable; estimating tokens");
+                    Box::new(Estimate)
                 }
             })
             .as_ref()
@@ -401,7 +391,7 @@ impl LazyWordPiece {
 
 impl std::fmt::Debug for LazyWordPiece {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LazyWordPiece").field("id", &self.id).field("loaded", &self.is_loaded()).finish()
+        f.debug_struct("LazyWordPiece").field("id", &self.id()).field("loaded", &self.is_loaded()).finish()
     }
 }
 
@@ -417,7 +407,7 @@ impl TokenCounter for LazyWordPiece {
     }
 
     fn id(&self) -> String {
-        self.id.clone()
+        format!("wordpiece-{}", self.source.digest)
     }
 }
 

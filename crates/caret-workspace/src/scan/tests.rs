@@ -6,11 +6,15 @@ use caret_test_support::TempDir;
 
 use super::*;
 use crate::chunk::ChunkConfig;
-use crate::tokens::Estimate;
+use crate::tokens::{Estimate, TokenCounter};
 
 fn scanner() -> Scanner {
+    scanner_counting(Arc::new(Estimate))
+}
+
+fn scanner_counting(counter: Arc<dyn TokenCounter>) -> Scanner {
     let walk = WalkConfig { global_excludes: None, ..WalkConfig::default() };
-    Scanner::new(walk, Chunker::new(ChunkConfig::default(), Arc::new(Estimate)), Depth::Full)
+    Scanner::new(walk, Chunker::new(ChunkConfig::default(), counter), Depth::Full)
 }
 
 fn workspace() -> TempDir {
@@ -168,25 +172,21 @@ fn a_scan_that_chunks_nothing_never_parses_the_tokenizer() {
         "tokenizer.json",
         r#"{"normalizer":{"lowercase":true},"model":{"type":"WordPiece","vocab":{"[UNK]":0,"pub":1,"fn":2}}}"#,
     );
-    let scanner_with = |counter: Arc<crate::tokens::LazyWordPiece>| {
-        let walk = WalkConfig { global_excludes: None, ..WalkConfig::default() };
-        Scanner::new(walk, Chunker::new(ChunkConfig::default(), counter), Depth::Full)
-    };
     let dir = workspace();
     let mut cache = StatCache::default();
     let first = Arc::new(crate::tokens::LazyWordPiece::open(model.path()).unwrap());
-    scanner_with(first.clone()).scan(dir.path(), &mut cache).unwrap();
+    scanner_counting(first.clone()).scan(dir.path(), &mut cache).unwrap();
     assert!(first.is_loaded(), "a first scan chunks, so it counts tokens");
 
     // A new process: the same model, the cache from disk, nothing changed.
     let second = Arc::new(crate::tokens::LazyWordPiece::open(model.path()).unwrap());
-    let warm = scanner_with(second.clone()).scan(dir.path(), &mut cache).unwrap();
+    let warm = scanner_counting(second.clone()).scan(dir.path(), &mut cache).unwrap();
     assert_eq!((warm.stats.files_read, warm.stats.cache_hits), (0, 7), "the cache trusted: same fingerprint");
     assert!(!second.is_loaded(), "nothing to chunk, nothing parsed");
 
     dir.write("src/new.rs", "pub fn new() {}\n");
     dir.backdate(10);
-    scanner_with(second.clone()).scan(dir.path(), &mut cache).unwrap();
+    scanner_counting(second.clone()).scan(dir.path(), &mut cache).unwrap();
     assert!(second.is_loaded(), "a changed file is chunked");
 }
 
