@@ -1,6 +1,12 @@
-//! A next edit of its own kind: the import a new name needs. When the last edit brought in a
-//! name that the file neither imports nor uses anywhere else, and another open file imports
-//! it, the same import is predicted after the file's last import line (or at its top).
+//! Next edits about imports:
+//! - [`missing_import`]: the import a new name needs. When the last edit brought in a name
+//!   that the file neither imports nor uses anywhere else, and another open file imports it,
+//!   the same import is predicted after the file's last import line (or at its top).
+//! - [`superseded`]: the other half of an import moved. When the last edit made an import line
+//!   bind a name (`from typing import Any` → `from typing import Any, Literal`), another import
+//!   of that name in the file loses it: the line deleted when it bound nothing else
+//!   (`from ._typing import Literal`), else the name taken out of its list.
+//!
 //! Python (`import`, `from … import`), Rust (`use`) and JavaScript/TypeScript (`import … from`);
 //! other languages predict nothing.
 
@@ -52,6 +58,96 @@ impl Lang {
             },
         }
     }
+
+    /// A one-line import statement taken apart: the byte range of its list of items within
+    /// `line` and the name each item binds (`None`: `self`, a glob, a nested group). `None`
+    /// when `line` is no import complete on its line.
+    fn items(self, line: &str) -> Option<Import> {
+        let body = line.trim_end();
+        let lead = body.len() - body.trim_start().len();
+        let body = &body[lead..];
+        // The list's bounds within `body`, and how an item names what it binds.
+        let (from, to) = match self {
+            Lang::Python => {
+                if body.ends_with('\\') || body.contains('(') != body.contains(')') {
+                    return None;
+                }
+                let code = body.split(" #").next().unwrap_or(body).trim_end();
+                let start = if body.starts_with("from ") {
+                    code.find(" import ")? + 8
+                } else {
+                    code.strip_prefix("import ").map(|_| 7)?
+                };
+                let (mut from, mut to) = (start, code.len());
+                if code[from..].starts_with('(') && code.ends_with(')') {
+                    from += 1;
+                    to -= 1;
+                }
+                (from, to)
+            }
+            Lang::Rust => {
+                let code = body.strip_prefix("pub ").unwrap_or(body);
+                let skip = body.len() - code.len();
+                let code = code.strip_prefix("use ")?.strip_suffix(';')?;
+                let at = skip + 4;
+                match (code.find("::{"), code.ends_with('}')) {
+                    (Some(open), true) => {
+                        if code[open + 3..code.len() - 1].contains('{') {
+                            return None;
+                        }
+                        (at + open + 3, at + code.len() - 1)
+                    }
+                    (None, false) => (at, at + code.len()),
+                    _ => return None,
+                }
+            }
+            Lang::Script => {
+                let code = body.strip_prefix("import ")?;
+                let end = code.rfind(" from ")?;
+                let head = &code[..end];
+                let head_at = body.len() - code.len();
+                match (head.find('{'), head.rfind('}')) {
+                    (Some(open), Some(close)) if close > open => (head_at + open + 1, head_at + close),
+                    (None, None) => (head_at, head_at + end),
+                    _ => return None,
+                }
+            }
+        };
+        let list = &body[from..to];
+        let mut names = Vec::new();
+        let mut offset = from;
+        for item in list.split(',') {
+            let name = (!item.trim().is_empty()).then(|| self.binds(item.trim())).flatten();
+            names.push((lead + offset..lead + offset + item.len(), name));
+            offset += item.len() + 1;
+        }
+        Some(Import { list: lead + from..lead + to, items: names })
+    }
+
+    /// The name one item of an import's list binds.
+    fn binds(self, item: &str) -> Option<String> {
+        let item = match self {
+            Lang::Script => item.strip_prefix("type ").unwrap_or(item).trim(),
+            _ => item,
+        };
+        let name = match item.rsplit_once(" as ") {
+            Some((_, alias)) => alias.trim(),
+            None => match self {
+                // `import a.b` binds `a`; `from m import b` binds `b`.
+                Lang::Python => item.split('.').next()?,
+                Lang::Rust => item.rsplit("::").next()?,
+                Lang::Script => item,
+            },
+        };
+        (name != "self" && !name.is_empty() && name.chars().all(is_word)).then(|| name.to_owned())
+    }
+}
+
+/// An import statement on one line: its list's byte range, and each item's range and the name
+/// it binds.
+struct Import {
+    list: std::ops::Range<usize>,
+    items: Vec<(std::ops::Range<usize>, Option<String>)>,
 }
 
 fn is_word(c: char) -> bool {
@@ -109,6 +205,76 @@ pub fn missing_import(last: &Edit, path: &str, text: &str, others: &[(&str, &str
     None
 }
 
+/// The other half of an import moved: after `last`, which made an import line of `path` (now
+/// `text`) bind names it did not bind before, each other one-line import in the file that binds
+/// one of them without it — deleted when it binds nothing else, else rewritten without those
+/// names ([`Why::Moved`]).
+pub fn superseded(last: &Edit, path: &str, text: &str) -> Vec<Prediction> {
+    let Some(lang) = lang(path) else { return Vec::new() };
+    if last.path != path || last.new_lines.len() > 1000 {
+        return Vec::new();
+    }
+    let bound = |lines: &str| -> Vec<String> {
+        lines
+            .lines()
+            .filter(|l| lang.is_import(l))
+            .filter_map(|l| lang.items(l))
+            .flat_map(|i| i.items.into_iter().filter_map(|(_, n)| n))
+            .collect()
+    };
+    let before = bound(&last.old_lines);
+    let mut moved = bound(&last.new_lines);
+    moved.retain(|n| !before.contains(n));
+    if moved.is_empty() {
+        return Vec::new();
+    }
+    // The edited lines, now: from the start of the edit's line, as long as its new lines.
+    let own_start = text[..last.start.min(text.len())].rfind('\n').map_or(0, |i| i + 1);
+    let own = own_start..own_start + last.new_lines.len();
+    let mut out = Vec::new();
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let at = offset;
+        offset += line.len();
+        if own.contains(&at) || !lang.is_import(line) {
+            continue;
+        }
+        let Some(import) = lang.items(line.trim_end_matches('\n')) else { continue };
+        let taken = |n: &Option<String>| n.as_ref().is_some_and(|n| moved.contains(n));
+        if !import.items.iter().any(|(_, n)| taken(n)) {
+            continue;
+        }
+        let kept: Vec<&str> = import
+            .items
+            .iter()
+            .filter(|(_, n)| !taken(n))
+            .map(|(r, _)| line[r.clone()].trim())
+            .filter(|i| !i.is_empty())
+            .collect();
+        let content = line.trim_end_matches('\n');
+        let default_import = lang == Lang::Script && line[..import.list.start].contains(',');
+        let (end, replacement) = if kept.is_empty() && !default_import {
+            (offset, String::new())
+        } else {
+            let list = &content[import.list.clone()];
+            let spaced = |s: &str| format!(" {s} ");
+            let joined = kept.join(", ");
+            let new_list = match lang {
+                Lang::Script if list.starts_with(' ') => spaced(&joined),
+                _ => joined,
+            };
+            let mut rewritten = format!("{}{new_list}{}", &content[..import.list.start], &content[import.list.end..]);
+            // `use a::{b};` is written `use a::b;`.
+            if lang == Lang::Rust && kept.len() == 1 {
+                rewritten = rewritten.replacen(&format!("::{{{}}}", kept[0]), &format!("::{}", kept[0]), 1);
+            }
+            (at + content.len(), rewritten)
+        };
+        out.push(Prediction { path: path.to_owned(), start: at, end, replacement, why: Why::Moved });
+    }
+    out
+}
+
 fn lang_of_same(path: &str, lang: Lang) -> bool {
     self::lang(path) == Some(lang)
 }
@@ -145,5 +311,66 @@ mod tests {
         assert_eq!(Lang::Python.narrowed(py, "Thing"), "from a.b import Thing");
         let ts = "import { a, useState } from 'react';";
         assert_eq!(Lang::Script.narrowed(ts, "useState"), "import { useState } from 'react';");
+    }
+
+    fn superseded_after(path: &str, before: &str, after: &str) -> Vec<String> {
+        let last = edit_of(path, before, after);
+        superseded(&last, path, after).iter().map(|p| p.apply(after)).collect()
+    }
+
+    #[test]
+    fn a_name_imported_anew_leaves_its_old_import() {
+        // Python: the old import bound only the name: deleted; bound others too: narrowed.
+        let before = "from typing import Any\nfrom ._typing import Literal\n\nx: Literal[1]\n";
+        let after = before.replace("import Any\n", "import Any, Literal\n");
+        assert_eq!(superseded_after("a.py", before, &after), ["from typing import Any, Literal\n\nx: Literal[1]\n"]);
+        let before = "import os\nfrom typing_extensions import Protocol, Self  # compat\n";
+        let after = format!("from typing import Self\n{before}");
+        let p = superseded(&edit_of("a.py", before, &after), "a.py", &after);
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].why, Why::Moved);
+        assert_eq!(
+            p[0].apply(&after),
+            "from typing import Self\nimport os\nfrom typing_extensions import Protocol  # compat\n"
+        );
+        // A name the edited line bound before is no move; nor is an import of another name.
+        let before = "from a import x, y\nfrom b import y\nfrom c import z\n";
+        let after = before.replacen("x, y", "x, y, w", 1);
+        assert!(superseded_after("a.py", before, &after).is_empty());
+        // `import datetime` and `from datetime import datetime` bind the same name.
+        let before = "import os\nfrom datetime import datetime\n";
+        let after = format!("import datetime\n{before}");
+        assert_eq!(superseded_after("a.py", before, &after), ["import datetime\nimport os\n"]);
+    }
+
+    #[test]
+    fn a_moved_import_in_typescript_and_rust() {
+        let before = "import { globalObject } from '@x/util'\nimport { Observable, merge } from '../tools/observable'\nimport type { Ctx } from '../ctx'\n";
+        let after = before.replacen("{ globalObject }", "{ globalObject, Observable }", 1);
+        assert_eq!(
+            superseded_after("a.ts", before, &after),
+            [
+                "import { globalObject, Observable } from '@x/util'\nimport { merge } from '../tools/observable'\nimport type { Ctx } from '../ctx'\n"
+            ]
+        );
+        let after = before.replacen("{ globalObject }", "{ globalObject, Observable, merge }", 1);
+        assert_eq!(
+            superseded_after("a.ts", before, &after),
+            ["import { globalObject, Observable, merge } from '@x/util'\nimport type { Ctx } from '../ctx'\n"]
+        );
+        let before = "use std::fmt;\nuse unic::{CharRange, Other};\nuse lazy::Lazy;\n";
+        let after = format!("use crate::range::CharRange;\n{before}");
+        assert_eq!(
+            superseded_after("src/a.rs", before, &after),
+            ["use crate::range::CharRange;\nuse std::fmt;\nuse unic::Other;\nuse lazy::Lazy;\n"]
+        );
+        let after = format!("use crate::lazy::Lazy as Lazy;\n{before}");
+        assert_eq!(
+            superseded_after("src/a.rs", before, &after),
+            ["use crate::lazy::Lazy as Lazy;\nuse std::fmt;\nuse unic::{CharRange, Other};\n"]
+        );
+        // Another language, or no import made: nothing.
+        assert!(superseded_after("a.go", "import \"fmt\"\n", "import \"fmt\"\nimport \"os\"\n").is_empty());
+        assert!(superseded_after("a.py", "from a import b\nx = 1\n", "from a import b\nx = b\n").is_empty());
     }
 }

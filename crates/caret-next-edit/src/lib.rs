@@ -161,7 +161,8 @@ pub fn predict(
 }
 
 /// The rules' predictions after `last` in `path` (now `text`): the last edit repeated (`next_edit::candidates`), the
-/// call sites of a changed signature, the import a new name needs, then the edit again where
+/// call sites of a changed signature, the import a new name needs, the other half of an import
+/// moved (`imports::superseded`), then the edit again where
 /// its lines recur with other names ([`template`]), lines moved ([`moves`]) and the analogous
 /// rewrites and deletions within the candidates' reach ([`analogous`]).
 /// In the files open beside it (`others`), a renamed name's uses and a changed signature's
@@ -177,6 +178,7 @@ fn beyond_repeats(last: &Edit, path: &str, text: &str, others: &[(&str, &str)]) 
     use caret_complete::{calls, imports, next_edit};
     let mut out = calls::call_sites(last, path, text, others);
     out.extend(imports::missing_import(last, path, text, &[]));
+    out.extend(imports::superseded(last, path, text));
     out.extend(template::predictions(last, path, text));
     out.extend(moves::predictions(last, path, text));
     out.extend(analogous::predictions(last, path, text));
@@ -202,13 +204,25 @@ pub fn served(
     others: &[(&str, &str)],
     repeats: Vec<Prediction>,
 ) -> Option<Prediction> {
+    served_by(Ranker::shipped(), last, path, text, others, repeats)
+}
+
+/// [`served`] with these weights (for their training and its measures).
+pub fn served_by(
+    ranker: &Ranker,
+    last: &Edit,
+    path: &str,
+    text: &str,
+    others: &[(&str, &str)],
+    repeats: Vec<Prediction>,
+) -> Option<Prediction> {
     let nearest = repeats.first().cloned();
     if caret_complete::next_edit::renamed(last).is_some() && nearest.is_some() {
         return nearest;
     }
     let mut rules = repeats;
     rules.extend(beyond_repeats(last, path, text, others));
-    let placed = predict(Ranker::shipped(), last, path, text, others, &rules)?;
+    let placed = predict(ranker, last, path, text, others, &rules)?;
     match nearest {
         Some(nearest) if placed.why == Why::Repeat && placed.path == path => Some(nearest),
         _ => Some(placed),
