@@ -283,7 +283,42 @@ pub fn candidates(last: &Edit, path: &str, text: &str, cursor: usize) -> Vec<Pre
         out.extend(at_line_starts(last, path, text));
     }
     out.sort_by_key(|p| if p.start >= cursor { (0, p.start - cursor) } else { (1, cursor - p.start) });
+    like_the_edit_first(last, text, &mut out);
     out
+}
+
+/// Orders each line's predictions (adjacent in `out`) by how much of the edit's own line
+/// stands around them: the text before the edit on its line (indentation aside) against the
+/// text before each, from the end, and the text after against the text after, from the start (`dest_dir=dest_dir,`
+/// after `dest_dir,` → `dest,` repeats at the second `dest_dir`, followed by `,` as the edit
+/// was). Ties keep their order.
+fn like_the_edit_first(last: &Edit, text: &str, out: &mut [Prediction]) {
+    const REACH: usize = 40;
+    let line_of = |at: usize| {
+        let at = at.min(text.len());
+        let from = text[..at].rfind('\n').map_or(0, |i| i + 1);
+        (from, text[at..].find('\n').map_or(text.len(), |i| at + i))
+    };
+    let end = (last.start + last.new.len()).min(text.len());
+    let (from, to) = line_of(last.start);
+    // (Indentation is no context: lines of any depth compare alike.)
+    let (before, after) = (text[from..last.start.min(text.len())].trim_start(), &text[end.max(from)..to.max(end)]);
+    let likeness = |p: &Prediction| {
+        let (from, to) = line_of(p.start);
+        let (b, a) = (text[from..p.start].trim_start(), &text[p.end.min(to)..to]);
+        let back = before.bytes().rev().zip(b.bytes().rev()).take(REACH).take_while(|(x, y)| x == y).count();
+        let ahead = after.bytes().zip(a.bytes()).take(REACH).take_while(|(x, y)| x == y).count();
+        back + ahead
+    };
+    let mut i = 0;
+    while i < out.len() {
+        let line = line_of(out[i].start).0;
+        let run = out[i..].iter().take_while(|p| line_of(p.start).0 == line).count();
+        if run > 1 {
+            out[i..i + run].sort_by_key(|p| std::cmp::Reverse(likeness(p)));
+        }
+        i += run;
+    }
 }
 
 /// The last edit's rename carried into other open files (`others`: path and text): where a
@@ -537,6 +572,25 @@ mod tests {
         let once = c[0].apply(&after);
         assert!(once.contains("let y = total + 1;") && once.contains("recount(count)"), "{once}");
         assert!(candidates(&e, "b.rs", &after, 0).is_empty(), "another file");
+    }
+
+    #[test]
+    fn of_two_repeats_on_a_line_the_one_that_stands_as_the_edit_did_goes_first() {
+        let before = "def f(\n    dest_dir,\n):\n    g(\n        dest_dir=dest_dir,\n    )\n";
+        let after = before.replacen("    dest_dir,", "    dest,", 1);
+        let e = diff("a.py", before, &after).unwrap();
+        assert_eq!((e.old.as_str(), e.new.as_str()), ("dest_dir", "dest"));
+        let c = candidates(&e, "a.py", &after, e.start + 4);
+        assert_eq!(c.len(), 2);
+        // The second `dest_dir` is followed by `,`, as the edited one was.
+        assert_eq!(c[0].apply(&after), after.replace("dest_dir=dest_dir,", "dest_dir=dest,"));
+        assert_eq!(c[1].apply(&after), after.replace("dest_dir=dest_dir,", "dest=dest_dir,"));
+        // On lines of their own, nearest first still.
+        let before = "x = old\ny = old\nz = old\n";
+        let after = before.replacen("x = old", "x = new", 1);
+        let e = diff("a.py", before, &after).unwrap();
+        let c = candidates(&e, "a.py", &after, e.start + 3);
+        assert_eq!(c.iter().map(|p| p.start).collect::<Vec<_>>(), [12, 20]);
     }
 
     #[test]
