@@ -73,7 +73,8 @@ pub enum Why {
     /// The last edit again where its lines recur with other names (or, for lines inserted,
     /// beside the likes of their neighbours).
     Again,
-    /// Lines the last edit inserted, deleted where they were (a move's other half).
+    /// Lines the last edit inserted, deleted where they were (a move's other half); or a name
+    /// an import line now binds, taken out of the other import of it ([`crate::imports`]).
     Moved,
 }
 

@@ -103,8 +103,10 @@ fn the_tui_completes_a_command_plans_it_and_builds_the_approved_plan() {
     tmux.keys(&["BTab"]);
     tmux.wait_for("plan mode");
     tmux.keys(&["Enter"]);
-    let screen = tmux.wait_for("Use + in add.sh");
-    assert!(screen.contains("Ctrl-Y"), "the plan says how to approve it:\n{screen}");
+    // The plan shows, then (when the agent's turn ends) how to approve it.
+    tmux.wait_for("Use + in add.sh");
+    let screen = tmux.wait_for("Ctrl-Y");
+    assert!(screen.contains("Use + in add.sh"), "the plan stays on the screen:\n{screen}");
     let planned = up.chats()[0].clone();
     assert!(planned["messages"].to_string().contains("Fix the bug in add.sh."), "the command expanded");
     assert!(!planned["tools"].to_string().contains("\"edit_file\""), "read-only tools while planning");
