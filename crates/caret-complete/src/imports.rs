@@ -133,8 +133,10 @@ impl Lang {
         let name = match item.rsplit_once(" as ") {
             Some((_, alias)) => alias.trim(),
             None => match self {
-                // `import a.b` binds `a`; `from m import b` binds `b`.
-                Lang::Python => item.split('.').next()?,
+                // `from m import b` binds `b`; `import a.b` binds `a` too, but beside an
+                // `import a` on purpose (the package and its module), so it moves nothing.
+                Lang::Python if item.contains('.') => return None,
+                Lang::Python => item,
                 Lang::Rust => item.rsplit("::").next()?,
                 Lang::Script => item,
             },
@@ -222,13 +224,21 @@ pub fn superseded(last: &Edit, path: &str, text: &str) -> Vec<Prediction> {
             .flat_map(|i| i.items.into_iter().filter_map(|(_, n)| n))
             .collect()
     };
-    let before = bound(&last.old_lines);
-    let mut moved = bound(&last.new_lines);
-    moved.retain(|n| !before.contains(n));
+    // Bound more often after the edit than before it (a line typed above an import of the
+    // same name can settle as an edit of both lines).
+    let mut before = bound(&last.old_lines);
+    let mut moved = Vec::new();
+    for name in bound(&last.new_lines) {
+        match before.iter().position(|b| *b == name) {
+            Some(i) => drop(before.swap_remove(i)),
+            None => moved.push(name),
+        }
+    }
     if moved.is_empty() {
         return Vec::new();
     }
-    // The edited lines, now: from the start of the edit's line, as long as its new lines.
+    // The edited lines, now: from the start of the edit's line, as long as its new lines; of
+    // those, a line that was there before is another import still.
     let own_start = text[..last.start.min(text.len())].rfind('\n').map_or(0, |i| i + 1);
     let own = own_start..own_start + last.new_lines.len();
     let mut out = Vec::new();
@@ -236,10 +246,11 @@ pub fn superseded(last: &Edit, path: &str, text: &str) -> Vec<Prediction> {
     for line in text.split_inclusive('\n') {
         let at = offset;
         offset += line.len();
-        if own.contains(&at) || !lang.is_import(line) {
+        let content = line.trim_end_matches('\n');
+        if own.contains(&at) && !last.old_lines.lines().any(|l| l == content) || !lang.is_import(line) {
             continue;
         }
-        let Some(import) = lang.items(line.trim_end_matches('\n')) else { continue };
+        let Some(import) = lang.items(content) else { continue };
         let taken = |n: &Option<String>| n.as_ref().is_some_and(|n| moved.contains(n));
         if !import.items.iter().any(|(_, n)| taken(n)) {
             continue;
@@ -251,10 +262,14 @@ pub fn superseded(last: &Edit, path: &str, text: &str) -> Vec<Prediction> {
             .map(|(r, _)| line[r.clone()].trim())
             .filter(|i| !i.is_empty())
             .collect();
-        let content = line.trim_end_matches('\n');
         let default_import = lang == Lang::Script && line[..import.list.start].contains(',');
         let (end, replacement) = if kept.is_empty() && !default_import {
             (offset, String::new())
+        } else if kept.is_empty() {
+            // `import X, { a } from 'm'` keeps its default: `import X from 'm'`.
+            let head = content[..import.list.start].trim_end_matches('{').trim_end().trim_end_matches(',');
+            let tail = content[import.list.end..].trim_start_matches('}').trim_start();
+            (at + content.len(), format!("{head} {tail}"))
         } else {
             let list = &content[import.list.clone()];
             let spaced = |s: &str| format!(" {s} ");
@@ -369,6 +384,17 @@ mod tests {
             superseded_after("src/a.rs", before, &after),
             ["use crate::lazy::Lazy as Lazy;\nuse std::fmt;\nuse unic::{CharRange, Other};\n"]
         );
+        // A default import stays when its braces empty.
+        let before = "import React, { useState } from 'react'\nimport { x } from './x'\n";
+        let after = format!("import {{ useState }} from 'preact/hooks'\n{before}");
+        assert_eq!(
+            superseded_after("a.tsx", before, &after),
+            ["import { useState } from 'preact/hooks'\nimport React from 'react'\nimport { x } from './x'\n"]
+        );
+        // `import os.path` beside `import os` is no move.
+        let before = "import os\nimport sys\n";
+        let after = format!("import os.path\n{before}");
+        assert!(superseded_after("a.py", before, &after).is_empty());
         // Another language, or no import made: nothing.
         assert!(superseded_after("a.go", "import \"fmt\"\n", "import \"fmt\"\nimport \"os\"\n").is_empty());
         assert!(superseded_after("a.py", "from a import b\nx = 1\n", "from a import b\nx = b\n").is_empty());
