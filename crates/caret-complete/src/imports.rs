@@ -247,7 +247,7 @@ pub fn superseded(last: &Edit, path: &str, text: &str) -> Vec<Prediction> {
         let at = offset;
         offset += line.len();
         let content = line.trim_end_matches('\n');
-        if own.contains(&at) && !last.old_lines.lines().any(|l| l == content) || !lang.is_import(line) {
+        if !lang.is_import(line) || own.contains(&at) && !last.old_lines.lines().any(|l| l == content) {
             continue;
         }
         let Some(import) = lang.items(content) else { continue };
@@ -271,13 +271,10 @@ pub fn superseded(last: &Edit, path: &str, text: &str) -> Vec<Prediction> {
             let tail = content[import.list.end..].trim_start_matches('}').trim_start();
             (at + content.len(), format!("{head} {tail}"))
         } else {
-            let list = &content[import.list.clone()];
-            let spaced = |s: &str| format!(" {s} ");
             let joined = kept.join(", ");
-            let new_list = match lang {
-                Lang::Script if list.starts_with(' ') => spaced(&joined),
-                _ => joined,
-            };
+            // TypeScript's `{ a, b }` keeps its spaces inside the braces.
+            let spaced = lang == Lang::Script && content[import.list.clone()].starts_with(' ');
+            let new_list = if spaced { format!(" {joined} ") } else { joined };
             let mut rewritten = format!("{}{new_list}{}", &content[..import.list.start], &content[import.list.end..]);
             // `use a::{b};` is written `use a::b;`.
             if lang == Lang::Rust && kept.len() == 1 {
