@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use axum::body::Bytes;
 use caret_client::state::WorkspaceState;
 use caret_client::sync::{SyncEngine, SyncOptions};
@@ -174,6 +175,7 @@ fn model_double(latency: Duration, counts: &Counts) -> anyhow::Result<String> {
     // of the cores, as the server's own do, so that its answers do not wait out the load's.)
     let own = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
+        .thread_name("model-double")
         .on_thread_start(caret_host::runtime::ask_short_slice)
         .enable_all()
         .build()?;
@@ -506,6 +508,8 @@ const LOAD_NICE: i32 = 10;
 fn load_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        // Named, so a scheduler's trace tells the load from the double in this process.
+        .thread_name("capacity-load")
         .on_thread_start(|| {
             if caret_host::runtime::run_only_when_idle().is_err() {
                 caret_server::compartment::set_thread_nice(LOAD_NICE);
@@ -513,6 +517,23 @@ fn load_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         })
         .build()?;
     Ok(rt)
+}
+
+/// The process's rayon pool, where a scan walks, hashes and chunks the workspace's files:
+/// like the load's runtime, on idle cores only. Its threads are the load's; left to rayon,
+/// the pool is built by whichever thread first uses it (the setup's first sync, at the
+/// priority `caret bench` was started with) and the developers' scans would then take the
+/// cores from the server at a normal priority.
+fn idle_scan_pool() -> anyhow::Result<()> {
+    rayon::ThreadPoolBuilder::new()
+        .thread_name(|i| format!("capacity-scan-{i}"))
+        .start_handler(|_| {
+            if caret_host::runtime::run_only_when_idle().is_err() {
+                caret_server::compartment::set_thread_nice(LOAD_NICE);
+            }
+        })
+        .build_global()
+        .context("the scans' thread pool was built before the load's (nothing may use rayon before)")
 }
 
 /// Whether the ramp makes the operation named `name`.
@@ -533,6 +554,7 @@ fn bench(config: &Config, args: &CapacityBench, scratch: &Path) -> anyhow::Resul
         let names: Vec<&str> = HOUR.iter().map(|(_, _, n)| *n).collect();
         anyhow::bail!("--ops: no operation is named {bad:?} (they are {})", names.join(", "));
     }
+    idle_scan_pool()?;
     let rt = load_runtime()?;
     let counts = Counts::default();
     let double = model_double(args.latency, &counts)?;
