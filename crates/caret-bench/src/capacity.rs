@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use axum::body::Bytes;
 use caret_client::state::WorkspaceState;
 use caret_client::sync::{SyncEngine, SyncOptions};
@@ -25,8 +24,10 @@ use caret_host::config::Config;
 use caret_protocol::SearchMode;
 use caret_workspace::scan::{Depth, Scanner};
 
+mod priority;
 mod trees;
 
+use priority::{idle_scan_pool, load_runtime};
 use trees::{comment, copy_base, edit, make_base};
 
 use crate::process::{Child, caret, start_serve};
@@ -494,46 +495,6 @@ fn tally(done: Vec<Done>) -> Tally {
         v.sort_by(f64::total_cmp);
     }
     t
-}
-
-/// The nice value of the load's threads where the kernel will not run them only when idle.
-const LOAD_NICE: i32 = 10;
-
-/// The runtime the simulated developers run on: its threads (workers, blocking ones, and those
-/// they start: a scan's) run only on cores the server, the model double, PostgreSQL and moto
-/// leave idle (`SCHED_IDLE`; nice 10 where that is refused), so that the server's figures are
-/// its own: on a real installation the developers' scans run on their own machines. The
-/// server and the double are started from other threads, at the priority `caret bench` was
-/// started with (a child process inherits its starting thread's).
-fn load_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        // Named, so a scheduler's trace tells the load from the double in this process.
-        .thread_name("capacity-load")
-        .on_thread_start(|| {
-            if caret_host::runtime::run_only_when_idle().is_err() {
-                caret_server::compartment::set_thread_nice(LOAD_NICE);
-            }
-        })
-        .build()?;
-    Ok(rt)
-}
-
-/// The process's rayon pool, where a scan walks, hashes and chunks the workspace's files:
-/// like the load's runtime, on idle cores only. Its threads are the load's; left to rayon,
-/// the pool is built by whichever thread first uses it (the setup's first sync, at the
-/// priority `caret bench` was started with) and the developers' scans would then take the
-/// cores from the server at a normal priority.
-fn idle_scan_pool() -> anyhow::Result<()> {
-    rayon::ThreadPoolBuilder::new()
-        .thread_name(|i| format!("capacity-scan-{i}"))
-        .start_handler(|_| {
-            if caret_host::runtime::run_only_when_idle().is_err() {
-                caret_server::compartment::set_thread_nice(LOAD_NICE);
-            }
-        })
-        .build_global()
-        .context("the scans' thread pool was built before the load's (nothing may use rayon before)")
 }
 
 /// Whether the ramp makes the operation named `name`.
