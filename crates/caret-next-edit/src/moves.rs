@@ -84,33 +84,21 @@ pub fn predictions(last: &Edit, path: &str, text: &str) -> Vec<Prediction> {
 /// (`edges`: above, below) where they stand beside the run, else by the blank line above a
 /// group the deletion empties.
 fn widened<'a>(
-    mut from: usize,
-    mut to: usize,
+    from: usize,
+    to: usize,
     edges: (usize, usize),
     line: &impl Fn(usize) -> &'a str,
     count: usize,
 ) -> (usize, usize) {
     let blank = |i: usize| line(i).trim().is_empty();
     if edges != (0, 0) {
-        for _ in 0..edges.0 {
-            if from == 0 || !blank(from - 1) {
-                break;
-            }
-            from -= 1;
-        }
-        for _ in 0..edges.1 {
-            if to >= count || !blank(to) {
-                break;
-            }
-            to += 1;
-        }
-        return (from, to);
+        let above = (0..from).rev().take(edges.0).take_while(|&i| blank(i)).count();
+        let below = (to..count).take(edges.1).take_while(|&i| blank(i)).count();
+        return (from - above, to + below);
     }
     let closes = |i: usize| i >= count || blank(i) || line(i).trim_start().starts_with([')', '}', ']']);
-    if from > 0 && blank(from - 1) && closes(to) {
-        from -= 1;
-    }
-    (from, to)
+    let above = usize::from(from > 0 && blank(from - 1) && closes(to));
+    (from - above, to)
 }
 
 #[cfg(test)]

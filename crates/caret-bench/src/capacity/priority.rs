@@ -7,6 +7,14 @@ use anyhow::Context as _;
 /// The nice value of the load's threads where the kernel will not run them only when idle.
 const LOAD_NICE: i32 = 10;
 
+/// Puts the calling thread on idle cores only (`SCHED_IDLE`), or at nice 10 where the kernel
+/// refuses it: what every thread of the load starts with.
+fn yield_to_all() {
+    if caret_host::runtime::run_only_when_idle().is_err() {
+        caret_server::compartment::set_thread_nice(LOAD_NICE);
+    }
+}
+
 /// The runtime the simulated developers run on: its threads (workers, blocking ones, and those
 /// they start: a scan's) run only on cores the server, the model double, PostgreSQL and moto
 /// leave idle (`SCHED_IDLE`; nice 10 where that is refused), so that the server's figures are
@@ -18,11 +26,7 @@ pub(super) fn load_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .enable_all()
         // Named, so a scheduler's trace tells the load from the double in this process.
         .thread_name("capacity-load")
-        .on_thread_start(|| {
-            if caret_host::runtime::run_only_when_idle().is_err() {
-                caret_server::compartment::set_thread_nice(LOAD_NICE);
-            }
-        })
+        .on_thread_start(yield_to_all)
         .build()?;
     Ok(rt)
 }
@@ -35,11 +39,7 @@ pub(super) fn load_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 pub(super) fn idle_scan_pool() -> anyhow::Result<()> {
     rayon::ThreadPoolBuilder::new()
         .thread_name(|i| format!("capacity-scan-{i}"))
-        .start_handler(|_| {
-            if caret_host::runtime::run_only_when_idle().is_err() {
-                caret_server::compartment::set_thread_nice(LOAD_NICE);
-            }
-        })
+        .start_handler(|_| yield_to_all())
         .build_global()
         .context("the scans' thread pool was built before the load's (nothing may use rayon before)")
 }
