@@ -240,23 +240,37 @@ fn generated_requests_get_no_server_error_and_no_other_tenants_data() {
     // One run's seed (schemathesis prints it; CARET_API_FUZZ_SEED replays it).
     let seed: u32 =
         std::env::var("CARET_API_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| fastrand::u32(..));
-    let out = schemathesis()
-        .current_dir(work.path())
-        .args(["--config-file", tests.join("api_schemathesis.toml").to_str().unwrap(), "run"])
-        .arg(format!("{}/openapi.json", server.url))
-        .args(["--url", &server.url, "--checks", "all", "--exclude-checks", "positive_data_acceptance"])
-        .args(["--max-examples", &examples().to_string(), "--request-timeout", "20", "--no-color"])
-        .args(["--seed", &seed.to_string(), "--generation-database", "none", "--workers", "1"])
-        .env("CARET_FUZZ_SEED", seed.to_string())
-        .env("SCHEMATHESIS_HOOKS", tests.join("api_hooks.py"))
-        .env("CARET_FUZZ_TENANT_TOKEN", &alice)
-        .env("CARET_FUZZ_OPERATOR_TOKEN", &operator)
-        .env("CARET_FUZZ_VICTIM", victim.to_string())
-        .output()
-        .unwrap();
-    let report = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    eprintln!("{report}");
-    assert!(out.status.success(), "schemathesis found failures (above)");
+    // Two runs side by side, each on about half of the operations (people, sign-in and runs;
+    // the rest): one run keeps a core busy, mostly in Python, so two halve the test's time.
+    let people = r"^/(v1/)?(admin|scim|auth|invitations|me|runs)(/|$)";
+    let runs: Vec<_> = [("--include-path-regex", people), ("--exclude-path-regex", people)]
+        .into_iter()
+        .map(|(filter, paths)| {
+            schemathesis()
+                .current_dir(work.path())
+                .args(["--config-file", tests.join("api_schemathesis.toml").to_str().unwrap(), "run"])
+                .arg(format!("{}/openapi.json", server.url))
+                .args(["--url", &server.url, "--checks", "all", "--exclude-checks", "positive_data_acceptance"])
+                .args(["--max-examples", &examples().to_string(), "--request-timeout", "20", "--no-color"])
+                .args(["--seed", &seed.to_string(), "--generation-database", "none", "--workers", "1"])
+                .args([filter, paths])
+                .env("CARET_FUZZ_SEED", seed.to_string())
+                .env("SCHEMATHESIS_HOOKS", tests.join("api_hooks.py"))
+                .env("CARET_FUZZ_TENANT_TOKEN", &alice)
+                .env("CARET_FUZZ_OPERATOR_TOKEN", &operator)
+                .env("CARET_FUZZ_VICTIM", victim.to_string())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for run in runs {
+        let out = run.wait_with_output().unwrap();
+        let report = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        eprintln!("{report}");
+        assert!(out.status.success(), "schemathesis found failures (above)");
+    }
 
     // The server is up, saw no 5xx, and every operation got its share of requests.
     assert_eq!(client.get(format!("{}/healthz", server.url)).send().unwrap().status(), 200);
