@@ -312,9 +312,11 @@ fn the_workspace_page_edits_completes_reloads_and_reviews_the_agents_changes() {
         .unwrap();
     assert_eq!(edited["text"], "def add(a, b):\n    return a + b  # the sum\n\nprint(add(1, 2))\n", "{edited}");
     assert_eq!(edited["format"], "search-replace");
-    let (_, sent) = up.last_request().unwrap();
-    let system = sent["messages"][0]["content"].as_str().unwrap_or_default().to_owned();
-    assert!(system.contains("Every comment ends with a full stop."), "{system}");
+    // The edit's own request (the page may have asked the model for something since).
+    let chats = up.chats();
+    let sent = chats.iter().rev().find(|c| c["messages"].to_string().contains("comment it"));
+    let system = sent.map(|c| c["messages"][0]["content"].as_str().unwrap_or_default()).unwrap_or_default();
+    assert!(system.contains("Every comment ends with a full stop."), "{chats:?}");
     // Grep, a hit at its line.
     let found: Value = c
         .get(format!("{}/api/search?mode=grep&q=Added%20by", ui.base))
