@@ -8,6 +8,10 @@
 //!   other line in reach; a line any substitution changes is a prediction (all of them applied
 //!   at once, as the first line had them). The rules' repeat finds one span per edit; this
 //!   finds several, and ones whose span does not recur whole.
+//! - **Spacing**: when the edit changed only white space between tokens (`; )` → `;)`, a
+//!   comment's `//     x` → `//\tx`, `\r\n` → `\n`), each changed gap becomes a pattern — the
+//!   token before it, the gap, and the token after it (any name, where that was a name) — and
+//!   the lines with such a gap are respaced alike.
 //! - **Deletion**: when the last edit deleted whole lines, a line of the same shape (names as
 //!   `a`, numbers as `0`) that shares a name with a deleted one is predicted deleted.
 
@@ -136,25 +140,156 @@ pub fn substitutions(old: &str, new: &str) -> Vec<(String, String)> {
     out
 }
 
-/// `line` with every substitution applied at whole-token boundaries, when any applies.
-fn substitute(line: &str, subs: &[(String, String)]) -> Option<String> {
-    let mut out = line.to_owned();
-    let mut changed = false;
-    for (from, to) in subs {
-        let mut at = 0;
-        while let Some(i) = out[at..].find(from.as_str()).map(|i| at + i) {
-            let end = i + from.len();
-            let left = !from.starts_with(is_word) || !out[..i].ends_with(is_word);
-            let right = !from.ends_with(is_word) || !out[end..].starts_with(is_word);
-            if left && right {
-                out.replace_range(i..end, to);
-                changed = true;
-                at = i + to.len();
-            } else {
-                at = end;
+/// What follows a respaced gap.
+#[derive(Debug, Clone, PartialEq)]
+enum After {
+    /// Any name.
+    Name,
+    /// This token.
+    Token(String),
+}
+
+/// A change of white space between two tokens: `before` + `old` + what `after` matches
+/// becomes `before` + `new` + it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spacing {
+    before: String,
+    old: String,
+    new: String,
+    after: After,
+}
+
+/// Spacing patterns kept from one edit.
+const MAX_SPACINGS: usize = 8;
+
+/// The spacing patterns of an edit that changed only white space within its lines (none
+/// when a token changed, or a line was joined or split).
+pub fn spacings(old: &str, new: &str) -> Vec<Spacing> {
+    if old == new || old.lines().count() > MAX_LINES || old.lines().count() != new.lines().count() {
+        return Vec::new();
+    }
+    let (ta, tb) = (tokens(old), tokens(new));
+    if ta.len() != tb.len() || ta.len() > 200 || ta.iter().zip(&tb).any(|(&(s, e), &(t, f))| old[s..e] != new[t..f]) {
+        return Vec::new();
+    }
+    let mut out: Vec<Spacing> = Vec::new();
+    for k in 0..ta.len().saturating_sub(1) {
+        let (gap_old, gap_new) = (&old[ta[k].1..ta[k + 1].0], &new[tb[k].1..tb[k + 1].0]);
+        if gap_old == gap_new {
+            continue;
+        }
+        let next = &old[ta[k + 1].0..ta[k + 1].1];
+        let spacing = if gap_old.contains('\n') || gap_new.contains('\n') {
+            // Across lines, only a carriage return dropped or added before the newline.
+            if gap_old.replace('\r', "") != gap_new.replace('\r', "") {
+                return Vec::new();
+            }
+            let cr = |g: &str| if g.contains("\r\n") { "\r" } else { "" };
+            Spacing {
+                before: String::new(),
+                old: cr(gap_old).to_owned(),
+                new: cr(gap_new).to_owned(),
+                after: After::Name,
+            }
+        } else {
+            let after = if next.starts_with(is_word) { After::Name } else { After::Token(next.to_owned()) };
+            Spacing {
+                before: old[ta[k].0..ta[k].1].to_owned(),
+                old: gap_old.to_owned(),
+                new: gap_new.to_owned(),
+                after,
+            }
+        };
+        if !out.contains(&spacing) {
+            out.push(spacing);
+        }
+    }
+    // A line ending's carriage return after the last token.
+    if let (Some(a), Some(b)) = (ta.last(), tb.last()) {
+        let (end_old, end_new) = (&old[a.1..], &new[b.1..]);
+        if end_old != end_new && end_old.replace('\r', "") == end_new.replace('\r', "") {
+            let cr = |g: &str| if g.starts_with('\r') { "\r" } else { "" };
+            let spacing = Spacing {
+                before: String::new(),
+                old: cr(end_old).to_owned(),
+                new: cr(end_new).to_owned(),
+                after: After::Name,
+            };
+            if !out.contains(&spacing) {
+                out.push(spacing);
             }
         }
     }
+    if out.len() > MAX_SPACINGS { Vec::new() } else { out }
+}
+
+/// `line` respaced by `spacings`, when any applies. A pattern with no token before it is a
+/// line ending's carriage return.
+fn respace(line: &str, spacings: &[Spacing]) -> Option<String> {
+    if spacings.is_empty() {
+        return None;
+    }
+    let mut out = line.to_owned();
+    for s in spacings.iter().filter(|s| s.before.is_empty()) {
+        if s.old == "\r" && out.ends_with('\r') {
+            out.pop();
+        } else if s.new == "\r" && !out.ends_with('\r') && !out.trim().is_empty() {
+            out.push('\r');
+        }
+    }
+    let t = tokens(&out);
+    let mut respaced = String::with_capacity(out.len());
+    let mut copied = 0;
+    for k in 0..t.len().saturating_sub(1) {
+        let (tok, gap, next) = (&out[t[k].0..t[k].1], &out[t[k].1..t[k + 1].0], &out[t[k + 1].0..t[k + 1].1]);
+        let fits = |s: &&Spacing| {
+            !s.before.is_empty()
+                && s.before == tok
+                && s.old == gap
+                && match &s.after {
+                    After::Name => next.starts_with(is_word),
+                    After::Token(x) => x == next,
+                }
+        };
+        if let Some(s) = spacings.iter().find(fits) {
+            respaced.push_str(&out[copied..t[k].1]);
+            respaced.push_str(&s.new);
+            copied = t[k + 1].0;
+        }
+    }
+    respaced.push_str(&out[copied..]);
+    (respaced != line).then_some(respaced)
+}
+
+/// `line` with every substitution applied at whole-token boundaries, when any applies: all at
+/// once, left to right (the longest where two start at one place), so that a swap or a chain
+/// (`new_x` → `x`, `x` → `base_x`) rewrites each name once, as the edit did.
+fn substitute(line: &str, subs: &[(String, String)]) -> Option<String> {
+    let mut out = String::with_capacity(line.len());
+    let (mut at, mut copied, mut changed) = (0, 0, false);
+    while at < line.len() {
+        let here = &line[at..];
+        let found = subs
+            .iter()
+            .filter(|(from, _)| {
+                !from.is_empty()
+                    && here.starts_with(from.as_str())
+                    && (!from.starts_with(is_word) || !line[..at].ends_with(is_word))
+                    && (!from.ends_with(is_word) || !line[at + from.len()..].starts_with(is_word))
+            })
+            .max_by_key(|(from, _)| from.len());
+        match found {
+            Some((from, to)) => {
+                out.push_str(&line[copied..at]);
+                out.push_str(to);
+                at += from.len();
+                copied = at;
+                changed = true;
+            }
+            None => at += here.chars().next().map_or(1, char::len_utf8),
+        }
+    }
+    out.push_str(&line[copied..]);
     (changed && out != line).then_some(out)
 }
 
@@ -164,23 +299,32 @@ pub fn predictions(last: &Edit, path: &str, text: &str) -> Vec<Prediction> {
     let Window { starts, first, end, lo, hi } = Window::of(last, text);
     let mut out = Vec::new();
     let subs = substitutions(&last.old_lines, &last.new_lines);
+    let spacing = spacings(&last.old_lines, &last.new_lines);
     let deleted: Vec<&str> = if last.new.trim().is_empty() && last.old.contains('\n') {
         last.old.lines().map(str::trim).filter(|l| l.len() >= 3).collect()
     } else {
         Vec::new()
     };
-    if subs.is_empty() && deleted.is_empty() {
+    if subs.is_empty() && spacing.is_empty() && deleted.is_empty() {
         return out;
     }
     let deleted_shapes: Vec<String> = deleted.iter().map(|l| crate::features::shape(l)).collect();
+    // The rewritten lines since the last line that was not (their predictions' places in `out`).
+    let mut run: Vec<usize> = Vec::new();
     for i in (lo..=hi).filter(|i| !(first..=end).contains(i)) {
+        if i == end + 1 {
+            // The edit's lines end a run.
+            block(&mut out, &mut run, text);
+        }
         let (start, stop) = (starts[i], line_end(&starts, text, i));
         let line = &text[start..stop];
-        if let Some(rewritten) = substitute(line, &subs) {
+        if let Some(rewritten) = substitute(line, &subs).or_else(|| respace(line, &spacing)) {
             let why = Why::Analogous;
             out.push(Prediction { path: path.to_owned(), start, end: stop, replacement: rewritten, why });
+            run.push(out.len() - 1);
             continue;
         }
+        block(&mut out, &mut run, text);
         let trimmed = line.trim();
         if !trimmed.is_empty()
             && deleted_shapes.contains(&crate::features::shape(trimmed))
@@ -198,7 +342,27 @@ pub fn predictions(last: &Edit, path: &str, text: &str) -> Vec<Prediction> {
             });
         }
     }
+    block(&mut out, &mut run, text);
     out
+}
+
+/// Consecutive lines rewritten alike (`run`, their predictions in `out`) are one prediction
+/// too, of the whole run, put before its first line's own: a block of like lines is mostly
+/// changed together.
+fn block(out: &mut Vec<Prediction>, run: &mut Vec<usize>, text: &str) {
+    if run.len() >= 2 {
+        let (first, last) = (&out[run[0]], &out[run[run.len() - 1]]);
+        let mut replacement = String::new();
+        for (n, &k) in run.iter().enumerate() {
+            if n > 0 {
+                replacement.push_str(&text[out[run[n - 1]].end..out[k].start]);
+            }
+            replacement.push_str(&out[k].replacement);
+        }
+        let whole = Prediction { end: last.end, replacement, ..first.clone() };
+        out.insert(run[0], whole);
+    }
+    run.clear();
 }
 
 #[cfg(test)]
@@ -225,13 +389,48 @@ mod tests {
         let before = "a = self.width * 2\nb = self.width + self.height * 2\nc = width\n";
         let (last, text) = after(before, "a = self.width * 2", "a = self.size * 3");
         let p = predictions(&last, "a.py", &text);
-        assert_eq!(p.len(), 2, "{p:?}");
-        assert_eq!(p[0].replacement, "b = self.size + self.height * 3");
-        assert_eq!(p[1].replacement, "c = size");
+        assert_eq!(p.len(), 3, "{p:?}");
+        assert_eq!(p[1].replacement, "b = self.size + self.height * 3");
+        assert_eq!(p[2].replacement, "c = size");
         assert_eq!(p[0].why, Why::Analogous);
+        // The two lines rewritten in a row are one prediction too, before the first's own.
+        assert_eq!(p[0].apply(&text), "a = self.size * 3\nb = self.size + self.height * 3\nc = size\n");
         // Whole tokens only: `widths` and `2x` are other tokens.
         let p = predictions(&last, "a.py", "a = self.size * 3\nb = widths + 2x\n");
         assert!(p.is_empty(), "{p:?}");
+        // A chain of renames (`new_styled` → `styled`, `styled` → `base_styled`) rewrites each
+        // name once, as the edit did.
+        let before = "import styled\nnew_styled = styled.bind(None)\nnew_styled.x = new_styled(1)\n";
+        let (last, text) = after(before, "new_styled = styled.bind", "styled = base_styled.bind");
+        let p = predictions(&last, "a.py", &text);
+        let line = p.iter().find(|p| p.replacement.contains(".x =")).unwrap();
+        assert_eq!(line.replacement, "styled.x = styled(1)");
+        // The lines above and below the edit are no run.
+        assert_eq!(p.len(), 2, "{p:?}");
+    }
+
+    #[test]
+    fn a_change_of_spacing_goes_to_the_lines_spaced_alike() {
+        let before = "for (; i < n; ) {\n  x(i);\n}\nfor (let j = 0; j < m; ) {\n  y(j);\n}\n";
+        let (last, text) = after(before, "for (; i < n; ) {", "for (; i < n;) {");
+        let p = predictions(&last, "a.ts", &text);
+        // `; )` closes up; `; j` keeps its space (the pattern's next token is `)`).
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(p[0].replacement, "for (let j = 0; j < m;) {");
+        // A comment's indentation after `//`, whatever name follows.
+        let before = "//     a := 1\n//     b := 2\nc := 3\n";
+        let (last, text) = after(before, "//     a", "//\ta");
+        let p = predictions(&last, "a.go", &text);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(p[0].replacement, "//\tb := 2");
+        // Carriage returns dropped.
+        let before = "x = 1\r\ny = 2\r\n";
+        let (last, text) = after(before, "x = 1\r\n", "x = 1\n");
+        let p = predictions(&last, "a.py", &text);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(p[0].apply(&text), "x = 1\ny = 2\n");
+        // A token changed too: not a spacing.
+        assert!(spacings("f(a )", "g(a)").is_empty());
     }
 
     #[test]
