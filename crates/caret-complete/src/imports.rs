@@ -6,9 +6,11 @@
 //!   bind a name (`from typing import Any` → `from typing import Any, Literal`), another import
 //!   of that name in the file loses it: the line deleted when it bound nothing else
 //!   (`from ._typing import Literal`), else the name taken out of its list.
+//! - [`rebound`]: an import that binds another name now (`import io/ioutil` → `import os`,
+//!   `use std::collections::HashMap` → `use indexmap::IndexMap`): the old name's uses, renamed.
 //!
 //! Python (`import`, `from … import`), Rust (`use`) and JavaScript/TypeScript (`import … from`);
-//! other languages predict nothing.
+//! [`rebound`] reads Go's quoted import paths too; other languages predict nothing.
 
 use crate::next_edit::{Edit, Prediction, Why};
 
@@ -287,6 +289,89 @@ pub fn superseded(last: &Edit, path: &str, text: &str) -> Vec<Prediction> {
     out
 }
 
+/// The name a Go import line binds: its alias, else its path's last element (a major
+/// version's `v2` passed over).
+fn go_binds(line: &str) -> Option<String> {
+    let l = line.trim();
+    let l = l.strip_prefix("import ").unwrap_or(l).trim_start();
+    let (alias, quoted) = match l.split_once(' ') {
+        Some((alias, rest)) => (Some(alias), rest.trim()),
+        None => (None, l),
+    };
+    let path = quoted.strip_prefix('"')?.strip_suffix('"')?;
+    let name = match alias {
+        Some(a) => a,
+        None => {
+            let mut parts = path.rsplit('/');
+            let last = parts.next()?;
+            let version = last.len() > 1 && last.starts_with('v') && last[1..].bytes().all(|b| b.is_ascii_digit());
+            if version { parts.next()? } else { last }
+        }
+    };
+    (name.chars().all(is_word) && !name.is_empty() && name != "_").then(|| name.to_owned())
+}
+
+/// The uses of a name an import no longer binds, renamed: after `last`, whose import lines in
+/// `path` (now `text`) bound one name before that they bind no longer and one that they did
+/// not, each other line that uses the old name (a whole word), not imported elsewhere in the
+/// file, with it renamed ([`Why::Analogous`]).
+pub fn rebound(last: &Edit, path: &str, text: &str) -> Vec<Prediction> {
+    let go = path.ends_with(".go");
+    let lang = lang(path);
+    if last.path != path || last.new_lines.len() > 1000 || !go && lang.is_none() {
+        return Vec::new();
+    }
+    let binds = |line: &str| -> Vec<String> {
+        match lang {
+            Some(lang) if lang.is_import(line) => {
+                lang.items(line).map(|i| i.items.into_iter().filter_map(|(_, n)| n).collect()).unwrap_or_default()
+            }
+            _ if go => go_binds(line).into_iter().collect(),
+            _ => Vec::new(),
+        }
+    };
+    let bound = |lines: &str| -> Vec<String> { lines.lines().flat_map(binds).collect() };
+    let (before, after) = (bound(&last.old_lines), bound(&last.new_lines));
+    let gone: Vec<&String> = before.iter().filter(|n| !after.contains(n)).collect();
+    let came: Vec<&String> = after.iter().filter(|n| !before.contains(n)).collect();
+    let ([old], [new]) = (gone.as_slice(), came.as_slice()) else { return Vec::new() };
+    if text.lines().any(|l| binds(l).contains(old)) {
+        return Vec::new();
+    }
+    let own_start = text[..last.start.min(text.len())].rfind('\n').map_or(0, |i| i + 1);
+    let own = own_start..own_start + last.new_lines.len();
+    let mut out = Vec::new();
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let at = offset;
+        offset += line.len();
+        let content = line.trim_end_matches('\n');
+        if own.contains(&at) || !binds(content).is_empty() {
+            continue;
+        }
+        let uses: Vec<usize> = occurrences(content, old).collect();
+        if uses.is_empty() {
+            continue;
+        }
+        let mut rewritten = String::with_capacity(content.len() + uses.len() * new.len());
+        let mut copied = 0;
+        for u in uses {
+            rewritten.push_str(&content[copied..u]);
+            rewritten.push_str(new);
+            copied = u + old.len();
+        }
+        rewritten.push_str(&content[copied..]);
+        out.push(Prediction {
+            path: path.to_owned(),
+            start: at,
+            end: at + content.len(),
+            replacement: rewritten,
+            why: Why::Analogous,
+        });
+    }
+    out
+}
+
 fn lang_of_same(path: &str, lang: Lang) -> bool {
     self::lang(path) == Some(lang)
 }
@@ -295,6 +380,42 @@ fn lang_of_same(path: &str, lang: Lang) -> bool {
 mod tests {
     use super::*;
     use crate::next_edit::edit_of;
+
+    #[test]
+    fn an_import_that_binds_another_name_renames_the_old_ones_uses() {
+        let rebound_after = |path: &str, before: &str, from: &str, to: &str| {
+            let after = before.replacen(from, to, 1);
+            let last = edit_of(path, before, &after);
+            let found = rebound(&last, path, &after);
+            // From the last to the first, so that each applies where it was found.
+            found.iter().rev().fold(after.clone(), |t, p| p.apply(&t))
+        };
+        let go = "import (\n\t\"fmt\"\n\t\"io/ioutil\"\n)\n\nfunc f() {\n\tb, _ := ioutil.ReadFile(\"x\")\n\tfmt.Println(ioutil.Discard, b)\n}\n";
+        assert_eq!(
+            rebound_after("a.go", go, "\"io/ioutil\"", "\"os\""),
+            go.replace("\"io/ioutil\"", "\"os\"").replace("ioutil.", "os.")
+        );
+        // A major version's element is no name: `github.com/a/yaml/v3` binds `yaml`.
+        assert_eq!(go_binds("\t\"github.com/a/yaml/v3\""), Some("yaml".to_owned()));
+        assert_eq!(go_binds("\tfs \"io/fs\""), Some("fs".to_owned()));
+        let py = "import pkg.internal as pi\n\nassert pi.READY\nx = pi.load(pi)\n";
+        assert_eq!(
+            rebound_after("a.py", py, "import pkg.internal as pi", "from pkg.internal import bases"),
+            "from pkg.internal import bases\n\nassert bases.READY\nx = bases.load(bases)\n"
+        );
+        let rs = "use std::collections::HashMap;\n\nstruct A(HashMap<u8, u8>);\n";
+        assert_eq!(
+            rebound_after("a.rs", rs, "use std::collections::HashMap;", "use indexmap::IndexMap;"),
+            "use indexmap::IndexMap;\n\nstruct A(IndexMap<u8, u8>);\n"
+        );
+        // Still imported by another line, or two names changed: nothing.
+        let twice = "import a as x\nfrom b import x\nx.go()\n";
+        let last = edit_of("a.py", twice, &twice.replacen("import a as x", "import a as y", 1));
+        assert!(rebound(&last, "a.py", &twice.replacen("import a as x", "import a as y", 1)).is_empty());
+        let two = "from m import a, b\na.go(b)\n";
+        let after = two.replacen("import a, b", "import c, d", 1);
+        assert!(rebound(&edit_of("a.py", two, &after), "a.py", &after).is_empty());
+    }
 
     #[test]
     fn a_new_name_brings_the_import_another_file_has() {

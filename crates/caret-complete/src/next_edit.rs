@@ -66,7 +66,8 @@ pub enum Why {
     Model,
     /// A place alone (nothing replaced, nothing inserted): the editor moves the cursor there.
     Jump,
-    /// The last edit's changes within its lines, carried to another line.
+    /// The last edit's changes within its lines, carried to another line (or a name an import
+    /// no longer binds, renamed in a use: [`crate::imports::rebound`]).
     Analogous,
     /// A line like one the last edit deleted, deleted.
     Delete,

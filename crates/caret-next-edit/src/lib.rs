@@ -162,7 +162,8 @@ pub fn predict(
 
 /// The rules' predictions after `last` in `path` (now `text`): the last edit repeated (`next_edit::candidates`), the
 /// call sites of a changed signature, the import a new name needs, the other half of an import
-/// moved (`imports::superseded`), then the edit again where
+/// moved (`imports::superseded`), the uses of a name an import no longer binds
+/// (`imports::rebound`), then the edit again where
 /// its lines recur with other names ([`template`]), lines moved ([`moves`]) and the analogous
 /// rewrites and deletions within the candidates' reach ([`analogous`]).
 /// In the files open beside it (`others`), a renamed name's uses and a changed signature's
@@ -179,6 +180,7 @@ fn beyond_repeats(last: &Edit, path: &str, text: &str, others: &[(&str, &str)]) 
     let mut out = calls::call_sites(last, path, text, others);
     out.extend(imports::missing_import(last, path, text, &[]));
     out.extend(imports::superseded(last, path, text));
+    out.extend(imports::rebound(last, path, text));
     out.extend(template::predictions(last, path, text));
     out.extend(moves::predictions(last, path, text));
     out.extend(analogous::predictions(last, path, text));
