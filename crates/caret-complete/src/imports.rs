@@ -192,15 +192,13 @@ pub fn missing_import(last: &Edit, path: &str, text: &str, others: &[(&str, &str
         // After the last line of the file's imports at its top (blank lines and comments
         // among them), else at the very top.
         let mut at = 0;
-        let mut offset = 0;
-        for line in text.split_inclusive('\n') {
+        for (start, line) in lines_at(text) {
             let t = line.trim();
             if lang.is_import(line) {
-                at = offset + line.len();
+                at = start + line.len();
             } else if !(t.is_empty() || t.starts_with('#') || t.starts_with("//")) {
                 break;
             }
-            offset += line.len();
         }
         let replacement =
             if at > 0 && !text[..at].ends_with('\n') { format!("\n{import}") } else { format!("{import}\n") };
@@ -239,15 +237,11 @@ pub fn superseded(last: &Edit, path: &str, text: &str) -> Vec<Prediction> {
     if moved.is_empty() {
         return Vec::new();
     }
-    // The edited lines, now: from the start of the edit's line, as long as its new lines; of
-    // those, a line that was there before is another import still.
-    let own_start = text[..last.start.min(text.len())].rfind('\n').map_or(0, |i| i + 1);
-    let own = own_start..own_start + last.new_lines.len();
+    // Of the edited lines, one that was there before is another import still.
+    let own = edited_lines(last, text);
     let mut out = Vec::new();
-    let mut offset = 0;
-    for line in text.split_inclusive('\n') {
-        let at = offset;
-        offset += line.len();
+    for (at, line) in lines_at(text) {
+        let offset = at + line.len();
         let content = line.trim_end_matches('\n');
         if !lang.is_import(line) || own.contains(&at) && !last.old_lines.lines().any(|l| l == content) {
             continue;
@@ -338,13 +332,9 @@ pub fn rebound(last: &Edit, path: &str, text: &str) -> Vec<Prediction> {
     if text.lines().any(|l| binds(l).contains(old)) {
         return Vec::new();
     }
-    let own_start = text[..last.start.min(text.len())].rfind('\n').map_or(0, |i| i + 1);
-    let own = own_start..own_start + last.new_lines.len();
+    let own = edited_lines(last, text);
     let mut out = Vec::new();
-    let mut offset = 0;
-    for line in text.split_inclusive('\n') {
-        let at = offset;
-        offset += line.len();
+    for (at, line) in lines_at(text) {
         let content = line.trim_end_matches('\n');
         if own.contains(&at) || !binds(content).is_empty() {
             continue;
@@ -370,6 +360,22 @@ pub fn rebound(last: &Edit, path: &str, text: &str) -> Vec<Prediction> {
         });
     }
     out
+}
+
+/// The bytes of the edited lines in `text` (after `last`): from the start of the edit's line,
+/// as long as its new lines.
+fn edited_lines(last: &Edit, text: &str) -> std::ops::Range<usize> {
+    let start = text[..last.start.min(text.len())].rfind('\n').map_or(0, |i| i + 1);
+    start..start + last.new_lines.len()
+}
+
+/// Each line of `text` with the byte it starts at (its newline included).
+fn lines_at(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.split_inclusive('\n').scan(0, |offset, line| {
+        let at = *offset;
+        *offset += line.len();
+        Some((at, line))
+    })
 }
 
 fn lang_of_same(path: &str, lang: Lang) -> bool {
