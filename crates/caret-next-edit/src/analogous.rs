@@ -7,7 +7,8 @@
 //!   no name, so that `a)` → `a, b)` is anchored — applied at whole-token boundaries to every
 //!   other line in reach; a line any substitution changes is a prediction (all of them applied
 //!   at once, as the first line had them). The rules' repeat finds one span per edit; this
-//!   finds several, and ones whose span does not recur whole.
+//!   finds several, and ones whose span does not recur whole. Lines rewritten in a row are
+//!   also one prediction of the whole run, before the first line's own.
 //! - **Spacing**: when the edit changed only white space between tokens (`; )` → `;)`, a
 //!   comment's `//     x` → `//\tx`, `\r\n` → `\n`), each changed gap becomes a pattern — the
 //!   token before it, the gap, and the token after it (any name, where that was a name) — and
