@@ -329,14 +329,16 @@ pub fn rebound(last: &Edit, path: &str, text: &str) -> Vec<Prediction> {
     let gone: Vec<&String> = before.iter().filter(|n| !after.contains(n)).collect();
     let came: Vec<&String> = after.iter().filter(|n| !before.contains(n)).collect();
     let ([old], [new]) = (gone.as_slice(), came.as_slice()) else { return Vec::new() };
-    if text.lines().any(|l| binds(l).contains(old)) {
-        return Vec::new();
-    }
     let own = edited_lines(last, text);
     let mut out = Vec::new();
     for (at, line) in lines_at(text) {
         let content = line.trim_end_matches('\n');
-        if own.contains(&at) || !binds(content).is_empty() {
+        let bound_here = binds(content);
+        if bound_here.contains(old) {
+            // Still imported by another line: its uses stand.
+            return Vec::new();
+        }
+        if own.contains(&at) || !bound_here.is_empty() {
             continue;
         }
         let uses: Vec<usize> = occurrences(content, old).collect();

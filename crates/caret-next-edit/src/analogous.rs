@@ -153,108 +153,107 @@ enum After {
 /// A change of white space between two tokens: `before` + `old` + what `after` matches
 /// becomes `before` + `new` + it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Spacing {
+struct Gap {
     before: String,
     old: String,
     new: String,
     after: After,
 }
 
+/// How an edit that changed only white space respaced its lines.
+#[derive(Debug, Default, PartialEq)]
+pub struct Spacing {
+    /// The gaps between tokens it changed.
+    gaps: Vec<Gap>,
+    /// A line's carriage return before its newline: added (`true`) or dropped (`false`).
+    carriage_return: Option<bool>,
+}
+
+impl Spacing {
+    /// Whether it respaces nothing.
+    pub fn is_empty(&self) -> bool {
+        self.gaps.is_empty() && self.carriage_return.is_none()
+    }
+}
+
 /// Spacing patterns kept from one edit.
 const MAX_SPACINGS: usize = 8;
 
-/// The spacing patterns of an edit that changed only white space within its lines (none
-/// when a token changed, or a line was joined or split).
-pub fn spacings(old: &str, new: &str) -> Vec<Spacing> {
+/// Whether two runs of white space differ by a carriage return alone: `Some(true)` when the new
+/// one has it, `Some(false)` when the old one had it.
+fn carriage_return(old: &str, new: &str) -> Option<bool> {
+    (old != new && old.replace('\r', "") == new.replace('\r', "")).then(|| new.contains('\r'))
+}
+
+/// The spacing of an edit that changed only white space within its lines (empty when a token
+/// changed, or a line was joined or split).
+pub fn spacings(old: &str, new: &str) -> Spacing {
+    let none = Spacing::default();
     if old == new || old.lines().count() > MAX_LINES || old.lines().count() != new.lines().count() {
-        return Vec::new();
+        return none;
     }
     let (ta, tb) = (tokens(old), tokens(new));
     if ta.len() != tb.len() || ta.len() > 200 || ta.iter().zip(&tb).any(|(&(s, e), &(t, f))| old[s..e] != new[t..f]) {
-        return Vec::new();
+        return none;
     }
-    let mut out: Vec<Spacing> = Vec::new();
+    let mut out = Spacing::default();
     for k in 0..ta.len().saturating_sub(1) {
         let (gap_old, gap_new) = (&old[ta[k].1..ta[k + 1].0], &new[tb[k].1..tb[k + 1].0]);
         if gap_old == gap_new {
             continue;
         }
-        let next = &old[ta[k + 1].0..ta[k + 1].1];
-        let spacing = if gap_old.contains('\n') || gap_new.contains('\n') {
+        if gap_old.contains('\n') || gap_new.contains('\n') {
             // Across lines, only a carriage return dropped or added before the newline.
-            if gap_old.replace('\r', "") != gap_new.replace('\r', "") {
-                return Vec::new();
+            match carriage_return(gap_old, gap_new) {
+                Some(cr) => out.carriage_return = Some(cr),
+                None => return none,
             }
-            let cr = |g: &str| if g.contains("\r\n") { "\r" } else { "" };
-            Spacing {
-                before: String::new(),
-                old: cr(gap_old).to_owned(),
-                new: cr(gap_new).to_owned(),
-                after: After::Name,
-            }
-        } else {
-            let after = if next.starts_with(is_word) { After::Name } else { After::Token(next.to_owned()) };
-            Spacing {
-                before: old[ta[k].0..ta[k].1].to_owned(),
-                old: gap_old.to_owned(),
-                new: gap_new.to_owned(),
-                after,
-            }
-        };
-        if !out.contains(&spacing) {
-            out.push(spacing);
+            continue;
+        }
+        let next = &old[ta[k + 1].0..ta[k + 1].1];
+        let after = if next.starts_with(is_word) { After::Name } else { After::Token(next.to_owned()) };
+        let gap =
+            Gap { before: old[ta[k].0..ta[k].1].to_owned(), old: gap_old.to_owned(), new: gap_new.to_owned(), after };
+        if !out.gaps.contains(&gap) {
+            out.gaps.push(gap);
         }
     }
     // A line ending's carriage return after the last token.
-    if let (Some(a), Some(b)) = (ta.last(), tb.last()) {
-        let (end_old, end_new) = (&old[a.1..], &new[b.1..]);
-        if end_old != end_new && end_old.replace('\r', "") == end_new.replace('\r', "") {
-            let cr = |g: &str| if g.starts_with('\r') { "\r" } else { "" };
-            let spacing = Spacing {
-                before: String::new(),
-                old: cr(end_old).to_owned(),
-                new: cr(end_new).to_owned(),
-                after: After::Name,
-            };
-            if !out.contains(&spacing) {
-                out.push(spacing);
-            }
-        }
+    if let (Some(a), Some(b)) = (ta.last(), tb.last())
+        && let Some(cr) = carriage_return(&old[a.1..], &new[b.1..])
+    {
+        out.carriage_return = Some(cr);
     }
-    if out.len() > MAX_SPACINGS { Vec::new() } else { out }
+    if out.gaps.len() + usize::from(out.carriage_return.is_some()) > MAX_SPACINGS { none } else { out }
 }
 
-/// `line` respaced by `spacings`, when any applies. A pattern with no token before it is a
-/// line ending's carriage return.
-fn respace(line: &str, spacings: &[Spacing]) -> Option<String> {
-    if spacings.is_empty() {
+/// `line` respaced as `spacing` says, when that changes it.
+fn respace(line: &str, spacing: &Spacing) -> Option<String> {
+    if spacing.is_empty() {
         return None;
     }
     let mut out = line.to_owned();
-    for s in spacings.iter().filter(|s| s.before.is_empty()) {
-        if s.old == "\r" && out.ends_with('\r') {
-            out.pop();
-        } else if s.new == "\r" && !out.ends_with('\r') && !out.trim().is_empty() {
-            out.push('\r');
-        }
+    match spacing.carriage_return {
+        Some(false) if out.ends_with('\r') => drop(out.pop()),
+        Some(true) if !out.ends_with('\r') && !out.trim().is_empty() => out.push('\r'),
+        _ => {}
     }
     let t = tokens(&out);
     let mut respaced = String::with_capacity(out.len());
     let mut copied = 0;
     for k in 0..t.len().saturating_sub(1) {
         let (tok, gap, next) = (&out[t[k].0..t[k].1], &out[t[k].1..t[k + 1].0], &out[t[k + 1].0..t[k + 1].1]);
-        let fits = |s: &&Spacing| {
-            !s.before.is_empty()
-                && s.before == tok
-                && s.old == gap
-                && match &s.after {
+        let fits = |g: &&Gap| {
+            g.before == tok
+                && g.old == gap
+                && match &g.after {
                     After::Name => next.starts_with(is_word),
                     After::Token(x) => x == next,
                 }
         };
-        if let Some(s) = spacings.iter().find(fits) {
+        if let Some(g) = spacing.gaps.iter().find(fits) {
             respaced.push_str(&out[copied..t[k].1]);
-            respaced.push_str(&s.new);
+            respaced.push_str(&g.new);
             copied = t[k + 1].0;
         }
     }
