@@ -113,8 +113,8 @@ impl Ranker {
 
 /// The next edit after `last` in `path` (now `text`), with `others` open beside it: the
 /// ranker's best place, as the rules' prediction that starts on its line when there is one
-/// (`rules`, nearest first; lines moved before the others, [`outranks`]), else as a jump to
-/// the place's first non-blank byte.
+/// (`rules`, nearest first; lines moved before the others), else as a jump to the place's
+/// first non-blank byte.
 pub fn predict(
     ranker: &Ranker,
     last: &Edit,
@@ -132,9 +132,11 @@ pub fn predict(
         let (path, text) = file(c);
         let from = text[..c.at].rfind('\n').map_or(0, |i| i + 1);
         let to = text[c.at..].find('\n').map_or(text.len(), |i| c.at + i);
-        let mut here = rules.iter().filter(|p| p.path == path && (from..=to).contains(&p.start));
-        let first = here.next()?;
-        Some(here.fold(first, |held, p| if outranks(p.why, held.why) { p } else { held }))
+        // Lines moved first (an import's old half deleted rather than the edit's lines
+        // inserted again beside it: on the ranker's best lines of the training sets that hold
+        // both, the lines moved were exact 11 times, the other rule never), else the first
+        // found (`min_by_key` keeps the first of equals).
+        rules.iter().filter(|p| p.path == path && (from..=to).contains(&p.start)).min_by_key(|p| p.why != Why::Moved)
     };
     // The best line's rewrite, else the best-scored rewrite within `REWRITE_NEAR` lines of
     // it in its file: as near the place, and written out.
@@ -161,14 +163,6 @@ pub fn predict(
         replacement: String::new(),
         why: Why::Jump,
     }))
-}
-
-/// Whether a line offers the rules' prediction `why` rather than `held`, found before it on
-/// the same line: lines moved go first (an import's old half deleted rather than the edit's
-/// lines inserted again beside it; on the ranker's best lines of the training sets that hold
-/// both, the lines moved were exact 11 times, the other rule never), else the first holds.
-fn outranks(why: Why, held: Why) -> bool {
-    why == Why::Moved && held != Why::Moved
 }
 
 /// The rules' predictions after `last` in `path` (now `text`): the last edit repeated (`next_edit::candidates`), the
